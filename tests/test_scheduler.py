@@ -1,0 +1,154 @@
+"""Hand-computed schedules for each preset, and invariants of the step loop (hypothesis)."""
+
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tuner import scheduler as sch
+from tuner.config import SCHEDULERS
+
+
+def run(name, prompt, output, *, C, R, B, cap):
+    params = sch.preset(name, token_budget=C, max_running=R, block_size=B, capacity_blocks=cap)
+    return sch.run_schedule(np.array(prompt), np.array(output), params)
+
+
+# columns: prefill_tokens, prefill_sq, prefill_ctx, decodes, decode_kv, sampled, kv_blocks,
+#          preempted, running
+
+
+def test_vllm_v1_hybrid_chunked_schedule():
+    # A(10 in, 3 out), B(5, 2), C(20, 4); budget 16 tokens, blocks of 4.
+    s = run("vllm", [10, 5, 20], [3, 2, 4], C=16, R=4, B=4, cap=100)
+    assert s.status == sch.STATUS_OK
+    expected = [
+        # step 0: A's 10 + B's 5 prompt tokens, then 1 token of C fills the budget.
+        [16, 100 + 25 + 1, 0, 0, 0, 2, 3 + 2 + 1, 0, 3],
+        # step 1: decodes of A (ctx 10) and B (ctx 5) first, C's next chunk of 14 after 1 cached.
+        [14, 196, 14, 2, 11 + 6, 2, 3 + 4, 0, 2],  # B ends: its 2 blocks are freed
+        # step 2: B finished last step; A decodes, C's last 5 prompt tokens after 15 cached.
+        [5, 25, 75, 1, 12, 2, 5, 0, 1],  # A ends; C holds 20 tokens
+        [0, 0, 0, 1, 21, 1, 6, 0, 1],
+        [0, 0, 0, 1, 22, 1, 6, 0, 1],
+        [0, 0, 0, 1, 23, 1, 0, 0, 0],
+    ]
+    np.testing.assert_array_equal(s.steps, expected)
+    np.testing.assert_array_equal(s.finish_step, [2, 1, 5])
+
+
+def test_vllm_v0_prefill_first_no_hybrid():
+    s = run("vllm-v0", [10, 5, 20], [3, 2, 4], C=32, R=4, B=4, cap=100)
+    expected = [
+        [15, 125, 0, 0, 0, 2, 5, 0, 2],  # A and B prompts; C (20) exceeds the 17 left
+        [20, 400, 0, 0, 0, 1, 10, 0, 3],  # a prefill-only step for C: decodes wait
+        [0, 0, 0, 3, 11 + 6 + 21, 3, 9, 0, 2],  # all decodes; C grows a 6th block; B ends
+        [0, 0, 0, 2, 12 + 22, 2, 6, 0, 1],
+        [0, 0, 0, 1, 23, 1, 0, 0, 0],
+    ]
+    np.testing.assert_array_equal(s.steps, expected)
+
+
+def test_vllm_preempts_most_recent_by_recompute():
+    # 5 blocks of 2 tokens: A and B (4 in, 4 out) both start, then B is preempted for A's KV.
+    s = run("vllm", [4, 4], [4, 4], C=16, R=4, B=2, cap=5)
+    expected = [
+        [8, 32, 0, 0, 0, 2, 4, 0, 2],
+        [0, 0, 0, 1, 5, 1, 3, 1, 1],  # A takes the last block; B (last admitted) is evicted
+        [0, 0, 0, 1, 6, 1, 3, 0, 1],  # B's recompute (4 prompt + 1 generated) needs 3 blocks
+        [0, 0, 0, 1, 7, 1, 0, 0, 0],
+        [5, 25, 0, 0, 0, 1, 3, 0, 1],  # B recomputes prompt + its generated token
+        [0, 0, 0, 1, 6, 1, 3, 0, 1],
+        [0, 0, 0, 1, 7, 1, 0, 0, 0],
+    ]
+    np.testing.assert_array_equal(s.steps, expected)
+    assert s.steps[:, sch.SAMPLED].sum() == 8  # generated tokens survive the preemption
+
+
+def test_eviction_free_reserves_prompt_plus_output():
+    s = run("vllm-noevict", [4, 4], [4, 4], C=16, R=4, B=2, cap=5)
+    assert s.steps[:, sch.PREEMPTED].sum() == 0
+    assert s.steps[:, sch.RUNNING].max() == 1  # B waits: A reserved 4 of 5 blocks
+    assert len(s.steps) == 8
+    np.testing.assert_array_equal(s.finish_step, [3, 7])
+
+
+def test_sarathi_allocates_whole_prompt_at_admission_and_decodes_first():
+    prompt, output = [12, 16], [3, 2]
+    v1 = run("vllm", prompt, output, C=16, R=4, B=4, cap=8)
+    sa = run("sarathi", prompt, output, C=16, R=4, B=4, cap=8)
+    # step 0 is identical: A's 12 tokens + 4 of B's (V1: 1 block; Sarathi: all 4 blocks).
+    assert v1.steps[0, sch.KV_BLOCKS] == 3 + 1
+    assert sa.steps[0, sch.KV_BLOCKS] == 3 + 4
+    # step 1: both schedule A's decode before B's chunk.
+    assert sa.steps[1, sch.DECODES] == 1 and sa.steps[1, sch.PREFILL_TOKENS] == 12
+    assert sa.steps[1, sch.KV_BLOCKS] == 4 + 4  # B's chunk needed no new block
+    assert v1.steps[1, sch.KV_BLOCKS] == 4 + 4  # V1 grew B from 1 to 4 blocks
+    assert (v1.steps[:, sch.SAMPLED].sum(), sa.steps[:, sch.SAMPLED].sum()) == (5, 5)
+    # With one block less, A's decode needs B's blocks: Sarathi evicts B (most recent).
+    tight = run("sarathi", prompt, output, C=16, R=4, B=4, cap=7)
+    assert tight.steps[1, sch.PREEMPTED] == 1 and tight.steps[1, sch.PREFILL_TOKENS] == 0
+
+
+def test_sarathi_admission_waits_for_whole_prompt_blocks():
+    prompt, output = [8, 16], [4, 2]
+    v1 = run("vllm", prompt, output, C=9, R=4, B=4, cap=5)
+    sa = run("sarathi", prompt, output, C=9, R=4, B=4, cap=5)
+    # step 0: A's 8 tokens, then 1 token of B in V1 (1 block), none in Sarathi (needs 4 > 3).
+    assert v1.steps[0, sch.PREFILL_TOKENS] == 9
+    assert sa.steps[0, sch.PREFILL_TOKENS] == 8
+    assert sa.steps[0, sch.RUNNING] == 1
+
+
+# ---- invariants ------------------------------------------------------------------------------
+@st.composite
+def instances(draw):
+    n = draw(st.integers(1, 10))
+    prompt = draw(st.lists(st.integers(1, 40), min_size=n, max_size=n))
+    output = draw(st.lists(st.integers(1, 20), min_size=n, max_size=n))
+    B = draw(st.integers(1, 8))
+    name = draw(st.sampled_from(SCHEDULERS))
+    longest = max(p + o for p, o in zip(prompt, output, strict=True))
+    C = draw(st.integers(1, 96))
+    if name.startswith("vllm-v0"):
+        C = max(C, longest)  # no chunking: the budget must hold the longest recompute
+    cap = math.ceil(longest / B) + draw(st.integers(0, 12))
+    R = draw(st.integers(1, 12))
+    return name, np.array(prompt), np.array(output), C, R, B, cap
+
+
+@settings(max_examples=300, deadline=None)
+@given(instances())
+def test_invariants(inst):
+    name, prompt, output, C, R, B, cap = inst
+    params = sch.preset(name, token_budget=C, max_running=R, block_size=B, capacity_blocks=cap)
+    s = sch.run_schedule(prompt, output, params)
+    assert s.status == sch.STATUS_OK
+    steps = s.steps
+    # each output token is produced exactly once (recompute keeps generated tokens)
+    assert steps[:, sch.SAMPLED].sum() == output.sum()
+    assert (s.finish_step >= 0).all()
+    # KV never above capacity, running never above R_max, tokens never above the budget
+    assert steps[:, sch.KV_BLOCKS].max() <= cap
+    assert steps[:, sch.RUNNING].max() <= R
+    assert (steps[:, sch.PREFILL_TOKENS] + steps[:, sch.DECODES]).max() <= C
+    assert steps[-1, sch.KV_BLOCKS] == 0  # everything freed at the end
+    if name.endswith("-noevict"):
+        assert steps[:, sch.PREEMPTED].sum() == 0
+    # prompt tokens computed at least once each; more only when preemption forced recompute
+    computed = steps[:, sch.PREFILL_TOKENS].sum()
+    if steps[:, sch.PREEMPTED].sum() == 0:
+        assert computed == prompt.sum()
+    else:
+        assert computed > prompt.sum()
+    if name.startswith("vllm-v0"):  # no hybrid batches
+        assert not ((steps[:, sch.PREFILL_TOKENS] > 0) & (steps[:, sch.DECODES] > 0)).any()
+
+
+def test_deterministic():
+    rng = np.random.default_rng(1)
+    p, o = rng.integers(1, 500, 200), rng.integers(1, 200, 200)
+    params = sch.preset("vllm", token_budget=256, max_running=32, block_size=16, capacity_blocks=400)
+    a, b = sch.run_schedule(p, o, params), sch.run_schedule(p, o, params)
+    np.testing.assert_array_equal(a.steps, b.steps)

@@ -1,0 +1,464 @@
+"""The `tuner` command line (typer). Every user error is one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from tuner.errors import TunerError
+
+app = typer.Typer(
+    help="Pick the GPU type and serving settings that finish an offline LLM batch job fastest "
+    "or cheapest, before renting GPUs.\n\nExample:\n\n  tuner search --workload "
+    "examples/arxiv.jsonl --model llama-3-8b --gpus A10,A40",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+workload_app = typer.Typer(help="Inspect workload files.", no_args_is_help=True)
+app.add_typer(workload_app, name="workload")
+
+# Piped output gets a fixed, wide layout so tables stay readable in logs and CI.
+out = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True)
+
+
+def tool_version() -> str:
+    try:
+        return version("tuner")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+# ---- shared option types --------------------------------------------------------------------
+WorkloadOpt = Annotated[Path, typer.Option("--workload", "-w", help="JSONL (OpenAI batch, "
+                        "{prompt,max_tokens} or {prompt_tokens,output_tokens}) or CSV trace.")]
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalog name (`tuner models`) or "
+                     "path to a Hugging Face config.json.")]
+PriceOpt = Annotated[list[str] | None, typer.Option("--price", help="Override a GPU's $/h, "
+                     "e.g. --price A10=0.75 (repeatable).")]
+GpuFileOpt = Annotated[Path | None, typer.Option("--gpu-file", help="YAML with more GPUs or "
+                       "overrides (same fields as `tuner gpus --json`).")]
+SkipOpt = Annotated[bool, typer.Option("--skip-invalid", help="Skip malformed workload lines "
+                    "(counted) instead of stopping at the first.")]
+DistOpt = Annotated[str | None, typer.Option("--output-dist", help="Output lengths for requests "
+                    "without max_tokens: fixed:256, uniform:64:512, normal:M:S, lognormal:MED:SIGMA, "
+                    "trace:FILE.csv.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+
+
+def _gpus(gpu_file: Path | None, prices: list[str] | None):
+    from tuner.catalog import apply_prices, load_gpus, parse_price_overrides
+
+    return apply_prices(load_gpus(gpu_file), parse_price_overrides(prices))
+
+
+def _workload(path: Path, model, skip_invalid: bool, output_dist: str | None):
+    from tuner.workload import load_workload
+
+    w = load_workload(path, model=model, skip_invalid=skip_invalid, output_dist=output_dist)
+    if w.skipped:
+        err.print(f"[yellow]skipped {w.skipped} invalid line(s) in {path}[/]")
+    return w
+
+
+def _fmt_s(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.2f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds:.1f} s"
+
+
+def _gib(b: float) -> str:
+    return f"{b / 1024**3:.1f} GiB"
+
+
+# ---- catalogs ---------------------------------------------------------------------------------
+@app.command()
+def gpus(gpu_file: GpuFileOpt = None, price: PriceOpt = None, as_json: JsonOpt = False) -> None:
+    """List the GPU catalog: specs and on-demand prices with their source and date.
+
+    Example: tuner gpus --price A10=0.75
+    """
+    import dataclasses
+
+    cat = _gpus(gpu_file, price)
+    if as_json:
+        print(json.dumps({n: dataclasses.asdict(g) for n, g in cat.items()}, indent=2))
+        return
+    t = Table(title="GPU catalog (dense figures; prices are snapshots: override with --price)")
+    for col in ("GPU", "GiB", "BF16 TF/s", "FP8 TF/s", "HBM GB/s", "host link GB/s", "NVLink GB/s",
+                "$/GPU-h", "price date", "src", "Vasuki $/FP32 GFLOP/W"):
+        t.add_column(col, no_wrap=col == "GPU")
+    for i, g in enumerate(cat.values(), 1):
+        t.add_row(g.name, f"{g.memory_gib:g}", f"{g.bf16_tflops:g}",
+                  f"{g.fp8_tflops:g}" if g.fp8_tflops else "—", f"{g.hbm_gbps:g}",
+                  f"PCIe{g.pcie_gen} {g.host_link_gbps:g}",
+                  f"{g.nvlink_gbps:g}" if g.nvlink_gbps else "—", f"{g.price_usd_per_h:.2f}",
+                  g.price_date or "—", f"[{i}]",
+                  f"${g.vasuki_usd_per_fp32_gflop_per_w:g}" if g.vasuki_usd_per_fp32_gflop_per_w else "—")
+    out.print(t)
+    for i, g in enumerate(cat.values(), 1):
+        out.print(f"[dim][{i}] {g.name}: {g.price_source}[/]", highlight=False)
+
+
+@app.command()
+def models(as_json: JsonOpt = False) -> None:
+    """List the model catalog (any Hugging Face config.json path also works as --model)."""
+    import dataclasses
+
+    from tuner.catalog import load_models
+
+    cat = load_models()
+    if as_json:
+        print(json.dumps({n: dataclasses.asdict(m) | {"num_params": m.num_params}
+                          for n, m in cat.items()}, indent=2))
+        return
+    t = Table(title="Model catalog")
+    for col in ("model", "params", "layers", "hidden", "heads/kv", "ffn", "vocab",
+                "weights 16-bit", "KV/token 16-bit", "HF id"):
+        t.add_column(col, no_wrap=col in ("model", "params", "HF id"))
+    for m in cat.values():
+        t.add_row(m.name, (f"{m.num_params / 1e9:.2f} B" if m.num_params > 1e8 else f"{m.num_params / 1e6:.2f} M"), str(m.num_layers), str(m.hidden_size),
+                  f"{m.num_heads}/{m.num_kv_heads}", str(m.intermediate_size), str(m.vocab_size),
+                  _gib(m.weight_bytes(16)), f"{m.kv_bytes_per_token(16) / 1024:g} KiB", m.hf_id)
+    out.print(t)
+
+
+@workload_app.command("stats")
+def workload_stats_cmd(
+    file: Annotated[Path, typer.Argument(help="Workload file (JSONL or CSV).")],
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Use this model's tokenizer "
+                     "when it is available offline.")] = None,
+    skip_invalid: SkipOpt = False, output_dist: DistOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Count, length percentiles and prompt:decode ratio of a workload.
+
+    Example: tuner workload stats examples/arxiv.jsonl
+    """
+    from tuner.catalog import get_model
+    from tuner.workload import workload_stats
+
+    spec = get_model(model) if model else None
+    st = workload_stats(_workload(file, spec, skip_invalid, output_dist))
+    if as_json:
+        print(json.dumps(st, indent=2, default=float))
+        return
+    t = Table(title=f"{file}: {st['count']} requests")
+    t.add_column("")
+    for c in ("mean", "p50", "p90", "p99", "min", "max", "total"):
+        t.add_column(c, justify="right")
+    for name in ("prompt", "output"):
+        s = st[name]
+        t.add_row(f"{name} tokens", *(f"{s[k]:.0f}" for k in ("mean", "p50", "p90", "p99", "min", "max")),
+                  f"{st[f'total_{name}_tokens']:,}")
+    out.print(t)
+    out.print(f"P:D ratio {st['pd_ratio']:.2f} (total prompt / total output), median per request "
+              f"{st['pd_ratio_median']:.2f}")
+    out.print(f"prompt lengths: {st['tokenizer']}; output lengths: {st['output_source']}")
+
+
+# ---- simulate ---------------------------------------------------------------------------------
+def _memory_table(plan, gpu_name: str, title: str) -> Table:
+    t = Table(title=title)
+    t.add_column("per GPU")
+    t.add_column(gpu_name, justify="right")
+    t.add_row("usable (memory x utilisation)", _gib(plan.usable_bytes))
+    t.add_row("weights", _gib(plan.weight_bytes))
+    t.add_row("activations (token budget) ", _gib(plan.activation_bytes))
+    t.add_row("runtime (CUDA context, graphs)", _gib(plan.runtime_overhead_bytes))
+    t.add_row("KV cache", _gib(plan.kv_bytes))
+    t.add_row("KV capacity", f"{plan.kv_capacity_tokens:,} tokens")
+    t.add_row("max concurrent requests (mean length)", f"{plan.max_concurrent_requests:.1f}")
+    return t
+
+
+@app.command()
+def simulate(
+    workload: WorkloadOpt,
+    model: ModelOpt,
+    gpu: Annotated[str, typer.Option("--gpu", "-g", help="GPU type (`tuner gpus`).")],
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
+    dp: Annotated[int, typer.Option(help="Data-parallel replicas.")] = 1,
+    scheduler: Annotated[str, typer.Option(help="vllm | vllm-v0 | sarathi (+ -noevict).")] = "vllm",
+    chunk_size: Annotated[int, typer.Option(help="Token budget per step (vLLM max_num_batched_tokens).")] = 8192,
+    max_running: Annotated[int, typer.Option(help="R_max (vLLM max_num_seqs).")] = 256,
+    weight_bits: Annotated[int, typer.Option(help="16, 8 or 4.")] = 16,
+    kv_bits: Annotated[int, typer.Option(help="16, 8 or 4.")] = 16,
+    gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM gpu_memory_utilization.")] = 0.9,
+    ordering: Annotated[str, typer.Option(help="fcfs | shortest-prompt | longest-output.")] = "fcfs",
+    block_size: Annotated[int, typer.Option(help="KV block size in tokens.")] = 16,
+    timeline: Annotated[Path | None, typer.Option(help="Write a per-iteration timeline CSV.")] = None,
+    price: PriceOpt = None, gpu_file: GpuFileOpt = None, skip_invalid: SkipOpt = False,
+    output_dist: DistOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Simulate one serving config on a workload: makespan, $, memory plan, physical limit.
+
+    Example: tuner simulate -w examples/arxiv.jsonl -m llama-3-8b -g A10 --chunk-size 2048
+    """
+    from tuner.catalog import get_gpu, get_model
+    from tuner.config import ServingConfig
+    from tuner.simulator import simulate as run_sim
+
+    cat = _gpus(gpu_file, price)
+    g = get_gpu(gpu, cat)
+    spec = get_model(model)
+    w = _workload(workload, spec, skip_invalid, output_dist)
+    config = ServingConfig(gpu=g.name, tp=tp, dp=dp, scheduler=scheduler, chunk_size=chunk_size,
+                           max_running=max_running, weight_bits=weight_bits, kv_bits=kv_bits,
+                           gpu_memory_utilization=gpu_memory_utilization, ordering=ordering,
+                           block_size=block_size).validate()
+    res = run_sim(w, spec, g, config, timeline=timeline is not None)
+    if timeline is not None:
+        _write_timeline(timeline, res.timeline)
+    summary = res.summary()
+    if as_json:
+        from tuner.deploy import _jsonable
+
+        print(json.dumps(_jsonable(summary), indent=2))
+        return
+    t = Table(title=f"{spec.name} on {g.name} x{config.num_gpus}: {len(w)} requests")
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    t.add_row("makespan", f"{_fmt_s(res.makespan_s)}  ({res.makespan_s:,.0f} s)")
+    t.add_row("physical limit T_o", f"{_fmt_s(res.lower_bound_s)}  (makespan is "
+              f"{100 * res.lower_bound_s / res.makespan_s:.0f} % of the limit's speed)")
+    t.add_row("job cost", f"${res.cost_usd:,.2f}  at ${res.price_usd_per_h:.2f}/GPU-h")
+    t.add_row("$ per 1k requests", f"${res.usd_per_1k_requests:.3f}")
+    t.add_row("throughput", f"{res.throughput_tok_s:,.0f} output tok/s, {res.qps:.2f} req/s")
+    t.add_row("QPS per $/h", f"{res.qps_per_usd_per_h:.3f}")
+    if res.vasuki_cost_metric is not None:
+        t.add_row("Vasuki cost metric (QPS / $ per FP32 GFLOP/W)", f"{res.vasuki_cost_metric:.4f}")
+    t.add_row("iterations", f"{res.iterations:,}")
+    t.add_row("preemptions (recompute)", f"{res.preemptions:,}")
+    t.add_row("peak / mean KV use", f"{100 * res.peak_kv_fraction:.0f} % / {100 * res.mean_kv_fraction:.0f} %")
+    out.print(t)
+    out.print(_memory_table(res.memory, g.name, "Memory plan"))
+    out.print(f"[dim]cost model: {res.provenance}[/]")
+
+
+def _write_timeline(path: Path, tl: dict) -> None:
+    from tuner.deploy import write_atomic
+
+    cols = list(tl)
+    rows = zip(*(tl[c].tolist() for c in cols), strict=True)
+    import io
+
+    buf = io.StringIO()
+    wr = csv.writer(buf)
+    wr.writerow(cols)
+    wr.writerows(rows)
+    try:
+        write_atomic(path, buf.getvalue())
+    except OSError as exc:
+        raise TunerError(f"Cannot write timeline {path}: {exc.strerror or exc}.") from None
+
+
+# ---- search -----------------------------------------------------------------------------------
+@app.command()
+def search(
+    workload: WorkloadOpt,
+    model: ModelOpt,
+    gpus_: Annotated[str, typer.Option("--gpus", help="Comma-separated GPU types, e.g. A10,A40.")],
+    space: Annotated[Path | None, typer.Option(help="Search space YAML (default: "
+                     "search_spaces/default.yaml).")] = None,
+    n_trials: Annotated[int, typer.Option(help="Trials to complete (identical configs are "
+                        "simulated once).")] = 150,
+    timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
+    sampler: Annotated[str, typer.Option(help="tpe | nsga2 (Optuna samplers).")] = "tpe",
+    seed: Annotated[int, typer.Option(help="Sampler seed (same seed, same trials).")] = 0,
+    storage: Annotated[str | None, typer.Option(help="Optuna storage URL (default: SQLite "
+                       "file OUT/study.db; postgresql://... for many workers).")] = None,
+    study: Annotated[str | None, typer.Option(help="Study name (default: WORKLOAD-MODEL).")] = None,
+    resume: Annotated[bool, typer.Option(help="Continue an interrupted study.")] = False,
+    out_dir: Annotated[Path, typer.Option("--out", help="Output folder for the report, exports "
+                       "and study.")] = Path("tuner-out"),
+    price: PriceOpt = None, gpu_file: GpuFileOpt = None, skip_invalid: SkipOpt = False,
+    output_dist: DistOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Search GPU type x serving knobs for the makespan-vs-$ Pareto front; write an HTML report
+    and vLLM configs of the winners.
+
+    Example: tuner search --workload examples/arxiv.jsonl --model llama-3-8b --gpus A10,A40
+    """
+    from tuner.catalog import get_gpu, get_model
+    from tuner.search import SearchSettings, assert_some_gpu_fits, default_storage, run_search
+    from tuner.space import load_space
+
+    cat = _gpus(gpu_file, price)
+    names = [n.strip() for n in gpus_.split(",") if n.strip()]
+    if not names:
+        raise TunerError("--gpus needs at least one GPU type, e.g. --gpus A10,A40.")
+    chosen = {}
+    for n in names:
+        g = get_gpu(n, cat)
+        chosen[g.name] = g
+    spec = get_model(model)
+    w = _workload(workload, spec, skip_invalid, output_dist)
+    sp = load_space(space)
+    assert_some_gpu_fits(w, spec, chosen, sp)
+    if n_trials < 1:
+        raise TunerError("--n-trials must be >= 1.")
+    _check_writable(out_dir)
+    study_name = study or f"{workload.stem}-{spec.name}"
+    settings = SearchSettings(n_trials=n_trials, timeout_s=timeout, seed=seed, sampler=sampler,
+                              storage=storage or default_storage(out_dir), study_name=study_name,
+                              resume=resume)
+    metadata = {"workload": str(workload), "model": spec.name, "gpus": list(chosen),
+                "space": sp.source, "fixed": sp.fixed,
+                "prices": {n: g.price_usd_per_h for n, g in chosen.items()}}
+    size = sp.size(len(chosen))
+    err.print(f"[bold]Searching[/] {len(w)} requests of {workload.name} on {spec.name}: "
+              f"{', '.join(chosen)} x {', '.join(sp.knobs)} ({size:,} configurations), "
+              f"{n_trials} trials, study {study_name!r} in {settings.storage}")
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
+                  MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[best]}"),
+                  console=err, transient=False, disable=as_json) as prog:
+        task = prog.add_task("trials", total=n_trials, best="")
+        best = {"t": float("inf"), "c": float("inf")}
+
+        def on_trial(st, trial):
+            if trial.values and trial.values[0] < float("inf"):
+                best["t"] = min(best["t"], trial.values[0])
+                best["c"] = min(best["c"], trial.values[1])
+            done_n = sum(1 for t in st.get_trials(deepcopy=False) if t.state.name == "COMPLETE")
+            prog.update(task, completed=done_n,
+                        best=f"fastest {_fmt_s(best['t'])}, cheapest ${best['c']:.2f}"
+                        if best["t"] < float("inf") else "")
+
+        st = run_search(w, spec, chosen, sp, settings, on_trial=on_trial, metadata=metadata)
+    _finish_search(st, w, spec, chosen, out_dir, as_json)
+
+
+def _check_writable(out_dir: Path) -> None:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".tuner-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise TunerError(f"Cannot write to output folder {out_dir}: {exc.strerror or exc}.") from None
+
+
+def _finish_search(st, w, spec, chosen: dict, out_dir: Path, as_json: bool) -> None:
+    from reports.html import render_report
+    from tuner.config import ServingConfig
+    from tuner.deploy import to_json, to_vllm_yaml, write_atomic
+    from tuner.results import build_context, infeasible_summary, trial_records
+
+    records = trial_records(st)
+    feasible = [r for r in records if r["feasible"]]
+    if not feasible:
+        reasons = infeasible_summary(records)
+        raise TunerError("Every configuration tried is infeasible: "
+                         + "; ".join(f"{n} x {r}" for r, n in list(reasons.items())[:3]))
+    by_num = {r["number"]: r for r in records}
+    max_len = int((w.prompt_tokens + w.output_tokens).max())
+    from tuner.results import winners
+
+    best, per_gpu = winners(records)
+    exports, files = {}, {}
+    for which in ("fastest", "cheapest"):
+        r = by_num[best[which]]
+        cfg = ServingConfig(**r["config"])
+        m = r["metrics"]
+        header = (f"{which} config found by tuner: predicted makespan {_fmt_s(m['makespan_s'])}, "
+                  f"${m['cost_usd']:.2f} for {len(w)} requests ({r['provenance']})")
+        text = to_vllm_yaml(cfg, spec, chosen[cfg.gpu], max_model_len=max_len, header=header,
+                            kv_capacity_tokens=m["kv_capacity_tokens"])
+        exports[f"{which}_vllm_yaml"] = text
+        files[f"{which}_vllm_yaml"] = write_atomic(out_dir / f"{which}.vllm.yaml", text)
+        files[f"{which}_json"] = write_atomic(
+            out_dir / f"{which}.json", to_json(cfg, m, r["memory"], {"trial": r["number"],
+                                                                     "provenance": r["provenance"]}))
+    gnames = list(chosen)
+    question = (f"{Path(w.source).name or 'workload'} ({len(w)} requests) on {spec.name}: "
+                f"which of {', '.join(gnames)} finishes fastest, and which cheapest?")
+    notes = [f"Prompt lengths: {w.tokenizer}. Output lengths: {w.output_source}."]
+    ctx = build_context(study=st, records=records, workload=w, model=spec, gpus=chosen,
+                        exports=exports, question=question, tool_version=tool_version(), notes=notes)
+    files["report"] = render_report(ctx, out_dir / "report.html")
+    from tuner.deploy import _jsonable
+
+    summary = {
+        "study": st.study_name,
+        "winners": {k: by_num[v] for k, v in best.items()},
+        "best_per_gpu": {g: {k: by_num[v] for k, v in d.items()} for g, d in per_gpu.items()},
+        "pareto": [by_num[n] for n in ctx["pareto"]],
+        "infeasible": infeasible_summary(records),
+        "files": {k: str(v) for k, v in files.items()},
+    }
+    files["results"] = write_atomic(out_dir / "results.json",
+                                    json.dumps(_jsonable(summary), indent=2) + "\n")
+    if as_json:
+        summary["files"]["results"] = str(files["results"])
+        print(json.dumps(_jsonable(summary), indent=2))
+        return
+    _print_search(records, by_num, best, per_gpu, ctx, files)
+
+
+def _print_search(records, by_num, best, per_gpu, ctx, files) -> None:
+    f, c = by_num[best["fastest"]], by_num[best["cheapest"]]
+    out.print()
+    out.print(f"[bold green]Fastest:[/] {f['config']['gpu']} — {_fmt_s(f['metrics']['makespan_s'])}, "
+              f"${f['metrics']['cost_usd']:.2f}.  [bold green]Cheapest:[/] {c['config']['gpu']} — "
+              f"{_fmt_s(c['metrics']['makespan_s'])}, ${c['metrics']['cost_usd']:.2f}.")
+    t = Table(title="Best config per GPU (why: memory plan -> KV capacity -> concurrency)")
+    for col in ("GPU", "goal", "makespan", "$ job", "$/1k req", "chunk", "R_max", "W/KV bits",
+                "KV cap tokens", "max conc. req", "peak KV", "preempt", "% of limit"):
+        t.add_column(col, justify="right")
+    for gpu, d in per_gpu.items():
+        for goal in ("fastest", "cheapest"):
+            r = by_num[d[goal]]
+            m, cfg = r["metrics"], r["config"]
+            t.add_row(gpu, goal, _fmt_s(m["makespan_s"]), f"{m['cost_usd']:.2f}",
+                      f"{m['usd_per_1k_requests']:.3f}", str(cfg["chunk_size"]),
+                      str(cfg["max_running"]), f"{cfg['weight_bits']}/{cfg['kv_bits']}",
+                      f"{m['kv_capacity_tokens']:,}", f"{m['max_concurrent_requests']:.0f}",
+                      f"{100 * m['peak_kv_fraction']:.0f}%", f"{m['preemptions']:,}",
+                      f"{100 * m['limit_fraction']:.0f}%")
+    out.print(t)
+    p = Table(title=f"Pareto front: makespan vs $ ({len(ctx['pareto'])} points)")
+    for col in ("trial", "GPU", "makespan", "$ job", "chunk", "R_max", "W/KV bits"):
+        p.add_column(col, justify="right")
+    for n in ctx["pareto"]:
+        r = by_num[n]
+        p.add_row(str(n), r["config"]["gpu"], _fmt_s(r["metrics"]["makespan_s"]),
+                  f"{r['metrics']['cost_usd']:.2f}", str(r["config"]["chunk_size"]),
+                  str(r["config"]["max_running"]),
+                  f"{r['config']['weight_bits']}/{r['config']['kv_bits']}")
+    out.print(p)
+    n_inf = sum(1 for r in records if not r["feasible"])
+    if n_inf:
+        out.print(f"[dim]{n_inf} infeasible configuration(s) skipped (see the report).[/]")
+    provs = {g: v["cost_model"] for g, v in ctx["gpus"].items()}
+    for g, pv in provs.items():
+        out.print(f"[dim]{g}: {pv}[/]")
+    for k, v in files.items():
+        out.print(f"wrote {k}: {v}")
+
+
+def main() -> None:
+    try:
+        app()
+    except TunerError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err.print("interrupted (finished trials are saved; rerun with --resume to continue)")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+"""The one exception type for errors a user can cause (bad input, impossible config)."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class TunerError(Exception):
+    """A user-caused error. The CLI prints ``str(err)`` as one line and exits non-zero."""
+
+    exit_code = 2
+
+
+def close_matches_hint(name: str, choices: Iterable[str]) -> str:
+    """' Did you mean: A10, A100-40G?' or '' — case-insensitive, for unknown-name errors."""
+    choices = list(choices)
+    lowered = {c.lower(): c for c in choices}
+    hits = difflib.get_close_matches(name.lower(), list(lowered), n=3, cutoff=0.4)
+    # Substring hits matter for GPU/model names ("a100" -> "A100-40G", "A100-80G").
+    for c in choices:
+        if name.lower() in c.lower() and c.lower() not in hits:
+            hits.append(c.lower())
+    if not hits:
+        return f" Known: {', '.join(sorted(choices))}."
+    return f" Did you mean: {', '.join(lowered[h] for h in hits[:4])}?"

@@ -1,0 +1,112 @@
+"""Memory plan: what fits on one GPU of a replica, and so how many KV tokens the cache holds."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from tuner.catalog import GIB, GPU, ModelSpec
+from tuner.config import ServingConfig
+
+# CUDA context, cuBLAS/NCCL workspaces and CUDA graphs: vLLM counts this non-torch memory
+# inside gpu_memory_utilization. ~1 GiB per GPU is what vLLM's startup log typically reports
+# for 7-8B models (estimate).
+RUNTIME_OVERHEAD_BYTES = 1.0 * GIB
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Per-GPU bytes of one replica (tensor-parallel ranks hold equal shares)."""
+
+    gpu_memory_bytes: int
+    usable_bytes: float  # memory x gpu_memory_utilization
+    weight_bytes: float  # on GPU, after offload, per rank
+    weight_offloaded_bytes: float  # in host memory, per rank
+    activation_bytes: float  # peak activations of a full token budget + sampler logits
+    runtime_overhead_bytes: float
+    kv_bytes: float  # what remains for the KV cache
+    kv_bytes_per_token: float  # per rank, KV layers resident on the GPU only
+    kv_capacity_blocks: int
+    kv_capacity_tokens: int
+    max_concurrent_requests: float  # KV capacity / mean (prompt + output) of the workload
+    host_kv_bytes_per_token: float  # offloaded layers' KV, per rank, in host memory
+    fits: bool
+    reason: str
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def activation_bytes(model: ModelSpec, config: ServingConfig) -> float:
+    """Peak activation memory of one step at the full token budget (what vLLM's profiling run
+    reserves): hidden states + QKV + the gated MLP's intermediate tensors in 16-bit, plus fp32
+    sampler logits for up to R_max sequences."""
+    tokens = config.chunk_size
+    tp = config.tp
+    per_token = 2.0 * (
+        4 * model.hidden_size
+        + (model.num_heads + 2 * model.num_kv_heads) * model.head_dim / tp
+        + 3 * model.intermediate_size / tp
+    )
+    logits = 4.0 * min(config.max_running, tokens) * model.vocab_size / tp
+    return tokens * per_token + logits
+
+
+def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
+                mean_request_tokens: float = 0.0, max_request_tokens: int = 0) -> MemoryPlan:
+    """KV capacity M for (model, gpu, config); `fits` False with the numbers when it cannot run."""
+    tp = config.tp
+    usable = gpu.memory_bytes * config.gpu_memory_utilization
+    all_weights = model.weight_bytes(config.weight_bits) / tp
+    offloaded = all_weights * config.weight_offload_fraction
+    weights = all_weights - offloaded
+    acts = activation_bytes(model, config)
+    kv = usable - weights - acts - RUNTIME_OVERHEAD_BYTES
+    layers_on_gpu = max(model.num_layers - config.kv_offload_layers, 0)
+    kv_heads_per_rank = max(1.0, model.num_kv_heads / tp)
+    per_layer_token = 2.0 * kv_heads_per_rank * model.head_dim * config.kv_bits / 8.0
+    kv_per_token = per_layer_token * layers_on_gpu
+    host_kv_per_token = per_layer_token * min(config.kv_offload_layers, model.num_layers)
+    if kv_per_token > 0 and kv > 0:
+        blocks = int(kv // (kv_per_token * config.block_size))
+    else:
+        blocks = 0
+    tokens = blocks * config.block_size
+    conc = tokens / mean_request_tokens if mean_request_tokens > 0 else 0.0
+
+    fits, reason = True, ""
+    gib = lambda b: f"{b / GIB:.1f} GiB"  # noqa: E731
+    if kv <= 0:
+        fits = False
+        reason = (f"{model.name} at {config.weight_bits}-bit weights, TP {tp}, does not fit on "
+                  f"{gpu.name}: weights {gib(weights)} + activations {gib(acts)} + runtime "
+                  f"{gib(RUNTIME_OVERHEAD_BYTES)} > {gib(usable)} usable "
+                  f"({gpu.memory_gib:g} GiB x {config.gpu_memory_utilization:g})")
+    elif max_request_tokens and tokens < max_request_tokens:
+        fits = False
+        reason = (f"KV cache on {gpu.name} holds {tokens} tokens ({gib(kv)}), fewer than the "
+                  f"longest request ({max_request_tokens} tokens)")
+    elif layers_on_gpu == 0:
+        fits = False
+        reason = "all KV layers offloaded: the GPU must keep at least one layer's KV"
+    return MemoryPlan(
+        gpu_memory_bytes=gpu.memory_bytes,
+        usable_bytes=usable,
+        weight_bytes=weights,
+        weight_offloaded_bytes=offloaded,
+        activation_bytes=acts,
+        runtime_overhead_bytes=RUNTIME_OVERHEAD_BYTES,
+        kv_bytes=max(kv, 0.0),
+        kv_bytes_per_token=kv_per_token,
+        kv_capacity_blocks=blocks,
+        kv_capacity_tokens=tokens,
+        max_concurrent_requests=conc,
+        host_kv_bytes_per_token=host_kv_per_token,
+        fits=fits,
+        reason=reason,
+    )
+
+
+def blocks_for(tokens: int, block_size: int) -> int:
+    return math.ceil(tokens / block_size)

@@ -1,0 +1,219 @@
+"""simulate(): one ServingConfig on one workload -> SimResult (makespan, $, memory, timeline)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from predictors.features import BatchFeatures
+from predictors.roofline import RooflineCostModel
+from tuner import scheduler as sch
+from tuner.catalog import GPU, ModelSpec
+from tuner.config import ServingConfig
+from tuner.errors import TunerError
+from tuner.memory import MemoryPlan, plan_memory
+from tuner.workload import Workload
+
+
+class CostModel(Protocol):
+    def iteration_time_s(self, f: BatchFeatures) -> np.ndarray: ...
+    def describe(self) -> str: ...
+
+
+class InfeasibleConfig(TunerError):
+    """The config cannot run (model does not fit, budget below the longest request...)."""
+
+
+@dataclass
+class SimResult:
+    config: ServingConfig
+    makespan_s: float
+    requests: int
+    prompt_tokens: int
+    output_tokens: int
+    iterations: int
+    preemptions: int
+    peak_kv_fraction: float
+    mean_kv_fraction: float
+    lower_bound_s: float
+    cost_usd: float
+    price_usd_per_h: float
+    memory: MemoryPlan
+    provenance: str
+    vasuki_cost_metric: float | None = None  # QPS / ($ per FP32 GFLOP/W), seed 000 §3.2
+    timeline: dict[str, np.ndarray] | None = field(default=None, repr=False)
+
+    @property
+    def qps(self) -> float:
+        return self.requests / self.makespan_s
+
+    @property
+    def throughput_tok_s(self) -> float:
+        return self.output_tokens / self.makespan_s
+
+    @property
+    def usd_per_1k_requests(self) -> float:
+        return 1000.0 * self.cost_usd / self.requests
+
+    @property
+    def qps_per_usd_per_h(self) -> float:
+        return self.qps / (self.price_usd_per_h * self.config.num_gpus)
+
+    def summary(self) -> dict:
+        """Every figure as plain JSON-able data (the `tuner simulate --json` document)."""
+        return {
+            "makespan_s": self.makespan_s,
+            "cost_usd": self.cost_usd,
+            "usd_per_1k_requests": self.usd_per_1k_requests,
+            "requests": self.requests,
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+            "throughput_tok_s": self.throughput_tok_s,
+            "qps": self.qps,
+            "qps_per_usd_per_h": self.qps_per_usd_per_h,
+            "iterations": self.iterations,
+            "preemptions": self.preemptions,
+            "peak_kv_fraction": self.peak_kv_fraction,
+            "mean_kv_fraction": self.mean_kv_fraction,
+            "lower_bound_s": self.lower_bound_s,
+            "limit_fraction": self.lower_bound_s / self.makespan_s,
+            "kv_capacity_tokens": self.memory.kv_capacity_tokens,
+            "max_concurrent_requests": self.memory.max_concurrent_requests,
+            "vasuki_cost_metric": self.vasuki_cost_metric,
+            "memory": self.memory.to_dict(),
+            "config": self.config.to_dict(),
+            "provenance": self.provenance,
+        }
+
+
+def order_requests(workload: Workload, ordering: str) -> np.ndarray:
+    """Indices of the requests in the order they are submitted to the engine."""
+    n = len(workload)
+    if ordering == "fcfs":
+        return np.arange(n)
+    if ordering == "shortest-prompt":
+        return np.argsort(workload.prompt_tokens, kind="stable")
+    if ordering == "longest-output":
+        return np.argsort(-workload.output_tokens, kind="stable")
+    raise TunerError(f"Unknown ordering {ordering!r}.")
+
+
+def lower_bound_s(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConfig) -> float:
+    """BlendServe's physical limit T_o = max(T_comp, T_mem) (seed 003 §2.3-2.4), no prefix
+    sharing: GEMM + prefill-attention FLOPs at peak, decode KV reads at peak HBM bandwidth,
+    over all GPUs of the deployment."""
+    p = workload.prompt_tokens.astype(np.float64)
+    d = workload.output_tokens.astype(np.float64)
+    gemm_params = model.num_layers * model.linear_params_per_layer + model.lm_head_params
+    comp = ((p + d) * gemm_params * 2 + p * p * model.hidden_size * model.num_layers * 4).sum()
+    peak = gpu.fp8_tflops * 1e12 if (config.weight_bits == 8 and gpu.fp8_tflops) else gpu.peak_flops
+    h_kv = model.num_kv_heads * model.head_dim
+    mem = ((p * d + 0.5 * d * d) * h_kv * model.num_layers * 2 * config.kv_bits / 8).sum()
+    n = config.num_gpus
+    return float(max(comp / (peak * n), mem / (gpu.hbm_bytes_per_s * n)))
+
+
+def default_cost_model(model: ModelSpec, gpu: GPU, config: ServingConfig) -> CostModel:
+    return RooflineCostModel.from_specs(gpu, model, tp=config.tp, weight_bits=config.weight_bits,
+                                        kv_bits=config.kv_bits)
+
+
+def scheduler_params(config: ServingConfig, capacity_blocks: int) -> sch.SchedulerParams:
+    return sch.preset(config.scheduler, token_budget=config.chunk_size,
+                      max_running=config.max_running, block_size=config.block_size,
+                      capacity_blocks=capacity_blocks)
+
+
+def check_feasible(workload: Workload, model: ModelSpec, gpu: GPU,
+                   config: ServingConfig) -> MemoryPlan:
+    """The memory plan; raises InfeasibleConfig with the numbers when the config cannot run."""
+    config.validate()
+    total = workload.prompt_tokens + workload.output_tokens
+    plan = plan_memory(model, gpu, config, mean_request_tokens=float(total.mean()),
+                       max_request_tokens=int(total.max()))
+    if not plan.fits:
+        raise InfeasibleConfig(plan.reason)
+    if config.scheduler.startswith("vllm-v0") and config.chunk_size < int(total.max()) - 1:
+        raise InfeasibleConfig(
+            f"vllm-v0 has no chunked prefill: chunk_size {config.chunk_size} must be >= the "
+            f"longest request ({int(total.max())} tokens)")
+    if int(total.max()) > model.max_position:
+        raise InfeasibleConfig(
+            f"longest request has {int(total.max())} tokens, beyond {model.name}'s context "
+            f"length {model.max_position}")
+    return plan
+
+
+def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConfig,
+             cost_model: CostModel | None = None, *, timeline: bool = False) -> SimResult:
+    """Simulate the whole job iteration by iteration; raises InfeasibleConfig if it cannot run."""
+    if len(workload) == 0:
+        raise TunerError("The workload has no requests.")
+    plan = check_feasible(workload, model, gpu, config)
+    cost_model = cost_model or default_cost_model(model, gpu, config)
+    params = scheduler_params(config, plan.kv_capacity_blocks)
+    order = order_requests(workload, config.ordering)
+
+    makespan = 0.0
+    iterations = preemptions = 0
+    peak_kv = 0.0
+    kv_time_integral = 0.0
+    tl_parts = []
+    for replica in range(config.dp):
+        idx = order[replica:: config.dp]  # round-robin keeps each replica's mix alike
+        if idx.size == 0:
+            continue
+        s = sch.run_schedule(workload.prompt_tokens[idx], workload.output_tokens[idx], params)
+        if s.status != sch.STATUS_OK:
+            raise InfeasibleConfig(
+                f"scheduler made no progress ({'stuck' if s.status == 1 else 'step limit'}) "
+                f"with KV capacity {plan.kv_capacity_tokens} tokens; a request cannot be placed")
+        st = s.steps.astype(np.float64)
+        feats = BatchFeatures(
+            prefill_tokens=st[:, sch.PREFILL_TOKENS], prefill_sq=st[:, sch.PREFILL_SQ],
+            prefill_ctx=st[:, sch.PREFILL_CTX], decodes=st[:, sch.DECODES],
+            decode_kv=st[:, sch.DECODE_KV], seqs_sampled=st[:, sch.SAMPLED])
+        dt = cost_model.iteration_time_s(feats)
+        span = float(dt.sum())
+        kv_frac = st[:, sch.KV_BLOCKS] / max(plan.kv_capacity_blocks, 1)
+        makespan = max(makespan, span)
+        iterations += len(dt)
+        preemptions += int(s.steps[:, sch.PREEMPTED].sum())
+        peak_kv = max(peak_kv, float(kv_frac.max()))
+        kv_time_integral += float((kv_frac * dt).sum()) / max(span, 1e-12)
+        if timeline and replica == 0:
+            tl_parts.append({
+                "time_s": np.cumsum(dt),
+                "running": s.steps[:, sch.RUNNING],
+                "prefill_tokens": s.steps[:, sch.PREFILL_TOKENS],
+                "decode_tokens": s.steps[:, sch.DECODES],
+                "kv_fraction": kv_frac,
+                "preemptions": s.steps[:, sch.PREEMPTED],
+            })
+    price = gpu.price_usd_per_h
+    cost = makespan / 3600.0 * price * config.num_gpus
+    res = SimResult(
+        config=config,
+        makespan_s=makespan,
+        requests=len(workload),
+        prompt_tokens=int(workload.prompt_tokens.sum()),
+        output_tokens=int(workload.output_tokens.sum()),
+        iterations=iterations,
+        preemptions=preemptions,
+        peak_kv_fraction=peak_kv,
+        mean_kv_fraction=kv_time_integral / config.dp,
+        lower_bound_s=lower_bound_s(workload, model, gpu, config),
+        cost_usd=cost,
+        price_usd_per_h=price,
+        memory=plan,
+        provenance=cost_model.describe(),
+        timeline=tl_parts[0] if tl_parts else None,
+    )
+    if gpu.vasuki_usd_per_fp32_gflop_per_w:
+        res.vasuki_cost_metric = res.qps / gpu.vasuki_usd_per_fp32_gflop_per_w
+    return res
+
+
