@@ -152,3 +152,67 @@ def test_deterministic():
     params = sch.preset("vllm", token_budget=256, max_running=32, block_size=16, capacity_blocks=400)
     a, b = sch.run_schedule(p, o, params), sch.run_schedule(p, o, params)
     np.testing.assert_array_equal(a.steps, b.steps)
+
+
+# ---- fast mode and prefix caching ------------------------------------------------------------
+@st.composite
+def prefixed_instances(draw):
+    name, prompt, output, C, R, B, cap = draw(instances())
+    n = len(prompt)
+    groups = draw(st.lists(st.integers(-1, 2), min_size=n, max_size=n))
+    plen = {g: draw(st.integers(0, 40)) for g in set(groups)}
+    ptok = np.array([min(plen[g], p) if g >= 0 else 0 for g, p in zip(groups, prompt, strict=True)])
+    return name, prompt, output, C, R, B, cap, np.array(groups), ptok
+
+
+@settings(max_examples=300, deadline=None)
+@given(prefixed_instances(), st.booleans())
+def test_fast_mode_matches_exact_mode_step_for_step(inst, use_prefix):
+    name, prompt, output, C, R, B, cap, groups, ptok = inst
+    params = sch.preset(name, token_budget=C, max_running=R, block_size=B, capacity_blocks=cap)
+    kw = dict(prefix_ids=groups, prefix_tokens=ptok) if use_prefix else {}
+    exact = sch.run_schedule(prompt, output, params, fast=False, **kw)
+    fast = sch.run_schedule(prompt, output, params, fast=True, **kw)
+    assert exact.status == fast.status == sch.STATUS_OK
+    np.testing.assert_array_equal(fast.steps, exact.steps)
+    np.testing.assert_array_equal(fast.finish_step, exact.finish_step)
+    # invariants hold with shared prefixes too
+    assert exact.steps[:, sch.SAMPLED].sum() == output.sum()
+    assert exact.steps[:, sch.KV_BLOCKS].max() <= cap
+    assert exact.steps[-1, sch.KV_BLOCKS] == 0
+    assert exact.steps[:, sch.PREFILL_TOKENS].sum() + exact.cached_tokens >= prompt.sum()
+
+
+def test_prefix_cache_skips_shared_prefill_and_shares_blocks():
+    # Three requests share a 32-token prefix (blocks of 8). The first computes it; the others
+    # are admitted once it is complete and skip those 32 tokens.
+    prompt, output = np.array([40, 40, 40]), np.array([4, 4, 4])
+    params = sch.preset("vllm", token_budget=40, max_running=8, block_size=8, capacity_blocks=64)
+    plain = sch.run_schedule(prompt, output, params)
+    shared = sch.run_schedule(prompt, output, params, prefix_ids=np.array([7, 7, 7]),
+                              prefix_tokens=np.array([32, 32, 32]))
+    assert plain.cached_tokens == 0 and plain.steps[:, sch.PREFILL_TOKENS].sum() == 120
+    assert shared.cached_tokens == 64
+    assert shared.steps[:, sch.PREFILL_TOKENS].sum() == 120 - 64
+    # step 0: request 0's whole prompt (40 tokens = 5 blocks) fills the budget
+    assert shared.steps[0, sch.PREFILL_TOKENS] == 40 and shared.steps[0, sch.KV_BLOCKS] == 5
+    # step 1: its decode + requests 1 and 2 hit the cache: 8 new tokens each after 32 cached
+    assert shared.steps[1, sch.PREFILL_TOKENS] == 16 and shared.steps[1, sch.PREFILL_CTX] == 2 * 8 * 32
+    # shared blocks counted once: 4 prefix blocks + 1 private block each (+1 for request 0's
+    # first decode token crossing into a 6th block)
+    assert shared.steps[1, sch.KV_BLOCKS] == 4 + 2 + 1 + 1
+
+
+def test_fast_mode_skips_work_on_decode_heavy_jobs():
+    rng = np.random.default_rng(3)
+    p, o = rng.integers(10, 100, 500), rng.integers(200, 2000, 500)
+    params = sch.preset("vllm", token_budget=512, max_running=64, block_size=16, capacity_blocks=100000)
+    import time
+
+    t0 = time.perf_counter()
+    exact = sch.run_schedule(p, o, params, fast=False)
+    t1 = time.perf_counter()
+    fast = sch.run_schedule(p, o, params, fast=True)
+    t2 = time.perf_counter()
+    np.testing.assert_array_equal(fast.steps, exact.steps)
+    assert (t2 - t1) < (t1 - t0) * 2  # never slower in any meaningful way

@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tuner.errors import TunerError
@@ -66,7 +67,8 @@ def _workload(path: Path, model, skip_invalid: bool, output_dist: str | None):
 
     w = load_workload(path, model=model, skip_invalid=skip_invalid, output_dist=output_dist)
     if w.skipped:
-        err.print(f"[yellow]skipped {w.skipped} invalid line(s) in {path}[/]")
+        err.print(f"[yellow]skipped {w.skipped} invalid line(s) in {escape(str(path))}[/]",
+                  soft_wrap=True)
     return w
 
 
@@ -153,7 +155,7 @@ def workload_stats_cmd(
     if as_json:
         print(json.dumps(st, indent=2, default=float))
         return
-    t = Table(title=f"{file}: {st['count']} requests")
+    t = Table(title=f"{escape(str(file))}: {st['count']} requests")
     t.add_column("")
     for c in ("mean", "p50", "p90", "p99", "min", "max", "total"):
         t.add_column(c, justify="right")
@@ -164,7 +166,8 @@ def workload_stats_cmd(
     out.print(t)
     out.print(f"P:D ratio {st['pd_ratio']:.2f} (total prompt / total output), median per request "
               f"{st['pd_ratio_median']:.2f}")
-    out.print(f"prompt lengths: {st['tokenizer']}; output lengths: {st['output_source']}")
+    out.print(f"prompt lengths: {st['tokenizer']}; output lengths: {st['output_source']}",
+              markup=False)
 
 
 # ---- simulate ---------------------------------------------------------------------------------
@@ -257,6 +260,8 @@ def _write_timeline(path: Path, tl: dict) -> None:
     wr = csv.writer(buf)
     wr.writerow(cols)
     wr.writerows(rows)
+    if path.parent.exists() and not path.parent.is_dir():
+        raise TunerError(f"Cannot write timeline {path}: {path.parent} is a file, not a folder.")
     try:
         write_atomic(path, buf.getvalue())
     except OSError as exc:
@@ -291,7 +296,14 @@ def search(
     Example: tuner search --workload examples/arxiv.jsonl --model llama-3-8b --gpus A10,A40
     """
     from tuner.catalog import get_gpu, get_model
-    from tuner.search import SearchSettings, assert_some_gpu_fits, default_storage, run_search
+    from tuner.search import (
+        SearchSettings,
+        assert_some_gpu_fits,
+        check_study_settings,
+        default_storage,
+        make_sampler,
+        run_search,
+    )
     from tuner.space import load_space
 
     cat = _gpus(gpu_file, price)
@@ -308,18 +320,20 @@ def search(
     assert_some_gpu_fits(w, spec, chosen, sp)
     if n_trials < 1:
         raise TunerError("--n-trials must be >= 1.")
+    make_sampler(SearchSettings(sampler=sampler, seed=seed))  # bad --sampler: fail before --out
     _check_writable(out_dir)
     study_name = study or f"{workload.stem}-{spec.name}"
     settings = SearchSettings(n_trials=n_trials, timeout_s=timeout, seed=seed, sampler=sampler,
                               storage=storage or default_storage(out_dir), study_name=study_name,
                               resume=resume)
+    check_study_settings(settings)  # e.g. study exists without --resume: one line, no progress
     metadata = {"workload": str(workload), "model": spec.name, "gpus": list(chosen),
                 "space": sp.source, "fixed": sp.fixed,
                 "prices": {n: g.price_usd_per_h for n, g in chosen.items()}}
     size = sp.size(len(chosen))
-    err.print(f"[bold]Searching[/] {len(w)} requests of {workload.name} on {spec.name}: "
+    err.print(f"[bold]Searching[/] {len(w)} requests of {escape(workload.name)} on {spec.name}: "
               f"{', '.join(chosen)} x {', '.join(sp.knobs)} ({size:,} configurations), "
-              f"{n_trials} trials, study {study_name!r} in {settings.storage}")
+              f"{n_trials} trials, study {escape(repr(study_name))} in {escape(settings.storage)}")
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
@@ -342,6 +356,8 @@ def search(
 
 
 def _check_writable(out_dir: Path) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise TunerError(f"Cannot write to output folder {out_dir}: it is a file, not a folder.")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         probe = out_dir / ".tuner-write-test"
@@ -446,18 +462,40 @@ def _print_search(records, by_num, best, per_gpu, ctx, files) -> None:
     for g, pv in provs.items():
         out.print(f"[dim]{g}: {pv}[/]")
     for k, v in files.items():
-        out.print(f"wrote {k}: {v}")
+        out.print(f"wrote {k}: {v}", markup=False)
+
+
+def _error_line(message: str) -> None:
+    """`error: MESSAGE` as one line: never wrapped, no markup, inner newlines folded."""
+    message = " ".join(message.split())
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 def main() -> None:
     try:
-        app()
+        # Not standalone: typer's own usage errors come back here to be printed as one line
+        # too (standalone, typer draws them as a multi-line panel).
+        rv = app(standalone_mode=False)
     except TunerError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        _error_line(str(exc))
         sys.exit(exc.exit_code)
+    except typer.TyperException as exc:  # click-style errors (typer vendors click)
+        code = getattr(exc, "exit_code", 2)
+        if type(exc).__name__ == "NoArgsIsHelpError":  # the help was printed already
+            sys.exit(code)
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        _error_line(message + hint)
+        sys.exit(code)
+    except typer.Abort:
+        err.print("aborted")
+        sys.exit(1)
     except KeyboardInterrupt:
+        rv = 130
+    if rv == 130:  # typer turns Ctrl-C into exit code 130
         err.print("interrupted (finished trials are saved; rerun with --resume to continue)")
-        sys.exit(130)
+    sys.exit(rv if isinstance(rv, int) else 0)
 
 
 if __name__ == "__main__":

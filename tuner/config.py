@@ -16,7 +16,7 @@ SCHEDULERS = (
     "vllm-v0-noevict",
     "sarathi-noevict",
 )
-ORDERINGS = ("fcfs", "shortest-prompt", "longest-output")
+ORDERINGS = ("fcfs", "shortest-prompt", "longest-output", "binpack", "blend")
 
 
 @dataclass(frozen=True)

@@ -67,13 +67,30 @@ def _grow(rec):
 
 
 @njit(cache=True)
-def _run(prompt, output, C, P, R_max, B, cap_blocks, prefill_first, chunked, decodes_first,
-         upfront, reserve_full, max_steps):
+def _admit_blocks(r, prompt, output, generated, new, B, upfront, reserve_full, shared):
+    """Private blocks a request needs at admission (shared prefix blocks excluded)."""
+    if reserve_full:
+        nb = _ceil_div(prompt[r] + output[r], B)
+    elif upfront:
+        nb = _ceil_div(prompt[r] + generated[r], B)
+    else:
+        nb = -1  # caller: from the first chunk
+    return nb - shared if nb >= 0 else nb
+
+
+@njit(cache=True)
+def _run(prompt, output, gid, pblocks, n_groups, C, P, R_max, B, cap_blocks, prefill_first,
+         chunked, decodes_first, upfront, reserve_full, fast, max_steps):
     n = prompt.shape[0]
     computed = np.zeros(n, dtype=np.int64)
     generated = np.zeros(n, dtype=np.int64)
-    blocks = np.zeros(n, dtype=np.int64)
+    blocks = np.zeros(n, dtype=np.int64)  # private blocks of each request
+    shared = np.zeros(n, dtype=np.int64)  # prefix blocks it uses from its group (0: none)
     finish_step = np.full(n, -1, dtype=np.int64)
+    group_ref = np.zeros(max(n_groups, 1), dtype=np.int64)
+    group_ready = np.zeros(max(n_groups, 1), dtype=np.bool_)
+    group_owner = np.full(max(n_groups, 1), -1, dtype=np.int64)
+    group_blocks = np.zeros(max(n_groups, 1), dtype=np.int64)  # set by the group's owner
     running = np.empty(n, dtype=np.int64)
     nrun = 0
     wq = np.empty(n, dtype=np.int64)  # circular deque of waiting requests
@@ -85,7 +102,9 @@ def _run(prompt, output, C, P, R_max, B, cap_blocks, prefill_first, chunked, dec
     sched_r = np.empty(n, dtype=np.int64)
     sched_new = np.empty(n, dtype=np.int64)
     sched_pf = np.empty(n, dtype=np.bool_)
+    next_alloc = np.empty(n, dtype=np.int64)
     rec = np.zeros((1024, 9), dtype=np.int64)
+    cached_tokens = 0
     step = 0
     done = 0
     status = 0
@@ -98,23 +117,41 @@ def _run(prompt, output, C, P, R_max, B, cap_blocks, prefill_first, chunked, dec
         ns = 0
         preempted = 0
         prefill_only = False
+        nrun_start = nrun
         if prefill_first:
             # vLLM V0: admit whole prompts while they fit; such a step holds no decodes.
             while wc > 0 and nrun < R_max:
                 r = wq[wh]
-                need = prompt[r] + generated[r] - computed[r]
+                g = gid[r]
+                hit = 0
+                sh = 0
+                if g >= 0 and group_ref[g] > 0 and group_ready[g]:
+                    sh = min(pblocks[r], group_blocks[g])
+                    hit = min(sh * B, prompt[r] + generated[r] - 1)
+                elif g >= 0 and group_ref[g] == 0:
+                    sh = pblocks[r]
+                need = prompt[r] + generated[r] - hit
                 if need > budget or need > pbudget:
                     break
                 if reserve_full:
-                    nb = _ceil_div(prompt[r] + output[r], B)
+                    nb = _ceil_div(prompt[r] + output[r], B) - sh
                 else:
-                    nb = _ceil_div(prompt[r] + generated[r], B)
-                if nb > free:
+                    nb = _ceil_div(prompt[r] + generated[r], B) - sh
+                extra = sh if (g >= 0 and group_ref[g] == 0) else 0
+                if nb + extra > free:
                     break
                 wh = (wh + 1) % n
                 wc -= 1
-                free -= nb
+                if sh > 0:
+                    if group_ref[g] == 0:
+                        group_owner[g] = r
+                        group_blocks[g] = sh
+                    group_ref[g] += 1
+                free -= nb + extra
                 blocks[r] = nb
+                shared[r] = sh
+                computed[r] = hit
+                cached_tokens += hit
                 running[nrun] = r
                 nrun += 1
                 sched_r[ns] = r
@@ -151,7 +188,7 @@ def _run(prompt, output, C, P, R_max, B, cap_blocks, prefill_first, chunked, dec
                             continue
                     else:
                         new = 1
-                    need = _ceil_div(computed[r] + new, B) - blocks[r]
+                    need = _ceil_div(computed[r] + new, B) - shared[r] - blocks[r]
                     self_preempted = False
                     while need > free:
                         victim = running[nrun - 1]
@@ -159,6 +196,13 @@ def _run(prompt, output, C, P, R_max, B, cap_blocks, prefill_first, chunked, dec
                         free += blocks[victim]
                         blocks[victim] = 0
                         computed[victim] = 0
+                        gv = gid[victim]
+                        if shared[victim] > 0:
+                            group_ref[gv] -= 1
+                            if group_ref[gv] == 0:
+                                free += group_blocks[gv]
+                                group_ready[gv] = False
+                            shared[victim] = 0
                         wh = (wh - 1 + n) % n
                         wq[wh] = victim
                         wc += 1
@@ -183,7 +227,17 @@ def _run(prompt, output, C, P, R_max, B, cap_blocks, prefill_first, chunked, dec
             if preempted == 0 and not prefill_first:
                 while wc > 0 and budget > 0 and pbudget > 0 and nrun < R_max:
                     r = wq[wh]
-                    remaining = prompt[r] + generated[r] - computed[r]
+                    g = gid[r]
+                    hit = 0
+                    sh = 0
+                    extra = 0
+                    if g >= 0 and group_ref[g] > 0 and group_ready[g]:
+                        sh = min(pblocks[r], group_blocks[g])
+                        hit = min(sh * B, prompt[r] + generated[r] - 1)
+                    elif g >= 0 and group_ref[g] == 0:
+                        sh = pblocks[r]  # this request computes the prefix for its group
+                        extra = sh
+                    remaining = prompt[r] + generated[r] - hit
                     lim = budget if budget < pbudget else pbudget
                     if chunked:
                         new = remaining if remaining < lim else lim
@@ -191,18 +245,26 @@ def _run(prompt, output, C, P, R_max, B, cap_blocks, prefill_first, chunked, dec
                         if remaining > lim:
                             break
                         new = remaining
-                    if reserve_full:
-                        nb = _ceil_div(prompt[r] + output[r], B)
-                    elif upfront:
-                        nb = _ceil_div(prompt[r] + generated[r], B)
-                    else:
-                        nb = _ceil_div(new, B)
-                    if nb > free:
+                    nb = _admit_blocks(r, prompt, output, generated, new, B, upfront,
+                                       reserve_full, sh)
+                    if nb < 0:
+                        nb = _ceil_div(hit + new, B) - sh
+                        if nb < 0:
+                            nb = 0
+                    if nb + extra > free:
                         break
                     wh = (wh + 1) % n
                     wc -= 1
-                    free -= nb
+                    if sh > 0:
+                        if group_ref[g] == 0:
+                            group_owner[g] = r
+                            group_blocks[g] = sh
+                        group_ref[g] += 1
+                    free -= nb + extra
                     blocks[r] = nb
+                    shared[r] = sh
+                    computed[r] = hit
+                    cached_tokens += hit
                     running[nrun] = r
                     nrun += 1
                     sched_r[ns] = r
@@ -230,12 +292,20 @@ def _run(prompt, output, C, P, R_max, B, cap_blocks, prefill_first, chunked, dec
                 row[3] += 1
                 row[4] += ctx + 1
             computed[r] = ctx + new
+            g = gid[r]
+            if g >= 0 and shared[r] > 0 and group_owner[g] == r and computed[r] >= group_blocks[g] * B:
+                group_ready[g] = True
             if computed[r] == prompt[r] + generated[r]:
                 generated[r] += 1
                 row[5] += 1
                 if generated[r] == output[r]:
                     free += blocks[r]
                     blocks[r] = 0
+                    if shared[r] > 0:
+                        group_ref[g] -= 1
+                        if group_ref[g] == 0:
+                            free += group_blocks[g]
+                            group_ready[g] = False
                     finish_step[r] = step
                     done += 1
                     any_done = True
@@ -251,7 +321,64 @@ def _run(prompt, output, C, P, R_max, B, cap_blocks, prefill_first, chunked, dec
         row[7] = preempted
         row[8] = nrun
         step += 1
-    return rec[:step], finish_step, status
+        # ---- fast mode: skip ahead over decode-only steps --------------------------------
+        # After a step with only decodes, no preemption, no completion and every running
+        # request scheduled, the following steps repeat it until the first request finishes:
+        # admission cannot
+        # succeed (free KV only shrinks, the running count and budget stay), so the batch only
+        # changes by one token of context per request per step. Emit those rows directly.
+        if (fast and row[0] == 0 and preempted == 0 and not any_done and ns == nrun_start
+                and nrun > 0):
+            m = output[running[0]] - generated[running[0]]
+            for i in range(1, nrun):
+                r = running[i]
+                if output[r] - generated[r] < m:
+                    m = output[r] - generated[r]
+            kmax = m - 1  # the step where a request finishes runs through the exact path
+            if kmax > max_steps - step:
+                kmax = max_steps - step
+            if kmax > 0:
+                # step j (1-based) allocates a block for r when c_r + j crosses its holding
+                inc = np.zeros(kmax + 1, dtype=np.int64)
+                sum_c = 0
+                for i in range(nrun):
+                    r = running[i]
+                    sum_c += computed[r]
+                    a = (blocks[r] + shared[r]) * B - computed[r] + 1
+                    if a < 1:
+                        a = 1
+                    next_alloc[r] = a
+                    while a <= kmax:
+                        inc[a] += 1
+                        a += B
+                k = 0
+                used = cap_blocks - free
+                acc = 0
+                while k < kmax and acc + inc[k + 1] <= free:
+                    k += 1
+                    acc += inc[k]
+                while step + k > rec.shape[0]:
+                    rec = _grow(rec)
+                acc = 0
+                for j in range(1, k + 1):
+                    acc += inc[j]
+                    rw = rec[step + j - 1]
+                    rw[3] = nrun
+                    rw[4] = sum_c + nrun * j
+                    rw[5] = nrun
+                    rw[6] = used + acc
+                    rw[8] = nrun
+                if k > 0:
+                    for i in range(nrun):
+                        r = running[i]
+                        a = next_alloc[r]
+                        if k >= a:
+                            blocks[r] += 1 + (k - a) // B
+                        computed[r] += k
+                        generated[r] += k
+                    free -= acc
+                    step += k
+    return rec[:step], finish_step, status, cached_tokens
 
 
 @dataclass(frozen=True)
@@ -261,22 +388,46 @@ class Schedule:
     steps: np.ndarray  # int64 [n_steps, N_COLS]
     finish_step: np.ndarray  # step index at which each request produced its last token
     status: int
+    cached_tokens: int = 0  # prompt tokens served from the prefix cache instead of computed
 
     def column(self, c: int) -> np.ndarray:
         return self.steps[:, c]
 
 
 def run_schedule(prompt_tokens: np.ndarray, output_tokens: np.ndarray, params: SchedulerParams,
-                 *, max_steps: int | None = None) -> Schedule:
-    """Run the unified scheduler over requests queued in the given order."""
+                 *, prefix_ids: np.ndarray | None = None, prefix_tokens: np.ndarray | None = None,
+                 fast: bool = True, max_steps: int | None = None) -> Schedule:
+    """Run the unified scheduler over requests queued in the given order.
+
+    prefix_ids/prefix_tokens: requests of one group share a prompt prefix. Its full KV blocks are
+    held once per group while any request of the group runs; a request admitted while they are
+    cached and complete skips their prefill (vLLM's automatic prefix caching; blocks are not kept
+    after the group's last request leaves, a conservative reading of its LRU cache).
+    fast: skip ahead over decode-only stretches (same result as fast=False, step for step).
+    """
     prompt = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
     output = np.ascontiguousarray(output_tokens, dtype=np.int64)
+    n = prompt.shape[0]
+    if prefix_ids is None:
+        gid = np.full(n, -1, dtype=np.int64)
+        pblocks = np.zeros(n, dtype=np.int64)
+        n_groups = 0
+    else:
+        raw = np.asarray(prefix_ids, dtype=np.int64)
+        ptok = np.asarray(prefix_tokens, dtype=np.int64)
+        pblocks = np.where(raw >= 0, ptok // params.block_size, 0).astype(np.int64)
+        has = (raw >= 0) & (pblocks > 0)
+        _, dense = np.unique(np.where(has, raw, -1), return_inverse=True)
+        gid = np.where(has, dense - (0 if (~has).sum() == 0 else 1), -1).astype(np.int64)
+        n_groups = int(gid.max()) + 1 if has.any() else 0
+        pblocks = np.where(has, pblocks, 0).astype(np.int64)
     if max_steps is None:
         # Every step makes progress on at least one token; recompute after preemption can at
         # most repeat work, so this bound is generous without being unbounded.
         max_steps = int(4 * (prompt.sum() + output.sum()) + 1000)
-    rec, finish, status = _run(
-        prompt, output, params.token_budget, params.prefill_budget, params.max_running,
-        params.block_size, params.capacity_blocks, params.prefill_first, params.chunked_prefill,
-        params.decodes_first, params.upfront_prompt_alloc, params.reserve_full, max_steps)
-    return Schedule(steps=rec, finish_step=finish, status=int(status))
+    rec, finish, status, cached = _run(
+        prompt, output, gid, pblocks, n_groups, params.token_budget, params.prefill_budget,
+        params.max_running, params.block_size, params.capacity_blocks, params.prefill_first,
+        params.chunked_prefill, params.decodes_first, params.upfront_prompt_alloc,
+        params.reserve_full, fast, max_steps)
+    return Schedule(steps=rec, finish_step=finish, status=int(status), cached_tokens=int(cached))

@@ -5,6 +5,7 @@ tuner composes Optuna's study / sampler / storage and writes no search algorithm
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from tuner.space import SearchSpace
 from tuner.workload import Workload
 
 OBJECTIVES = ("makespan_s", "cost_usd")
+GRID_CHECK_LIMIT = 20_000  # assert_some_gpu_fits checks every point of spaces up to this size
 # Reference points enqueued first so the front always contains the engines' own defaults:
 # vLLM V1's offline defaults (LLM class: max_num_batched_tokens 8192, max_num_seqs 256) and
 # Sarathi-Serve's chunk 512 (seed 004 §5).
@@ -46,9 +48,10 @@ def make_sampler(settings: SearchSettings) -> optuna.samplers.BaseSampler:
     raise TunerError(f"Unknown sampler {settings.sampler!r}; choose tpe or nsga2.")
 
 
-def open_study(settings: SearchSettings, *, metadata: dict | None = None) -> optuna.Study:
-    """Create the study, or load it with --resume; refuses to silently mix two searches."""
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+def check_study_settings(settings: SearchSettings) -> None:
+    """Fail early (before any progress output) on a bad sampler, an unreachable storage, or a
+    study that already exists without --resume."""
+    make_sampler(settings)
     storage = settings.storage
     if storage is not None and not settings.resume:
         try:
@@ -59,12 +62,26 @@ def open_study(settings: SearchSettings, *, metadata: dict | None = None) -> opt
             raise TunerError(
                 f"Study {settings.study_name!r} already exists in {storage}; pass --resume to "
                 "continue it, or --study NAME / --out DIR for a new one.")
+
+
+def open_study(settings: SearchSettings, *, metadata: dict | None = None) -> optuna.Study:
+    """Create the study, or load it with --resume; refuses to silently mix two searches."""
+    # ERROR: on Ctrl-C Optuna would log the interrupted trial with a traceback at WARNING.
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    check_study_settings(settings)  # a bad --sampler fails before the storage is touched
+    sampler = make_sampler(settings)
+    storage = settings.storage
     try:
         study = optuna.create_study(
             study_name=settings.study_name, storage=storage, directions=["minimize", "minimize"],
-            sampler=make_sampler(settings), load_if_exists=settings.resume)
+            sampler=sampler, load_if_exists=settings.resume)
     except Exception as exc:  # noqa: BLE001
         raise TunerError(f"Cannot create study in {storage}: {exc}") from None
+    n_old = len(study.get_trials(deepcopy=False))
+    if settings.resume and n_old:
+        # A fresh sampler with the same seed would replay the first run's random draws, and
+        # every replayed draw is a duplicate that uses up a trial; continue from a new seed.
+        study.sampler = make_sampler(dataclasses.replace(settings, seed=settings.seed + n_old))
     if metadata and not study.user_attrs.get("metadata"):
         study.set_user_attr("metadata", metadata)
     return study
@@ -93,6 +110,8 @@ def run_search(workload: Workload, model: ModelSpec, gpus: dict[str, GPU], space
                metadata: dict | None = None) -> optuna.Study:
     """Run (or resume) the study until `n_trials` trials are complete or the timeout hits."""
     gpu_names = list(gpus)
+    # results.trial_records rebuilds each config from the study's metadata["fixed"].
+    metadata = {"fixed": dict(space.fixed), **(metadata or {})}
     study = open_study(settings, metadata=metadata)
     done = {}
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
@@ -169,6 +188,16 @@ def assert_some_gpu_fits(workload: Workload, model: ModelSpec, gpus: dict[str, G
             return
         except InfeasibleConfig as exc:
             reasons.append(str(exc))
+    # The lenient point can fail on a rule other than memory (vllm-v0 needs chunk_size >= the
+    # longest request): look for any feasible point of a not-too-large grid before refusing.
+    if space.size(len(gpus)) > GRID_CHECK_LIMIT:
+        return  # too many to check here; the search's constraints handle infeasible points
+    for config in space.grid(list(gpus)):
+        try:
+            check_feasible(workload, model, gpus[config.gpu], config)
+            return
+        except InfeasibleConfig:
+            pass
     raise TunerError(f"No candidate GPU can run {model.name} even at its most memory-lenient "
                      f"setting ({', '.join(f'{k}={v}' for k, v in lenient.items())}): "
                      + "; ".join(reasons))

@@ -51,10 +51,20 @@ def load_space(path: str | Path | None = None) -> SearchSpace:
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise TunerError(f"{path}: not valid YAML ({exc}).") from None
+        raise TunerError(f"{path}: not valid YAML ({' '.join(str(exc).split())}).") from None
+    if not isinstance(raw, dict):
+        raise TunerError(f"{path}: expected a mapping with 'knobs:' and 'fixed:' sections.")
+    unknown = set(raw) - {"knobs", "fixed"}
+    if unknown:
+        raise TunerError(f"{path}: unknown section(s) {', '.join(map(repr, sorted(unknown)))}; "
+                         "a search space has only 'knobs:' and 'fixed:'.")
     knobs = raw.get("knobs") or {}
     fixed = raw.get("fixed") or {}
-    for name, values in list(knobs.items()) + list(fixed.items()):
+    for section, value in (("knobs", knobs), ("fixed", fixed)):
+        if not isinstance(value, dict):
+            raise TunerError(f"{path}: '{section}:' must be a mapping of knob names to "
+                             f"{'lists of values' if section == 'knobs' else 'values'}.")
+    for name in list(knobs) + list(fixed):
         if name not in _FIELDS or name == "gpu":
             raise TunerError(
                 f"{path}: {name!r} is not a knob (choose from "
@@ -67,12 +77,26 @@ def load_space(path: str | Path | None = None) -> SearchSpace:
         raise TunerError(f"{path}: {', '.join(sorted(overlap))} both searched and fixed.")
     # Validate each value through ServingConfig so a typo fails before the search starts.
     probe = {k: v[0] for k, v in knobs.items()} | dict(fixed)
-    for name, values in knobs.items():
-        for v in values:
-            try:
-                ServingConfig(gpu="probe", **(probe | {name: v})).validate()
-            except TypeError as exc:
-                raise TunerError(f"{path}: {exc}") from None
-            except TunerError as exc:
-                raise TunerError(f"{path}: {name}={v!r}: {exc}") from None
+    checks = [(n, v) for n, vs in knobs.items() for v in vs] + list(fixed.items())
+    for name, v in checks:
+        if not _type_ok(name, v):
+            raise TunerError(f"{path}: {name}={v!r}: expected {_FIELDS[name].type}.")
+    for name, v in checks:
+        try:
+            ServingConfig(gpu="probe", **(probe | {name: v})).validate()
+        except (TunerError, TypeError) as exc:
+            raise TunerError(f"{path}: {name}={v!r}: {exc}") from None
     return SearchSpace(knobs=dict(knobs), fixed=dict(fixed), source=str(path))
+
+
+def _type_ok(name: str, value: object) -> bool:
+    """YAML values against the ServingConfig field's type (int, float or str)."""
+    kind = _FIELDS[name].type
+    kind = getattr(kind, "__name__", kind)  # "int" under postponed annotations, else int
+    if isinstance(value, bool):
+        return False
+    if kind == "int":
+        return isinstance(value, int)
+    if kind == "float":
+        return isinstance(value, int | float)
+    return isinstance(value, str)

@@ -1,0 +1,83 @@
+"""Simulator speed on real traces (all requests at t=0).
+
+Reference: Vidur simulates the full arXiv trace (28,257 requests, Llama-2-70B, TP2, A100,
+Sarathi chunk 512, batch cap 128) in 80.7 s on a 2-core machine (issue #3). Prints wall time,
+iterations/s, requests/s and the speed-up over that figure, and the exact step-by-step mode's
+time and makespan beside the default skip-ahead mode's.
+
+Run: python benchmarks/sim_speed.py [--traces ../shared/traces] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tuner.catalog import get_gpu, get_model, load_gpus
+from tuner.config import ServingConfig
+from tuner.simulator import simulate
+from tuner.workload import Workload
+
+VIDUR_ARXIV_S = 80.7
+
+CASES = [
+    # (trace file, model, gpu, config kwargs)
+    ("arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv", "llama-2-70b", "A100-80G",
+     dict(tp=2, scheduler="sarathi", chunk_size=512, max_running=128)),
+    ("arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv", "llama-3-8b", "A10",
+     dict(scheduler="vllm", chunk_size=2048, max_running=256)),
+    ("splitwise_code.csv", "mistral-7b", "A10", dict(scheduler="vllm", chunk_size=2048, max_running=256)),
+    ("splitwise_conv.csv", "mistral-7b", "A10", dict(scheduler="vllm", chunk_size=2048, max_running=256)),
+]
+
+
+def load(path: Path) -> Workload:
+    df = pd.read_csv(path)
+    return Workload(df["num_prefill_tokens"].to_numpy(np.int64),
+                    df["num_decode_tokens"].to_numpy(np.int64), source=str(path))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    default = Path(__file__).resolve().parents[2] / "shared" / "traces"
+    ap.add_argument("--traces", type=Path, default=default)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    gpus = load_gpus()
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"python {platform.python_version()}")
+    # Warm-up: numba loads the compiled step loop from its cache (or compiles it once).
+    simulate(Workload(np.array([10]), np.array([2])), get_model("tiny-llama"), gpus["A10"],
+             ServingConfig(gpu="A10"))
+    for trace, model, gpu, kw in CASES:
+        w = load(args.traces / trace)
+        cfg = ServingConfig(gpu=gpu, **kw)
+        times = []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            res = simulate(w, get_model(model), get_gpu(gpu, gpus), cfg)
+            times.append(time.perf_counter() - t0)
+        best = min(times)
+        t0 = time.perf_counter()
+        ref = simulate(w, get_model(model), get_gpu(gpu, gpus), cfg, exact=True)
+        exact_s = time.perf_counter() - t0
+        diff = abs(res.makespan_s - ref.makespan_s) / ref.makespan_s
+        line = (f"{'_'.join(trace.split('_')[:2])[:16]:16s} {model:12s} {gpu:9s} tp{cfg.tp} {cfg.scheduler:8s} "
+                f"chunk {cfg.chunk_size:5d} cap {cfg.max_running:4d}: {len(w):6d} req, "
+                f"{res.iterations:7d} iterations in {best:.3f} s (median {np.median(times):.3f} s) "
+                f"= {res.iterations / best:,.0f} it/s, {len(w) / best:,.0f} req/s; "
+                f"makespan {res.makespan_s / 3600:.2f} h, preemptions {res.preemptions}; "
+                f"exact step-by-step mode {exact_s:.3f} s, makespan difference {100 * diff:.4f} %")
+        if trace.startswith("arxiv") and model == "llama-2-70b":
+            line += f"; {VIDUR_ARXIV_S / best:.0f}x Vidur's {VIDUR_ARXIV_S} s"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""Memory plan, roofline cost model and simulate(): hand-computed figures and invariants."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from predictors.features import BatchFeatures
+from predictors.roofline import RooflineCostModel
+from tuner.catalog import GIB, get_gpu, get_model, load_gpus
+from tuner.config import ServingConfig
+from tuner.errors import TunerError
+from tuner.memory import RUNTIME_OVERHEAD_BYTES, activation_bytes, plan_memory
+from tuner.simulator import InfeasibleConfig, lower_bound_s, simulate
+from tuner.workload import Workload
+
+GPUS = load_gpus()
+
+
+def wl(prompt, output):
+    return Workload(np.asarray(prompt, dtype=np.int64), np.asarray(output, dtype=np.int64))
+
+
+# ---- memory plan -----------------------------------------------------------------------------
+def test_memory_plan_by_hand():
+    m, g = get_model("llama-3-8b"), get_gpu("A40", GPUS)
+    cfg = ServingConfig(gpu="A40", chunk_size=2048, max_running=128)
+    plan = plan_memory(m, g, cfg)
+    usable = 48 * GIB * 0.9
+    kv = usable - m.weight_bytes(16) - activation_bytes(m, cfg) - RUNTIME_OVERHEAD_BYTES
+    per_token = 2 * 32 * 8 * 128 * 2  # K+V x layers x kv heads x head dim x 2 bytes
+    assert plan.kv_bytes_per_token == per_token == m.kv_bytes_per_token(16)
+    assert plan.kv_capacity_blocks == int(kv // (per_token * 16))
+    assert plan.kv_capacity_tokens == plan.kv_capacity_blocks * 16
+    assert plan.fits
+
+
+def test_memory_knobs_move_capacity_the_right_way():
+    m, g = get_model("llama-3-8b"), get_gpu("A10", GPUS)
+    base = ServingConfig(gpu="A10", chunk_size=2048)
+    cap = lambda **kw: plan_memory(m, g, replace(base, **kw)).kv_capacity_tokens  # noqa: E731
+    assert cap(kv_bits=8) >= 2 * cap() - 16
+    assert cap(weight_bits=8) > cap()
+    assert cap(chunk_size=16384) < cap()
+    assert cap(kv_offload_layers=16) > cap()  # fewer layers' KV on the GPU
+
+
+def test_model_that_does_not_fit_reports_numbers():
+    plan = plan_memory(get_model("llama-2-70b"), get_gpu("A10", GPUS), ServingConfig(gpu="A10"))
+    assert not plan.fits and "GiB" in plan.reason and "A10" in plan.reason
+    # tensor parallel splits the weights across ranks
+    tp8 = plan_memory(get_model("llama-2-70b"), get_gpu("A100-80G", GPUS),
+                      ServingConfig(gpu="A100-80G", tp=8))
+    tp1 = plan_memory(get_model("llama-2-70b"), get_gpu("A100-80G", GPUS),
+                      ServingConfig(gpu="A100-80G", tp=1))
+    assert tp8.weight_bytes == pytest.approx(tp1.weight_bytes / 8)
+    assert tp8.fits and not tp1.fits
+
+
+# ---- roofline --------------------------------------------------------------------------------
+def llama2_7b_h100():
+    return RooflineCostModel.from_specs(get_gpu("H100", GPUS), get_model("llama-2-7b"))
+
+
+@pytest.mark.parametrize(("tokens", "ms"), [(4096, 2.2), (1, 0.16)])
+def test_roofline_matches_public_h100_reference(tokens, ms):
+    per_layer = llama2_7b_h100().breakdown(BatchFeatures.single(prefill_tokens=tokens))["linear"][0] / 32
+    assert per_layer * 1e3 == pytest.approx(ms, rel=0.05)
+
+
+def test_roofline_monotone_and_vectorised():
+    cm = llama2_7b_h100()
+    n = np.array([1, 16, 256, 4096, 8192], dtype=float)
+    z = np.zeros_like(n)
+    f = BatchFeatures(prefill_tokens=n, prefill_sq=n * n, prefill_ctx=z, decodes=z, decode_kv=z,
+                      seqs_sampled=np.ones_like(n))
+    t = cm.iteration_time_s(f)
+    assert t.shape == (5,) and np.all(np.diff(t) > 0)
+    one = cm.iteration_time_s(BatchFeatures.single(prefill_tokens=256))[0]
+    assert t[2] == pytest.approx(one)
+    # decode attention grows with KV read; TP shrinks per-rank linear time
+    d = [cm.iteration_time_s(BatchFeatures.single(decodes=64, kv_tokens=k))[0] for k in (1e4, 1e5)]
+    assert d[1] > d[0]
+    tp2 = replace(cm, tp=2)
+    big = BatchFeatures.single(prefill_tokens=4096)
+    assert tp2.breakdown(big)["linear"][0] == pytest.approx(cm.breakdown(big)["linear"][0] / 2)
+    assert tp2.breakdown(big)["allreduce"][0] > 0
+
+
+# ---- simulate --------------------------------------------------------------------------------
+class ConstantCost:
+    def iteration_time_s(self, f):
+        return np.full(len(f), 0.01)
+
+    def describe(self):
+        return "constant 10 ms"
+
+
+def test_makespan_is_sum_of_priced_iterations():
+    w = wl([100, 50, 300], [10, 5, 20])
+    res = simulate(w, get_model("llama-3-8b"), get_gpu("A40", GPUS),
+                   ServingConfig(gpu="A40", chunk_size=128), ConstantCost(), timeline=True)
+    assert res.makespan_s == pytest.approx(0.01 * res.iterations)
+    assert res.timeline["time_s"][-1] == pytest.approx(res.makespan_s)
+    assert res.cost_usd == pytest.approx(res.makespan_s / 3600 * get_gpu("A40", GPUS).price_usd_per_h)
+    assert res.output_tokens == 35 and res.requests == 3
+    assert res.provenance == "constant 10 ms"
+
+
+def test_data_parallel_splits_the_work():
+    rng = np.random.default_rng(0)
+    w = wl(rng.integers(100, 2000, 300), rng.integers(10, 300, 300))
+    m, g = get_model("llama-3-8b"), get_gpu("A40", GPUS)
+    one = simulate(w, m, g, ServingConfig(gpu="A40", chunk_size=1024))
+    two = simulate(w, m, g, ServingConfig(gpu="A40", chunk_size=1024, dp=2))
+    assert two.makespan_s < 0.75 * one.makespan_s
+    assert two.cost_usd == pytest.approx(two.makespan_s / 3600 * g.price_usd_per_h * 2)
+
+
+def test_infeasible_configs_raise_with_reason():
+    w = wl([3000], [500])
+    with pytest.raises(InfeasibleConfig, match="does not fit"):
+        simulate(w, get_model("llama-2-70b"), get_gpu("A10", GPUS), ServingConfig(gpu="A10"))
+    with pytest.raises(InfeasibleConfig, match="chunked prefill"):
+        simulate(w, get_model("llama-3-8b"), get_gpu("A40", GPUS),
+                 ServingConfig(gpu="A40", scheduler="vllm-v0", chunk_size=2048))
+    with pytest.raises(TunerError):
+        simulate(wl([], []), get_model("llama-3-8b"), get_gpu("A40", GPUS), ServingConfig(gpu="A40"))
+
+
+def test_orderings_change_only_the_order():
+    rng = np.random.default_rng(2)
+    w = wl(rng.integers(10, 3000, 200), rng.integers(1, 500, 200))
+    m, g = get_model("llama-3-8b"), get_gpu("A10", GPUS)
+    res = {o: simulate(w, m, g, ServingConfig(gpu="A10", ordering=o, chunk_size=512))
+           for o in ("fcfs", "shortest-prompt", "longest-output")}
+    assert len({r.output_tokens for r in res.values()}) == 1
+    assert len({round(r.makespan_s, 6) for r in res.values()}) > 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 40),
+    seed=st.integers(0, 10_000),
+    gpu=st.sampled_from(["A10", "A40", "H100", "L4"]),
+    chunk=st.sampled_from([256, 512, 2048, 8192]),
+    r_max=st.sampled_from([4, 32, 256]),
+    bits=st.sampled_from([(16, 16), (8, 8), (4, 16)]),
+)
+def test_makespan_never_beats_the_physical_limit(n, seed, gpu, chunk, r_max, bits):
+    rng = np.random.default_rng(seed)
+    w = wl(rng.integers(1, 3000, n), rng.integers(1, 1000, n))
+    m, g = get_model("llama-3-8b"), get_gpu(gpu, GPUS)
+    cfg = ServingConfig(gpu=gpu, chunk_size=chunk, max_running=r_max, weight_bits=bits[0],
+                        kv_bits=bits[1])
+    res = simulate(w, m, g, cfg)
+    assert res.lower_bound_s == pytest.approx(lower_bound_s(w, m, g, cfg))
+    assert 0 < res.lower_bound_s <= res.makespan_s
+    assert 0 < res.peak_kv_fraction <= 1.0
