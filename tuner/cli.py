@@ -465,6 +465,20 @@ def _print_search(records, by_num, best, per_gpu, ctx, files) -> None:
         out.print(f"wrote {k}: {v}", markup=False)
 
 
+def _register_command_modules() -> None:
+    """Add the commands of every module in tuner/commands (each has register(app))."""
+    import importlib
+    import pkgutil
+
+    import tuner.commands as pkg
+
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        importlib.import_module(f"tuner.commands.{info.name}").register(app)
+
+
+_register_command_modules()
+
+
 def _error_line(message: str) -> None:
     """`error: MESSAGE` as one line: never wrapped, no markup, inner newlines folded."""
     message = " ".join(message.split())
