@@ -1,0 +1,30 @@
+"""Fitting profiles into cost models (see DESIGN.md "Profiles and predictors").
+
+Light to import: tuner imports predictors.features and predictors.roofline on every run, so
+the fitting machinery (scikit-learn) loads only when one of these names is used:
+
+    load_cost_model(profile_or_fit_dir, model, gpu, config, mode="auto") -> CostModel
+    fit_profile(profile_dir) -> FitResult          (FitResult.save(out_dir))
+    FittedCostModel, shipped_cost_model, shipped_data_dir
+"""
+
+from __future__ import annotations
+
+_LAZY = {
+    "load_cost_model": "predictors.loader",
+    "shipped_cost_model": "predictors.loader",
+    "shipped_data_dir": "predictors.loader",
+    "fit_profile": "predictors.fit",
+    "FitResult": "predictors.fit",
+    "FittedCostModel": "predictors.fitted",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'predictors' has no attribute {name!r}")

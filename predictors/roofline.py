@@ -151,3 +151,16 @@ class RooflineCostModel:
 
     def describe(self) -> str:
         return self.name
+
+    # ---- per-layer views (additive: used by tuner.offload for overlap budgets) -----------
+    def layer_time_s(self, f: BatchFeatures) -> np.ndarray:
+        """Seconds of ONE decoder layer per iteration (linear, elementwise, attention,
+        all-reduce); excludes the LM head and the per-iteration overhead."""
+        parts = self.breakdown(f)
+        per_layer = (parts["linear"] + parts["elementwise"] + parts["attention_prefill"]
+                     + parts["attention_decode"] + parts["allreduce"])
+        return per_layer / self.num_layers
+
+    def decode_attention_layer_s(self, f: BatchFeatures) -> np.ndarray:
+        """Seconds of ONE layer's decode attention per iteration (what CPU attention replaces)."""
+        return self.breakdown(f)["attention_decode"] / self.num_layers

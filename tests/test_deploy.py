@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import json
 import math
 import os
+import shlex
 
 import numpy as np
 import pytest
@@ -16,8 +19,17 @@ from tuner.catalog import GIB, GPU, ModelSpec
 from tuner.config import ORDERINGS, SCHEDULERS, ServingConfig
 from tuner.deploy import (
     CONFIG_COMMENT_PREFIX,
+    EXPORT_FORMATS,
+    from_json,
+    from_sglang_command,
+    from_vllm_run_batch,
     from_vllm_yaml,
+    parse_export,
+    render_export,
+    sglang_server_args,
     to_json,
+    to_sglang_command,
+    to_vllm_run_batch,
     to_vllm_yaml,
     vllm_engine_args,
     write_atomic,
@@ -226,6 +238,9 @@ configs = st.builds(
     ordering=st.sampled_from(ORDERINGS),
     gpu_memory_utilization=st.floats(0.05, 1.0),
     block_size=st.sampled_from([8, 16, 32]),
+    # knobs other issues add to ServingConfig join the round trip as they appear
+    **({"attention_on_cpu": st.booleans()}
+       if "attention_on_cpu" in {f.name for f in dataclasses.fields(ServingConfig)} else {}),
 )
 
 
@@ -279,3 +294,253 @@ def test_write_atomic_replaces_and_cleans_up(tmp_path, monkeypatch):
         write_atomic(target, "three\n")
     assert target.read_text() == "two\n"
     assert sorted(p.name for p in target.parent.iterdir()) == ["out.yaml"]
+
+
+# --- vllm run-batch, SGLang, every format ---------------------------------------------------
+
+
+def _command_tokens(text: str, marker: str) -> list[str]:
+    body = [ln.strip().rstrip("\\").strip() for ln in text.splitlines()
+            if ln.strip() and not ln.lstrip().startswith("#")]
+    tokens = shlex.split(" ".join(body))
+    return tokens[tokens.index(marker) + 1:]
+
+
+def test_run_batch_command_has_files_batch_limits_and_every_engine_arg():
+    cfg = ServingConfig(gpu="L40S", tp=2, chunk_size=2048, max_running=64, kv_bits=8,
+                        scheduler="vllm-v0")
+    text = to_vllm_run_batch(cfg, LLAMA, L40S, max_model_len=4096, input_path="my batch.jsonl",
+                             output_path="out.jsonl", served_model_name="llama-3-8b",
+                             header="predicted 1 h")
+    head = [ln for ln in text.splitlines() if ln.startswith("#")]
+    assert "# predicted 1 h" in head and sum(CONFIG_COMMENT_PREFIX in ln for ln in head) == 1
+    tokens = _command_tokens(text, "run-batch")
+    assert tokens[:4] == ["-i", "my batch.jsonl", "-o", "out.jsonl"]
+    opts = dict(zip(tokens[4::2], tokens[5::2], strict=False))
+    assert opts["--model"] == LLAMA.hf_id and opts["--served-model-name"] == "llama-3-8b"
+    assert opts["--max-num-batched-tokens"] == "2048" and opts["--max-num-seqs"] == "64"
+    assert "--no-enable-chunked-prefill" in tokens
+    args, _ = vllm_engine_args(cfg, LLAMA, L40S, max_model_len=4096)
+    for key in args:
+        flag = "--" + key.replace("_", "-")
+        assert flag in tokens or f"--no-{flag[2:]}" in tokens, flag
+    assert from_vllm_run_batch(text) == cfg
+    # a served name equal to the model id is not repeated
+    same = to_vllm_run_batch(cfg, LLAMA, L40S, max_model_len=4096, served_model_name=LLAMA.hf_id)
+    assert "--served-model-name" not in same
+
+
+def test_run_batch_hand_edit_wins_and_inference_without_comment():
+    cfg = ServingConfig(gpu="A10", max_running=128)
+    text = to_vllm_run_batch(cfg, LLAMA, A10, max_model_len=4096).replace(
+        "--max-num-seqs 128", "--max-num-seqs 32")
+    assert from_vllm_run_batch(text).max_running == 32
+    bare = ("vllm run-batch -i in.jsonl -o out.jsonl --model x --tensor-parallel-size 2 "
+            "--max-num-batched-tokens 1024 --max-num-seqs 8 --no-enable-chunked-prefill "
+            "--kv-cache-dtype fp8 --quantization=awq_marlin\n")
+    assert from_vllm_run_batch(bare, gpu="A40") == ServingConfig(
+        gpu="A40", tp=2, chunk_size=1024, max_running=8, scheduler="vllm-v0", kv_bits=8,
+        weight_bits=4)
+    with pytest.raises(TunerError, match="GPU"):
+        from_vllm_run_batch(bare)  # no tuner-config line and no gpu
+    with pytest.raises(TunerError, match="run-batch"):
+        from_vllm_run_batch("vllm serve --model x\n", gpu="A10")
+    with pytest.raises(TunerError):
+        from_vllm_run_batch("vllm run-batch -i 'unclosed\n", gpu="A10")
+
+
+def test_sglang_mapping():
+    cfg = ServingConfig(gpu="L40S", tp=2, dp=2, chunk_size=4096, max_running=96, kv_bits=8,
+                        weight_bits=8, gpu_memory_utilization=0.85, block_size=32,
+                        ordering="longest-output", weight_offload_fraction=0.25)
+    opts, comments = sglang_server_args(cfg, LLAMA, L40S, max_model_len=8192)
+    d = dict(opts)
+    assert d["model-path"] == LLAMA.hf_id
+    assert d["tp-size"] == 2 and d["dp-size"] == 2
+    assert d["chunked-prefill-size"] == 4096 and d["max-prefill-tokens"] == 4096
+    assert d["enable-mixed-chunk"] is True  # decodes + a prefill chunk in one step, like vLLM
+    assert d["max-running-requests"] == 96
+    assert d["mem-fraction-static"] == 0.85 and d["page-size"] == 32
+    assert d["context-length"] == 8192
+    assert d["kv-cache-dtype"] == "fp8_e4m3" and d["quantization"] == "fp8"
+    assert d["schedule-policy"] == "lof"
+    per_gpu_gib = 0.25 * LLAMA.weight_bytes(8) / 2 / GIB
+    assert d["cpu-offload-gb"] == math.ceil(per_gpu_gib) and isinstance(d["cpu-offload-gb"], int)
+    assert comments == []
+
+
+def test_sglang_prefill_first_and_orderings():
+    d = dict(sglang_server_args(ServingConfig(gpu="A10", scheduler="vllm-v0", chunk_size=8192),
+                                LLAMA, A10, max_model_len=4096)[0])
+    assert d["chunked-prefill-size"] == -1 and "enable-mixed-chunk" not in d
+    assert d["max-prefill-tokens"] == 8192
+    _, comments = sglang_server_args(ServingConfig(gpu="A10", scheduler="vllm-v0",
+                                                   chunk_size=2048), LLAMA, A10,
+                                     max_model_len=4096)
+    assert any("max-prefill-tokens" in c for c in comments)
+    opts, comments = sglang_server_args(ServingConfig(gpu="A10", ordering="blend"), LLAMA, A10,
+                                        max_model_len=4096)
+    assert dict(opts)["schedule-policy"] == "lpm" and any("128" in c for c in comments)
+    for ordering in ("shortest-prompt", "binpack"):
+        opts, comments = sglang_server_args(ServingConfig(gpu="A10", ordering=ordering), LLAMA,
+                                            A10, max_model_len=4096)
+        assert dict(opts)["schedule-policy"] == "fcfs"
+        assert any("sort the input" in c for c in comments)
+
+
+def test_sglang_comments_for_knobs_it_lacks():
+    cfg = ServingConfig(gpu="A10", kv_bits=4, weight_bits=4, kv_offload_layers=8,
+                        cpu_threads_intra=12, scheduler="sarathi-noevict", max_running=512)
+    opts, comments = sglang_server_args(cfg, LLAMA, A10, max_model_len=4096,
+                                        kv_capacity_tokens=40_000)
+    text = "\n".join(comments)
+    assert "kv-cache-dtype" not in dict(opts) and "fp8_e4m3" in text
+    assert "AWQ/GPTQ" in text
+    assert "layer-wise KV offload" in text
+    assert "OMP_NUM_THREADS=12" in text
+    assert "--max-running-requests <= 9" in text  # 40000 // 4096
+    _, comments = sglang_server_args(ServingConfig(gpu="A10", weight_bits=8), LLAMA, A10,
+                                     max_model_len=4096)
+    assert any("w8a8_int8" in c for c in comments)
+
+
+def test_sglang_command_parses_back_and_infers_without_comment():
+    cfg = ServingConfig(gpu="A40", chunk_size=1024, max_running=48, ordering="blend")
+    text = to_sglang_command(cfg, LLAMA, A10, max_model_len=4096, header="h")
+    tokens = _command_tokens(text, "sglang.launch_server")
+    assert tokens[:2] == ["--model-path", LLAMA.hf_id]
+    assert from_sglang_command(text) == cfg
+    assert from_sglang_command(text.replace("--max-running-requests 48",
+                                            "--max-running-requests 8")).max_running == 8
+    bare = ("python -m sglang.launch_server --model-path x --tp 2 --chunked-prefill-size 512 "
+            "--max-running-requests 16 --kv-cache-dtype fp8_e5m2 --schedule-policy lof "
+            "--quantization fp8 --mem-fraction-static 0.8\n")
+    assert from_sglang_command(bare, gpu="L40S") == ServingConfig(
+        gpu="L40S", tp=2, chunk_size=512, max_running=16, kv_bits=8, weight_bits=8,
+        ordering="longest-output", gpu_memory_utilization=0.8)
+    v0 = "python -m sglang.launch_server --chunked-prefill-size -1 --max-prefill-tokens 8192\n"
+    assert from_sglang_command(v0, gpu="A10") == ServingConfig(gpu="A10", scheduler="vllm-v0",
+                                                               chunk_size=8192)
+    with pytest.raises(TunerError, match="sglang.launch_server"):
+        from_sglang_command("vllm serve x\n", gpu="A10")
+
+
+def _non_default(field: dataclasses.Field):
+    values = {"gpu": "L40S", "tp": 2, "dp": 2, "scheduler": "sarathi-noevict",
+              "chunk_size": 1024, "max_running": 17, "weight_bits": 4, "kv_bits": 4,
+              "kv_offload_layers": 4, "weight_offload_fraction": 0.5, "cpu_threads_intra": 3,
+              "cpu_threads_inter": 2, "ordering": "binpack", "gpu_memory_utilization": 0.7,
+              "block_size": 32}
+    if field.name in values:
+        return values[field.name]
+    if isinstance(field.default, bool):
+        return not field.default
+    raise AssertionError(f"test_no_knob_is_dropped: give ServingConfig.{field.name} a value")
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_no_knob_is_dropped(engine):
+    """Every ServingConfig field, set away from its default, shows in the engine's arguments or
+    in a comment: a knob added to ServingConfig must be mapped in tuner.deploy."""
+    def render(cfg):
+        gpu = GPUS[cfg.gpu]
+        if engine == "vllm":
+            args, comments = vllm_engine_args(cfg, LLAMA, gpu, max_model_len=4096)
+            return args, comments
+        opts, comments = sglang_server_args(cfg, LLAMA, gpu, max_model_len=4096)
+        return dict(opts), comments
+
+    base = ServingConfig(gpu="A10")
+    ref = render(base)
+    for field in dataclasses.fields(ServingConfig):
+        if field.name == "gpu":  # where it runs, not an engine argument (named in the header)
+            continue
+        cfg = dataclasses.replace(base, **{field.name: _non_default(field)})
+        assert render(cfg) != ref, f"{engine}: {field.name} is dropped"
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cfg=configs, mml=st.integers(256, 32768), fmt=st.sampled_from(EXPORT_FORMATS))
+def test_every_format_round_trips(cfg, mml, fmt):
+    gpu = GPUS[cfg.gpu]
+    text = render_export(fmt, cfg, LLAMA, gpu, max_model_len=mml, header="predicted 1 h, $1",
+                         metrics={"makespan_s": 3600.0}, input_path="a b.jsonl",
+                         served_model_name="llama-3-8b")
+    assert parse_export(fmt, text) == cfg  # GPU from the export itself
+    assert parse_export(fmt, text, gpu=cfg.gpu) == cfg
+
+
+def test_json_export_has_every_figure():
+    cfg = ServingConfig(gpu="A10", chunk_size=2048, max_running=64)
+    text = render_export("json", cfg, LLAMA, A10, max_model_len=4096, header="predicted",
+                         metrics={"makespan_s": 10.0, "cost_usd": 0.1},
+                         memory={"kv_capacity_tokens": 1000}, extra={"trial": 7, "rank": 1})
+    doc = json.loads(text)
+    assert doc["config"] == cfg.to_dict() and doc["metrics"]["makespan_s"] == 10.0
+    assert doc["memory"]["kv_capacity_tokens"] == 1000 and doc["trial"] == 7
+    assert doc["vllm"]["engine_args"]["max_num_seqs"] == 64
+    assert doc["sglang"]["server_args"]["max-running-requests"] == 64
+    assert doc["max_model_len"] == 4096 and doc["gpu"]["price_usd_per_h"] == 1.0
+    assert from_json(text) == cfg
+    with pytest.raises(TunerError):
+        from_json("[1, 2]")
+    with pytest.raises(TunerError):
+        from_json("{oops")
+
+
+def test_unknown_format_is_a_tuner_error():
+    with pytest.raises(TunerError, match="vllm-run-batch"):
+        render_export("trt", ServingConfig(gpu="A10"), LLAMA, A10, max_model_len=4096)
+    with pytest.raises(TunerError, match="sglang"):
+        parse_export("trt", "")
+
+
+# --- vLLM's own argument parser (when vLLM is installed) ------------------------------------
+
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+
+
+def _vllm_parser():
+    from vllm.engine.arg_utils import EngineArgs
+
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:  # older vLLM
+        from vllm.utils import FlexibleArgumentParser
+    return EngineArgs, FlexibleArgumentParser
+
+
+def _run_batch_parser(flexible):
+    try:
+        from vllm.entrypoints.launchers.run_batch import make_arg_parser
+    except ImportError:  # older vLLM
+        from vllm.entrypoints.openai.run_batch import make_arg_parser
+    return make_arg_parser(flexible())
+
+
+@pytest.mark.skipif(not HAS_VLLM, reason="needs vLLM")
+@pytest.mark.parametrize("cfg", [
+    ServingConfig(gpu="L40S", chunk_size=2048, max_running=64, kv_bits=8, weight_bits=8),
+    ServingConfig(gpu="A10", scheduler="vllm-v0", chunk_size=8192, weight_offload_fraction=0.2,
+                  ordering="shortest-prompt", kv_bits=4),
+])
+def test_vllm_accepts_yaml_and_run_batch(cfg, tmp_path):
+    EngineArgs, flexible = _vllm_parser()
+    gpu = GPUS[cfg.gpu]
+    path = tmp_path / "config.yaml"
+    path.write_text(to_vllm_yaml(cfg, LLAMA, gpu, max_model_len=8192))
+    ns = EngineArgs.add_cli_args(flexible()).parse_args(["--config", str(path)])
+    ea = EngineArgs.from_cli_args(ns)
+    assert ea.model == LLAMA.hf_id
+    assert ea.max_num_seqs == cfg.max_running
+    assert ea.max_num_batched_tokens == cfg.chunk_size
+    assert ea.enable_chunked_prefill is (not cfg.scheduler.startswith("vllm-v0"))
+    assert ea.max_model_len == 8192 and ea.block_size == cfg.block_size
+
+    text = to_vllm_run_batch(cfg, LLAMA, gpu, max_model_len=8192, input_path="in.jsonl",
+                             output_path="out.jsonl", served_model_name="llama-3-8b")
+    ns = _run_batch_parser(flexible).parse_args(_command_tokens(text, "run-batch"))
+    assert ns.input_file == "in.jsonl" and ns.output_file == "out.jsonl"
+    ea = EngineArgs.from_cli_args(ns)
+    assert ea.max_num_seqs == cfg.max_running
+    assert ea.max_num_batched_tokens == cfg.chunk_size

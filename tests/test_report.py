@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import html
 import json
 import os
 import random
@@ -18,7 +19,7 @@ import reports.html as report_html
 from reports.html import duration_unit, fmt_duration, render_html, render_report
 from tuner.catalog import GPU, ModelSpec
 from tuner.config import ServingConfig
-from tuner.deploy import to_vllm_yaml
+from tuner.deploy import EXPORT_FORMATS, parse_export, render_export, to_vllm_yaml
 from tuner.errors import TunerError
 
 GIB = 1024**3
@@ -138,6 +139,63 @@ def make_context(n_trials: int = 20, seed: int = 0) -> dict:
     }
 
 
+def add_extras(ctx: dict, seed: int = 1) -> dict:
+    """The keys tuner.report_data.report_extras adds: timelines, importances, every export
+    format of the winners, a validation list; plus the study name and predictor CV error."""
+    rng = random.Random(seed)
+    ctx = copy.deepcopy(ctx)
+    trials = {t["number"]: t for t in ctx["trials"]}
+    roles: dict[int, list[str]] = {}
+    for k in ("fastest", "cheapest"):
+        roles.setdefault(ctx["winners"][k], []).append(f"overall {k}")
+    for gpu, d in ctx["best_per_gpu"].items():
+        for k in ("fastest", "cheapest"):
+            roles.setdefault(d[k], []).append(f"{gpu} {k}")
+    timelines = []
+    for num, rs in roles.items():
+        ms = trials[num]["metrics"]["makespan_s"]
+        n = 300
+        time_s = [ms * (i + 1) / n for i in range(n)]
+        running = [min(128, 2 * i) if i < 250 else max(0, 128 - 3 * (i - 250)) for i in range(n)]
+        timelines.append(dict(
+            trial=num, roles=rs, gpu=trials[num]["config"]["gpu"], study_makespan_s=ms,
+            makespan_s=ms, dp=1, iterations=5000, time_s=time_s, running=running,
+            tokens=[r * 3.0 for r in running],
+            kv_fraction=[min(1.0, r / 110) for r in running],
+            preemptions=[1 if rng.random() < 0.03 else 0 for _ in range(n)]))
+    ctx["timelines"] = timelines
+    ctx["study"] = "arxiv-llama-3-8b"
+    ctx["importances"] = {
+        "makespan_s": {"importances": {"gpu": 0.55, "chunk_size": 0.2, "max_running": 0.15,
+                                       "weight_bits": 0.07, "kv_bits": 0.03},
+                       "n_trials": 14, "method": "fANOVA (test)"},
+        "cost_usd": {"importances": {"gpu": 0.8, "chunk_size": 0.1, "max_running": 0.05,
+                                     "weight_bits": 0.03, "kv_bits": 0.02},
+                     "n_trials": 14, "method": "fANOVA (test)"},
+    }
+    snippets = {}
+    for which in ("fastest", "cheapest"):
+        t = trials[ctx["winners"][which]]
+        cfg = ServingConfig.from_dict(t["config"])
+        snippets[which] = {"trial": t["number"], "formats": {
+            fmt: render_export(fmt, cfg, LLAMA, GPUS[cfg.gpu], max_model_len=8192,
+                               header=f"{which} (trial #{t['number']})", metrics=t["metrics"],
+                               input_path="examples/arxiv.jsonl")
+            for fmt in EXPORT_FORMATS}}
+    ctx["export_snippets"] = snippets
+    f = trials[ctx["winners"]["fastest"]]
+    ctx["validation"] = [
+        {"config": f["config"], "trial": f["number"], "runner": "vllm",
+         "predicted_s": f["metrics"]["makespan_s"], "measured_s": f["metrics"]["makespan_s"] * 1.1},
+        {"config": trials[ctx["winners"]["cheapest"]]["config"], "runner": "transformers",
+         "predicted_s": 120.0, "measured_s": 100.0, "notes": ["tiny model on CPU"],
+         "measured_device": "cpu", "predicted_calibrated_s": 104.0},
+    ]
+    ctx["gpus"]["A10"].update(cv_error=0.083, cv_metric="MAPE, 5-fold", measured=True,
+                              cost_model="fitted on a profile of A10 (measured)")
+    return ctx
+
+
 def _strip_scripts(text: str) -> str:
     return re.sub(r"<script\b[^>]*>.*?</script>", "<script></script>", text, flags=re.S | re.I)
 
@@ -152,6 +210,23 @@ def rendered(ctx, tmp_path_factory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("report") / "report.html"
     path = render_report(ctx, out)
     return path, path.read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def full_ctx(ctx) -> dict:
+    return add_extras(ctx)
+
+
+@pytest.fixture(scope="module")
+def full(full_ctx, tmp_path_factory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("full") / "report.html"
+    path = render_report(full_ctx, out)
+    return path, path.read_text(encoding="utf-8")
+
+
+def _figures(text: str) -> dict[str, dict]:
+    return {k: json.loads(v) for k, v in re.findall(
+        r'<script type="application/json" id="data-(\w+)">(.*?)</script>', text, re.S)}
 
 
 def test_single_self_contained_file(rendered):
@@ -173,27 +248,38 @@ def test_headline_names_winners(ctx, rendered):
     trials = {t["number"]: t for t in ctx["trials"]}
     fast = trials[ctx["winners"]["fastest"]]
     cheap = trials[ctx["winners"]["cheapest"]]
-    assert f"Fastest: {fast['config']['gpu']}</strong>" in text
-    assert f"Cheapest: {cheap['config']['gpu']}</strong>" in text
+    def label(t: dict) -> str:
+        n = t["config"]["tp"] * t["config"]["dp"]
+        return f"{n} × {t['config']['gpu']}" if n > 1 else t["config"]["gpu"]
+
+    assert f"Fastest: {label(fast)}</strong>" in text  # the GPU type and how many
+    assert f"Cheapest: {label(cheap)}</strong>" in text
+    assert f"trial #{fast['number']}:" in text and f"trial #{cheap['number']}:" in text
     assert fmt_duration(fast["metrics"]["makespan_s"]) in text
     headline = text[text.index('id="headline"'):text.index('id="pareto"')]
     for name in ctx["gpus"]:
         assert f"<strong>{name}</strong>" in headline
 
 
-def test_sections_in_order(rendered):
-    _, text = rendered
-    ids = ["headline", "pareto", "best", "memory", "workload", "provenance", "export"]
-    positions = [text.index(f'<section id="{i}"') for i in ids]
+def test_sections_in_order(rendered, full):
+    ids = ["headline", "pareto", "best", "limit", "timeline", "sensitivity", "memory", "workload",
+           "provenance", "export"]
+    positions = [rendered[1].index(f'<section id="{i}"') for i in ids]
+    assert positions == sorted(positions)
+    assert '<section id="validation"' not in rendered[1]  # only when the context has runs
+    ids.insert(ids.index("provenance"), "validation")
+    positions = [full[1].index(f'<section id="{i}"') for i in ids]
     assert positions == sorted(positions)
 
 
 def test_figures_embedded_as_json(ctx, rendered):
     _, text = rendered
-    figs = dict(re.findall(r'<script type="application/json" id="data-(\w+)">(.*?)</script>',
-                           text, re.S))
-    assert set(figs) == {"pareto", "memory", "workload"}
-    pareto = json.loads(figs["pareto"])
+    figs = _figures(text)
+    # without report_extras: what the trials alone give
+    assert set(figs) == {"pareto", "limit", "slices", "memory", "workload"}
+    for name in figs:
+        assert f'id="fig-{name}"' in text
+    pareto = figs["pareto"]
     names = {tr.get("name") for tr in pareto["data"]}
     assert {"A10", "A40", "Pareto front"} <= names
     hover = next(tr["hovertemplate"] for tr in pareto["data"] if "hovertemplate" in tr)
@@ -202,7 +288,7 @@ def test_figures_embedded_as_json(ctx, rendered):
     assert pareto["layout"]["paper_bgcolor"] == "rgba(0,0,0,0)"
     bold = [tr for tr in pareto["data"] if tr.get("marker", {}).get("opacity") == 1.0]
     assert sum(len(tr["x"]) for tr in bold) == len(ctx["pareto"])
-    memory = json.loads(figs["memory"])
+    memory = figs["memory"]
     assert [tr["name"] for tr in memory["data"]] == ["weights", "activations", "KV cache",
                                                      "free / reserved"]
 
@@ -338,6 +424,167 @@ def test_duration_units():
     assert fmt_duration(None) == "—"
 
 
+def test_extras_figures_and_traceability(full_ctx, full):
+    _, text = full
+    figs = _figures(text)
+    assert set(figs) == {"pareto", "limit", "timeline", "importance", "slices", "memory",
+                         "workload", "validation"}
+    trials = {t["number"]: t for t in full_ctx["trials"]}
+    # timeline: one legend entry per winner, named by trial number, GPU and role
+    names = {tr["name"] for tr in figs["timeline"]["data"] if tr.get("showlegend") is not False}
+    assert names == {f"#{t['trial']} {t['gpu']} ({t['roles'][0]})"
+                     for t in full_ctx["timelines"]}
+    assert len(figs["timeline"]["data"]) == 3 * len(full_ctx["timelines"])
+    # slices: best makespan per value per GPU, each point carries its trial number
+    feas = [t for t in full_ctx["trials"] if t["feasible"]]
+    knobs = [a["text"] for a in figs["slices"]["layout"]["annotations"]]
+    assert set(knobs) == {"chunk_size", "max_running", "weight_bits", "kv_bits", "tp",
+                          "scheduler"}
+    for tr in figs["slices"]["data"]:
+        axis = tr.get("xaxis", "x")
+        knob = knobs[int(axis[1:] or 1) - 1]
+        for x, y, (num, cost, n) in zip(tr["x"], tr["y"], tr["customdata"], strict=True):
+            t = trials[num]
+            assert t["config"]["gpu"] == tr["name"] and t["metrics"]["cost_usd"] == cost
+            assert str(t["config"][knob]) == x
+            same = [u for u in feas if u["config"]["gpu"] == tr["name"]
+                    and str(u["config"][knob]) == x]
+            assert min(u["metrics"]["makespan_s"] for u in same) == pytest.approx(
+                t["metrics"]["makespan_s"]) and n >= 1
+            assert y > 0
+        assert "trial #" in tr["hovertemplate"]
+    # importances: both objectives, every knob
+    imp = figs["importance"]["data"]
+    assert len(imp) == 2 and set(imp[0]["y"]) == set(full_ctx["importances"]["makespan_s"]
+                                                         ["importances"])
+    # physical limit: T_o and makespan per winner, labelled with trial numbers
+    labels = figs["limit"]["data"][0]["y"]
+    assert all(label.startswith("#") for label in labels)
+    assert "% of the limit" in figs["limit"]["data"][1]["text"][0]
+    # validation: predicted vs measured points
+    assert sum(len(tr["x"]) for tr in figs["validation"]["data"][1:]) == 2
+
+
+def test_extras_sections_text(full_ctx, full):
+    _, text = full
+    sens = text[text.index('<section id="sensitivity"'):text.index('<section id="memory"')]
+    assert "14 distinct feasible trials" in sens and "fANOVA (test)" in sens
+    assert "55 %" in sens  # gpu's share of makespan variance in the table
+    limit = text[text.index('<section id="limit"'):text.index('<section id="timeline"')]
+    f = next(t for t in full_ctx["trials"] if t["number"] == full_ctx["winners"]["fastest"])
+    share = f["metrics"]["lower_bound_s"] / f["metrics"]["makespan_s"]
+    assert f"{100 * share:.0f} %" in limit and f"#{f['number']}" in limit
+    assert "reaches" in text[:text.index('<section id="pareto"')]  # headline: share of limit
+    val = text[text.index('<section id="validation"'):text.index('<section id="provenance"')]
+    assert "-9 %" in val and "+20 %" in val  # (pred - meas) / meas
+    assert "tiny model on CPU" in val and "transformers on cpu" in val
+    assert "calibrated prediction" in val and "+4 %" in val
+    prov = text[text.index('<section id="provenance"'):text.index('<section id="export"')]
+    assert "8.3 %" in prov and "MAPE, 5-fold" in prov
+    assert "measured (profiled)" in prov and "spec-derived (not measured)" in prov
+    assert "Optuna study <strong>arxiv-llama-3-8b</strong>" in text
+    timeline = text[text.index('<section id="timeline"'):text.index('<section id="sensitivity"')]
+    for t in full_ctx["timelines"]:
+        assert f"#{t['trial']} {t['gpu']}" in timeline
+
+
+def test_export_snippets_every_format_parses_back(full_ctx, full):
+    _, text = full
+    exp = text[text.index('<section id="export"'):]
+    for which in ("fastest", "cheapest"):
+        snip = full_ctx["export_snippets"][which]
+        cfg = ServingConfig.from_dict(
+            next(t for t in full_ctx["trials"] if t["number"] == snip["trial"])["config"])
+        for fmt in EXPORT_FORMATS:
+            m = re.search(rf'<pre id="export-{which}-{re.sub("[^a-z0-9]+", "-", fmt)}">(.*?)</pre>',
+                          exp, re.S)
+            assert m, (which, fmt)
+            shown = html.unescape(m.group(1))
+            assert shown == snip["formats"][fmt]
+            assert parse_export(fmt, shown) == cfg
+    assert exp.count("<details") == 2 * len(EXPORT_FORMATS)
+
+
+def test_timeline_mismatch_and_error_are_shown(full_ctx, tmp_path):
+    c = copy.deepcopy(full_ctx)
+    c["timelines"][0]["makespan_s"] = c["timelines"][0]["study_makespan_s"] * 1.05
+    c["timelines"].append({"trial": c["timelines"][0]["trial"], "roles": ["x"], "gpu": "A10",
+                           "error": "model does not fit"})
+    text = render_report(c, tmp_path / "r.html").read_text()
+    assert "+5.0 %" in text and "could not be simulated again (model does not fit)" in text
+
+
+def test_importances_skipped_says_why(full_ctx, tmp_path):
+    c = copy.deepcopy(full_ctx)
+    c["importances"] = {"makespan_s": {"skipped": "only 3 distinct feasible trial(s)"},
+                        "cost_usd": {"skipped": "only 3 distinct feasible trial(s)"}}
+    text = render_report(c, tmp_path / "r.html").read_text()
+    assert 'id="data-importance"' not in text
+    assert "Importances not computed for makespan: only 3 distinct feasible trial(s)" in text
+
+
+@pytest.mark.parametrize("key, value, needle", [
+    ("timelines", {"not": "a list"}, "timelines"),
+    ("timelines", [{"trial": 1, "time_s": [1.0]}], "timelines[0].running"),
+    ("validation", [{"config": {"gpu": "A10"}, "predicted_s": 1.0}], "validation[0].measured_s"),
+    ("validation", [{"predicted_s": 1.0, "measured_s": 2.0}], "validation[0].config"),
+    ("importances", ["x"], "importances"),
+])
+def test_malformed_optional_keys_raise_tuner_error(full_ctx, key, value, needle):
+    c = copy.deepcopy(full_ctx)
+    c[key] = value
+    with pytest.raises(TunerError, match=re.escape(needle)):
+        render_html(c)
+
+
+def test_single_knob_no_slices(ctx, tmp_path):
+    c = copy.deepcopy(ctx)
+    for t in c["trials"]:  # every trial the same settings but the GPU
+        t["config"] = dict(ServingConfig(gpu=t["config"]["gpu"]).to_dict())
+    text = render_report(c, tmp_path / "r.html").read_text()
+    assert 'id="data-slices"' not in text
+    assert "No knob took more than one value" in text
+
+
+# ---- in a real browser ----------------------------------------------------------------------
+
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
+    "--mute-audio", "--virtual-time-budget=15000",
+    # offline: any attempt to reach a host fails, and so shows up as an error below
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+]
+# Injected first into <head>: records uncaught errors, failed loads, rejected promises and
+# console.error calls, and writes them into the DOM after load, so --dump-dom shows them.
+ERROR_HOOK = """<script>
+window.__tunerErrors = [];
+window.addEventListener("error", function (e) {
+  var t = e.target && (e.target.src || e.target.href);
+  window.__tunerErrors.push("error: " + (e.message || ("failed to load " + t)));
+}, true);
+window.addEventListener("unhandledrejection", function (e) {
+  window.__tunerErrors.push("unhandled rejection: " + e.reason);
+});
+(function () {
+  var orig = console.error;
+  console.error = function () {
+    window.__tunerErrors.push("console.error: " + Array.prototype.join.call(arguments, " "));
+    return orig.apply(console, arguments);
+  };
+})();
+window.addEventListener("load", function () {
+  setTimeout(function () {
+    var pre = document.createElement("pre");
+    pre.id = "tuner-errors";
+    pre.hidden = true;  /* in the dumped DOM, not in the screenshot */
+    pre.textContent = JSON.stringify(window.__tunerErrors);
+    document.body.appendChild(pre);
+  }, 500);
+});
+</script>"""
+
+
 def _chromium() -> str | None:
     for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
         if path := shutil.which(name):
@@ -345,15 +592,88 @@ def _chromium() -> str | None:
     return None
 
 
+needs_chromium = pytest.mark.skipif(_chromium() is None,
+                                    reason="needs headless Chromium (.ci/run installs it)")
+
+
+def run_chromium(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    profile = tmp_path / f"chromium-profile-{len(list(tmp_path.glob('chromium-profile-*')))}"
+    return subprocess.run(
+        [_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--enable-logging=stderr",
+         "--v=0", *args], capture_output=True, text=True, timeout=180, check=True)
+
+
+def browser_check(report: Path, tmp_path: Path, screenshot_name: str = "report.png",
+                  modes: tuple[str, ...] = ("light", "dark")) -> str:
+    """Load ``report`` in headless Chromium: no console error, every figure drawn, a screenshot
+    per colour scheme in ``modes`` saved under tmp_path (path printed). Returns the dumped DOM.
+    The first mode's screenshot comes from the same page load as the DOM."""
+    text = report.read_text(encoding="utf-8")
+    hooked = tmp_path / f"hooked-{report.name}"
+    anchor = '<meta charset="utf-8">'
+    assert anchor in text
+    hooked.write_text(text.replace(anchor, anchor + ERROR_HOOK, 1), encoding="utf-8")
+    shots = []
+    for i, mode in enumerate(modes):
+        shot = tmp_path / screenshot_name.replace(".png", f"-{mode}.png")
+        args = ["--force-dark-mode"] if mode == "dark" else []
+        args += [f"--screenshot={shot}", "--window-size=1280,9000"]
+        if i == 0:
+            args.append("--dump-dom")
+            first = args
+        else:
+            run_chromium([*args, hooked.as_uri()], tmp_path)
+        shots.append((mode, shot))
+    r = run_chromium([*(first if modes else ["--dump-dom"]), hooked.as_uri()], tmp_path)
+    dom = r.stdout
+    m = re.search(r'<pre id="tuner-errors"[^>]*>(.*?)</pre>', dom, re.S)
+    assert m, "the page never finished loading"
+    errors = json.loads(html.unescape(m.group(1)))
+    assert errors == [], errors
+    assert "Uncaught" not in r.stderr, r.stderr[-2000:]
+    figures = re.findall(r'<script type="application/json" id="data-(\w+)">', text)
+    assert figures
+    for name in figures:
+        start = dom.index(f'id="fig-{name}"')
+        block = dom[start:start + 400_000]
+        nxt = block.find('class="plot"', 20)
+        block = block if nxt < 0 else block[:nxt]
+        assert "plot-container" in block and "main-svg" in block, f"{name} plot not drawn"
+    for mode, shot in shots:
+        assert shot.stat().st_size > 50_000  # a drawn page, not a blank one
+        with _capsys_disabled():
+            print(f"\nscreenshot ({mode}): {shot}")
+    return dom
+
+
+_CAPSYS = None
+
+
+def _capsys_disabled():
+    import contextlib
+
+    return _CAPSYS.disabled() if _CAPSYS is not None else contextlib.nullcontext()
+
+
+@pytest.fixture(autouse=True)
+def _keep_capsys(capsys):
+    global _CAPSYS
+    _CAPSYS = capsys
+    yield
+    _CAPSYS = None
+
+
 @pytest.mark.browser
-@pytest.mark.skipif(_chromium() is None, reason="needs headless Chromium")
-def test_plots_render_offline_in_browser(rendered):
+@needs_chromium
+def test_report_in_browser(full, tmp_path):
+    path, _ = full
+    dom = browser_check(path, tmp_path)
+    assert "Fastest:" in dom and 'id="export-fastest-vllm"' in dom
+
+
+@pytest.mark.browser
+@needs_chromium
+def test_minimal_report_in_browser(rendered, tmp_path):
+    """The report without report_extras (no timeline, importances, validation) also renders."""
     path, _ = rendered
-    dom = subprocess.run(
-        [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
-         "--dump-dom", path.as_uri()],
-        capture_output=True, text=True, timeout=120, check=True,
-    ).stdout
-    for name in ("pareto", "memory", "workload"):
-        block = dom[dom.index(f'id="fig-{name}"'):]
-        assert "main-svg" in block[:20000], f"{name} plot did not render"
+    browser_check(path, tmp_path, "minimal.png", modes=())

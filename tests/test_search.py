@@ -274,6 +274,7 @@ def _complete_snapshot(storage: str, study: str) -> dict[int, tuple]:
     return {t.number: (t.params, t.values, t.user_attrs) for t in complete(st)}
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume(tmp_path):
     wl = _write_big_workload(tmp_path / "big.jsonl")
     out = tmp_path / "out"

@@ -38,6 +38,7 @@ class ServingConfig:
     ordering: str = "fcfs"
     gpu_memory_utilization: float = 0.9
     block_size: int = 16
+    attention_on_cpu: bool = False  # decode attention of the KV-offloaded layers runs on the CPU
 
     @property
     def num_gpus(self) -> int:
@@ -69,6 +70,11 @@ class ServingConfig:
             raise TunerError("kv_offload_layers must be >= 0.")
         if self.block_size < 1:
             raise TunerError("block_size must be >= 1.")
+        if self.cpu_threads_intra < 0 or self.cpu_threads_inter < 0:
+            raise TunerError("cpu_threads_intra and cpu_threads_inter must be >= 0 (0: chosen "
+                             "by LM-Offload's Alg. 3).")
+        if not isinstance(self.attention_on_cpu, bool):
+            raise TunerError(f"attention_on_cpu must be true or false, got {self.attention_on_cpu!r}.")
         return self
 
     def to_dict(self) -> dict:

@@ -1,58 +1,64 @@
 """InferMax's optimal schedule (seed 001 §3.3) as a MILP for tiny instances, solved by HiGHS
-through `scipy.optimize.milp`. It is a yardstick for the scheduler presets, not a scheduler: a
-few requests of a few tokens each, a horizon of tens of batches.
+through `scipy.optimize.milp`. A yardstick for the scheduler presets, not a scheduler: a few
+requests of a few tokens each, a horizon of tens of batches.
 
-Model (offline: every request is present at batch 1). Request i has I_i prompt tokens and
+What is scheduled (offline: every request is present at batch 1). Request i has I_i prompt and
 O_i output tokens, so N_i = I_i + O_i - 1 tokens pass through the model (the last output is
-never fed back), and its KV peaks at N_i tokens (InferMax: I + O - 1). KV is counted in tokens
-(block size 1). For batches j = 1..T:
+never fed back) and its KV peaks at N_i tokens (InferMax: I + O - 1). KV is counted in tokens
+(block size 1). The state of a request after a batch is (h, q): h the KV tokens it holds, q its
+progress, the furthest position it has computed (h <= q; without eviction h = q). In one batch
+it may
+  * process tokens: h -> h' with h <= h' <= min(target, h + C), target = I while q < I
+    (prefill in chunks of any size, but not past the prompt) and q + 1 afterwards (one new
+    position per batch: a decode; after an eviction the q + 1 tokens are recomputed as a
+    chunked prefill, InferMax's growing input size I_{i,j} = m_{i,j-1} + 1); q' = max(q, h').
+    h' = h is waiting. An output token is produced whenever q' > q and q' >= I.
+  * be evicted (when allowed and h > 0): h -> 0, q unchanged, nothing processed.
+  * once q = N it is finished: it stays, holds nothing, costs nothing.
+Each move has the batch features it contributes: tokens c = h' - h, KV during the batch h'
+(memory), KV held after it (h' unless finished), decode KV read (h' if it is a decode), and
+whether it occupies a running slot (h' > 0).
 
-  h[i,j]  int in [0, N_i]   KV tokens of i held after batch j
-  q[i,j]  int in [0, N_i]   progress: the furthest position i has ever computed
-  c[i,j]  int in [0, N_i]   tokens of i processed in batch j
-  a[i,j]  bin               q[i,j] >= I_i          (the prompt is done: outputs exist)
-  f[i,j]  bin               q[i,j] == N_i          (finished)
-  e[i,j]  bin               i is evicted at batch j (fixed to 0 without eviction)
-  z[i,j]  bin               selects q[i,j] = max(q[i,j-1], h[i,j])
-  s[i,j]  bin               i holds KV after batch j (only when R_max < number of requests)
-  dec[i,j] bin, w[i,j] >= 0 i decodes in batch j, and the KV it reads (only when delta > 0)
-  b[j]    bin               batch j is not empty
-State before batch 1 is h = q = a = f = 0. Big-M constants are N_i. Constraints:
-
-  tokens:     c = h - h[j-1] unless evicted   (c >= h - h[j-1], c <= h - h[j-1] + N e, c <= h)
-  eviction:   h <= N (1 - e)                  (the KV is dropped, nothing is processed)
-  prefill:    h <= I + N a[j-1]               (before the prompt is done: chunks of any size,
-                                               but not past the prompt in the same batch)
-  decode:     h <= q[j-1] + 1 + N (1 - a[j-1]) (afterwards one new position per batch; after an
-                                               eviction the q + 1 tokens are recomputed as a
-                                               chunked "refill", InferMax's I_{i,j} = m + 1)
-  progress:   q = max(q[j-1], h)              (q >= q[j-1], q >= h, q <= q[j-1] + N z,
-                                               q <= h + N (1 - z))
-  phase:      I a <= q <= I - 1 + N a ;  N f <= q <= N - 1 + f ;  f[i,T] = 1
-  finished:   h >= N f[j-1]                   (a finished request keeps h = N, never evicted,
-                                               and its KV is no longer counted below)
-  budget:     sum_i c <= C b ;  b[j] >= b[j+1]                     (InferMax (5), P = C)
-  memory:     sum_i (h - N f[j-1]) <= M       (KV during batch j, finishing requests included)
-  running:    N s >= h ;  sum_i (s - f[j-1]) <= R_max
-  decode KV:  dec >= c - N (1 - a[j-1]) - N (q[j-1] - h[j-1]) ;  w >= h - N (1 - dec)
-
+Formulation (a time-expanded network per request, coupled per batch). Identical requests
+(same I, O) form a class g of k_g requests; x[g,j,a] in {0..k_g} counts the requests of class
+g taking move a in batch j (j = 1..T), b[j] in {0,1} says batch j runs.
+  flow:      k_g requests leave (0, 0) in batch 1; flow into each state after batch j equals
+             the flow out of it in batch j + 1; all k_g end in (N, N) after batch T
+  tokens:    sum_{g,a} c_a x[g,j,a] <= C b[j]                        (InferMax (5), P = C)
+  memory:    sum_{g,a} h'_a x[g,j,a] <= M        (KV during batch j, finishing requests included)
+  running:   sum_{g,a: h'_a > 0, unfinished} x[g,j,a] <= R_max
+  batches:   k_g b[j] >= sum_{a from an unfinished state} x[g,j,a] ;  b[j] >= b[j+1]
+Moves that cannot lie on a path from (0, 0) to (N, N) within T batches are left out.
 Objective, the linear batch-time model of InferMax §3.2 (`LinearCost`):
-  sum_j  alpha b + beta sum_i c + gamma sum_i (h - N f) + delta sum_i w
-i.e. per batch a fixed cost, a cost per token processed, a cost per KV token held after the
-batch (the scheduler's KV_BLOCKS column) and a cost per KV token read by decode attention (its
-DECODE_KV column). alpha = 1 and the rest 0 minimises the number of batches.
+  sum_j alpha b[j] + sum_{g,j,a} (beta c_a + gamma held_a + delta read_a) x[g,j,a]
+a fixed cost per batch, a cost per token processed, per KV token held after the batch (the
+scheduler's KV_BLOCKS column) and per KV token read by decode attention (its DECODE_KV column).
+alpha = 1 and the rest 0 (`BATCHES`) minimises the number of batches.
 
-This is exactly the schedule space of `tuner.scheduler.run_schedule` with block size 1 and
-P = C: every preset's schedule is feasible here (with a horizon of at least its step count), so
-the optimum is a lower bound on every preset's `schedule_cost`. It relaxes the engines in that
-any request may be evicted at any batch (not only the last admitted) and no order is imposed.
-Compared with the paper's CSP it drops the separate prefill budget P (P = C, as in the presets)
-and tracks progress q instead of InferMax's growing input size I_{i,j} (the same information:
-after an eviction the refill target is max(I, q + 1)).
+The paper states the CSP with per-request integers and Big-M indicators (I_{i,j}, m_{i,j},
+c_{i,j}, d, g, e, ...). Written that way (h, q, c integers with Big-M phase, finish, eviction
+and decode indicators) HiGHS did not prove optimality for 8 requests within minutes; the
+network form encodes the same (h, q) states one-hot, its LP relaxation is the convex hull of
+each request's own schedules, and aggregating identical requests removes their symmetry. (The
+Big-M form, not kept, and this one both agreed with an exhaustive search over the joint
+states on a few hundred random tiny instances; tests/test_milp.py keeps that check.)
+
+This is the schedule space of `tuner.scheduler.run_schedule` with block size 1 and P = C:
+every preset's schedule is feasible (with a horizon of at least its step count), so the
+optimum is a lower bound on every preset's `schedule_cost`. It is wider than any engine's in
+that any request may be evicted at any batch (not only the most recently admitted) and no
+queue order is imposed. Against the paper's CSP it drops the separate prefill budget P (P = C,
+as in the presets).
+
+Size: 8 requests of up to ~8 tokens each solve in seconds without eviction; with eviction the
+state space is quadratic in N and proving optimality for 8 distinct requests under tight
+memory and R_max can take minutes (`time_limit_s` returns the best schedule found, status
+"time limit").
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -126,7 +132,7 @@ class MilpSchedule:
 
 
 class _Model:
-    """Variables in named [n, T] blocks; rows as (coefficient, variable) terms."""
+    """Variables added in blocks; rows as lists of (coefficient, variable) terms."""
 
     def __init__(self) -> None:
         self.lb: list[np.ndarray] = []
@@ -149,38 +155,39 @@ class _Model:
         return idx
 
     def row(self, terms, lo=-np.inf, hi=np.inf) -> None:
-        """lo <= sum(coef * x[var]) + constant <= hi; a term with var None is a constant."""
+        """lo <= sum(coef * x[var]) <= hi."""
         r = len(self.row_lb)
-        const = 0.0
         for coef, var in terms:
-            if var is None:
-                const += coef
-            elif coef != 0:
+            if coef != 0:
                 self.rows.append(r)
                 self.cols.append(int(var))
                 self.vals.append(float(coef))
-        self.row_lb.append(lo - const)
-        self.row_ub.append(hi - const)
+        self.row_lb.append(lo)
+        self.row_ub.append(hi)
 
 
-def _heuristic_horizon(prompt, output, C, M, R_max, allow_eviction) -> int:
-    """Steps of the feasible scheduler presets (block size 1) on this instance, so that the
-    optimum is over at least every preset's schedule; a one-request-at-a-time schedule
-    otherwise."""
+def _preset_schedules(prompt, output, C, M, R_max, allow_eviction):
+    """Steps of the scheduler presets that run on this instance (block size 1), each over a few
+    request orders, keyed by (preset, order): upper bounds and a starting horizon."""
     names = ["vllm", "sarathi", "vllm-v0"] if allow_eviction else []
     names += ["vllm-noevict", "sarathi-noevict", "vllm-v0-noevict"]
-    best = 0
+    total = prompt + output
+    orders = {"given": np.arange(prompt.size),
+              "shortest-first": np.argsort(total, kind="stable"),
+              "longest-first": np.argsort(-total, kind="stable"),
+              "shortest-prompt": np.argsort(prompt, kind="stable"),
+              "longest-output": np.argsort(-output, kind="stable")}
+    out = {}
     for name in names:
         if name.startswith("vllm-v0") and int(prompt.max()) > C:
             continue
         params = sch.preset(name, token_budget=C, max_running=R_max, block_size=1,
                             capacity_blocks=M)
-        s = sch.run_schedule(prompt, output, params, fast=False)
-        if s.status == sch.STATUS_OK:
-            best = max(best, s.steps.shape[0])
-    if best == 0:
-        best = int((-(-prompt // C) + output - 1).sum())
-    return best
+        for oname, idx in orders.items():
+            s = sch.run_schedule(prompt[idx], output[idx], params, fast=False)
+            if s.status == sch.STATUS_OK:
+                out[(name, oname)] = s.steps
+    return out
 
 
 def solve_optimal_schedule(prompt_tokens, output_tokens, *, token_budget: int,
@@ -188,11 +195,20 @@ def solve_optimal_schedule(prompt_tokens, output_tokens, *, token_budget: int,
                            coeffs: LinearCost = BATCHES, allow_eviction: bool = True,
                            horizon: int | None = None, time_limit_s: float = 60.0
                            ) -> MilpSchedule:
-    """The optimal schedule of the requests within `horizon` batches (see the module docstring).
+    """The optimal schedule of the requests (see the module docstring).
 
     token_budget: C (tokens per batch); kv_capacity: M (KV tokens); max_running: R_max
-    (default: unlimited). horizon: T batches (default: the most steps any feasible scheduler
-    preset takes on this instance, so every preset's schedule is a candidate).
+    (default: unlimited). time_limit_s: for the whole solve (status "time limit" if it ran out:
+    the schedule is then the best found, not proven optimal).
+
+    Horizon: a schedule of k batches costs at least k alpha + beta sum_i N_i, so a schedule of
+    cost V has at most (V - beta sum N) / alpha batches. By default the solver starts from the
+    step count of the cheapest scheduler preset that runs on the instance (its schedule fits,
+    so its cost bounds the optimum and cuts the search), then widens the horizon until the
+    best schedule found is cheaper than any schedule longer than the horizon: the result is the
+    optimum over all schedules. With alpha = 0 there is no such bound: the horizon is the most
+    steps any preset takes. `horizon` fixes T instead (the optimum over schedules of at most
+    T batches).
     """
     prompt = np.asarray(prompt_tokens, dtype=np.int64)
     output = np.asarray(output_tokens, dtype=np.int64)
@@ -202,100 +218,209 @@ def solve_optimal_schedule(prompt_tokens, output_tokens, *, token_budget: int,
     C, M = int(token_budget), int(kv_capacity)
     R = n if max_running is None else int(max_running)
     N = prompt + output - 1
-    T = int(horizon) if horizon is not None else _heuristic_horizon(prompt, output, C, M, R,
-                                                                   allow_eviction)
-    I = prompt
-    Nc = N[:, None].astype(np.float64)
+    chain = -(-prompt // C) + output - 1  # fewest batches a request needs on its own
+    valid = _preset_schedules(prompt, output, C, M, R, allow_eviction)
+    costs = [(schedule_cost(st, coeffs), st.shape[0]) for st in valid.values()]
+    floor_cost = coeffs.beta * float(N.sum())
+
+    def cutoff(T):  # the cheapest known schedule that fits in T batches
+        return min((v for v, k in costs if k <= T), default=np.inf)
+
+    if horizon is not None:
+        return _solve(prompt, output, C, M, R, coeffs, allow_eviction, int(horizon), np.inf,
+                      time_limit_s)
+    if coeffs.alpha <= 0:
+        T = max((k for _, k in costs), default=int(chain.sum()))
+        return _solve(prompt, output, C, M, R, coeffs, allow_eviction, T, cutoff(T),
+                      time_limit_s)
+    # every batch costs >= alpha: a schedule of cost V has <= (V - beta sum N) / alpha batches
+    cap = (int(np.floor((min(costs)[0] - floor_cost) / coeffs.alpha + 1e-9)) if costs
+           else int(chain.sum()))  # one request at a time fits if each request fits alone
+    hints = _preset_schedules(prompt, output, C, M, R, True) if not allow_eviction else valid
+    T = min(min((st.shape[0] for st in hints.values()), default=cap), cap)
+    deadline = time.monotonic() + time_limit_s
+    while True:
+        T = max(T, int(chain.max()))
+        res = _solve(prompt, output, C, M, R, coeffs, allow_eviction, T, cutoff(T),
+                     deadline - time.monotonic())
+        if res.status == "infeasible" and T < cap:
+            T = min(2 * T, cap)  # no schedule that short: widen
+            continue
+        if res.status != "optimal":
+            return res
+        longest = int(np.floor((res.objective - floor_cost) / coeffs.alpha + 1e-9))
+        if longest <= T:
+            return res  # nothing longer than the horizon can be cheaper
+        T = longest
+
+
+@dataclass(frozen=True)
+class _Network:
+    """One request's states (h, q) and the moves between consecutive batches."""
+
+    states: list[tuple[int, int]]
+    src: np.ndarray  # per arc: state index before the batch
+    dst: np.ndarray  # per arc: state index after it
+    tokens: np.ndarray  # tokens processed
+    held: np.ndarray  # KV held after the batch if still unfinished (else 0)
+    mem: np.ndarray  # KV held during the batch (0 once finished before it)
+    read: np.ndarray  # KV read by a decode (else 0)
+    active: np.ndarray  # 1 if the request is unfinished before the batch and holds KV after
+    evict: np.ndarray  # 1 for an eviction of a request holding KV
+    start: int
+    done: int
+
+
+def _network(prompt: int, output: int, C: int, allow_eviction: bool) -> _Network:
+    N = prompt + output - 1
+    states = [(h, q) for q in range(N + 1) for h in range(q + 1)] if allow_eviction else \
+        [(h, h) for h in range(N + 1)]
+    index = {st: k for k, st in enumerate(states)}
+    arcs = []
+    for (h, q) in states:
+        k = index[(h, q)]
+        if q == N:  # finished: stays, costs nothing
+            arcs.append((k, k, 0, 0, 0, 0, 0, 0))
+            continue
+        target = prompt if q < prompt else q + 1
+        for h2 in range(h, min(target, h + C) + 1):
+            q2 = max(q, h2)
+            dec = q >= prompt and h == q and h2 == h + 1
+            arcs.append((k, index[(h2, q2)], h2 - h, h2 if q2 < N else 0, h2,
+                         h2 if dec else 0, 1 if h2 > 0 else 0, 0))
+        if allow_eviction and h > 0:
+            arcs.append((k, index[(0, q)], 0, 0, 0, 0, 0, 1))
+    a = np.array(arcs, dtype=np.int64)
+    return _Network(states, a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4], a[:, 5], a[:, 6],
+                    a[:, 7], index[(0, 0)], index[(N, N)])
+
+
+def _reach(net: _Network, T: int) -> tuple[np.ndarray, np.ndarray]:
+    """Fewest batches from the start to each state, and from each state to the end."""
+    S = len(net.states)
+    fwd = np.full(S, T + 1)
+    fwd[net.start] = 0
+    bwd = np.full(S, T + 1)
+    bwd[net.done] = 0
+    for _ in range(S + 1):  # Bellman-Ford with unit lengths (tiny graphs)
+        nf = np.minimum(fwd, np.full(S, T + 1))
+        np.minimum.at(nf, net.dst, fwd[net.src] + 1)
+        nb = bwd.copy()
+        np.minimum.at(nb, net.src, bwd[net.dst] + 1)
+        nb[net.done] = 0
+        nf[net.start] = 0
+        if np.array_equal(nf, fwd) and np.array_equal(nb, bwd):
+            break
+        fwd, bwd = nf, nb
+    return fwd, bwd
+
+
+def _solve(prompt, output, C, M, R, coeffs, allow_eviction, T, ub, time_limit_s) -> MilpSchedule:
+    """One MILP over a horizon of T batches (objective cut off at ub). Identical requests form
+    one class whose network carries an integer flow (how many of them take each move), which
+    removes their symmetry."""
+    n = prompt.shape[0]
+    N = prompt + output - 1
+    pairs, cls, count = np.unique(np.stack([prompt, output], axis=1), axis=0,
+                                  return_inverse=True, return_counts=True)
+    cls = cls.reshape(n)
+    nets = [_network(int(pi), int(oi), C, allow_eviction) for pi, oi in pairs]
     m = _Model()
-    h = m.add((n, T), 0, Nc, True)
-    q = m.add((n, T), 0, Nc, True)
-    c = m.add((n, T), 0, np.minimum(Nc, C), True)
-    a = m.add((n, T), 0, 1, True)
-    f_ub = np.ones((n, T))
-    f_lb = np.zeros((n, T))
-    f_lb[:, T - 1] = 1.0  # everything finishes within the horizon
-    f = m.add((n, T), f_lb, f_ub, True)
-    e = m.add((n, T), 0, 1 if allow_eviction else 0, True)
-    z = m.add((n, T), 0, 1, True)
     b = m.add((T,), 0, 1, True)
-    use_s = R < n
-    s = m.add((n, T), 0, 1, True) if use_s else None
-    use_w = coeffs.delta > 0
-    dec = m.add((n, T), 0, 1, True) if use_w else None
-    w = m.add((n, T), 0, Nc, False) if use_w else None
-
-    def prev(var, i, j):
-        return (1.0, var[i, j - 1]) if j > 0 else (0.0, None)
-
+    arcs = []  # per class, per batch: (arc ids, variable ids)
+    for g, net in enumerate(nets):
+        fwd, bwd = _reach(net, T)
+        per = []
+        for j in range(T):  # batch j moves from "after batch j-1" to "after batch j"
+            ids = np.flatnonzero((fwd[net.src] <= j) & (j + 1 + bwd[net.dst] <= T))
+            per.append((ids, m.add((ids.size,), 0, count[g], True)))
+        arcs.append(per)
+    for g, net in enumerate(nets):
+        k = float(count[g])
+        for j in range(T):
+            ids, var = arcs[g][j]
+            # flow: every request of the class moves once per batch, from where it was
+            if j == 0:
+                m.row([(1, v) for a_, v in zip(ids, var, strict=True) if net.src[a_] == net.start],
+                      lo=k, hi=k)
+            if j + 1 < T:
+                nids, nvar = arcs[g][j + 1]
+                inflow: dict[int, list] = {}
+                for a_, v in zip(ids, var, strict=True):
+                    inflow.setdefault(int(net.dst[a_]), []).append((1, v))
+                for a_, v in zip(nids, nvar, strict=True):
+                    inflow.setdefault(int(net.src[a_]), []).append((-1, v))
+                for terms in inflow.values():
+                    m.row(terms, lo=0, hi=0)
+            else:
+                m.row([(1, v) for a_, v in zip(ids, var, strict=True) if net.dst[a_] == net.done],
+                      lo=k, hi=k)
+            # the batch runs while a request of the class is unfinished
+            m.row([(k, b[j])] + [(-1, v) for a_, v in zip(ids, var, strict=True)
+                                 if net.src[a_] != net.done], lo=0)
     for j in range(T):
-        for i in range(n):
-            Ni, Ii = float(N[i]), float(I[i])
-            hp, qp, ap, fp = prev(h, i, j), prev(q, i, j), prev(a, i, j), prev(f, i, j)
-            neg = lambda t: (-t[0], t[1])  # noqa: E731
-            # tokens processed
-            m.row([(1, c[i, j]), (-1, h[i, j]), hp], lo=0)
-            m.row([(1, c[i, j]), (-1, h[i, j]), hp, (-Ni, e[i, j])], hi=0)
-            m.row([(1, c[i, j]), (-1, h[i, j])], hi=0)
-            # eviction drops the KV
-            m.row([(1, h[i, j]), (Ni, e[i, j])], hi=Ni)
-            # prefill up to the prompt, then one new position per batch
-            m.row([(1, h[i, j]), (-Ni * ap[0], ap[1])], hi=Ii)
-            m.row([(1, h[i, j]), neg(qp), (Ni * ap[0], ap[1])], hi=1 + Ni)
-            # progress q = max(q[j-1], h)
-            m.row([(1, q[i, j]), neg(qp)], lo=0)
-            m.row([(1, q[i, j]), (-1, h[i, j])], lo=0)
-            m.row([(1, q[i, j]), neg(qp), (-Ni, z[i, j])], hi=0)
-            m.row([(1, q[i, j]), (-1, h[i, j]), (Ni, z[i, j])], hi=Ni)
-            # phase and completion
-            m.row([(1, q[i, j]), (-Ii, a[i, j])], lo=0)
-            m.row([(1, q[i, j]), (-Ni, a[i, j])], hi=Ii - 1)
-            m.row([(1, q[i, j]), (-Ni, f[i, j])], lo=0)
-            m.row([(1, q[i, j]), (-1, f[i, j])], hi=Ni - 1)
-            m.row([(1, h[i, j]), (-Ni * fp[0], fp[1])], lo=0)
-            if use_s:
-                m.row([(Ni, s[i, j]), (-1, h[i, j])], lo=0)
-            if use_w:
-                # dec >= c - N (1 - a[j-1]) - N (q[j-1] - h[j-1])
-                m.row([(1, dec[i, j]), (-1, c[i, j]), (-Ni * ap[0], ap[1]),
-                       (Ni * qp[0], qp[1]), (-Ni * hp[0], hp[1])], lo=-Ni)
-                m.row([(1, w[i, j]), (-1, h[i, j]), (-Ni, dec[i, j])], lo=-Ni)
-        m.row([(1, c[i, j]) for i in range(n)] + [(-C, b[j])], hi=0)
+        tok, mem, run = [(-C, b[j])], [], []
+        for g, net in enumerate(nets):
+            ids, var = arcs[g][j]
+            for a_, v in zip(ids, var, strict=True):
+                if net.tokens[a_]:
+                    tok.append((net.tokens[a_], v))
+                if net.mem[a_]:
+                    mem.append((net.mem[a_], v))
+                if net.active[a_]:
+                    run.append((1, v))
+        m.row(tok, hi=0)
+        if mem:
+            m.row(mem, hi=M)
+        if run and R < n:
+            m.row(run, hi=R)
         if j + 1 < T:
             m.row([(1, b[j]), (-1, b[j + 1])], lo=0)
-        mem = [(1, h[i, j]) for i in range(n)]
-        if j > 0:
-            mem += [(-float(N[i]), f[i, j - 1]) for i in range(n)]
-        m.row(mem, hi=M)
-        if use_s:
-            run = [(1, s[i, j]) for i in range(n)]
-            if j > 0:
-                run += [(-1, f[i, j - 1]) for i in range(n)]
-            m.row(run, hi=R)
-
     obj = np.zeros(m.size)
     obj[b] = coeffs.alpha
-    obj[c.ravel()] += coeffs.beta
-    obj[h.ravel()] += coeffs.gamma
-    obj[f] += -coeffs.gamma * Nc
-    if use_w:
-        obj[w.ravel()] += coeffs.delta
+    for g, net in enumerate(nets):
+        arc_cost = (coeffs.beta * net.tokens + coeffs.gamma * net.held
+                    + coeffs.delta * net.read).astype(np.float64)
+        for ids, var in arcs[g]:
+            obj[var] += arc_cost[ids]
+    if np.isfinite(ub):  # a known schedule fits the horizon: the optimum is no worse
+        nz = np.flatnonzero(obj)
+        m.row([(obj[k], k) for k in nz], hi=ub * (1 + 1e-9) + 1e-9)
     A = sparse.csr_array((m.vals, (m.rows, m.cols)), shape=(len(m.row_lb), m.size))
     res = milp(obj, integrality=np.concatenate(m.integer),
                bounds=Bounds(np.concatenate(m.lb), np.concatenate(m.ub)),
                constraints=LinearConstraint(A, m.row_lb, m.row_ub),
-               options={"time_limit": float(time_limit_s), "mip_rel_gap": 1e-9})
+               options={"time_limit": float(max(time_limit_s, 0.1)), "mip_rel_gap": 1e-9})
     if res.x is None:
         empty = np.zeros((n, 0), dtype=np.int64)
-        return MilpSchedule("infeasible", float("inf"), float("inf"), T, empty, empty,
+        status = "infeasible" if res.status == 2 else "time limit"
+        return MilpSchedule(status, float("inf"), float("nan"), T, empty, empty,
                             empty.astype(bool), np.full(n, -1), np.zeros((0, sch.N_COLS), np.int64))
     x = np.rint(res.x).astype(np.int64)
+    # decompose each class's flow into its requests' paths
+    h = np.zeros((n, T), dtype=np.int64)
+    q = np.zeros((n, T), dtype=np.int64)
+    ev = np.zeros((n, T), dtype=bool)
+    for g, net in enumerate(nets):
+        members = np.flatnonzero(cls == g)
+        where = {int(r): net.start for r in members}
+        for j, (ids, var) in enumerate(arcs[g]):
+            taken = {int(r): False for r in members}
+            for a_, v in zip(ids, var, strict=True):
+                for _ in range(int(x[v])):
+                    r = next(r for r in members if not taken[r] and where[r] == net.src[a_])
+                    taken[r] = True
+                    where[r] = int(net.dst[a_])
+                    h[r, j], q[r, j] = net.states[net.dst[a_]]
+                    ev[r, j] = bool(net.evict[a_])
     status = "optimal" if res.status == 0 else "time limit"
     bound = float(res.mip_dual_bound) if res.mip_dual_bound is not None else float("nan")
-    return _decode(x[h], x[q], x[e].astype(bool), I, N, T, x[b], float(res.fun), bound, status)
+    return _decode(h, q, ev, prompt, N, T, x[b], coeffs, bound, status)
 
 
-def _decode(h, q, e, I, N, T, b, objective, bound, status) -> MilpSchedule:
-    """Turn the solution into per-batch arrays and the scheduler's step record."""
+def _decode(h, q, e, prompt, N, T, b, coeffs, bound, status) -> MilpSchedule:
+    """Turn the solution into per-batch arrays and the scheduler's step record (whose
+    `schedule_cost` is the objective)."""
     n = h.shape[0]
     used = int(b.sum())
     zero = np.zeros((n, 1), dtype=np.int64)
@@ -303,9 +428,9 @@ def _decode(h, q, e, I, N, T, b, objective, bound, status) -> MilpSchedule:
     qp = np.concatenate([zero, q], axis=1)[:, :T]
     tokens = np.where(e, 0, h - hp)
     evicted = e & (hp > 0) & (qp < N[:, None])
-    decode = (qp >= I[:, None]) & (hp == qp) & (tokens == 1)
+    decode = (qp >= prompt[:, None]) & (hp == qp) & (tokens == 1)
     prefill = (tokens > 0) & ~decode
-    sampled = (q > qp) & (q >= I[:, None])
+    sampled = (q > qp) & (q >= prompt[:, None])
     finished = q >= N[:, None]
     steps = np.zeros((T, sch.N_COLS), dtype=np.int64)
     steps[:, sch.PREFILL_TOKENS] = np.where(prefill, tokens, 0).sum(0)
@@ -318,6 +443,7 @@ def _decode(h, q, e, I, N, T, b, objective, bound, status) -> MilpSchedule:
     steps[:, sch.PREEMPTED] = evicted.sum(0)
     steps[:, sch.RUNNING] = ((h > 0) & ~finished).sum(0)
     first = np.argmax(finished, axis=1)
+    objective = schedule_cost(steps[:used], coeffs)
     return MilpSchedule(status=status, objective=objective, bound=bound, horizon=T,
                         tokens=tokens[:, :used], kv=h[:, :used], evicted=evicted[:, :used],
                         finish_batch=first, steps=steps[:used])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import numpy as np
@@ -13,14 +14,25 @@ from tuner.config import ServingConfig
 from tuner.workload import Workload
 
 
+def _fidelity(t: optuna.trial.FrozenTrial) -> str:
+    return (t.user_attrs.get("fidelity") or {}).get("level", "full")
+
+
 def trial_records(study: optuna.Study) -> list[dict]:
-    """One dict per completed, non-duplicate trial: number, config, feasible, reason, metrics."""
+    """One dict per distinct configuration simulated on the full workload (completed trials;
+    duplicates, configurations only screened on the workload's sample, and a repeat of a
+    configuration two workers simulated at once are left out): number, config, feasible,
+    reason, metrics, memory, provenance."""
     meta = study.user_attrs.get("metadata", {})
     fixed = meta.get("fixed", {})
-    out = []
+    out, seen = [], set()
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        if t.user_attrs.get("duplicate"):
+        if t.user_attrs.get("duplicate") or _fidelity(t) != "full":
             continue
+        key = tuple(sorted(t.params.items()))
+        if key in seen:
+            continue
+        seen.add(key)
         config = ServingConfig(**fixed, **t.params).to_dict()
         out.append({
             "number": t.number,
@@ -32,6 +44,79 @@ def trial_records(study: optuna.Study) -> list[dict]:
             "provenance": t.user_attrs.get("provenance", ""),
         })
     return out
+
+
+_KNOB_TITLES = {"chunk_size": "chunk", "max_running": "R_max", "tp": "TP", "dp": "DP",
+                "scheduler": "scheduler", "ordering": "order",
+                "gpu_memory_utilization": "mem util", "kv_offload_layers": "KV offl.",
+                "weight_offload_fraction": "W offl.", "attention_on_cpu": "CPU attn",
+                "cpu_threads_intra": "thr intra", "cpu_threads_inter": "thr inter",
+                "block_size": "block"}
+
+
+def knob_columns(records: list[dict]) -> list[tuple[str, Callable[[dict], str]]]:
+    """(column title, cell of a config) for the tables: every knob that varies among the
+    records, plus the weight/KV bits."""
+    configs = [r["config"] for r in records]
+    varying = [k for k in (configs[0] if configs else {})
+               if k not in ("gpu", "weight_bits", "kv_bits")
+               and len({str(c[k]) for c in configs}) > 1]
+    cols = [(_KNOB_TITLES.get(k, k), lambda c, k=k: str(c[k])) for k in varying]
+    cols.append(("W/KV bits", lambda c: f"{c['weight_bits']}/{c['kv_bits']}"))
+    return cols
+
+
+def search_stats(study: optuna.Study) -> dict:
+    """How the search spent its trials, and the measured sampling error of the multi-fidelity
+    estimates: every trial simulated on both the sample and the full workload gives one
+    relative error |estimate / full - 1| (estimate = calibrated, scaled sample makespan)."""
+    trials = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    n_dup = sum(1 for t in trials if t.user_attrs.get("duplicate"))
+    distinct = [t for t in trials if not t.user_attrs.get("duplicate")]
+    full = [t for t in distinct if _fidelity(t) == "full"]
+    screened = [t for t in distinct if _fidelity(t) != "full"]
+    pairs = []
+    reasons: dict[str, int] = {}
+    for t in full:
+        fid = t.user_attrs.get("fidelity") or {}
+        if fid.get("sample_makespan_s") is None or not t.user_attrs.get("feasible"):
+            continue
+        why = str(fid.get("promoted", ""))
+        reasons[why] = reasons.get(why, 0) + 1
+        est = fid["sample_makespan_s"] * fid["scale"]
+        pairs.append((est, t.values[0], why))
+    stats: dict = {
+        "trials": len(trials),
+        "duplicates": n_dup,
+        "configurations": len(distinct),
+        "full_simulations": len(full),
+        "screened_on_sample": len(screened),
+        "infeasible": sum(1 for t in distinct if not t.user_attrs.get("feasible", False)),
+    }
+    fid0 = next((t.user_attrs.get("fidelity") for t in distinct
+                 if (t.user_attrs.get("fidelity") or {}).get("requests")), None)
+    if fid0:
+        stats["sample_requests"] = fid0["requests"]
+        stats["sample_scale"] = fid0["scale"]
+    if pairs:
+        est = np.array([p[0] for p in pairs])
+        fullv = np.array([p[1] for p in pairs])
+        ratio = fullv / est  # full / (n_full/n_sample x sample): 1 if the sample scaled exactly
+        k = float(np.median(ratio))
+        err = np.abs(k / ratio - 1.0)  # |calibrated estimate / full - 1|
+        audit = np.array([p[2] == "audit" for p in pairs])
+        stats["sampling_error"] = {
+            "pairs": len(pairs),
+            "promoted_because": reasons,
+            "ratio_full_over_scaled_sample": {"median": k, "min": float(ratio.min()),
+                                              "max": float(ratio.max())},
+            "relative_error": {"median": float(np.median(err)),
+                               "p90": float(np.quantile(err, 0.9)),
+                               "max": float(err.max())},
+            "audited": int(audit.sum()),
+            "audited_max_relative_error": float(err[audit].max()) if audit.any() else None,
+        }
+    return stats
 
 
 def pareto_front(records: list[dict]) -> list[int]:

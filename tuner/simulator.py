@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 from predictors.features import BatchFeatures
 from predictors.roofline import RooflineCostModel
+from tuner import offload as _offload
 from tuner import scheduler as sch
 from tuner.catalog import GPU, ModelSpec
 from tuner.config import ServingConfig
@@ -45,6 +48,8 @@ class SimResult:
     cached_prompt_tokens: int = 0  # prompt tokens served from the prefix cache
     vasuki_cost_metric: float | None = None  # QPS / ($ per FP32 GFLOP/W), seed 000 §3.2
     timeline: dict[str, np.ndarray] | None = field(default=None, repr=False)
+    offload_stall_s: float = 0.0  # non-overlapped KV + weight transfers, per replica (tuner.offload)
+    offload: dict | None = None  # tuner.offload breakdown (memory, transfer vs budget, stalls)
 
     @property
     def qps(self) -> float:
@@ -84,6 +89,8 @@ class SimResult:
             "kv_capacity_tokens": self.memory.kv_capacity_tokens,
             "max_concurrent_requests": self.memory.max_concurrent_requests,
             "vasuki_cost_metric": self.vasuki_cost_metric,
+            "offload_stall_s": self.offload_stall_s,
+            "offload": self.offload,
             "memory": self.memory.to_dict(),
             "config": self.config.to_dict(),
             "provenance": self.provenance,
@@ -126,7 +133,26 @@ def lower_bound_s(workload: Workload, model: ModelSpec, gpu: GPU, config: Servin
     return float(max(comp / (peak * n), mem / (gpu.hbm_bytes_per_s * n)))
 
 
-def default_cost_model(model: ModelSpec, gpu: GPU, config: ServingConfig) -> CostModel:
+def default_cost_model(model: ModelSpec, gpu: GPU, config: ServingConfig,
+                       cost_model_dir: str | Path | None = None, *,
+                       profile_mode: str = "auto") -> CostModel:
+    """The cost model for (model, gpu, config).
+
+    cost_model_dir (a profile/fit folder, or a folder of them; `--profile DIR`): measured where
+    it holds a profile of this GPU at this model's shapes, transferred from a measured GPU
+    otherwise, roofline where nothing applies (predictors.loader.load_cost_model, `profile_mode`
+    auto | measured | transfer | roofline). Without it: a profile shipped in predictors/data
+    taken on this GPU at this model's shapes, else the spec-sheet roofline (GPUs nobody
+    measured)."""
+    if cost_model_dir is not None:
+        from predictors.loader import load_cost_model
+
+        return load_cost_model(cost_model_dir, model, gpu, config, mode=profile_mode)
+    from predictors.loader import shipped_cost_model
+
+    shipped = shipped_cost_model(model, gpu, config)
+    if shipped is not None:
+        return shipped
     return RooflineCostModel.from_specs(gpu, model, tp=config.tp, weight_bits=config.weight_bits,
                                         kv_bits=config.kv_bits)
 
@@ -172,6 +198,10 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     order = order_requests(workload, config.ordering, model=model, gpu=gpu, config=config,
                            kv_capacity_tokens=plan.kv_capacity_tokens)
 
+    # a fitted CostModel may carry its measured host<->device curve (predictors.transfer_model)
+    off_ctx = _offload.OffloadContext.build(model, gpu, config,
+                                            transfer=getattr(cost_model, "transfer_model", None))
+    off_totals = _offload.OffloadTotals()
     makespan = 0.0
     iterations = preemptions = cached = 0
     peak_kv = 0.0
@@ -195,6 +225,10 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
             prefill_ctx=st[:, sch.PREFILL_CTX], decodes=st[:, sch.DECODES],
             decode_kv=st[:, sch.DECODE_KV], seqs_sampled=st[:, sch.SAMPLED])
         dt = cost_model.iteration_time_s(feats)
+        if off_ctx.active:  # KV / weight offload, CPU attention, (de)quantization
+            priced = _offload.price_iterations(feats, dt, off_ctx, cost_model)
+            dt = priced["dt_s"]
+            off_totals.add(priced)
         span = float(dt.sum())
         kv_frac = st[:, sch.KV_BLOCKS] / max(plan.kv_capacity_blocks, 1)
         makespan = max(makespan, span)
@@ -234,6 +268,12 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     )
     if gpu.vasuki_usd_per_fp32_gflop_per_w:
         res.vasuki_cost_metric = res.qps / gpu.vasuki_usd_per_fp32_gflop_per_w
+    if off_ctx.active:
+        base = plan_memory(model, gpu, dataclasses.replace(
+            config, kv_offload_layers=0, weight_offload_fraction=0.0)).kv_capacity_tokens
+        res.offload = off_totals.summary(off_ctx, plan, dp=config.dp,
+                                         kv_capacity_tokens_no_offload=base)
+        res.offload_stall_s = res.offload["offload_stall_s"]
     return res
 
 

@@ -23,10 +23,15 @@ class SearchSpace:
 
     def grid(self, gpus: list[str]):
         """Every configuration of the space (for --exhaustive and tests)."""
+        for params in self.grid_params(gpus):
+            yield ServingConfig(**self.fixed, **params)
+
+    def grid_params(self, gpus: list[str]):
+        """Every point of the space as the search's parameter dict ({'gpu': ..., knob: value})."""
         names = list(self.knobs)
         for gpu in gpus:
             for combo in itertools.product(*(self.knobs[k] for k in names)):
-                yield ServingConfig(gpu=gpu, **self.fixed, **dict(zip(names, combo, strict=True)))
+                yield {"gpu": gpu, **dict(zip(names, combo, strict=True))}
 
     def size(self, n_gpus: int) -> int:
         n = n_gpus
@@ -90,9 +95,11 @@ def load_space(path: str | Path | None = None) -> SearchSpace:
 
 
 def _type_ok(name: str, value: object) -> bool:
-    """YAML values against the ServingConfig field's type (int, float or str)."""
+    """YAML values against the ServingConfig field's type (int, float, str or bool)."""
     kind = _FIELDS[name].type
     kind = getattr(kind, "__name__", kind)  # "int" under postponed annotations, else int
+    if kind == "bool":
+        return isinstance(value, bool)
     if isinstance(value, bool):
         return False
     if kind == "int":

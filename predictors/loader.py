@@ -1,0 +1,311 @@
+"""Finding a profile or fit for (model, GPU, config) and turning it into a CostModel.
+
+    load_cost_model(path, model, gpu, config, mode="auto") -> CostModel
+
+`path` is a profile directory (profile.csv + provenance.json, optionally fit.json from
+`tuner fit`), a fit directory (fit.json), or a folder holding several of them (one per device
+and model, e.g. predictors/data). A profile without a fresh fit.json is fitted in memory.
+
+mode
+  auto       measured where a profile was taken on this GPU at this model's shapes (tp 1,
+             16-bit weights and KV); transferred from a measured GPU's efficiency curves to this
+             GPU's spec sheet otherwise (same-device transfer for tp > 1 or 8/4-bit); the
+             roofline where nothing applies (a CPU profile does not transfer to a GPU)
+  measured   use the profile at this model's shapes whatever device it was taken on (e.g. the
+             shipped CPU profile of tiny-llama in CI); TunerError when there is none
+  transfer   always transfer, even from a CPU profile
+  roofline   ignore profiles
+
+Every model's describe() says which it is (measured / transferred / roofline) and from what.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from predictors.opmath import shape_dict
+
+MODES = ("auto", "measured", "transfer", "roofline")
+_FIT_CACHE: dict[tuple, dict] = {}
+_MODEL_CACHE: dict[tuple, object] = {}
+
+
+def shipped_data_dir() -> Path:
+    """predictors/data: the profiles and fits shipped with tuner."""
+    return Path(__file__).resolve().parent / "data"
+
+
+def find_profiles(path: Path) -> list[Path]:
+    """Directories under `path` (itself, or up to two levels down) holding a profile or fit."""
+    path = Path(path)
+    if not path.is_dir():
+        return []
+
+    def has(p: Path) -> bool:
+        return (p / "profile.csv").is_file() or (p / "fit.json").is_file()
+
+    if has(path):
+        return [path]
+    found = []
+    for child in sorted(p for p in path.iterdir() if p.is_dir()):
+        if has(child):
+            found.append(child)
+        else:
+            found += [g for g in sorted(q for q in child.iterdir() if q.is_dir()) if has(g)]
+    return found
+
+
+def _stamp(d: Path) -> tuple:
+    out = []
+    for name in ("profile.csv", "fit.json", "provenance.json"):
+        p = d / name
+        if p.is_file():
+            st = p.stat()
+            out.append((name, st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
+def load_fit(d: Path) -> dict:
+    """The fit.json document of a directory; fitted in memory (not written) when the folder
+    only has a profile, or when profile.csv changed since fit.json was written."""
+    from tuner.errors import TunerError
+
+    d = Path(d)
+    key = (str(d.resolve()), _stamp(d))
+    if key in _FIT_CACHE:
+        return _FIT_CACHE[key]
+    fit_path = d / "fit.json"
+    doc = None
+    if fit_path.is_file():
+        try:
+            doc = json.loads(fit_path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise TunerError(f"Cannot read {fit_path}: {exc}.") from None
+        if doc.get("format") != "tuner-fit/1":
+            raise TunerError(f"{fit_path} is not a tuner fit (format {doc.get('format')!r}).")
+        csv_path = d / "profile.csv"
+        if csv_path.is_file():
+            from predictors.fit import sha256_file
+
+            if sha256_file(csv_path) != doc.get("profile_sha256"):
+                doc = None  # stale: refit below
+    if doc is None:
+        from predictors.fit import fit_profile
+
+        doc = fit_profile(d).to_json()
+        doc["fitted_in_memory"] = True
+    doc["_dir"] = str(d)
+    _FIT_CACHE[key] = doc
+    return doc
+
+
+def _median_cv(fit: dict) -> str:
+    v = fit.get("median_cv_mape")
+    return f"median CV error {100 * v:.1f} %" if isinstance(v, int | float) else "CV error n/a"
+
+
+def _source_label(fit: dict) -> str:
+    p = fit.get("provenance", {})
+    return (f"{p.get('model', '?')} on {p.get('gpu') or p.get('device_name', '?')} "
+            f"({p.get('device', '?')}, {p.get('dtype', '?')}, torch {p.get('torch', '?')}, "
+            f"{str(p.get('date', ''))[:10]})")
+
+
+def _transfer_note(fit: dict) -> str:
+    checks = fit.get("transfer_checks") or {}
+    if not checks:
+        return "transfer error not checked (needs a second measured device: `tuner transfer`)"
+    parts = [f"{t}: {100 * c['all']['mape']:.0f} % MAPE" for t, c in checks.items()
+             if c.get("all", {}).get("mape") is not None]
+    return "transfer error checked against " + ", ".join(parts)
+
+
+def _same_shape(fit: dict, model) -> bool:
+    shp = dict(fit.get("provenance", {}).get("model_shape", {}))
+    shp.pop("max_position", None)
+    return shp == shape_dict(model)
+
+
+def _gemm_peak(gpu, weight_bits: int) -> float | None:
+    if weight_bits == 8 and getattr(gpu, "fp8_tflops", None):
+        return gpu.fp8_tflops * 1e12
+    if weight_bits == 4:
+        return gpu.bf16_tflops * 1e12 * RooflineDefaults.w4_compute_penalty
+    return None
+
+
+class RooflineDefaults:
+    w4_compute_penalty = 0.85
+
+
+def roofline(model, gpu, config, reason: str = ""):
+    from predictors.roofline import RooflineCostModel
+
+    rf = RooflineCostModel.from_specs(gpu, model, tp=config.tp, weight_bits=config.weight_bits,
+                                      kv_bits=config.kv_bits)
+    return dataclasses.replace(rf, name=f"{rf.name}{f' ({reason})' if reason else ''}") if reason else rf
+
+
+def provenance_kind(cost_model) -> str:
+    """'measured' | 'transferred' | 'roofline' for any CostModel."""
+    return getattr(cost_model, "kind", "roofline")
+
+
+def load_cost_model(profile_or_fit_dir, model, gpu, config, *, mode: str = "auto"):
+    """CostModel for `model` on `gpu` under `config` (tp, weight_bits, kv_bits) from measured
+    profiles; see the module docstring for the modes. Raises TunerError on bad input."""
+    from tuner.errors import TunerError
+
+    if mode not in MODES:
+        raise TunerError(f"Unknown profile mode {mode!r}; choose one of {', '.join(MODES)}.")
+    path = Path(profile_or_fit_dir)
+    if mode == "roofline":
+        return roofline(model, gpu, config)
+    if not path.exists():
+        raise TunerError(f"Profile folder {path} does not exist (make one with `tuner profile`).")
+    dirs = find_profiles(path)
+    if not dirs:
+        raise TunerError(f"{path} holds no profile (profile.csv) or fit (fit.json): run "
+                         f"`tuner profile --model M --out {path}`.")
+    key = (tuple((str(d.resolve()), _stamp(d)) for d in dirs), tuple(shape_dict(model).items()),
+           _gpu_key(gpu), config.tp, config.weight_bits, config.kv_bits, mode)
+    if key in _MODEL_CACHE:
+        return _MODEL_CACHE[key]
+    fits = [load_fit(d) for d in dirs]
+    cm = _choose(fits, model, gpu, config, mode, path)
+    _MODEL_CACHE[key] = cm
+    return cm
+
+
+def _gpu_key(gpu) -> tuple:
+    return tuple(getattr(gpu, k, None) for k in ("name", "bf16_tflops", "fp32_tflops", "hbm_gbps",
+                                                  "host_link_gbps", "fp8_tflops", "nvlink_gbps"))
+
+
+def _choose(fits: list[dict], model, gpu, config, mode: str, path: Path):
+    from predictors.devices import DeviceSpecs, gpu_specs
+    from predictors.fitted import measured_cost_model, transferred_cost_model
+    from tuner.errors import TunerError
+
+    plain = config.tp == 1 and config.weight_bits == 16 and config.kv_bits == 16
+    same = [f for f in fits if _same_shape(f, model)]
+    on_gpu = [f for f in same if gpu.name.lower() in (
+        str(f.get("provenance", {}).get("gpu") or "").lower(),
+        str(f.get("provenance", {}).get("device_name") or "").lower())]
+    target = gpu_specs(gpu, "bfloat16")
+    tkw = {"tp": config.tp, "weight_bits": config.weight_bits, "kv_bits": config.kv_bits,
+           "gemm_peak_flops": _gemm_peak(gpu, config.weight_bits),
+           "interconnect_bytes_per_s": gpu.interconnect_bytes_per_s}
+
+    def measured(f, note=""):
+        desc = (f"measured: {_source_label(f)}, per-operation fits from {f['_dir']}; "
+                f"{_median_cv(f)}{note}")
+        return measured_cost_model(f, model, description=desc)
+
+    def transferred(f, specs, *, dtype_bytes=2.0, what=None):
+        desc = (f"transferred to {what or gpu.name} from {_source_label(f)} via efficiency "
+                f"curves and the {specs.name} {'spec sheet' if specs.kind == 'cuda' else 'peaks'}"
+                f"; {_transfer_note(f)}")
+        try:
+            return transferred_cost_model(f, model, specs, description=desc,
+                                          dtype_bytes=dtype_bytes, **tkw)
+        except ValueError as exc:
+            raise TunerError(f"Cannot transfer from {f['_dir']}: {exc}.") from None
+
+    try:
+        if mode == "measured":
+            if not same:
+                have = sorted({f.get("provenance", {}).get("model", "?") for f in fits})
+                raise TunerError(f"No profile in {path} was taken at {model.name}'s shapes (it has "
+                                 f"{', '.join(have)}); profile it with `tuner profile --model "
+                                 f"{model.name}`.")
+            f = (on_gpu or same)[0]
+            if plain:
+                note = "" if f in on_gpu else f" (used as {gpu.name}: --profile-mode measured)"
+                return measured(f, note)
+            specs = DeviceSpecs.from_dict(f["specs"])
+            eb = 4.0 if f.get("provenance", {}).get("dtype") == "float32" else 2.0
+            return transferred(f, specs, dtype_bytes=eb,
+                               what=f"{specs.name} at tp={config.tp}, W{config.weight_bits}/"
+                                    f"KV{config.kv_bits}")
+        if mode == "transfer":
+            src = _pick_source(fits, model, gpu_only=False)
+            return transferred(src, target)
+        # auto
+        if on_gpu and plain:
+            return measured(on_gpu[0])
+        if on_gpu:
+            return transferred(on_gpu[0], target,
+                               what=f"{gpu.name} at tp={config.tp}, W{config.weight_bits}/"
+                                    f"KV{config.kv_bits}")
+        src = _pick_source(fits, model, gpu_only=True)
+        if src is not None:
+            return transferred(src, target)
+    except ValueError as exc:
+        raise TunerError(f"Cannot build a cost model from {path}: {exc}.") from None
+    return roofline(model, gpu, config, f"no GPU profile in {path} applies to {gpu.name}")
+
+
+def _pick_source(fits: list[dict], model, *, gpu_only: bool):
+    """The fit to transfer from: GPU profiles first, then those at the model's shapes, then
+    those whose transfer error was checked."""
+    pool = [f for f in fits if f.get("provenance", {}).get("device") == "cuda"]
+    if not pool and not gpu_only:
+        pool = list(fits)
+    if not pool:
+        return None
+    return sorted(pool, key=lambda f: (not _same_shape(f, model),
+                                       not f.get("transfer_checks")))[0]
+
+
+def shipped_cost_model(model, gpu, config):
+    """A measured CostModel from the profiles shipped in predictors/data when one was taken on
+    this GPU at this model's shapes (tp 1, 16-bit); None otherwise (callers use the roofline)."""
+    d = shipped_data_dir()
+    if not (config.tp == 1 and config.weight_bits == 16 and config.kv_bits == 16):
+        return None
+    idx = _shipped_index()
+    hits = [p for p, prov in idx if str(prov.get("gpu") or "").lower() == gpu.name.lower()
+            and {k: v for k, v in prov.get("model_shape", {}).items() if k != "max_position"}
+            == shape_dict(model)]
+    if not hits or not d.is_dir():
+        return None
+    return load_cost_model(hits[0], model, gpu, config, mode="auto")
+
+
+_SHIPPED: list | None = None
+
+
+def _shipped_index() -> list[tuple[Path, dict]]:
+    global _SHIPPED
+    if _SHIPPED is None:
+        out = []
+        for p in find_profiles(shipped_data_dir()):
+            for name in ("provenance.json", "fit.json"):
+                f = p / name
+                if f.is_file():
+                    try:
+                        doc = json.loads(f.read_text())
+                    except (OSError, json.JSONDecodeError):
+                        continue
+                    out.append((p, doc if name == "provenance.json" else doc.get("provenance", {})))
+                    break
+        _SHIPPED = out
+    return _SHIPPED
+
+
+def record_transfer_check(source_dir: Path, target_name: str, result: dict) -> Path | None:
+    """Store a transfer error in the source's fit.json (cited by transferred models' describe())."""
+    p = Path(source_dir) / "fit.json"
+    if not p.is_file():
+        return None
+    doc = json.loads(p.read_text())
+    doc.setdefault("transfer_checks", {})[target_name] = result
+    tmp = p.with_name("fit.json.tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(p)
+    _FIT_CACHE.clear()
+    _MODEL_CACHE.clear()
+    return p

@@ -1,0 +1,151 @@
+"""Worker run by a Python with transformers (>= 5): one continuous-batching run, JSON in/out.
+
+    python -m runners._transformers_worker REQUEST.json RESULT.json
+
+Same request and result protocol as runners/_vllm_worker.py (see runners/transformers.py for
+the knob mapping). transformers' continuous batching exposes no per-step schedule, so the
+result has no ``steps``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from runners._vllm_worker import device_description, make_prompts, one_line
+
+
+def run(req: dict, res: dict) -> dict:
+    res.update({"ok": False, "stage": "import", "runner": "transformers"})
+    t_import = time.monotonic()
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, GenerationConfig
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    res["import_s"] = time.monotonic() - t_import
+    res["engine_version"] = f"transformers {transformers.__version__} (continuous batching)"
+    res["device"] = device_description()
+    cuda = torch.cuda.is_available()
+    res["device_kind"] = "gpu" if cuda else "cpu"
+
+    res["stage"] = "create-model"
+    dummy = False
+    if req.get("model_path"):
+        path = req["model_path"]
+    else:
+        from runners.tiny_model import create_random_model, shape_hash
+
+        cm = req["create_model"]
+        out = None
+        if cm.get("cache_dir"):
+            key = shape_hash(cm["shape"], 0, bool(cm.get("weights", True)))
+            out = Path(cm["cache_dir"]) / f"{cm.get('name') or 'llama'}-{key}"
+        path = str(create_random_model({"name": cm.get("name"), **cm["shape"]}, out,
+                                       weights=cm.get("weights")))
+        dummy = not cm.get("weights", True)
+    res["model_path"] = path
+
+    a = req["engine_args"]
+    res["stage"] = "startup"
+    t0 = time.monotonic()
+    dtype = torch.bfloat16
+    dev = "cuda" if cuda else "cpu"
+    if dummy:  # a large shape without weights on disk: random init in place
+        from transformers import AutoConfig
+
+        cfg = AutoConfig.from_pretrained(path)
+        with torch.device(dev):
+            model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(dev)
+    model.eval()
+    gen = GenerationConfig(max_new_tokens=max(int(x) for x in req["output_tokens"]),
+                           do_sample=False, eos_token_id=-1, pad_token_id=0)
+    cbc = ContinuousBatchingConfig(**a)
+    manager = model.init_continuous_batching(generation_config=gen, continuous_batching_config=cbc)
+    if req.get("warmup", True) and cuda:
+        manager.warmup()
+    manager.start()
+    res["startup_s"] = time.monotonic() - t0
+    res["engine_args"] = dict(a)
+
+    prompts = make_prompts(req["prompt_tokens"], req.get("prefix_ids"), req.get("prefix_tokens"),
+                           int(req.get("vocab_size") or 1000), int(req.get("seed", 0)))
+    outs_len = [int(x) for x in req["output_tokens"]]
+    try:
+        if req.get("warmup", True):
+            res["stage"] = "warmup"
+            t0 = time.monotonic()
+            manager.add_request(prompts[0][:32], request_id="warmup", max_new_tokens=4,
+                                eos_token_id=-1)
+            _collect(manager, {"warmup"}, timeout_s=float(req.get("timeout_s") or 3600))
+            res["warmup_s"] = time.monotonic() - t0
+        res["stage"] = "run"
+        ids = [f"r{i}" for i in range(len(prompts))]
+        t_start = time.monotonic()
+        for rid, p, o in zip(ids, prompts, outs_len, strict=True):
+            manager.add_request(p, request_id=rid, max_new_tokens=o, eos_token_id=-1)
+        got = _collect(manager, set(ids), timeout_s=float(req.get("timeout_s") or 36000))
+        t_end = time.monotonic()
+    finally:
+        manager.stop(block=True, timeout=30)
+    n_out = [len(got[r].generated_tokens) for r in ids]
+    res.update({
+        "makespan_s": t_end - t_start, "t_start": t_start, "t_end": t_end,
+        "requests": len(ids), "prompt_tokens": int(sum(len(p) for p in prompts)),
+        "output_tokens": int(sum(n_out)),
+        "throughput_tok_s": sum(n_out) / max(t_end - t_start, 1e-9),
+        "mismatched_lengths": sum(1 for g, o in zip(n_out, outs_len, strict=True) if g != o),
+        "preemptions": None, "iterations": None,
+        "notes": ["transformers' continuous batching exposes no per-step schedule"],
+    })
+    res["ok"] = True
+    res["stage"] = "done"
+    return res
+
+
+def _collect(manager, want: set[str], timeout_s: float) -> dict:
+    got: dict = {}
+    deadline = time.monotonic() + timeout_s
+    while len(got) < len(want):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(want) - len(got)} request(s) unfinished")
+        r = manager.get_result(timeout=1)
+        if r is None:
+            if not manager.is_running():
+                raise RuntimeError("transformers' generation thread stopped")
+            continue
+        if r.request_id in want and r.is_finished():
+            if getattr(r, "error", None):
+                raise RuntimeError(f"request {r.request_id} failed: {r.error}")
+            got[r.request_id] = r
+    return got
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m runners._transformers_worker REQUEST.json RESULT.json",
+              file=sys.stderr)
+        return 2
+    req_path, res_path = Path(argv[0]), Path(argv[1])
+    res: dict = {"ok": False, "stage": "read-request"}
+    try:
+        run(json.loads(req_path.read_text()), res)
+    except BaseException as exc:  # noqa: BLE001
+        traceback.print_exc()
+        res.update({"ok": False, "error": one_line(exc)})
+    tmp = res_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(res))
+    os.replace(tmp, res_path)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0 if res.get("ok") else 1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

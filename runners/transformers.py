@@ -1,0 +1,72 @@
+"""Run a ServingConfig through Hugging Face transformers' continuous batching.
+
+    run_transformers(workload, model, gpu, config, checkpoint=None) -> RunResult
+
+For machines that have transformers (>= 5, which has continuous batching) but not vLLM. The
+worker (runners/_transformers_worker.py) uses the manager behind ``generate_batch``
+(``init_continuous_batching`` + ``add_request``) so each request gets its own
+``max_new_tokens``; EOS is disabled (``eos_token_id=-1``), greedy decoding.
+
+Knob mapping (transformers' ContinuousBatchingConfig; vLLM's is in tuner.deploy):
+
+    chunk_size  -> max_batch_tokens        max_running -> max_requests_per_batch
+    block_size  -> page_size (>= 4)        KV capacity -> num_blocks = plan tokens / page_size
+                                                           (the tuner's memory plan, as on vLLM CPU)
+
+Knobs transformers lacks (weight/KV bits, offload, tp/dp, ordering beyond submission order)
+are listed in ``RunResult.notes``; the run uses 16-bit weights and KV.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+
+from runners.base import RunResult, find_python, result_from_worker, run_worker
+from runners.vllm import build_job
+from tuner.catalog import GPU, ModelSpec
+from tuner.config import ServingConfig
+from tuner.workload import Workload
+
+
+def cb_config(config: ServingConfig, kv_capacity_tokens: int) -> tuple[dict, list[str]]:
+    """ContinuousBatchingConfig keyword arguments and notes for what transformers lacks."""
+    page = max(int(config.block_size), 4)
+    args = {
+        "max_batch_tokens": int(config.chunk_size),
+        "max_requests_per_batch": int(config.max_running),
+        "page_size": page,
+        "num_blocks": max(int(math.ceil(kv_capacity_tokens / page)), 1),
+        "scheduler_type": "fifo",
+        "allow_block_sharing": True,
+    }
+    notes = []
+    if config.weight_bits != 16 or config.kv_bits != 16:
+        notes.append(f"weight_bits={config.weight_bits} kv_bits={config.kv_bits}: the "
+                     "transformers runner runs 16-bit weights and KV")
+    if config.tp > 1 or config.dp > 1:
+        notes.append(f"tp={config.tp} dp={config.dp}: the transformers runner uses one device")
+    if config.kv_offload_layers or config.weight_offload_fraction:
+        notes.append("offload knobs are not applied by the transformers runner")
+    if not config.scheduler.startswith("vllm") or config.scheduler.startswith("vllm-v0"):
+        notes.append(f"scheduler {config.scheduler!r}: transformers uses its own FIFO scheduler")
+    return args, notes
+
+
+def run_transformers(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConfig, *,
+                     checkpoint: str | Path | None = None, python: str | Path | None = None,
+                     work_dir: str | Path | None = None, timeout_s: float | None = None,
+                     warmup: bool = True, record_steps: bool = False,
+                     model_cache_dir: str | Path | None = None, repeats: int = 1,
+                     echo: bool = False) -> RunResult:
+    """One real transformers continuous-batching run of `config` on `workload`."""
+    py = find_python("transformers", python)
+    job = build_job(workload, model, gpu, config, checkpoint=checkpoint,
+                    model_cache_dir=model_cache_dir)
+    args, notes = cb_config(config, job["kv_capacity_tokens_planned"])
+    job["notes"] += notes
+    job.update({"engine_args": args, "warmup": warmup, "seed": 0, "timeout_s": timeout_s})
+    wd = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="tuner-hf-"))
+    res = run_worker("transformers", py, job, wd, timeout_s=timeout_s, echo=echo)
+    return result_from_worker("transformers", res, job["notes"])
