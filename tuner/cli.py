@@ -198,8 +198,24 @@ def simulate(
     weight_bits: Annotated[int, typer.Option(help="16, 8 or 4.")] = 16,
     kv_bits: Annotated[int, typer.Option(help="16, 8 or 4.")] = 16,
     gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM gpu_memory_utilization.")] = 0.9,
-    ordering: Annotated[str, typer.Option(help="fcfs | shortest-prompt | longest-output.")] = "fcfs",
+    ordering: Annotated[str, typer.Option(help="fcfs | shortest-prompt | longest-output | binpack "
+                        "(Vasuki) | blend (BlendServe).")] = "fcfs",
     block_size: Annotated[int, typer.Option(help="KV block size in tokens.")] = 16,
+    kv_offload_layers: Annotated[int, typer.Option(help="KV-cache layers kept in host RAM, moved "
+                                 "over PCIe each iteration (Vasuki).")] = 0,
+    weight_offload_fraction: Annotated[float, typer.Option(help="Share of weights in host RAM, "
+                                       "streamed every iteration (vLLM cpu_offload_gb).")] = 0.0,
+    attention_on_cpu: Annotated[bool, typer.Option("--attention-on-cpu/--attention-on-gpu",
+                                help="Decode attention of offloaded KV layers on the CPU.")] = False,
+    cpu_threads_intra: Annotated[int, typer.Option(help="CPU intra-op threads (0: LM-Offload "
+                                 "Alg. 3 chooses).")] = 0,
+    cpu_threads_inter: Annotated[int, typer.Option(help="CPU inter-op threads (0: LM-Offload "
+                                 "Alg. 3 chooses).")] = 0,
+    profile: Annotated[Path | None, typer.Option(help="Profile or fit folder (`tuner profile`, "
+                       "`tuner fit`): measured cost model instead of the spec-sheet roofline.")] = None,
+    profile_mode: Annotated[str, typer.Option(help="auto | measured | transfer | roofline.")] = "auto",
+    exact: Annotated[bool, typer.Option(help="Step-by-step scheduler (no skip-ahead); same "
+                     "result, slower.")] = False,
     timeline: Annotated[Path | None, typer.Option(help="Write a per-iteration timeline CSV.")] = None,
     price: PriceOpt = None, gpu_file: GpuFileOpt = None, skip_invalid: SkipOpt = False,
     output_dist: DistOpt = None, as_json: JsonOpt = False,
@@ -219,8 +235,14 @@ def simulate(
     config = ServingConfig(gpu=g.name, tp=tp, dp=dp, scheduler=scheduler, chunk_size=chunk_size,
                            max_running=max_running, weight_bits=weight_bits, kv_bits=kv_bits,
                            gpu_memory_utilization=gpu_memory_utilization, ordering=ordering,
-                           block_size=block_size).validate()
-    res = run_sim(w, spec, g, config, timeline=timeline is not None)
+                           block_size=block_size, kv_offload_layers=kv_offload_layers,
+                           weight_offload_fraction=weight_offload_fraction,
+                           attention_on_cpu=attention_on_cpu, cpu_threads_intra=cpu_threads_intra,
+                           cpu_threads_inter=cpu_threads_inter).validate()
+    from tuner.simulator import default_cost_model
+
+    cm = default_cost_model(spec, g, config, profile, profile_mode=profile_mode) if profile else None
+    res = run_sim(w, spec, g, config, cm, timeline=timeline is not None, exact=exact)
     if timeline is not None:
         _write_timeline(timeline, res.timeline)
     summary = res.summary()
@@ -246,7 +268,51 @@ def simulate(
     t.add_row("peak / mean KV use", f"{100 * res.peak_kv_fraction:.0f} % / {100 * res.mean_kv_fraction:.0f} %")
     out.print(t)
     out.print(_memory_table(res.memory, g.name, "Memory plan"))
-    out.print(f"[dim]cost model: {res.provenance}[/]")
+    if summary.get("offload"):
+        out.print(_offload_table(summary["offload"], g.name))
+    out.print(f"cost model: {res.provenance}", style="dim", markup=False)
+
+
+def _offload_table(o: dict, gpu_name: str) -> Table:
+    """Why offloading helps or not: capacity gained vs transfer time against the overlap budget."""
+    t = Table(title=f"Offloading on {gpu_name} (per GPU)")
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    mem = o.get("memory", {})
+    if mem:
+        t.add_row("weights GPU / host", f"{_gib(mem.get('weights_gpu_bytes', 0))} / "
+                  f"{_gib(mem.get('weights_host_bytes', 0))}")
+        t.add_row("KV GPU / host", f"{_gib(mem.get('kv_gpu_bytes', 0))} / "
+                  f"{_gib(mem.get('kv_host_bytes', 0))}")
+        t.add_row("host RAM used / limit", f"{_gib(mem.get('host_used_bytes', 0))} / "
+                  f"{_gib(mem.get('host_limit_bytes', 0))}")
+    for key, label, fmt in (
+        ("kv_capacity_gain", "KV capacity gain from offload", "x{:.2f}"),
+        ("layer_kv_transfer_ms", "one layer's KV transfer (ms)", "{:.3f}"),
+        ("layer_exec_ms", "one layer's compute (ms)", "{:.3f}"),
+        ("transfer_to_compute_ratio", "transfer / compute", "{:.2f}"),
+        ("kv_transfer_s", "KV transfer total (s)", "{:,.1f}"),
+        ("kv_overlap_budget_s", "overlap budget (s)", "{:,.1f}"),
+        ("kv_stall_s", "KV stall (s)", "{:,.1f}"),
+        ("weight_stall_s", "weight streaming stall (s)", "{:,.1f}"),
+        ("cpu_attention_extra_s", "CPU attention extra (s)", "{:,.1f}"),
+        ("kv_quantize_s", "KV (de)quantization (s)", "{:,.1f}"),
+        ("stall_fraction", "share of time stalled", "{:.1%}"),
+    ):
+        v = o.get(key)
+        if isinstance(v, int | float):
+            t.add_row(label, fmt.format(v))
+    mo = o.get("max_overlapped_layers")
+    if isinstance(mo, dict):
+        t.add_row("layers fully overlapped, median step (Alg. 1 / Alg. 2 / exhaustive)",
+                  f"{mo.get('alg1_median')} / {mo.get('alg2_median')} / {mo.get('exact_median')}")
+    th = o.get("cpu_threads")
+    if isinstance(th, dict) and o.get("attention_on_cpu"):
+        t.add_row("CPU threads intra / inter", f"{th.get('intra')} / {th.get('inter')} "
+                  f"({th.get('chosen_by')}, {th.get('cores')} cores)")
+    if o.get("transfer_model"):
+        t.add_row("transfer model", str(o["transfer_model"]))
+    return t
 
 
 def _write_timeline(path: Path, tl: dict) -> None:

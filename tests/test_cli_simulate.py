@@ -1,0 +1,59 @@
+"""`tuner simulate` knobs beyond the defaults: offload flags, measured profile, exact mode."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "tuner.cli", "simulate", *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def workload(tmp_path_factory):
+    p = tmp_path_factory.mktemp("w") / "w.jsonl"
+    p.write_text("".join(json.dumps({"prompt_tokens": 300 + 37 * i, "output_tokens": 40 + 11 * i}) + "\n"
+                         for i in range(40)))
+    return str(p)
+
+
+def test_offload_flags_reach_the_simulator(workload):
+    base = run("-w", workload, "-m", "llama-3-8b", "-g", "A10", "--json")
+    off = run("-w", workload, "-m", "llama-3-8b", "-g", "A10", "--kv-offload-layers", "4", "--json")
+    assert base.returncode == 0 and off.returncode == 0, off.stderr
+    b, o = json.loads(base.stdout), json.loads(off.stdout)
+    assert o["config"]["kv_offload_layers"] == 4
+    assert o["kv_capacity_tokens"] > b["kv_capacity_tokens"]
+    assert o["offload"]["kv_capacity_gain"] > 1.0
+    table = run("-w", workload, "-m", "llama-3-8b", "-g", "A10", "--kv-offload-layers", "4")
+    assert "Offloading on A10" in table.stdout and "transfer / compute" in table.stdout
+
+
+def test_exact_mode_gives_the_same_makespan(workload):
+    fast = json.loads(run("-w", workload, "-m", "llama-3-8b", "-g", "A40", "--json").stdout)
+    exact = json.loads(run("-w", workload, "-m", "llama-3-8b", "-g", "A40", "--exact", "--json").stdout)
+    assert exact["makespan_s"] == pytest.approx(fast["makespan_s"], rel=1e-9)
+    assert exact["iterations"] == fast["iterations"]
+
+
+def test_measured_profile_is_used_and_named(workload):
+    prof = ROOT / "predictors" / "data" / "tiny-llama-cpu"
+    if not prof.is_dir():
+        pytest.skip("no shipped CPU profile")
+    r = run("-w", workload, "-m", "tiny-llama", "-g", "A10", "--profile", str(prof),
+            "--profile-mode", "measured", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["provenance"].startswith("measured")
+
+
+def test_bad_offload_value_is_one_line(workload):
+    r = run("-w", workload, "-m", "llama-3-8b", "-g", "A10", "--weight-offload-fraction", "1.5")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:")
