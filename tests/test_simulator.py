@@ -159,3 +159,19 @@ def test_makespan_never_beats_the_physical_limit(n, seed, gpu, chunk, r_max, bit
     assert res.lower_bound_s == pytest.approx(lower_bound_s(w, m, g, cfg))
     assert 0 < res.lower_bound_s <= res.makespan_s
     assert 0 < res.peak_kv_fraction <= 1.0
+
+
+def test_stored_calibration_applies_to_later_predictions(tmp_path, monkeypatch):
+    from predictors.calibration import Calibration
+
+    monkeypatch.setenv("TUNER_CALIBRATION_DIR", str(tmp_path))
+    w = wl([500, 300], [20, 30])
+    m, g = get_model("llama-3-8b"), get_gpu("A40", GPUS)
+    before = simulate(w, m, g, ServingConfig(gpu="A40"))
+    Calibration(device="A40", model="llama-3-8b", kernel_factor=1.0, iteration_overhead_s=0.01,
+                per_sequence_s=0.0, runs=3, method="test").save(tmp_path)
+    after = simulate(w, m, g, ServingConfig(gpu="A40"))
+    assert after.makespan_s == pytest.approx(before.makespan_s + 0.01 * after.iterations, rel=1e-6)
+    assert "calibrated" in after.provenance
+    monkeypatch.setenv("TUNER_NO_CALIBRATION", "1")
+    assert simulate(w, m, g, ServingConfig(gpu="A40")).makespan_s == pytest.approx(before.makespan_s)

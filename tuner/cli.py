@@ -343,7 +343,7 @@ def search(
     space: Annotated[Path | None, typer.Option(help="Search space YAML (default: "
                      "search_spaces/default.yaml).")] = None,
     n_trials: Annotated[int, typer.Option(help="Trials to complete (identical configs are "
-                        "simulated once).")] = 150,
+                        "simulated once).")] = 300,
     timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
     sampler: Annotated[str, typer.Option(help="auto | tpe | nsga2 (Optuna samplers; auto: TPE "
                        "up to 300 trials, NSGA-II beyond).")] = "auto",

@@ -81,7 +81,9 @@ HEARTBEAT_S = 30  # RDB storages: a worker's running trial is failed 2 x this af
 
 @dataclass(frozen=True)
 class SearchSettings:
-    n_trials: int = 150
+    # 300: TPE + polish reaches the exhaustive grid's best makespan and $ on 3 seeds of 3 on
+    # the default space (6 GPUs, 81,648 configurations); 150 missed by up to 6 %.
+    n_trials: int = 300
     timeout_s: float | None = None
     seed: int = 0
     sampler: str = "auto"  # "auto" | "tpe" | "nsga2"
@@ -320,7 +322,7 @@ def setup_from_study(study: optuna.Study, *, workload_path: str | Path | None = 
                          f"{meta.get('workload_requests')} requests, or other token counts); "
                          "workers must simulate the same job.")
     s = meta.get("search") or {}
-    settings = SearchSettings(n_trials=int(s.get("n_trials", 150)), timeout_s=s.get("timeout_s"),
+    settings = SearchSettings(n_trials=int(s.get("n_trials", 300)), timeout_s=s.get("timeout_s"),
                               seed=int(s.get("seed", 0)), sampler=s.get("sampler", "auto"),
                               study_name=study.study_name, resume=True,
                               exhaustive=bool(s.get("exhaustive", False)),
@@ -632,13 +634,12 @@ def _optimize(study: optuna.Study, ev: Evaluator, settings: SearchSettings, *, s
 
     def run(n: int) -> bool:
         """Up to `n` more trials, fewer when the study has its n_trials; False when the study
-        is done or time is up."""
+        has them or time is up (nothing more to do)."""
         n = min(n, settings.n_trials - _count_complete(study))
         left = None if t_end is None else t_end - time.monotonic()
-        if n <= 0 or (left is not None and left <= 0):
-            return False
-        study.optimize(objective, n_trials=n, timeout=left, callbacks=callbacks, catch=(),
-                       gc_after_trial=False)
+        if n > 0 and (left is None or left > 0):
+            study.optimize(objective, n_trials=n, timeout=left, callbacks=callbacks, catch=(),
+                           gc_after_trial=False)
         return (t_end is None or time.monotonic() < t_end) and \
             _count_complete(study) < settings.n_trials
 

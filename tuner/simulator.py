@@ -143,18 +143,21 @@ def default_cost_model(model: ModelSpec, gpu: GPU, config: ServingConfig,
     otherwise, roofline where nothing applies (predictors.loader.load_cost_model, `profile_mode`
     auto | measured | transfer | roofline). Without it: a profile shipped in predictors/data
     taken on this GPU at this model's shapes, else the spec-sheet roofline (GPUs nobody
-    measured)."""
+    measured). A stored calibration for (gpu, model) wraps the result (predictors.calibration)."""
+    from predictors.calibration import apply_stored
+
     if cost_model_dir is not None:
         from predictors.loader import load_cost_model
 
-        return load_cost_model(cost_model_dir, model, gpu, config, mode=profile_mode)
-    from predictors.loader import shipped_cost_model
+        cm = load_cost_model(cost_model_dir, model, gpu, config, mode=profile_mode)
+    else:
+        from predictors.loader import shipped_cost_model
 
-    shipped = shipped_cost_model(model, gpu, config)
-    if shipped is not None:
-        return shipped
-    return RooflineCostModel.from_specs(gpu, model, tp=config.tp, weight_bits=config.weight_bits,
-                                        kv_bits=config.kv_bits)
+        cm = shipped_cost_model(model, gpu, config) or RooflineCostModel.from_specs(
+            gpu, model, tp=config.tp, weight_bits=config.weight_bits, kv_bits=config.kv_bits)
+    # A fit from `tuner calibrate` (measured runs on this device and model) corrects the residual
+    # of every later prediction there; its provenance then says so (TUNER_NO_CALIBRATION=1: off).
+    return apply_stored(cm, gpu.name, model.name)
 
 
 def scheduler_params(config: ServingConfig, capacity_blocks: int) -> sch.SchedulerParams:
