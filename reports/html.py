@@ -28,7 +28,8 @@ missing or malformed key)::
       "winners": {"fastest": trial number | None, "cheapest": trial number | None},
       "best_per_gpu": {GPU NAME: {"fastest": trial number, "cheapest": trial number}},
       "exports": {"fastest_vllm_yaml": str, "cheapest_vllm_yaml": str},
-      "notes": [str] (optional)
+      "notes": [str] (optional),
+      "verdicts": [str] (optional; answers shown under the headline, e.g. the offload verdict)
     }
 
 Optional keys (``tuner.report_data.report_extras`` fills the first four; every section they
@@ -925,6 +926,7 @@ def _view(ctx: dict, trials: dict[int, dict]) -> dict:
         fastest_yaml=exports["fastest_vllm_yaml"], cheapest_yaml=exports["cheapest_vllm_yaml"],
         export_blocks=_export_view(ctx),
         notes=[str(n) for n in ctx.get("notes") or []],
+        verdicts=[str(v) for v in ctx.get("verdicts") or []],
         figures=figures,
         plotly_js=plotly.offline.get_plotlyjs(),
     )

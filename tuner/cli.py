@@ -363,6 +363,9 @@ def search(
     resume: Annotated[bool, typer.Option(help="Continue an interrupted study.")] = False,
     out_dir: Annotated[Path, typer.Option("--out", help="Output folder for the report, exports "
                        "and study.")] = Path("tuner-out"),
+    profile: Annotated[Path | None, typer.Option(help="Profile or fit folder (`tuner profile`, "
+                       "`tuner fit`): measured cost models instead of spec-sheet rooflines.")] = None,
+    profile_mode: Annotated[str, typer.Option(help="auto | measured | transfer | roofline.")] = "auto",
     price: PriceOpt = None, gpu_file: GpuFileOpt = None, skip_invalid: SkipOpt = False,
     output_dist: DistOpt = None, as_json: JsonOpt = False,
 ) -> None:
@@ -404,6 +407,19 @@ def search(
         raise TunerError("--workers must be >= 1.")
     if exhaustive and workers > 1:
         raise TunerError("--exhaustive runs in one process; drop --workers.")
+    if profile is not None and workers > 1:
+        raise TunerError("--profile runs in one process (workers read only the study); drop "
+                         "--workers.")
+    cost_model_for = None
+    if profile is not None:
+        from tuner.config import ServingConfig
+        from tuner.simulator import default_cost_model
+
+        default_cost_model(spec, next(iter(chosen.values())), ServingConfig(
+            gpu=next(iter(chosen))), profile, profile_mode=profile_mode)  # bad folder: fail now
+
+        def cost_model_for(gpu, config):
+            return default_cost_model(spec, gpu, config, profile, profile_mode=profile_mode)
     if sample_fraction is not None and not 0 <= sample_fraction <= 1:
         raise TunerError(f"--sample-fraction must be in [0, 1], got {sample_fraction:g}.")
     make_sampler(SearchSettings(sampler=sampler, seed=seed))  # bad --sampler: fail before --out
@@ -435,8 +451,8 @@ def search(
                               timeout_s=timeout, seed=seed, progress=prog)
         else:
             st = run_search(w, spec, chosen, sp, settings, on_trial=prog.on_trial,
-                            metadata=metadata)
-    _finish_search(st, w, spec, chosen, out_dir, as_json)
+                            metadata=metadata, cost_model_for=cost_model_for)
+    _finish_search(st, w, spec, chosen, out_dir, as_json, cost_model_for=cost_model_for)
 
 
 def _check_writable(out_dir: Path) -> None:
@@ -451,7 +467,8 @@ def _check_writable(out_dir: Path) -> None:
         raise TunerError(f"Cannot write to output folder {out_dir}: {exc.strerror or exc}.") from None
 
 
-def _finish_search(st, w, spec, chosen: dict, out_dir: Path, as_json: bool) -> None:
+def _finish_search(st, w, spec, chosen: dict, out_dir: Path, as_json: bool, *,
+                   cost_model_for=None) -> None:
     """Winners, report, exports and results.json of a finished study (`tuner search` and
     `tuner results` both end here)."""
     from reports.html import render_report
@@ -505,14 +522,20 @@ def _finish_search(st, w, spec, chosen: dict, out_dir: Path, as_json: bool) -> N
             f"sample only; the sample's estimate was within "
             f"{100 * err_stats['relative_error']['max']:.1f} % of the full simulation on all "
             f"{err_stats['pairs']} configurations simulated both ways.")
+    from tuner.results import offload_verdict
+
+    verdict = offload_verdict(records, chosen)
     ctx = build_context(study=st, records=records, workload=w, model=spec, gpus=chosen,
                         exports=exports, question=question, tool_version=tool_version(), notes=notes)
-    ctx.update(report_extras(st, records, w, spec, chosen))
+    ctx["verdicts"] = [verdict] if verdict else []
+    ctx.update(report_extras(st, records, w, spec, chosen, out_dir=out_dir,
+                             cost_model_for=cost_model_for))
     files["report"] = render_report(ctx, out_dir / "report.html")
     from tuner.deploy import _jsonable
 
     summary = {
         "study": st.study_name,
+        "verdicts": ctx["verdicts"],
         "winners": {k: by_num[v] for k, v in best.items()},
         "best_per_gpu": {g: {k: by_num[v] for k, v in d.items()} for g, d in per_gpu.items()},
         "pareto": [by_num[n] for n in ctx["pareto"]],
@@ -543,6 +566,8 @@ def _print_search(records, by_num, best, per_gpu, ctx, files, stats=None) -> Non
 
     f, c = by_num[best["fastest"]], by_num[best["cheapest"]]
     out.print()
+    for v in ctx.get("verdicts") or []:
+        out.print(v, markup=False, style="bold")
     out.print(f"[bold green]Fastest:[/] {f['config']['gpu']} — {_fmt_s(f['metrics']['makespan_s'])}, "
               f"{usd(f['metrics']['cost_usd'])}.  [bold green]Cheapest:[/] {c['config']['gpu']} — "
               f"{_fmt_s(c['metrics']['makespan_s'])}, {usd(c['metrics']['cost_usd'])}.")

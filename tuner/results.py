@@ -198,3 +198,44 @@ def build_context(*, study: optuna.Study, records: list[dict], workload: Workloa
         "exports": exports,
         "notes": notes,
     }
+
+
+def offload_verdict(records: list[dict], gpus: dict[str, GPU]) -> str | None:
+    """Vasuki's question, answered from the study: does the smallest-memory GPU, with the
+    memory-stretching knobs, approach the largest one? None when the space has no offload knob
+    or fewer than two GPU sizes."""
+    feas = [r for r in records if r["feasible"]]
+    if not any(r["config"].get("kv_offload_layers") or r["config"].get("weight_offload_fraction")
+               for r in feas):
+        return None
+    by_gpu: dict[str, list[dict]] = {}
+    for r in feas:
+        by_gpu.setdefault(r["config"]["gpu"], []).append(r)
+    sizes = sorted((gpus[g].memory_gib, g) for g in by_gpu if g in gpus)
+    if len(sizes) < 2 or sizes[0][0] == sizes[-1][0]:
+        return None
+    small, big = sizes[0][1], sizes[-1][1]
+    fs = min(by_gpu[small], key=lambda r: r["metrics"]["makespan_s"])
+    fb = min(by_gpu[big], key=lambda r: r["metrics"]["makespan_s"])
+    cs = min(r["metrics"]["cost_usd"] for r in by_gpu[small])
+    cb = min(r["metrics"]["cost_usd"] for r in by_gpu[big])
+    ratio = fs["metrics"]["makespan_s"] / fb["metrics"]["makespan_s"]
+    verdict = "approaches" if ratio <= 1.1 else "does not approach"
+    cfg = fs["config"]
+    text = (f"Offloading: {small} {verdict} {big} — best {small} makespan is {ratio:.2f}x "
+            f"{big}'s ({cfg.get('kv_offload_layers', 0)} KV layers and "
+            f"{100 * cfg.get('weight_offload_fraction', 0):.0f} % of weights offloaded, "
+            f"{cfg['weight_bits']}/{cfg['kv_bits']}-bit), cheapest {small} job costs "
+            f"{cs / cb:.2f}x {big}'s.")
+    off = fs["metrics"].get("offload") or {}
+    parts = []
+    if off.get("kv_capacity_gain"):
+        parts.append(f"KV capacity x{off['kv_capacity_gain']:.2f}")
+    if off.get("transfer_to_compute_ratio"):
+        parts.append(f"one layer's KV transfer takes {off['transfer_to_compute_ratio']:.1f}x its "
+                     "compute")
+    if off.get("offload_stall_s") is not None:
+        parts.append(f"stalls {off['offload_stall_s']:.0f} s")
+    if parts:
+        text += f" Why: {', '.join(parts)}."
+    return text
