@@ -47,8 +47,10 @@ def load_stored_study(study: str | None, storage: str | None, out: Path | None):
     """The Optuna study; one clear TunerError when the storage or the name is wrong."""
     import optuna
 
+    from tuner.search import storage_url
+
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    url = _storage_url(storage, out)
+    url = storage_url(_storage_url(storage, out))  # postgresql:// -> the installed driver
     try:
         names = optuna.study.get_all_study_names(url)
     except Exception as exc:  # noqa: BLE001 - storage drivers fail in many ways
