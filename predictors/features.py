@@ -42,3 +42,11 @@ class BatchFeatures:
         sampled = decodes + (1 if prefill_tokens else 0)
         arr = lambda v: np.array([v], dtype=np.float64)  # noqa: E731
         return cls(arr(p), arr(p * p), arr(p * context), arr(decodes), arr(kv_tokens), arr(sampled))
+
+
+def sum_parts(parts: dict[str, np.ndarray], n: int) -> np.ndarray:
+    """Seconds per iteration from a cost model's per-operation breakdown (all arrays length n)."""
+    total = np.zeros(n, dtype=np.float64)
+    for v in parts.values():
+        total += v
+    return total

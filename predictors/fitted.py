@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from predictors.features import BatchFeatures
+from predictors.features import BatchFeatures, sum_parts
 from predictors.opmath import ELEMENTWISE_OPS, LINEAR_OPS, TOKEN_OPS, flops_bytes
 from predictors.roofline import RooflineCostModel
 from predictors.tables import Table1D, Table2D, grid_axis, table_from_dict, token_axis
@@ -109,11 +109,7 @@ class FittedCostModel:
         }
 
     def iteration_time_s(self, f: BatchFeatures) -> np.ndarray:
-        parts = self.breakdown(f)
-        total = np.zeros(len(f), dtype=np.float64)
-        for v in parts.values():
-            total += v
-        return total
+        return sum_parts(self.breakdown(f), len(f))
 
     def describe(self) -> str:
         return self.description

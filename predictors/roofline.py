@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from predictors.features import BatchFeatures
+from predictors.features import BatchFeatures, sum_parts
 
 
 @dataclass(frozen=True)
@@ -143,11 +143,7 @@ class RooflineCostModel:
         }
 
     def iteration_time_s(self, f: BatchFeatures) -> np.ndarray:
-        parts = self.breakdown(f)
-        total = np.zeros(len(f), dtype=np.float64)
-        for v in parts.values():
-            total += v
-        return total
+        return sum_parts(self.breakdown(f), len(f))
 
     def describe(self) -> str:
         return self.name

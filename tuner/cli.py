@@ -73,11 +73,9 @@ def _workload(path: Path, model, skip_invalid: bool, output_dist: str | None):
 
 
 def _fmt_s(seconds: float) -> str:
-    if seconds >= 3600:
-        return f"{seconds / 3600:.2f} h"
-    if seconds >= 60:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds:.1f} s"
+    from tuner.results import fmt_duration
+
+    return fmt_duration(seconds)
 
 
 def _gib(b: float) -> str:

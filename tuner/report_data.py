@@ -35,7 +35,7 @@ from tuner.catalog import GPU, ModelSpec
 from tuner.config import ServingConfig
 from tuner.deploy import EXPORT_FORMATS, render_export
 from tuner.errors import TunerError
-from tuner.results import winners
+from tuner.results import fmt_duration, winners
 from tuner.simulator import CostModel, simulate
 from tuner.workload import Workload
 
@@ -71,12 +71,6 @@ def max_request_tokens(workload: Workload) -> int:
     return int((np.asarray(workload.prompt_tokens) + np.asarray(workload.output_tokens)).max())
 
 
-def _fmt_s(seconds: float) -> str:
-    if seconds >= 3600:
-        return f"{seconds / 3600:.2f} h"
-    if seconds >= 60:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds:.1f} s"
 
 
 def winner_header(label: str, record: dict, requests: int | None,
@@ -86,7 +80,7 @@ def winner_header(label: str, record: dict, requests: int | None,
     where = f" of study {study!r}" if study else ""
     job = f" for {requests} requests" if requests else ""
     return (f"{label} config found by tuner (trial #{record['number']}{where}): predicted "
-            f"makespan {_fmt_s(m['makespan_s'])}, ${m['cost_usd']:.2f}{job} "
+            f"makespan {fmt_duration(m['makespan_s'])}, ${m['cost_usd']:.2f}{job} "
             f"({record.get('provenance') or 'cost model not recorded'})")
 
 

@@ -18,6 +18,15 @@ def _fidelity(t: optuna.trial.FrozenTrial) -> str:
     return (t.user_attrs.get("fidelity") or {}).get("level", "full")
 
 
+def fmt_duration(seconds: float) -> str:
+    """'2.41 h', '3.5 min' or '42.0 s'."""
+    if seconds >= 3600:
+        return f"{seconds / 3600:.2f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds:.1f} s"
+
+
 def trial_records(study: optuna.Study) -> list[dict]:
     """One dict per distinct configuration simulated on the full workload (completed trials;
     duplicates, configurations only screened on the workload's sample, and a repeat of a

@@ -79,6 +79,28 @@ def _admit_blocks(r, prompt, output, generated, new, B, upfront, reserve_full, s
 
 
 @njit(cache=True)
+def _prefix_lookup(r, gid, pblocks, group_ref, group_ready, group_blocks, prompt, generated, B):
+    """(cached tokens it can skip, prefix blocks it shares, blocks to allocate for a new group's
+    prefix) for request r at admission."""
+    g = gid[r]
+    if g >= 0 and group_ref[g] > 0 and group_ready[g]:
+        sh = min(pblocks[r], group_blocks[g])
+        return min(sh * B, prompt[r] + generated[r] - 1), sh, 0
+    if g >= 0 and group_ref[g] == 0:  # r computes the prefix for its group
+        return 0, pblocks[r], pblocks[r]
+    return 0, 0, 0
+
+
+@njit(cache=True)
+def _join_group(r, g, sh, group_ref, group_owner, group_blocks):
+    if sh > 0:
+        if group_ref[g] == 0:
+            group_owner[g] = r
+            group_blocks[g] = sh
+        group_ref[g] += 1
+
+
+@njit(cache=True)
 def _run(prompt, output, gid, pblocks, n_groups, C, P, R_max, B, cap_blocks, prefill_first,
          chunked, decodes_first, upfront, reserve_full, fast, max_steps):
     n = prompt.shape[0]
@@ -122,31 +144,18 @@ def _run(prompt, output, gid, pblocks, n_groups, C, P, R_max, B, cap_blocks, pre
             # vLLM V0: admit whole prompts while they fit; such a step holds no decodes.
             while wc > 0 and nrun < R_max:
                 r = wq[wh]
-                g = gid[r]
-                hit = 0
-                sh = 0
-                if g >= 0 and group_ref[g] > 0 and group_ready[g]:
-                    sh = min(pblocks[r], group_blocks[g])
-                    hit = min(sh * B, prompt[r] + generated[r] - 1)
-                elif g >= 0 and group_ref[g] == 0:
-                    sh = pblocks[r]
+                hit, sh, extra = _prefix_lookup(r, gid, pblocks, group_ref, group_ready,
+                                                group_blocks, prompt, generated, B)
                 need = prompt[r] + generated[r] - hit
                 if need > budget or need > pbudget:
                     break
-                if reserve_full:
-                    nb = _ceil_div(prompt[r] + output[r], B) - sh
-                else:
-                    nb = _ceil_div(prompt[r] + generated[r], B) - sh
-                extra = sh if (g >= 0 and group_ref[g] == 0) else 0
+                # V0's block manager allocates the whole prompt (+ output when eviction-free)
+                nb = _admit_blocks(r, prompt, output, generated, need, B, True, reserve_full, sh)
                 if nb + extra > free:
                     break
                 wh = (wh + 1) % n
                 wc -= 1
-                if sh > 0:
-                    if group_ref[g] == 0:
-                        group_owner[g] = r
-                        group_blocks[g] = sh
-                    group_ref[g] += 1
+                _join_group(r, gid[r], sh, group_ref, group_owner, group_blocks)
                 free -= nb + extra
                 blocks[r] = nb
                 shared[r] = sh
@@ -227,16 +236,8 @@ def _run(prompt, output, gid, pblocks, n_groups, C, P, R_max, B, cap_blocks, pre
             if preempted == 0 and not prefill_first:
                 while wc > 0 and budget > 0 and pbudget > 0 and nrun < R_max:
                     r = wq[wh]
-                    g = gid[r]
-                    hit = 0
-                    sh = 0
-                    extra = 0
-                    if g >= 0 and group_ref[g] > 0 and group_ready[g]:
-                        sh = min(pblocks[r], group_blocks[g])
-                        hit = min(sh * B, prompt[r] + generated[r] - 1)
-                    elif g >= 0 and group_ref[g] == 0:
-                        sh = pblocks[r]  # this request computes the prefix for its group
-                        extra = sh
+                    hit, sh, extra = _prefix_lookup(r, gid, pblocks, group_ref, group_ready,
+                                                    group_blocks, prompt, generated, B)
                     remaining = prompt[r] + generated[r] - hit
                     lim = budget if budget < pbudget else pbudget
                     if chunked:
@@ -255,11 +256,7 @@ def _run(prompt, output, gid, pblocks, n_groups, C, P, R_max, B, cap_blocks, pre
                         break
                     wh = (wh + 1) % n
                     wc -= 1
-                    if sh > 0:
-                        if group_ref[g] == 0:
-                            group_owner[g] = r
-                            group_blocks[g] = sh
-                        group_ref[g] += 1
+                    _join_group(r, gid[r], sh, group_ref, group_owner, group_blocks)
                     free -= nb + extra
                     blocks[r] = nb
                     shared[r] = sh
