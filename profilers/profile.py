@@ -28,7 +28,7 @@ from profilers.schema import (
     row_key,
 )
 from profilers.timing import Sampler, TimingSettings, measure_interleaved
-from tuner.errors import TunerError
+from tuner.errors import TunerError, ensure_writable_dir
 
 INSTALL_HINT = 'pip install -e ".[profile]"'
 
@@ -178,15 +178,7 @@ def timing_for(device: str, quick: bool, repeats: int | None) -> TimingSettings:
 
 
 def check_out_dir(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise TunerError(f"Cannot write the profile to {out}: it is a file, not a folder.")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".tuner-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise TunerError(f"Cannot write the profile to {out}: {exc.strerror or exc}.") from None
+    ensure_writable_dir(out, "the profile")
 
 
 def _is_oom(exc: BaseException) -> bool:

@@ -9,14 +9,11 @@ result has no ``steps``.
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import time
-import traceback
 from pathlib import Path
 
-from runners._vllm_worker import device_description, make_prompts, one_line
+from runners._vllm_worker import device_description, make_prompts, serve
 
 
 def run(req: dict, res: dict) -> dict:
@@ -128,23 +125,7 @@ def _collect(manager, want: set[str], timeout_s: float) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python -m runners._transformers_worker REQUEST.json RESULT.json",
-              file=sys.stderr)
-        return 2
-    req_path, res_path = Path(argv[0]), Path(argv[1])
-    res: dict = {"ok": False, "stage": "read-request"}
-    try:
-        run(json.loads(req_path.read_text()), res)
-    except BaseException as exc:  # noqa: BLE001
-        traceback.print_exc()
-        res.update({"ok": False, "error": one_line(exc)})
-    tmp = res_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(res))
-    os.replace(tmp, res_path)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0 if res.get("ok") else 1)
+    return serve(run, argv, "_transformers_worker")
 
 
 if __name__ == "__main__":

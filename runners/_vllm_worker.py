@@ -234,15 +234,16 @@ def run(req: dict, res: dict) -> dict:
     return res
 
 
-def main(argv: list[str]) -> int:
+def serve(run_fn, argv: list[str], name: str) -> int:
+    """The worker protocol shared by the engine workers: read REQUEST.json, run, write
+    RESULT.json atomically (errors become one JSON line), then leave at once."""
     if len(argv) != 2:
-        print("usage: python -m runners._vllm_worker REQUEST.json RESULT.json", file=sys.stderr)
+        print(f"usage: python -m runners.{name} REQUEST.json RESULT.json", file=sys.stderr)
         return 2
     req_path, res_path = Path(argv[0]), Path(argv[1])
     res: dict = {"ok": False, "stage": "read-request"}
     try:
-        req = json.loads(req_path.read_text())
-        run(req, res)
+        run_fn(json.loads(req_path.read_text()), res)
     except BaseException as exc:  # noqa: BLE001 - everything becomes a one-line JSON error
         traceback.print_exc()
         res.update({"ok": False, "error": one_line(exc)})
@@ -254,6 +255,10 @@ def main(argv: list[str]) -> int:
     # vLLM's shutdown of its engine-core processes can take several seconds; the result is
     # written, so leave now (the engine core exits when its parent does).
     os._exit(0 if res.get("ok") else 1)
+
+
+def main(argv: list[str]) -> int:
+    return serve(run, argv, "_vllm_worker")
 
 
 if __name__ == "__main__":

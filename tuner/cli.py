@@ -454,15 +454,9 @@ def search(
 
 
 def _check_writable(out_dir: Path) -> None:
-    if out_dir.exists() and not out_dir.is_dir():
-        raise TunerError(f"Cannot write to output folder {out_dir}: it is a file, not a folder.")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        probe = out_dir / ".tuner-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise TunerError(f"Cannot write to output folder {out_dir}: {exc.strerror or exc}.") from None
+    from tuner.errors import ensure_writable_dir
+
+    ensure_writable_dir(out_dir, "the search outputs")
 
 
 def _finish_search(st, w, spec, chosen: dict, out_dir: Path, as_json: bool, *,

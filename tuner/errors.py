@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from pathlib import Path
 
 
 class TunerError(Exception):
@@ -24,3 +25,17 @@ def close_matches_hint(name: str, choices: Iterable[str]) -> str:
     if not hits:
         return f" Known: {', '.join(sorted(choices))}."
     return f" Did you mean: {', '.join(lowered[h] for h in hits[:4])}?"
+
+
+def ensure_writable_dir(path: Path, what: str) -> None:
+    """Create folder `path` or raise one TunerError line ("Cannot write WHAT to PATH: why")
+    before any work starts, so a bad --out never leaves half-written output."""
+    if path.exists() and not path.is_dir():
+        raise TunerError(f"Cannot write {what} to {path}: it is a file, not a folder.")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".tuner-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise TunerError(f"Cannot write {what} to {path}: {exc.strerror or exc}.") from None
