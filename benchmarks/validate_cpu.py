@@ -1,6 +1,6 @@
 """The whole loop on a CPU with real vLLM: profile -> fit -> search -> validate -> calibrate.
 
-    python benchmarks/validate_cpu.py [--out DIR] [--requests 48] [--top 3] [--heldout 1]
+    python benchmarks/validate_cpu.py [--out DIR] [--repeats 5] [--warmup-passes 1] [--reproduce 1]
 
 Needs vLLM for the CPU in a virtualenv (.venv-vllm, or --python / $TUNER_VLLM_PYTHON; see
 README "Validate on a real engine"). Steps, all through the `tuner` command line:
@@ -15,7 +15,12 @@ README "Validate on a real engine"). Steps, all through the `tuner` command line
    R_max, run on vLLM, predicted (measured profile) vs measured makespan, schedule diff;
 5. `tuner calibrate`: the fit, error before/after and leave-one-out;
 6. `tuner validate` on --heldout more configurations not used by the fit: the calibrated
-   prediction's out-of-sample error.
+   prediction's out-of-sample error;
+7. (--reproduce 1) the first configuration again in a fresh engine: how far two measurements of
+   one configuration lie apart on this machine, the floor under every error above.
+
+Each engine start runs --warmup-passes untimed passes of the job, then --repeats timed ones
+(the fastest counts); the spread of the timed ones is printed per configuration.
 
 Prints every figure and writes OUT/validate_cpu.json. The calibration store is OUT/calibration
 (TUNER_CALIBRATION_DIR), so nothing outside OUT is touched besides ~/.cache/vllm (torch.compile
@@ -85,6 +90,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--timeout", type=float, default=1200, help="seconds per vLLM run")
     ap.add_argument("--repeats", type=int, default=3,
                     help="measured runs per engine start; the fastest counts")
+    ap.add_argument("--reproduce", type=int, default=1, choices=(0, 1),
+                    help="run the first configuration again in a fresh engine (noise floor)")
+    ap.add_argument("--warmup-passes", type=int, default=1,
+                    help="untimed passes of the whole job per engine start, before the measured")
     a = ap.parse_args(argv)
 
     out = a.out.resolve()
@@ -109,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
     py = ["--python", a.python] if a.python else []
     common = ["--out", study_out, "--study", "cpu-validate", "--gpu-file", inp["gpu_file"],
               "--profile", prof, "--profile-mode", "measured", "--timeout", a.timeout,
-              "--repeats", a.repeats, *py]
+              "--repeats", a.repeats, "--warmup-passes", a.warmup_passes, *py]
     n_total = a.top + a.heldout
     # choose every configuration up front (spread), fit on the first `top`, hold out the rest
     sys.path.insert(0, str(REPO))
@@ -131,6 +140,14 @@ def main(argv: list[str] | None = None) -> dict:
         r = sh(["validate", *common, "--trials", ",".join(map(str, held)), "--json"], env)
         val2 = json.loads(r.stdout)
         timings["validate_heldout_s"] = r.elapsed
+    # The noise floor: the first configuration again, in a fresh engine. On a shared machine
+    # two engine starts of one configuration minutes apart differ by more than a cost model
+    # can be expected to explain; no prediction can be checked closer than this.
+    again = None
+    if a.reproduce:
+        r = sh(["validate", *common, "--trials", str(fit_on[0]), "--no-save-runs", "--json"],
+               env)
+        again = json.loads(r.stdout)["validation"][0]
     timings["total_s"] = time.monotonic() - t_all
 
     rows = val1["validation"] + (val2["validation"] if val2 else [])
@@ -161,8 +178,17 @@ def main(argv: list[str] | None = None) -> dict:
                                        if v.get("error_calibrated_pct") is not None],
         "calibration": {k: cal.get(k) for k in ("kernel_factor", "iteration_overhead_s",
                                                 "per_sequence_s", "method")},
+        "repeat_spread_pct": {
+            f"chunk {v['config']['chunk_size']} R {v['config']['max_running']}":
+            100.0 * (max(v["makespans_s"]) / min(v["makespans_s"]) - 1.0)
+            for v in rows if v.get("makespans_s")},
+        "reproduced": None if again is None else {
+            "config": f"chunk {again['config']['chunk_size']} R {again['config']['max_running']}",
+            "first_s": rows[0]["measured_s"], "again_s": again["measured_s"],
+            "difference_pct": 100.0 * (again["measured_s"] / rows[0]["measured_s"] - 1.0)},
         "timings": timings,
         "repeats": a.repeats,
+        "warmup_passes": a.warmup_passes,
         "makespans_s": {f"chunk {v['config']['chunk_size']} R {v['config']['max_running']}":
                         v.get("makespans_s") for v in rows},
         "device": rows[0]["device"], "engine": rows[0]["engine"],

@@ -10,9 +10,16 @@ model, three numbers by non-negative least squares:
                            + per_sequence_s * sequences sampled in the step
 
 - from the measured time of every engine step, when the runner recorded the real schedule
-  (vLLM: runners/_vllm_sched.py), with the base model priced on the *real* steps; or
+  (vLLM: runners/_vllm_sched.py), with the base model priced on the *real* steps; each run's
+  steps are weighted by 1 / its makespan, so every run counts alike in relative terms (a run
+  of 1,200 short steps does not outvote one of 160); or
 - from whole runs otherwise: measured makespan ~ a * sum(base) + b * steps + c * sequences,
   with sum(base), steps and sequences of the *simulated* schedule (fewer runs: fewer terms).
+
+Which terms are fitted is chosen by the data: with three runs or more, every subset that keeps
+kernel_factor is fitted and the one with the lowest leave-one-out makespan error wins (ties: the
+fewer terms). A term the runs cannot pin down (on a noisy machine, the split between a per-step
+and a per-sequence cost) then stays at 0 instead of fitting the noise of the runs it saw.
 
 The error before (base model) and after (calibrated) is computed on every stored run, and, with
 three runs or more, also leave-one-out (each run predicted by a fit without it), which is the
@@ -171,9 +178,10 @@ def append_runs(records: list[dict], store: str | Path | None = None) -> Path:
 
 
 def load_runs(paths: list[str | Path] | None = None, *, store: str | Path | None = None,
-              device: str | None = None, model: str | None = None) -> list[dict]:
+              device: str | None = None, model: str | None = None,
+              runner: str | None = None) -> list[dict]:
     """Run records from JSONL stores or validation JSON files ({"validation": [...]}),
-    filtered by device and model (case-insensitive)."""
+    filtered by device, model and runner (engine; case-insensitive)."""
     files = [Path(p) for p in paths] if paths else [runs_path(store)]
     out: list[dict] = []
     for p in files:
@@ -198,6 +206,8 @@ def load_runs(paths: list[str | Path] | None = None, *, store: str | Path | None
             if device and str(r.get("device_name", "")).lower() != device.lower():
                 continue
             if model and str(r.get("model", "")).lower() != model.lower():
+                continue
+            if runner and str(r.get("runner", "")).lower() != runner.lower():
                 continue
             out.append(r)
     return out
@@ -229,7 +239,8 @@ def _fit_makespans(runs: list[dict]) -> tuple[np.ndarray, str]:
     return coef, f"makespan least squares over {n} run(s), {k} term(s)"
 
 
-def _fit_steps(runs: list[dict]) -> tuple[np.ndarray, str, int]:
+def _fit_steps(runs: list[dict], terms: tuple[int, ...] = (0, 1, 2),
+               ) -> tuple[np.ndarray, str, int]:
     rows, ys = [], []
     for r in runs:
         st = r.get("real_steps") or {}
@@ -237,11 +248,14 @@ def _fit_steps(runs: list[dict]) -> tuple[np.ndarray, str, int]:
         d = np.asarray(st.get("dt_s") or [], dtype=np.float64)
         s = np.asarray(st.get("sampled") or [], dtype=np.float64)
         if len(b) and len(b) == len(d) == len(s):
-            rows.append(np.c_[b, np.ones_like(b), s])
-            ys.append(d)
+            w = 1.0 / np.sqrt(max(float(d.sum()), 1e-12))  # squared residuals / makespan
+            rows.append(w * np.c_[b, np.ones_like(b), s])
+            ys.append(w * d)
     X = np.vstack(rows)
     y = np.concatenate(ys)
-    return _nnls(X, y), f"per-step least squares over {len(y)} steps of {len(rows)} run(s)", len(y)
+    coef = np.zeros(3)
+    coef[list(terms)] = _nnls(X[:, list(terms)], y)
+    return coef, f"per-step least squares over {len(y)} steps of {len(rows)} run(s)", len(y)
 
 
 def _predict(coef: np.ndarray, r: dict) -> float:
@@ -274,22 +288,34 @@ def fit_calibration(runs: list[dict], *, device: str, model: str,
         raise ValueError("per-step calibration needs runs with recorded steps")
     use_steps = method == "steps" or (method == "auto" and steps_ok)
 
-    def fit(rs: list[dict]) -> tuple[np.ndarray, str, int]:
+    meas = [float(r["measured_s"]) for r in runs]
+
+    def fit(rs: list[dict], terms: tuple[int, ...]) -> tuple[np.ndarray, str, int]:
         if use_steps:
-            return _fit_steps(rs)
+            return _fit_steps(rs, terms)
         c, m = _fit_makespans(rs)
         return c, m, 0
 
-    coef, how, n_steps = fit(runs)
-    meas = [float(r["measured_s"]) for r in runs]
+    def loo_errors(terms: tuple[int, ...]) -> list[float]:
+        out = []
+        for i in range(len(runs)):
+            c, _, _ = fit(runs[:i] + runs[i + 1:], terms)
+            out.append(_err(_predict(c, runs[i]), meas[i]))
+        return out
+
+    terms, loo = (0, 1, 2), []
+    if len(runs) >= 3:
+        candidates = [(0,), (0, 1), (0, 2), (0, 1, 2)] if use_steps else [(0, 1, 2)]
+        scored = [(float(np.median(np.abs(e))), len(t), t, e)
+                  for t in candidates for e in [loo_errors(t)]]
+        _, _, terms, loo = min(scored, key=lambda x: (round(x[0], 6), x[1]))
+    coef, how, n_steps = fit(runs, terms)
+    if use_steps and len(runs) >= 3:
+        names = ", ".join(TERMS[i] for i in terms)
+        how += f"; terms chosen by leave-one-out error: {names}"
     before = [_err(float(r.get("predicted_s") or r["sim"]["base_time_s"]), m)
               for r, m in zip(runs, meas, strict=True)]
     after = [_err(_predict(coef, r), m) for r, m in zip(runs, meas, strict=True)]
-    loo: list[float] = []
-    if len(runs) >= 3:
-        for i in range(len(runs)):
-            c, _, _ = fit(runs[:i] + runs[i + 1:])
-            loo.append(_err(_predict(c, runs[i]), meas[i]))
     first = runs[-1]
     return Calibration(
         device=device, model=model,

@@ -310,6 +310,14 @@ def result_from_worker(runner: str, res: dict, notes: list[str]) -> RunResult:
     if arr is not None and arr.ndim != 2:
         arr = None
     dt = step_times(arr, res.get("steps_end_t"), res.get("t_start"))
+    extra = list(res.get("notes", []))
+    if "async_scheduling" in res:  # vLLM V1 reports it: a policy detail the schedule depends on
+        extra.append("engine scheduling: " + (
+            "asynchronous (vLLM's default: step k+1 is scheduled while step k runs)"
+            if res["async_scheduling"] else "synchronous"))
+    if res.get("warmup_passes"):
+        extra.append(f"{res['warmup_passes']} untimed warm-up pass(es) of the whole job "
+                     f"({float(res.get('warmup_passes_s', 0.0)):.1f} s) before the measured ones")
     return RunResult(
         runner=runner,
         device=res.get("device", "?"),
@@ -327,7 +335,7 @@ def result_from_worker(runner: str, res: dict, notes: list[str]) -> RunResult:
         kv_capacity_tokens=res.get("kv_capacity_tokens"),
         block_size=res.get("block_size"),
         engine_args=res.get("engine_args", {}),
-        notes=list(notes) + list(res.get("notes", [])),
+        notes=list(notes) + extra,
         steps=arr,
         step_dt_s=dt,
         log_path=res.get("log_path", ""),

@@ -16,8 +16,10 @@ What it does, in the vLLM worker (runners/_vllm_worker.py, run by the Python tha
   group share their prefix ids), submitted in the config's request order
   (tuner.simulator.order_requests), each with ``max_tokens`` = its output length and
   ``ignore_eos=True``, greedy sampling.
-- timing: engine start-up (construction: load, compile, KV allocation) and a 4-token warm-up
-  request are reported apart; the makespan is one ``LLM.generate`` over all requests, done
+- timing: engine start-up (construction: load, compile, KV allocation), a 4-token warm-up
+  request and ``warmup_passes`` untimed passes of the whole job (the engine's per-shape caches
+  fill on the first passes: on a CPU the first pass ran up to 45 % slower than the fifth) are
+  reported apart; the makespan is one ``LLM.generate`` over all requests, done
   ``repeats`` times on the same engine (fresh random prompts, prefix cache reset) and the
   fastest kept (``RunResult.makespans_s`` has all): start-up dominates, so repeats are cheap,
   and on a shared machine the minimum is the least disturbed measurement.
@@ -93,7 +95,8 @@ def build_job(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingCon
 def vllm_request(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConfig, *,
                  checkpoint: str | Path | None = None, warmup: bool = True,
                  record_steps: bool = True, model_cache_dir: str | Path | None = None,
-                 extra_engine_args: dict | None = None, repeats: int = 3) -> dict:
+                 extra_engine_args: dict | None = None, repeats: int = 3,
+                 warmup_passes: int = 0) -> dict:
     from tuner.deploy import vllm_engine_args
 
     job = build_job(workload, model, gpu, config, checkpoint=checkpoint,
@@ -104,7 +107,8 @@ def vllm_request(workload: Workload, model: ModelSpec, gpu: GPU, config: Serving
     args.update(extra_engine_args or {})
     job["notes"] += comments
     job.update({"engine_args": args, "warmup": warmup, "record_steps": record_steps,
-                "temperature": 0.0, "seed": 0, "repeats": int(repeats)})
+                "temperature": 0.0, "seed": 0, "repeats": int(repeats),
+                "warmup_passes": int(warmup_passes)})
     return job
 
 
@@ -113,7 +117,7 @@ def run_vllm(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
              work_dir: str | Path | None = None, timeout_s: float | None = None,
              warmup: bool = True, record_steps: bool = True,
              model_cache_dir: str | Path | None = None, extra_engine_args: dict | None = None,
-             repeats: int = 3, echo: bool = False) -> RunResult:
+             repeats: int = 3, warmup_passes: int = 0, echo: bool = False) -> RunResult:
     """One real vLLM run of `config` on `workload`; see the module docstring.
 
     Raises RunnerNotInstalled (no Python with vLLM), EngineRejected (vLLM refused the config:
@@ -122,7 +126,8 @@ def run_vllm(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     py = find_python("vllm", python)
     req = vllm_request(workload, model, gpu, config, checkpoint=checkpoint, warmup=warmup,
                        record_steps=record_steps, model_cache_dir=model_cache_dir,
-                       extra_engine_args=extra_engine_args, repeats=repeats)
+                       extra_engine_args=extra_engine_args, repeats=repeats,
+                       warmup_passes=warmup_passes)
     wd = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="tuner-vllm-"))
     req["steps_file"] = str((wd / "steps.jsonl").resolve()) if record_steps else None
     res = run_worker("vllm", py, req, wd, timeout_s=timeout_s, echo=echo)

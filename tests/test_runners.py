@@ -165,6 +165,8 @@ def test_vllm_request_uses_deploy_mapping(cpu_gpu):
     assert req["create_model"]["shape"] == TINY_LLAMA and req["create_model"]["weights"]
     assert req["cpu_kv_cache_bytes"] > 0
     assert any("ordering" in n for n in req["notes"])  # deploy's comment is kept
+    assert req["warmup_passes"] == 0 and req["repeats"] == 3
+    assert vllm_request(w, spec, cpu_gpu, cfg, warmup_passes=2)["warmup_passes"] == 2
     req2 = vllm_request(w, spec, cpu_gpu, cfg, checkpoint="/models/x")
     assert req2["model_path"] == "/models/x" and "create_model" not in req2
 

@@ -53,6 +53,11 @@ def test_cpu_loop_with_real_vllm(tmp_path):
         assert r["runner"] == "vllm" and r["device"].startswith("cpu")
         assert r["iterations"]["real"] and r["schedule"]["real"]["steps"] == r["iterations"]["real"]
         assert r["kv_capacity_tokens"]["engine"] >= 0.9 * r["kv_capacity_tokens"]["plan"]
+        real = r["schedule"]["real"]
+        if real["preemptions"] == 0:  # the recorder's decode/prefill split: every output token
+            # but each request's first (sampled by its last prefill chunk) is one decode
+            assert real["decode_tokens"] == r["output_tokens"] - r["requests"]
+        assert any("warm-up pass" in n for n in r["notes"])
     # the held-out run was predicted with the calibration fitted on the other three
     assert runs[3]["predicted_calibrated_s"] is not None
     # sanity bound only (timing on a shared 2-core machine is noisy); the measured figures

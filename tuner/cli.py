@@ -405,19 +405,11 @@ def search(
         raise TunerError("--workers must be >= 1.")
     if exhaustive and workers > 1:
         raise TunerError("--exhaustive runs in one process; drop --workers.")
-    if profile is not None and workers > 1:
-        raise TunerError("--profile runs in one process (workers read only the study); drop "
-                         "--workers.")
-    cost_model_for = None
-    if profile is not None:
-        from tuner.config import ServingConfig
-        from tuner.simulator import default_cost_model
+    from tuner.simulator import profile_cost_model_for
 
-        default_cost_model(spec, next(iter(chosen.values())), ServingConfig(
-            gpu=next(iter(chosen))), profile, profile_mode=profile_mode)  # bad folder: fail now
-
-        def cost_model_for(gpu, config):
-            return default_cost_model(spec, gpu, config, profile, profile_mode=profile_mode)
+    # a bad folder fails now; workers find the folder in the study's metadata
+    cost_model_for = profile_cost_model_for(spec, profile, profile_mode=profile_mode,
+                                            check_gpu=next(iter(chosen.values())))
     if sample_fraction is not None and not 0 <= sample_fraction <= 1:
         raise TunerError(f"--sample-fraction must be in [0, 1], got {sample_fraction:g}.")
     make_sampler(SearchSettings(sampler=sampler, seed=seed))  # bad --sampler: fail before --out
@@ -430,7 +422,9 @@ def search(
     check_study_settings(settings)  # e.g. study exists without --resume: one line, no progress
     metadata = {"workload": str(workload.resolve()),
                 "gpu_file": str(gpu_file.resolve()) if gpu_file else None,
-                "skip_invalid": skip_invalid, "output_dist": output_dist}
+                "skip_invalid": skip_invalid, "output_dist": output_dist,
+                "profile": str(profile.resolve()) if profile is not None else None,
+                "profile_mode": profile_mode}
     size = sp.size(len(chosen))
     total = size if exhaustive else n_trials
     n_s = sample_size(len(w), sample_fraction)

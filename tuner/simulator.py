@@ -160,6 +160,25 @@ def default_cost_model(model: ModelSpec, gpu: GPU, config: ServingConfig,
     return apply_stored(cm, gpu.name, model.name)
 
 
+def profile_cost_model_for(model: ModelSpec, profile: str | Path | None, *,
+                           profile_mode: str = "auto", check_gpu: GPU | None = None):
+    """`(gpu, config) -> CostModel` from a profile/fit folder (`--profile DIR`), or None without
+    one. With `check_gpu`, the folder is loaded once now, so a bad folder fails before a search
+    starts (one TunerError) rather than in its first trial."""
+    if profile is None:
+        return None
+    if not Path(profile).exists():
+        raise TunerError(f"Profile folder {profile} does not exist on this machine; pass "
+                         "--profile DIR with a copy of it.")
+
+    def cost_model_for(gpu: GPU, config: ServingConfig) -> CostModel:
+        return default_cost_model(model, gpu, config, profile, profile_mode=profile_mode)
+
+    if check_gpu is not None:
+        cost_model_for(check_gpu, ServingConfig(gpu=check_gpu.name))
+    return cost_model_for
+
+
 def scheduler_params(config: ServingConfig, capacity_blocks: int) -> sch.SchedulerParams:
     return sch.preset(config.scheduler, token_budget=config.chunk_size,
                       max_running=config.max_running, block_size=config.block_size,

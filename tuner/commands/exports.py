@@ -135,7 +135,7 @@ def rank_records(records: list[dict], goal: str) -> list[dict]:
 
 
 def build_report_context(st, *, workload: Path | None = None, gpu_file: Path | None = None,
-                         out_dir: Path | None = None):
+                         out_dir: Path | None = None, profile: Path | None = None):
     """The report context of a stored study, as `tuner search` builds it, plus the extras of
     tuner.report_data (timelines, importances, every export format)."""
     from tuner.cli import tool_version
@@ -170,8 +170,13 @@ def build_report_context(st, *, workload: Path | None = None, gpu_file: Path | N
     ctx = build_context(study=st, records=records, workload=w, model=spec, gpus=gpus,
                         exports=exports, question=question, tool_version=tool_version(),
                         notes=notes)
+    from tuner.search import study_cost_model_for
+
+    cost_model_for = study_cost_model_for(meta, spec, gpus, study_name=st.study_name,
+                                          profile=profile)
     ctx.update(report_extras(st, records, w, spec, gpus, out_dir=out_dir,
-                             workload_path=str(workload or meta.get("workload") or "")))
+                             workload_path=str(workload or meta.get("workload") or ""),
+                             cost_model_for=cost_model_for))
     return ctx
 
 
@@ -262,6 +267,9 @@ def register(app: typer.Typer) -> None:
                           "(default: OUT/report.html).")] = None,
         workload: WorkloadOpt = None,
         gpu_file: GpuFileOpt = None,
+        profile: Annotated[Path | None, typer.Option("--profile", help="A copy of the "
+                           "profile/fit folder the search used (default: the path stored in "
+                           "the study).")] = None,
     ) -> None:
         """Render the HTML cost report of a stored study again (e.g. after more trials, from
         another worker's storage, or with the real runs of `tuner validate` in OUT/validation.json).
@@ -275,7 +283,8 @@ def register(app: typer.Typer) -> None:
             raise TunerError(f"--output {target} is a folder; give a file name.")
         st = load_stored_study(study, storage, out)
         ctx = build_report_context(st, workload=workload, gpu_file=gpu_file,
-                                   out_dir=out or (None if storage else Path("tuner-out")))
+                                   out_dir=out or (None if storage else Path("tuner-out")),
+                                   profile=profile)
         try:
             path = render_report(ctx, target)
         except OSError as exc:

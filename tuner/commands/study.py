@@ -29,6 +29,8 @@ from tuner.errors import TunerError
 
 StudyOpt = Annotated[str, typer.Option("--study", help="Study name.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+ProfileOpt = Annotated[Path | None, typer.Option("--profile", help="A copy of the profile/fit "
+                       "folder the search used (default: the path stored in the study).")]
 
 
 # ---- progress shared by `tuner search` and `tuner worker` --------------------------------------
@@ -153,6 +155,7 @@ def worker(
                         "this file instead of the study (it must hold the same requests).")] = None,
     wait: Annotated[float, typer.Option(help="Seconds to wait for the study to be created "
                     "(workers started before the search).")] = 0.0,
+    profile: ProfileOpt = None,
     quiet: Annotated[bool, typer.Option(help="No progress output.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -167,7 +170,7 @@ def worker(
     from tuner.search import connect_worker
 
     job = connect_worker(study, storage, n_trials=n_trials, timeout_s=timeout, seed=seed,
-                         workload_path=workload, wait_s=wait)
+                         workload_path=workload, wait_s=wait, profile=profile)
     mine: list[int] = []
     with SearchProgress(err, job.settings.n_trials, disable=quiet or as_json,
                         label=f"worker on {study}") as prog:
@@ -194,6 +197,7 @@ def results(
                        "and results.json (default: tuner-out).")] = None,
     workload: Annotated[Path | None, typer.Option("--workload", help="Read the workload from "
                         "this file instead of the study.")] = None,
+    profile: ProfileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Print and export a study's results again: Pareto front, best config per GPU, parameter
@@ -203,10 +207,13 @@ def results(
     """
     from tuner.cli import _check_writable, _finish_search
     from tuner.commands.exports import load_stored_study
-    from tuner.search import setup_from_study, storage_url
+    from tuner.search import setup_from_study, storage_url, study_cost_model_for
 
     st = load_stored_study(study, storage_url(storage) if storage else None, out_dir)
     setup = setup_from_study(st, workload_path=workload)
+    cost_model_for = study_cost_model_for(  # re-simulated winners: the search's cost models
+        setup.metadata, setup.model, setup.gpus, study_name=st.study_name, profile=profile)
     out = out_dir or Path("tuner-out")
     _check_writable(out)
-    _finish_search(st, setup.workload, setup.model, setup.gpus, out, as_json)
+    _finish_search(st, setup.workload, setup.model, setup.gpus, out, as_json,
+                   cost_model_for=cost_model_for)

@@ -279,6 +279,11 @@ def register(app: typer.Typer) -> None:
         warmup: Annotated[bool, typer.Option(help="One short request before the measured run.")] = True,
         repeats: Annotated[int, typer.Option("--repeats", help="Measured runs per engine start "
                            "(fresh prompts each); the fastest counts (vLLM runner).")] = 3,
+        warmup_passes: Annotated[int, typer.Option("--warmup-passes", help="Untimed passes of "
+                                 "the whole job before the measured ones (vLLM runner): the "
+                                 "engine's per-shape caches fill on the first passes, and a long "
+                                 "offline job runs at the steady state. 0 for jobs too long to "
+                                 "run twice.")] = 1,
         store: Annotated[Path | None, typer.Option("--store", help="Calibration store (default "
                          "$TUNER_CALIBRATION_DIR or ~/.cache/tuner/calibration).")] = None,
         save_runs: Annotated[bool, typer.Option(help="Append the runs to the calibration "
@@ -308,6 +313,8 @@ def register(app: typer.Typer) -> None:
             raise TunerError("--top must be >= 1.")
         if repeats < 1:
             raise TunerError("--repeats must be >= 1.")
+        if warmup_passes < 0:
+            raise TunerError("--warmup-passes must be >= 0.")
         find_python(runner, python)  # not installed: one line, before anything runs
         meta: dict = {}
         chosen: list[tuple[int | None, dict, float | None]] = []
@@ -363,7 +370,8 @@ def register(app: typer.Typer) -> None:
                 trial=trial, study_predicted_s=study_pred,
                 run_kwargs={"checkpoint": checkpoint, "python": python, "work_dir": run_dir,
                             "timeout_s": timeout, "warmup": warmup, "repeats": repeats,
-                            "model_cache_dir": out_dir / "models"})
+                            "model_cache_dir": out_dir / "models",
+                            **({"warmup_passes": warmup_passes} if runner == "vllm" else {})})
             records_out.append(rec)
             if not as_json:
                 err.print(f"  predicted {_fmt_s(rec['predicted_s'])}, measured "
@@ -421,6 +429,10 @@ def register(app: typer.Typer) -> None:
                         "JSONL to fit on (repeatable; default: the calibration store).")] = None,
         store: Annotated[Path | None, typer.Option("--store", help="Calibration store (default "
                          "$TUNER_CALIBRATION_DIR or ~/.cache/tuner/calibration).")] = None,
+        runner: Annotated[str | None, typer.Option("--runner", help="Engine whose runs to fit "
+                          "(vllm | transformers; default: the only one among the runs). "
+                          "Engines differ in their per-step cost: one calibration per device "
+                          "and model, fitted on one engine.")] = None,
         method: Annotated[str, typer.Option("--method", help="auto | steps (per engine step) | "
                           "makespan (per run).")] = "auto",
         as_json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON.")] = False,
@@ -440,17 +452,22 @@ def register(app: typer.Typer) -> None:
         for p in runs or []:
             if not p.is_file():
                 raise TunerError(f"Runs file {p} does not exist.")
-        recs = load_runs(runs, store=store, device=device, model=model)
+        recs = load_runs(runs, store=store, device=device, model=model, runner=runner)
         if not recs:
             where = ", ".join(map(str, runs)) if runs else str(runs_path(store))
             raise TunerError(f"No measured runs{f' of {model}' if model else ''}"
-                             f"{f' on {device}' if device else ''} in {where}; run `tuner "
+                             f"{f' on {device}' if device else ''}"
+                             f"{f' with {runner}' if runner else ''} in {where}; run `tuner "
                              "validate` first.")
         devs = sorted({r.get("device_name", "?") for r in recs})
         mods = sorted({r.get("model", "?") for r in recs})
         if len(devs) > 1 or len(mods) > 1:
             raise TunerError(f"The runs cover devices {', '.join(devs)} and models "
                              f"{', '.join(mods)}; pick one with --device and --model.")
+        engines = sorted({str(r.get("runner", "?")) for r in recs})
+        if len(engines) > 1:
+            raise TunerError(f"The runs come from the engines {', '.join(engines)}, whose "
+                             "per-step costs differ; pick one with --runner.")
         try:
             cal = fit_calibration(recs, device=devs[0], model=mods[0], method=method)
         except ValueError as exc:
