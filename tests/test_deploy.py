@@ -15,7 +15,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tuner.catalog import GIB, GPU, ModelSpec
+from tuner.catalog import GIB, GPU, ModelSpec, load_gpus
 from tuner.config import ORDERINGS, SCHEDULERS, ServingConfig
 from tuner.deploy import (
     CONFIG_COMMENT_PREFIX,
@@ -386,6 +386,24 @@ def test_sglang_prefill_first_and_orderings():
                                             A10, max_model_len=4096)
         assert dict(opts)["schedule-policy"] == "fcfs"
         assert any("sort the input" in c for c in comments)
+
+
+def test_sglang_writes_only_options_checked_against_its_parser():
+    from tuner.deploy import SGLANG_KNOWN_OPTIONS
+
+    configs = [ServingConfig(gpu="A10"), ServingConfig(gpu="H100", weight_bits=8, kv_bits=8,
+                                                       tp=2, dp=2, ordering="blend"),
+               ServingConfig(gpu="A10", scheduler="vllm-v0", chunk_size=8192, kv_bits=4,
+                             weight_offload_fraction=0.3, ordering="longest-output")]
+    gpus = load_gpus()
+    for cfg in configs:
+        opts, _ = sglang_server_args(cfg, LLAMA, gpus[cfg.gpu], max_model_len=4096)
+        names = {k for k, _ in opts}
+        assert names <= SGLANG_KNOWN_OPTIONS, names - SGLANG_KNOWN_OPTIONS
+        d = dict(opts)
+        assert d["schedule-policy"] in {"fcfs", "lof", "lpm"}
+        assert d.get("kv-cache-dtype", "auto") in {"auto", "fp8_e4m3"}
+        assert isinstance(d.get("cpu-offload-gb", 0), int)  # SGLang's parser takes an int
 
 
 def test_sglang_comments_for_knobs_it_lacks():

@@ -17,7 +17,11 @@ never dropped silently).
 - :func:`sglang_server_args` / :func:`to_sglang_command` -> ``python -m sglang.launch_server``
   arguments (SGLang's documented server arguments: ``--model-path``, ``--tp-size``,
   ``--chunked-prefill-size``, ``--max-running-requests``, ``--kv-cache-dtype``,
-  ``--mem-fraction-static``, ``--schedule-policy``, ``--cpu-offload-gb``...).
+  ``--mem-fraction-static``, ``--schedule-policy``, ``--cpu-offload-gb``...). Every option
+  and value written was checked against SGLang's own parser (python/sglang/srt/server_args.py
+  at sgl-project/sglang commit 001067ff, 2026): all exist, ``--cpu-offload-gb`` takes an int,
+  and the lpm schedule policy turns to fcfs while more than 128 requests wait
+  (schedule_policy.py). :data:`SGLANG_KNOWN_OPTIONS` lists what was checked.
 - :func:`to_json` -> every figure of one result as JSON.
 - :func:`render_export` / :func:`parse_export` -> any of :data:`EXPORT_FORMATS` and back: every
   export carries the ``# tuner-config:`` line (JSON: its ``config`` object), so it parses back to
@@ -457,6 +461,13 @@ _SGLANG_DIRECT = {
     "mem-fraction-static": "gpu_memory_utilization",
     "page-size": "block_size",
 }
+#: The options this module writes, each checked against SGLang's parser (see module docstring);
+#: tests keep the writer within it, so a new option is checked before it ships.
+SGLANG_KNOWN_OPTIONS = frozenset({
+    "model-path", "tp-size", "dp-size", "chunked-prefill-size", "max-prefill-tokens",
+    "enable-mixed-chunk", "max-running-requests", "mem-fraction-static", "page-size",
+    "context-length", "kv-cache-dtype", "quantization", "cpu-offload-gb", "schedule-policy",
+})
 _SGLANG_ALIASES = {"tp": "tp-size", "tensor-parallel-size": "tp-size",
                    "dp": "dp-size", "data-parallel-size": "dp-size", "model": "model-path"}
 
@@ -512,9 +523,9 @@ def sglang_server_args(
         opts.append(("kv-cache-dtype", "fp8_e4m3"))
     else:
         comments.append(
-            "kv_bits=4: SGLang's 4-bit KV cache (kv-cache-dtype fp4_e2m1) needs CUDA 12.8+, "
-            "PyTorch 2.8+ and an attention backend that supports it; otherwise use "
-            "--kv-cache-dtype fp8_e4m3 (half the predicted KV capacity)."
+            "kv_bits=4: SGLang's 4-bit KV cache (kv-cache-dtype fp4_mx_block16; fp4_e2m1 in "
+            "older releases, rejected by newer ones) needs a recent GPU, CUDA and attention "
+            "backend; otherwise use --kv-cache-dtype fp8_e4m3 (half the predicted KV capacity)."
         )
     if config.weight_bits == 8:
         if gpu.fp8_tflops:
