@@ -350,3 +350,35 @@ def test_cli_workers_use_the_searchs_profile(tmp_path, small_space):
     back = tuner_cli("results", "--out", out, "--profile", moved, "--json")
     assert back.returncode == 0, back.stderr
     assert json.loads(back.stdout)["winners"] == json.loads(again.stdout)["winners"]
+
+
+def _pop_enqueued(url: str, out) -> None:
+    try:
+        st = optuna.load_study(study_name="race", storage=search_mod.make_storage(url))
+        st.optimize(lambda t: float(t.suggest_int("x", 0, 1000)), n_trials=15, catch=())
+        out.put("ok")
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        out.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_sqlite_workers_never_run_one_enqueued_trial_twice(tmp_path):
+    """Several processes popping enqueued trials (the search's presets) from one SQLite study:
+    each runs once, none fails with "Trial#N has already finished" (optuna/optuna#4002)."""
+    import multiprocessing as mp
+
+    url = f"sqlite:///{tmp_path / 'race.db'}"
+    st = optuna.create_study(study_name="race", storage=search_mod.make_storage(url))
+    for i in range(45):
+        st.enqueue_trial({"x": i})
+    out = mp.get_context("fork").Queue()
+    procs = [mp.get_context("fork").Process(target=_pop_enqueued, args=(url, out))
+             for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+    assert [out.get(timeout=5) for _ in procs] == ["ok"] * 3
+    trials = st.get_trials(deepcopy=False)
+    assert all(t.state == COMPLETE for t in trials) and len(trials) == 45
+    assert sorted(t.params["x"] for t in trials) == list(range(45))
+    assert sorted(t.number for t in trials) == list(range(45))

@@ -146,18 +146,41 @@ def make_storage(url: str | None) -> optuna.storages.BaseStorage | None:
         return None
     url = storage_url(url)
     engine_kwargs: dict = {}
-    if url.startswith("sqlite"):
-        engine_kwargs = {"connect_args": {"timeout": 60}}
+    sqlite = url.startswith("sqlite")
+    if sqlite:
+        # isolation_level=None: the driver opens no transaction of its own; _serialize_sqlite
+        # then starts every transaction with BEGIN IMMEDIATE (see there).
+        engine_kwargs = {"connect_args": {"timeout": 60, "isolation_level": None}}
     else:
         engine_kwargs = {"pool_pre_ping": True}
     try:
         with warnings.catch_warnings():  # heartbeat_interval is "experimental" in Optuna 5
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs,
-                                              heartbeat_interval=HEARTBEAT_S,
-                                              grace_period=2 * HEARTBEAT_S)
+            storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs,
+                                                 heartbeat_interval=HEARTBEAT_S,
+                                                 grace_period=2 * HEARTBEAT_S)
     except Exception as exc:  # noqa: BLE001 - storage URLs fail in many driver-specific ways
         raise _storage_error(url, exc) from None
+    if sqlite:
+        _serialize_sqlite(storage.engine)
+    return storage
+
+
+def _serialize_sqlite(engine) -> None:
+    """Make every SQLite transaction take the database's write lock when it begins.
+
+    Optuna guards read-check-write steps (a worker popping an enqueued trial: WAITING ->
+    RUNNING; finishing a trial) with SELECT ... FOR UPDATE, which SQLite ignores, and Python's
+    sqlite3 opens its transaction only at the first write: two workers could both read a
+    preset trial as WAITING and both run it, and the second to finish failed with "Trial#N has
+    already finished and can not be updated" (optuna/optuna#4002, #4621). With BEGIN
+    IMMEDIATE the second worker waits (up to the 60 s busy timeout) and then sees the trial
+    taken. Transactions are milliseconds against seconds of simulation per trial."""
+    from sqlalchemy import event
+
+    @event.listens_for(engine, "begin")
+    def _begin_immediate(conn):
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def check_study_settings(settings: SearchSettings) -> None:
