@@ -45,6 +45,21 @@ def make_prompts(prompt_tokens, prefix_ids, prefix_tokens, vocab_size: int, seed
     return prompts
 
 
+def job_inputs(req: dict, vocab_size: int, pass_index: int) -> list[dict]:
+    """The job's prompts for one pass (fresh random ids per pass, prefix groups kept)."""
+    prompts = make_prompts(req["prompt_tokens"], req.get("prefix_ids"), req.get("prefix_tokens"),
+                           vocab_size, int(req.get("seed", 0)) + pass_index)
+    return [{"prompt_token_ids": p} for p in prompts]
+
+
+def reset_prefix_cache(llm) -> None:
+    """Start a pass with an empty prefix cache (best effort: the prompts differ anyway)."""
+    try:
+        llm.reset_prefix_cache()
+    except Exception:  # noqa: BLE001
+        pass
+
+
 def device_description() -> str:
     try:
         import torch
@@ -194,13 +209,8 @@ def run(req: dict, res: dict) -> dict:
         res["stage"] = "warmup-passes"
         t0 = time.monotonic()
         for k in range(passes):
-            prompts = make_prompts(req["prompt_tokens"], req.get("prefix_ids"),
-                                   req.get("prefix_tokens"), vocab, int(req.get("seed", 0)) + 1000 + k)
-            llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
-            try:
-                llm.reset_prefix_cache()
-            except Exception:  # noqa: BLE001 - prompts differ anyway
-                pass
+            llm.generate(job_inputs(req, vocab, 1000 + k), params, use_tqdm=False)
+            reset_prefix_cache(llm)
         res["warmup_passes_s"] = time.monotonic() - t0
         if steps_file is not None:
             _, _, skip = read_steps(steps_file, 0)
@@ -213,13 +223,8 @@ def run(req: dict, res: dict) -> dict:
     tries = []
     for k in range(repeats):
         if k:
-            try:
-                llm.reset_prefix_cache()
-            except Exception:  # noqa: BLE001 - prompts differ anyway
-                pass
-        prompts = make_prompts(req["prompt_tokens"], req.get("prefix_ids"),
-                               req.get("prefix_tokens"), vocab, int(req.get("seed", 0)) + k)
-        inputs = [{"prompt_token_ids": p} for p in prompts]
+            reset_prefix_cache(llm)
+        inputs = job_inputs(req, vocab, k)
         before = counters(llm)
         t_start = time.monotonic()
         outs = llm.generate(inputs, params, use_tqdm=False)
@@ -232,7 +237,7 @@ def run(req: dict, res: dict) -> dict:
             "t_start": t_start,
             "t_end": t_end,
             "requests": len(outs),
-            "prompt_tokens": int(sum(len(p) for p in prompts)),
+            "prompt_tokens": int(sum(len(x["prompt_token_ids"]) for x in inputs)),
             "output_tokens": int(sum(got)),
             "throughput_tok_s": sum(got) / max(t_end - t_start, 1e-9),
             "mismatched_lengths": sum(1 for g, o in zip(got, outs_len, strict=True) if g != o),

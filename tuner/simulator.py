@@ -167,9 +167,6 @@ def profile_cost_model_for(model: ModelSpec, profile: str | Path | None, *,
     starts (one TunerError) rather than in its first trial."""
     if profile is None:
         return None
-    if not Path(profile).exists():
-        raise TunerError(f"Profile folder {profile} does not exist on this machine; pass "
-                         "--profile DIR with a copy of it.")
 
     def cost_model_for(gpu: GPU, config: ServingConfig) -> CostModel:
         return default_cost_model(model, gpu, config, profile, profile_mode=profile_mode)

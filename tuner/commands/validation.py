@@ -348,7 +348,7 @@ def register(app: typer.Typer) -> None:
         from tuner.commands.exports import study_workload
 
         w = study_workload(meta, spec, workload)
-        prof = profile or meta.get("profile") or meta.get("cost_model_dir")
+        prof = profile or meta.get("profile")
         mode = profile_mode or meta.get("profile_mode") or "auto"
         out_dir.mkdir(parents=True, exist_ok=True)
         records_out = []
