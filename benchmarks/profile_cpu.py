@@ -34,8 +34,8 @@ def main() -> None:
     from predictors.loader import load_cost_model
     from predictors.roofline import RooflineCostModel
     from profilers.profile import ProfileSettings, run_profile
-    from tuner.catalog import get_model, load_gpus
-    from tuner.config import ServingConfig
+    from tuner.core.catalog import get_model, load_gpus
+    from tuner.core.config import ServingConfig
 
     model = get_model(args.model)
     root = args.out or Path(tempfile.mkdtemp(prefix="tuner-prof-"))

@@ -32,13 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
-from tuner.catalog import get_model, load_gpus
-from tuner.config import ServingConfig
-from tuner.results import search_stats, trial_records
-from tuner.search import SearchSettings, run_search, sampler_name, workload_digest
-from tuner.simulator import simulate
-from tuner.space import load_space
-from tuner.workload import Workload, load_workload
+from tuner.core.catalog import get_model, load_gpus
+from tuner.core.config import ServingConfig
+from tuner.core.workload import Workload, load_workload
+from tuner.search.records import search_stats, trial_records
+from tuner.search.space import load_space
+from tuner.search.study import SearchSettings, run_search, sampler_name, workload_digest
+from tuner.sim.simulator import simulate
 
 REPO = Path(__file__).resolve().parents[1]
 GPUS = ("A10", "A40", "L4", "L40S", "A100-80G", "H100")

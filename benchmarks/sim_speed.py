@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tuner.catalog import get_gpu, get_model, load_gpus
-from tuner.config import ServingConfig
-from tuner.simulator import simulate
-from tuner.workload import Workload
+from tuner.core.catalog import get_gpu, get_model, load_gpus
+from tuner.core.config import ServingConfig
+from tuner.core.workload import Workload
+from tuner.sim.simulator import simulate
 
 VIDUR_ARXIV_S = 80.7
 

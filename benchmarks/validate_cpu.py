@@ -122,9 +122,9 @@ def main(argv: list[str] | None = None) -> dict:
     n_total = a.top + a.heldout
     # choose every configuration up front (spread), fit on the first `top`, hold out the rest
     sys.path.insert(0, str(REPO))
-    from tuner.commands.exports import load_stored_study
-    from tuner.commands.validation import pick_records
-    from tuner.results import trial_records
+    from tuner.cli.exports import load_stored_study
+    from tuner.cli.validation import pick_records
+    from tuner.search.records import trial_records
 
     st = load_stored_study("cpu-validate", None, study_out)
     picked = [r["number"] for r in pick_records(trial_records(st), n_total, "spread")]

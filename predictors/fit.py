@@ -88,7 +88,7 @@ def read_profile(profile_dir: Path):
     """(DataFrame of all rows, provenance dict); TunerError when the folder holds no profile."""
     import pandas as pd
 
-    from tuner.errors import TunerError
+    from tuner.core.errors import TunerError
 
     profile_dir = Path(profile_dir)
     csv_path = profile_dir / "profile.csv"
@@ -165,7 +165,7 @@ def resolve_stat(stat: str, provenance: dict) -> str:
     """The time statistic fitted: `auto` is the median on CUDA (event timing sees no other
     process) and p10 on a CPU, where interference from other processes only ever adds time
     (the argument of Python's timeit for its minimum)."""
-    from tuner.errors import TunerError
+    from tuner.core.errors import TunerError
 
     if stat not in STATS:
         raise TunerError(f"--stat must be one of {', '.join(STATS)}, got {stat!r}.")
@@ -322,7 +322,7 @@ def fit_profile(profile_dir: Path, *, folds: int = 5, seed: int = 0, progress=No
     """Fit every operation of a profile (no files written; FitResult.save writes them)."""
     from predictors.devices import gpu_specs, measured_specs
     from predictors.transfer import learn_efficiency
-    from tuner.errors import TunerError
+    from tuner.core.errors import TunerError
 
     t0 = time.perf_counter()
     profile_dir = Path(profile_dir)
@@ -336,7 +336,7 @@ def fit_profile(profile_dir: Path, *, folds: int = 5, seed: int = 0, progress=No
     specs = None
     if prov.get("gpu"):
         try:
-            from tuner.catalog import get_gpu, load_gpus
+            from tuner.core.catalog import get_gpu, load_gpus
 
             specs = gpu_specs(get_gpu(prov["gpu"], load_gpus()), prov.get("dtype", "bfloat16"))
         except TunerError:

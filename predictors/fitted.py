@@ -133,7 +133,7 @@ class FittedCostModel:
 
     def layer_time_s(self, f: BatchFeatures) -> np.ndarray:
         """Seconds of ONE decoder layer per iteration (projections, element-wise, attention,
-        all-reduce); no LM head, no overhead (tuner.offload's overlap budget)."""
+        all-reduce); no LM head, no overhead (tuner.sim.offload's overlap budget)."""
         p = self.breakdown(f)
         return (p["linear"] + p["elementwise"] + p["attention_prefill"] + p["attention_decode"]
                 + p["allreduce"]) / self.num_layers

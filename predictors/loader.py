@@ -70,7 +70,7 @@ def _stamp(d: Path) -> tuple:
 def load_fit(d: Path) -> dict:
     """The fit.json document of a directory; fitted in memory (not written) when the folder
     only has a profile, or when profile.csv changed since fit.json was written."""
-    from tuner.errors import TunerError
+    from tuner.core.errors import TunerError
 
     d = Path(d)
     key = (str(d.resolve()), _stamp(d))
@@ -156,7 +156,7 @@ def provenance_kind(cost_model) -> str:
 def load_cost_model(profile_or_fit_dir, model, gpu, config, *, mode: str = "auto"):
     """CostModel for `model` on `gpu` under `config` (tp, weight_bits, kv_bits) from measured
     profiles; see the module docstring for the modes. Raises TunerError on bad input."""
-    from tuner.errors import TunerError
+    from tuner.core.errors import TunerError
 
     if mode not in MODES:
         raise TunerError(f"Unknown profile mode {mode!r}; choose one of {', '.join(MODES)}.")
@@ -187,7 +187,7 @@ def _gpu_key(gpu) -> tuple:
 def _choose(fits: list[dict], model, gpu, config, mode: str, path: Path):
     from predictors.devices import DeviceSpecs, gpu_specs
     from predictors.fitted import measured_cost_model, transferred_cost_model
-    from tuner.errors import TunerError
+    from tuner.core.errors import TunerError
 
     plain = config.tp == 1 and config.weight_bits == 16 and config.kv_bits == 16
     same = [f for f in fits if _same_shape(f, model)]

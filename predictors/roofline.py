@@ -148,7 +148,7 @@ class RooflineCostModel:
     def describe(self) -> str:
         return self.name
 
-    # ---- per-layer views (additive: used by tuner.offload for overlap budgets) -----------
+    # ---- per-layer views (additive: used by tuner.sim.offload for overlap budgets) -----------
     def layer_time_s(self, f: BatchFeatures) -> np.ndarray:
         """Seconds of ONE decoder layer per iteration (linear, elementwise, attention,
         all-reduce); excludes the LM head and the per-iteration overhead."""

@@ -28,7 +28,7 @@ from profilers.schema import (
     row_key,
 )
 from profilers.timing import Sampler, TimingSettings, measure_interleaved
-from tuner.errors import TunerError, ensure_writable_dir
+from tuner.core.errors import TunerError, ensure_writable_dir
 
 INSTALL_HINT = 'pip install -e ".[profile]"'
 
@@ -43,7 +43,7 @@ def import_torch():
 
 @dataclass
 class ProfileSettings:
-    model: object  # tuner.catalog.ModelSpec
+    model: object  # tuner.core.catalog.ModelSpec
     out: Path
     device: str = "auto"  # auto | cuda | cpu
     quick: bool = False
@@ -191,7 +191,7 @@ def _is_oom(exc: BaseException) -> bool:
 def _provenance(torch, device: str, dtype: str, model, settings: ProfileSettings,
                 timing: TimingSettings) -> dict:
     from predictors.devices import match_gpu
-    from tuner.catalog import load_gpus
+    from tuner.core.catalog import load_gpus
 
     if device == "cuda":  # pragma: no cover - GPU
         props = torch.cuda.get_device_properties(0)

@@ -32,7 +32,7 @@ missing or malformed key)::
       "verdicts": [str] (optional; answers shown under the headline, e.g. the offload verdict)
     }
 
-Optional keys (``tuner.report_data.report_extras`` fills the first four; every section they
+Optional keys (``reports.context.report_extras`` fills the first four; every section they
 feed is left out, or says why it is empty, when a key is absent)::
 
       "study": str                       # the Optuna study's name, shown with every figure
@@ -75,8 +75,8 @@ import plotly.graph_objects as go
 import plotly.offline
 from plotly.subplots import make_subplots
 
-from tuner.deploy import write_atomic
-from tuner.errors import TunerError
+from tuner.core.errors import TunerError
+from tuner.exports.deploy import write_atomic
 
 GIB = 1024**3
 

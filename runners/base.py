@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from tuner.errors import TunerError
+from tuner.core.errors import TunerError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -345,6 +345,6 @@ def result_from_worker(runner: str, res: dict, notes: list[str]) -> RunResult:
 
 
 def jsonable(obj: Any) -> Any:
-    from tuner.deploy import _jsonable
+    from tuner.exports.deploy import _jsonable
 
     return _jsonable(obj)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from runners.base import STEP_COLUMNS
-from tuner import scheduler as sch
+from tuner.sim import scheduler as sch
 
 _R = {name: i for i, name in enumerate(STEP_COLUMNS)}
 
@@ -21,7 +21,7 @@ def simulated_steps(workload, model, gpu, config) -> np.ndarray:
     """The simulator's step records (exact mode, one replica, requests in submission order)
     as columns (prefill_tokens, prefill_sq, prefill_ctx, decodes, decode_kv, sampled, running,
     preempted)."""
-    from tuner.simulator import check_feasible, order_requests, scheduler_params
+    from tuner.sim.simulator import check_feasible, order_requests, scheduler_params
 
     plan = check_feasible(workload, model, gpu, config)
     order = order_requests(workload, config.ordering, model=model, gpu=gpu, config=config,

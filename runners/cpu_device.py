@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-RUNTIME_OVERHEAD_GIB = 1.0  # tuner.memory.RUNTIME_OVERHEAD_BYTES
+RUNTIME_OVERHEAD_GIB = 1.0  # tuner.core.memory.RUNTIME_OVERHEAD_BYTES
 
 
 def _meminfo_gib() -> float:

@@ -7,7 +7,7 @@ worker (runners/_transformers_worker.py) uses the manager behind ``generate_batc
 (``init_continuous_batching`` + ``add_request``) so each request gets its own
 ``max_new_tokens``; EOS is disabled (``eos_token_id=-1``), greedy decoding.
 
-Knob mapping (transformers' ContinuousBatchingConfig; vLLM's is in tuner.deploy):
+Knob mapping (transformers' ContinuousBatchingConfig; vLLM's is in tuner.exports.deploy):
 
     chunk_size  -> max_batch_tokens        max_running -> max_requests_per_batch
     block_size  -> page_size (>= 4)        KV capacity -> num_blocks = plan tokens / page_size
@@ -25,9 +25,9 @@ from pathlib import Path
 
 from runners.base import RunResult, find_python, result_from_worker, run_worker
 from runners.vllm import build_job
-from tuner.catalog import GPU, ModelSpec
-from tuner.config import ServingConfig
-from tuner.workload import Workload
+from tuner.core.catalog import GPU, ModelSpec
+from tuner.core.config import ServingConfig
+from tuner.core.workload import Workload
 
 
 def cb_config(config: ServingConfig, kv_capacity_tokens: int) -> tuple[dict, list[str]]:

@@ -4,7 +4,7 @@
 
 What it does, in the vLLM worker (runners/_vllm_worker.py, run by the Python that has vLLM):
 
-- engine arguments: ``tuner.deploy.vllm_engine_args`` (the one mapping ServingConfig -> vLLM;
+- engine arguments: ``tuner.exports.deploy.vllm_engine_args`` (the one mapping ServingConfig -> vLLM;
   its comments, knobs vLLM lacks, are kept in ``RunResult.notes``), ``model`` = the checkpoint
   (the user's path, or a random-weight model of the ModelSpec's shape made locally:
   runners/tiny_model.py; large shapes load with ``load_format="dummy"``), plus, on a CPU, the
@@ -14,7 +14,7 @@ What it does, in the vLLM worker (runners/_vllm_worker.py, run by the Python tha
   so the memory plan is checked too.
 - prompts: token ids of the workload's prompt lengths (random ids; requests of one prefix
   group share their prefix ids), submitted in the config's request order
-  (tuner.simulator.order_requests), each with ``max_tokens`` = its output length and
+  (tuner.sim.simulator.order_requests), each with ``max_tokens`` = its output length and
   ``ignore_eos=True``, greedy sampling.
 - timing: engine start-up (construction: load, compile, KV allocation), a 4-token warm-up
   request and ``warmup_passes`` untimed passes of the whole job (the engine's per-shape caches
@@ -46,9 +46,9 @@ from runners.base import (
     run_worker,
 )
 from runners.tiny_model import MAX_WRITTEN_PARAMS, num_params, shape_of
-from tuner.catalog import GPU, ModelSpec
-from tuner.config import ServingConfig
-from tuner.workload import Workload
+from tuner.core.catalog import GPU, ModelSpec
+from tuner.core.config import ServingConfig
+from tuner.core.workload import Workload
 
 __all__ = ["EngineRejected", "RunnerFailed", "RunnerNotInstalled", "build_job", "run_vllm"]
 
@@ -58,7 +58,7 @@ def build_job(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingCon
               ) -> dict:
     """The engine-neutral part of a request: token lengths in submission order, the memory
     plan's KV bytes, and which model to load (or create)."""
-    from tuner.simulator import check_feasible, order_requests
+    from tuner.sim.simulator import check_feasible, order_requests
 
     plan = check_feasible(workload, model, gpu, config)  # InfeasibleConfig: a TunerError
     order = order_requests(workload, config.ordering, model=model, gpu=gpu, config=config,
@@ -97,7 +97,7 @@ def vllm_request(workload: Workload, model: ModelSpec, gpu: GPU, config: Serving
                  record_steps: bool = True, model_cache_dir: str | Path | None = None,
                  extra_engine_args: dict | None = None, repeats: int = 3,
                  warmup_passes: int = 0) -> dict:
-    from tuner.deploy import vllm_engine_args
+    from tuner.exports.deploy import vllm_engine_args
 
     job = build_job(workload, model, gpu, config, checkpoint=checkpoint,
                     model_cache_dir=model_cache_dir)

@@ -2,7 +2,7 @@
 
 Both files hold synthetic text whose *lengths* follow published statistics; the words are
 pseudo-English (arXiv) and pseudo-pinyin (BWB) filler. Each prompt's character count is chosen
-so that tuner's offline estimate (`tuner.workload.estimate_tokens`: ceil(characters / 4), plus
+so that tuner's offline estimate (`tuner.core.workload.estimate_tokens`: ceil(characters / 4), plus
 `CHAT_MESSAGE_OVERHEAD_TOKENS` per chat message) gives exactly the intended prompt length; a real
 tokenizer will count this filler differently.
 
@@ -70,7 +70,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tuner.workload import (  # noqa: E402  (after the sys.path fix-up)
+from tuner.core.workload import (  # noqa: E402  (after the sys.path fix-up)
     CHARS_PER_TOKEN,
     CHAT_MESSAGE_OVERHEAD_TOKENS,
     chat_message_text,

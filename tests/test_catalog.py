@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tuner.catalog import (
+from tuner.core.catalog import (
     GPU,
     ModelSpec,
     apply_prices,
@@ -17,7 +17,7 @@ from tuner.catalog import (
     model_from_hf_config,
     parse_price_overrides,
 )
-from tuner.errors import TunerError
+from tuner.core.errors import TunerError
 
 SHIPPED_GPUS = {"A10", "A40", "L4", "L40S", "A100-40G", "A100-80G", "H100", "H200", "RTX4090"}
 SHIPPED_MODELS = {

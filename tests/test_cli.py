@@ -18,7 +18,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from tuner.cli import app
+from tuner.cli.main import app
 
 REPO = Path(__file__).resolve().parents[1]
 SIM_KEYS = {"makespan_s", "cost_usd", "requests", "output_tokens", "throughput_tok_s", "qps",

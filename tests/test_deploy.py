@@ -1,4 +1,4 @@
-"""tuner.deploy: ServingConfig -> vLLM engine args / YAML / JSON, and back."""
+"""tuner.exports.deploy: ServingConfig -> vLLM engine args / YAML / JSON, and back."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tuner.catalog import GIB, GPU, ModelSpec, load_gpus
-from tuner.config import ORDERINGS, SCHEDULERS, ServingConfig
-from tuner.deploy import (
+from tuner.core.catalog import GIB, GPU, ModelSpec, load_gpus
+from tuner.core.config import ORDERINGS, SCHEDULERS, ServingConfig
+from tuner.core.errors import TunerError
+from tuner.exports.deploy import (
     CONFIG_COMMENT_PREFIX,
     EXPORT_FORMATS,
     from_json,
@@ -34,7 +35,6 @@ from tuner.deploy import (
     vllm_engine_args,
     write_atomic,
 )
-from tuner.errors import TunerError
 
 LLAMA = ModelSpec(
     name="llama-3-8b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
@@ -389,7 +389,7 @@ def test_sglang_prefill_first_and_orderings():
 
 
 def test_sglang_writes_only_options_checked_against_its_parser():
-    from tuner.deploy import SGLANG_KNOWN_OPTIONS
+    from tuner.exports.deploy import SGLANG_KNOWN_OPTIONS
 
     configs = [ServingConfig(gpu="A10"), ServingConfig(gpu="H100", weight_bits=8, kv_bits=8,
                                                        tp=2, dp=2, ordering="blend"),
@@ -459,7 +459,7 @@ def _non_default(field: dataclasses.Field):
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_no_knob_is_dropped(engine):
     """Every ServingConfig field, set away from its default, shows in the engine's arguments or
-    in a comment: a knob added to ServingConfig must be mapped in tuner.deploy."""
+    in a comment: a knob added to ServingConfig must be mapped in tuner.exports.deploy."""
     def render(cfg):
         gpu = GPUS[cfg.gpu]
         if engine == "vllm":

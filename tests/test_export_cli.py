@@ -18,11 +18,11 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.test_report import _keep_capsys, browser_check, needs_chromium  # noqa: F401
-from tuner.cli import app
-from tuner.config import ServingConfig
-from tuner.deploy import EXPORT_FORMATS, parse_export
-from tuner.errors import TunerError
-from tuner.results import trial_records
+from tuner.cli.main import app
+from tuner.core.config import ServingConfig
+from tuner.core.errors import TunerError
+from tuner.exports.deploy import EXPORT_FORMATS, parse_export
+from tuner.search.records import trial_records
 
 REPO = Path(__file__).resolve().parents[1]
 runner = CliRunner()

@@ -1,4 +1,4 @@
-"""tuner.report_data: winners' timelines, Optuna importances and export snippets for the report."""
+"""reports.context: winners' timelines, Optuna importances and export snippets for the report."""
 
 from __future__ import annotations
 
@@ -8,10 +8,7 @@ import numpy as np
 import optuna
 import pytest
 
-from tuner.catalog import get_model, load_gpus
-from tuner.config import ServingConfig
-from tuner.deploy import EXPORT_FORMATS, parse_export
-from tuner.report_data import (
+from reports.context import (
     batch_paths,
     downsample_timeline,
     openai_batch_info,
@@ -20,10 +17,13 @@ from tuner.report_data import (
     winner_roles,
     winner_timelines,
 )
-from tuner.results import trial_records, winners
-from tuner.search import SearchSettings, run_search
-from tuner.space import SearchSpace
-from tuner.workload import Workload
+from tuner.core.catalog import get_model, load_gpus
+from tuner.core.config import ServingConfig
+from tuner.core.workload import Workload
+from tuner.exports.deploy import EXPORT_FORMATS, parse_export
+from tuner.search.records import trial_records, winners
+from tuner.search.space import SearchSpace
+from tuner.search.study import SearchSettings, run_search
 
 FIXED = {"scheduler": "vllm", "tp": 1, "dp": 1, "block_size": 16, "ordering": "fcfs"}
 

@@ -15,14 +15,14 @@ from hypothesis import strategies as st
 
 from predictors.features import BatchFeatures
 from predictors.transfer_model import SaturatingTransferModel
-from tuner import offload as off
-from tuner.catalog import GIB, ModelSpec, get_gpu, get_model, load_gpus
-from tuner.config import ServingConfig
-from tuner.errors import TunerError
-from tuner.memory import HOST_RESERVE_BYTES, host_limit_bytes, plan_memory
-from tuner.ordering import DensityModel, memory_partition
-from tuner.simulator import InfeasibleConfig, simulate
-from tuner.workload import Workload
+from tuner.core.catalog import GIB, ModelSpec, get_gpu, get_model, load_gpus
+from tuner.core.config import ServingConfig
+from tuner.core.errors import TunerError
+from tuner.core.memory import HOST_RESERVE_BYTES, host_limit_bytes, plan_memory
+from tuner.core.workload import Workload
+from tuner.sim import offload as off
+from tuner.sim.ordering import DensityModel, memory_partition
+from tuner.sim.simulator import InfeasibleConfig, simulate
 
 GPUS = load_gpus()
 ROOT = Path(__file__).resolve().parents[1]
@@ -432,7 +432,7 @@ def test_config_validation_of_new_knobs():
 # ---- BlendServe §2.3, Fig. 5 --------------------------------------------------------------------
 def test_blendserve_worked_numbers():
     """Llama-3.1-8B (8.03e9 parameters, H 4096, L 32, H_kv 8 x 128) on an A100-80GB (312 TFLOP/s
-    BF16 dense, 2039 GB/s), the §2.3 cost model (tuner.ordering.DensityModel):
+    BF16 dense, 2039 GB/s), the §2.3 cost model (tuner.sim.ordering.DensityModel):
 
     * 0.096 (256 in / 16384 out) FOLLOWS from the published formulas: 0.0963.
     * 3.73 (512 in / 256 out) does NOT follow: the formulas give 3.80 (+1.7 %). No hardware

@@ -1,4 +1,4 @@
-"""Request orderings (tuner.ordering): permutations, hand-computed bin packing and dual-scanner
+"""Request orderings (tuner.sim.ordering): permutations, hand-computed bin packing and dual-scanner
 examples, prefix groups kept together, and BlendServe's published density figures."""
 
 import numpy as np
@@ -6,13 +6,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tuner import config as tuner_config
-from tuner import ordering
-from tuner.catalog import get_gpu, get_model, load_gpus
-from tuner.config import ServingConfig
-from tuner.errors import TunerError
-from tuner.memory import plan_memory
-from tuner.ordering import (
+from tuner.core import config as tuner_config
+from tuner.core.catalog import get_gpu, get_model, load_gpus
+from tuner.core.config import ServingConfig
+from tuner.core.errors import TunerError
+from tuner.core.memory import plan_memory
+from tuner.core.workload import Workload
+from tuner.sim import ordering
+from tuner.sim.ordering import (
     DensityModel,
     binpack_order,
     blend_order,
@@ -21,9 +22,8 @@ from tuner.ordering import (
     memory_partition,
     order_requests,
 )
-from tuner.simulator import order_requests as sim_order_requests
-from tuner.simulator import simulate
-from tuner.workload import Workload
+from tuner.sim.simulator import order_requests as sim_order_requests
+from tuner.sim.simulator import simulate
 
 GPUS = load_gpus()
 LLAMA3_8B = get_model("llama-3-8b")

@@ -29,9 +29,9 @@ from predictors.features import BatchFeatures
 from predictors.tables import Table1D, Table2D, _bilinear_irregular, _fwd
 from profilers.plan import PlanLimits, build_plan
 from profilers.schema import RowWriter, make_row
-from tuner.catalog import get_model, load_gpus
-from tuner.config import ServingConfig
-from tuner.errors import TunerError
+from tuner.core.catalog import get_model, load_gpus
+from tuner.core.config import ServingConfig
+from tuner.core.errors import TunerError
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = get_model("tiny-llama")
@@ -346,8 +346,8 @@ SHIPPED = REPO / "predictors" / "data" / "tiny-llama-cpu"
 
 def test_shipped_cpu_profile_loads_and_simulates():
     from predictors.loader import load_cost_model, shipped_cost_model
-    from tuner.simulator import default_cost_model, simulate
-    from tuner.workload import load_workload
+    from tuner.core.workload import load_workload
+    from tuner.sim.simulator import default_cost_model, simulate
 
     assert (SHIPPED / "profile.csv").is_file() and (SHIPPED / "fit.json").is_file()
     prov = json.loads((SHIPPED / "provenance.json").read_text())
@@ -473,8 +473,8 @@ def test_ci_profile_fit_simulate_on_cpu(tmp_path):  # 46 s at load average 7 on 
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["provenance"]["kind"] == "measured"
     from predictors.loader import load_cost_model
-    from tuner.simulator import simulate
-    from tuner.workload import load_workload
+    from tuner.core.workload import load_workload
+    from tuner.sim.simulator import simulate
 
     cfg = ServingConfig(gpu="A10", chunk_size=1024, max_running=32)
     cm = load_cost_model(out, TINY, GPUS["A10"], cfg, mode="measured")

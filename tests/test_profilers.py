@@ -16,8 +16,8 @@ import pytest
 from profilers.plan import FAMILIES, PlanLimits, build_plan, token_grid
 from profilers.schema import COLUMNS, Case, RowWriter, make_row, read_rows, row_key
 from profilers.timing import Sampler, TimingSettings, measure_interleaved
-from tuner.catalog import get_model
-from tuner.errors import TunerError
+from tuner.core.catalog import get_model
+from tuner.core.errors import TunerError
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = get_model("tiny-llama")

@@ -17,10 +17,10 @@ import pytest
 
 import reports.html as report_html
 from reports.html import duration_unit, fmt_duration, render_html, render_report
-from tuner.catalog import GPU, ModelSpec
-from tuner.config import ServingConfig
-from tuner.deploy import EXPORT_FORMATS, parse_export, render_export, to_vllm_yaml
-from tuner.errors import TunerError
+from tuner.core.catalog import GPU, ModelSpec
+from tuner.core.config import ServingConfig
+from tuner.core.errors import TunerError
+from tuner.exports.deploy import EXPORT_FORMATS, parse_export, render_export, to_vllm_yaml
 
 GIB = 1024**3
 LLAMA = ModelSpec(
@@ -140,7 +140,7 @@ def make_context(n_trials: int = 20, seed: int = 0) -> dict:
 
 
 def add_extras(ctx: dict, seed: int = 1) -> dict:
-    """The keys tuner.report_data.report_extras adds: timelines, importances, every export
+    """The keys reports.context.report_extras adds: timelines, importances, every export
     format of the winners, a validation list; plus the study name and predictor CV error."""
     rng = random.Random(seed)
     ctx = copy.deepcopy(ctx)

@@ -25,10 +25,10 @@ from runners.base import (
 from runners.compare import compare_schedules, real_as_sim_columns, simulated_steps
 from runners.cpu_device import cpu_entry, write_cpu_gpu_file
 from runners.tiny_model import TINY_LLAMA, hf_config, num_params, shape_hash, shape_of
-from tuner.catalog import get_model, load_gpus
-from tuner.config import ServingConfig
-from tuner.errors import TunerError
-from tuner.workload import Workload
+from tuner.core.catalog import get_model, load_gpus
+from tuner.core.config import ServingConfig
+from tuner.core.errors import TunerError
+from tuner.core.workload import Workload
 
 
 def small_workload(n: int = 24, seed: int = 0) -> Workload:
@@ -73,7 +73,7 @@ def test_tiny_model_tokenizer_only(tmp_path):
 
 
 def test_cpu_entry_memory_plan(cpu_gpu):
-    from tuner.memory import plan_memory
+    from tuner.core.memory import plan_memory
 
     plan = plan_memory(get_model("tiny-llama"), cpu_gpu,
                        ServingConfig(gpu="CPU", chunk_size=256, max_running=16, block_size=32))

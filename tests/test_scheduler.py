@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tuner import scheduler as sch
-from tuner.config import SCHEDULERS
+from tuner.core.config import SCHEDULERS
+from tuner.sim import scheduler as sch
 
 
 def run(name, prompt, output, *, C, R, B, cap):

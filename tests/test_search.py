@@ -1,4 +1,4 @@
-"""Tests for tuner.search / tuner.results: the Optuna study, dedup, resume, kill, constraints."""
+"""Tests for tuner.search.study / tuner.search.records: the Optuna study, dedup, resume, kill, constraints."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ import numpy as np
 import optuna
 import pytest
 
-import tuner.search as search_mod
-from tuner.catalog import get_model, load_gpus
-from tuner.errors import TunerError
-from tuner.results import pareto_front, trial_records, winners
-from tuner.search import SearchSettings, assert_some_gpu_fits, run_search
-from tuner.space import SearchSpace, load_space
-from tuner.workload import Workload
+import tuner.search.study as search_mod
+from tuner.core.catalog import get_model, load_gpus
+from tuner.core.errors import TunerError
+from tuner.core.workload import Workload
+from tuner.search.records import pareto_front, trial_records, winners
+from tuner.search.space import SearchSpace, load_space
+from tuner.search.study import SearchSettings, assert_some_gpu_fits, run_search
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
 FIXED = {"scheduler": "vllm", "tp": 1, "dp": 1, "block_size": 16, "ordering": "fcfs"}

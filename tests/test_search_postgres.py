@@ -19,11 +19,11 @@ import numpy as np
 import optuna
 import pytest
 
-from tuner.catalog import get_model, load_gpus
-from tuner.results import trial_records
-from tuner.search import SearchSettings, prepare_study, storage_url
-from tuner.space import SearchSpace
-from tuner.workload import Workload
+from tuner.core.catalog import get_model, load_gpus
+from tuner.core.workload import Workload
+from tuner.search.records import trial_records
+from tuner.search.space import SearchSpace
+from tuner.search.study import SearchSettings, prepare_study, storage_url
 
 URL = os.environ.get("TUNER_TEST_POSTGRES_URL", "")
 REPO = Path(__file__).resolve().parents[1]

@@ -14,11 +14,13 @@ import numpy as np
 import optuna
 import pytest
 
-import tuner.search as search_mod
-from tuner.catalog import get_model, load_gpus
-from tuner.errors import TunerError
-from tuner.results import search_stats, trial_records
-from tuner.search import (
+import tuner.search.study as search_mod
+from tuner.core.catalog import get_model, load_gpus
+from tuner.core.errors import TunerError
+from tuner.core.workload import Workload
+from tuner.search.records import search_stats, trial_records
+from tuner.search.space import SearchSpace
+from tuner.search.study import (
     N_CALIBRATE,
     SearchSettings,
     run_search,
@@ -27,8 +29,6 @@ from tuner.search import (
     stratified_sample,
     workload_digest,
 )
-from tuner.space import SearchSpace
-from tuner.workload import Workload
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
 REPO = Path(__file__).resolve().parents[1]

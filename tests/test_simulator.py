@@ -9,12 +9,12 @@ from hypothesis import strategies as st
 
 from predictors.features import BatchFeatures
 from predictors.roofline import RooflineCostModel
-from tuner.catalog import GIB, get_gpu, get_model, load_gpus
-from tuner.config import ServingConfig
-from tuner.errors import TunerError
-from tuner.memory import RUNTIME_OVERHEAD_BYTES, activation_bytes, plan_memory
-from tuner.simulator import InfeasibleConfig, lower_bound_s, simulate
-from tuner.workload import Workload
+from tuner.core.catalog import GIB, get_gpu, get_model, load_gpus
+from tuner.core.config import ServingConfig
+from tuner.core.errors import TunerError
+from tuner.core.memory import RUNTIME_OVERHEAD_BYTES, activation_bytes, plan_memory
+from tuner.core.workload import Workload
+from tuner.sim.simulator import InfeasibleConfig, lower_bound_s, simulate
 
 GPUS = load_gpus()
 

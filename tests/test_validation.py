@@ -22,9 +22,9 @@ from predictors.calibration import (
     load_runs,
 )
 from predictors.features import BatchFeatures
-from tuner.commands.validation import load_config_file, pick_records, write_validation
-from tuner.config import ServingConfig
-from tuner.errors import TunerError
+from tuner.cli.validation import load_config_file, pick_records, write_validation
+from tuner.core.config import ServingConfig
+from tuner.core.errors import TunerError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -165,8 +165,8 @@ def test_pick_records():
 
 
 def test_load_config_files(tmp_path):
-    from tuner.catalog import get_model, load_gpus
-    from tuner.deploy import to_vllm_yaml
+    from tuner.core.catalog import get_model, load_gpus
+    from tuner.exports.deploy import to_vllm_yaml
 
     cfg = ServingConfig(gpu="A10", chunk_size=512, max_running=32)
     y = tmp_path / "c.vllm.yaml"
@@ -230,11 +230,11 @@ def test_validate_command_with_fake_engine(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     import runners.base
-    import tuner.commands.validation as val
+    import tuner.cli.validation as val
     from runners.base import STEP_COLUMNS, RunResult
     from runners.compare import simulated_steps
     from runners.cpu_device import write_cpu_gpu_file
-    from tuner.cli import app
+    from tuner.cli.main import app
 
     rng = np.random.default_rng(1)
     wl = tmp_path / "w.jsonl"

@@ -1,4 +1,4 @@
-"""Tests for tuner.workload: loading every format, errors, output distributions, statistics."""
+"""Tests for tuner.core.workload: loading every format, errors, output distributions, statistics."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tuner.catalog import ModelSpec
-from tuner.errors import TunerError
-from tuner.workload import (
+from tuner.core.catalog import ModelSpec
+from tuner.core.errors import TunerError
+from tuner.core.workload import (
     CHAT_MESSAGE_OVERHEAD_TOKENS,
     ESTIMATE_TOKENIZER,
     Workload,

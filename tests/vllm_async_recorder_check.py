@@ -37,7 +37,7 @@ def main() -> None:
     from vllm import LLM, SamplingParams
 
     from runners.tiny_model import create_random_model, shape_of
-    from tuner.catalog import get_model
+    from tuner.core.catalog import get_model
 
     path = create_random_model({"name": "tiny-llama", **shape_of(get_model("tiny-llama"))},
                                work / "model", weights=True)

@@ -1,0 +1,200 @@
+"""Convert NVIDIA AIConfigurator's measured vLLM kernel tables into tuner's compact shipped form.
+
+    pip download --no-deps aiconfigurator-core==0.12.0   # Apache-2.0, ~82 MB wheel
+    python scripts/convert_aic_tables.py aiconfigurator_core-0.12.0-*.whl [--out predictors/data/aic]
+
+Needs pandas + pyarrow (the wheel stores parquet); tuner itself does not: it reads the output
+(one .npz per GPU plus manifest.json) with numpy alone.
+
+Why convert instead of depending on the package: the wheel is 82 MB (plus pyarrow, scipy and
+pandas), most of it TensorRT-LLM / SGLang tables and Blackwell data-centre parts tuner does not
+use; the vLLM tables of the five GPUs below, kept at the shapes a dense decoder uses, fit in
+~2 MB and load in milliseconds with numpy.
+
+What is kept (vLLM framework tables only, newest version of each op per GPU):
+  gemm        bf16 (torch.nn.functional.linear / vllm_default) and per-tensor FP8
+              (CutlassFP8ScaledMMLinearKernel) as dense [m, n, k] grids of latency (ms);
+              cells the table lacks are filled along m in log-log space (documented in
+              fill_along_m) and flagged in a mask so provenance can count them
+  ctx_attn    context (prefill) attention, window_size 0, beam 1: rows of
+              (kv_fp8, batch, isl, num_heads, num_kv_heads, head_dim, latency_ms)
+  gen_attn    generation (decode) attention, same columns with `step` (KV length) for isl
+  allreduce   vLLM custom all-reduce per table version: (version_code, graph, num_gpus,
+              message_bytes, latency_ms)
+MoE tables are not converted yet (tuner has no MoE models).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import re
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+# AIConfigurator system name -> tuner catalog GPU it measures
+GPUS = {
+    "a100_sxm": "A100-80G",
+    "h100_sxm": "H100",
+    "h200_sxm": "H200",
+    "l40s": "L40S",
+    "rtx_pro_6000_server": "RTX-PRO-6000",
+}
+BF16_GEMM = ("torch.nn.functional.linear", "vllm_default")
+FP8_GEMM = ("CutlassFP8ScaledMMLinearKernel",)
+# the kernel vLLM picks for bf16 attention on each architecture (what the table measured);
+# fp8 KV uses whatever kernel the table has for it
+BF16_ATTN = ("vllm_flash_attn_fa3", "vllm_flash_attn_fa2", "vllm_flash_attn")
+FP8_ATTN = ("vllm_flash_attn_fa3", "vllm_flashinfer_fiprefill", "vllm_flashinfer_fidecode")
+
+
+def _ver_key(v: str) -> tuple:
+    return tuple(int(x) if x.isdigit() else -1 for x in re.split(r"[.]", v))
+
+
+def version_code(v: str) -> float:
+    """'0.19.0' -> 19000.0 (major * 1e6 + minor * 1e3 + patch), a float column of the table."""
+    parts = [int(x) for x in re.findall(r"\d+", v)[:3]] + [0, 0, 0]
+    return float(parts[0] * 1_000_000 + parts[1] * 1_000 + parts[2])
+
+
+def fill_along_m(m: np.ndarray, lat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Fill NaN cells of lat[m, n, k] along m by log-log interpolation between measured m;
+    beyond the largest measured m time grows in proportion to m (a throughput-bound GEMM),
+    below the smallest it stays at the smallest measured time (a latency-bound GEMM).
+    Returns (filled, measured_mask)."""
+    out = lat.copy()
+    mask = np.isfinite(lat)
+    lm = np.log(m.astype(np.float64))
+    for j in range(lat.shape[1]):
+        for k in range(lat.shape[2]):
+            col = lat[:, j, k]
+            ok = np.isfinite(col) & (col > 0)
+            if ok.all() or not ok.any():
+                continue
+            x, y = lm[ok], np.log(col[ok])
+            miss = ~ok
+            v = np.interp(lm[miss], x, y)
+            hi = lm[miss] > x[-1]
+            v[hi] = y[-1] + (lm[miss][hi] - x[-1])
+            out[miss, j, k] = np.exp(v)
+    return out, mask
+
+
+def _gemm(df, kernels) -> dict | None:
+    d = df[df["kernel_source"].isin(kernels)]
+    if d.empty:
+        return None
+    d = d.groupby(["m", "n", "k"], as_index=False)["latency"].median()
+    m = np.sort(d["m"].unique())
+    n = np.sort(d["n"].unique())
+    k = np.sort(d["k"].unique())
+    lat = np.full((len(m), len(n), len(k)), np.nan)
+    lat[np.searchsorted(m, d["m"]), np.searchsorted(n, d["n"]), np.searchsorted(k, d["k"])] = d["latency"]
+    filled, mask = fill_along_m(m, lat)
+    return {"m": m.astype(np.int32), "n": n.astype(np.int32), "k": k.astype(np.int32),
+            "lat_ms": filled.astype(np.float32), "measured": mask}
+
+
+def _attn(df, pos_col: str) -> np.ndarray:
+    d = df
+    if "window_size" in d.columns:
+        d = d[d["window_size"] == 0]
+    if "beam_width" in d.columns:
+        d = d[d["beam_width"] == 1]
+    d = d[d["attn_dtype"] == "bfloat16"]
+    parts = []
+    for fp8, kernels in ((0, BF16_ATTN), (1, FP8_ATTN)):
+        sub = d[d["kv_cache_dtype"] == ("fp8" if fp8 else "bfloat16")]
+        for kern in kernels:  # first kernel of the preference list the table has
+            s = sub[sub["kernel_source"] == kern]
+            if not s.empty:
+                break
+        else:
+            continue
+        s = s.groupby(["batch_size", pos_col, "num_heads", "num_key_value_heads", "head_dim"],
+                      as_index=False)["latency"].median()
+        a = np.column_stack([np.full(len(s), fp8), s["batch_size"], s[pos_col], s["num_heads"],
+                             s["num_key_value_heads"], s["head_dim"], s["latency"]])
+        parts.append(a)
+    return np.concatenate(parts).astype(np.float64) if parts else np.zeros((0, 7))
+
+
+def convert(wheel: Path, out: Path) -> dict:
+    import pandas as pd
+
+    zf = zipfile.ZipFile(wheel)
+    names = zf.namelist()
+    root = "aiconfigurator_core/systems/data/"
+    wheel_version = re.search(r"-(\d+[.]\d+[.]\d+)-", wheel.name).group(1)
+    manifest = {"format": "tuner-aic/1",
+                "source": f"aiconfigurator-core {wheel_version} (NVIDIA AIConfigurator, "
+                          "Apache-2.0), aiconfigurator_core/systems/data",
+                "wheel_sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+                "units": "latency_ms per call; message_bytes",
+                "gpus": {}}
+
+    def read(path):
+        return pd.read_parquet(io.BytesIO(zf.read(path)))
+
+    def versions(sysname, op, fname):
+        pat = re.compile(rf"{root}{sysname}/{op}/vllm/([^/]+)/{fname}$")
+        return sorted({mm.group(1) for p in names if (mm := pat.match(p))}, key=_ver_key)
+
+    out.mkdir(parents=True, exist_ok=True)
+    for sysname, gpu in GPUS.items():
+        arrays: dict[str, np.ndarray] = {}
+        info = {"catalog_gpu": gpu, "aic_system": sysname}
+        gv = versions(sysname, "gemm", "gemm_perf.parquet")
+        if not gv:
+            continue
+        df = read(f"{root}{sysname}/gemm/vllm/{gv[-1]}/gemm_perf.parquet")
+        info["device"] = str(df["device"].iloc[0])
+        info["gemm_version"] = gv[-1]
+        for tag, kernels in (("bf16", BF16_GEMM), ("fp8", FP8_GEMM)):
+            g = _gemm(df, kernels)
+            if g is None:
+                continue
+            for key, v in g.items():
+                arrays[f"gemm_{tag}_{key}"] = v
+            info[f"gemm_{tag}_filled_cells"] = int((~g["measured"]).sum())
+        av = versions(sysname, "attention", "context_attention_perf.parquet")
+        info["attention_version"] = av[-1]
+        arrays["ctx_attn"] = _attn(read(f"{root}{sysname}/attention/vllm/{av[-1]}/"
+                                        "context_attention_perf.parquet"), "isl")
+        arrays["gen_attn"] = _attn(read(f"{root}{sysname}/attention/vllm/{av[-1]}/"
+                                        "generation_attention_perf.parquet"), "step")
+        rows = []
+        cv = versions(sysname, "comm", "custom_allreduce_perf.parquet")
+        for v in cv:
+            c = read(f"{root}{sysname}/comm/vllm/{v}/custom_allreduce_perf.parquet")
+            c = c[c["allreduce_dtype"] == "bfloat16"]
+            for _, r in c.iterrows():
+                rows.append([version_code(v),
+                             1.0 if r["kernel_source"].endswith("graph") else 0.0,
+                             r["num_gpus"], r["message_size"], r["latency"]])
+        arrays["allreduce"] = np.array(rows, dtype=np.float64).reshape(-1, 5)
+        info["allreduce_versions"] = cv
+        np.savez_compressed(out / f"{sysname}.npz", **arrays)
+        manifest["gpus"][sysname] = info
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("wheel", type=Path)
+    ap.add_argument("--out", type=Path,
+                    default=Path(__file__).resolve().parents[1] / "predictors" / "data" / "aic")
+    a = ap.parse_args()
+    m = convert(a.wheel, a.out)
+    total = sum(p.stat().st_size for p in a.out.glob("*.npz"))
+    print(f"wrote {len(m['gpus'])} GPUs to {a.out} ({total / 1e6:.2f} MB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The `tuner` command line: the only layer that knows about terminals."""

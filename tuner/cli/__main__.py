@@ -1,0 +1,3 @@
+from tuner.cli.main import main
+
+main()

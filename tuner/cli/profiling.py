@@ -1,0 +1,363 @@
+"""`tuner profile`, `tuner fit`, `tuner cost`, `tuner transfer`: measure a device, fit the
+measurements into a cost model, price one iteration, and check roofline transfer between two
+measured devices. torch and scikit-learn are imported inside the commands only."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tuner.core.errors import TunerError
+
+FAMILY_HELP = "linear, elementwise, lm_head, attention, copy, quant, threads"
+
+
+def _consoles():
+    from tuner.cli.app import err, out
+
+    return out, err
+
+
+def _pct(v) -> str:
+    return "—" if v is None or not math.isfinite(v) else f"{100 * v:.1f} %"
+
+
+def _jsonable(o):
+    from predictors.fit import _clean
+
+    return _clean(o)
+
+
+def profile(
+    model: Annotated[str, typer.Option("--model", "-m", help="Catalog name (`tuner models`) or "
+                     "path to a Hugging Face config.json.")],
+    device: Annotated[str, typer.Option(help="cuda | cpu (default: cuda when a GPU is "
+                      "visible, else cpu).")] = "auto",
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Profile folder (default: "
+                       "profiles/MODEL-DEVICE). Rerunning into it resumes.")] = None,
+    quick: Annotated[bool, typer.Option(help="Fewer sizes and repeats (CI: tiny model on CPU "
+                     "in well under a minute).")] = False,
+    dtype: Annotated[str, typer.Option(help="auto | bfloat16 | float16 | float32 (auto: "
+                     "bfloat16 on GPUs that have it, float32 on CPU).")] = "auto",
+    repeats: Annotated[int | None, typer.Option(help="Timed samples per case (default 20 on "
+                       "CUDA, 9 on CPU; 10/6 with --quick).")] = None,
+    threads: Annotated[int | None, typer.Option(help="torch intra-op threads for the "
+                       "operator sweeps (default: torch's, 1 with --quick on a CPU; e.g. 1 on a "
+                       "busy shared machine).")] = None,
+    only: Annotated[str | None, typer.Option(help=f"Comma-separated families to measure: "
+                    f"{FAMILY_HELP}.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")] = False,
+) -> None:
+    """Measure a model's operations on this machine's GPU (or CPU) into a profile folder: profile.csv + provenance.json.
+
+    Projections, norms, activation, rotary and LM head over 1...8192 tokens, prefill and decode
+    attention, host<->device copies, CPU ops vs threads, (de)quantization. Resumable; an
+    out-of-memory size is recorded and skipped.
+
+    Example: tuner profile --model tiny-llama --device cpu --quick --out profiles/tiny-cpu
+    """
+    from rich.markup import escape
+
+    from profilers.plan import FAMILIES
+    from tuner.core.catalog import get_model
+
+    spec = get_model(model)
+    families = None
+    if only:
+        families = frozenset(f.strip() for f in only.split(",") if f.strip())
+        bad = sorted(families - set(FAMILIES))
+        if bad or not families:
+            raise TunerError(f"--only: unknown famil{'y' if len(bad) == 1 else 'ies'} "
+                             f"{', '.join(bad) or '(none)'}; choose from {FAMILY_HELP}.")
+    if device.lower() not in ("auto", "cuda", "cpu"):
+        raise TunerError(f"--device must be cuda or cpu, got {device!r}.")
+    from profilers.profile import (
+        ProfileSettings,
+        check_out_dir,
+        import_torch,
+        resolve_device,
+        run_profile,
+    )
+
+    if out_dir is not None:
+        check_out_dir(out_dir)
+    torch = import_torch()
+    dev = resolve_device(torch, device)
+    if out_dir is None:
+        out_dir = Path("profiles") / f"{spec.name}-{dev}"
+    out, err = _consoles()
+    if not as_json:
+        err.print(f"[bold]Profiling[/] {escape(spec.name)} on {dev} into {escape(str(out_dir))}"
+                  f"{' (quick)' if quick else ''}", highlight=False)
+    summary = run_profile(ProfileSettings(model=spec, out=out_dir, device=dev, quick=quick,
+                                          dtype=dtype, repeats=repeats, threads=threads,
+                                          families=families), console=err, progress=not as_json)
+    doc = {"out": str(summary.out), "device": summary.device, "device_name": summary.device_name,
+           "measured": summary.measured, "skipped_existing": summary.skipped_existing,
+           "oom": summary.oom, "errors": summary.errors, "rows": summary.total_rows,
+           "elapsed_s": round(summary.elapsed_s, 2)}
+    if as_json:
+        print(json.dumps(doc, indent=2))
+        return
+    out.print(f"measured {summary.measured} case(s) in {summary.elapsed_s:.1f} s on "
+              f"{summary.device_name} ({summary.device}); {summary.skipped_existing} already in "
+              f"the profile; {summary.oom} out of memory; {summary.errors} error(s); "
+              f"{summary.total_rows} rows in {summary.out / 'profile.csv'}", highlight=False,
+              markup=False)
+    out.print(f"next: tuner fit {summary.out}", highlight=False, markup=False)
+
+
+def fit(
+    profile_dir: Annotated[Path, typer.Argument(help="Profile folder from `tuner profile`.")],
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Where to write fit.json, "
+                       "cv_errors.csv and fit.joblib (default: the profile folder).")] = None,
+    folds: Annotated[int, typer.Option(help="k of the k-fold cross-validation.")] = 5,
+    stat: Annotated[str, typer.Option(help="Time statistic to fit: auto (median on CUDA, p10 "
+                    "on CPU), median, p10.")] = "auto",
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")] = False,
+) -> None:
+    """Fit a profile into a cost model, choosing each operation's estimator by k-fold cross-validated error.
+
+    Candidates: linear (InferMax), polynomial, random forest (Vidur), interpolation, saturating
+    bandwidth curve (copies). Prints the CV error table and saves fit.json, cv_errors.csv and
+    fit.joblib.
+
+    Example: tuner fit profiles/tiny-llama-cpu
+    """
+    from predictors.fit import fit_profile
+    from profilers.profile import check_out_dir
+
+    if not profile_dir.is_dir():
+        raise TunerError(f"Profile folder {profile_dir} does not exist (make one with "
+                         "`tuner profile --model M --out DIR`).")
+    target = out_dir or profile_dir
+    check_out_dir(target)
+    res = fit_profile(profile_dir, folds=folds, stat=stat)
+    files = res.save(target)
+    out, _err = _consoles()
+    chosen = res.chosen_errors()
+    if as_json:
+        print(json.dumps(_jsonable({
+            "profile": str(profile_dir), "stat": res.stat, "folds": folds,
+            "median_cv_mape": res.median_cv_mape(), "chosen": {of.key: of.chosen for of in res.ops},
+            "chosen_cv_mape": chosen, "cv_errors": res.cv_table(),
+            "efficiency_cv_mape": res.efficiency_cv, "specs": res.specs,
+            "fit_seconds": res.fit_seconds, "files": {k: str(v) for k, v in files.items()}}),
+            indent=2))
+        return
+    from rich.markup import escape
+    from rich.table import Table
+
+    names = sorted({m for of in res.ops for m in of.cv_mape},
+                   key=["linear", "poly2", "forest", "interp", "saturating"].index)
+    prov = res.provenance
+    t = Table(title=escape(f"{res.stat} time, {folds}-fold CV error (MAPE) per operation: "
+                           f"{prov.get('model')} on {prov.get('device_name')} "
+                           f"({prov.get('device')})"))
+    for col in ("operation", "rows", *names, "chosen"):
+        t.add_column(col, justify="left" if col in ("operation", "chosen") else "right")
+    for of in res.ops:
+        cells = []
+        for m in names:
+            v = of.cv_mape.get(m)
+            cell = "" if v is None else _pct(v)
+            cells.append(f"[bold]{cell}[/]" if m == of.chosen else cell)
+        t.add_row(escape(of.key), str(of.n), *cells, of.chosen)
+    out.print(t)
+    if res.efficiency_cv:
+        out.print("efficiency curves (roofline transfer), CV error: " + ", ".join(
+            f"{k} {_pct(v)}" for k, v in sorted(res.efficiency_cv.items())), highlight=False)
+    out.print(f"median CV error of the chosen models (model operations): "
+              f"{_pct(res.median_cv_mape())}; fitted in {res.fit_seconds:.1f} s", highlight=False)
+    for k, v in files.items():
+        out.print(f"wrote {k}: {v}", markup=False, highlight=False)
+
+
+def cost(
+    model: Annotated[str, typer.Option("--model", "-m", help="Catalog name or HF config.json.")],
+    gpu: Annotated[str | None, typer.Option("--gpu", "-g", help="GPU type (`tuner gpus`); "
+                   "default with --profile: the profiled device.")] = None,
+    tokens: Annotated[int, typer.Option(help="Prefill tokens (one chunk) in the step.")] = 0,
+    context: Annotated[int, typer.Option(help="Cached tokens before the prefill chunk.")] = 0,
+    decodes: Annotated[int, typer.Option(help="Decode requests in the step.")] = 0,
+    kv_tokens: Annotated[int, typer.Option(help="KV tokens the decodes read, summed over "
+                         "them.")] = 0,
+    profile_dir: Annotated[Path | None, typer.Option("--profile", help="Profile or fit folder "
+                           "(or a folder of them); default: shipped profiles, else roofline.")] = None,
+    profile_mode: Annotated[str, typer.Option(help="auto | measured | transfer | roofline.")] = "auto",
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
+    weight_bits: Annotated[int, typer.Option(help="16, 8 or 4.")] = 16,
+    kv_bits: Annotated[int, typer.Option(help="16, 8 or 4.")] = 16,
+    gpu_file: Annotated[Path | None, typer.Option("--gpu-file", help="YAML with more GPUs.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")] = False,
+) -> None:
+    """Predicted time of one engine iteration per operation (per layer and total), with provenance.
+
+    Provenance says measured / transferred / roofline, so a prediction can be checked against
+    a measurement of your own.
+
+    Example: tuner cost -m llama-3-8b -g A10 --tokens 512 --context 1024 --decodes 32 --kv-tokens 32000
+    """
+    from predictors.features import BatchFeatures
+    from predictors.loader import load_cost_model, provenance_kind, roofline, shipped_cost_model
+    from tuner.core.catalog import get_gpu, get_model, load_gpus
+    from tuner.core.config import ServingConfig
+
+    spec = get_model(model)
+    for name, v in (("--tokens", tokens), ("--context", context), ("--decodes", decodes),
+                    ("--kv-tokens", kv_tokens)):
+        if v < 0:
+            raise TunerError(f"{name} must be >= 0, got {v}.")
+    if tokens == 0 and decodes == 0:
+        raise TunerError("An iteration needs --tokens N (prefill) and/or --decodes B.")
+    if decodes and kv_tokens < decodes:
+        kv_tokens = max(kv_tokens, decodes)  # each decode reads at least its own token
+    cat = load_gpus(gpu_file)
+    if gpu is None:
+        if profile_dir is None:
+            raise TunerError("--gpu is required without --profile (e.g. --gpu A10).")
+        g = _profile_device_gpu(profile_dir, spec, cat)
+        if profile_mode == "auto" and g.name not in cat:
+            profile_mode = "measured"
+    else:
+        g = get_gpu(gpu, cat)
+    config = ServingConfig(gpu=g.name, tp=tp, weight_bits=weight_bits, kv_bits=kv_bits).validate()
+    if profile_dir is not None:
+        cm = load_cost_model(profile_dir, spec, g, config, mode=profile_mode)
+    else:
+        cm = shipped_cost_model(spec, g, config) or roofline(spec, g, config)
+    f = BatchFeatures.single(prefill_tokens=tokens, context=context, decodes=decodes,
+                             kv_tokens=kv_tokens)
+    groups = {k: float(v[0]) for k, v in cm.breakdown(f).items()}
+    L = spec.num_layers
+    ops = []
+    if hasattr(cm, "breakdown_ops"):
+        for op, v in cm.breakdown_ops(f).items():
+            ops.append({"operation": op, "per_layer_s": float(v[0]), "layers": L,
+                        "total_s": float(v[0]) * L})
+        ops.append({"operation": "lm_head", "per_layer_s": None, "layers": 1,
+                    "total_s": groups["lm_head"]})
+    else:
+        for k, v in groups.items():
+            layered = k not in ("lm_head", "overhead")
+            ops.append({"operation": k, "per_layer_s": v / L if layered else None,
+                        "layers": L if layered else 1, "total_s": v})
+    if hasattr(cm, "breakdown_ops"):
+        ops.append({"operation": "overhead", "per_layer_s": None, "layers": 1,
+                    "total_s": groups["overhead"], "note": "engine per-step overhead, not measured"})
+    total = float(cm.iteration_time_s(f)[0])
+    kind = provenance_kind(cm)
+    doc = {"model": spec.name, "gpu": g.name, "tp": tp, "weight_bits": weight_bits,
+           "kv_bits": kv_bits,
+           "batch": {"prefill_tokens": tokens, "context": context, "decodes": decodes,
+                     "kv_tokens": kv_tokens},
+           "provenance": {"kind": kind, "description": cm.describe()},
+           "operations": ops, "groups": groups, "total_s": total}
+    if as_json:
+        print(json.dumps(_jsonable(doc), indent=2))
+        return
+    from rich.markup import escape
+    from rich.table import Table
+
+    out, _err = _consoles()
+    t = Table(title=escape(f"{spec.name} on {g.name}: one iteration ({tokens} prefill tokens "
+                           f"after {context}, {decodes} decodes reading {kv_tokens} KV tokens)"))
+    for col in ("operation", "per layer", "layers", "total", "share"):
+        t.add_column(col, justify="left" if col == "operation" else "right")
+    for o in ops:
+        t.add_row(o["operation"], "" if o["per_layer_s"] is None else f"{1e6 * o['per_layer_s']:.1f} µs",
+                  str(o["layers"]), f"{1e6 * o['total_s']:.1f} µs",
+                  f"{100 * o['total_s'] / total:.1f} %" if total > 0 else "")
+    t.add_row("[bold]iteration[/]", "", "", f"[bold]{1e3 * total:.3f} ms[/]", "100 %")
+    out.print(t)
+    desc = cm.describe()
+    out.print(f"[dim]{escape(desc if desc.startswith(kind) else f'{kind}: {desc}')}[/]",
+              highlight=False)
+
+
+def _profile_device_gpu(profile_dir: Path, spec, cat: dict):
+    """The GPU a profile was taken on (catalog entry), or a stand-in named after the device."""
+    import dataclasses
+
+    from predictors.loader import find_profiles, load_fit
+
+    dirs = find_profiles(profile_dir)
+    if not dirs:
+        raise TunerError(f"{profile_dir} holds no profile (profile.csv) or fit (fit.json).")
+    prov = load_fit(dirs[0]).get("provenance", {})
+    name = prov.get("gpu")
+    if name and name in cat:
+        return cat[name]
+    base = next(iter(cat.values()))
+    return dataclasses.replace(base, name=str(prov.get("device_name") or "device"),
+                               price_source="stand-in for a profiled device")
+
+
+def transfer(
+    source: Annotated[Path, typer.Argument(help="Profile (or fit) folder of the measured "
+                      "device to transfer from.")],
+    target: Annotated[Path, typer.Argument(help="Profile folder of a second measured device "
+                      "to predict and compare with.")],
+    record: Annotated[bool, typer.Option(help="Store the error in SOURCE's fit.json (cited by "
+                      "transferred cost models).")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")] = False,
+) -> None:
+    """Transfer error: predict one measured device from another's efficiency curves and print the error.
+
+    The target is predicted from the source's learned efficiency curves and the target's spec
+    sheet (or measured peaks for a CPU); the error per operation class is stored in the
+    source's fit.json, and transferred cost models cite it.
+
+    Example: tuner transfer profiles/llama-3-8b-H100 profiles/llama-3-8b-A10
+    """
+    from predictors.devices import DeviceSpecs
+    from predictors.fit import read_profile, resolve_stat
+    from predictors.loader import find_profiles, load_fit, record_transfer_check
+    from predictors.transfer import transfer_error
+
+    for p in (source, target):
+        if not find_profiles(p):
+            raise TunerError(f"{p} holds no profile (profile.csv) or fit (fit.json).")
+    sfit = load_fit(find_profiles(source)[0])
+    tdir = find_profiles(target)[0]
+    tfit = load_fit(tdir)
+    tdf, tprov = read_profile(tdir)
+    tspecs = DeviceSpecs.from_dict(tfit["specs"])
+    stat = resolve_stat("auto", tprov)
+    res = transfer_error(sfit, tdf, tspecs, stat=stat)
+    sname = sfit.get("provenance", {}).get("gpu") or sfit.get("provenance", {}).get("device_name")
+    tname = tprov.get("gpu") or tprov.get("device_name") or str(target)
+    label = f"{tname} ({tprov.get('model')}, {tspecs.source}, threads {tprov.get('intra_threads')})"
+    recorded = None
+    if record and "fitted_in_memory" not in sfit:
+        recorded = record_transfer_check(Path(sfit["_dir"]), label, _jsonable(res))
+    if as_json:
+        print(json.dumps(_jsonable({"source": str(source), "target": str(target),
+                                    "source_device": sname, "target_device": label,
+                                    "target_specs": tspecs.to_dict(), "stat": stat,
+                                    "errors": res, "recorded_in": str(recorded) if recorded else None}),
+                         indent=2))
+        return
+    from rich.markup import escape
+    from rich.table import Table
+
+    out, _err = _consoles()
+    t = Table(title=escape(f"transfer error: {sname} -> {label}"))
+    for col in ("class", "rows", "MAPE", "median APE"):
+        t.add_column(col, justify="left" if col == "class" else "right")
+    for cls, v in res.items():
+        t.add_row(cls, str(v["rows"]), _pct(v["mape"]), _pct(v["median_ape"]))
+    out.print(t)
+    if recorded:
+        out.print(f"recorded in {recorded}", markup=False, highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(profile)
+    app.command()(fit)
+    app.command()(cost)
+    app.command()(transfer)

@@ -1,0 +1,194 @@
+"""`tuner simulate`: one serving config on a workload, with its memory plan."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from tuner.cli.app import (
+    DistOpt,
+    GpuFileOpt,
+    JsonOpt,
+    ModelOpt,
+    PriceOpt,
+    SkipOpt,
+    WorkloadOpt,
+    app,
+    fmt_gib,
+    fmt_s,
+    load_gpu_catalog,
+    out,
+    read_workload,
+)
+from tuner.core.errors import TunerError
+
+
+# ---- simulate ---------------------------------------------------------------------------------
+def _memory_table(plan, gpu_name: str, title: str) -> Table:
+    t = Table(title=title)
+    t.add_column("per GPU")
+    t.add_column(gpu_name, justify="right")
+    t.add_row("usable (memory x utilisation)", fmt_gib(plan.usable_bytes))
+    t.add_row("weights", fmt_gib(plan.weight_bytes))
+    t.add_row("activations (token budget) ", fmt_gib(plan.activation_bytes))
+    t.add_row("runtime (CUDA context, graphs)", fmt_gib(plan.runtime_overhead_bytes))
+    t.add_row("KV cache", fmt_gib(plan.kv_bytes))
+    t.add_row("KV capacity", f"{plan.kv_capacity_tokens:,} tokens")
+    t.add_row("max concurrent requests (mean length)", f"{plan.max_concurrent_requests:.1f}")
+    return t
+
+
+@app.command()
+def simulate(
+    workload: WorkloadOpt,
+    model: ModelOpt,
+    gpu: Annotated[str, typer.Option("--gpu", "-g", help="GPU type (`tuner gpus`).")],
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
+    dp: Annotated[int, typer.Option(help="Data-parallel replicas.")] = 1,
+    scheduler: Annotated[str, typer.Option(help="vllm | vllm-v0 | sarathi (+ -noevict).")] = "vllm",
+    chunk_size: Annotated[int, typer.Option(help="Token budget per step (vLLM max_num_batched_tokens).")] = 8192,
+    max_running: Annotated[int, typer.Option(help="R_max (vLLM max_num_seqs).")] = 256,
+    weight_bits: Annotated[int, typer.Option(help="16, 8 or 4.")] = 16,
+    kv_bits: Annotated[int, typer.Option(help="16, 8 or 4.")] = 16,
+    gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM gpu_memory_utilization.")] = 0.9,
+    ordering: Annotated[str, typer.Option(help="fcfs | shortest-prompt | longest-output | binpack "
+                        "(Vasuki) | blend (BlendServe).")] = "fcfs",
+    block_size: Annotated[int, typer.Option(help="KV block size in tokens.")] = 16,
+    kv_offload_layers: Annotated[int, typer.Option(help="KV-cache layers kept in host RAM, moved "
+                                 "over PCIe each iteration (Vasuki).")] = 0,
+    weight_offload_fraction: Annotated[float, typer.Option(help="Share of weights in host RAM, "
+                                       "streamed every iteration (vLLM cpu_offload_gb).")] = 0.0,
+    attention_on_cpu: Annotated[bool, typer.Option("--attention-on-cpu/--attention-on-gpu",
+                                help="Decode attention of offloaded KV layers on the CPU.")] = False,
+    cpu_threads_intra: Annotated[int, typer.Option(help="CPU intra-op threads (0: LM-Offload "
+                                 "Alg. 3 chooses).")] = 0,
+    cpu_threads_inter: Annotated[int, typer.Option(help="CPU inter-op threads (0: LM-Offload "
+                                 "Alg. 3 chooses).")] = 0,
+    profile: Annotated[Path | None, typer.Option(help="Profile or fit folder (`tuner profile`, "
+                       "`tuner fit`): measured cost model instead of the spec-sheet roofline.")] = None,
+    profile_mode: Annotated[str, typer.Option(help="auto | measured | transfer | roofline.")] = "auto",
+    exact: Annotated[bool, typer.Option(help="Step-by-step scheduler (no skip-ahead); same "
+                     "result, slower.")] = False,
+    timeline: Annotated[Path | None, typer.Option(help="Write a per-iteration timeline CSV.")] = None,
+    price: PriceOpt = None, gpu_file: GpuFileOpt = None, skip_invalid: SkipOpt = False,
+    output_dist: DistOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Simulate one serving config on a workload: makespan, $, memory plan, physical limit.
+
+    Example: tuner simulate -w examples/arxiv.jsonl -m llama-3-8b -g A10 --chunk-size 2048
+    """
+    from tuner.core.catalog import get_gpu, get_model
+    from tuner.core.config import ServingConfig
+    from tuner.sim.simulator import simulate as run_sim
+
+    cat = load_gpu_catalog(gpu_file, price)
+    g = get_gpu(gpu, cat)
+    spec = get_model(model)
+    w = read_workload(workload, spec, skip_invalid, output_dist)
+    config = ServingConfig(gpu=g.name, tp=tp, dp=dp, scheduler=scheduler, chunk_size=chunk_size,
+                           max_running=max_running, weight_bits=weight_bits, kv_bits=kv_bits,
+                           gpu_memory_utilization=gpu_memory_utilization, ordering=ordering,
+                           block_size=block_size, kv_offload_layers=kv_offload_layers,
+                           weight_offload_fraction=weight_offload_fraction,
+                           attention_on_cpu=attention_on_cpu, cpu_threads_intra=cpu_threads_intra,
+                           cpu_threads_inter=cpu_threads_inter).validate()
+    from tuner.sim.simulator import default_cost_model
+
+    cm = default_cost_model(spec, g, config, profile, profile_mode=profile_mode) if profile else None
+    res = run_sim(w, spec, g, config, cm, timeline=timeline is not None, exact=exact)
+    if timeline is not None:
+        _write_timeline(timeline, res.timeline)
+    summary = res.summary()
+    if as_json:
+        from tuner.exports.deploy import _jsonable
+
+        print(json.dumps(_jsonable(summary), indent=2))
+        return
+    t = Table(title=f"{spec.name} on {g.name} x{config.num_gpus}: {len(w)} requests")
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    t.add_row("makespan", f"{fmt_s(res.makespan_s)}  ({res.makespan_s:,.0f} s)")
+    t.add_row("physical limit T_o", f"{fmt_s(res.lower_bound_s)}  (makespan is "
+              f"{100 * res.lower_bound_s / res.makespan_s:.0f} % of the limit's speed)")
+    t.add_row("job cost", f"${res.cost_usd:,.2f}  at ${res.price_usd_per_h:.2f}/GPU-h")
+    t.add_row("$ per 1k requests", f"${res.usd_per_1k_requests:.3f}")
+    t.add_row("throughput", f"{res.throughput_tok_s:,.0f} output tok/s, {res.qps:.2f} req/s")
+    t.add_row("QPS per $/h", f"{res.qps_per_usd_per_h:.3f}")
+    if res.vasuki_cost_metric is not None:
+        t.add_row("Vasuki cost metric (QPS / $ per FP32 GFLOP/W)", f"{res.vasuki_cost_metric:.4f}")
+    t.add_row("iterations", f"{res.iterations:,}")
+    t.add_row("preemptions (recompute)", f"{res.preemptions:,}")
+    t.add_row("peak / mean KV use", f"{100 * res.peak_kv_fraction:.0f} % / {100 * res.mean_kv_fraction:.0f} %")
+    out.print(t)
+    out.print(_memory_table(res.memory, g.name, "Memory plan"))
+    if summary.get("offload"):
+        out.print(_offload_table(summary["offload"], g.name))
+    out.print(f"cost model: {res.provenance}", style="dim", markup=False)
+
+
+def _offload_table(o: dict, gpu_name: str) -> Table:
+    """Why offloading helps or not: capacity gained vs transfer time against the overlap budget."""
+    t = Table(title=f"Offloading on {gpu_name} (per GPU)")
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    mem = o.get("memory", {})
+    if mem:
+        t.add_row("weights GPU / host", f"{fmt_gib(mem.get('weights_gpu_bytes', 0))} / "
+                  f"{fmt_gib(mem.get('weights_host_bytes', 0))}")
+        t.add_row("KV GPU / host", f"{fmt_gib(mem.get('kv_gpu_bytes', 0))} / "
+                  f"{fmt_gib(mem.get('kv_host_bytes', 0))}")
+        t.add_row("host RAM used / limit", f"{fmt_gib(mem.get('host_used_bytes', 0))} / "
+                  f"{fmt_gib(mem.get('host_limit_bytes', 0))}")
+    for key, label, fmt in (
+        ("kv_capacity_gain", "KV capacity gain from offload", "x{:.2f}"),
+        ("layer_kv_transfer_ms", "one layer's KV transfer (ms)", "{:.3f}"),
+        ("layer_exec_ms", "one layer's compute (ms)", "{:.3f}"),
+        ("transfer_to_compute_ratio", "transfer / compute", "{:.2f}"),
+        ("kv_transfer_s", "KV transfer total (s)", "{:,.1f}"),
+        ("kv_overlap_budget_s", "overlap budget (s)", "{:,.1f}"),
+        ("kv_stall_s", "KV stall (s)", "{:,.1f}"),
+        ("weight_stall_s", "weight streaming stall (s)", "{:,.1f}"),
+        ("cpu_attention_extra_s", "CPU attention extra (s)", "{:,.1f}"),
+        ("kv_quantize_s", "KV (de)quantization (s)", "{:,.1f}"),
+        ("stall_fraction", "share of time stalled", "{:.1%}"),
+    ):
+        v = o.get(key)
+        if isinstance(v, int | float):
+            t.add_row(label, fmt.format(v))
+    mo = o.get("max_overlapped_layers")
+    if isinstance(mo, dict):
+        t.add_row("layers fully overlapped, median step (Alg. 1 / Alg. 2 / exhaustive)",
+                  f"{mo.get('alg1_median')} / {mo.get('alg2_median')} / {mo.get('exact_median')}")
+    th = o.get("cpu_threads")
+    if isinstance(th, dict) and o.get("attention_on_cpu"):
+        t.add_row("CPU threads intra / inter", f"{th.get('intra')} / {th.get('inter')} "
+                  f"({th.get('chosen_by')}, {th.get('cores')} cores)")
+    if o.get("transfer_model"):
+        t.add_row("transfer model", str(o["transfer_model"]))
+    return t
+
+
+def _write_timeline(path: Path, tl: dict) -> None:
+    from tuner.exports.deploy import write_atomic
+
+    cols = list(tl)
+    rows = zip(*(tl[c].tolist() for c in cols), strict=True)
+    import io
+
+    buf = io.StringIO()
+    wr = csv.writer(buf)
+    wr.writerow(cols)
+    wr.writerows(rows)
+    if path.parent.exists() and not path.parent.is_dir():
+        raise TunerError(f"Cannot write timeline {path}: {path.parent} is a file, not a folder.")
+    try:
+        write_atomic(path, buf.getvalue())
+    except OSError as exc:
+        raise TunerError(f"Cannot write timeline {path}: {exc.strerror or exc}.") from None
+
+

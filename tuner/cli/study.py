@@ -1,0 +1,109 @@
+"""`tuner worker` and `tuner results`: more processes for one study, and a finished study again.
+
+A study created by ``tuner search --storage URL --study NAME`` carries everything a worker needs
+in its user attributes (workload token counts, model, GPU specs and prices, search space,
+sampler settings; see :func:`tuner.search.study.study_metadata`), so a worker on another machine needs
+only the storage URL and the study name::
+
+    tuner search -w examples/arxiv.jsonl -m llama-3-8b --gpus A10,A40 \\
+        --storage postgresql://user:pw@db/tuner --study arxiv --n-trials 2000 --workers 4
+    tuner worker --storage postgresql://user:pw@db/tuner --study arxiv     # on more machines
+    tuner results --storage postgresql://user:pw@db/tuner --study arxiv --out arxiv-out
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+StudyOpt = Annotated[str, typer.Option("--study", help="Study name.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+ProfileOpt = Annotated[Path | None, typer.Option("--profile", help="A copy of the profile/fit "
+                       "folder the search used (default: the path stored in the study).")]
+
+
+# ---- commands ----------------------------------------------------------------------------------
+def register(app: typer.Typer) -> None:
+    app.command("worker")(worker)
+    app.command("results")(results)
+
+
+def worker(
+    study: StudyOpt,
+    storage: Annotated[str, typer.Option("--storage", help="Optuna storage URL of the study "
+                       "(postgresql://user:password@host/db, or the search's sqlite:///...).")],
+    n_trials: Annotated[int | None, typer.Option(help="Stop when the study has this many "
+                        "complete trials (default: the search's --n-trials).")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
+    seed: Annotated[int | None, typer.Option(help="This worker's sampler seed (default: "
+                    "random; workers need different seeds).")] = None,
+    workload: Annotated[Path | None, typer.Option("--workload", help="Read the workload from "
+                        "this file instead of the study (it must hold the same requests).")] = None,
+    wait: Annotated[float, typer.Option(help="Seconds to wait for the study to be created "
+                    "(workers started before the search).")] = 0.0,
+    profile: ProfileOpt = None,
+    quiet: Annotated[bool, typer.Option(help="No progress output.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run trials of a shared study (started with `tuner search --storage URL --study NAME`)
+    until it has its trials; start any number of these, on any machines.
+
+    Example: tuner worker --study arxiv --storage postgresql://tuner:pw@db:5432/tuner
+    """
+    import optuna
+
+    from tuner.cli.app import err
+    from tuner.cli.progress import SearchProgress
+    from tuner.search.study import connect_worker
+
+    job = connect_worker(study, storage, n_trials=n_trials, timeout_s=timeout, seed=seed,
+                         workload_path=workload, wait_s=wait, profile=profile)
+    mine: list[int] = []
+    with SearchProgress(err, job.settings.n_trials, disable=quiet or as_json,
+                        label=f"worker on {study}") as prog:
+        def on_trial(st, trial):
+            mine.append(trial.number)
+            prog.on_trial(st, trial)
+
+        st = job.run(on_trial)
+    complete = len(st.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+    if as_json:
+        print(json.dumps({"study": st.study_name, "trials": mine, "study_complete": complete,
+                          "target": job.settings.n_trials}))
+    elif not quiet:
+        err.print(f"worker ran {len(mine)} trial(s); study {st.study_name!r} has {complete} "
+                  "complete", markup=False)
+
+
+def results(
+    study: Annotated[str | None, typer.Option("--study", help="Study name (default: the only "
+                     "study in the storage).")] = None,
+    storage: Annotated[str | None, typer.Option("--storage", help="Optuna storage URL (default: "
+                       "sqlite:///OUT/study.db).")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Folder for the report, exports "
+                       "and results.json (default: tuner-out).")] = None,
+    workload: Annotated[Path | None, typer.Option("--workload", help="Read the workload from "
+                        "this file instead of the study.")] = None,
+    profile: ProfileOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print and export a study's results again: Pareto front, best config per GPU, parameter
+    importances, report, vLLM configs, results.json (as `tuner search` writes them).
+
+    Example: tuner results --study arxiv --storage postgresql://tuner:pw@db:5432/tuner --out o
+    """
+    from tuner.cli.exports import load_stored_study
+    from tuner.cli.search import check_writable, finish_search
+    from tuner.search.study import setup_from_study, storage_url, study_cost_model_for
+
+    st = load_stored_study(study, storage_url(storage) if storage else None, out_dir)
+    setup = setup_from_study(st, workload_path=workload)
+    cost_model_for = study_cost_model_for(  # re-simulated winners: the search's cost models
+        setup.metadata, setup.model, setup.gpus, study_name=st.study_name, profile=profile)
+    out = out_dir or Path("tuner-out")
+    check_writable(out)
+    finish_search(st, setup.workload, setup.model, setup.gpus, out, as_json,
+                   cost_model_for=cost_model_for)

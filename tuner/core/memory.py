@@ -1,0 +1,171 @@
+"""Memory plan: what fits on one GPU of a replica, and so how many KV tokens the cache holds."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from tuner.core.catalog import GIB, GPU, ModelSpec
+from tuner.core.config import ServingConfig
+
+# CUDA context, cuBLAS/NCCL workspaces and CUDA graphs: vLLM counts this non-torch memory
+# inside gpu_memory_utilization. ~1 GiB per GPU is what vLLM's startup log typically reports
+# for 7-8B models (estimate).
+RUNTIME_OVERHEAD_BYTES = 1.0 * GIB
+# Host memory the serving process cannot give to offloaded tensors: OS, the engine's Python
+# process (tokenizer, scheduler, CUDA host allocations), page cache for the checkpoint while
+# loading. ~8 GiB per GPU is an ESTIMATE; host RAM per GPU comes from the GPU catalog
+# (GPU.host_ram_gib, the cloud instance's RAM / GPUs).
+HOST_RESERVE_BYTES = 8.0 * GIB
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Per-GPU bytes of one replica (tensor-parallel ranks hold equal shares)."""
+
+    gpu_memory_bytes: int
+    usable_bytes: float  # memory x gpu_memory_utilization
+    weight_bytes: float  # on GPU, after offload, per rank
+    weight_offloaded_bytes: float  # in host memory, per rank
+    activation_bytes: float  # peak activations of a full token budget + sampler logits
+    runtime_overhead_bytes: float
+    kv_bytes: float  # what remains for the KV cache
+    kv_bytes_per_token: float  # per rank, KV layers resident on the GPU only
+    kv_capacity_blocks: int
+    kv_capacity_tokens: int
+    max_concurrent_requests: float  # KV capacity / mean (prompt + output) of the workload
+    host_kv_bytes_per_token: float  # offloaded layers' KV, per rank, in host memory
+    fits: bool
+    reason: str
+    # offloading (tuner.sim.offload): GPU staging buffers and the host-memory side, per rank
+    offload_staging_bytes: float = 0.0  # double buffer for streamed (offloaded) weights
+    host_kv_bytes: float = 0.0  # offloaded layers' KV at full KV capacity
+    host_limit_bytes: float = 0.0  # host RAM per GPU - HOST_RESERVE_BYTES
+    host_used_bytes: float = 0.0  # offloaded weights + host KV
+
+    @property
+    def kv_gpu_bytes_used(self) -> float:
+        """KV bytes on the GPU at full capacity (whole blocks only)."""
+        return self.kv_capacity_tokens * self.kv_bytes_per_token
+
+    def breakdown(self) -> dict[str, float]:
+        """Where the bytes of one GPU (and its share of host RAM) go, for reports."""
+        return {
+            "weights_gpu_bytes": self.weight_bytes,
+            "weights_host_bytes": self.weight_offloaded_bytes,
+            "kv_gpu_bytes": self.kv_gpu_bytes_used,
+            "kv_host_bytes": self.host_kv_bytes,
+            "activations_bytes": self.activation_bytes,
+            "offload_staging_bytes": self.offload_staging_bytes,
+            "runtime_overhead_bytes": self.runtime_overhead_bytes,
+            "gpu_usable_bytes": self.usable_bytes,
+            "host_used_bytes": self.host_used_bytes,
+            "host_limit_bytes": self.host_limit_bytes,
+        }
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def activation_bytes(model: ModelSpec, config: ServingConfig) -> float:
+    """Peak activation memory of one step at the full token budget (what vLLM's profiling run
+    reserves): hidden states + QKV + the gated MLP's intermediate tensors in 16-bit, plus fp32
+    sampler logits for up to R_max sequences."""
+    tokens = config.chunk_size
+    tp = config.tp
+    per_token = 2.0 * (
+        4 * model.hidden_size
+        + (model.num_heads + 2 * model.num_kv_heads) * model.head_dim / tp
+        + 3 * model.intermediate_size / tp
+    )
+    logits = 4.0 * min(config.max_running, tokens) * model.vocab_size / tp
+    return tokens * per_token + logits
+
+
+def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
+                mean_request_tokens: float = 0.0, max_request_tokens: int = 0) -> MemoryPlan:
+    """KV capacity M for (model, gpu, config); `fits` False with the numbers when it cannot run."""
+    tp = config.tp
+    usable = gpu.memory_bytes * config.gpu_memory_utilization
+    all_weights = model.weight_bytes(config.weight_bits) / tp
+    offloaded = all_weights * config.weight_offload_fraction
+    weights = all_weights - offloaded
+    acts = activation_bytes(model, config)
+    staging = offload_staging_bytes(model, offloaded)
+    kv = usable - weights - acts - RUNTIME_OVERHEAD_BYTES - staging
+    layers_on_gpu = max(model.num_layers - config.kv_offload_layers, 0)
+    kv_heads_per_rank = max(1.0, model.num_kv_heads / tp)
+    per_layer_token = 2.0 * kv_heads_per_rank * model.head_dim * config.kv_bits / 8.0
+    kv_per_token = per_layer_token * layers_on_gpu
+    host_kv_per_token = per_layer_token * min(config.kv_offload_layers, model.num_layers)
+    if kv_per_token > 0 and kv > 0:
+        blocks = int(kv // (kv_per_token * config.block_size))
+    else:
+        blocks = 0
+    tokens = blocks * config.block_size
+    conc = tokens / mean_request_tokens if mean_request_tokens > 0 else 0.0
+
+    fits, reason = True, ""
+    gib = lambda b: f"{b / GIB:.1f} GiB"  # noqa: E731
+    if kv <= 0:
+        fits = False
+        reason = (f"{model.name} at {config.weight_bits}-bit weights, TP {tp}, does not fit on "
+                  f"{gpu.name}: weights {gib(weights)} + activations {gib(acts)} + runtime "
+                  f"{gib(RUNTIME_OVERHEAD_BYTES)} > {gib(usable)} usable "
+                  f"({gpu.memory_gib:g} GiB x {config.gpu_memory_utilization:g})")
+    elif max_request_tokens and tokens < max_request_tokens:
+        fits = False
+        reason = (f"KV cache on {gpu.name} holds {tokens} tokens ({gib(kv)}), fewer than the "
+                  f"longest request ({max_request_tokens} tokens)")
+    elif layers_on_gpu == 0:
+        fits = False
+        reason = "all KV layers offloaded: the GPU must keep at least one layer's KV"
+    host_kv = tokens * host_kv_per_token
+    host_used = host_kv + offloaded
+    host_limit = host_limit_bytes(gpu)
+    if fits and host_used > host_limit:
+        fits = False
+        reason = (f"host memory exceeded on {gpu.name}: offloaded weights {gib(offloaded)} + KV "
+                  f"of {min(config.kv_offload_layers, model.num_layers)} offloaded layers for "
+                  f"{tokens} tokens {gib(host_kv)} = {gib(host_used)} > {gib(host_limit)} "
+                  f"(host RAM {gpu.host_ram_gib:g} GiB per GPU - {gib(HOST_RESERVE_BYTES)} "
+                  "reserved); offload fewer layers or a smaller weight fraction")
+    return MemoryPlan(
+        gpu_memory_bytes=gpu.memory_bytes,
+        usable_bytes=usable,
+        weight_bytes=weights,
+        weight_offloaded_bytes=offloaded,
+        activation_bytes=acts,
+        runtime_overhead_bytes=RUNTIME_OVERHEAD_BYTES,
+        kv_bytes=max(kv, 0.0),
+        kv_bytes_per_token=kv_per_token,
+        kv_capacity_blocks=blocks,
+        kv_capacity_tokens=tokens,
+        max_concurrent_requests=conc,
+        host_kv_bytes_per_token=host_kv_per_token,
+        fits=fits,
+        reason=reason,
+        offload_staging_bytes=staging,
+        host_kv_bytes=host_kv,
+        host_limit_bytes=host_limit,
+        host_used_bytes=host_used,
+    )
+
+
+def host_limit_bytes(gpu: GPU) -> float:
+    """Host RAM one GPU's offloaded tensors may use: its share of the instance's RAM minus
+    `HOST_RESERVE_BYTES` (a hard limit: a plan above it does not fit)."""
+    return max(gpu.host_ram_gib * GIB - HOST_RESERVE_BYTES, 0.0)
+
+
+def offload_staging_bytes(model: ModelSpec, offloaded_bytes: float) -> float:
+    """GPU buffers that receive streamed weights (FlexGen / LM-Offload): two layers' worth of
+    the offloaded share (one arriving while the other is used)."""
+    if offloaded_bytes <= 0:
+        return 0.0
+    return 2.0 * offloaded_bytes / model.num_layers
+
+
+def blocks_for(tokens: int, block_size: int) -> int:
+    return math.ceil(tokens / block_size)

@@ -1,0 +1,297 @@
+"""simulate(): one ServingConfig on one workload -> SimResult (makespan, $, memory, timeline)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from predictors.features import BatchFeatures
+from predictors.roofline import RooflineCostModel
+from tuner.core.catalog import GPU, ModelSpec
+from tuner.core.config import ServingConfig
+from tuner.core.errors import TunerError
+from tuner.core.memory import MemoryPlan, plan_memory
+from tuner.core.workload import Workload
+from tuner.sim import offload as _offload
+from tuner.sim import scheduler as sch
+
+
+class CostModel(Protocol):
+    def iteration_time_s(self, f: BatchFeatures) -> np.ndarray: ...
+    def describe(self) -> str: ...
+
+
+class InfeasibleConfig(TunerError):
+    """The config cannot run (model does not fit, budget below the longest request...)."""
+
+
+@dataclass
+class SimResult:
+    config: ServingConfig
+    makespan_s: float
+    requests: int
+    prompt_tokens: int
+    output_tokens: int
+    iterations: int
+    preemptions: int
+    peak_kv_fraction: float
+    mean_kv_fraction: float
+    lower_bound_s: float
+    cost_usd: float
+    price_usd_per_h: float
+    memory: MemoryPlan
+    provenance: str
+    cached_prompt_tokens: int = 0  # prompt tokens served from the prefix cache
+    vasuki_cost_metric: float | None = None  # QPS / ($ per FP32 GFLOP/W), seed 000 §3.2
+    timeline: dict[str, np.ndarray] | None = field(default=None, repr=False)
+    offload_stall_s: float = 0.0  # non-overlapped KV + weight transfers, per replica (tuner.sim.offload)
+    offload: dict | None = None  # tuner.sim.offload breakdown (memory, transfer vs budget, stalls)
+
+    @property
+    def qps(self) -> float:
+        return self.requests / self.makespan_s
+
+    @property
+    def throughput_tok_s(self) -> float:
+        return self.output_tokens / self.makespan_s
+
+    @property
+    def usd_per_1k_requests(self) -> float:
+        return 1000.0 * self.cost_usd / self.requests
+
+    @property
+    def qps_per_usd_per_h(self) -> float:
+        return self.qps / (self.price_usd_per_h * self.config.num_gpus)
+
+    def summary(self) -> dict:
+        """Every figure as plain JSON-able data (the `tuner simulate --json` document)."""
+        return {
+            "makespan_s": self.makespan_s,
+            "cost_usd": self.cost_usd,
+            "usd_per_1k_requests": self.usd_per_1k_requests,
+            "requests": self.requests,
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+            "throughput_tok_s": self.throughput_tok_s,
+            "qps": self.qps,
+            "qps_per_usd_per_h": self.qps_per_usd_per_h,
+            "iterations": self.iterations,
+            "preemptions": self.preemptions,
+            "cached_prompt_tokens": self.cached_prompt_tokens,
+            "peak_kv_fraction": self.peak_kv_fraction,
+            "mean_kv_fraction": self.mean_kv_fraction,
+            "lower_bound_s": self.lower_bound_s,
+            "limit_fraction": self.lower_bound_s / self.makespan_s,
+            "kv_capacity_tokens": self.memory.kv_capacity_tokens,
+            "max_concurrent_requests": self.memory.max_concurrent_requests,
+            "vasuki_cost_metric": self.vasuki_cost_metric,
+            "offload_stall_s": self.offload_stall_s,
+            "offload": self.offload,
+            "memory": self.memory.to_dict(),
+            "config": self.config.to_dict(),
+            "provenance": self.provenance,
+        }
+
+
+def order_requests(workload: Workload, ordering: str, *, model: ModelSpec | None = None,
+                   gpu: GPU | None = None, config: ServingConfig | None = None,
+                   kv_capacity_tokens: int | None = None) -> np.ndarray:
+    """Indices of the requests in the order they are submitted to the engine
+    (tuner.sim.ordering holds the orderings)."""
+    from tuner.sim import ordering as _ordering
+    return _ordering.order_requests(workload, ordering, model=model, gpu=gpu, config=config,
+                                    kv_capacity_tokens=kv_capacity_tokens)
+
+
+def lower_bound_s(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConfig) -> float:
+    """BlendServe's physical limit T_o = max((1 - s_o) T_comp, T_mem) (seed 003 §2.3-2.4):
+    GEMM + prefill-attention FLOPs at peak, decode KV reads at peak HBM bandwidth, over all GPUs
+    of the deployment; s_o is the best prefix-sharing ratio (each shared prefix computed once)."""
+    p = workload.prompt_tokens.astype(np.float64)
+    d = workload.output_tokens.astype(np.float64)
+    gemm_params = model.num_layers * model.linear_params_per_layer + model.lm_head_params
+    per_req = (p + d) * gemm_params * 2 + p * p * model.hidden_size * model.num_layers * 4
+    comp = per_req.sum()
+    if workload.prefix_ids is not None and workload.prefix_tokens is not None:
+        # a prefix of x tokens shared by k requests is computed once instead of k times
+        x = workload.prefix_tokens.astype(np.float64)
+        ids = workload.prefix_ids
+        has = ids >= 0
+        if has.any():
+            _, first = np.unique(ids[has], return_index=True)
+            saved = (x[has] * gemm_params * 2 + x[has] ** 2 * model.hidden_size * model.num_layers * 4)
+            comp -= saved.sum() - saved[first].sum()
+    peak = gpu.fp8_tflops * 1e12 if (config.weight_bits == 8 and gpu.fp8_tflops) else gpu.peak_flops
+    h_kv = model.num_kv_heads * model.head_dim
+    mem = ((p * d + 0.5 * d * d) * h_kv * model.num_layers * 2 * config.kv_bits / 8).sum()
+    n = config.num_gpus
+    return float(max(comp / (peak * n), mem / (gpu.hbm_bytes_per_s * n)))
+
+
+def default_cost_model(model: ModelSpec, gpu: GPU, config: ServingConfig,
+                       cost_model_dir: str | Path | None = None, *,
+                       profile_mode: str = "auto") -> CostModel:
+    """The cost model for (model, gpu, config).
+
+    cost_model_dir (a profile/fit folder, or a folder of them; `--profile DIR`): measured where
+    it holds a profile of this GPU at this model's shapes, transferred from a measured GPU
+    otherwise, roofline where nothing applies (predictors.loader.load_cost_model, `profile_mode`
+    auto | measured | transfer | roofline). Without it: a profile shipped in predictors/data
+    taken on this GPU at this model's shapes, else the spec-sheet roofline (GPUs nobody
+    measured). A stored calibration for (gpu, model) wraps the result (predictors.calibration)."""
+    from predictors.calibration import apply_stored
+
+    if cost_model_dir is not None:
+        from predictors.loader import load_cost_model
+
+        cm = load_cost_model(cost_model_dir, model, gpu, config, mode=profile_mode)
+    else:
+        from predictors.loader import shipped_cost_model
+
+        cm = shipped_cost_model(model, gpu, config) or RooflineCostModel.from_specs(
+            gpu, model, tp=config.tp, weight_bits=config.weight_bits, kv_bits=config.kv_bits)
+    # A fit from `tuner calibrate` (measured runs on this device and model) corrects the residual
+    # of every later prediction there; its provenance then says so (TUNER_NO_CALIBRATION=1: off).
+    return apply_stored(cm, gpu.name, model.name)
+
+
+def profile_cost_model_for(model: ModelSpec, profile: str | Path | None, *,
+                           profile_mode: str = "auto", check_gpu: GPU | None = None):
+    """`(gpu, config) -> CostModel` from a profile/fit folder (`--profile DIR`), or None without
+    one. With `check_gpu`, the folder is loaded once now, so a bad folder fails before a search
+    starts (one TunerError) rather than in its first trial."""
+    if profile is None:
+        return None
+
+    def cost_model_for(gpu: GPU, config: ServingConfig) -> CostModel:
+        return default_cost_model(model, gpu, config, profile, profile_mode=profile_mode)
+
+    if check_gpu is not None:
+        cost_model_for(check_gpu, ServingConfig(gpu=check_gpu.name))
+    return cost_model_for
+
+
+def scheduler_params(config: ServingConfig, capacity_blocks: int) -> sch.SchedulerParams:
+    return sch.preset(config.scheduler, token_budget=config.chunk_size,
+                      max_running=config.max_running, block_size=config.block_size,
+                      capacity_blocks=capacity_blocks)
+
+
+def check_feasible(workload: Workload, model: ModelSpec, gpu: GPU,
+                   config: ServingConfig) -> MemoryPlan:
+    """The memory plan; raises InfeasibleConfig with the numbers when the config cannot run."""
+    config.validate()
+    total = workload.prompt_tokens + workload.output_tokens
+    plan = plan_memory(model, gpu, config, mean_request_tokens=float(total.mean()),
+                       max_request_tokens=int(total.max()))
+    if not plan.fits:
+        raise InfeasibleConfig(plan.reason)
+    if config.scheduler.startswith("vllm-v0") and config.chunk_size < int(total.max()) - 1:
+        raise InfeasibleConfig(
+            f"vllm-v0 has no chunked prefill: chunk_size {config.chunk_size} must be >= the "
+            f"longest request ({int(total.max())} tokens)")
+    if int(total.max()) > model.max_position:
+        raise InfeasibleConfig(
+            f"longest request has {int(total.max())} tokens, beyond {model.name}'s context "
+            f"length {model.max_position}")
+    return plan
+
+
+def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConfig,
+             cost_model: CostModel | None = None, *, timeline: bool = False,
+             exact: bool = False) -> SimResult:
+    """Simulate the whole job iteration by iteration; raises InfeasibleConfig if it cannot run.
+
+    exact=True runs the scheduler strictly step by step; the default skips ahead over
+    decode-only stretches, which yields the same steps (tested) in less time."""
+    if len(workload) == 0:
+        raise TunerError("The workload has no requests.")
+    plan = check_feasible(workload, model, gpu, config)
+    cost_model = cost_model or default_cost_model(model, gpu, config)
+    params = scheduler_params(config, plan.kv_capacity_blocks)
+    order = order_requests(workload, config.ordering, model=model, gpu=gpu, config=config,
+                           kv_capacity_tokens=plan.kv_capacity_tokens)
+
+    # a fitted CostModel may carry its measured host<->device curve (predictors.transfer_model)
+    off_ctx = _offload.OffloadContext.build(model, gpu, config,
+                                            transfer=getattr(cost_model, "transfer_model", None))
+    off_totals = _offload.OffloadTotals()
+    makespan = 0.0
+    iterations = preemptions = cached = 0
+    peak_kv = 0.0
+    kv_time_integral = 0.0
+    tl_parts = []
+    for replica in range(config.dp):
+        idx = order[replica:: config.dp]  # round-robin keeps each replica's mix alike
+        if idx.size == 0:
+            continue
+        s = sch.run_schedule(
+            workload.prompt_tokens[idx], workload.output_tokens[idx], params, fast=not exact,
+            prefix_ids=None if workload.prefix_ids is None else workload.prefix_ids[idx],
+            prefix_tokens=None if workload.prefix_tokens is None else workload.prefix_tokens[idx])
+        if s.status != sch.STATUS_OK:
+            raise InfeasibleConfig(
+                f"scheduler made no progress ({'stuck' if s.status == 1 else 'step limit'}) "
+                f"with KV capacity {plan.kv_capacity_tokens} tokens; a request cannot be placed")
+        st = s.steps.astype(np.float64)
+        feats = BatchFeatures(
+            prefill_tokens=st[:, sch.PREFILL_TOKENS], prefill_sq=st[:, sch.PREFILL_SQ],
+            prefill_ctx=st[:, sch.PREFILL_CTX], decodes=st[:, sch.DECODES],
+            decode_kv=st[:, sch.DECODE_KV], seqs_sampled=st[:, sch.SAMPLED])
+        dt = cost_model.iteration_time_s(feats)
+        if off_ctx.active:  # KV / weight offload, CPU attention, (de)quantization
+            priced = _offload.price_iterations(feats, dt, off_ctx, cost_model)
+            dt = priced["dt_s"]
+            off_totals.add(priced)
+        span = float(dt.sum())
+        kv_frac = st[:, sch.KV_BLOCKS] / max(plan.kv_capacity_blocks, 1)
+        makespan = max(makespan, span)
+        iterations += len(dt)
+        preemptions += int(s.steps[:, sch.PREEMPTED].sum())
+        cached += s.cached_tokens
+        peak_kv = max(peak_kv, float(kv_frac.max()))
+        kv_time_integral += float((kv_frac * dt).sum()) / max(span, 1e-12)
+        if timeline and replica == 0:
+            tl_parts.append({
+                "time_s": np.cumsum(dt),
+                "running": s.steps[:, sch.RUNNING],
+                "prefill_tokens": s.steps[:, sch.PREFILL_TOKENS],
+                "decode_tokens": s.steps[:, sch.DECODES],
+                "kv_fraction": kv_frac,
+                "preemptions": s.steps[:, sch.PREEMPTED],
+            })
+    price = gpu.price_usd_per_h
+    cost = makespan / 3600.0 * price * config.num_gpus
+    res = SimResult(
+        config=config,
+        makespan_s=makespan,
+        requests=len(workload),
+        prompt_tokens=int(workload.prompt_tokens.sum()),
+        output_tokens=int(workload.output_tokens.sum()),
+        iterations=iterations,
+        preemptions=preemptions,
+        peak_kv_fraction=peak_kv,
+        mean_kv_fraction=kv_time_integral / config.dp,
+        lower_bound_s=lower_bound_s(workload, model, gpu, config),
+        cost_usd=cost,
+        price_usd_per_h=price,
+        memory=plan,
+        provenance=cost_model.describe(),
+        cached_prompt_tokens=cached,
+        timeline=tl_parts[0] if tl_parts else None,
+    )
+    if gpu.vasuki_usd_per_fp32_gflop_per_w:
+        res.vasuki_cost_metric = res.qps / gpu.vasuki_usd_per_fp32_gflop_per_w
+    if off_ctx.active:
+        base = plan_memory(model, gpu, dataclasses.replace(
+            config, kv_offload_layers=0, weight_offload_fraction=0.0)).kv_capacity_tokens
+        res.offload = off_totals.summary(off_ctx, plan, dp=config.dp,
+                                         kv_capacity_tokens_no_offload=base)
+        res.offload_stall_s = res.offload["offload_stall_s"]
+    return res
+
+
