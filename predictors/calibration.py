@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from predictors.features import BatchFeatures
+from tuner.core.io import dumps, write_atomic
 
 FORMAT = "tuner-calibration/1"
 TERMS = ("kernel_factor", "iteration_overhead_s", "per_sequence_s")
@@ -136,11 +137,7 @@ class Calibration:
 
     def save(self, store: str | Path | None = None) -> Path:
         path = calibration_path(self.device, self.model, store)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
-        os.replace(tmp, path)
-        return path
+        return write_atomic(path, dumps(self.to_json()))
 
 
 class CalibratedCostModel:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from predictors.opmath import ATTENTION_OPS, COPY_OPS, ELEMENTWISE_OPS, LINEAR_OPS, QUANT_OPS
+from tuner.core.io import dumps, write_atomic
 
 FIT_JSON = "fit.json"
 CV_CSV = "cv_errors.csv"
@@ -280,41 +280,19 @@ class FitResult:
                 doc["transfer_checks"] = json.loads(old.read_text()).get("transfer_checks", {})
             except (OSError, json.JSONDecodeError):
                 pass
-        files["fit"] = _atomic_write(out_dir / FIT_JSON, json.dumps(_clean(doc), indent=1) + "\n")
+        files["fit"] = write_atomic(out_dir / FIT_JSON, dumps(doc, indent=1))
         lines = ["operation,variant,rows,model,cv_mape,chosen"]
         for r in self.cv_table():
             lines.append(f"{r['operation']},{r['variant']},{r['rows']},{r['model']},"
                          f"{r['cv_mape']:.6g},{int(r['chosen'])}")
-        files["cv_errors"] = _atomic_write(out_dir / CV_CSV, "\n".join(lines) + "\n")
-        tmp = out_dir / (FIT_JOBLIB + ".tmp")
-        joblib.dump({"estimators": {of.key: of.estimator for of in self.ops},
-                     "format": FORMAT}, tmp, compress=3)
-        os.replace(tmp, out_dir / FIT_JOBLIB)
-        files["estimators"] = out_dir / FIT_JOBLIB
+        files["cv_errors"] = write_atomic(out_dir / CV_CSV, "\n".join(lines) + "\n")
+        state = {"estimators": {of.key: of.estimator for of in self.ops}, "format": FORMAT}
+        files["estimators"] = write_atomic(out_dir / FIT_JOBLIB,
+                                           lambda tmp: joblib.dump(state, tmp, compress=3))
         return files
 
 
 MODEL_OPS = (*LINEAR_OPS, *ELEMENTWISE_OPS, "lm_head", *ATTENTION_OPS)
-
-
-def _clean(o):
-    """JSON without NaN/inf (written as null)."""
-    if isinstance(o, dict):
-        return {k: _clean(v) for k, v in o.items()}
-    if isinstance(o, list | tuple):
-        return [_clean(v) for v in o]
-    if isinstance(o, float | np.floating):
-        return float(o) if np.isfinite(o) else None
-    if isinstance(o, np.integer):
-        return int(o)
-    return o
-
-
-def _atomic_write(path: Path, text: str) -> Path:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
 
 
 def fit_profile(profile_dir: Path, *, folds: int = 5, seed: int = 0, progress=None,

@@ -29,6 +29,7 @@ from profilers.schema import (
 )
 from profilers.timing import Sampler, TimingSettings, measure_interleaved
 from tuner.core.errors import TunerError, ensure_writable_dir
+from tuner.core.io import dumps, write_atomic
 
 INSTALL_HINT = 'pip install -e ".[profile]"'
 
@@ -385,9 +386,7 @@ def _count_status(rows: list[dict]) -> dict[str, int]:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, dumps(data))
 
 
 def _footprint(c: Case) -> float:

@@ -76,7 +76,7 @@ import plotly.offline
 from plotly.subplots import make_subplots
 
 from tuner.core.errors import TunerError
-from tuner.exports.deploy import write_atomic
+from tuner.core.io import write_atomic
 
 GIB = 1024**3
 

@@ -345,6 +345,6 @@ def result_from_worker(runner: str, res: dict, notes: list[str]) -> RunResult:
 
 
 def jsonable(obj: Any) -> Any:
-    from tuner.exports.deploy import _jsonable
+    from tuner.core.io import jsonable
 
-    return _jsonable(obj)
+    return jsonable(obj)

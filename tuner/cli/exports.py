@@ -210,7 +210,8 @@ def register(app: typer.Typer) -> None:
         Example: tuner export --out tuner-out --format vllm-run-batch --goal cheapest
         """
         from reports.context import export_text, max_request_tokens, winner_header
-        from tuner.exports.deploy import EXPORT_FORMATS, write_atomic
+        from tuner.core.io import write_atomic
+        from tuner.exports.deploy import EXPORT_FORMATS
         from tuner.search.records import trial_records
 
         if fmt not in EXPORT_FORMATS:

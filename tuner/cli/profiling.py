@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from tuner.core.errors import TunerError
+from tuner.core.io import jsonable
 
 FAMILY_HELP = "linear, elementwise, lm_head, attention, copy, quant, threads"
 
@@ -24,12 +25,6 @@ def _consoles():
 
 def _pct(v) -> str:
     return "—" if v is None or not math.isfinite(v) else f"{100 * v:.1f} %"
-
-
-def _jsonable(o):
-    from predictors.fit import _clean
-
-    return _clean(o)
 
 
 def profile(
@@ -141,7 +136,7 @@ def fit(
     out, _err = _consoles()
     chosen = res.chosen_errors()
     if as_json:
-        print(json.dumps(_jsonable({
+        print(json.dumps(jsonable({
             "profile": str(profile_dir), "stat": res.stat, "folds": folds,
             "median_cv_mape": res.median_cv_mape(), "chosen": {of.key: of.chosen for of in res.ops},
             "chosen_cv_mape": chosen, "cv_errors": res.cv_table(),
@@ -258,7 +253,7 @@ def cost(
            "provenance": {"kind": kind, "description": cm.describe()},
            "operations": ops, "groups": groups, "total_s": total}
     if as_json:
-        print(json.dumps(_jsonable(doc), indent=2))
+        print(json.dumps(jsonable(doc), indent=2))
         return
     from rich.markup import escape
     from rich.table import Table
@@ -334,9 +329,9 @@ def transfer(
     label = f"{tname} ({tprov.get('model')}, {tspecs.source}, threads {tprov.get('intra_threads')})"
     recorded = None
     if record and "fitted_in_memory" not in sfit:
-        recorded = record_transfer_check(Path(sfit["_dir"]), label, _jsonable(res))
+        recorded = record_transfer_check(Path(sfit["_dir"]), label, jsonable(res))
     if as_json:
-        print(json.dumps(_jsonable({"source": str(source), "target": str(target),
+        print(json.dumps(jsonable({"source": str(source), "target": str(target),
                                     "source_device": sname, "target_device": label,
                                     "target_specs": tspecs.to_dict(), "stat": stat,
                                     "errors": res, "recorded_in": str(recorded) if recorded else None}),

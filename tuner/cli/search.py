@@ -157,7 +157,8 @@ def finish_search(st, w, spec, chosen: dict, out_dir: Path, as_json: bool, *,
     from reports.context import report_extras
     from reports.html import render_report
     from tuner.core.config import ServingConfig
-    from tuner.exports.deploy import to_json, to_vllm_yaml, write_atomic
+    from tuner.core.io import write_atomic
+    from tuner.exports.deploy import to_json, to_vllm_yaml
     from tuner.search.records import (
         build_context,
         infeasible_summary,
@@ -214,7 +215,7 @@ def finish_search(st, w, spec, chosen: dict, out_dir: Path, as_json: bool, *,
     ctx.update(report_extras(st, records, w, spec, chosen, out_dir=out_dir,
                              cost_model_for=cost_model_for))
     files["report"] = render_report(ctx, out_dir / "report.html")
-    from tuner.exports.deploy import _jsonable
+    from tuner.core.io import jsonable
 
     summary = {
         "study": st.study_name,
@@ -228,10 +229,10 @@ def finish_search(st, w, spec, chosen: dict, out_dir: Path, as_json: bool, *,
         "files": {k: str(v) for k, v in files.items()},
     }
     files["results"] = write_atomic(out_dir / "results.json",
-                                    json.dumps(_jsonable(summary), indent=2) + "\n")
+                                    json.dumps(jsonable(summary), indent=2) + "\n")
     if as_json:
         summary["files"]["results"] = str(files["results"])
-        print(json.dumps(_jsonable(summary), indent=2))
+        print(json.dumps(jsonable(summary), indent=2))
         return
     print_search(records, by_num, best, per_gpu, ctx, files, stats)
 

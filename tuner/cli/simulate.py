@@ -105,9 +105,9 @@ def simulate(
         _write_timeline(timeline, res.timeline)
     summary = res.summary()
     if as_json:
-        from tuner.exports.deploy import _jsonable
+        from tuner.core.io import jsonable
 
-        print(json.dumps(_jsonable(summary), indent=2))
+        print(json.dumps(jsonable(summary), indent=2))
         return
     t = Table(title=f"{spec.name} on {g.name} x{config.num_gpus}: {len(w)} requests")
     t.add_column("figure")
@@ -174,7 +174,7 @@ def _offload_table(o: dict, gpu_name: str) -> Table:
 
 
 def _write_timeline(path: Path, tl: dict) -> None:
-    from tuner.exports.deploy import write_atomic
+    from tuner.core.io import write_atomic
 
     cols = list(tl)
     rows = zip(*(tl[c].tolist() for c in cols), strict=True)

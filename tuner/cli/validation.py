@@ -209,7 +209,7 @@ def summarize(records: list[dict]) -> dict:
 
 def write_validation(out_dir: Path, records: list[dict]) -> Path:
     """OUT/validation.json: earlier entries of other (trial, runner, config) are kept."""
-    from tuner.exports.deploy import _jsonable, write_atomic
+    from tuner.core.io import jsonable, write_atomic
 
     path = out_dir / "validation.json"
     old: list[dict] = []
@@ -225,7 +225,7 @@ def write_validation(out_dir: Path, records: list[dict]) -> Path:
     new_keys = {key(r) for r in records}
     merged = [r for r in old if key(r) not in new_keys] + records
     doc = {"validation": merged, "summary": summarize(merged)}
-    return write_atomic(path, json.dumps(_jsonable(doc), indent=1) + "\n")
+    return write_atomic(path, json.dumps(jsonable(doc), indent=1) + "\n")
 
 
 def fmt_s(x: float | None) -> str:
@@ -302,7 +302,7 @@ def register(app: typer.Typer) -> None:
         from runners.base import find_python
         from tuner.core.catalog import get_gpu, get_model, load_gpus
         from tuner.core.config import ServingConfig
-        from tuner.exports.deploy import _jsonable
+        from tuner.core.io import jsonable
         from tuner.sim.simulator import default_cost_model
 
         err = Console(stderr=True)
@@ -379,10 +379,10 @@ def register(app: typer.Typer) -> None:
                           f"start-up {fmt_s(rec['startup_s'])}", highlight=False)
         path = write_validation(out_dir, records_out)
         if save_runs:
-            append_runs([_jsonable(r) for r in records_out], store)
+            append_runs([jsonable(r) for r in records_out], store)
         summary = summarize(records_out)
         if as_json:
-            print(json.dumps(_jsonable({"validation": records_out, "summary": summary,
+            print(json.dumps(jsonable({"validation": records_out, "summary": summary,
                                         "file": str(path)}), indent=1))
             return
         t = Table(title=f"Predicted vs measured makespan ({runner}, {spec.name}, {len(w)} requests)")

@@ -26,19 +26,14 @@ never dropped silently).
 - :func:`render_export` / :func:`parse_export` -> any of :data:`EXPORT_FORMATS` and back: every
   export carries the ``# tuner-config:`` line (JSON: its ``config`` object), so it parses back to
   the exact ServingConfig.
-- :func:`write_atomic` -> write text via a temp file in the same folder + ``os.replace``.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import shlex
-import stat
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -46,6 +41,7 @@ import yaml
 from tuner.core.catalog import GIB, GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
+from tuner.core.io import jsonable, write_atomic
 from tuner.core.memory import plan_memory
 
 CONFIG_COMMENT_PREFIX = "# tuner-config:"
@@ -649,25 +645,6 @@ def from_sglang_command(text: str, *, gpu: str | None = None) -> ServingConfig:
     return _finish_config(base, gpu, what)
 
 
-def _jsonable(obj: Any) -> Any:
-    """Plain JSON types: numpy scalars/arrays unwrapped, non-finite floats -> None."""
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, bool) or obj is None or isinstance(obj, (int, str)):
-        return obj
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, ServingConfig):
-        return _jsonable(obj.to_dict())
-    if isinstance(obj, Path):
-        return str(obj)
-    if hasattr(obj, "tolist"):  # numpy scalar or array
-        return _jsonable(obj.tolist())
-    return str(obj)
-
-
 def to_json(
     config: ServingConfig,
     metrics: dict | None,
@@ -683,7 +660,7 @@ def to_json(
     }
     for key, value in (extra or {}).items():
         doc[key] = value
-    return json.dumps(_jsonable(doc), indent=2, allow_nan=False) + "\n"
+    return json.dumps(jsonable(doc), indent=2, allow_nan=False) + "\n"
 
 
 def from_json(text: str, *, gpu: str | None = None) -> ServingConfig:
@@ -763,29 +740,6 @@ def parse_export(fmt: str, text: str, *, gpu: str | None = None) -> ServingConfi
     if fmt == "json":
         return from_json(text, gpu=gpu)
     raise TunerError(f"Unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}.")
-
-
-def write_atomic(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` via a temp file in the same folder and ``os.replace``: readers
-    see the old file or the whole new one, and a failure leaves no partial file behind."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, mode)  # mkstemp creates 0600; keep the usual permissions of a written file
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return path
 
 
 __all__ = [

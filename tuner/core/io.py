@@ -1,0 +1,74 @@
+"""The one atomic writer and the one JSON encoder of the project.
+
+Every file tuner writes goes through :func:`write_atomic` (a temp file in the same folder, fsync,
+``os.replace``): a reader sees the old file or the whole new one, and a failure or Ctrl-C leaves
+no partial file. Every JSON document goes through :func:`jsonable` / :func:`dumps`: numpy scalars
+and arrays unwrapped, non-finite floats written as null (JSON has no NaN), paths as strings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import stat
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def jsonable(obj: Any) -> Any:
+    """Plain JSON types: numpy scalars/arrays unwrapped, non-finite floats -> None, dataclasses
+    (ServingConfig, Provenance, ...) by their ``to_dict()`` or fields, paths as strings."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, bool) or obj is None or isinstance(obj, int | str):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Path):
+        return str(obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        to_dict = getattr(type(obj), "to_dict", None)
+        return jsonable(to_dict(obj) if to_dict else dataclasses.asdict(obj))
+    if hasattr(obj, "tolist"):  # numpy scalar or array
+        return jsonable(obj.tolist())
+    return str(obj)
+
+
+def dumps(obj: Any, indent: int | None = 2) -> str:
+    """``obj`` as a JSON document (via :func:`jsonable`), newline-terminated."""
+    return json.dumps(jsonable(obj), indent=indent, allow_nan=False) + "\n"
+
+
+def write_atomic(path: str | Path, data: str | bytes | Callable[[Path], None]) -> Path:
+    """Write ``data`` to ``path`` via a temp file in the same folder and ``os.replace``. ``data``
+    is text, bytes, or a function that writes the temp path itself (e.g. ``joblib.dump``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o644
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.chmod(tmp, mode)  # mkstemp creates 0600; keep the usual permissions of a written file
+        if callable(data):
+            os.close(fd)
+            data(Path(tmp))
+        else:
+            binary = isinstance(data, bytes)
+            with os.fdopen(fd, "wb" if binary else "w",
+                           **({} if binary else {"encoding": "utf-8", "newline": "\n"})) as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
