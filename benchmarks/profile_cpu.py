@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="tiny-llama")
     ap.add_argument("--device", default="cpu")
@@ -28,31 +28,26 @@ def main() -> None:
     ap.add_argument("--transfer", action="store_true",
                     help="also profile with 1 thread and print the transfer error")
     ap.add_argument("--out", type=Path, default=None)
-    args = ap.parse_args()
+    return ap.parse_args()
 
-    from predictors.fit import fit_profile
-    from predictors.loader import load_cost_model
-    from predictors.roofline import RooflineCostModel
+
+def _profile(args, model, out: Path, threads):
+    """(wall seconds, ProfileSummary) of one profile into `out`."""
     from profilers.profile import ProfileSettings, run_profile
-    from tuner.core.catalog import get_model, load_gpus
-    from tuner.core.config import ServingConfig
 
-    model = get_model(args.model)
-    root = args.out or Path(tempfile.mkdtemp(prefix="tuner-prof-"))
-    print(f"host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; out {root}")
-
-    def profile(out: Path, threads):
-        t0 = time.perf_counter()
-        s = run_profile(ProfileSettings(model=model, out=out, device=args.device,
-                                        quick=not args.full, threads=threads), progress=False)
-        return time.perf_counter() - t0, s
-
-    wall, s = profile(root / "main", args.threads)
-    print(f"profile ({'full' if args.full else 'quick'}): {wall:.1f} s wall, {s.measured} cases, "
-          f"{s.oom} OOM, {s.errors} errors on {s.device_name}")
     t0 = time.perf_counter()
-    res = fit_profile(root / "main")
-    res.save(root / "main")
+    s = run_profile(ProfileSettings(model=model, out=out, device=args.device,
+                                    quick=not args.full, threads=threads), progress=False)
+    return time.perf_counter() - t0, s
+
+
+def _fit(d: Path):
+    """Fit the profile in `d` (saved there), printing the time and the CV errors."""
+    from predictors.fit import fit_profile
+
+    t0 = time.perf_counter()
+    res = fit_profile(d)
+    res.save(d)
     print(f"fit: {time.perf_counter() - t0:.1f} s; statistic {res.stat}; median CV MAPE of the "
           f"chosen models (model ops) {100 * res.median_cv_mape():.1f} %")
     for of in res.ops:
@@ -60,12 +55,20 @@ def main() -> None:
         print(f"  {of.key:28s} rows {of.n:3d}  chosen {of.chosen:10s} CV MAPE {100 * cv:6.1f} %")
     print("efficiency curves CV MAPE: " + ", ".join(
         f"{k} {100 * v:.1f} %" for k, v in sorted(res.efficiency_cv.items())))
+    return res
+
+
+def _pricing_speed(profile_dir: Path, model) -> None:
+    """Time to price 500k random iterations: the fitted model vs the roofline (best of 5)."""
+    from predictors.features import BatchFeatures
+    from predictors.loader import load_cost_model
+    from predictors.roofline import RooflineCostModel
+    from tuner.core.catalog import load_gpus
+    from tuner.core.config import ServingConfig
 
     g = load_gpus()["A10"]
-    cm = load_cost_model(root / "main", model, g, ServingConfig(gpu="A10"), mode="measured")
+    cm = load_cost_model(profile_dir, model, g, ServingConfig(gpu="A10"), mode="measured")
     rf = RooflineCostModel.from_specs(g, model)
-    from predictors.features import BatchFeatures
-
     n = 500_000
     rng = np.random.default_rng(0)
     P = rng.integers(0, 2048, n).astype(float) * (rng.random(n) < 0.05)
@@ -85,22 +88,40 @@ def main() -> None:
     print(f"pricing 500k iterations: fitted {1e3 * tf:.0f} ms, roofline {1e3 * tr:.0f} ms "
           f"({tf / tr:.1f}x)")
 
-    if args.transfer:
-        from predictors.devices import DeviceSpecs
-        from predictors.fit import read_profile
-        from predictors.loader import load_fit
-        from predictors.transfer import transfer_error
 
-        wall1, _ = profile(root / "one-thread", 1)
-        fit_profile(root / "one-thread").save(root / "one-thread")
-        print(f"profile with 1 thread: {wall1:.1f} s")
-        for src, dst in (("main", "one-thread"), ("one-thread", "main")):
-            tdf, _ = read_profile(root / dst)
-            specs = DeviceSpecs.from_dict(load_fit(root / dst)["specs"])
-            err = transfer_error(load_fit(root / src), tdf, specs, stat=res.stat)
-            print(f"transfer {src} -> {dst}: all {100 * err['all']['mape']:.1f} % MAPE "
-                  f"(median APE {100 * err['all']['median_ape']:.1f} %); " + ", ".join(
-                      f"{k} {100 * v['mape']:.0f} %" for k, v in err.items() if k != "all"))
+def _transfer(args, model, root: Path, stat: str) -> None:
+    """Profile again with 1 thread and print the transfer error both ways."""
+    from predictors.devices import DeviceSpecs
+    from predictors.fit import fit_profile, read_profile
+    from predictors.loader import load_fit
+    from predictors.transfer import transfer_error
+
+    wall1, _ = _profile(args, model, root / "one-thread", 1)
+    fit_profile(root / "one-thread").save(root / "one-thread")
+    print(f"profile with 1 thread: {wall1:.1f} s")
+    for src, dst in (("main", "one-thread"), ("one-thread", "main")):
+        tdf, _ = read_profile(root / dst)
+        specs = DeviceSpecs.from_dict(load_fit(root / dst)["specs"])
+        err = transfer_error(load_fit(root / src), tdf, specs, stat=stat)
+        print(f"transfer {src} -> {dst}: all {100 * err['all']['mape']:.1f} % MAPE "
+              f"(median APE {100 * err['all']['median_ape']:.1f} %); " + ", ".join(
+                  f"{k} {100 * v['mape']:.0f} %" for k, v in err.items() if k != "all"))
+
+
+def main() -> None:
+    args = _parse_args()
+    from tuner.core.catalog import get_model
+
+    model = get_model(args.model)
+    root = args.out or Path(tempfile.mkdtemp(prefix="tuner-prof-"))
+    print(f"host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; out {root}")
+    wall, s = _profile(args, model, root / "main", args.threads)
+    print(f"profile ({'full' if args.full else 'quick'}): {wall:.1f} s wall, {s.measured} cases, "
+          f"{s.oom} OOM, {s.errors} errors on {s.device_name}")
+    res = _fit(root / "main")
+    _pricing_speed(root / "main", model)
+    if args.transfer:
+        _transfer(args, model, root, res.stat)
 
 
 if __name__ == "__main__":

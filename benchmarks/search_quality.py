@@ -35,9 +35,9 @@ import numpy as np
 from tuner.core.catalog import get_model, load_gpus
 from tuner.core.config import ServingConfig
 from tuner.core.workload import Workload, load_workload
-from tuner.search.records import search_stats, trial_records
+from tuner.search import SearchSettings, run_search, sampler_name, workload_digest
+from tuner.search.records import all_records, rank, search_stats, trial_records
 from tuner.search.space import load_space
-from tuner.search.study import SearchSettings, run_search, sampler_name, workload_digest
 from tuner.sim.simulator import simulate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,11 +47,10 @@ SHARED_TRACE = REPO.parent / "shared" / "traces" / \
 
 
 def _bests(study) -> dict:
-    recs = [r for r in trial_records(study) if r["feasible"]]
-    fm = min(recs, key=lambda r: (r["metrics"]["makespan_s"], r["metrics"]["cost_usd"]))
-    fc = min(recs, key=lambda r: (r["metrics"]["cost_usd"], r["metrics"]["makespan_s"]))
-    return {"makespan_s": fm["metrics"]["makespan_s"], "makespan_config": fm["config"],
-            "cost_usd": fc["metrics"]["cost_usd"], "cost_config": fc["config"]}
+    recs = trial_records(study)
+    fm, fc = rank(recs, "fastest")[0], rank(recs, "cheapest")[0]
+    return {"makespan_s": fm.makespan_s, "makespan_config": fm.config,
+            "cost_usd": fc.cost_usd, "cost_config": fc.config}
 
 
 def _setup(workload: str, model: str, gpus: list[str], space: str | None):
@@ -68,16 +67,14 @@ def _grid_part(args) -> dict:
     st = run_search(w, spec, chosen, sp, SearchSettings(exhaustive=True))
     out = _bests(st)
     out["configurations"] = len(st.trials)
-    out["feasible"] = sum(1 for t in st.trials if t.user_attrs.get("feasible"))
+    out["feasible"] = sum(1 for r in all_records(st, with_config=False) if r.feasible)
     out["wall_s"] = time.perf_counter() - t0
     return out
 
 
 # What a simulation depends on (a change here recomputes the cached reference grid); the search
-# code itself (search.py, results.py, the CLI) is left out on purpose.
-SIM_SOURCES = ("tuner/simulator.py", "tuner/scheduler.py", "tuner/memory.py", "tuner/offload.py",
-               "tuner/ordering.py", "tuner/catalog.py", "tuner/config.py", "tuner/data",
-               "predictors")
+# code itself (tuner/search, the CLI) is left out on purpose.
+SIM_SOURCES = ("tuner/sim", "tuner/core", "predictors")
 
 
 def _source_digest() -> str:

@@ -77,7 +77,7 @@ def write_inputs(out: Path, n: int, seed: int, kv_mib: float) -> dict:
     return {"workload": wl, "gpu_file": gpu_file, "space": space}
 
 
-def main(argv: list[str] | None = None) -> dict:
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("validate-cpu-out"))
     ap.add_argument("--requests", type=int, default=48)
@@ -94,16 +94,13 @@ def main(argv: list[str] | None = None) -> dict:
                     help="run the first configuration again in a fresh engine (noise floor)")
     ap.add_argument("--warmup-passes", type=int, default=1,
                     help="untimed passes of the whole job per engine start, before the measured")
-    a = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
-    out = a.out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, TUNER_CALIBRATION_DIR=str(out / "calibration"), COLUMNS="160")
-    env.pop("FORCE_COLOR", None)
-    t_all = time.monotonic()
+
+def _profile_fit_search(a, out: Path, env: dict, timings: dict) -> tuple[dict, Path, Path]:
+    """Steps 1-3: inputs, profile + fit, search. (inputs, profile folder, search folder)."""
     inp = write_inputs(out, a.requests, a.seed, a.kv_mib)
     prof = out / "profile"
-    timings = {}
     timings["profile_s"] = sh(["profile", "--model", "tiny-llama", "--device", "cpu", "--quick",
                                "--out", prof], env).elapsed
     timings["fit_s"] = sh(["fit", prof], env).elapsed
@@ -115,20 +112,24 @@ def main(argv: list[str] | None = None) -> dict:
                               "--gpus", "CPU", "--gpu-file", inp["gpu_file"], "--space",
                               inp["space"], "--n-trials", a.trials, "--out", study_out,
                               "--study", "cpu-validate", *extra], env).elapsed
-    py = ["--python", a.python] if a.python else []
-    common = ["--out", study_out, "--study", "cpu-validate", "--gpu-file", inp["gpu_file"],
-              "--profile", prof, "--profile-mode", "measured", "--timeout", a.timeout,
-              "--repeats", a.repeats, "--warmup-passes", a.warmup_passes, *py]
-    n_total = a.top + a.heldout
-    # choose every configuration up front (spread), fit on the first `top`, hold out the rest
+    return inp, prof, study_out
+
+
+def _pick(study_out: Path, n_total: int) -> list[int]:
+    """Every configuration to validate, chosen up front (spread over chunk size and R_max)."""
     sys.path.insert(0, str(REPO))
-    from tuner.cli.exports import load_stored_study
     from tuner.cli.validation import pick_records
+    from tuner.search import load_study
     from tuner.search.records import trial_records
 
-    st = load_stored_study("cpu-validate", None, study_out)
-    picked = [r["number"] for r in pick_records(trial_records(st), n_total, "spread")]
-    fit_on, held = picked[:a.top], picked[a.top:]
+    st = load_study("cpu-validate", None, out_dir=study_out)
+    return [r.number for r in pick_records(trial_records(st), n_total, "spread")]
+
+
+def _validate_calibrate(a, common: list, env: dict, fit_on: list[int], held: list[int],
+                        timings: dict):
+    """Steps 4-7: validate, calibrate, validate the held-out ones, reproduce the first.
+    (first validation, calibration, held-out validation or None, reproduced run or None)."""
     r = sh(["validate", *common, "--trials", ",".join(map(str, fit_on)), "--json"], env)
     val1 = json.loads(r.stdout)
     timings["validate_s"] = r.elapsed
@@ -148,14 +149,15 @@ def main(argv: list[str] | None = None) -> dict:
         r = sh(["validate", *common, "--trials", str(fit_on[0]), "--no-save-runs", "--json"],
                env)
         again = json.loads(r.stdout)["validation"][0]
-    timings["total_s"] = time.monotonic() - t_all
+    return val1, cal, val2, again
 
-    rows = val1["validation"] + (val2["validation"] if val2 else [])
+
+def _print_rows(rows: list[dict], n_fit: int) -> None:
     print("\nconfig            predicted  measured   error   calibrated  cal.error  steps sim/real"
           "  preempt sim/real  start-up")
     for i, v in enumerate(rows):
         c = v["config"]
-        tag = "held-out" if i >= len(val1["validation"]) else "fit"
+        tag = "held-out" if i >= n_fit else "fit"
         calp = v.get("predicted_calibrated_s")
         cal_s = f"{calp:8.3f}s" if calp else "       —"
         cal_e = f"{v['error_calibrated_pct']:+7.1f}%" if calp else "      —"
@@ -168,6 +170,9 @@ def main(argv: list[str] | None = None) -> dict:
         if v.get("schedule", {}).get("findings"):
             for f in v["schedule"]["findings"]:
                 print(f"      schedule: {f}")
+
+
+def _summary(a, rows: list[dict], cal: dict, val2, again, timings: dict) -> dict:
     before = [abs(v["error_pct"]) for v in rows]
     summary = {
         "median_abs_error_before_pct": float(np.median(before)),
@@ -194,6 +199,31 @@ def main(argv: list[str] | None = None) -> dict:
         "device": rows[0]["device"], "engine": rows[0]["engine"],
         "cost_model": rows[0]["base_provenance"],
     }
+    return summary
+
+
+def main(argv: list[str] | None = None) -> dict:
+    a = _parse_args(argv)
+    out = a.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, TUNER_CALIBRATION_DIR=str(out / "calibration"), COLUMNS="160")
+    env.pop("FORCE_COLOR", None)
+    t_all = time.monotonic()
+    timings: dict = {}
+    inp, prof, study_out = _profile_fit_search(a, out, env, timings)
+    py = ["--python", a.python] if a.python else []
+    common = ["--out", study_out, "--study", "cpu-validate", "--gpu-file", inp["gpu_file"],
+              "--profile", prof, "--profile-mode", "measured", "--timeout", a.timeout,
+              "--repeats", a.repeats, "--warmup-passes", a.warmup_passes, *py]
+    # choose every configuration up front (spread), fit on the first `top`, hold out the rest
+    picked = _pick(study_out, a.top + a.heldout)
+    fit_on, held = picked[:a.top], picked[a.top:]
+    val1, cal, val2, again = _validate_calibrate(a, common, env, fit_on, held, timings)
+    timings["total_s"] = time.monotonic() - t_all
+
+    rows = val1["validation"] + (val2["validation"] if val2 else [])
+    _print_rows(rows, len(val1["validation"]))
+    summary = _summary(a, rows, cal, val2, again, timings)
     print("\n" + json.dumps(summary, indent=1))
     (out / "validate_cpu.json").write_text(json.dumps({"summary": summary, "runs": rows},
                                                       indent=1, default=str))

@@ -1,4 +1,5 @@
-"""Fitting profiles into cost models (see DESIGN.md "Profiles and predictors").
+"""Cost models, and fitting profiles into them (README.md, "What it does": "Measured cost
+models"; how a profile folder becomes a CostModel: predictors.loader.PROFILE_MODES).
 
 Light to import: tuner imports predictors.features and predictors.roofline on every run, so
 the fitting machinery (scikit-learn) loads only when one of these names is used:
@@ -6,6 +7,8 @@ the fitting machinery (scikit-learn) loads only when one of these names is used:
     load_cost_model(profile_or_fit_dir, model, gpu, config, mode="auto") -> CostModel
     fit_profile(profile_dir) -> FitResult          (FitResult.save(out_dir))
     FittedCostModel, shipped_cost_model, shipped_data_dir
+    table_cost_model(model, gpu, tp=..) -> MeasuredTableCostModel | None   (predictors.aic)
+    EngineProfile, get_profile(name)                        (predictors.engine_overhead)
 """
 
 from __future__ import annotations
@@ -17,6 +20,12 @@ _LAZY = {
     "fit_profile": "predictors.fit",
     "FitResult": "predictors.fit",
     "FittedCostModel": "predictors.fitted",
+    # measured kernel tables (NVIDIA AIConfigurator) and engine-overhead profiles
+    "MeasuredTableCostModel": "predictors.aic",
+    "KernelTables": "predictors.aic",
+    "table_cost_model": "predictors.aic",
+    "EngineProfile": "predictors.engine_overhead",
+    "get_profile": "predictors.engine_overhead",
 }
 
 __all__ = sorted(_LAZY)

@@ -42,6 +42,8 @@ from pathlib import Path
 import numpy as np
 
 from predictors.features import BatchFeatures, sum_parts
+from predictors.protocol import group_ops
+from tuner.core.provenance import Provenance
 
 # tuner catalog GPU -> AIConfigurator system whose vLLM tables measure it
 MEASURED = {"A100-80G": "a100_sxm", "H100": "h100_sxm", "H200": "h200_sxm", "L40S": "l40s",
@@ -53,6 +55,9 @@ TRANSFER_SOURCE = {"A100-40G": "A100-80G",  # same GA100 die, less HBM bandwidth
 # vLLM captures CUDA graphs up to this many tokens (cudagraph_capture_sizes' maximum in the
 # resolved config of the vLLM 0.19 fidelity run); larger steps run eager
 CUDA_GRAPH_MAX_TOKENS = 512
+# vLLM's custom all-reduce takes messages up to 8 MiB (CustomAllreduce max_size default); larger
+# ones go to NCCL
+CUSTOM_ALLREDUCE_MAX_BYTES = 8 * 1024 * 1024
 ELEMENTWISE_BW_EFFICIENCY = 0.75  # estimated, as in predictors.roofline
 
 
@@ -117,6 +122,10 @@ class KernelTables:
 
     def has_gemm(self, dtype: str) -> bool:
         return f"gemm_{dtype}_loglat" in self.arrays
+
+    def has_attention(self, kv_fp8: bool) -> bool:
+        flag = 1.0 if kv_fp8 else 0.0
+        return all(bool((self.arrays[t][:, 0] == flag).any()) for t in ("ctx_attn", "gen_attn"))
 
     # -- attention -------------------------------------------------------------------------
     def _attn_rows(self, table: str, heads: int, kv_heads: int, head_dim: int, kv_fp8: bool):
@@ -188,15 +197,35 @@ class KernelTables:
         r = r[np.argsort(r[:, 3])]
         t = r[:, 4] * 1e-3
         if self.transfer:
-            # latency part (the smallest message) kept; the bandwidth part scaled by links
-            t = t[0] + (t - t[0]) * self.transfer["link_ratio"]
+            t = _scale_link(t, self.transfer["link_ratio"])
         return r[:, 3], t, version_name(v)
+
+    def nccl_allreduce(self, num_gpus: int):
+        """(message bytes, seconds) of NCCL all-reduce on `num_gpus`; None without a table."""
+        a = self.arrays.get("nccl_allreduce")
+        if a is None or not len(a):
+            return None
+        r = a[a[:, 0] == num_gpus]
+        if not len(r):
+            return None
+        r = r[np.argsort(r[:, 1])]
+        t = r[:, 2] * 1e-3
+        if self.transfer:
+            t = _scale_link(t, self.transfer["link_ratio"])
+        return r[:, 1], t
 
     def describe(self) -> str:
         if self.measured:
             return (f"measured: AIConfigurator, vLLM {self.gemm_version} kernels on {self.device}")
         return (f"transferred to {self.gpu} from {self.transfer['source']} ({self.device}, vLLM "
                 f"{self.gemm_version} kernels) via spec-sheet ratios")
+
+
+def _scale_link(t: np.ndarray, link_ratio: float) -> np.ndarray:
+    """A transferred all-reduce: the latency floor (the table's fastest call) kept, the time
+    above it scaled by the interconnect bandwidth ratio (source / target)."""
+    floor = float(t.min())
+    return floor + (t - floor) * link_ratio
 
 
 @lru_cache(maxsize=16)
@@ -262,6 +291,22 @@ def _roof_ratio(tr: dict, flops, byts, dtype: str):
             / np.maximum(flops / fs, byts / tr["src_bw"]))
 
 
+def _quant_ratio(m: np.ndarray, n: int, k: int, bits: int, gpu) -> np.ndarray:
+    """Roofline time of an m x k x n GEMM with `bits`-bit weights over its BF16 time on `gpu`:
+    W8 runs at FP8 rate where the GPU has FP8 (W8A8) else at BF16 rate (W8A16); W4 at 0.85 of
+    BF16 (Marlin dequantizes in the main loop, as predictors.roofline); weights carry a 16-bit
+    scale per 128 (4/128 bytes per weight)."""
+    bf16 = gpu.bf16_tflops * 1e12
+    fp8 = (getattr(gpu, "fp8_tflops", None) or 0.0) * 1e12
+    peak = (fp8 or bf16) if bits == 8 else bf16 * 0.85
+    bw = gpu.hbm_gbps * 1e9
+    flops = 2.0 * m * n * k
+    act = 2.0 * (m * k + m * n)
+    q = np.maximum(flops / peak, (n * k * (bits / 8.0 + 4.0 / 128.0) + act) / bw)
+    b = np.maximum(flops / bf16, (n * k * 2.0 + act) / bw)
+    return q / b
+
+
 def spec_peaks(gpu) -> dict:
     """Spec-sheet peaks of a tuner GPU (duck-typed) as the transfer rule uses them."""
     bf16 = gpu.bf16_tflops * 1e12
@@ -295,66 +340,94 @@ class MeasuredTableCostModel:
     log_gen_b: np.ndarray
     log_gen_s: np.ndarray
     log_gen_t: np.ndarray  # [batch, length]
-    # all-reduce over message bytes (graph and eager), empty at tp 1
-    log_ar_bytes: np.ndarray
-    log_ar_graph_s: np.ndarray
-    log_ar_eager_s: np.ndarray
+    # one all-reduce over the step's token count (custom graph / eager / NCCL as vLLM picks
+    # them), empty at tp 1
+    log_ar_tokens: np.ndarray
+    log_ar_s: np.ndarray
     hidden_bytes_per_token: float  # all-reduce message per token (bf16 hidden state)
     elementwise_s_per_token: float  # per layer, estimated from spec-sheet bandwidth
     tp: int
-    provenance: str
-    kind: str  # "measured" | "transferred"
+    source_note: str  # where the kernel times come from (provenance detail)
+    kind: str  # "tables" | "transferred" (tuner.core.provenance kinds)
     engine: object | None = None  # predictors.engine_overhead.EngineProfile
     transfer_error: dict | None = None  # {"median_pct", "worst_pct", "pairs"} of the rule
+    fidelity: dict | None = None  # this GPU's row of the fidelity suite summary, if any
     name: str = "measured kernel tables"
+    _cache: dict = field(default_factory=dict, repr=False, init=False, compare=False)
+
+    def __post_init__(self):
+        # derived lookup structures (pure functions of the fields above)
+        self._cache["gen"] = _UniformGrid.from_grid(self.log_gen_b, self.log_gen_s, self.log_gen_t)
+        self._cache["tokens"] = _IntTable.from_curve(*self._combined_token_curve())
+        self._cache["head"] = _IntTable.from_curve(self.log_m, self.log_head_s)
+        self._cache["ctx"] = _Uniform1D.from_curve(self.log_pairs, self.log_ctx_s)
+
+    def _combined_token_curve(self) -> tuple[np.ndarray, np.ndarray]:
+        L = self.num_layers
+        m = np.exp(self.log_m)
+        if self.tp > 1:  # the all-reduce's switch points as grid points
+            m = np.unique(np.concatenate([m, np.exp(self.log_ar_tokens)]))
+        lin = _curve(m, self.log_m, self.log_linear_s)
+        t = L * (lin + self.elementwise_s_per_token * m)
+        if self.tp > 1:
+            t = t + 2.0 * L * _curve(m, self.log_ar_tokens, self.log_ar_s)
+        return np.log(m), np.log(t)
 
     @classmethod
     def build(cls, model, gpu, tables: KernelTables, *, tp: int = 1, weight_bits: int = 16,
               kv_bits: int = 16, engine_version: str | None = None, engine=None,
               transfer_error: dict | None = None) -> MeasuredTableCostModel:
         """Curves for `model` (duck-typed ModelSpec) on `gpu` at tensor parallelism `tp`."""
-        if weight_bits not in (16, 8):
-            raise ValueError(f"measured tables cover 16- and 8-bit (FP8) weights, not {weight_bits}")
-        dtype = "fp8" if weight_bits == 8 else "bf16"
-        if not tables.has_gemm(dtype):
-            raise ValueError(f"{tables.device} has no measured {dtype} GEMM table")
+        if weight_bits not in (16, 8, 4):
+            raise ValueError(f"no kernel model for {weight_bits}-bit weights")
+        notes = []
+        fp8 = weight_bits == 8 and tables.has_gemm("fp8") and getattr(gpu, "fp8_tflops", None)
+        dtype = "fp8" if fp8 else "bf16"
         h, H, K, d = model.hidden_size, model.num_heads, model.num_kv_heads, model.head_dim
         inter, vocab = model.intermediate_size, model.vocab_size
         Hr, Kr = max(1, H // tp), max(1, K // tp)  # KV heads replicate when fewer than tp
         shapes = [((Hr + 2 * Kr) * d, h), (h, Hr * d), (2 * inter // tp, h), (h, inter // tp)]
         m = tables.gemm_m_grid(dtype)
-        linear = sum(tables.gemm_s(n, k, dtype) for n, k in shapes)
+        if weight_bits == 16 or fp8:
+            linear = sum(tables.gemm_s(n, k, dtype) for n, k in shapes)
+        else:
+            # no measured kernel at this precision (INT8 / 4-bit weight GEMMs, or FP8 on a GPU
+            # without it): the measured BF16 time times the spec-sheet roofline ratio
+            linear = sum(tables.gemm_s(n, k, "bf16") * _quant_ratio(m, n, k, weight_bits, gpu)
+                         for n, k in shapes)
+            notes.append(f"W{weight_bits} GEMMs estimated from measured BF16 x roofline ratio")
         head = tables.gemm_s(max(1, vocab // tp), h, "bf16")  # vLLM keeps the LM head 16-bit
         hm = tables.gemm_m_grid("bf16")
         head = np.exp(np.interp(np.log(m), np.log(hm), np.log(head)))
-        kv_fp8 = kv_bits == 8
+        kv_fp8 = kv_bits == 8 and tables.has_attention(kv_fp8=True)
         pairs, ctx = tables.context_attention(Hr, Kr, d, kv_fp8)
         b, s, gen = tables.generation_attention(Hr, Kr, d, kv_fp8)
+        if kv_bits < 16 and not kv_fp8:
+            # decode attention reads the KV cache: memory-bound, in proportion to its bytes
+            gen = gen * (kv_bits / 16.0)
+            notes.append(f"KV{kv_bits} decode attention estimated from measured BF16 by bytes")
         empty = np.zeros(0)
-        ar_b, ar_g, ar_e, ar_note = empty, empty, empty, ""
+        ar_tok, ar_s, ar_note = empty, empty, ""
         if tp > 1:
-            g = tables.allreduce(tp, True, engine_version)
-            e = tables.allreduce(tp, False, engine_version)
-            if g is None or e is None:
-                raise ValueError(f"{tables.device} has no all-reduce table for {tp} GPUs")
-            ar_b, ar_g, ar_e = np.log(g[0]), np.log(g[1]), np.log(np.interp(g[0], e[0], e[1]))
-            ar_note = f"; all-reduce: vLLM {g[2]} custom all-reduce table"
+            ar_tok, ar_s, ar_note = _allreduce_curve(tables, tp, 2.0 * h, m, engine_version)
         # norms (2, fused with residual add), rotary on q and k, SiLU*mul: bytes per token
         ew_bytes = 2.0 * (2 * 4 * h + 2 * (Hr + Kr) * d + 3 * inter // tp)
         ew = ew_bytes / (gpu.hbm_gbps * 1e9 * ELEMENTWISE_BW_EFFICIENCY)
         prov = tables.describe() + ar_note
         if tables.transfer and transfer_error:
-            prov += (f"; transfer error {transfer_error['median_pct']:.0f} % median, "
-                     f"{transfer_error['worst_pct']:.0f} % worst over "
-                     f"{transfer_error['pairs']} measured GPU pairs")
+            prov += (f"; transfer error {transfer_error['median_pct']:.1f} % (median over "
+                     f"{transfer_error['pairs']} pairs of measured GPUs, worst pair "
+                     f"{transfer_error['worst_pct']:.0f} %)")
+        prov += "".join(f"; {n}" for n in notes)
         prov += "; norms/rotary/activation estimated from spec-sheet bandwidth"
         return cls(num_layers=model.num_layers, log_m=np.log(m), log_linear_s=np.log(linear),
                    log_head_s=np.log(head), log_pairs=np.log(pairs), log_ctx_s=np.log(ctx),
                    log_gen_b=np.log(b), log_gen_s=np.log(s), log_gen_t=np.log(gen),
-                   log_ar_bytes=ar_b, log_ar_graph_s=ar_g, log_ar_eager_s=ar_e,
+                   log_ar_tokens=ar_tok, log_ar_s=ar_s,
                    hidden_bytes_per_token=2.0 * h, elementwise_s_per_token=ew, tp=tp,
-                   provenance=prov, kind="measured" if tables.measured else "transferred",
-                   engine=engine, transfer_error=transfer_error)
+                   source_note=prov, kind="tables" if tables.measured else "transferred",
+                   engine=engine, transfer_error=transfer_error,
+                   fidelity=fidelity_summary().get(gpu.name))
 
     # ---- pricing -------------------------------------------------------------------------
     def gpu_breakdown(self, f: BatchFeatures) -> dict[str, np.ndarray]:
@@ -365,33 +438,72 @@ class MeasuredTableCostModel:
         head = _curve(f.seqs_sampled, self.log_m, self.log_head_s)
         pairs = f.prefill_ctx + 0.5 * (f.prefill_sq + f.prefill_tokens)
         ctx = _curve(pairs, self.log_pairs, self.log_ctx_s)
-        gen = _bilinear(f.decodes, f.decode_kv, self.log_gen_b, self.log_gen_s, self.log_gen_t)
+        gen = self._gen.time_s(f.decodes, f.decode_kv)
         if self.tp > 1:
-            msg = tokens * self.hidden_bytes_per_token
-            ar = np.where(tokens <= CUDA_GRAPH_MAX_TOKENS,
-                          _curve(msg, self.log_ar_bytes, self.log_ar_graph_s),
-                          _curve(msg, self.log_ar_bytes, self.log_ar_eager_s))
-            allreduce = 2.0 * L * ar
+            allreduce = 2.0 * L * _curve(tokens, self.log_ar_tokens, self.log_ar_s)
         else:
             allreduce = np.zeros_like(tokens)
         return {"linear": L * linear, "lm_head": head, "attention_prefill": L * ctx,
                 "attention_decode": L * gen, "allreduce": allreduce,
                 "elementwise_estimated": L * self.elementwise_s_per_token * tokens}
 
+    @property
+    def _gen(self) -> _UniformGrid:
+        return self._cache["gen"]
+
+
+    def gpu_time_s(self, f: BatchFeatures) -> np.ndarray:
+        """Sum of gpu_breakdown, fast: everything that depends on the step's token count alone
+        (GEMMs, norms, all-reduce) is one precomputed curve (the same values at its grid
+        points; log-log interpolation in between)."""
+        c = self._cache
+        t = c["tokens"].time_s(f.prefill_tokens + f.decodes)
+        t += c["head"].time_s(f.seqs_sampled)
+        pf = np.flatnonzero(f.prefill_tokens > 0)
+        if pf.size:
+            pairs = f.prefill_ctx[pf] + 0.5 * (f.prefill_sq[pf] + f.prefill_tokens[pf])
+            t[pf] += self.num_layers * c["ctx"].time_s(pairs)
+        t += self.num_layers * c["gen"].time_s(f.decodes, f.decode_kv)
+        return t
+
     def breakdown(self, f: BatchFeatures) -> dict[str, np.ndarray]:
         parts = self.gpu_breakdown(f)
         if self.engine is not None:
             gpu = sum_parts(parts, len(f))
-            parts["engine_overhead"] = self.engine.step_time_s(gpu, f, self.tp) - gpu
+            parts["overhead"] = self.engine.step_time_s(gpu, f, self.tp) - gpu
         return parts
 
     def iteration_time_s(self, f: BatchFeatures) -> np.ndarray:
-        gpu = sum_parts(self.gpu_breakdown(f), len(f))
+        gpu = self.gpu_time_s(f)
         return gpu if self.engine is None else self.engine.step_time_s(gpu, f, self.tp)
 
     def describe(self) -> str:
-        eng = f"; engine overhead: {self.engine.describe()}" if self.engine is not None else ""
-        return self.provenance + eng
+        eng = f"; engine overhead: {self.engine.summary()}" if self.engine is not None else ""
+        return self.source_note + eng
+
+    @property
+    def provenance(self) -> Provenance:
+        """kind "tables" (measured AIConfigurator kernels) or "transferred"; error_pct: the
+        fidelity suite's median |makespan error| on this GPU where it has runs, else (for a
+        transfer) the transfer rule's median error over the measured GPU pairs."""
+        err = (self.fidelity or {}).get("median_abs_pct")
+        if err is None and self.transfer_error:
+            err = self.transfer_error.get("median_pct")
+        detail = self.describe()
+        if not self.fidelity:
+            detail += "; no public end-to-end run on this GPU checks it yet"
+        if self.fidelity:
+            detail += (f"; fidelity suite on {self.fidelity['gpu']}: {self.fidelity['runs']} "
+                       f"run(s), median |makespan error| {self.fidelity['median_abs_pct']:.1f} %, "
+                       f"worst {self.fidelity['worst_abs_pct']:.1f} %")
+        return Provenance(self.kind, detail, None if err is None else float(err))
+
+    @property
+    def transfer_model(self) -> None:
+        return None  # the tables hold no host<->device copies: the spec-sheet host link
+
+    def breakdown_ops(self, f: BatchFeatures) -> dict[str, np.ndarray]:
+        return group_ops(self.breakdown(f), self.num_layers)
 
     def with_engine(self, engine) -> MeasuredTableCostModel:
         return replace(self, engine=engine)
@@ -406,17 +518,157 @@ class MeasuredTableCostModel:
         return self.gpu_breakdown(f)["attention_decode"] / self.num_layers
 
 
+def _allreduce_curve(tables: KernelTables, tp: int, bytes_per_token: float, m: np.ndarray,
+                     engine_version: str | None):
+    """(log tokens, log seconds, provenance note) of one all-reduce of a step's hidden states:
+    vLLM's custom all-reduce up to CUSTOM_ALLREDUCE_MAX_BYTES (CUDA-graph timing up to
+    CUDA_GRAPH_MAX_TOKENS tokens, eager above), NCCL beyond (custom where no NCCL table)."""
+    g = tables.allreduce(tp, True, engine_version)
+    e = tables.allreduce(tp, False, engine_version)
+    if g is None or e is None:
+        raise ValueError(f"{tables.device} has no all-reduce table for {tp} GPUs")
+    nccl = tables.nccl_allreduce(tp)
+    lim_tok = CUSTOM_ALLREDUCE_MAX_BYTES / bytes_per_token
+    gt = float(CUDA_GRAPH_MAX_TOKENS)
+    tok = np.unique(np.concatenate([m, [gt, gt + 1, np.floor(lim_tok), np.floor(lim_tok) + 1]]))
+    msg = tok * bytes_per_token
+    graph = _curve(msg, np.log(g[0]), np.log(g[1]))
+    eager = _curve(msg, np.log(e[0]), np.log(e[1]))
+    t = np.where(tok <= gt, graph, eager)
+    note = f"; all-reduce: vLLM {g[2]} custom all-reduce table"
+    if nccl is not None:
+        t = np.where(msg > CUSTOM_ALLREDUCE_MAX_BYTES,
+                     _curve(msg, np.log(nccl[0]), np.log(nccl[1])), t)
+        note += " (NCCL table above 8 MiB)"
+    return np.log(tok), np.log(t), note
+
+
+@dataclass(frozen=True)
+class _IntTable:
+    """A curve over integer counts (tokens, sampled rows) tabulated at every integer up to
+    `n`: exact at the measured points and at the steps between them (GEMM tile boundaries
+    make time jump from one m to the next); counts beyond `n` take the curve itself."""
+
+    values: np.ndarray  # seconds at 0, 1, ..., n - 1
+    lx: np.ndarray
+    ly: np.ndarray
+
+    @classmethod
+    def from_curve(cls, lx, ly, n: int = 1 << 15) -> _IntTable:
+        return cls(_curve(np.arange(n, dtype=np.float64), lx, ly), lx, ly)
+
+    def time_s(self, x: np.ndarray) -> np.ndarray:
+        n = len(self.values)
+        xi = x.astype(np.int64)
+        t = self.values[np.minimum(xi, n - 1)]
+        big = np.flatnonzero(xi >= n)
+        if big.size:
+            t[big] = _curve(x[big], self.lx, self.ly)
+        return t
+
+
+@dataclass(frozen=True)
+class _Uniform1D:
+    """A log-log curve resampled on a uniform grid of log x, so a lookup is index arithmetic
+    (np.interp's binary search costs ~30 ns per random lookup; this ~5 ns)."""
+
+    x0: float
+    inv_dx: float
+    n: int
+    y: np.ndarray  # log seconds at x0 + i / inv_dx
+    dy: np.ndarray  # y[i + 1] - y[i] (slope of the last segment repeated at the end)
+
+    @classmethod
+    def from_curve(cls, lx, ly, points: int = 1024) -> _Uniform1D:
+        xs = np.linspace(lx[0], lx[-1], points)
+        y = np.log(_curve(np.exp(xs), lx, ly))
+        dy = np.append(np.diff(y), y[-1] - y[-2])
+        return cls(float(xs[0]), float(1.0 / (xs[1] - xs[0])), points, y, dy)
+
+    def time_s(self, x: np.ndarray) -> np.ndarray:
+        f = np.log(np.maximum(x, 1.0))
+        f -= self.x0
+        f *= self.inv_dx
+        np.maximum(f, 0.0, out=f)  # below the grid: hold the first value
+        i = np.minimum(f.astype(np.int64), self.n - 1)
+        f -= i  # beyond the grid: w > 1 continues the last segment's slope
+        t = np.exp(self.y[i] + f * self.dy[i])
+        t *= x > 0
+        return t
+
+
+@dataclass(frozen=True)
+class _UniformGrid:
+    """A log-time table on a uniform grid of (log batch, log mean length), so a lookup is
+    index arithmetic (no search): resampled from the measured grid by _bilinear."""
+
+    x0: float
+    dx: float
+    y0: float
+    dy: float
+    nx: int
+    ny: int
+    flat: np.ndarray  # log seconds, row-major [x, y]
+
+    @classmethod
+    def from_grid(cls, lb, ls, lt, points: int = 256) -> _UniformGrid:
+        xs = np.linspace(lb[0], lb[-1], points)
+        ys = np.linspace(ls[0], ls[-1], points)
+        X, Y = np.meshgrid(xs, ys, indexing="ij")
+        n = np.exp(X.ravel())
+        t = _bilinear(n, n * np.exp(Y.ravel()), lb, ls, lt).reshape(points, points)
+        return cls(float(xs[0]), float(xs[1] - xs[0]), float(ys[0]), float(ys[1] - ys[0]),
+                   points, points, np.log(t).ravel())
+
+    def time_s(self, n: np.ndarray, kv: np.ndarray) -> np.ndarray:
+        nn = np.maximum(n, 1.0)  # n counts decodes: 0 or >= 1
+        fy = np.log(np.maximum(kv / nn, 1.0))
+        fx = np.log(nn)
+        fx -= self.x0
+        fx *= 1.0 / self.dx
+        fy -= self.y0
+        fy *= 1.0 / self.dy
+        np.maximum(fx, 0.0, out=fx)  # below the grid: hold
+        np.maximum(fy, 0.0, out=fy)
+        i = np.minimum(fx.astype(np.int64), self.nx - 2)
+        j = np.minimum(fy.astype(np.int64), self.ny - 2)
+        fx -= i  # > 1 beyond the grid: the last segment continues
+        fy -= j
+        k = i * self.ny
+        k += j
+        a = self.flat[k]
+        b = self.flat[k + self.ny]
+        c = self.flat[k + 1]
+        d = self.flat[k + (self.ny + 1)]
+        d += a
+        d -= b
+        d -= c
+        d *= fx
+        d += c
+        d -= a
+        d *= fy
+        b -= a
+        b *= fx
+        a += b
+        a += d  # a + fx (b - a) + fy (c - a + fx (d - c - b + a))
+        out = np.exp(a, out=a)
+        out *= n > 0
+        return out
+
+
 def _curve(x: np.ndarray, lx: np.ndarray, ly: np.ndarray) -> np.ndarray:
     """exp(interp(log x)) with the last segment's slope continued above the grid, the first
-    value held below it, and 0 where x <= 0 (no such work in the step)."""
+    value held below it, and 0 where x <= 0 (no such work in the step). x counts tokens,
+    pairs or bytes: a positive x is >= 1."""
     x = np.asarray(x, dtype=np.float64)
-    pos = x > 0
-    l = np.log(np.where(pos, x, 1.0))
-    y = np.interp(l, lx, ly)
+    lgx = np.log(np.maximum(x, 1.0))
+    y = np.interp(lgx, lx, ly)
     if len(lx) >= 2:
         slope = (ly[-1] - ly[-2]) / (lx[-1] - lx[-2])
-        y = np.where(l > lx[-1], ly[-1] + slope * (l - lx[-1]), y)
-    return np.where(pos, np.exp(y), 0.0)
+        y += slope * np.maximum(lgx - lx[-1], 0.0)
+    t = np.exp(y)
+    t *= x > 0
+    return t
 
 
 def _bilinear(n: np.ndarray, kv: np.ndarray, lb: np.ndarray, ls: np.ndarray,
@@ -465,3 +717,124 @@ def reference_iterations() -> BatchFeatures:
         rows.append((512, 512 * 512, 512 * 1024, n, n * 1024, n + 1))
     a = np.array(rows, dtype=np.float64)
     return BatchFeatures(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4], a[:, 5])
+
+
+# ---- choosing tables for a catalog GPU ------------------------------------------------------
+TRANSFER_CHECKS_FILE = "transfer_checks.json"
+# the model whose shapes the shipped transfer checks use (a typical dense 8B decoder)
+CHECK_MODEL = "llama-3-8b"
+
+
+FIDELITY_FILE = "fidelity_summary.json"
+
+
+def fidelity_summary(path: Path | None = None) -> dict:
+    """Per catalog GPU: runs, median and worst |makespan error| of benchmarks/fidelity.py
+    (written there with --write-summary); {} when absent."""
+    p = (path or data_dir()) / FIDELITY_FILE
+    if not p.is_file():
+        return {}
+    doc = json.loads(p.read_text())
+    return {g: dict(v, gpu=g) for g, v in doc.get("per_gpu", {}).items()}
+
+
+def transfer_error_summary(path: Path | None = None) -> dict | None:
+    """Median and worst |error| of the spec-ratio transfer rule over the measured GPU pairs
+    (predictors/data/aic/transfer_checks.json, written by `python -m predictors.aic`)."""
+    p = (path or data_dir()) / TRANSFER_CHECKS_FILE
+    if not p.is_file():
+        return None
+    doc = json.loads(p.read_text())
+    return doc.get("summary")
+
+
+def write_transfer_checks(gpus: dict, models: dict, path: Path | None = None) -> dict:
+    """The transfer rule applied between every ordered pair of measured GPUs, at CHECK_MODEL's
+    shapes, written next to the tables."""
+    names = [g for g in MEASURED if g in gpus]
+    pairs = []
+    for s in names:
+        for t in names:
+            if s != t:
+                pairs.append(transfer_check(KernelTables.load(s), KernelTables.load(t),
+                                            gpus[s], gpus[t], models[CHECK_MODEL]))
+    med = [p["median_pct"] for p in pairs]
+    summary = {"median_pct": float(np.median(med)), "worst_pct": float(max(med)),
+               "pairs": len(pairs), "model": CHECK_MODEL,
+               "what": "per pair: median |error| of per-iteration GPU time over "
+                       "reference_iterations(); summary: median and worst of those"}
+    doc = {"summary": summary, "pairs": pairs}
+    p = (path or data_dir()) / TRANSFER_CHECKS_FILE
+    p.write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
+def table_cost_model(model, gpu, *, tp: int = 1, weight_bits: int = 16, kv_bits: int = 16,
+                     engine_version: str | None = None, engine="default",
+                     gpus: dict | None = None):
+    """MeasuredTableCostModel for a catalog GPU: its own tables where shipped, else transferred
+    from the measured GPU of its architecture (TRANSFER_SOURCE); None where neither applies or
+    the tables do not cover the config (4-bit weights, a TP size without all-reduce table).
+    engine: an EngineProfile, None (GPU time only) or "default" (the default profile)."""
+    if isinstance(engine, str):
+        from predictors.engine_overhead import get_profile
+
+        engine = get_profile(None if engine == "default" else engine)
+    if gpu.name not in MEASURED and gpu.name not in TRANSFER_SOURCE:
+        return None
+    # a search asks for the same (model, GPU, config) many times: build once (~50 ms)
+    key = (_shape_key(model), _gpu_key(gpu), tp, weight_bits, kv_bits, engine_version, engine)
+    if key in _BUILT:
+        return _BUILT[key]
+    try:
+        if gpu.name in MEASURED:
+            tables = KernelTables.load(gpu.name)
+            err = None
+        else:
+            src = TRANSFER_SOURCE[gpu.name]
+            src_gpu = gpus[src] if gpus is not None else _catalog_gpu(src)
+            tables = transfer_tables(KernelTables.load(src), src_gpu, gpu)
+            err = transfer_error_summary()
+        cm = MeasuredTableCostModel.build(model, gpu, tables, tp=tp, weight_bits=weight_bits,
+                                          kv_bits=kv_bits, engine_version=engine_version,
+                                          engine=engine, transfer_error=err)
+    except (KeyError, ValueError):
+        cm = None
+    if len(_BUILT) >= 64:
+        _BUILT.clear()
+    _BUILT[key] = cm
+    return cm
+
+
+_BUILT: dict = {}  # table_cost_model's cache (pure function of its key)
+
+
+def _shape_key(model) -> tuple:
+    return tuple(getattr(model, k, None) for k in (
+        "num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
+        "intermediate_size", "vocab_size"))
+
+
+def _gpu_key(gpu) -> tuple:
+    return tuple(getattr(gpu, k, None) for k in (
+        "name", "bf16_tflops", "fp8_tflops", "hbm_gbps", "host_link_gbps", "nvlink_gbps"))
+
+
+@lru_cache(maxsize=8)
+def _catalog_gpu(name: str):
+    """A transfer source's spec sheet from the shipped catalog (parsed once per process)."""
+    from tuner.core.catalog import load_gpus
+
+    return load_gpus()[name]
+
+
+if __name__ == "__main__":
+    from tuner.core.catalog import load_gpus, load_models
+
+    d = write_transfer_checks(load_gpus(), load_models())
+    for p in d["pairs"]:
+        print(f"{p['source']:>13} -> {p['target']:<13} median {p['median_pct']:5.1f} %  "
+              f"worst {p['worst_pct']:5.1f} %  signed median {p['signed_median_pct']:+6.1f} %")
+    s = d["summary"]
+    print(f"summary over {s['pairs']} pairs: median {s['median_pct']:.1f} %, "
+          f"worst pair {s['worst_pct']:.1f} %")

@@ -43,12 +43,12 @@ import re
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from predictors.features import BatchFeatures
 from tuner.core.io import dumps, write_atomic
+from tuner.core.provenance import Provenance
 
 FORMAT = "tuner-calibration/1"
 TERMS = ("kernel_factor", "iteration_overhead_s", "per_sequence_s")
@@ -150,13 +150,31 @@ class CalibratedCostModel:
     def iteration_time_s(self, f: BatchFeatures) -> np.ndarray:
         return self.calibration.step_time_s(self.base.iteration_time_s(f), f.seqs_sampled)
 
+    @property
+    def provenance(self) -> Provenance:
+        # corrected by the user's own real runs: no longer the base model's kind
+        return Provenance("calibrated", self.describe())
+
     def describe(self) -> str:
         return f"{self.base.describe()}; {self.calibration.describe()}"
 
-    def __getattr__(self, name: str) -> Any:  # transfer_model, kind, breakdown, ... of the base
-        if name in ("base", "calibration"):
-            raise AttributeError(name)
-        return getattr(self.base, name)
+    # the calibration corrects whole iterations; the per-layer and per-operation views (offload
+    # budgets, `tuner cost`) and the copy curve stay the base model's
+    @property
+    def transfer_model(self):
+        return self.base.transfer_model
+
+    def breakdown(self, f: BatchFeatures) -> dict[str, np.ndarray]:
+        return self.base.breakdown(f)
+
+    def breakdown_ops(self, f: BatchFeatures) -> dict[str, np.ndarray]:
+        return self.base.breakdown_ops(f)
+
+    def layer_time_s(self, f: BatchFeatures) -> np.ndarray:
+        return self.base.layer_time_s(f)
+
+    def decode_attention_layer_s(self, f: BatchFeatures) -> np.ndarray:
+        return self.base.decode_attention_layer_s(f)
 
 
 # ---- storage of measured runs ---------------------------------------------------------------

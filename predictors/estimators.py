@@ -13,7 +13,7 @@ that matters for a makespan is the relative one):
   InterpCost         piecewise-linear interpolation through the measured points (1 feature);
                      keeps tile-quantisation steps that smooth models average away
   SaturatingCurve    copies: bandwidth(size) = peak * size / (size + half_size), so
-                     time(size) = (size + half_size) / peak (seed 000 §5.1's saturation)
+                     time(size) = (size + half_size) / peak (Vasuki §5.1's saturation)
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ class SaturatingCurve(RegressorMixin, BaseEstimator):
 
 
 def measured_saturation_bytes(size_bytes, seconds, tolerance: float = 0.05) -> float | None:
-    """Vasuki's saturation point (seed 000 §5.1): the first size from which bandwidth grows by
+    """Vasuki's saturation point (§5.1): the first size from which bandwidth grows by
     less than `tolerance` (relative) to the next size and stays within it of the best."""
     s = np.asarray(size_bytes, dtype=np.float64)
     t = np.asarray(seconds, dtype=np.float64)

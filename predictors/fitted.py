@@ -25,6 +25,7 @@ from predictors.features import BatchFeatures, sum_parts
 from predictors.opmath import ELEMENTWISE_OPS, LINEAR_OPS, TOKEN_OPS, flops_bytes
 from predictors.roofline import RooflineCostModel
 from predictors.tables import Table1D, Table2D, grid_axis, table_from_dict, token_axis
+from tuner.core.provenance import Provenance
 
 REQUIRED_OPS = (*TOKEN_OPS, "lm_head", "attn.prefill", "attn.decode")
 _DEFAULT_OVERHEAD_S = RooflineCostModel.__dataclass_fields__["iteration_overhead_s"].default
@@ -34,7 +35,7 @@ _DEFAULT_AR_LAT_S = RooflineCostModel.__dataclass_fields__["allreduce_latency_s"
 
 @dataclass
 class FittedCostModel:
-    """CostModel protocol: iteration_time_s(BatchFeatures), breakdown(...), describe()."""
+    """CostModel protocol: iteration_time_s(BatchFeatures), breakdown(...), provenance."""
 
     num_layers: int
     hidden_size: int
@@ -111,8 +112,12 @@ class FittedCostModel:
     def iteration_time_s(self, f: BatchFeatures) -> np.ndarray:
         return sum_parts(self.breakdown(f), len(f))
 
+    @property
+    def provenance(self) -> Provenance:
+        return Provenance(self.kind, self.description)
+
     def describe(self) -> str:
-        return self.description
+        return str(self.provenance)
 
     # ---- detail ---------------------------------------------------------------------------
     def breakdown_ops(self, f: BatchFeatures) -> dict[str, np.ndarray]:

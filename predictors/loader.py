@@ -16,18 +16,19 @@ mode
   transfer   always transfer, even from a CPU profile
   roofline   ignore profiles
 
-Every model's describe() says which it is (measured / transferred / roofline) and from what.
+Every model's ``provenance`` (tuner.core.provenance.Provenance) says which it is (measured /
+transferred / roofline) and from what.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from predictors.opmath import shape_dict
 
-MODES = ("auto", "measured", "transfer", "roofline")
 _FIT_CACHE: dict[tuple, dict] = {}
 _MODEL_CACHE: dict[tuple, object] = {}
 
@@ -149,8 +150,8 @@ def roofline(model, gpu, config, reason: str = ""):
 
 
 def provenance_kind(cost_model) -> str:
-    """'measured' | 'transferred' | 'roofline' for any CostModel."""
-    return getattr(cost_model, "kind", "roofline")
+    """'measured' | 'transferred' | 'calibrated' | 'roofline' (Provenance.kind) of a CostModel."""
+    return cost_model.provenance.kind
 
 
 def load_cost_model(profile_or_fit_dir, model, gpu, config, *, mode: str = "auto"):
@@ -158,11 +159,12 @@ def load_cost_model(profile_or_fit_dir, model, gpu, config, *, mode: str = "auto
     profiles; see the module docstring for the modes. Raises TunerError on bad input."""
     from tuner.core.errors import TunerError
 
-    if mode not in MODES:
-        raise TunerError(f"Unknown profile mode {mode!r}; choose one of {', '.join(MODES)}.")
+    if mode not in PROFILE_MODES:
+        raise TunerError(f"Unknown profile mode {mode!r}; choose one of "
+                         f"{', '.join(PROFILE_MODES)}.")
     path = Path(profile_or_fit_dir)
-    if mode == "roofline":
-        return roofline(model, gpu, config)
+    if mode in NO_PROFILE_MODES:
+        return PROFILE_MODES[mode](ProfileChoice([], model, gpu, config, path))
     if not path.exists():
         raise TunerError(f"Profile folder {path} does not exist (make one with `tuner profile`).")
     dirs = find_profiles(path)
@@ -184,68 +186,132 @@ def _gpu_key(gpu) -> tuple:
                                                   "host_link_gbps", "fp8_tflops", "nvlink_gbps"))
 
 
-def _choose(fits: list[dict], model, gpu, config, mode: str, path: Path):
-    from predictors.devices import DeviceSpecs, gpu_specs
-    from predictors.fitted import measured_cost_model, transferred_cost_model
-    from tuner.core.errors import TunerError
+@dataclass
+class ProfileChoice:
+    """The profiles (fits) found for one (model, GPU, config), and the two ways to make a
+    CostModel from one of them; the profile modes (PROFILE_MODES) choose between them."""
 
-    plain = config.tp == 1 and config.weight_bits == 16 and config.kv_bits == 16
-    same = [f for f in fits if _same_shape(f, model)]
-    on_gpu = [f for f in same if gpu.name.lower() in (
-        str(f.get("provenance", {}).get("gpu") or "").lower(),
-        str(f.get("provenance", {}).get("device_name") or "").lower())]
-    target = gpu_specs(gpu, "bfloat16")
-    tkw = {"tp": config.tp, "weight_bits": config.weight_bits, "kv_bits": config.kv_bits,
-           "gemm_peak_flops": _gemm_peak(gpu, config.weight_bits),
-           "interconnect_bytes_per_s": gpu.interconnect_bytes_per_s}
+    fits: list[dict]
+    model: object
+    gpu: object
+    config: object
+    path: Path
 
-    def measured(f, note=""):
+    @property
+    def plain(self) -> bool:
+        """The shapes profiles are taken at: tp 1, 16-bit weights and KV."""
+        c = self.config
+        return c.tp == 1 and c.weight_bits == 16 and c.kv_bits == 16
+
+    @property
+    def same(self) -> list[dict]:
+        """Fits taken at this model's shapes."""
+        return [f for f in self.fits if _same_shape(f, self.model)]
+
+    @property
+    def on_gpu(self) -> list[dict]:
+        """Fits at this model's shapes taken on this GPU."""
+        name = self.gpu.name.lower()
+        return [f for f in self.same if name in (
+            str(f.get("provenance", {}).get("gpu") or "").lower(),
+            str(f.get("provenance", {}).get("device_name") or "").lower())]
+
+    def tp_bits(self) -> str:
+        c = self.config
+        return f"tp={c.tp}, W{c.weight_bits}/KV{c.kv_bits}"
+
+    def measured(self, f: dict, note: str = ""):
+        from predictors.fitted import measured_cost_model
+
         desc = (f"measured: {_source_label(f)}, per-operation fits from {f['_dir']}; "
                 f"{_median_cv(f)}{note}")
-        return measured_cost_model(f, model, description=desc)
+        return measured_cost_model(f, self.model, description=desc)
 
-    def transferred(f, specs, *, dtype_bytes=2.0, what=None):
+    def transferred(self, f: dict, specs=None, *, dtype_bytes: float = 2.0,
+                    what: str | None = None):
+        """`f`'s efficiency curves on `specs` (default: this GPU's spec sheet)."""
+        from predictors.devices import gpu_specs
+        from predictors.fitted import transferred_cost_model
+        from tuner.core.errors import TunerError
+
+        gpu, c = self.gpu, self.config
+        specs = specs or gpu_specs(gpu, "bfloat16")
         desc = (f"transferred to {what or gpu.name} from {_source_label(f)} via efficiency "
                 f"curves and the {specs.name} {'spec sheet' if specs.kind == 'cuda' else 'peaks'}"
                 f"; {_transfer_note(f)}")
         try:
-            return transferred_cost_model(f, model, specs, description=desc,
-                                          dtype_bytes=dtype_bytes, **tkw)
+            return transferred_cost_model(
+                f, self.model, specs, description=desc, dtype_bytes=dtype_bytes, tp=c.tp,
+                weight_bits=c.weight_bits, kv_bits=c.kv_bits,
+                gemm_peak_flops=_gemm_peak(gpu, c.weight_bits),
+                interconnect_bytes_per_s=gpu.interconnect_bytes_per_s)
         except ValueError as exc:
             raise TunerError(f"Cannot transfer from {f['_dir']}: {exc}.") from None
 
+
+def _mode_measured(ch: ProfileChoice):
+    """The profile at this model's shapes whatever device it was taken on."""
+    from predictors.devices import DeviceSpecs
+    from tuner.core.errors import TunerError
+
+    if not ch.same:
+        have = sorted({f.get("provenance", {}).get("model", "?") for f in ch.fits})
+        name = ch.model.name
+        raise TunerError(f"No profile in {ch.path} was taken at {name}'s shapes (it has "
+                         f"{', '.join(have)}); profile it with `tuner profile --model {name}`.")
+    on_gpu = ch.on_gpu
+    f = (on_gpu or ch.same)[0]
+    if ch.plain:
+        note = "" if f in on_gpu else f" (used as {ch.gpu.name}: --profile-mode measured)"
+        return ch.measured(f, note)
+    specs = DeviceSpecs.from_dict(f["specs"])
+    eb = 4.0 if f.get("provenance", {}).get("dtype") == "float32" else 2.0
+    return ch.transferred(f, specs, dtype_bytes=eb, what=f"{specs.name} at {ch.tp_bits()}")
+
+
+def _mode_transfer(ch: ProfileChoice):
+    """Always transfer, even from a CPU profile."""
+    return ch.transferred(_pick_source(ch.fits, ch.model, gpu_only=False))
+
+
+def _mode_auto(ch: ProfileChoice):
+    """Measured on this GPU, else transferred from a GPU profile, else the roofline."""
+    on_gpu = ch.on_gpu
+    if on_gpu and ch.plain:
+        return ch.measured(on_gpu[0])
+    if on_gpu:
+        return ch.transferred(on_gpu[0], what=f"{ch.gpu.name} at {ch.tp_bits()}")
+    src = _pick_source(ch.fits, ch.model, gpu_only=True)
+    if src is not None:
+        return ch.transferred(src)
+    return roofline(ch.model, ch.gpu, ch.config,
+                    f"no GPU profile in {ch.path} applies to {ch.gpu.name}")
+
+
+def _mode_roofline(ch: ProfileChoice):
+    """The spec-sheet roofline; profiles ignored."""
+    return roofline(ch.model, ch.gpu, ch.config)
+
+
+#: --profile-mode NAME -> how a CostModel is made from the profiles found (see the module
+#: docstring); adding a way is one function and one entry.
+PROFILE_MODES = {
+    "auto": _mode_auto,
+    "measured": _mode_measured,
+    "transfer": _mode_transfer,
+    "roofline": _mode_roofline,
+}
+MODES = tuple(PROFILE_MODES)
+NO_PROFILE_MODES = ("roofline",)  # modes that read no profile (no folder needed)
+
+
+def _choose(fits: list[dict], model, gpu, config, mode: str, path: Path):
+    from tuner.core.errors import TunerError
+
     try:
-        if mode == "measured":
-            if not same:
-                have = sorted({f.get("provenance", {}).get("model", "?") for f in fits})
-                raise TunerError(f"No profile in {path} was taken at {model.name}'s shapes (it has "
-                                 f"{', '.join(have)}); profile it with `tuner profile --model "
-                                 f"{model.name}`.")
-            f = (on_gpu or same)[0]
-            if plain:
-                note = "" if f in on_gpu else f" (used as {gpu.name}: --profile-mode measured)"
-                return measured(f, note)
-            specs = DeviceSpecs.from_dict(f["specs"])
-            eb = 4.0 if f.get("provenance", {}).get("dtype") == "float32" else 2.0
-            return transferred(f, specs, dtype_bytes=eb,
-                               what=f"{specs.name} at tp={config.tp}, W{config.weight_bits}/"
-                                    f"KV{config.kv_bits}")
-        if mode == "transfer":
-            src = _pick_source(fits, model, gpu_only=False)
-            return transferred(src, target)
-        # auto
-        if on_gpu and plain:
-            return measured(on_gpu[0])
-        if on_gpu:
-            return transferred(on_gpu[0], target,
-                               what=f"{gpu.name} at tp={config.tp}, W{config.weight_bits}/"
-                                    f"KV{config.kv_bits}")
-        src = _pick_source(fits, model, gpu_only=True)
-        if src is not None:
-            return transferred(src, target)
+        return PROFILE_MODES[mode](ProfileChoice(fits, model, gpu, config, path))
     except ValueError as exc:
         raise TunerError(f"Cannot build a cost model from {path}: {exc}.") from None
-    return roofline(model, gpu, config, f"no GPU profile in {path} applies to {gpu.name}")
 
 
 def _pick_source(fits: list[dict], model, *, gpu_only: bool):

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from predictors.features import BatchFeatures, sum_parts
+from predictors.protocol import group_ops
+from tuner.core.provenance import Provenance
 
 
 @dataclass(frozen=True)
@@ -145,8 +147,19 @@ class RooflineCostModel:
     def iteration_time_s(self, f: BatchFeatures) -> np.ndarray:
         return sum_parts(self.breakdown(f), len(f))
 
+    @property
+    def provenance(self) -> Provenance:
+        return Provenance("roofline", self.name)
+
     def describe(self) -> str:
-        return self.name
+        return str(self.provenance)
+
+    @property
+    def transfer_model(self) -> None:
+        return None  # no measured copy curve: the simulator uses the spec-sheet host link
+
+    def breakdown_ops(self, f: BatchFeatures) -> dict[str, np.ndarray]:
+        return group_ops(self.breakdown(f), self.num_layers)
 
     # ---- per-layer views (additive: used by tuner.sim.offload for overlap budgets) -----------
     def layer_time_s(self, f: BatchFeatures) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Host <-> device transfer time: the interface the simulator prices offloading with, and a
 spec-sheet default until a measured (fitted) curve exists.
 
-Vasuki (seed 000 §5.1) measures d2h and h2d copies up to 16 GB and observes that bandwidth
+Vasuki (§5.1) measures d2h and h2d copies up to 16 GB and observes that bandwidth
 grows with the transfer size up to a saturation point and is flat beyond it. The default model
 here is that shape from the spec sheet:
 

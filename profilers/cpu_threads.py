@@ -1,4 +1,4 @@
-"""CPU matmul and CPU decode attention vs intra-op and inter-op threads (seed 002 §4.1).
+"""CPU matmul and CPU decode attention vs intra-op and inter-op threads (LM-Offload §4.1).
 
 torch fixes the inter-op pool size once per process (`set_num_interop_threads` must come before
 any parallel work), so each inter-op count is measured in a fresh subprocess:

@@ -15,7 +15,7 @@ from predictors.opmath import LINEAR_OPS, flops_bytes, linear_dims
 from profilers.schema import Case
 
 KIB, MIB, GIB = 1024, 1024**2, 1024**3
-GROUP_SIZE = 64  # FlexGen's default quantization group (seed 002, Alg. 2)
+GROUP_SIZE = 64  # FlexGen's default quantization group (LM-Offload, Alg. 2)
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ def _quant_cases(limits: PlanLimits, dtype_bytes: float) -> list[Case]:
 
 
 def thread_cases(model, limits: PlanLimits, dtype_bytes: float) -> list[Case]:
-    """CPU matmul and CPU decode attention (LM-Offload's offloaded attention, seed 002 §4) over
+    """CPU matmul and CPU decode attention (LM-Offload's offloaded attention, §4) over
     intra-op x inter-op thread counts; each runs THREAD_TASKS independent ops at once."""
     from predictors.opmath import flops_bytes as _fb
 

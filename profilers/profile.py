@@ -271,19 +271,10 @@ def run_profile(settings: ProfileSettings, *, console=None, progress: bool = Tru
         torch.set_num_threads(previous)  # the setting is process-wide: leave it as found
 
 
-def _run(torch, settings: ProfileSettings, device: str, dtype_name: str, tdtype, console,
-         progress: bool) -> ProfileSummary:
-    out = Path(settings.out)
-    check_out_dir(out)
-    model = settings.model
-    timing = timing_for(device, settings.quick, settings.repeats)
-    dtype_bytes = torch.empty((), dtype=tdtype).element_size()
-    limits = limits_for(torch, device, model, settings.quick, dtype_bytes, settings.families)
-    plan = build_plan(model, limits, dtype_bytes)
-
-    prov = _provenance(torch, device, dtype_name, model, settings, timing)
-    prov_path = out / PROVENANCE_JSON
-    csv_path = out / PROFILE_CSV
+def _resume_provenance(prov: dict, out: Path) -> None:
+    """Carry the runs of an earlier profile in `out` over (resuming it: same device, model and
+    settings, else TunerError), then write provenance.json."""
+    prov_path, csv_path = out / PROVENANCE_JSON, out / PROFILE_CSV
     if prov_path.is_file():
         try:
             old = json.loads(prov_path.read_text())
@@ -298,12 +289,47 @@ def _run(torch, settings: ProfileSettings, device: str, dtype_name: str, tdtype,
     prov.setdefault("date_first", prov["date"])
     _write_json(prov_path, prov)
 
-    done = {row_key(r) for r in read_rows(csv_path)}
-    todo = [c for c in plan if c.key(case_dtype(c, dtype_name, device)) not in done]
-    summary = ProfileSummary(out=out, device=device, device_name=prov["device_name"], measured=0,
-                             skipped_existing=len(plan) - len(todo), oom=0, errors=0,
-                             elapsed_s=0.0, total_rows=0)
-    t_start = time.perf_counter()
+
+def _measure_cases(torch, factory, todo: list[Case], *, model, dtype_name: str, device: str,
+                   timing: TimingSettings, writer, prog, task, summary: ProfileSummary) -> None:
+    """Measure every case of `todo` (operators in memory-bounded chunks, a family at a time;
+    CPU-thread cases last), writing rows as they come."""
+    thread_cases = [c for c in todo if c.operation.startswith("cpu.")]
+    other = [c for c in todo if not c.operation.startswith("cpu.")]
+    budget = (2 * GIB) if device == "cuda" else (512 * MIB)
+    last_family = None
+    done_n = 0
+    for chunk in _chunks(other, budget):
+        op = chunk[0].operation
+        prog.update(task, description=f"{op:<16}")
+        family = op.split(".")[0]
+        if last_family is not None and family != last_family:
+            factory.release()
+        last_family = family
+
+        def on_round(r, _n=len(chunk), _base=done_n):
+            prog.update(task, completed=_base + _n * (r + 1) / max(1, timing.rounds))
+
+        for row in _measure_chunk(torch, factory, chunk, dtype_name, device, timing, on_round):
+            summary.oom += row["status"] == "oom"
+            summary.errors += row["status"].startswith("error")
+            writer.write(row)
+            summary.measured += 1
+        done_n += len(chunk)
+        prog.update(task, completed=done_n)
+    factory.release()
+    if thread_cases:
+        prog.update(task, description=f"{'cpu threads':<16}")
+        for row in _measure_threads(model, thread_cases, timing):
+            summary.errors += row["status"].startswith("error")
+            writer.write(row)
+            summary.measured += 1
+            done_n += 1
+            prog.update(task, completed=done_n)
+
+
+def _run(torch, settings: ProfileSettings, device: str, dtype_name: str, tdtype, console,
+         progress: bool) -> ProfileSummary:
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -315,44 +341,31 @@ def _run(torch, settings: ProfileSettings, device: str, dtype_name: str, tdtype,
 
     from profilers.ops import OpFactory
 
+    out = Path(settings.out)
+    check_out_dir(out)
+    model = settings.model
+    timing = timing_for(device, settings.quick, settings.repeats)
+    dtype_bytes = torch.empty((), dtype=tdtype).element_size()
+    limits = limits_for(torch, device, model, settings.quick, dtype_bytes, settings.families)
+    plan = build_plan(model, limits, dtype_bytes)
+
+    prov = _provenance(torch, device, dtype_name, model, settings, timing)
+    _resume_provenance(prov, out)
+    csv_path = out / PROFILE_CSV
+    done = {row_key(r) for r in read_rows(csv_path)}
+    todo = [c for c in plan if c.key(case_dtype(c, dtype_name, device)) not in done]
+    summary = ProfileSummary(out=out, device=device, device_name=prov["device_name"], measured=0,
+                             skipped_existing=len(plan) - len(todo), oom=0, errors=0,
+                             elapsed_s=0.0, total_rows=0)
+    t_start = time.perf_counter()
     factory = OpFactory(torch, device, tdtype, model)
-    budget = (2 * GIB) if device == "cuda" else (512 * MIB)
     with RowWriter(csv_path) as writer, Progress(
             TextColumn("[progress.description]{task.description}"), BarColumn(),
             MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
             console=console, transient=False, disable=not progress) as prog:
         task = prog.add_task(f"profiling {prov['model']} on {device}", total=len(todo))
-        thread_cases = [c for c in todo if c.operation.startswith("cpu.")]
-        other = [c for c in todo if not c.operation.startswith("cpu.")]
-        last_family = None
-        done_n = 0
-        for chunk in _chunks(other, budget):
-            op = chunk[0].operation
-            prog.update(task, description=f"{op:<16}")
-            family = op.split(".")[0]
-            if last_family is not None and family != last_family:
-                factory.release()
-            last_family = family
-
-            def on_round(r, _n=len(chunk), _base=done_n):
-                prog.update(task, completed=_base + _n * (r + 1) / max(1, timing.rounds))
-
-            for row in _measure_chunk(torch, factory, chunk, dtype_name, device, timing, on_round):
-                summary.oom += row["status"] == "oom"
-                summary.errors += row["status"].startswith("error")
-                writer.write(row)
-                summary.measured += 1
-            done_n += len(chunk)
-            prog.update(task, completed=done_n)
-        factory.release()
-        if thread_cases:
-            prog.update(task, description=f"{'cpu threads':<16}")
-            for row in _measure_threads(model, thread_cases, timing):
-                summary.errors += row["status"].startswith("error")
-                writer.write(row)
-                summary.measured += 1
-                done_n += 1
-                prog.update(task, completed=done_n)
+        _measure_cases(torch, factory, todo, model=model, dtype_name=dtype_name, device=device,
+                       timing=timing, writer=writer, prog=prog, task=task, summary=summary)
     summary.elapsed_s = time.perf_counter() - t_start
     rows = read_rows(csv_path)
     summary.total_rows = len(rows)
@@ -363,7 +376,7 @@ def _run(torch, settings: ProfileSettings, device: str, dtype_name: str, tdtype,
     prov["elapsed_s"] = round(sum(r["elapsed_s"] for r in prov["runs"]), 2)
     prov["rows"] = len(rows)
     prov["status_counts"] = _count_status(rows)
-    _write_json(prov_path, prov)
+    _write_json(out / PROVENANCE_JSON, prov)
     return summary
 
 

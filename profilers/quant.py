@@ -1,4 +1,4 @@
-"""Group-wise min-max (de)quantization, FlexGen's kernel as LM-Offload models it (seed 002,
+"""Group-wise min-max (de)quantization, FlexGen's kernel as LM-Offload models it (its
 Alg. 2 and Eqs. 10-11): pad, find min and max per group, normalise to 0...2^b - 1, clamp, pack
 (two 4-bit codes per byte). torch is imported by the caller; these functions take tensors."""
 

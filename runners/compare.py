@@ -2,51 +2,40 @@
 
 Timing error says *how much* a prediction is off; the schedule says *why*: a different number
 of steps, different chunking of prompts, a different batch size, or preemptions the simulator
-did not expect are policy mismatches, not cost-model error. Both schedules use the same columns
-(tuner/scheduler.py and runners/_vllm_sched.py): prefill tokens, decodes, sampled sequences,
-running requests and preemptions per step.
+did not expect are policy mismatches, not cost-model error. Both schedules are compared in the
+simulator's step-record columns (tuner.sim.steps); an engine's record (runners.base.STEP_COLUMNS,
+written by runners/_vllm_sched.py) is mapped onto them by column name.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from runners.base import STEP_COLUMNS
-from tuner.sim import scheduler as sch
-
-_R = {name: i for i, name in enumerate(STEP_COLUMNS)}
+from runners.base import STEP_COLUMNS as ENGINE_COLUMNS
+from tuner.sim.steps import DECODES, N_COLS, PREEMPTED, PREFILL_TOKENS, RUNNING, STEP_COLUMNS
 
 
-def simulated_steps(workload, model, gpu, config) -> np.ndarray:
-    """The simulator's step records (exact mode, one replica, requests in submission order)
-    as columns (prefill_tokens, prefill_sq, prefill_ctx, decodes, decode_kv, sampled, running,
-    preempted)."""
-    from tuner.sim.simulator import check_feasible, order_requests, scheduler_params
+def simulated_steps(workload, model, gpu, config, cost_model=None) -> np.ndarray:
+    """The simulator's step records of the first replica (requests in submission order), as
+    float64 in tuner.sim.steps columns: `simulate(..., return_steps=True)`."""
+    from tuner.sim.simulator import simulate
 
-    plan = check_feasible(workload, model, gpu, config)
-    order = order_requests(workload, config.ordering, model=model, gpu=gpu, config=config,
-                           kv_capacity_tokens=plan.kv_capacity_tokens)
-    idx = order[0:: config.dp]
-    s = sch.run_schedule(
-        workload.prompt_tokens[idx], workload.output_tokens[idx],
-        scheduler_params(config, plan.kv_capacity_blocks), fast=False,
-        prefix_ids=None if workload.prefix_ids is None else workload.prefix_ids[idx],
-        prefix_tokens=None if workload.prefix_tokens is None else workload.prefix_tokens[idx])
-    st = s.steps
-    return np.c_[st[:, sch.PREFILL_TOKENS], st[:, sch.PREFILL_SQ], st[:, sch.PREFILL_CTX],
-                 st[:, sch.DECODES], st[:, sch.DECODE_KV], st[:, sch.SAMPLED],
-                 st[:, sch.RUNNING], st[:, sch.PREEMPTED]].astype(np.float64)
+    sim = simulate(workload, model, gpu, config, cost_model, return_steps=True)
+    return sim.steps[0].astype(np.float64)
 
 
 def real_as_sim_columns(real: np.ndarray) -> np.ndarray:
-    """A runner's step records in the column order of :func:`simulated_steps`."""
-    cols = ("prefill_tokens", "prefill_sq", "prefill_ctx", "decodes", "decode_kv", "sampled",
-            "running", "preempted")
-    return np.c_[tuple(real[:, _R[c]] for c in cols)].astype(np.float64)
+    """A runner's step records in the simulator's columns; a column the engine does not record
+    (kv_blocks: it reports a usage fraction) is NaN."""
+    out = np.full((len(real), N_COLS), np.nan)
+    for j, name in enumerate(STEP_COLUMNS):
+        if name in ENGINE_COLUMNS:
+            out[:, j] = real[:, ENGINE_COLUMNS.index(name)]
+    return out
 
 
 def _stats(s: np.ndarray) -> dict:
-    pf, dec, run, pre = s[:, 0], s[:, 3], s[:, 6], s[:, 7]
+    pf, dec, run, pre = s[:, PREFILL_TOKENS], s[:, DECODES], s[:, RUNNING], s[:, PREEMPTED]
     has_pf = pf > 0
     return {
         "steps": int(len(s)),
@@ -70,7 +59,7 @@ def compare_schedules(sim: np.ndarray, real: np.ndarray) -> dict:
     preemptions of a step)."""
     a, b = _stats(sim), _stats(real)
     n = min(len(sim), len(real))
-    key = [0, 3, 7]  # prefill tokens, decodes, preempted
+    key = [PREFILL_TOKENS, DECODES, PREEMPTED]
     diff = np.nonzero(np.any(sim[:n, key] != real[:n, key], axis=1))[0]
     first = int(diff[0]) if len(diff) else (n if len(sim) != len(real) else None)
     same_steps = int(n - len(diff))
@@ -80,8 +69,8 @@ def compare_schedules(sim: np.ndarray, real: np.ndarray) -> dict:
         def row(s, i):
             if i >= len(s):
                 return None
-            return {"prefill_tokens": int(s[i, 0]), "decodes": int(s[i, 3]),
-                    "running": int(s[i, 6]), "preempted": int(s[i, 7])}
+            return {"prefill_tokens": int(s[i, PREFILL_TOKENS]), "decodes": int(s[i, DECODES]),
+                    "running": int(s[i, RUNNING]), "preempted": int(s[i, PREEMPTED])}
         out["first_divergence"] = {"step": first, "sim": row(sim, first), "real": row(real, first)}
     out["findings"] = findings(out)
     return out

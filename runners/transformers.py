@@ -7,7 +7,7 @@ worker (runners/_transformers_worker.py) uses the manager behind ``generate_batc
 (``init_continuous_batching`` + ``add_request``) so each request gets its own
 ``max_new_tokens``; EOS is disabled (``eos_token_id=-1``), greedy decoding.
 
-Knob mapping (transformers' ContinuousBatchingConfig; vLLM's is in tuner.exports.deploy):
+Knob mapping (transformers' ContinuousBatchingConfig; vLLM's is in tuner.exports):
 
     chunk_size  -> max_batch_tokens        max_running -> max_requests_per_batch
     block_size  -> page_size (>= 4)        KV capacity -> num_blocks = plan tokens / page_size
@@ -23,11 +23,19 @@ import math
 import tempfile
 from pathlib import Path
 
-from runners.base import RunResult, find_python, result_from_worker, run_worker
+from runners.base import Engine, RunResult, engine_python, result_from_worker, run_worker
 from runners.vllm import build_job
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.workload import Workload
+
+# transformers: its own venv, or the vLLM venv (which has it).
+ENGINE = Engine(
+    name="transformers", package="transformers", label="transformers",
+    venvs=(".venv-transformers", ".venv-vllm"),
+    install_hint=("install it: pip install \"transformers>=5\" torch==2.13.0 (or any torch), "
+                  "or pass --python PATH / set TUNER_TRANSFORMERS_PYTHON to a Python that has "
+                  "it (the vLLM venv .venv-vllm has it)"))
 
 
 def cb_config(config: ServingConfig, kv_capacity_tokens: int) -> tuple[dict, list[str]]:
@@ -61,7 +69,7 @@ def run_transformers(workload: Workload, model: ModelSpec, gpu: GPU, config: Ser
                      model_cache_dir: str | Path | None = None, repeats: int = 1,
                      echo: bool = False) -> RunResult:
     """One real transformers continuous-batching run of `config` on `workload`."""
-    py = find_python("transformers", python)
+    py = engine_python(ENGINE, python)
     job = build_job(workload, model, gpu, config, checkpoint=checkpoint,
                     model_cache_dir=model_cache_dir)
     args, notes = cb_config(config, job["kv_capacity_tokens_planned"])

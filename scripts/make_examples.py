@@ -15,9 +15,9 @@ summary length).
   that ships with Microsoft's Vidur simulator (arxiv_summarization_stats_llama2_tokenizer_
   filtered_v2.csv, Llama-2 tokenizer, total <= 4096; figures quoted in shared/traces/README.md).
   The trace's rows are not read here: only these four percentiles are used.
-* For context, Sarathi-Serve (seed 004, Table 2) reports the *unfiltered* dataset at prompt
+* For context, Sarathi-Serve (Table 2) reports the *unfiltered* dataset at prompt
   median 7059 / P90 12985 and output median 208 / P90 371: the 4096-token cap (which Vasuki,
-  seed 000 §6.1.4, also uses: "context lengths up to 4096") keeps the shorter papers.
+  Vasuki §6.1.4, also uses: "context lengths up to 4096") keeps the shorter papers.
 * Model: prompt ~ LogNormal(mu_p, sigma_p) truncated to [64, 4095]; output | prompt ~
   LogNormal(mu_o, sigma_o) truncated to [1, 4096 - prompt]. Both pairs are fitted
   (`fit_truncated_lognormal`) so that the marginals *after* truncation have the published
@@ -43,7 +43,7 @@ into English.\\n\\n" + passage.
   the 4096-token context with room to spare for nearly all requests (P90: 1400 * 2.25 = 3150).
 * Output = round(prompt * r), r ~ LogNormal(ln 1.25, 0.15) (r between ~0.98 and ~1.60 for 90%
   of requests): the English translation runs ~25% more tokens than the Chinese source, so the
-  per-request P:D median is ~0.8 and the overall P:D is below 1, as seed 000 reports. Output
+  per-request P:D median is ~0.8 and the overall P:D is below 1, as Vasuki reports. Output
   median ~1000 tokens.
 * prompt * (1 + r) <= 4096: the prompt is truncated given r (fitted: mu 6.737, sigma 0.532).
   Achieved: prompt median 801 / P90 1402, output median 994 / P90 1765, P:D 0.79.
@@ -79,7 +79,7 @@ from tuner.core.workload import (  # noqa: E402  (after the sys.path fix-up)
 )
 
 SEED = 2024
-MAX_TOTAL = 4096  # trace filter (total <= 4096) and seed 000 §6.1.4 context limit
+MAX_TOTAL = 4096  # trace filter (total <= 4096) and Vasuki §6.1.4 context limit
 MIN_PROMPT = 64  # floor on prompt tokens (keeps room for the instruction prefix)
 Z90 = NormalDist().inv_cdf(0.9)  # 1.2816
 
@@ -90,7 +90,7 @@ ARXIV_OUTPUT_P50, ARXIV_OUTPUT_P90 = 167, 372
 ARXIV_INSTRUCTION = "Summarize the following paper.\n\n"
 ARXIV_MODEL = "llama-3-8b"
 
-# BWB translation: our choice within seed 000's constraints (P:D < 1, context <= 4096).
+# BWB translation: our choice within Vasuki's constraints (P:D < 1, context <= 4096).
 BWB_N = 400
 BWB_PROMPT_P50, BWB_PROMPT_P90 = 800, 1400
 BWB_RATIO_MEDIAN, BWB_RATIO_SIGMA = 1.25, 0.15  # output tokens / prompt tokens

@@ -19,7 +19,8 @@ from tuner.core.catalog import (
 )
 from tuner.core.errors import TunerError
 
-SHIPPED_GPUS = {"A10", "A40", "L4", "L40S", "A100-40G", "A100-80G", "H100", "H200", "RTX4090"}
+SHIPPED_GPUS = {"A10", "A40", "L4", "L40S", "A100-40G", "A100-80G", "H100", "H200", "RTX4090",
+                "RTX-PRO-6000"}
 SHIPPED_MODELS = {
     "llama-2-7b", "llama-2-13b", "llama-3-8b", "mistral-7b", "qwen2.5-7b", "llama-3-70b",
     "llama-2-70b", "tiny-llama",

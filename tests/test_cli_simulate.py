@@ -57,3 +57,33 @@ def test_bad_offload_value_is_one_line(workload):
     assert r.returncode == 2 and "Traceback" not in r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:")
+
+
+def test_every_config_field_is_an_option_with_vllm_names_first():
+    """The options come from ServingConfig's field metadata: one per field, vLLM's name as the
+    primary flag and tuner's older name as an alias."""
+    import typer.main
+
+    from tuner.cli.main import app
+    from tuner.core.config import KNOBS
+
+    cmd = typer.main.get_command(app).commands["simulate"]
+    params = {p.name: p for p in cmd.params}
+    assert set(KNOBS) <= set(params)
+    for old, new in (("--tp", "--tensor-parallel-size"), ("--chunk-size", "--max-num-batched-tokens"),
+                     ("--max-running", "--max-num-seqs"), ("--dp", "--data-parallel-size")):
+        opts = next(p.opts for p in cmd.params if old in p.opts)
+        assert opts[0] == new, opts
+    assert params["attention_on_cpu"].secondary_opts == ["--attention-on-gpu"]
+    assert params["gpu"].required and not params["chunk_size"].required
+
+
+def test_vllm_names_and_old_aliases_give_the_same_config(workload):
+    new = run("-w", workload, "-m", "llama-3-8b", "-g", "A10", "--tensor-parallel-size", "2",
+              "--max-num-batched-tokens", "1024", "--max-num-seqs", "32", "--json")
+    old = run("-w", workload, "-m", "llama-3-8b", "-g", "A10", "--tp", "2", "--chunk-size", "1024",
+              "--max-running", "32", "--json")
+    assert new.returncode == 0 and old.returncode == 0, new.stderr + old.stderr
+    a, b = json.loads(new.stdout), json.loads(old.stdout)
+    assert a["config"] == b["config"] and a["makespan_s"] == b["makespan_s"]
+    assert (a["config"]["tp"], a["config"]["chunk_size"], a["config"]["max_running"]) == (2, 1024, 32)

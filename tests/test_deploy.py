@@ -1,4 +1,4 @@
-"""tuner.exports.deploy: ServingConfig -> vLLM engine args / YAML / JSON, and back."""
+"""tuner.exports: ServingConfig -> vLLM engine args / YAML / JSON, and back."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from tuner.core.catalog import GIB, GPU, ModelSpec, load_gpus
 from tuner.core.config import ORDERINGS, SCHEDULERS, ServingConfig
 from tuner.core.errors import TunerError
-from tuner.exports.deploy import (
+from tuner.core.io import write_atomic
+from tuner.exports import (
     CONFIG_COMMENT_PREFIX,
     EXPORT_FORMATS,
     from_json,
@@ -33,7 +34,6 @@ from tuner.exports.deploy import (
     to_vllm_run_batch,
     to_vllm_yaml,
     vllm_engine_args,
-    write_atomic,
 )
 
 LLAMA = ModelSpec(
@@ -389,7 +389,7 @@ def test_sglang_prefill_first_and_orderings():
 
 
 def test_sglang_writes_only_options_checked_against_its_parser():
-    from tuner.exports.deploy import SGLANG_KNOWN_OPTIONS
+    from tuner.exports import SGLANG_KNOWN_OPTIONS
 
     configs = [ServingConfig(gpu="A10"), ServingConfig(gpu="H100", weight_bits=8, kv_bits=8,
                                                        tp=2, dp=2, ordering="blend"),
@@ -459,7 +459,7 @@ def _non_default(field: dataclasses.Field):
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_no_knob_is_dropped(engine):
     """Every ServingConfig field, set away from its default, shows in the engine's arguments or
-    in a comment: a knob added to ServingConfig must be mapped in tuner.exports.deploy."""
+    in a comment: a knob added to ServingConfig must be mapped in tuner.exports."""
     def render(cfg):
         gpu = GPUS[cfg.gpu]
         if engine == "vllm":
@@ -562,3 +562,17 @@ def test_vllm_accepts_yaml_and_run_batch(cfg, tmp_path):
     ea = EngineArgs.from_cli_args(ns)
     assert ea.max_num_seqs == cfg.max_running
     assert ea.max_num_batched_tokens == cfg.chunk_size
+
+
+def test_engine_arguments_come_from_the_field_metadata():
+    """Every engine argument a field names is one the exporter writes (vLLM) or one checked
+    against SGLang's parser; an invalid config cannot be built, not even by replace()."""
+    from tuner.core.config import KNOBS
+    from tuner.exports import SGLANG_KNOWN_OPTIONS
+
+    assert {k.sglang.name for k in KNOBS.values() if k.sglang} <= SGLANG_KNOWN_OPTIONS
+    cfg = ServingConfig(gpu="L40S", dp=2, weight_bits=8, weight_offload_fraction=0.5)
+    args, _ = vllm_engine_args(cfg, LLAMA, L40S, max_model_len=4096)
+    assert {k.vllm.name for k in KNOBS.values() if k.vllm} <= set(args)
+    with pytest.raises(TunerError, match="max_running"):
+        dataclasses.replace(cfg, max_running=0)

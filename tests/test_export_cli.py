@@ -21,8 +21,8 @@ from tests.test_report import _keep_capsys, browser_check, needs_chromium  # noq
 from tuner.cli.main import app
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
-from tuner.exports.deploy import EXPORT_FORMATS, parse_export
-from tuner.search.records import trial_records
+from tuner.exports import EXPORT_FORMATS, parse_export
+from tuner.search.records import TrialRecord, trial_records
 
 REPO = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -53,15 +53,15 @@ def searched(tmp_path_factory) -> tuple[Path, Path, dict]:
     return wl, out, json.loads((out / "results.json").read_text())
 
 
-def stored_records(out: Path) -> tuple[optuna.Study, list[dict]]:
+def stored_records(out: Path) -> tuple[optuna.Study, list[TrialRecord]]:
     st = optuna.load_study(study_name=None, storage=f"sqlite:///{out / 'study.db'}")
     return st, trial_records(st)
 
 
-def ranked(records: list[dict], goal: str) -> list[dict]:
+def ranked(records: list[TrialRecord], goal: str) -> list[TrialRecord]:
     i, j = ("makespan_s", "cost_usd") if goal == "fastest" else ("cost_usd", "makespan_s")
-    feas = [r for r in records if r["feasible"]]
-    return sorted(feas, key=lambda r: (r["metrics"][i], r["metrics"][j], r["number"]))
+    feas = [r for r in records if r.feasible]
+    return sorted(feas, key=lambda r: (r.metrics[i], r.metrics[j], r.number))
 
 
 def export(*args: str | Path) -> str:
@@ -76,12 +76,12 @@ def test_every_format_parses_back_to_the_ranked_trial(searched, fmt, goal):
     _, out, results = searched
     _, records = stored_records(out)
     order = ranked(records, goal)
-    assert order[0]["number"] == results["winners"][goal]["number"]
+    assert order[0].number == results["winners"][goal]["number"]
     for rank in (1, 2):
         text = export("--out", out, "--format", fmt, "--goal", goal, "--rank", rank)
-        want = ServingConfig.from_dict(order[rank - 1]["config"])
+        want = ServingConfig.from_dict(order[rank - 1].config)
         assert parse_export(fmt, text) == want
-        assert f"trial #{order[rank - 1]['number']}" in text
+        assert f"trial #{order[rank - 1].number}" in text
 
 
 def test_exports_encode_batch_limits_and_the_study_workload(searched):

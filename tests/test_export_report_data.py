@@ -1,4 +1,4 @@
-"""reports.context: winners' timelines, Optuna importances and export snippets for the report."""
+"""reports.extras: winners' timelines, Optuna importances and export snippets for the report."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import optuna
 import pytest
 
-from reports.context import (
+from reports.extras import (
     batch_paths,
     downsample_timeline,
     openai_batch_info,
@@ -20,10 +20,10 @@ from reports.context import (
 from tuner.core.catalog import get_model, load_gpus
 from tuner.core.config import ServingConfig
 from tuner.core.workload import Workload
-from tuner.exports.deploy import EXPORT_FORMATS, parse_export
+from tuner.exports import EXPORT_FORMATS, parse_export
+from tuner.search import SearchSettings, run_search
 from tuner.search.records import trial_records, winners
 from tuner.search.space import SearchSpace
-from tuner.search.study import SearchSettings, run_search
 
 FIXED = {"scheduler": "vllm", "tp": 1, "dp": 1, "block_size": 16, "ordering": "fcfs"}
 
@@ -96,13 +96,13 @@ def test_winner_timelines_match_the_study(setting, study):
     assert [t["trial"] for t in tls] == list(roles)
     best, _ = winners(records)
     assert "overall fastest" in roles[best["fastest"]]
-    by_num = {r["number"]: r for r in records}
+    by_num = {r.number: r for r in records}
     for t in tls:
         assert "error" not in t
-        assert t["makespan_s"] == pytest.approx(by_num[t["trial"]]["metrics"]["makespan_s"])
+        assert t["makespan_s"] == pytest.approx(by_num[t["trial"]].metrics["makespan_s"])
         assert t["end_s"] == pytest.approx(t["makespan_s"])
         assert len(t["time_s"]) == len(t["running"]) == len(t["kv_fraction"])
-        assert max(t["running"]) <= by_num[t["trial"]]["config"]["max_running"]
+        assert max(t["running"]) <= by_num[t["trial"]].config["max_running"]
     # a GPU missing from the catalog is reported, not raised
     tls = winner_timelines(records, w, model, {"A10": gpus["A10"]})
     assert any("error" in t for t in tls)
@@ -164,18 +164,18 @@ def test_openai_batch_info(tmp_path):
 def test_report_extras(setting, study, tmp_path):
     w, model, gpus = setting
     records = trial_records(study)
-    study.set_user_attr("validation", [{"config": records[0]["config"], "predicted_s": 10.0,
+    study.set_user_attr("validation", [{"config": records[0].config, "predicted_s": 10.0,
                                         "measured_s": 11.0, "runner": "transformers"}])
     plain = tmp_path / "tiny.jsonl"
     plain.write_text(json.dumps({"prompt_tokens": 5, "output_tokens": 3}) + "\n")
     ex = report_extras(study, records, w, model, gpus, workload_path=str(plain))
     assert {"timelines", "importances", "export_snippets", "validation"} <= set(ex)
     best, _ = winners(records)
-    by_num = {r["number"]: r for r in records}
+    by_num = {r.number: r for r in records}
     for which in ("fastest", "cheapest"):
         snip = ex["export_snippets"][which]
         assert snip["trial"] == best[which]
-        want = ServingConfig.from_dict(by_num[best[which]]["config"])
+        want = ServingConfig.from_dict(by_num[best[which]].config)
         for fmt in EXPORT_FORMATS:
             text = snip["formats"][fmt]
             assert parse_export(fmt, text) == want

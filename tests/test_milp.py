@@ -11,7 +11,7 @@ import pytest
 from tuner.sim import scheduler as sch
 from tuner.sim.milp import BATCHES, LinearCost, schedule_cost, solve_optimal_schedule
 
-PRESETS = ("vllm", "vllm-v0", "sarathi", "vllm-noevict", "vllm-v0-noevict", "sarathi-noevict")
+PRESETS = ("vllm-basic", "vllm-v0", "sarathi", "vllm-basic-noevict", "vllm-v0-noevict", "sarathi-noevict")
 
 
 def run_preset(name, prompt, output, C, M, R):
@@ -125,7 +125,7 @@ def test_eviction_free_needs_one_request_at_a_time():
     assert ev.objective == 6 == brute_force([1, 1], [4, 4], 8, 4, 2, BATCHES, True)
     assert ev.evictions > 0
     check_schedule(ev, [1, 1], [4, 4], 8, 4)
-    assert schedule_cost(run_preset("vllm", [1, 1], [4, 4], 8, 5, 2), BATCHES) == 6
+    assert schedule_cost(run_preset("vllm-basic", [1, 1], [4, 4], 8, 5, 2), BATCHES) == 6
 
 
 # ---- exhaustive search agrees -------------------------------------------------------------
@@ -206,30 +206,30 @@ def test_evicting_short_requests_beats_the_eviction_free_optimum():
     assert ev.evictions > 0
     assert ev.objective == pytest.approx(12.1) and no.objective == pytest.approx(16.8)
     assert ev.objective < 0.75 * no.objective
-    # vllm (evicting) reaches the optimum here
-    assert schedule_cost(run_preset("vllm", p, o, 64, M, 4), coeffs) == pytest.approx(12.1)
+    # vllm-basic (evicting) reaches the optimum here
+    assert schedule_cost(run_preset("vllm-basic", p, o, 64, M, 4), coeffs) == pytest.approx(12.1)
 
 
 def test_evicting_long_requests_does_not_pay():
     # Same setting with I = 4 (M = 8) and a higher per-token cost: a refill recomputes the
     # prompt, so the optimum avoids evictions, and the evicting presets lose to their
-    # eviction-free variants (vllm 24.8 vs vllm-noevict 24.4 = the optimum).
+    # eviction-free variants (vllm-basic 24.8 vs vllm-basic-noevict 24.4 = the optimum).
     p, o, M = [4] * 4, [4] * 4, 8
     coeffs = LinearCost(alpha=1.0, beta=0.3)
     ev = solve_optimal_schedule(p, o, token_budget=64, kv_capacity=M, coeffs=coeffs)
     assert ev.optimal and ev.evictions == 0 and ev.objective == pytest.approx(24.4)
-    vllm = schedule_cost(run_preset("vllm", p, o, 64, M, 4), coeffs)
-    noevict = schedule_cost(run_preset("vllm-noevict", p, o, 64, M, 4), coeffs)
+    vllm = schedule_cost(run_preset("vllm-basic", p, o, 64, M, 4), coeffs)
+    noevict = schedule_cost(run_preset("vllm-basic-noevict", p, o, 64, M, 4), coeffs)
     assert noevict == pytest.approx(24.4)
     assert vllm == pytest.approx(24.8)
 
 
 def test_evicting_preset_beats_its_eviction_free_variant():
-    # I = O = 4, M = 8, cheap tokens: vllm (evicting) 15.8 vs vllm-noevict 17.4.
+    # I = O = 4, M = 8, cheap tokens: vllm-basic (evicting) 15.8 vs vllm-basic-noevict 17.4.
     p, o = [4] * 4, [4] * 4
     coeffs = LinearCost(alpha=1.0, beta=0.05)
-    vllm = schedule_cost(run_preset("vllm", p, o, 64, 8, 4), coeffs)
-    noevict = schedule_cost(run_preset("vllm-noevict", p, o, 64, 8, 4), coeffs)
+    vllm = schedule_cost(run_preset("vllm-basic", p, o, 64, 8, 4), coeffs)
+    noevict = schedule_cost(run_preset("vllm-basic-noevict", p, o, 64, 8, 4), coeffs)
     assert vllm == pytest.approx(15.8) and noevict == pytest.approx(17.4)
 
 

@@ -1,5 +1,5 @@
-"""Memory-stretching knobs (tuner/offload.py, predictors/transfer_model.py, the offload parts of
-tuner/memory.py): hand-computed answers on constructed inputs, the published bounds of
+"""Memory-stretching knobs (tuner/sim/offload.py, predictors/transfer_model.py, the offload parts of
+tuner/core/memory.py): hand-computed answers on constructed inputs, the published bounds of
 Vasuki's algorithms, LM-Offload's equations, BlendServe's worked numbers, and invariants."""
 
 import dataclasses
@@ -13,12 +13,14 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from predictors import host
 from predictors.features import BatchFeatures
 from predictors.transfer_model import SaturatingTransferModel
 from tuner.core.catalog import GIB, ModelSpec, get_gpu, get_model, load_gpus
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
 from tuner.core.memory import HOST_RESERVE_BYTES, host_limit_bytes, plan_memory
+from tuner.core.provenance import Provenance
 from tuner.core.workload import Workload
 from tuner.sim import offload as off
 from tuner.sim.ordering import DensityModel, memory_partition
@@ -173,26 +175,26 @@ def test_stall_beyond_full_overlap_by_hand():
 def test_lm_offload_quantization_equations():
     # Eq. 12 = Eq. 13 (n / freq) + Eq. 14 (3 n / flops) + Eq. 15 (n / mem_bw)
     n, freq, flops, bw = 1e6, 2e9, 1e12, 1e11
-    assert float(off.lm_offload_quantize_s(n, freq, flops, bw)) == pytest.approx(
+    assert float(host.lm_offload_quantize_s(n, freq, flops, bw)) == pytest.approx(
         1e6 / 2e9 + 3e6 / 1e12 + 1e6 / 1e11)
     # Eq. 16 / 24: no min/max at dequantization
-    assert float(off.lm_offload_dequantize_s(n, flops, bw)) == pytest.approx(3e6 / 1e12 + 1e6 / 1e11)
+    assert float(host.lm_offload_dequantize_s(n, flops, bw)) == pytest.approx(3e6 / 1e12 + 1e6 / 1e11)
     # the simulator's post-processing moves the 16-bit tensor: 2 bytes per element
-    assert float(off.lm_offload_dequantize_s(n, flops, bw, 2.0)) == pytest.approx(
+    assert float(host.lm_offload_dequantize_s(n, flops, bw, 2.0)) == pytest.approx(
         3e6 / 1e12 + 2e6 / 1e11)
     a10 = get_gpu("A10", GPUS)
-    q = off.QuantCostModel.from_specs(a10, off.CPUModel.from_gpu(a10))
+    q = host.QuantCostModel.from_specs(a10, host.CPUModel.from_gpu(a10))
     assert q.gpu_elem_per_s == pytest.approx(31.2e12 / 2) and q.gpu_mem_bytes_per_s == 600e9
     assert float(q.quantize_s(1e9, "cpu")) > float(q.quantize_s(1e9, "gpu"))
 
 
 # ---- LM-Offload Alg. 3: threads ---------------------------------------------------------------
 def test_kahn_max_concurrency():
-    assert off.max_concurrency(off.DECODE_ATTENTION_GRAPH) == 3  # q, k-append, v-append
-    assert off.max_concurrency({"a": (), "b": ("a",), "c": ("b",)}) == 1
-    assert off.max_concurrency({"a": (), "b": ("a",), "c": ("a",), "d": ("b", "c")}) == 2
+    assert host.max_concurrency(host.DECODE_ATTENTION_GRAPH) == 3  # q, k-append, v-append
+    assert host.max_concurrency({"a": (), "b": ("a",), "c": ("b",)}) == 1
+    assert host.max_concurrency({"a": (), "b": ("a",), "c": ("a",), "d": ("b", "c")}) == 2
     with pytest.raises(ValueError):
-        off.max_concurrency({"a": ("b",), "b": ("a",)})
+        host.max_concurrency({"a": ("b",), "b": ("a",)})
 
 
 @pytest.mark.parametrize("cores,intra", [(30, 8), (9, 1), (20, 5), (4, 1)])
@@ -201,16 +203,16 @@ def test_alg3_thread_choice(cores, intra):
     load/store tasks: 30 cores -> 3 x 8 = 24, 6 free (9 would leave 3); 9 cores -> 1; 20 -> 5;
     4 cores: no setting leaves 5 free -> fallback 1. The modelled attention time only falls with
     more threads until they oversubscribe, so the largest admissible intra wins."""
-    ch = off.choose_threads(off.CPUModel(cores=cores))
+    ch = host.choose_threads(host.CPUModel(cores=cores))
     assert ch.intra == intra and ch.inter == 3 + 5 and ch.inter_compute == 3
     assert ch.chosen_by == "alg3" and len(ch.loader_intra) == 5
     cfg = ServingConfig(gpu="A10", cpu_threads_intra=4, cpu_threads_inter=2)
-    mine = off.threads_for(cfg, off.CPUModel(cores=cores))
+    mine = host.threads_for(cfg, host.CPUModel(cores=cores))
     assert (mine.intra, mine.inter, mine.chosen_by) == (4, 2, "config")
 
 
 def test_cpu_thread_curve_by_hand():
-    cpu = off.CPUModel(cores=16, mem_bytes_per_s_max=100e9, half_saturation_threads=4.0,
+    cpu = host.CPUModel(cores=16, mem_bytes_per_s_max=100e9, half_saturation_threads=4.0,
                        flops_per_core=50e9, op_overhead_s=0.0)
     assert cpu.bandwidth(4) == pytest.approx(50e9) and cpu.bandwidth(12) == pytest.approx(75e9)
     # intra 4 x min(inter 3, concurrency 3) = 12 threads, 4 x 3 + 5 = 17 > 16 cores: x 17/16
@@ -232,8 +234,17 @@ class StubCost:
     def decode_attention_layer_s(self, f):
         return np.full(len(f), 0.1e-3)
 
+    def breakdown(self, f):
+        return {"linear": self.iteration_time_s(f)}
+
+    def breakdown_ops(self, f):
+        return {"linear": self.layer_time_s(f)}
+
     def describe(self):
         return "stub"
+
+    provenance = Provenance("roofline", "stub")
+    transfer_model = None
 
 
 def _price(cfg, f, **ctx_kw):
@@ -279,7 +290,7 @@ def test_cpu_attention_pricing_by_hand():
     back)."""
     cfg = ServingConfig(gpu="A10", kv_offload_layers=2, attention_on_cpu=True,
                         cpu_threads_intra=1, cpu_threads_inter=1)
-    cpu = off.CPUModel(cores=10, mem_bytes_per_s_max=10e9, half_saturation_threads=0.0,
+    cpu = host.CPUModel(cores=10, mem_bytes_per_s_max=10e9, half_saturation_threads=0.0,
                        flops_per_core=1e9, op_overhead_s=0.0)
     f = BatchFeatures.single(decodes=4, kv_tokens=1000)
     p, _ = _price(cfg, f, cpu=cpu)
@@ -416,15 +427,15 @@ def test_search_space_file_validates():
     probe = {k: v[0] for k, v in knobs.items()} | fixed
     for name, values in knobs.items():
         for v in values:
-            ServingConfig(gpu="A10", **(probe | {name: v})).validate()
+            ServingConfig(gpu="A10", **(probe | {name: v}))
     assert knobs["attention_on_cpu"] == [False, True]
 
 
 def test_config_validation_of_new_knobs():
     with pytest.raises(TunerError, match="attention_on_cpu"):
-        ServingConfig(gpu="A10", attention_on_cpu="yes").validate()
+        ServingConfig(gpu="A10", attention_on_cpu="yes")
     with pytest.raises(TunerError, match="cpu_threads"):
-        ServingConfig(gpu="A10", cpu_threads_intra=-1).validate()
+        ServingConfig(gpu="A10", cpu_threads_intra=-1)
     assert ServingConfig.from_dict(ServingConfig(gpu="A10", attention_on_cpu=True).to_dict()
                                    ).attention_on_cpu is True
 

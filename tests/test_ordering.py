@@ -212,7 +212,7 @@ def test_blend_emits_groups_whole_between_the_scanners():
     assert np.array_equal(blend_order(w, model=LLAMA3_8B, gpu=A100), plan.order)
 
 
-# ---- BlendServe's published figures (seed 003 §2.3, §3.4 / Fig. 5) ---------------------------
+# ---- BlendServe's published figures (§2.3, §3.4 / Fig. 5) ---------------------------
 def test_blendserve_worked_densities():
     """Llama-3.1-8B on an A100-80GB. With the published formulas, P_model = 8.03e9 (the
     model's parameter count), 312 TFLOP/s BF16 and 2039 GB/s (the datasheet):

@@ -15,14 +15,24 @@ from pathlib import Path
 import plotly.offline
 import pytest
 
-import reports.html as report_html
-from reports.html import duration_unit, fmt_duration, render_html, render_report
+import reports.figures as report_figures
+from reports import html as report_html
+from reports.context import ReportContext
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
-from tuner.exports.deploy import EXPORT_FORMATS, parse_export, render_export, to_vllm_yaml
+from tuner.core.units import duration_unit, fmt_duration
+from tuner.exports import EXPORT_FORMATS, parse_export, render_export, to_vllm_yaml
 
 GIB = 1024**3
+
+
+def render_html(ctx) -> str:
+    return report_html.render_html(ReportContext.from_dict(ctx))
+
+
+def render_report(ctx, out):
+    return report_html.render_report(ReportContext.from_dict(ctx), out)
 LLAMA = ModelSpec(
     name="llama-3-8b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
     head_dim=128, intermediate_size=14336, vocab_size=128256, max_position=8192,
@@ -369,7 +379,7 @@ def test_failed_render_leaves_no_file(ctx, tmp_path, monkeypatch):
     def boom(*_a, **_k):
         raise RuntimeError("plot failed")
 
-    monkeypatch.setattr(report_html, "_workload_figure", boom)
+    monkeypatch.setattr(report_figures, "workload_figure", boom)
     out = tmp_path / "r.html"
     with pytest.raises(RuntimeError):
         render_report(ctx, out)

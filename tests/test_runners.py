@@ -19,11 +19,11 @@ from runners.base import (
     RunnerNotInstalled,
     RunResult,
     engine_reason,
-    find_python,
     step_times,
 )
 from runners.compare import compare_schedules, real_as_sim_columns, simulated_steps
 from runners.cpu_device import cpu_entry, write_cpu_gpu_file
+from runners.registry import find_python
 from runners.tiny_model import TINY_LLAMA, hf_config, num_params, shape_hash, shape_of
 from tuner.core.catalog import get_model, load_gpus
 from tuner.core.config import ServingConfig
@@ -84,7 +84,7 @@ def test_cpu_entry_memory_plan(cpu_gpu):
 
 
 def test_not_installed_is_one_line(tmp_path, monkeypatch):
-    monkeypatch.setattr(base, "candidate_pythons", lambda runner, python=None: [sys.executable])
+    monkeypatch.setattr(base, "candidate_pythons", lambda engine, python=None: [sys.executable])
     base._FOUND.clear()
     if base.has_package(sys.executable, "vllm"):
         pytest.skip("vLLM is importable here")
@@ -221,3 +221,16 @@ def test_scripts_run_as_modules(tmp_path):
                        text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
     assert r.returncode == 0, r.stderr
     assert "CPU" in (tmp_path / "c.yaml").read_text()
+
+
+def test_engine_step_record_names_the_simulators_columns():
+    import ast
+
+    from tuner.sim.steps import STEP_COLUMNS as SIM_COLUMNS
+
+    # the recorder runs inside vLLM (not importable here): read its field names from the source
+    src = (Path(__file__).resolve().parents[1] / "runners" / "_vllm_sched.py").read_text()
+    fields = next(ast.literal_eval(n.value) for n in ast.parse(src).body
+                  if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "STEP_FIELDS")
+    assert tuple(fields) == STEP_COLUMNS
+    assert set(SIM_COLUMNS) - set(STEP_COLUMNS) == {"kv_blocks"}

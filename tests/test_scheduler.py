@@ -52,7 +52,7 @@ def test_vllm_v0_prefill_first_no_hybrid():
 
 def test_vllm_preempts_most_recent_by_recompute():
     # 5 blocks of 2 tokens: A and B (4 in, 4 out) both start, then B is preempted for A's KV.
-    s = run("vllm", [4, 4], [4, 4], C=16, R=4, B=2, cap=5)
+    s = run("vllm-basic", [4, 4], [4, 4], C=16, R=4, B=2, cap=5)
     expected = [
         [8, 32, 0, 0, 0, 2, 4, 0, 2],
         [0, 0, 0, 1, 5, 1, 3, 1, 1],  # A takes the last block; B (last admitted) is evicted
@@ -93,7 +93,7 @@ def test_sarathi_allocates_whole_prompt_at_admission_and_decodes_first():
 
 def test_sarathi_admission_waits_for_whole_prompt_blocks():
     prompt, output = [8, 16], [4, 2]
-    v1 = run("vllm", prompt, output, C=9, R=4, B=4, cap=5)
+    v1 = run("vllm-basic", prompt, output, C=9, R=4, B=4, cap=5)
     sa = run("sarathi", prompt, output, C=9, R=4, B=4, cap=5)
     # step 0: A's 8 tokens, then 1 token of B in V1 (1 block), none in Sarathi (needs 4 > 3).
     assert v1.steps[0, sch.PREFILL_TOKENS] == 9
@@ -216,3 +216,19 @@ def test_fast_mode_skips_work_on_decode_heavy_jobs():
     t2 = time.perf_counter()
     np.testing.assert_array_equal(fast.steps, exact.steps)
     assert (t2 - t1) < (t1 - t0) * 2  # never slower in any meaningful way
+
+
+def test_arrivals_gate_admission_and_fast_mode_stays_exact():
+    # B arrives at step 3 and C at step 40 (after A has finished: the step would be empty, so C
+    # is admitted at once and the clock waits for it, see simulator.arrival_clock)
+    params = sch.preset("vllm", token_budget=64, max_running=4, block_size=4, capacity_blocks=100)
+    arrival = np.array([0, 3, 40])
+    exact = sch.run_schedule(np.array([8, 8, 8]), np.array([20, 5, 3]), params, fast=False,
+                             arrival_step=arrival)
+    fast = sch.run_schedule(np.array([8, 8, 8]), np.array([20, 5, 3]), params,
+                            arrival_step=arrival)
+    assert exact.status == sch.STATUS_OK
+    np.testing.assert_array_equal(exact.first_step, [0, 3, 20])
+    np.testing.assert_array_equal(fast.steps, exact.steps)
+    np.testing.assert_array_equal(fast.first_step, exact.first_step)
+    assert exact.steps[3, sch.PREFILL_TOKENS] == 8 and exact.steps[2, sch.PREFILL_TOKENS] == 0

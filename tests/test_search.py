@@ -1,4 +1,4 @@
-"""Tests for tuner.search.study / tuner.search.records: the Optuna study, dedup, resume, kill, constraints."""
+"""Tests for tuner.search (study, loop, evaluator) / tuner.search.records: the Optuna study, dedup, resume, kill, constraints."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ import numpy as np
 import optuna
 import pytest
 
-import tuner.search.study as search_mod
+import tuner.search.evaluator as evaluator_mod
 from tuner.core.catalog import get_model, load_gpus
 from tuner.core.errors import TunerError
 from tuner.core.workload import Workload
-from tuner.search.records import pareto_front, trial_records, winners
+from tuner.search import SearchSettings, assert_some_gpu_fits, run_search
+from tuner.search.records import pareto, trial_records, winners
 from tuner.search.space import SearchSpace, load_space
-from tuner.search.study import SearchSettings, assert_some_gpu_fits, run_search
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
 FIXED = {"scheduler": "vllm", "tp": 1, "dp": 1, "block_size": 16, "ordering": "fcfs"}
@@ -60,52 +60,52 @@ def test_tiny_grid_search_front_and_winners(model, gpus):
     assert len(study.trials) == 8
     assert all(t.state == COMPLETE for t in study.trials)
     records = trial_records(study)
-    assert records and all(r["feasible"] for r in records)
-    assert {r["config"]["gpu"] for r in records} <= {"A10", "A40"}
+    assert records and all(r.feasible for r in records)
+    assert {r.config["gpu"] for r in records} <= {"A10", "A40"}
 
-    front = pareto_front(records)
-    by_num = {r["number"]: r for r in records}
-    pts = [(by_num[n]["metrics"]["makespan_s"], by_num[n]["metrics"]["cost_usd"]) for n in front]
+    front = pareto(records)
+    by_num = {r.number: r for r in records}
+    pts = [(by_num[n].metrics["makespan_s"], by_num[n].metrics["cost_usd"]) for n in front]
     assert pts == sorted(pts)  # sorted by makespan
     for n in front:  # no record dominates a front point
-        m = by_num[n]["metrics"]
+        m = by_num[n].metrics
         for r in records:
-            o = r["metrics"]
+            o = r.metrics
             dominates = (o["makespan_s"] <= m["makespan_s"] and o["cost_usd"] <= m["cost_usd"]
                          and (o["makespan_s"] < m["makespan_s"] or o["cost_usd"] < m["cost_usd"]))
-            assert not dominates, (r["number"], n)
+            assert not dominates, (r.number, n)
     for r in records:  # every point off the front is dominated (or equal) by a front point
-        if r["number"] in front:
+        if r.number in front:
             continue
-        o = r["metrics"]
-        assert any(by_num[n]["metrics"]["makespan_s"] <= o["makespan_s"]
-                   and by_num[n]["metrics"]["cost_usd"] <= o["cost_usd"] for n in front)
+        o = r.metrics
+        assert any(by_num[n].metrics["makespan_s"] <= o["makespan_s"]
+                   and by_num[n].metrics["cost_usd"] <= o["cost_usd"] for n in front)
 
     best, per_gpu = winners(records)
-    assert by_num[best["fastest"]]["metrics"]["makespan_s"] == min(
-        r["metrics"]["makespan_s"] for r in records)
-    assert by_num[best["cheapest"]]["metrics"]["cost_usd"] == min(
-        r["metrics"]["cost_usd"] for r in records)
+    assert by_num[best["fastest"]].metrics["makespan_s"] == min(
+        r.metrics["makespan_s"] for r in records)
+    assert by_num[best["cheapest"]].metrics["cost_usd"] == min(
+        r.metrics["cost_usd"] for r in records)
     for gpu, d in per_gpu.items():
-        mine = [r for r in records if r["config"]["gpu"] == gpu]
-        assert by_num[d["fastest"]]["metrics"]["makespan_s"] == min(
-            r["metrics"]["makespan_s"] for r in mine)
-        assert by_num[d["cheapest"]]["metrics"]["cost_usd"] == min(
-            r["metrics"]["cost_usd"] for r in mine)
+        mine = [r for r in records if r.config["gpu"] == gpu]
+        assert by_num[d["fastest"]].metrics["makespan_s"] == min(
+            r.metrics["makespan_s"] for r in mine)
+        assert by_num[d["cheapest"]].metrics["cost_usd"] == min(
+            r.metrics["cost_usd"] for r in mine)
     # The front's ends are the two winners.
     assert front[0] == best["fastest"]
-    assert by_num[front[-1]]["metrics"]["cost_usd"] == by_num[best["cheapest"]]["metrics"]["cost_usd"]
+    assert by_num[front[-1]].metrics["cost_usd"] == by_num[best["cheapest"]].metrics["cost_usd"]
 
 
 def test_duplicates_are_not_resimulated(model, gpus, monkeypatch):
     calls = []
-    real = search_mod.simulate
+    real = evaluator_mod.simulate
 
     def counting(workload, model, gpu, config, *a, **k):
         calls.append((gpu.name, config.chunk_size, config.max_running))
         return real(workload, model, gpu, config, *a, **k)
 
-    monkeypatch.setattr(search_mod, "simulate", counting)
+    monkeypatch.setattr(evaluator_mod, "simulate", counting)
     space = tiny_space()
     grid = space.size(len(gpus))
     assert grid == 8
@@ -158,23 +158,23 @@ def test_infeasible_points_are_constraints_not_crashes(model, gpus):
                        SearchSettings(n_trials=8, seed=0))
     assert all(t.state == COMPLETE for t in study.trials)
     records = trial_records(study)
-    infeasible = [r for r in records if not r["feasible"]]
-    feasible = [r for r in records if r["feasible"]]
+    infeasible = [r for r in records if not r.feasible]
+    feasible = [r for r in records if r.feasible]
     assert infeasible and feasible
     for r in infeasible:
-        assert r["config"]["gpu_memory_utilization"] == 0.5
-        assert "does not fit" in r["reason"] and "GiB" in r["reason"]
-        t = study.trials[r["number"]]
+        assert r.config["gpu_memory_utilization"] == 0.5
+        assert "does not fit" in r.reason and "GiB" in r.reason
+        t = study.trials[r.number]
         assert t.constraints["fits"] > 0
         assert all(math.isinf(v) for v in t.values)
-    assert all(r["config"]["max_running"] == 64 for r in records)  # the fixed value
+    assert all(r.config["max_running"] == 64 for r in records)  # the fixed value
     for r in feasible:
-        assert r["config"]["gpu_memory_utilization"] == 0.9
-        assert study.trials[r["number"]].constraints["fits"] <= 0
+        assert r.config["gpu_memory_utilization"] == 0.9
+        assert study.trials[r.number].constraints["fits"] <= 0
     best, _ = winners(records)
-    assert best["fastest"] in {r["number"] for r in feasible}
-    assert best["cheapest"] in {r["number"] for r in feasible}
-    assert set(pareto_front(records)) <= {r["number"] for r in feasible}
+    assert best["fastest"] in {r.number for r in feasible}
+    assert best["cheapest"] in {r.number for r in feasible}
+    assert set(pareto(records)) <= {r.number for r in feasible}
 
 
 def test_records_carry_the_spaces_fixed_knobs(model, gpus):
@@ -185,8 +185,8 @@ def test_records_carry_the_spaces_fixed_knobs(model, gpus):
     study = run_search(tiny_workload(), model, {"A10": gpus["A10"]}, space,
                        SearchSettings(n_trials=3))
     for r in trial_records(study):
-        assert r["config"]["max_running"] == 32
-        assert r["config"]["gpu_memory_utilization"] == 0.8
+        assert r.config["max_running"] == 32
+        assert r.config["gpu_memory_utilization"] == 0.8
 
 
 def test_assert_some_gpu_fits(model, gpus):

@@ -14,21 +14,23 @@ import numpy as np
 import optuna
 import pytest
 
-import tuner.search.study as search_mod
+import tuner.search.evaluator as evaluator_mod
 from tuner.core.catalog import get_model, load_gpus
 from tuner.core.errors import TunerError
 from tuner.core.workload import Workload
-from tuner.search.records import search_stats, trial_records
-from tuner.search.space import SearchSpace
-from tuner.search.study import (
+from tuner.search import (
     N_CALIBRATE,
     SearchSettings,
+    make_storage,
+    neighbours,
     run_search,
     sample_size,
     setup_from_study,
     stratified_sample,
     workload_digest,
 )
+from tuner.search.records import search_stats, trial_records
+from tuner.search.space import SearchSpace
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
 REPO = Path(__file__).resolve().parents[1]
@@ -97,13 +99,13 @@ def test_multi_fidelity_screens_promotes_and_measures_its_error(model, gpus, mon
     sp = space(chunk_size=[512, 1024, 2048, 4096, 8192], max_running=[16, 32, 64, 128, 256],
                weight_bits=[16, 8])
     sizes = []
-    real = search_mod.simulate
+    real = evaluator_mod.simulate
 
     def counting(wl, *a, **k):
         sizes.append(len(wl))
         return real(wl, *a, **k)
 
-    monkeypatch.setattr(search_mod, "simulate", counting)
+    monkeypatch.setattr(evaluator_mod, "simulate", counting)
     st = run_search(w, model, gpus, sp, SearchSettings(n_trials=80, seed=3, sample_fraction=0.25))
     stats = search_stats(st)
     assert stats["sample_requests"] == 300 and stats["sample_scale"] == pytest.approx(4.0)
@@ -141,8 +143,8 @@ def test_multi_fidelity_finds_the_grids_best(model, gpus):
     st = run_search(w, model, gpus, sp, SearchSettings(n_trials=60, seed=0, sample_fraction=0.25))
     recs = trial_records(st)
     for obj in ("makespan_s", "cost_usd"):
-        best = min(r["metrics"][obj] for r in grid if r["feasible"])
-        assert min(r["metrics"][obj] for r in recs if r["feasible"]) == pytest.approx(best)
+        best = min(r.metrics[obj] for r in grid if r.feasible)
+        assert min(r.metrics[obj] for r in recs if r.feasible) == pytest.approx(best)
 
 
 # ---- exhaustive --------------------------------------------------------------------------------
@@ -161,7 +163,7 @@ def test_exhaustive_covers_the_grid_once_and_resumes(model, gpus, tmp_path):
     configs = [tuple(sorted(t.params.items())) for t in again.trials]
     assert len(set(configs)) == len(configs)
     assert all(t.state == COMPLETE for t in again.trials)
-    assert {r["config"]["gpu"] for r in trial_records(again)} == {"A10", "H100"}
+    assert {r.config["gpu"] for r in trial_records(again)} == {"A10", "H100"}
 
 
 # ---- polish ------------------------------------------------------------------------------------
@@ -172,14 +174,14 @@ def test_polish_enqueues_neighbours_of_the_bests(model, gpus):
     sp = space(chunk_size=[256, 512, 1024, 2048, 4096], max_running=[16, 32, 64, 128],
                weight_bits=[16, 8, 4], kv_bits=[16, 8])
     st = run_search(w, model, gpus, sp, SearchSettings(n_trials=120, seed=5))
-    recs = {tuple(sorted((k, r["config"][k]) for k in ("gpu", *sp.knobs))): r
-            for r in trial_records(st) if r["feasible"]}
+    recs = {tuple(sorted((k, r.config[k]) for k in ("gpu", *sp.knobs))): r
+            for r in trial_records(st) if r.feasible}
     for obj in ("makespan_s", "cost_usd"):
-        key, best = min(recs.items(), key=lambda kv: kv[1]["metrics"][obj])
-        for nb in search_mod._neighbours(key, sp, list(gpus)):
+        key, best = min(recs.items(), key=lambda kv: kv[1].metrics[obj])
+        for nb in neighbours(key, sp, list(gpus)):
             nk = tuple(sorted(nb.items()))
             assert nk in recs, nb  # every neighbour was simulated
-            assert recs[nk]["metrics"][obj] >= best["metrics"][obj]
+            assert recs[nk].metrics[obj] >= best.metrics[obj]
 
 
 def test_presets_include_vllm_defaults(model, gpus):
@@ -279,7 +281,7 @@ def test_cli_workers_share_one_sqlite_study_then_results(tmp_path, small_space):
     assert all(s == COMPLETE for s in states)  # nothing lost half-way (RUNNING / FAIL)
     assert sorted(t.number for t in st.trials) == list(range(len(st.trials)))
     recs = trial_records(st)
-    keys = [json.dumps(r["config"], sort_keys=True) for r in recs]
+    keys = [json.dumps(r.config, sort_keys=True) for r in recs]
     assert len(keys) == len(set(keys))
     # `tuner results` prints and exports the same answer from the stored study alone.
     again = tuner_cli("results", "--out", out, "--json")
@@ -354,7 +356,7 @@ def test_cli_workers_use_the_searchs_profile(tmp_path, small_space):
 
 def _pop_enqueued(url: str, out) -> None:
     try:
-        st = optuna.load_study(study_name="race", storage=search_mod.make_storage(url))
+        st = optuna.load_study(study_name="race", storage=make_storage(url))
         st.optimize(lambda t: float(t.suggest_int("x", 0, 1000)), n_trials=15, catch=())
         out.put("ok")
     except Exception as exc:  # noqa: BLE001 - reported to the test
@@ -367,7 +369,7 @@ def test_sqlite_workers_never_run_one_enqueued_trial_twice(tmp_path):
     import multiprocessing as mp
 
     url = f"sqlite:///{tmp_path / 'race.db'}"
-    st = optuna.create_study(study_name="race", storage=search_mod.make_storage(url))
+    st = optuna.create_study(study_name="race", storage=make_storage(url))
     for i in range(45):
         st.enqueue_trial({"x": i})
     out = mp.get_context("fork").Queue()

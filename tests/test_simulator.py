@@ -13,6 +13,7 @@ from tuner.core.catalog import GIB, get_gpu, get_model, load_gpus
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
 from tuner.core.memory import RUNTIME_OVERHEAD_BYTES, activation_bytes, plan_memory
+from tuner.core.provenance import Provenance
 from tuner.core.workload import Workload
 from tuner.sim.simulator import InfeasibleConfig, lower_bound_s, simulate
 
@@ -91,8 +92,25 @@ def test_roofline_monotone_and_vectorised():
 
 # ---- simulate --------------------------------------------------------------------------------
 class ConstantCost:
+    """10 ms per iteration (a complete CostModel: 32 equal layers, no other work)."""
+
+    provenance = Provenance("roofline", "constant 10 ms")
+    transfer_model = None
+
     def iteration_time_s(self, f):
         return np.full(len(f), 0.01)
+
+    def breakdown(self, f):
+        return {"linear": self.iteration_time_s(f)}
+
+    def breakdown_ops(self, f):
+        return {"linear": self.layer_time_s(f)}
+
+    def layer_time_s(self, f):
+        return self.iteration_time_s(f) / 32
+
+    def decode_attention_layer_s(self, f):
+        return np.zeros(len(f))
 
     def describe(self):
         return "constant 10 ms"
@@ -106,7 +124,7 @@ def test_makespan_is_sum_of_priced_iterations():
     assert res.timeline["time_s"][-1] == pytest.approx(res.makespan_s)
     assert res.cost_usd == pytest.approx(res.makespan_s / 3600 * get_gpu("A40", GPUS).price_usd_per_h)
     assert res.output_tokens == 35 and res.requests == 3
-    assert res.provenance == "constant 10 ms"
+    assert str(res.provenance) == "constant 10 ms"
 
 
 def test_data_parallel_splits_the_work():
@@ -172,6 +190,27 @@ def test_stored_calibration_applies_to_later_predictions(tmp_path, monkeypatch):
                 per_sequence_s=0.0, runs=3, method="test").save(tmp_path)
     after = simulate(w, m, g, ServingConfig(gpu="A40"))
     assert after.makespan_s == pytest.approx(before.makespan_s + 0.01 * after.iterations, rel=1e-6)
-    assert "calibrated" in after.provenance
+    assert "calibrated" in str(after.provenance)
     monkeypatch.setenv("TUNER_NO_CALIBRATION", "1")
     assert simulate(w, m, g, ServingConfig(gpu="A40")).makespan_s == pytest.approx(before.makespan_s)
+
+
+def test_return_steps_gives_each_replicas_schedule():
+    from tuner.sim import scheduler as sch
+    from tuner.sim.simulator import check_feasible, order_requests, scheduler_params
+    from tuner.sim.steps import N_COLS, SAMPLED
+
+    w = wl([500, 300, 900, 120, 40], [20, 30, 5, 60, 9])
+    m, g = get_model("llama-3-8b"), get_gpu("A40", GPUS)
+    cfg = ServingConfig(gpu="A40", dp=2, chunk_size=512)
+    assert simulate(w, m, g, cfg).steps is None
+    res = simulate(w, m, g, cfg, return_steps=True)
+    assert len(res.steps) == 2 and all(s.shape[1] == N_COLS for s in res.steps)
+    assert sum(len(s) for s in res.steps) == res.iterations
+    assert sum(int(s[:, SAMPLED].sum()) for s in res.steps) == res.output_tokens
+    # the same records as the scheduler itself gives for replica 0's requests
+    plan = check_feasible(w, m, g, cfg)
+    idx = order_requests(w, cfg.ordering, config=cfg)[0::2]
+    own = sch.run_schedule(w.prompt_tokens[idx], w.output_tokens[idx],
+                           scheduler_params(cfg, plan.kv_capacity_blocks), fast=False)
+    np.testing.assert_array_equal(res.steps[0], own.steps)

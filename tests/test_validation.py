@@ -25,6 +25,7 @@ from predictors.features import BatchFeatures
 from tuner.cli.validation import load_config_file, pick_records, write_validation
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
+from tuner.search.records import TrialRecord
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -152,12 +153,13 @@ def _rec(n, chunk, rmax, t):
 
 
 def test_pick_records():
-    recs = [_rec(0, 64, 4, 1.0), _rec(1, 64, 8, 1.1), _rec(2, 128, 8, 1.2),
-            _rec(3, 256, 16, 1.3), _rec(4, 64, 4, 1.0), {"number": 5, "feasible": False}]
-    assert [r["number"] for r in pick_records(recs, 3)] == [0, 1, 2]  # 4 duplicates 0
+    recs = [TrialRecord.from_dict(d) for d in (
+        _rec(0, 64, 4, 1.0), _rec(1, 64, 8, 1.1), _rec(2, 128, 8, 1.2),
+        _rec(3, 256, 16, 1.3), _rec(4, 64, 4, 1.0), {"number": 5, "feasible": False})]
+    assert [r.number for r in pick_records(recs, 3)] == [0, 1, 2]  # 4 duplicates 0
     spread = pick_records(recs, 3, "spread")
-    assert [r["number"] for r in spread] == [0, 3, 2]  # farthest first, then the rest
-    assert [r["number"] for r in pick_records(recs, 9, trials=[3, 1])] == [3, 1]
+    assert [r.number for r in spread] == [0, 3, 2]  # farthest first, then the rest
+    assert [r.number for r in pick_records(recs, 9, trials=[3, 1])] == [3, 1]
     with pytest.raises(TunerError, match="not feasible"):
         pick_records(recs, 1, trials=[5])
     with pytest.raises(TunerError, match="--pick"):
@@ -166,7 +168,7 @@ def test_pick_records():
 
 def test_load_config_files(tmp_path):
     from tuner.core.catalog import get_model, load_gpus
-    from tuner.exports.deploy import to_vllm_yaml
+    from tuner.exports import to_vllm_yaml
 
     cfg = ServingConfig(gpu="A10", chunk_size=512, max_running=32)
     y = tmp_path / "c.vllm.yaml"
@@ -229,12 +231,14 @@ def test_validate_command_with_fake_engine(tmp_path, monkeypatch):
     calibrate) with the engine replaced by the simulator's own schedule and a fake clock."""
     from typer.testing import CliRunner
 
-    import runners.base
+    import runners.registry
     import tuner.cli.validation as val
     from runners.base import STEP_COLUMNS, RunResult
     from runners.compare import simulated_steps
     from runners.cpu_device import write_cpu_gpu_file
     from tuner.cli.main import app
+    from tuner.sim.steps import PREEMPTED
+    from tuner.sim.steps import STEP_COLUMNS as SIM_COLUMNS
 
     rng = np.random.default_rng(1)
     wl = tmp_path / "w.jsonl"
@@ -255,20 +259,20 @@ def test_validate_command_with_fake_engine(tmp_path, monkeypatch):
     def fake_run(runner, w, spec, gpu, config, **kw):
         sim = simulated_steps(w, spec, gpu, config)
         steps = np.zeros((len(sim), len(STEP_COLUMNS)))
-        for j, name in enumerate(("prefill_tokens", "prefill_sq", "prefill_ctx", "decodes",
-                                  "decode_kv", "sampled", "running", "preempted")):
-            steps[:, STEP_COLUMNS.index(name)] = sim[:, j]
+        for j, name in enumerate(SIM_COLUMNS):  # the engine records every one but kv_blocks
+            if name in STEP_COLUMNS:
+                steps[:, STEP_COLUMNS.index(name)] = sim[:, j]
         dt = 0.004 + 1e-5 * steps[:, STEP_COLUMNS.index("prefill_tokens")]
         steps[:, 0] = np.cumsum(dt) - dt
         return RunResult(runner=runner, device="cpu: fake", engine_version="fake 0",
                          makespan_s=float(dt.sum()), startup_s=1.0, requests=len(w),
                          prompt_tokens=int(w.prompt_tokens.sum()),
                          output_tokens=int(w.output_tokens.sum()), throughput_tok_s=1.0,
-                         preemptions=int(sim[:, 7].sum()), iterations=len(sim), steps=steps,
+                         preemptions=int(sim[:, PREEMPTED].sum()), iterations=len(sim), steps=steps,
                          step_dt_s=dt, notes=["fake engine"])
 
     monkeypatch.setattr(val, "_run", fake_run)
-    monkeypatch.setattr(runners.base, "find_python", lambda runner, python=None: "python")
+    monkeypatch.setattr(runners.registry, "find_python", lambda runner, python=None: "python")
     store = tmp_path / "store"
     r = cli.invoke(app, ["validate", "--out", str(out), "--study", "s", "--top", "2",
                          "--pick", "spread", "--store", str(store)])

@@ -11,6 +11,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from tuner.core.units import fmt_duration as fmt_s  # noqa: F401 - the CLI's name for it
+
 app = typer.Typer(
     help="Pick the GPU type and serving settings that finish an offline LLM batch job fastest "
     "or cheapest, before renting GPUs.\n\nExample:\n\n  tuner search --workload "
@@ -46,9 +48,19 @@ GpuFileOpt = Annotated[Path | None, typer.Option("--gpu-file", help="YAML with m
 SkipOpt = Annotated[bool, typer.Option("--skip-invalid", help="Skip malformed workload lines "
                     "(counted) instead of stopping at the first.")]
 DistOpt = Annotated[str | None, typer.Option("--output-dist", help="Output lengths for requests "
-                    "without max_tokens: fixed:256, uniform:64:512, normal:M:S, lognormal:MED:SIGMA, "
+                    "without max_tokens: fixed:256, uniform:64:512, normal:MEAN:SD, lognormal:MEDIAN:SIGMA, "
                     "trace:FILE.csv.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+# a stored study (`tuner export`, `report`, `results`, `validate`)
+StoredStudyOpt = Annotated[str | None, typer.Option("--study", help="Study name (default: the "
+                           "only study in the storage).")]
+StorageOpt = Annotated[str | None, typer.Option("--storage", help="Optuna storage URL of the "
+                       "study (default: sqlite:///OUT/study.db).")]
+StoredWorkloadOpt = Annotated[Path | None, typer.Option("--workload", help="Read the workload "
+                              "from this file (it is no longer where the search read it).")]
+StoredProfileOpt = Annotated[Path | None, typer.Option("--profile", help="A copy of the "
+                             "profile/fit folder the search used (default: the path stored in "
+                             "the study).")]
 
 
 def load_gpu_catalog(gpu_file: Path | None, prices: list[str] | None):
@@ -67,10 +79,6 @@ def read_workload(path: Path, model, skip_invalid: bool, output_dist: str | None
     return w
 
 
-def fmt_s(seconds: float) -> str:
-    from tuner.search.records import fmt_duration
-
-    return fmt_duration(seconds)
 
 
 def fmt_gib(b: float) -> str:

@@ -188,6 +188,8 @@ def cost(
     weight_bits: Annotated[int, typer.Option(help="16, 8 or 4.")] = 16,
     kv_bits: Annotated[int, typer.Option(help="16, 8 or 4.")] = 16,
     gpu_file: Annotated[Path | None, typer.Option("--gpu-file", help="YAML with more GPUs.")] = None,
+    engine_version: Annotated[str | None, typer.Option(help="vLLM version to price kernels for "
+                              "(the closest measured table version; default the newest).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")] = False,
 ) -> None:
     """Predicted time of one engine iteration per operation (per layer and total), with provenance.
@@ -198,9 +200,8 @@ def cost(
     Example: tuner cost -m llama-3-8b -g A10 --tokens 512 --context 1024 --decodes 32 --kv-tokens 32000
     """
     from predictors.features import BatchFeatures
-    from predictors.loader import load_cost_model, provenance_kind, roofline, shipped_cost_model
-    from tuner.core.catalog import get_gpu, get_model, load_gpus
-    from tuner.core.config import ServingConfig
+    from predictors.loader import provenance_kind
+    from tuner.core.catalog import get_model
 
     spec = get_model(model)
     for name, v in (("--tokens", tokens), ("--context", context), ("--decodes", decodes),
@@ -211,6 +212,36 @@ def cost(
         raise TunerError("An iteration needs --tokens N (prefill) and/or --decodes B.")
     if decodes and kv_tokens < decodes:
         kv_tokens = max(kv_tokens, decodes)  # each decode reads at least its own token
+    g, cm = _cost_model(spec, gpu, profile_dir, profile_mode, gpu_file, tp=tp,
+                        weight_bits=weight_bits, kv_bits=kv_bits, engine_version=engine_version)
+    f = BatchFeatures.single(prefill_tokens=tokens, context=context, decodes=decodes,
+                             kv_tokens=kv_tokens)
+    ops, groups = _cost_operations(cm, f, spec.num_layers)
+    total = float(cm.iteration_time_s(f)[0])
+    kind = provenance_kind(cm)
+    doc = {"model": spec.name, "gpu": g.name, "tp": tp, "weight_bits": weight_bits,
+           "kv_bits": kv_bits,
+           "batch": {"prefill_tokens": tokens, "context": context, "decodes": decodes,
+                     "kv_tokens": kv_tokens},
+           "provenance": {"kind": kind, "description": cm.describe(),
+                          "error_pct": cm.provenance.error_pct},
+           "operations": ops, "groups": groups, "total_s": total}
+    if as_json:
+        print(json.dumps(jsonable(doc), indent=2))
+        return
+    _print_cost(doc, cm, kind)
+
+
+def _cost_model(spec, gpu: str | None, profile_dir: Path | None, profile_mode: str,
+                gpu_file: Path | None, *, tp: int, weight_bits: int, kv_bits: int,
+                engine_version: str | None = None):
+    """(GPU, CostModel) of `tuner cost`: the profile's (its own device without --gpu), else
+    the shipped profiles', else the measured (or transferred) kernel tables, else the
+    roofline."""
+    from predictors.loader import load_cost_model, roofline, shipped_cost_model
+    from tuner.core.catalog import get_gpu, load_gpus
+    from tuner.core.config import ServingConfig
+
     cat = load_gpus(gpu_file)
     if gpu is None:
         if profile_dir is None:
@@ -220,46 +251,41 @@ def cost(
             profile_mode = "measured"
     else:
         g = get_gpu(gpu, cat)
-    config = ServingConfig(gpu=g.name, tp=tp, weight_bits=weight_bits, kv_bits=kv_bits).validate()
+    config = ServingConfig(gpu=g.name, tp=tp, weight_bits=weight_bits, kv_bits=kv_bits)
     if profile_dir is not None:
-        cm = load_cost_model(profile_dir, spec, g, config, mode=profile_mode)
-    else:
-        cm = shipped_cost_model(spec, g, config) or roofline(spec, g, config)
-    f = BatchFeatures.single(prefill_tokens=tokens, context=context, decodes=decodes,
-                             kv_tokens=kv_tokens)
+        return g, load_cost_model(profile_dir, spec, g, config, mode=profile_mode)
+    cm = shipped_cost_model(spec, g, config)
+    if cm is None and profile_mode != "roofline":
+        from predictors.aic import table_cost_model
+
+        cm = table_cost_model(spec, g, tp=tp, weight_bits=weight_bits, kv_bits=kv_bits,
+                              engine_version=engine_version)
+    return g, cm or roofline(spec, g, config)
+
+
+def _cost_operations(cm, f, L: int) -> tuple[list[dict], dict]:
+    """(per-operation rows, per-group seconds) of one iteration: per layer and over the L
+    layers; the LM head and the engine overhead once."""
     groups = {k: float(v[0]) for k, v in cm.breakdown(f).items()}
-    L = spec.num_layers
-    ops = []
-    if hasattr(cm, "breakdown_ops"):
-        for op, v in cm.breakdown_ops(f).items():
-            ops.append({"operation": op, "per_layer_s": float(v[0]), "layers": L,
-                        "total_s": float(v[0]) * L})
-        ops.append({"operation": "lm_head", "per_layer_s": None, "layers": 1,
-                    "total_s": groups["lm_head"]})
-    else:
-        for k, v in groups.items():
-            layered = k not in ("lm_head", "overhead")
-            ops.append({"operation": k, "per_layer_s": v / L if layered else None,
-                        "layers": L if layered else 1, "total_s": v})
-    if hasattr(cm, "breakdown_ops"):
-        ops.append({"operation": "overhead", "per_layer_s": None, "layers": 1,
-                    "total_s": groups["overhead"], "note": "engine per-step overhead, not measured"})
-    total = float(cm.iteration_time_s(f)[0])
-    kind = provenance_kind(cm)
-    doc = {"model": spec.name, "gpu": g.name, "tp": tp, "weight_bits": weight_bits,
-           "kv_bits": kv_bits,
-           "batch": {"prefill_tokens": tokens, "context": context, "decodes": decodes,
-                     "kv_tokens": kv_tokens},
-           "provenance": {"kind": kind, "description": cm.describe()},
-           "operations": ops, "groups": groups, "total_s": total}
-    if as_json:
-        print(json.dumps(jsonable(doc), indent=2))
-        return
+    ops = [{"operation": op, "per_layer_s": float(v[0]), "layers": L, "total_s": float(v[0]) * L}
+           for op, v in cm.breakdown_ops(f).items()]
+    for k in ("lm_head", "overhead"):  # once per iteration
+        if k in groups:
+            ops.append({"operation": k, "per_layer_s": None, "layers": 1, "total_s": groups[k]})
+    return ops, groups
+
+
+def _print_cost(doc: dict, cm, kind: str) -> None:
+    """The `tuner cost` table: each operation's time and share of the iteration."""
     from rich.markup import escape
     from rich.table import Table
 
+    ops, total = doc["operations"], doc["total_s"]
+    b = doc["batch"]
+    tokens, context, decodes, kv_tokens = (b["prefill_tokens"], b["context"], b["decodes"],
+                                           b["kv_tokens"])
     out, _err = _consoles()
-    t = Table(title=escape(f"{spec.name} on {g.name}: one iteration ({tokens} prefill tokens "
+    t = Table(title=escape(f"{doc['model']} on {doc['gpu']}: one iteration ({tokens} prefill tokens "
                            f"after {context}, {decodes} decodes reading {kv_tokens} KV tokens)"))
     for col in ("operation", "per layer", "layers", "total", "share"):
         t.add_column(col, justify="left" if col == "operation" else "right")

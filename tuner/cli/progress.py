@@ -9,8 +9,8 @@ import sys
 import tempfile
 import time
 
-from tuner.cli.app import fmt_s
 from tuner.core.errors import TunerError
+from tuner.core.units import fmt_duration
 
 
 # ---- progress shared by `tuner search` and `tuner worker` --------------------------------------
@@ -43,14 +43,16 @@ class SearchProgress:
 
     def see(self, trial) -> None:
         """Take one finished trial's values into the 'best' column (full workload only)."""
-        fid = (trial.user_attrs.get("fidelity") or {}).get("level", "full")
-        if fid == "full" and trial.values and trial.values[0] < math.inf:
-            self.best_t = min(self.best_t, trial.values[0])
-            self.best_c = min(self.best_c, trial.values[1])
+        from tuner.search.records import TrialRecord
+
+        r = TrialRecord.from_trial(trial)
+        if r.level == "full" and r.values and r.values[0] < math.inf:
+            self.best_t = min(self.best_t, r.values[0])
+            self.best_c = min(self.best_c, r.values[1])
 
     def show(self, completed: int) -> None:
         self.completed = completed
-        best = (f"fastest {fmt_s(self.best_t)}, cheapest ${self.best_c:.2f}"
+        best = (f"fastest {fmt_duration(self.best_t)}, cheapest ${self.best_c:.2f}"
                 if self.best_t < math.inf else "")
         self.prog.update(self.task, completed=completed, best=best)
 

@@ -1,11 +1,20 @@
-"""`tuner simulate`: one serving config on a workload, with its memory plan."""
+"""`tuner simulate`: one serving config on a workload, with its memory plan.
+
+Its ServingConfig options are generated from the config's field metadata (like vLLM's CLI from
+``EngineArgs``): the primary flag is vLLM's name where vLLM has one (``--max-num-batched-tokens``),
+tuner's older names stay as aliases (``--chunk-size``).
+"""
 
 from __future__ import annotations
 
 import csv
+import functools
+import inspect
 import json
+import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -25,7 +34,59 @@ from tuner.cli.app import (
     out,
     read_workload,
 )
+from tuner.core.config import DEFAULTS, KNOBS, Knob, ServingConfig
 from tuner.core.errors import TunerError
+
+CONFIG_PANEL = "Serving config (vLLM's names; older tuner names still accepted)"
+
+
+# ---- ServingConfig fields as options ------------------------------------------------------------
+def _option_help(knob: Knob) -> str:
+    """The field's help, its allowed values and unit, and the engine arguments it becomes."""
+    parts = [knob.help]
+    rule = knob.rule()
+    if knob.choices:
+        parts.append("One of " + " | ".join(str(c) for c in knob.choices) + ".")
+    elif rule:
+        parts.append(f"{knob.unit.capitalize()}, {rule}." if knob.unit else f"{rule}.")
+    engines = [f"{label} {prefix}{arg.name}" for label, prefix, arg in
+               (("vLLM", "", knob.vllm), ("SGLang", "--", knob.sglang)) if arg is not None]
+    if engines:  # no square brackets: rich would read them as markup
+        parts.append(f"Engines: {', '.join(engines)}.")
+    return " ".join(parts)
+
+
+def _knob_parameter(name: str, knob: Knob, kind: type) -> inspect.Parameter:
+    required = name not in DEFAULTS
+    option = typer.Option(*(knob.flags or (f"--{name.replace('_', '-')}",)),
+                          help=_option_help(knob),
+                          rich_help_panel=None if required else CONFIG_PANEL)
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
+                             annotation=Annotated[kind, option],
+                             default=inspect.Parameter.empty if required else DEFAULTS[name])
+
+
+def config_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Give ``command`` one CLI option per ServingConfig field in place of its ``knobs``
+    parameter; the command receives them as ``knobs``, a dict of field -> value (the signature
+    typer reads is built from the field metadata, so a field added there is an option here)."""
+    sig = inspect.signature(command, eval_str=True)
+    kinds = typing.get_type_hints(ServingConfig)
+    params = []
+    for p in sig.parameters.values():
+        if p.name == "knobs":
+            params += [_knob_parameter(n, k, kinds[n]) for n, k in KNOBS.items()]
+        else:
+            params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+
+    @functools.wraps(command)
+    def with_knobs(**kwargs: Any) -> Any:
+        knobs = {name: kwargs.pop(name) for name in KNOBS}
+        return command(**kwargs, knobs=knobs)
+
+    with_knobs.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    with_knobs.__annotations__ = {p.name: p.annotation for p in params}
+    return with_knobs
 
 
 # ---- simulate ---------------------------------------------------------------------------------
@@ -44,34 +105,16 @@ def _memory_table(plan, gpu_name: str, title: str) -> Table:
 
 
 @app.command()
+@config_options
 def simulate(
     workload: WorkloadOpt,
     model: ModelOpt,
-    gpu: Annotated[str, typer.Option("--gpu", "-g", help="GPU type (`tuner gpus`).")],
-    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
-    dp: Annotated[int, typer.Option(help="Data-parallel replicas.")] = 1,
-    scheduler: Annotated[str, typer.Option(help="vllm | vllm-v0 | sarathi (+ -noevict).")] = "vllm",
-    chunk_size: Annotated[int, typer.Option(help="Token budget per step (vLLM max_num_batched_tokens).")] = 8192,
-    max_running: Annotated[int, typer.Option(help="R_max (vLLM max_num_seqs).")] = 256,
-    weight_bits: Annotated[int, typer.Option(help="16, 8 or 4.")] = 16,
-    kv_bits: Annotated[int, typer.Option(help="16, 8 or 4.")] = 16,
-    gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM gpu_memory_utilization.")] = 0.9,
-    ordering: Annotated[str, typer.Option(help="fcfs | shortest-prompt | longest-output | binpack "
-                        "(Vasuki) | blend (BlendServe).")] = "fcfs",
-    block_size: Annotated[int, typer.Option(help="KV block size in tokens.")] = 16,
-    kv_offload_layers: Annotated[int, typer.Option(help="KV-cache layers kept in host RAM, moved "
-                                 "over PCIe each iteration (Vasuki).")] = 0,
-    weight_offload_fraction: Annotated[float, typer.Option(help="Share of weights in host RAM, "
-                                       "streamed every iteration (vLLM cpu_offload_gb).")] = 0.0,
-    attention_on_cpu: Annotated[bool, typer.Option("--attention-on-cpu/--attention-on-gpu",
-                                help="Decode attention of offloaded KV layers on the CPU.")] = False,
-    cpu_threads_intra: Annotated[int, typer.Option(help="CPU intra-op threads (0: LM-Offload "
-                                 "Alg. 3 chooses).")] = 0,
-    cpu_threads_inter: Annotated[int, typer.Option(help="CPU inter-op threads (0: LM-Offload "
-                                 "Alg. 3 chooses).")] = 0,
+    knobs: dict[str, Any],  # one option per ServingConfig field (config_options)
     profile: Annotated[Path | None, typer.Option(help="Profile or fit folder (`tuner profile`, "
                        "`tuner fit`): measured cost model instead of the spec-sheet roofline.")] = None,
     profile_mode: Annotated[str, typer.Option(help="auto | measured | transfer | roofline.")] = "auto",
+    engine_version: Annotated[str | None, typer.Option(help="vLLM version to price kernels for "
+                              "(the closest measured table version; default the newest).")] = None,
     exact: Annotated[bool, typer.Option(help="Step-by-step scheduler (no skip-ahead); same "
                      "result, slower.")] = False,
     timeline: Annotated[Path | None, typer.Option(help="Write a per-iteration timeline CSV.")] = None,
@@ -80,26 +123,19 @@ def simulate(
 ) -> None:
     """Simulate one serving config on a workload: makespan, $, memory plan, physical limit.
 
-    Example: tuner simulate -w examples/arxiv.jsonl -m llama-3-8b -g A10 --chunk-size 2048
+    Example: tuner simulate -w examples/arxiv.jsonl -m llama-3-8b -g A10 --max-num-batched-tokens 2048
     """
     from tuner.core.catalog import get_gpu, get_model
-    from tuner.core.config import ServingConfig
+    from tuner.sim.simulator import default_cost_model
     from tuner.sim.simulator import simulate as run_sim
 
-    cat = load_gpu_catalog(gpu_file, price)
-    g = get_gpu(gpu, cat)
+    g = get_gpu(knobs["gpu"], load_gpu_catalog(gpu_file, price))
+    config = ServingConfig(**(knobs | {"gpu": g.name}))
     spec = get_model(model)
     w = read_workload(workload, spec, skip_invalid, output_dist)
-    config = ServingConfig(gpu=g.name, tp=tp, dp=dp, scheduler=scheduler, chunk_size=chunk_size,
-                           max_running=max_running, weight_bits=weight_bits, kv_bits=kv_bits,
-                           gpu_memory_utilization=gpu_memory_utilization, ordering=ordering,
-                           block_size=block_size, kv_offload_layers=kv_offload_layers,
-                           weight_offload_fraction=weight_offload_fraction,
-                           attention_on_cpu=attention_on_cpu, cpu_threads_intra=cpu_threads_intra,
-                           cpu_threads_inter=cpu_threads_inter).validate()
-    from tuner.sim.simulator import default_cost_model
-
-    cm = default_cost_model(spec, g, config, profile, profile_mode=profile_mode) if profile else None
+    cm = (default_cost_model(spec, g, config, profile, profile_mode=profile_mode,
+                             engine_version=engine_version)
+          if profile or profile_mode != "auto" or engine_version else None)
     res = run_sim(w, spec, g, config, cm, timeline=timeline is not None, exact=exact)
     if timeline is not None:
         _write_timeline(timeline, res.timeline)

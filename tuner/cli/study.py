@@ -2,7 +2,7 @@
 
 A study created by ``tuner search --storage URL --study NAME`` carries everything a worker needs
 in its user attributes (workload token counts, model, GPU specs and prices, search space,
-sampler settings; see :func:`tuner.search.study.study_metadata`), so a worker on another machine needs
+sampler settings; see :func:`tuner.search.storage.study_metadata`), so a worker on another machine needs
 only the storage URL and the study name::
 
     tuner search -w examples/arxiv.jsonl -m llama-3-8b --gpus A10,A40 \\
@@ -19,10 +19,10 @@ from typing import Annotated
 
 import typer
 
+from tuner.cli.app import JsonOpt, StorageOpt, StoredStudyOpt, StoredWorkloadOpt
+from tuner.cli.app import StoredProfileOpt as ProfileOpt
+
 StudyOpt = Annotated[str, typer.Option("--study", help="Study name.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
-ProfileOpt = Annotated[Path | None, typer.Option("--profile", help="A copy of the profile/fit "
-                       "folder the search used (default: the path stored in the study).")]
 
 
 # ---- commands ----------------------------------------------------------------------------------
@@ -57,7 +57,7 @@ def worker(
 
     from tuner.cli.app import err
     from tuner.cli.progress import SearchProgress
-    from tuner.search.study import connect_worker
+    from tuner.search import connect_worker
 
     job = connect_worker(study, storage, n_trials=n_trials, timeout_s=timeout, seed=seed,
                          workload_path=workload, wait_s=wait, profile=profile)
@@ -79,14 +79,11 @@ def worker(
 
 
 def results(
-    study: Annotated[str | None, typer.Option("--study", help="Study name (default: the only "
-                     "study in the storage).")] = None,
-    storage: Annotated[str | None, typer.Option("--storage", help="Optuna storage URL (default: "
-                       "sqlite:///OUT/study.db).")] = None,
+    study: StoredStudyOpt = None,
+    storage: StorageOpt = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Folder for the report, exports "
                        "and results.json (default: tuner-out).")] = None,
-    workload: Annotated[Path | None, typer.Option("--workload", help="Read the workload from "
-                        "this file instead of the study.")] = None,
+    workload: StoredWorkloadOpt = None,
     profile: ProfileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -95,11 +92,10 @@ def results(
 
     Example: tuner results --study arxiv --storage postgresql://tuner:pw@db:5432/tuner --out o
     """
-    from tuner.cli.exports import load_stored_study
     from tuner.cli.search import check_writable, finish_search
-    from tuner.search.study import setup_from_study, storage_url, study_cost_model_for
+    from tuner.search import load_study, setup_from_study, study_cost_model_for
 
-    st = load_stored_study(study, storage_url(storage) if storage else None, out_dir)
+    st = load_study(study, storage, out_dir=out_dir)
     setup = setup_from_study(st, workload_path=workload)
     cost_model_for = study_cost_model_for(  # re-simulated winners: the search's cost models
         setup.metadata, setup.model, setup.gpus, study_name=st.study_name, profile=profile)

@@ -19,27 +19,35 @@ import json
 import math
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import numpy as np
 import typer
 
+from tuner.cli.app import JsonOpt
+from tuner.cli.exports import GpuFileOpt, StorageOpt, StudyOpt
 from tuner.core.errors import TunerError
+from tuner.core.units import fmt_duration as fmt_s
 
-RUNNERS = ("vllm", "transformers")
+if TYPE_CHECKING:
+    from tuner.search.records import TrialRecord
+
 PICKS = ("fastest", "spread")
+# Run options only some runners take (runners.registry.Runner.options).
+RUNNER_OPTIONS = frozenset({"warmup_passes"})
 
 
 # ---- choosing what to validate ------------------------------------------------------------------
-def pick_records(records: list[dict], k: int, how: str = "fastest",
-                 trials: list[int] | None = None) -> list[dict]:
+def pick_records(records: list[TrialRecord], k: int, how: str = "fastest",
+                 trials: list[int] | None = None) -> list[TrialRecord]:
     """Feasible trials to run: explicit `trials`, else the `k` fastest distinct configurations
     ("fastest"), or the fastest one and then, greedily, the configuration farthest (log2 chunk
     size + log2 R_max) from those chosen, preferring ones that differ from every chosen one in
     both knobs ("spread": covers the space, so a calibration fitted on them extrapolates less)."""
-    feas = [r for r in records if r.get("feasible")]
+    from tuner.search.records import rank
+
+    feas = [r for r in records if r.feasible]
     if trials:
-        by = {r["number"]: r for r in feas}
+        by = {r.number: r for r in feas}
         missing = [t for t in trials if t not in by]
         if missing:
             raise TunerError(f"Trial(s) {', '.join(map(str, missing))} are not feasible "
@@ -47,30 +55,29 @@ def pick_records(records: list[dict], k: int, how: str = "fastest",
         return [by[t] for t in trials]
     if how not in PICKS:
         raise TunerError(f"Unknown --pick {how!r}; choose fastest or spread.")
-    feas.sort(key=lambda r: (r["metrics"]["makespan_s"], r["metrics"]["cost_usd"], r["number"]))
     seen, uniq = set(), []
-    for r in feas:
-        key = json.dumps(r["config"], sort_keys=True)
+    for r in rank(feas, "fastest"):
+        key = json.dumps(r.config, sort_keys=True)
         if key not in seen:
             seen.add(key)
             uniq.append(r)
     if how == "fastest" or k <= 1:
         return uniq[:k]
 
-    def dist(a: dict, b: dict) -> float:
-        return sum(abs(math.log2(a["config"][n]) - math.log2(b["config"][n]))
+    def dist(a: TrialRecord, b: TrialRecord) -> float:
+        return sum(abs(math.log2(a.config[n]) - math.log2(b.config[n]))
                    for n in ("chunk_size", "max_running"))
 
     chosen = uniq[:1]
     while len(chosen) < min(k, len(uniq)):
         rest = [r for r in uniq if r not in chosen]
         strict = [r for r in rest if all(
-            r["config"]["chunk_size"] != o["config"]["chunk_size"]
-            and r["config"]["max_running"] != o["config"]["max_running"] for o in chosen)]
+            r.config["chunk_size"] != o.config["chunk_size"]
+            and r.config["max_running"] != o.config["max_running"] for o in chosen)]
         pool = strict or rest
         # farthest from every chosen one (log2 chunk + log2 R_max); ties: the faster
         chosen.append(max(pool, key=lambda r: (min(dist(r, o) for o in chosen),
-                                               -r["metrics"]["makespan_s"])))
+                                               -r.makespan_s)))
     return chosen
 
 
@@ -78,7 +85,7 @@ def load_config_file(path: Path, gpu: str | None) -> dict:
     """A ServingConfig dict from an exported file: vLLM YAML (`# tuner-config:` line), the
     JSON of `tuner export --format json` / OUT/fastest.json, or a plain ServingConfig JSON."""
     from tuner.core.config import ServingConfig
-    from tuner.exports.deploy import CONFIG_COMMENT_PREFIX, from_vllm_yaml
+    from tuner.exports import CONFIG_COMMENT_PREFIX, from_vllm_yaml
 
     if not path.is_file():
         raise TunerError(f"Config file {path} does not exist.")
@@ -94,7 +101,7 @@ def load_config_file(path: Path, gpu: str | None) -> dict:
         if gpu:
             cfg = {**cfg, "gpu": gpu}
         try:
-            return ServingConfig.from_dict(cfg).validate().to_dict()
+            return ServingConfig.from_dict(cfg).to_dict()
         except TypeError as exc:
             raise TunerError(f"{path}: not a ServingConfig ({exc}).") from None
     gpu_name = gpu
@@ -111,26 +118,17 @@ def load_config_file(path: Path, gpu: str | None) -> dict:
 
 
 # ---- one validation --------------------------------------------------------------------------
-def _features(steps_cols: np.ndarray):
-    """BatchFeatures from columns (prefill_tokens, prefill_sq, prefill_ctx, decodes, decode_kv,
-    sampled, ...) as runners.compare lays them out."""
-    from predictors.features import BatchFeatures
-
-    s = steps_cols.astype(np.float64)
-    return BatchFeatures(prefill_tokens=s[:, 0], prefill_sq=s[:, 1], prefill_ctx=s[:, 2],
-                         decodes=s[:, 3], decode_kv=s[:, 4], seqs_sampled=s[:, 5])
-
-
 def validate_one(w, spec, gpu, config, *, runner: str, base_cost_model, calibration=None,
                  run_kwargs: dict | None = None, trial: int | None = None,
                  study_predicted_s: float | None = None) -> dict:
     """Predict, run and compare one configuration; the validation record (JSON-able)."""
-    from runners.compare import compare_schedules, real_as_sim_columns, simulated_steps
+    from runners.compare import compare_schedules, real_as_sim_columns
     from tuner.sim.simulator import simulate
+    from tuner.sim.steps import SAMPLED, batch_features
 
-    sim = simulate(w, spec, gpu, config, base_cost_model)
-    sim_steps = simulated_steps(w, spec, gpu, config)
-    base_dt = base_cost_model.iteration_time_s(_features(sim_steps))
+    sim = simulate(w, spec, gpu, config, base_cost_model, return_steps=True)
+    sim_steps = sim.steps[0]  # the first replica's, as the engine runs one
+    base_dt = base_cost_model.iteration_time_s(batch_features(sim_steps))
     cal_pred = None
     if calibration is not None:
         cal_pred = simulate(w, spec, gpu, config, calibration.apply(base_cost_model)).makespan_s
@@ -167,31 +165,25 @@ def validate_one(w, spec, gpu, config, *, runner: str, base_cost_model, calibrat
         "kv_capacity_tokens": {"plan": sim.memory.kv_capacity_tokens,
                                "engine": res.kv_capacity_tokens},
         "sim": {"base_time_s": float(base_dt.sum()), "iterations": int(len(sim_steps)),
-                "sampled": int(sim_steps[:, 5].sum())},
+                "sampled": int(sim_steps[:, SAMPLED].sum())},
         "notes": res.notes,
         "log": res.log_path,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     if res.steps is not None and len(res.steps):
         real = real_as_sim_columns(res.steps)
-        rdt = base_cost_model.iteration_time_s(_features(real))
+        rdt = base_cost_model.iteration_time_s(batch_features(real))
         rec["real_steps"] = {"base_dt_s": [float(x) for x in rdt],
                              "dt_s": [float(x) for x in res.step_dt_s],
-                             "sampled": [int(x) for x in real[:, 5]]}
+                             "sampled": [int(x) for x in real[:, SAMPLED]]}
         rec["schedule"] = compare_schedules(sim_steps, real)
     return rec
 
 
 def _run(runner: str, w, spec, gpu, config, **kw):
-    if runner == "vllm":
-        from runners.vllm import run_vllm
+    from runners.registry import get_runner
 
-        return run_vllm(w, spec, gpu, config, **kw)
-    if runner == "transformers":
-        from runners.transformers import run_transformers
-
-        return run_transformers(w, spec, gpu, config, **kw)
-    raise TunerError(f"Unknown runner {runner!r}; choose vllm or transformers.")
+    return get_runner(runner).run(w, spec, gpu, config, **kw)
 
 
 def summarize(records: list[dict]) -> dict:
@@ -228,274 +220,325 @@ def write_validation(out_dir: Path, records: list[dict]) -> Path:
     return write_atomic(path, json.dumps(jsonable(doc), indent=1) + "\n")
 
 
-def fmt_s(x: float | None) -> str:
-    if x is None or not math.isfinite(x):
-        return "—"
-    return f"{x:.3g} s" if x < 100 else f"{x:,.0f} s"
-
-
 def _fmt_pct(x: float | None) -> str:
     return "—" if x is None else f"{x:+.1f} %"
 
 
 # ---- commands ---------------------------------------------------------------------------------
+def validate_cmd(
+    study: StudyOpt = None,
+    storage: StorageOpt = None,
+    out: Annotated[Path | None, typer.Option("--out", help="The search's output folder: its "
+                   "study.db is read and validation.json written there (default "
+                   "tuner-out).")] = None,
+    top: Annotated[int, typer.Option("--top", "-k", help="How many configurations to run.")] = 3,
+    pick: Annotated[str, typer.Option("--pick", help="fastest: the K fastest; spread: the "
+                    "fastest, then the farthest in chunk size and R_max.")] = "fastest",
+    trials: Annotated[str | None, typer.Option("--trials", help="Comma-separated trial "
+                      "numbers to run instead of --top.")] = None,
+    config_files: Annotated[list[Path] | None, typer.Option("--config", help="Exported config "
+                            "(vLLM YAML or JSON) to run instead of a study (repeatable; "
+                            "needs --workload and --model).")] = None,
+    runner: Annotated[str, typer.Option("--runner", help="vllm | transformers.")] = "vllm",
+    workload: Annotated[Path | None, typer.Option("--workload", "-w", help="Workload file "
+                        "(default: the study's).")] = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Model (default: the "
+                     "study's).")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="Device name for --config files "
+                   "that do not say.")] = None,
+    gpu_file: GpuFileOpt = None,
+    profile: Annotated[Path | None, typer.Option("--profile", help="Profile/fit folder for "
+                       "the prediction (default: the study's, else shipped/roofline).")] = None,
+    profile_mode: Annotated[str | None, typer.Option("--profile-mode", help="auto | measured "
+                            "| transfer | roofline.")] = None,
+    checkpoint: Annotated[str | None, typer.Option("--checkpoint", help="Model weights to "
+                          "load (default: random weights of the model's shape, made "
+                          "locally).")] = None,
+    python: Annotated[Path | None, typer.Option("--python", help="Python of the engine's "
+                      "virtualenv (default: $TUNER_VLLM_PYTHON, .venv-vllm, this one).")] = None,
+    timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds per run.")] = None,
+    warmup: Annotated[bool, typer.Option(help="One short request before the measured run.")] = True,
+    repeats: Annotated[int, typer.Option("--repeats", help="Measured runs per engine start "
+                       "(fresh prompts each); the fastest counts (vLLM runner).")] = 3,
+    warmup_passes: Annotated[int, typer.Option("--warmup-passes", help="Untimed passes of "
+                             "the whole job before the measured ones (vLLM runner): the "
+                             "engine's per-shape caches fill on the first passes, and a long "
+                             "offline job runs at the steady state. 0 for jobs too long to "
+                             "run twice.")] = 1,
+    store: Annotated[Path | None, typer.Option("--store", help="Calibration store (default "
+                     "$TUNER_CALIBRATION_DIR or ~/.cache/tuner/calibration).")] = None,
+    save_runs: Annotated[bool, typer.Option(help="Append the runs to the calibration "
+                         "store.")] = True,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run the search's winners on a real engine; print predicted vs measured makespan.
+
+    Example: tuner validate --out tuner-out --top 3 --runner vllm
+    """
+    from predictors.calibration import append_runs
+    from tuner.core.io import jsonable
+
+    _check_validate_options(runner, top, repeats, warmup_passes, python)
+    meta, chosen, out_dir = _chosen_configs(study, storage, out, top, pick, trials, config_files,
+                                            workload, model, gpu)
+    spec, cat, w = _validate_inputs(meta, model, gpu_file, workload)
+    prof = profile or meta.get("profile")
+    mode = profile_mode or meta.get("profile_mode") or "auto"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    run_kwargs = {"checkpoint": checkpoint, "python": python, "timeout_s": timeout,
+                  "warmup": warmup, "repeats": repeats, "model_cache_dir": out_dir / "models",
+                  "warmup_passes": warmup_passes}
+    records_out = _run_chosen(chosen, w, spec, cat, runner=runner, prof=prof, mode=mode,
+                              store=store, out_dir=out_dir, run_kwargs=run_kwargs,
+                              quiet=as_json)
+    path = write_validation(out_dir, records_out)
+    if save_runs:
+        append_runs([jsonable(r) for r in records_out], store)
+    summary = summarize(records_out)
+    if as_json:
+        print(json.dumps(jsonable({"validation": records_out, "summary": summary,
+                                    "file": str(path)}), indent=1))
+        return
+    _print_validation(records_out, summary, path, runner=runner, spec=spec, n_requests=len(w),
+                      save_runs=save_runs)
+
+
+def _validate_inputs(meta: dict, model: str | None, gpu_file: Path | None,
+                     workload: Path | None):
+    """(ModelSpec, GPU catalog, Workload): the options', else the study's."""
+    from tuner.cli.exports import study_workload
+    from tuner.core.catalog import get_model, load_gpus
+
+    spec = get_model(model or meta.get("model") or "")
+    gpu_file = gpu_file or (Path(meta["gpu_file"]) if meta.get("gpu_file") else None)
+    return spec, load_gpus(gpu_file), study_workload(meta, spec, workload)
+
+
+def _check_validate_options(runner: str, top: int, repeats: int, warmup_passes: int,
+                            python: Path | None) -> None:
+    """Bad options and a runner that is not installed fail in one line, before anything runs."""
+    from runners.registry import RUNNERS, find_python
+
+    if runner not in RUNNERS:
+        raise TunerError(f"Unknown --runner {runner!r}; choose {' or '.join(RUNNERS)}.")
+    if top < 1:
+        raise TunerError("--top must be >= 1.")
+    if repeats < 1:
+        raise TunerError("--repeats must be >= 1.")
+    if warmup_passes < 0:
+        raise TunerError("--warmup-passes must be >= 0.")
+    find_python(runner, python)  # not installed: one line, before anything runs
+
+
+def _chosen_configs(study, storage, out, top: int, pick: str, trials: str | None,
+                    config_files: list[Path] | None, workload, model, gpu):
+    """(study metadata, [(trial or None, config dict, the study's predicted makespan)], output
+    folder): the --config files, or the study's trials picked by --top/--pick/--trials."""
+    meta: dict = {}
+    chosen: list[tuple[int | None, dict, float | None]] = []
+    if config_files:
+        if workload is None or model is None:
+            raise TunerError("--config needs --workload and --model.")
+        for f in config_files:
+            chosen.append((None, load_config_file(f, gpu), None))
+        out_dir = out or Path(config_files[0]).parent
+    else:
+        from tuner.search import load_study
+        from tuner.search.records import trial_records
+
+        st = load_study(study, storage, out_dir=out)
+        meta = st.user_attrs.get("metadata") or {}
+        records = trial_records(st)
+        want = None
+        if trials:
+            try:
+                want = [int(t) for t in trials.split(",") if t.strip()]
+            except ValueError:
+                raise TunerError(f"--trials expects numbers like 3,7; got {trials!r}.") from None
+        picked = pick_records(records, top, pick, want)
+        if not picked:
+            raise TunerError(f"Study {st.study_name!r} has no feasible completed trial.")
+        chosen = [(r.number, r.config, r.makespan_s) for r in picked]
+        out_dir = out or Path("tuner-out")
+    return meta, chosen, out_dir
+
+
+def _run_chosen(chosen: list, w, spec, cat: dict, *, runner: str, prof, mode: str, store,
+                out_dir: Path, run_kwargs: dict, quiet: bool) -> list[dict]:
+    """Predict, run and compare each chosen configuration (progress on stderr)."""
+    from rich.console import Console
+
+    from predictors.calibration import load_calibration
+    from runners.registry import RUNNERS
+    from tuner.core.catalog import get_gpu
+    from tuner.core.config import ServingConfig
+    from tuner.sim.simulator import default_cost_model
+
+    err = Console(stderr=True)
+    # runner-specific options (e.g. vLLM's warm-up passes) go to that runner alone
+    common = {k: v for k, v in run_kwargs.items()
+              if k not in RUNNER_OPTIONS or k in RUNNERS[runner].options}
+    records_out = []
+    for i, (trial, cfg_dict, study_pred) in enumerate(chosen, 1):
+        config = ServingConfig.from_dict(cfg_dict)
+        g = get_gpu(config.gpu, cat)
+        base = default_cost_model(spec, g, config, prof, profile_mode=mode, calibrated=False)
+        cal = load_calibration(g.name, spec.name, store)
+        label = f"trial {trial}" if trial is not None else f"config {i}"
+        if not quiet:
+            err.print(f"[bold]{label}[/] ({i}/{len(chosen)}): chunk {config.chunk_size}, "
+                      f"R_max {config.max_running} on {g.name} with {runner} ...",
+                      highlight=False)
+        run_dir = out_dir / "validation-runs" / (f"trial-{trial}" if trial is not None
+                                                 else f"config-{i}") / runner
+        rec = validate_one(
+            w, spec, g, config, runner=runner, base_cost_model=base, calibration=cal,
+            trial=trial, study_predicted_s=study_pred,
+            run_kwargs={**common, "work_dir": run_dir})
+        records_out.append(rec)
+        if not quiet:
+            err.print(f"  predicted {fmt_s(rec['predicted_s'])}, measured "
+                      f"{fmt_s(rec['measured_s'])} ({_fmt_pct(rec['error_pct'])}); engine "
+                      f"start-up {fmt_s(rec['startup_s'])}", highlight=False)
+    return records_out
+
+
+def _print_validation(records_out: list[dict], summary: dict, path: Path, *, runner: str, spec,
+                      n_requests: int, save_runs: bool) -> None:
+    """The predicted-vs-measured table, the schedule findings and the median error."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    outc = Console(width=160) if not __import__("sys").stdout.isatty() else Console()
+    t = Table(title=f"Predicted vs measured makespan ({runner}, {spec.name}, {n_requests} requests)")
+    for col in ("trial", "GPU", "chunk", "R_max", "predicted", "measured", "error",
+                "calibrated", "cal. error", "steps sim/real", "preempt sim/real", "start-up"):
+        t.add_column(col, justify="right")
+    for r in records_out:
+        c = r["config"]
+        t.add_row("—" if r["trial"] is None else str(r["trial"]), c["gpu"], str(c["chunk_size"]),
+                  str(c["max_running"]), fmt_s(r["predicted_s"]), fmt_s(r["measured_s"]),
+                  _fmt_pct(r["error_pct"]), fmt_s(r["predicted_calibrated_s"]),
+                  _fmt_pct(r["error_calibrated_pct"]),
+                  f"{r['iterations']['sim']}/{r['iterations']['real'] or '—'}",
+                  f"{r['preemptions']['sim']}/{r['preemptions']['real'] if r['preemptions']['real'] is not None else '—'}",
+                  fmt_s(r["startup_s"]))
+    outc.print(t)
+    from runners.compare import summary_line
+
+    for r in records_out:
+        if r.get("schedule"):
+            who = f"trial {r['trial']}" if r["trial"] is not None else "config"
+            outc.print(f"schedule {who}: {escape(summary_line(r['schedule']))}", highlight=False)
+    med = summary["median_abs_error_pct"]
+    line = f"median |error| {med:.1f} % over {len(records_out)} run(s)"
+    if summary["median_abs_error_calibrated_pct"] is not None:
+        line += f"; calibrated {summary['median_abs_error_calibrated_pct']:.1f} %"
+    outc.print(line, highlight=False)
+    outc.print(f"device: {records_out[0]['device']}; engine: {records_out[0]['engine']}; "
+               f"cost model: {records_out[0]['base_provenance']}", highlight=False, markup=False)
+    for n in dict.fromkeys(x for r in records_out for x in r["notes"]):
+        outc.print(f"note: {n}", markup=False, highlight=False)
+    outc.print(f"wrote {path}", markup=False)
+    if save_runs:
+        outc.print("runs added to the calibration store; `tuner calibrate` fits it",
+                   markup=False)
+
+
+def calibrate_cmd(
+    device: Annotated[str | None, typer.Option("--device", help="Device (catalog name) to "
+                      "calibrate (default: the only one among the runs).")] = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Model (default: the "
+                     "only one among the runs).")] = None,
+    runs: Annotated[list[Path] | None, typer.Option("--runs", help="validation.json or runs "
+                    "JSONL to fit on (repeatable; default: the calibration store).")] = None,
+    store: Annotated[Path | None, typer.Option("--store", help="Calibration store (default "
+                     "$TUNER_CALIBRATION_DIR or ~/.cache/tuner/calibration).")] = None,
+    runner: Annotated[str | None, typer.Option("--runner", help="Engine whose runs to fit "
+                      "(vllm | transformers; default: the only one among the runs). "
+                      "Engines differ in their per-step cost: one calibration per device "
+                      "and model, fitted on one engine.")] = None,
+    method: Annotated[str, typer.Option("--method", help="auto | steps (per engine step) | "
+                      "makespan (per run).")] = "auto",
+    as_json: JsonOpt = False,
+) -> None:
+    """Fit the residual of the cost model (per-step overhead, kernel factor) on measured runs;
+    predictions on that device then use it. Prints the error before and after.
+
+    Example: tuner calibrate --device CPU --model tiny-llama
+    """
+    from predictors.calibration import fit_calibration
+
+    if method not in ("auto", "steps", "makespan"):
+        raise TunerError(f"Unknown --method {method!r}; choose auto, steps or makespan.")
+    recs, devs, mods = _calibration_runs(runs, store, device, model, runner)
+    try:
+        cal = fit_calibration(recs, device=devs[0], model=mods[0], method=method)
+    except ValueError as exc:
+        raise TunerError(f"Cannot calibrate: {exc}.") from None
+    path = cal.save(store)
+    if as_json:
+        print(json.dumps({**cal.to_json(), "file": str(path)}, indent=1))
+        return
+    _print_calibration(cal, recs, path)
+
+
+def _calibration_runs(runs, store, device, model, runner):
+    """(runs, [device], [model]): the measured runs to fit, of one device, model and engine."""
+    from predictors.calibration import load_runs, runs_path
+
+    for p in runs or []:
+        if not p.is_file():
+            raise TunerError(f"Runs file {p} does not exist.")
+    recs = load_runs(runs, store=store, device=device, model=model, runner=runner)
+    if not recs:
+        where = ", ".join(map(str, runs)) if runs else str(runs_path(store))
+        raise TunerError(f"No measured runs{f' of {model}' if model else ''}"
+                         f"{f' on {device}' if device else ''}"
+                         f"{f' with {runner}' if runner else ''} in {where}; run `tuner "
+                         "validate` first.")
+    devs = sorted({r.get("device_name", "?") for r in recs})
+    mods = sorted({r.get("model", "?") for r in recs})
+    if len(devs) > 1 or len(mods) > 1:
+        raise TunerError(f"The runs cover devices {', '.join(devs)} and models "
+                         f"{', '.join(mods)}; pick one with --device and --model.")
+    engines = sorted({str(r.get("runner", "?")) for r in recs})
+    if len(engines) > 1:
+        raise TunerError(f"The runs come from the engines {', '.join(engines)}, whose "
+                         "per-step costs differ; pick one with --runner.")
+    return recs, devs, mods
+
+
+def _print_calibration(cal, recs: list[dict], path: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    outc = Console(width=160) if not __import__("sys").stdout.isatty() else Console()
+    t = Table(title=f"Calibration of {cal.model} on {cal.device}: {cal.method}")
+    for col in ("run", "chunk", "R_max", "measured", "error before", "error after",
+                "leave-one-out"):
+        t.add_column(col, justify="right")
+    loo = cal.error_loo_pct or [None] * len(recs)
+    for i, r in enumerate(recs):
+        c = r.get("config", {})
+        t.add_row(str(r.get("trial", i)), str(c.get("chunk_size", "")),
+                  str(c.get("max_running", "")), fmt_s(r["measured_s"]),
+                  _fmt_pct(cal.error_before_pct[i]), _fmt_pct(cal.error_after_pct[i]),
+                  _fmt_pct(loo[i]))
+    outc.print(t)
+    line = (f"median |error|: before {cal.median_error_before_pct:.1f} %, after "
+            f"{cal.median_error_after_pct:.1f} %")
+    if cal.median_error_loo_pct is not None:
+        line += f" (leave-one-out {cal.median_error_loo_pct:.1f} %)"
+    outc.print(line, highlight=False)
+    outc.print(f"fit: {cal.describe()}", markup=False, highlight=False)
+    outc.print(f"wrote {path}; `tuner validate` shows calibrated predictions for "
+               f"{cal.model} on {cal.device} from now on, and so does every cost model "
+               "wrapped with predictors.calibration.apply_stored (TUNER_NO_CALIBRATION=1 "
+               "turns it off)", markup=False, highlight=False)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("validate")
-    def validate_cmd(
-        study: Annotated[str | None, typer.Option("--study", help="Study name (default: the only "
-                         "study in the storage).")] = None,
-        storage: Annotated[str | None, typer.Option("--storage", help="Optuna storage URL "
-                           "(default: sqlite:///OUT/study.db).")] = None,
-        out: Annotated[Path | None, typer.Option("--out", help="The search's output folder: its "
-                       "study.db is read and validation.json written there (default "
-                       "tuner-out).")] = None,
-        top: Annotated[int, typer.Option("--top", "-k", help="How many configurations to run.")] = 3,
-        pick: Annotated[str, typer.Option("--pick", help="fastest: the K fastest; spread: the "
-                        "fastest, then the farthest in chunk size and R_max.")] = "fastest",
-        trials: Annotated[str | None, typer.Option("--trials", help="Comma-separated trial "
-                          "numbers to run instead of --top.")] = None,
-        config_files: Annotated[list[Path] | None, typer.Option("--config", help="Exported config "
-                                "(vLLM YAML or JSON) to run instead of a study (repeatable; "
-                                "needs --workload and --model).")] = None,
-        runner: Annotated[str, typer.Option("--runner", help="vllm | transformers.")] = "vllm",
-        workload: Annotated[Path | None, typer.Option("--workload", "-w", help="Workload file "
-                            "(default: the study's).")] = None,
-        model: Annotated[str | None, typer.Option("--model", "-m", help="Model (default: the "
-                         "study's).")] = None,
-        gpu: Annotated[str | None, typer.Option("--gpu", help="Device name for --config files "
-                       "that do not say.")] = None,
-        gpu_file: Annotated[Path | None, typer.Option("--gpu-file", help="The --gpu-file the "
-                            "search used (e.g. a CPU device).")] = None,
-        profile: Annotated[Path | None, typer.Option("--profile", help="Profile/fit folder for "
-                           "the prediction (default: the study's, else shipped/roofline).")] = None,
-        profile_mode: Annotated[str | None, typer.Option("--profile-mode", help="auto | measured "
-                                "| transfer | roofline.")] = None,
-        checkpoint: Annotated[str | None, typer.Option("--checkpoint", help="Model weights to "
-                              "load (default: random weights of the model's shape, made "
-                              "locally).")] = None,
-        python: Annotated[Path | None, typer.Option("--python", help="Python of the engine's "
-                          "virtualenv (default: $TUNER_VLLM_PYTHON, .venv-vllm, this one).")] = None,
-        timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds per run.")] = None,
-        warmup: Annotated[bool, typer.Option(help="One short request before the measured run.")] = True,
-        repeats: Annotated[int, typer.Option("--repeats", help="Measured runs per engine start "
-                           "(fresh prompts each); the fastest counts (vLLM runner).")] = 3,
-        warmup_passes: Annotated[int, typer.Option("--warmup-passes", help="Untimed passes of "
-                                 "the whole job before the measured ones (vLLM runner): the "
-                                 "engine's per-shape caches fill on the first passes, and a long "
-                                 "offline job runs at the steady state. 0 for jobs too long to "
-                                 "run twice.")] = 1,
-        store: Annotated[Path | None, typer.Option("--store", help="Calibration store (default "
-                         "$TUNER_CALIBRATION_DIR or ~/.cache/tuner/calibration).")] = None,
-        save_runs: Annotated[bool, typer.Option(help="Append the runs to the calibration "
-                             "store.")] = True,
-        as_json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON.")] = False,
-    ) -> None:
-        """Run the search's winners on a real engine; print predicted vs measured makespan.
-
-        Example: tuner validate --out tuner-out --top 3 --runner vllm
-        """
-        from rich.console import Console
-        from rich.markup import escape
-        from rich.table import Table
-
-        from predictors.calibration import append_runs, load_calibration
-        from runners.base import find_python
-        from tuner.core.catalog import get_gpu, get_model, load_gpus
-        from tuner.core.config import ServingConfig
-        from tuner.core.io import jsonable
-        from tuner.sim.simulator import default_cost_model
-
-        err = Console(stderr=True)
-        outc = Console(width=160) if not __import__("sys").stdout.isatty() else Console()
-        if runner not in RUNNERS:
-            raise TunerError(f"Unknown --runner {runner!r}; choose vllm or transformers.")
-        if top < 1:
-            raise TunerError("--top must be >= 1.")
-        if repeats < 1:
-            raise TunerError("--repeats must be >= 1.")
-        if warmup_passes < 0:
-            raise TunerError("--warmup-passes must be >= 0.")
-        find_python(runner, python)  # not installed: one line, before anything runs
-        meta: dict = {}
-        chosen: list[tuple[int | None, dict, float | None]] = []
-        if config_files:
-            if workload is None or model is None:
-                raise TunerError("--config needs --workload and --model.")
-            for f in config_files:
-                chosen.append((None, load_config_file(f, gpu), None))
-            out_dir = out or Path(config_files[0]).parent
-        else:
-            from tuner.cli.exports import load_stored_study
-            from tuner.search.records import trial_records
-
-            st = load_stored_study(study, storage, out)
-            meta = st.user_attrs.get("metadata") or {}
-            records = trial_records(st)
-            want = None
-            if trials:
-                try:
-                    want = [int(t) for t in trials.split(",") if t.strip()]
-                except ValueError:
-                    raise TunerError(f"--trials expects numbers like 3,7; got {trials!r}.") from None
-            picked = pick_records(records, top, pick, want)
-            if not picked:
-                raise TunerError(f"Study {st.study_name!r} has no feasible completed trial.")
-            chosen = [(r["number"], r["config"], r["metrics"]["makespan_s"]) for r in picked]
-            out_dir = out or Path("tuner-out")
-        spec = get_model(model or meta.get("model") or "")
-        gpu_file = gpu_file or (Path(meta["gpu_file"]) if meta.get("gpu_file") else None)
-        cat = load_gpus(gpu_file)
-        from tuner.cli.exports import study_workload
-
-        w = study_workload(meta, spec, workload)
-        prof = profile or meta.get("profile")
-        mode = profile_mode or meta.get("profile_mode") or "auto"
-        out_dir.mkdir(parents=True, exist_ok=True)
-        records_out = []
-        for i, (trial, cfg_dict, study_pred) in enumerate(chosen, 1):
-            config = ServingConfig.from_dict(cfg_dict).validate()
-            g = get_gpu(config.gpu, cat)
-            base = default_cost_model(spec, g, config, prof, profile_mode=mode)
-            base = getattr(base, "base", base) if hasattr(base, "calibration") else base
-            cal = load_calibration(g.name, spec.name, store)
-            label = f"trial {trial}" if trial is not None else f"config {i}"
-            if not as_json:
-                err.print(f"[bold]{label}[/] ({i}/{len(chosen)}): chunk {config.chunk_size}, "
-                          f"R_max {config.max_running} on {g.name} with {runner} ...",
-                          highlight=False)
-            run_dir = out_dir / "validation-runs" / (f"trial-{trial}" if trial is not None
-                                                     else f"config-{i}") / runner
-            rec = validate_one(
-                w, spec, g, config, runner=runner, base_cost_model=base, calibration=cal,
-                trial=trial, study_predicted_s=study_pred,
-                run_kwargs={"checkpoint": checkpoint, "python": python, "work_dir": run_dir,
-                            "timeout_s": timeout, "warmup": warmup, "repeats": repeats,
-                            "model_cache_dir": out_dir / "models",
-                            **({"warmup_passes": warmup_passes} if runner == "vllm" else {})})
-            records_out.append(rec)
-            if not as_json:
-                err.print(f"  predicted {fmt_s(rec['predicted_s'])}, measured "
-                          f"{fmt_s(rec['measured_s'])} ({_fmt_pct(rec['error_pct'])}); engine "
-                          f"start-up {fmt_s(rec['startup_s'])}", highlight=False)
-        path = write_validation(out_dir, records_out)
-        if save_runs:
-            append_runs([jsonable(r) for r in records_out], store)
-        summary = summarize(records_out)
-        if as_json:
-            print(json.dumps(jsonable({"validation": records_out, "summary": summary,
-                                        "file": str(path)}), indent=1))
-            return
-        t = Table(title=f"Predicted vs measured makespan ({runner}, {spec.name}, {len(w)} requests)")
-        for col in ("trial", "GPU", "chunk", "R_max", "predicted", "measured", "error",
-                    "calibrated", "cal. error", "steps sim/real", "preempt sim/real", "start-up"):
-            t.add_column(col, justify="right")
-        for r in records_out:
-            c = r["config"]
-            t.add_row("—" if r["trial"] is None else str(r["trial"]), c["gpu"], str(c["chunk_size"]),
-                      str(c["max_running"]), fmt_s(r["predicted_s"]), fmt_s(r["measured_s"]),
-                      _fmt_pct(r["error_pct"]), fmt_s(r["predicted_calibrated_s"]),
-                      _fmt_pct(r["error_calibrated_pct"]),
-                      f"{r['iterations']['sim']}/{r['iterations']['real'] or '—'}",
-                      f"{r['preemptions']['sim']}/{r['preemptions']['real'] if r['preemptions']['real'] is not None else '—'}",
-                      fmt_s(r["startup_s"]))
-        outc.print(t)
-        from runners.compare import summary_line
-
-        for r in records_out:
-            if r.get("schedule"):
-                who = f"trial {r['trial']}" if r["trial"] is not None else "config"
-                outc.print(f"schedule {who}: {escape(summary_line(r['schedule']))}", highlight=False)
-        med = summary["median_abs_error_pct"]
-        line = f"median |error| {med:.1f} % over {len(records_out)} run(s)"
-        if summary["median_abs_error_calibrated_pct"] is not None:
-            line += f"; calibrated {summary['median_abs_error_calibrated_pct']:.1f} %"
-        outc.print(line, highlight=False)
-        outc.print(f"device: {records_out[0]['device']}; engine: {records_out[0]['engine']}; "
-                   f"cost model: {records_out[0]['base_provenance']}", highlight=False, markup=False)
-        for n in dict.fromkeys(x for r in records_out for x in r["notes"]):
-            outc.print(f"note: {n}", markup=False, highlight=False)
-        outc.print(f"wrote {path}", markup=False)
-        if save_runs:
-            outc.print("runs added to the calibration store; `tuner calibrate` fits it",
-                       markup=False)
-
-    @app.command("calibrate")
-    def calibrate_cmd(
-        device: Annotated[str | None, typer.Option("--device", help="Device (catalog name) to "
-                          "calibrate (default: the only one among the runs).")] = None,
-        model: Annotated[str | None, typer.Option("--model", "-m", help="Model (default: the "
-                         "only one among the runs).")] = None,
-        runs: Annotated[list[Path] | None, typer.Option("--runs", help="validation.json or runs "
-                        "JSONL to fit on (repeatable; default: the calibration store).")] = None,
-        store: Annotated[Path | None, typer.Option("--store", help="Calibration store (default "
-                         "$TUNER_CALIBRATION_DIR or ~/.cache/tuner/calibration).")] = None,
-        runner: Annotated[str | None, typer.Option("--runner", help="Engine whose runs to fit "
-                          "(vllm | transformers; default: the only one among the runs). "
-                          "Engines differ in their per-step cost: one calibration per device "
-                          "and model, fitted on one engine.")] = None,
-        method: Annotated[str, typer.Option("--method", help="auto | steps (per engine step) | "
-                          "makespan (per run).")] = "auto",
-        as_json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON.")] = False,
-    ) -> None:
-        """Fit the residual of the cost model (per-step overhead, kernel factor) on measured runs;
-        predictions on that device then use it. Prints the error before and after.
-
-        Example: tuner calibrate --device CPU --model tiny-llama
-        """
-        from rich.console import Console
-        from rich.table import Table
-
-        from predictors.calibration import fit_calibration, load_runs, runs_path
-
-        if method not in ("auto", "steps", "makespan"):
-            raise TunerError(f"Unknown --method {method!r}; choose auto, steps or makespan.")
-        for p in runs or []:
-            if not p.is_file():
-                raise TunerError(f"Runs file {p} does not exist.")
-        recs = load_runs(runs, store=store, device=device, model=model, runner=runner)
-        if not recs:
-            where = ", ".join(map(str, runs)) if runs else str(runs_path(store))
-            raise TunerError(f"No measured runs{f' of {model}' if model else ''}"
-                             f"{f' on {device}' if device else ''}"
-                             f"{f' with {runner}' if runner else ''} in {where}; run `tuner "
-                             "validate` first.")
-        devs = sorted({r.get("device_name", "?") for r in recs})
-        mods = sorted({r.get("model", "?") for r in recs})
-        if len(devs) > 1 or len(mods) > 1:
-            raise TunerError(f"The runs cover devices {', '.join(devs)} and models "
-                             f"{', '.join(mods)}; pick one with --device and --model.")
-        engines = sorted({str(r.get("runner", "?")) for r in recs})
-        if len(engines) > 1:
-            raise TunerError(f"The runs come from the engines {', '.join(engines)}, whose "
-                             "per-step costs differ; pick one with --runner.")
-        try:
-            cal = fit_calibration(recs, device=devs[0], model=mods[0], method=method)
-        except ValueError as exc:
-            raise TunerError(f"Cannot calibrate: {exc}.") from None
-        path = cal.save(store)
-        if as_json:
-            print(json.dumps({**cal.to_json(), "file": str(path)}, indent=1))
-            return
-        outc = Console(width=160) if not __import__("sys").stdout.isatty() else Console()
-        t = Table(title=f"Calibration of {cal.model} on {cal.device}: {cal.method}")
-        for col in ("run", "chunk", "R_max", "measured", "error before", "error after",
-                    "leave-one-out"):
-            t.add_column(col, justify="right")
-        loo = cal.error_loo_pct or [None] * len(recs)
-        for i, r in enumerate(recs):
-            c = r.get("config", {})
-            t.add_row(str(r.get("trial", i)), str(c.get("chunk_size", "")),
-                      str(c.get("max_running", "")), fmt_s(r["measured_s"]),
-                      _fmt_pct(cal.error_before_pct[i]), _fmt_pct(cal.error_after_pct[i]),
-                      _fmt_pct(loo[i]))
-        outc.print(t)
-        line = (f"median |error|: before {cal.median_error_before_pct:.1f} %, after "
-                f"{cal.median_error_after_pct:.1f} %")
-        if cal.median_error_loo_pct is not None:
-            line += f" (leave-one-out {cal.median_error_loo_pct:.1f} %)"
-        outc.print(line, highlight=False)
-        outc.print(f"fit: {cal.describe()}", markup=False, highlight=False)
-        outc.print(f"wrote {path}; `tuner validate` shows calibrated predictions for "
-                   f"{cal.model} on {cal.device} from now on, and so does every cost model "
-                   "wrapped with predictors.calibration.apply_stored (TUNER_NO_CALIBRATION=1 "
-                   "turns it off)", markup=False, highlight=False)
+    app.command("validate")(validate_cmd)
+    app.command("calibrate")(calibrate_cmd)

@@ -34,7 +34,7 @@ class GPU:
     fp8_tflops: float | None = None  # dense; None where the GPU has no FP8 tensor cores
     int8_tops: float | None = None  # dense
     nvlink_gbps: float | None = None  # per-GPU NVLink bandwidth (one direction), None = PCIe only
-    vasuki_usd_per_fp32_gflop_per_w: float | None = None  # seed 000 Table 1 (A10, A40 only)
+    vasuki_usd_per_fp32_gflop_per_w: float | None = None  # Vasuki Table 1 (A10, A40 only)
     notes: str = ""
 
     @property
@@ -103,7 +103,7 @@ class ModelSpec:
     # --- bytes ---------------------------------------------------------------------------
     def linear_weight_bytes_per_layer(self, bits: int) -> float:
         """Bytes of one layer's matmul weights at `bits`; 4/8-bit carry group-wise fp16 scale +
-        zero per 128 weights (group-wise min-max as in seed 002 Alg. 2)."""
+        zero per 128 weights (group-wise min-max as in LM-Offload Alg. 2)."""
         overhead = 0.0 if bits == 16 else 4.0 / 128.0
         return self.linear_params_per_layer * (bits / 8.0 + overhead)
 

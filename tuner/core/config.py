@@ -1,44 +1,169 @@
-"""ServingConfig: one point of the search space, flat like vLLM's EngineArgs."""
+"""ServingConfig: one point of the search space, flat like vLLM's EngineArgs.
+
+Each field carries a :class:`Knob` in its metadata (help, unit, allowed values, CLI flags, and
+the vLLM and SGLang argument it becomes). ``tuner simulate``'s options and the exporters'
+argument mappings are generated from it, so a knob added here appears everywhere; the config
+checks its values on construction, so an invalid one cannot exist.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 
 from tuner.core.errors import TunerError
+from tuner.core.schedulers import SCHEDULER_PRESETS
 
-# Scheduler presets of InferMax's unified scheduler (seed 001, Alg. 1).
-SCHEDULERS = (
-    "vllm",  # vLLM V1: chunked prefill, one budget for decodes + prefill chunks, decodes first
-    "vllm-v0",  # vLLM V0 default: prefill-first, no hybrid batches, no chunking
-    "sarathi",  # Sarathi-Serve (seed 004, Alg. 3): stall-free hybrid batching, chunk = budget
-    "vllm-noevict",  # eviction-free variants reserve prompt + output at admission
-    "vllm-v0-noevict",
-    "sarathi-noevict",
-)
+# Scheduler presets of InferMax's unified scheduler (Alg. 1): their one registry.
+SCHEDULERS = tuple(SCHEDULER_PRESETS)
 ORDERINGS = ("fcfs", "shortest-prompt", "longest-output", "binpack", "blend")
+
+#: ServingConfig.ordering -> SGLang --schedule-policy, where SGLang has an equivalent: ``lof`` is
+#: SGLang's longest-output-first, ``lpm`` its longest-prefix-match (prefix-aware) order.
+SGLANG_SCHEDULE_POLICY = {"fcfs": "fcfs", "longest-output": "lof", "blend": "lpm"}
+
+
+@dataclass(frozen=True)
+class EngineArg:
+    """How one ServingConfig field appears among an engine's arguments."""
+
+    name: str  # vLLM: EngineArgs keyword (snake_case); SGLang: server option (dashed)
+    # field value -> argument value; None: the value as is. A value the mapping lacks (or maps to
+    # None) writes no argument: the exporter covers it (another argument, or a note saying what
+    # to do instead).
+    values: Mapping[Any, Any] | None = None
+    omit_default: bool = False  # no argument while the field holds its default
+    derived: bool = False  # the exporter computes the value (e.g. GiB from a weight share)
+
+    @property
+    def direct(self) -> bool:
+        """The argument is the field's value itself, so it parses back 1:1."""
+        return self.values is None and not self.derived
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A field's metadata: what it means and where it goes."""
+
+    help: str
+    unit: str = ""
+    choices: tuple = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: float | None = None
+    flags: tuple[str, ...] = ()  # CLI flags, the primary (vLLM's name) first; () -> --field-name
+    vllm: EngineArg | None = None
+    sglang: EngineArg | None = None
+
+    def rule(self) -> str:
+        """The allowed values in words ('' when any value of the type is)."""
+        if self.choices:
+            return "one of " + ", ".join(str(c) for c in self.choices)
+        if self.exclusive_minimum is not None and self.maximum is not None:
+            return f"in ({self.exclusive_minimum:g}, {self.maximum:g}]"
+        if self.minimum is not None and self.maximum is not None:
+            return f"in [{self.minimum:g}, {self.maximum:g}]"
+        if self.minimum is not None:
+            return f">= {self.minimum:g}"
+        return ""
+
+    def allows(self, value: Any) -> bool:
+        if self.choices:
+            return value in self.choices
+        if self.minimum is not None and value < self.minimum:
+            return False
+        if self.exclusive_minimum is not None and value <= self.exclusive_minimum:
+            return False
+        return self.maximum is None or value <= self.maximum
+
+
+def _knob(default: Any = dataclasses.MISSING, **meta: Any) -> Any:
+    return field(default=default, metadata={"knob": Knob(**meta)})
+
+
+def _chunked(scheduler: str) -> bool:
+    """Chunked prefill with hybrid batches (every preset but vLLM V0's prefill-first)."""
+    return SCHEDULER_PRESETS[scheduler].chunked_prefill
 
 
 @dataclass(frozen=True)
 class ServingConfig:
     """Every knob of one serving deployment. Defaults follow vLLM V1's offline defaults."""
 
-    gpu: str
-    tp: int = 1  # tensor-parallel degree (GPUs per replica)
-    dp: int = 1  # data-parallel replicas; the workload is split across them
-    scheduler: str = "vllm"
-    chunk_size: int = 8192  # token budget per step (vLLM max_num_batched_tokens); = prefill chunk
-    max_running: int = 256  # R_max (vLLM max_num_seqs)
-    weight_bits: int = 16
-    kv_bits: int = 16
-    kv_offload_layers: int = 0
-    weight_offload_fraction: float = 0.0
-    cpu_threads_intra: int = 0
-    cpu_threads_inter: int = 0
-    ordering: str = "fcfs"
-    gpu_memory_utilization: float = 0.9
-    block_size: int = 16
-    attention_on_cpu: bool = False  # decode attention of the KV-offloaded layers runs on the CPU
+    gpu: str = _knob(help="GPU type (`tuner gpus`).", flags=("--gpu", "-g"))
+    tp: int = _knob(
+        1, help="Tensor-parallel degree (GPUs per replica).", unit="GPUs", choices=(1, 2, 4, 8),
+        flags=("--tensor-parallel-size", "--tp"),
+        vllm=EngineArg("tensor_parallel_size"), sglang=EngineArg("tp-size"))
+    dp: int = _knob(
+        1, help="Data-parallel replicas; the workload is split across them.", unit="replicas",
+        minimum=1, flags=("--data-parallel-size", "--dp"),
+        vllm=EngineArg("data_parallel_size", omit_default=True),
+        sglang=EngineArg("dp-size", omit_default=True))
+    scheduler: str = _knob(
+        "vllm", help="Preset of InferMax's unified scheduler: vllm (V1 as current releases run "
+        "it, prefix caching on) and sarathi (Sarathi-Serve) chunk prefills into hybrid batches; "
+        "vllm-basic is V1's batching without full-sequence admission and cached recompute; "
+        "vllm-v0 runs prefills first; -noevict reserves prompt + output at admission.",
+        choices=SCHEDULERS,
+        vllm=EngineArg("enable_chunked_prefill", values={s: _chunked(s) for s in SCHEDULERS}),
+        sglang=EngineArg("enable-mixed-chunk",
+                         values={s: True for s in SCHEDULERS if _chunked(s)}))
+    chunk_size: int = _knob(
+        8192, help="Token budget per step (decodes + prefill chunks; the prefill chunk is the "
+        "budget).", unit="tokens", minimum=1, flags=("--max-num-batched-tokens", "--chunk-size"),
+        vllm=EngineArg("max_num_batched_tokens"),
+        # chunked: the budget; prefill-first: -1 (off) and --max-prefill-tokens
+        sglang=EngineArg("chunked-prefill-size", derived=True))
+    max_running: int = _knob(
+        256, help="Most requests running at once (R_max).", unit="requests", minimum=1,
+        flags=("--max-num-seqs", "--max-running"),
+        vllm=EngineArg("max_num_seqs"), sglang=EngineArg("max-running-requests"))
+    weight_bits: int = _knob(
+        16, help="Weight precision (8: FP8 where the GPU has it, else INT8; 4: AWQ/GPTQ).",
+        unit="bits", choices=(16, 8, 4),
+        vllm=EngineArg("quantization", values={8: "fp8"}),
+        sglang=EngineArg("quantization", values={8: "fp8"}))
+    kv_bits: int = _knob(
+        16, help="KV-cache precision.", unit="bits", choices=(16, 8, 4),
+        vllm=EngineArg("kv_cache_dtype", values={16: "auto", 8: "fp8"}),
+        sglang=EngineArg("kv-cache-dtype", values={16: "auto", 8: "fp8_e4m3"}))
+    kv_offload_layers: int = _knob(
+        0, help="KV-cache layers kept in host RAM, moved over PCIe each iteration (Vasuki).",
+        unit="layers", minimum=0)
+    weight_offload_fraction: float = _knob(
+        0.0, help="Share of weights in host RAM, streamed every iteration.",
+        unit="fraction", minimum=0.0, maximum=1.0,
+        vllm=EngineArg("cpu_offload_gb", omit_default=True, derived=True),
+        sglang=EngineArg("cpu-offload-gb", omit_default=True, derived=True))
+    cpu_threads_intra: int = _knob(
+        0, help="CPU intra-op threads (0: LM-Offload's Alg. 3 chooses).", unit="threads",
+        minimum=0)
+    cpu_threads_inter: int = _knob(
+        0, help="CPU inter-op threads (0: LM-Offload's Alg. 3 chooses).", unit="threads",
+        minimum=0)
+    ordering: str = _knob(
+        "fcfs", help="Request order (binpack: Vasuki's bin packing; blend: BlendServe's "
+        "prefix-aware order).", choices=ORDERINGS,
+        sglang=EngineArg("schedule-policy", values=SGLANG_SCHEDULE_POLICY))
+    gpu_memory_utilization: float = _knob(
+        0.9, help="Share of GPU memory the engine may use.", unit="fraction",
+        exclusive_minimum=0.0, maximum=1.0,
+        vllm=EngineArg("gpu_memory_utilization"), sglang=EngineArg("mem-fraction-static"))
+    block_size: int = _knob(
+        16, help="KV block (page) size.", unit="tokens", minimum=1,
+        vllm=EngineArg("block_size"), sglang=EngineArg("page-size"))
+    attention_on_cpu: bool = _knob(
+        False, help="Decode attention of the KV-offloaded layers runs on the CPU.",
+        flags=("--attention-on-cpu/--attention-on-gpu",))
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            _check_value(f, getattr(self, f.name))
 
     @property
     def num_gpus(self) -> int:
@@ -46,44 +171,42 @@ class ServingConfig:
 
     @property
     def eviction_free(self) -> bool:
-        return self.scheduler.endswith("-noevict")
+        return SCHEDULER_PRESETS[self.scheduler].reserve_full
 
-    def validate(self) -> ServingConfig:
-        """Raise TunerError on values no engine accepts; return self for chaining."""
-        if self.scheduler not in SCHEDULERS:
-            raise TunerError(f"Unknown scheduler {self.scheduler!r}; choose one of {', '.join(SCHEDULERS)}.")
-        if self.ordering not in ORDERINGS:
-            raise TunerError(f"Unknown ordering {self.ordering!r}; choose one of {', '.join(ORDERINGS)}.")
-        if self.tp not in (1, 2, 4, 8):
-            raise TunerError(f"Tensor parallel degree must be 1, 2, 4 or 8, got {self.tp}.")
-        if self.dp < 1:
-            raise TunerError(f"Data-parallel replicas must be >= 1, got {self.dp}.")
-        if self.chunk_size < 1 or self.max_running < 1:
-            raise TunerError("chunk_size and max_running must be positive.")
-        if self.weight_bits not in (4, 8, 16) or self.kv_bits not in (4, 8, 16):
-            raise TunerError("weight_bits and kv_bits must be 4, 8 or 16.")
-        if not 0.0 < self.gpu_memory_utilization <= 1.0:
-            raise TunerError("gpu_memory_utilization must be in (0, 1].")
-        if not 0.0 <= self.weight_offload_fraction <= 1.0:
-            raise TunerError("weight_offload_fraction must be in [0, 1].")
-        if self.kv_offload_layers < 0:
-            raise TunerError("kv_offload_layers must be >= 0.")
-        if self.block_size < 1:
-            raise TunerError("block_size must be >= 1.")
-        if self.cpu_threads_intra < 0 or self.cpu_threads_inter < 0:
-            raise TunerError("cpu_threads_intra and cpu_threads_inter must be >= 0 (0: chosen "
-                             "by LM-Offload's Alg. 3).")
-        if not isinstance(self.attention_on_cpu, bool):
-            raise TunerError(f"attention_on_cpu must be true or false, got {self.attention_on_cpu!r}.")
-        return self
+    @property
+    def chunked_prefill(self) -> bool:
+        return _chunked(self.scheduler)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> ServingConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - names
+        unknown = set(d) - set(KNOBS)
         if unknown:
             raise TunerError(f"Unknown ServingConfig field(s): {', '.join(sorted(unknown))}.")
         return cls(**d)
+
+
+def _check_value(f: dataclasses.Field, value: Any) -> None:
+    """TunerError (one line, with the allowed values) unless ``value`` suits field ``f``."""
+    knob: Knob = f.metadata["knob"]
+    default = f.default
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, numbers.Real):
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and knob.allows(value)
+    else:  # str fields
+        ok = isinstance(value, str) and (knob.allows(value) if knob.choices else bool(value))
+    if not ok:
+        rule = knob.rule() or ("true or false" if isinstance(default, bool) else "non-empty")
+        raise TunerError(f"{f.name} must be {rule}, got {value!r}. {knob.help}")
+
+
+#: Field name -> its Knob, in field order (the one place the metadata is read from).
+KNOBS: Mapping[str, Knob] = MappingProxyType(
+    {f.name: f.metadata["knob"] for f in dataclasses.fields(ServingConfig)})
+#: Field name -> its default (``gpu`` has none).
+DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {f.name: f.default for f in dataclasses.fields(ServingConfig)
+     if f.default is not dataclasses.MISSING})

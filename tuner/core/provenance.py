@@ -29,9 +29,8 @@ class Provenance:
         return self.kind in MEASURED_KINDS
 
     def __str__(self) -> str:
-        if self.error_pct is None:
-            return self.detail
-        return f"{self.detail}; validated error {self.error_pct:.1f} %"
+        # the detail names the check behind error_pct (fidelity suite, transfer rule) in words
+        return self.detail
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "detail": self.detail, "error_pct": self.error_pct}

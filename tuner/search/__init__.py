@@ -1,1 +1,88 @@
-"""tuner.search"""
+"""tuner.search: Optuna multi-objective search (makespan, $) over GPU type x the knobs of a
+search space.
+
+tuner composes Optuna's study / sampler / storage and writes no search algorithm of its own:
+
+* **Samplers** (:mod:`.settings`): TPE (default) or NSGA-II propose configurations; infeasible
+  ones (model does not fit, host memory exceeded...) are constraints (``trial.set_constraint``),
+  not failures. The engines' own defaults (vLLM, Sarathi-Serve) are enqueued first, identical
+  configurations are simulated once (a repeat is a ``duplicate`` trial with the first one's
+  values).
+* **Multi-fidelity** (:mod:`.evaluator`): a proposed configuration is first simulated on a
+  stratified sample of the workload (fixed seed; strata = prompt x output length quantiles; the
+  longest request always in, so memory feasibility is the full workload's). Its sample makespan,
+  scaled by n_full / n_sample and a calibration factor, estimates the full makespan. It is
+  *promoted* to the full workload unless a configuration of the same GPU type already simulated
+  in full beats the estimate on both objectives by more than the sampling error ``eps``
+  (epsilon-dominance). ``eps`` is measured, not assumed: every promoted trial yields an
+  (estimate, full) pair and every AUDIT_EVERY-th trial is promoted regardless, so the error is
+  also measured on configurations the rule would have dropped. A configuration is dropped only
+  when, within the measured error, it is dominated; the winners are always full-workload
+  simulations. (Optuna's pruners cannot do this: ``Trial.report`` / ``should_prune`` refuse
+  multi-objective studies.)
+* **Polish** (:mod:`.loop`): after most of the budget, every configuration one knob away from
+  the fastest and the cheapest so far is simulated (one trial each, its parameters fixed with
+  Optuna's ``PartialFixedSampler``), round after round until neither improves.
+* **Exhaustive** (:mod:`.loop`): every point of the space at full fidelity (the reference the
+  search is checked against, ``benchmarks/search_quality.py``).
+* **Storage** (:mod:`.storage`): in-memory, SQLite (the CLI's default, resumable after SIGKILL),
+  PostgreSQL or any Optuna RDB URL for many workers (:mod:`.workers`); every worker rebuilds the
+  workload, model, GPUs and space from the study's user attributes (``setup_from_study``).
+* **Records** (:mod:`.records`): from a finished study to plain records, Pareto front, winners.
+"""
+
+from tuner.search.evaluator import (
+    AUDIT_EVERY,
+    MIN_SAMPLE,
+    N_CALIBRATE,
+    SAMPLE_FRACTION,
+    Evaluator,
+    Knowledge,
+    config_key,
+    sample_size,
+    stratified_sample,
+)
+from tuner.search.loop import (
+    POLISH_AT,
+    PRESETS,
+    assert_some_gpu_fits,
+    neighbours,
+    optimize,
+    prepare_study,
+    run_search,
+)
+from tuner.search.records import TrialRecord, pareto, rank, trial_records, winners
+from tuner.search.settings import (
+    OBJECTIVES,
+    SAMPLERS,
+    SearchSettings,
+    make_sampler,
+    sampler_name,
+)
+from tuner.search.space import SearchSpace, default_space_path, load_space
+from tuner.search.storage import (
+    StudySetup,
+    check_study_settings,
+    default_storage,
+    load_study,
+    make_storage,
+    open_study,
+    resolve_storage,
+    setup_from_study,
+    storage_url,
+    study_metadata,
+    workload_digest,
+    workload_tokens,
+)
+from tuner.search.workers import WorkerJob, connect_worker, study_cost_model_for
+
+__all__ = [
+    "AUDIT_EVERY", "MIN_SAMPLE", "N_CALIBRATE", "OBJECTIVES", "POLISH_AT", "PRESETS",
+    "SAMPLERS", "SAMPLE_FRACTION", "Evaluator", "Knowledge", "SearchSettings", "SearchSpace",
+    "StudySetup", "TrialRecord", "WorkerJob", "assert_some_gpu_fits", "check_study_settings", "config_key",
+    "connect_worker", "default_space_path", "default_storage", "load_space", "load_study",
+    "make_sampler", "make_storage", "neighbours", "open_study", "optimize", "pareto", "prepare_study", "rank",
+    "resolve_storage", "run_search", "sample_size", "sampler_name", "setup_from_study",
+    "stratified_sample", "storage_url", "study_cost_model_for", "study_metadata",
+    "trial_records", "winners", "workload_digest", "workload_tokens",
+]

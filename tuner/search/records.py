@@ -1,58 +1,206 @@
-"""From a finished study to plain records: Pareto front, winners, report context."""
+"""From a finished study to typed records: one TrialRecord per trial, rank, Pareto, winners.
+
+:meth:`TrialRecord.from_trial` is the only reader of a trial's Optuna ``user_attrs`` (what the
+evaluator stored: feasible, reason, metrics, memory, provenance, fidelity, duplicate); everything
+after it passes TrialRecords. ``TrialRecord.to_dict()`` is the record's JSON form (results.json,
+``--json``), with the keys it always had.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 import numpy as np
 import optuna
 
-from tuner.core.catalog import GPU, ModelSpec
+from tuner.core.catalog import GPU
 from tuner.core.config import ServingConfig
-from tuner.core.workload import Workload
+from tuner.core.errors import TunerError
+from tuner.core.provenance import Provenance
+
+GOALS = ("fastest", "cheapest")
+# A study written before trials recorded their provenance kind: never claimed as measured.
+LEGACY_PROVENANCE_KIND = "roofline"
 
 
-def _fidelity(t: optuna.trial.FrozenTrial) -> str:
-    return (t.user_attrs.get("fidelity") or {}).get("level", "full")
+def provenance_from_attrs(value, kind: str | None) -> Provenance | None:
+    """The Provenance a trial or record stored: a dict (Provenance.to_dict), or its text with the
+    kind beside it (``provenance_kind``)."""
+    if isinstance(value, Provenance) or value is None:
+        return value
+    if isinstance(value, dict):
+        return Provenance.from_dict(value)
+    return Provenance(kind or LEGACY_PROVENANCE_KIND, str(value))
 
 
-def fmt_duration(seconds: float) -> str:
-    """'2.41 h', '3.5 min' or '42.0 s'."""
-    if seconds >= 3600:
-        return f"{seconds / 3600:.2f} h"
-    if seconds >= 60:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds:.1f} s"
+@dataclass
+class TrialRecord:
+    """One completed trial: its configuration and, when feasible, the simulated figures."""
+
+    number: int
+    config: dict  # ServingConfig.to_dict() (plain, as results.json holds it)
+    feasible: bool
+    reason: str = ""  # why infeasible
+    metrics: dict | None = None  # SimResult.summary() figures (makespan_s, cost_usd, ...)
+    memory: dict | None = None  # MemoryPlan.to_dict() per GPU
+    provenance: Provenance | None = None  # where the cost model's figures come from
+    values: tuple[float, ...] | None = None  # the study's objectives (makespan_s, cost_usd)
+    fidelity: dict = field(default_factory=dict)  # multi-fidelity: level, sample figures
+    duplicate: bool = False  # a repeat of a configuration already simulated
+
+    @classmethod
+    def from_trial(cls, trial: optuna.trial.FrozenTrial, fixed: dict | None = None) -> TrialRecord:
+        """The record of an Optuna trial; ``fixed``: the space's fixed knobs (the study's
+        metadata) to complete the configuration (without them, config holds the params)."""
+        config = (ServingConfig(**fixed, **trial.params).to_dict() if fixed is not None
+                  else dict(trial.params))
+        return cls.from_attrs(trial.number, config, trial.values, trial.user_attrs)
+
+    @classmethod
+    def from_attrs(cls, number: int, config: dict, values, attrs: dict) -> TrialRecord:
+        """The record of the user attributes the evaluator stores on a trial (the evaluator's
+        own bookkeeping reads its fresh results through this too)."""
+        return cls(number=number, config=config,
+                   feasible=bool(attrs.get("feasible", False)), reason=attrs.get("reason", ""),
+                   metrics=attrs.get("metrics"), memory=attrs.get("memory"),
+                   provenance=provenance_from_attrs(attrs.get("provenance"),
+                                                    attrs.get("provenance_kind")),
+                   values=tuple(values) if values else None,
+                   fidelity=attrs.get("fidelity") or {}, duplicate=bool(attrs.get("duplicate")))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrialRecord:
+        """A record from its JSON form (results.json, a report context)."""
+        return cls(number=int(d["number"]), config=d.get("config") or {},
+                   feasible=bool(d["feasible"]),
+                   reason=d.get("reason") or "", metrics=d.get("metrics"),
+                   memory=d.get("memory"),
+                   provenance=provenance_from_attrs(d.get("provenance") or None,
+                                                    d.get("provenance_kind")))
+
+    def to_dict(self) -> dict:
+        return {"number": self.number, "config": self.config, "feasible": self.feasible,
+                "reason": self.reason, "metrics": self.metrics, "memory": self.memory,
+                "provenance": str(self.provenance) if self.provenance is not None else ""}
+
+    @property
+    def level(self) -> str:
+        """'full' (simulated on the whole workload) or 'sample' (judged on the sample only)."""
+        return self.fidelity.get("level", "full")
+
+    @property
+    def gpu(self) -> str:
+        return self.config["gpu"]
+
+    @property
+    def makespan_s(self) -> float:
+        return self.metrics["makespan_s"]
+
+    @property
+    def cost_usd(self) -> float:
+        return self.metrics["cost_usd"]
+
+    def serving_config(self) -> ServingConfig:
+        return ServingConfig.from_dict(self.config)
 
 
-def trial_records(study: optuna.Study) -> list[dict]:
-    """One dict per distinct configuration simulated on the full workload (completed trials;
+def completed(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    return study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+
+
+def all_records(study: optuna.Study, *, with_config: bool = True) -> list[TrialRecord]:
+    """Every completed trial as a record (duplicates and sample-only ones included)."""
+    fixed = (study.user_attrs.get("metadata") or {}).get("fixed", {}) if with_config else None
+    return [TrialRecord.from_trial(t, fixed) for t in completed(study)]
+
+
+def trial_records(study: optuna.Study) -> list[TrialRecord]:
+    """One record per distinct configuration simulated on the full workload (completed trials;
     duplicates, configurations only screened on the workload's sample, and a repeat of a
-    configuration two workers simulated at once are left out): number, config, feasible,
-    reason, metrics, memory, provenance."""
-    meta = study.user_attrs.get("metadata", {})
+    configuration two workers simulated at once are left out)."""
+    meta = study.user_attrs.get("metadata") or {}
     fixed = meta.get("fixed", {})
     out, seen = [], set()
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        if t.user_attrs.get("duplicate") or _fidelity(t) != "full":
-            continue
+    for t in completed(study):
         key = tuple(sorted(t.params.items()))
         if key in seen:
             continue
+        r = TrialRecord.from_trial(t, fixed)
+        if r.duplicate or r.level != "full":
+            continue
         seen.add(key)
-        config = ServingConfig(**fixed, **t.params).to_dict()
-        out.append({
-            "number": t.number,
-            "config": config,
-            "feasible": bool(t.user_attrs.get("feasible", False)),
-            "reason": t.user_attrs.get("reason", ""),
-            "metrics": t.user_attrs.get("metrics"),
-            "memory": t.user_attrs.get("memory"),
-            "provenance": t.user_attrs.get("provenance", ""),
-        })
+        out.append(r)
     return out
+
+
+def rank(records: Iterable[TrialRecord], goal: str) -> list[TrialRecord]:
+    """Feasible records best-first on ``goal`` (ties: the other objective, then trial number)."""
+    if goal not in GOALS:
+        raise TunerError(f"Unknown goal {goal!r}; choose fastest or cheapest.")
+    feas = [r for r in records if r.feasible]
+    if goal == "fastest":
+        return sorted(feas, key=lambda r: (r.makespan_s, r.cost_usd, r.number))
+    return sorted(feas, key=lambda r: (r.cost_usd, r.makespan_s, r.number))
+
+
+def pareto(records: Iterable[TrialRecord]) -> list[int]:
+    """Trial numbers not dominated in (makespan_s, cost_usd), sorted by makespan."""
+    front, best_cost = [], math.inf
+    for r in rank(records, "fastest"):
+        if r.cost_usd < best_cost:
+            front.append(r.number)
+            best_cost = r.cost_usd
+    return front
+
+
+def winners(records: list[TrialRecord]) -> tuple[dict, dict]:
+    """({'fastest': n, 'cheapest': n}, {gpu: {'fastest': n, 'cheapest': n}}) over feasible trials."""
+    feas = [r for r in records if r.feasible]
+    if not feas:
+        return {}, {}
+
+    def pick(rs: list[TrialRecord]) -> dict:
+        return {goal: rank(rs, goal)[0].number for goal in GOALS}
+
+    per_gpu = {gpu: pick([r for r in feas if r.gpu == gpu])
+               for gpu in dict.fromkeys(r.gpu for r in feas)}
+    return pick(feas), per_gpu
+
+
+def winner_roles_of(best: dict, per_gpu: dict) -> dict[int, list[str]]:
+    """Trial number -> its roles ('overall fastest', 'A10 cheapest', ...), overall first, from
+    :func:`winners`' two dicts."""
+    roles: dict[int, list[str]] = {}
+    for goal in GOALS:
+        if best.get(goal) is not None:
+            roles.setdefault(best[goal], []).append(f"overall {goal}")
+    for gpu, d in per_gpu.items():
+        for goal in GOALS:
+            roles.setdefault(d[goal], []).append(f"{gpu} {goal}")
+    return roles
+
+
+def infeasible_summary(records: list[TrialRecord]) -> dict[str, int]:
+    """Infeasibility reasons with how many trials hit each, most frequent first."""
+    counts: dict[str, int] = {}
+    for r in records:
+        if not r.feasible:
+            counts[r.reason] = counts.get(r.reason, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def require_feasible(records: list[TrialRecord], study_name: str) -> None:
+    """One TunerError when no record is feasible (none yet, or every one infeasible)."""
+    if any(r.feasible for r in records):
+        return
+    if not records:
+        raise TunerError(f"Study {study_name!r} has no completed trial on the full workload "
+                         "yet; run more trials (--resume) or a worker.")
+    reasons = infeasible_summary(records)
+    raise TunerError("Every configuration tried is infeasible: "
+                     + "; ".join(f"{n} x {r}" for r, n in list(reasons.items())[:3]))
 
 
 _KNOB_TITLES = {"chunk_size": "chunk", "max_running": "R_max", "tp": "TP", "dp": "DP",
@@ -63,10 +211,10 @@ _KNOB_TITLES = {"chunk_size": "chunk", "max_running": "R_max", "tp": "TP", "dp":
                 "block_size": "block"}
 
 
-def knob_columns(records: list[dict]) -> list[tuple[str, Callable[[dict], str]]]:
+def knob_columns(records: list[TrialRecord]) -> list[tuple[str, Callable[[dict], str]]]:
     """(column title, cell of a config) for the tables: every knob that varies among the
     records, plus the weight/KV bits."""
-    configs = [r["config"] for r in records]
+    configs = [r.config for r in records]
     varying = [k for k in (configs[0] if configs else {})
                if k not in ("gpu", "weight_bits", "kv_bits")
                and len({str(c[k]) for c in configs}) > 1]
@@ -79,164 +227,77 @@ def search_stats(study: optuna.Study) -> dict:
     """How the search spent its trials, and the measured sampling error of the multi-fidelity
     estimates: every trial simulated on both the sample and the full workload gives one
     relative error |estimate / full - 1| (estimate = calibrated, scaled sample makespan)."""
-    trials = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    n_dup = sum(1 for t in trials if t.user_attrs.get("duplicate"))
-    distinct = [t for t in trials if not t.user_attrs.get("duplicate")]
-    full = [t for t in distinct if _fidelity(t) == "full"]
-    screened = [t for t in distinct if _fidelity(t) != "full"]
-    pairs = []
-    reasons: dict[str, int] = {}
-    for t in full:
-        fid = t.user_attrs.get("fidelity") or {}
-        if fid.get("sample_makespan_s") is None or not t.user_attrs.get("feasible"):
-            continue
-        why = str(fid.get("promoted", ""))
-        reasons[why] = reasons.get(why, 0) + 1
-        est = fid["sample_makespan_s"] * fid["scale"]
-        pairs.append((est, t.values[0], why))
+    trials = all_records(study, with_config=False)
+    distinct = [t for t in trials if not t.duplicate]
+    full = [t for t in distinct if t.level == "full"]
     stats: dict = {
         "trials": len(trials),
-        "duplicates": n_dup,
+        "duplicates": len(trials) - len(distinct),
         "configurations": len(distinct),
         "full_simulations": len(full),
-        "screened_on_sample": len(screened),
-        "infeasible": sum(1 for t in distinct if not t.user_attrs.get("feasible", False)),
+        "screened_on_sample": len(distinct) - len(full),
+        "infeasible": sum(1 for t in distinct if not t.feasible),
     }
-    fid0 = next((t.user_attrs.get("fidelity") for t in distinct
-                 if (t.user_attrs.get("fidelity") or {}).get("requests")), None)
+    fid0 = next((t.fidelity for t in distinct if t.fidelity.get("requests")), None)
     if fid0:
         stats["sample_requests"] = fid0["requests"]
         stats["sample_scale"] = fid0["scale"]
+    pairs = [t for t in full if t.feasible and t.fidelity.get("sample_makespan_s") is not None]
     if pairs:
-        est = np.array([p[0] for p in pairs])
-        fullv = np.array([p[1] for p in pairs])
-        ratio = fullv / est  # full / (n_full/n_sample x sample): 1 if the sample scaled exactly
-        k = float(np.median(ratio))
-        err = np.abs(k / ratio - 1.0)  # |calibrated estimate / full - 1|
-        audit = np.array([p[2] == "audit" for p in pairs])
-        stats["sampling_error"] = {
-            "pairs": len(pairs),
-            "promoted_because": reasons,
-            "ratio_full_over_scaled_sample": {"median": k, "min": float(ratio.min()),
-                                              "max": float(ratio.max())},
-            "relative_error": {"median": float(np.median(err)),
-                               "p90": float(np.quantile(err, 0.9)),
-                               "max": float(err.max())},
-            "audited": int(audit.sum()),
-            "audited_max_relative_error": float(err[audit].max()) if audit.any() else None,
-        }
+        stats["sampling_error"] = _sampling_error(pairs)
     return stats
 
 
-def pareto_front(records: list[dict]) -> list[int]:
-    """Trial numbers not dominated in (makespan_s, cost_usd), sorted by makespan."""
-    feas = [r for r in records if r["feasible"]]
-    feas.sort(key=lambda r: (r["metrics"]["makespan_s"], r["metrics"]["cost_usd"]))
-    front, best_cost = [], math.inf
-    for r in feas:
-        if r["metrics"]["cost_usd"] < best_cost:
-            front.append(r["number"])
-            best_cost = r["metrics"]["cost_usd"]
-    return front
-
-
-def winners(records: list[dict]) -> tuple[dict, dict]:
-    """({'fastest': n, 'cheapest': n}, {gpu: {'fastest': n, 'cheapest': n}}) over feasible trials."""
-    feas = [r for r in records if r["feasible"]]
-    if not feas:
-        return {}, {}
-
-    def pick(rs):
-        fastest = min(rs, key=lambda r: (r["metrics"]["makespan_s"], r["metrics"]["cost_usd"]))
-        cheapest = min(rs, key=lambda r: (r["metrics"]["cost_usd"], r["metrics"]["makespan_s"]))
-        return {"fastest": fastest["number"], "cheapest": cheapest["number"]}
-
-    per_gpu = {}
-    for gpu in dict.fromkeys(r["config"]["gpu"] for r in feas):
-        per_gpu[gpu] = pick([r for r in feas if r["config"]["gpu"] == gpu])
-    return pick(feas), per_gpu
-
-
-def infeasible_summary(records: list[dict]) -> dict[str, int]:
-    """Infeasibility reasons with how many trials hit each (numbers stripped for grouping)."""
-    counts: dict[str, int] = {}
-    for r in records:
-        if not r["feasible"]:
-            counts[r["reason"]] = counts.get(r["reason"], 0) + 1
-    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
-
-
-def build_context(*, study: optuna.Study, records: list[dict], workload: Workload,
-                  model: ModelSpec, gpus: dict[str, GPU], exports: dict[str, str],
-                  question: str, tool_version: str, notes: list[str]) -> dict:
-    """The report context (schema documented in reports/html.py)."""
-    best, per_gpu = winners(records)
-    provenance = {}
-    for r in records:
-        if r["feasible"]:
-            provenance.setdefault(r["config"]["gpu"], r["provenance"])
+def _sampling_error(pairs: list[TrialRecord]) -> dict:
+    """Error of the scaled sample makespan against the full one, over trials that have both."""
+    reasons: dict[str, int] = {}
+    for t in pairs:
+        why = str(t.fidelity.get("promoted", ""))
+        reasons[why] = reasons.get(why, 0) + 1
+    est = np.array([t.fidelity["sample_makespan_s"] * t.fidelity["scale"] for t in pairs])
+    fullv = np.array([t.values[0] for t in pairs])
+    ratio = fullv / est  # full / (n_full/n_sample x sample): 1 if the sample scaled exactly
+    k = float(np.median(ratio))
+    err = np.abs(k / ratio - 1.0)  # |calibrated estimate / full - 1|
+    audit = np.array([t.fidelity.get("promoted") == "audit" for t in pairs])
     return {
-        "title": f"tuner: {model.name} on {', '.join(gpus)}",
-        "question": question,
-        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "tool_version": tool_version,
-        "study": study.study_name,
-        "workload": {
-            "source": workload.source,
-            "requests": len(workload),
-            "tokenizer": workload.tokenizer,
-            "output_source": workload.output_source,
-            "prompt_tokens": np.asarray(workload.prompt_tokens).tolist(),
-            "output_tokens": np.asarray(workload.output_tokens).tolist(),
-        },
-        "model": {"name": model.name, "num_params": model.num_params, "hf_id": model.hf_id},
-        "gpus": {
-            name: {
-                "price_usd_per_h": g.price_usd_per_h,
-                "price_source": g.price_source,
-                "price_date": g.price_date,
-                "memory_gib": g.memory_gib,
-                "cost_model": provenance.get(name, "roofline from spec sheet (not measured)"),
-            }
-            for name, g in gpus.items()
-        },
-        "trials": records,
-        "pareto": pareto_front(records),
-        "winners": best,
-        "best_per_gpu": per_gpu,
-        "exports": exports,
-        "notes": notes,
+        "pairs": len(pairs),
+        "promoted_because": reasons,
+        "ratio_full_over_scaled_sample": {"median": k, "min": float(ratio.min()),
+                                          "max": float(ratio.max())},
+        "relative_error": {"median": float(np.median(err)), "p90": float(np.quantile(err, 0.9)),
+                           "max": float(err.max())},
+        "audited": int(audit.sum()),
+        "audited_max_relative_error": float(err[audit].max()) if audit.any() else None,
     }
 
 
-def offload_verdict(records: list[dict], gpus: dict[str, GPU]) -> str | None:
+def offload_verdict(records: list[TrialRecord], gpus: dict[str, GPU]) -> str | None:
     """Vasuki's question, answered from the study: does the smallest-memory GPU, with the
     memory-stretching knobs, approach the largest one? None when the space has no offload knob
     or fewer than two GPU sizes."""
-    feas = [r for r in records if r["feasible"]]
-    if not any(r["config"].get("kv_offload_layers") or r["config"].get("weight_offload_fraction")
+    feas = [r for r in records if r.feasible]
+    if not any(r.config.get("kv_offload_layers") or r.config.get("weight_offload_fraction")
                for r in feas):
         return None
-    by_gpu: dict[str, list[dict]] = {}
+    by_gpu: dict[str, list[TrialRecord]] = {}
     for r in feas:
-        by_gpu.setdefault(r["config"]["gpu"], []).append(r)
+        by_gpu.setdefault(r.gpu, []).append(r)
     sizes = sorted((gpus[g].memory_gib, g) for g in by_gpu if g in gpus)
     if len(sizes) < 2 or sizes[0][0] == sizes[-1][0]:
         return None
     small, big = sizes[0][1], sizes[-1][1]
-    fs = min(by_gpu[small], key=lambda r: r["metrics"]["makespan_s"])
-    fb = min(by_gpu[big], key=lambda r: r["metrics"]["makespan_s"])
-    cs = min(r["metrics"]["cost_usd"] for r in by_gpu[small])
-    cb = min(r["metrics"]["cost_usd"] for r in by_gpu[big])
-    ratio = fs["metrics"]["makespan_s"] / fb["metrics"]["makespan_s"]
+    fs, fb = rank(by_gpu[small], "fastest")[0], rank(by_gpu[big], "fastest")[0]
+    cs, cb = rank(by_gpu[small], "cheapest")[0].cost_usd, rank(by_gpu[big], "cheapest")[0].cost_usd
+    ratio = fs.makespan_s / fb.makespan_s
     verdict = "approaches" if ratio <= 1.1 else "does not approach"
-    cfg = fs["config"]
+    cfg = fs.config
     text = (f"Offloading: {small} {verdict} {big} — best {small} makespan is {ratio:.2f}x "
             f"{big}'s ({cfg.get('kv_offload_layers', 0)} KV layers and "
             f"{100 * cfg.get('weight_offload_fraction', 0):.0f} % of weights offloaded, "
             f"{cfg['weight_bits']}/{cfg['kv_bits']}-bit), cheapest {small} job costs "
             f"{cs / cb:.2f}x {big}'s.")
-    off = fs["metrics"].get("offload") or {}
+    off = fs.metrics.get("offload") or {}
     parts = []
     if off.get("kv_capacity_gain"):
         parts.append(f"KV capacity x{off['kv_capacity_gain']:.2f}")

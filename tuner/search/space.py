@@ -40,19 +40,42 @@ class SearchSpace:
         return n
 
 
+def shipped_space_path(name: str) -> Path:
+    """A search space shipped with tuner (the `search_spaces` package data), by file or bare
+    name: "default", "offload.yaml"."""
+    from importlib.resources import files
+
+    fname = name if name.endswith((".yaml", ".yml")) else f"{name}.yaml"
+    # The package is installed as files (not zipped), so its resources are plain paths.
+    path = Path(str(files("search_spaces") / fname))
+    if not path.is_file():
+        raise TunerError(f"No search space {fname!r} is shipped with tuner (shipped: "
+                         f"{', '.join(shipped_space_names())}); pass --space FILE.")
+    return path
+
+
+def shipped_space_names() -> list[str]:
+    from importlib.resources import files
+
+    return sorted(p.name for p in files("search_spaces").iterdir() if p.name.endswith(".yaml"))
+
+
 def default_space_path() -> Path:
-    """search_spaces/default.yaml of the checkout tuner runs from (installed editable)."""
-    repo = Path(__file__).resolve().parents[2] / "search_spaces" / "default.yaml"
-    if not repo.is_file():
-        raise TunerError(f"No default search space at {repo}; pass --space FILE "
-                         "(see search_spaces/default.yaml in the repository for the format).")
-    return repo
+    """search_spaces/default.yaml, installed with the package."""
+    return shipped_space_path("default.yaml")
 
 
 def load_space(path: str | Path | None = None) -> SearchSpace:
-    path = Path(path) if path is not None else default_space_path()
+    """A search space from a YAML file, or a shipped one by name ("offload"); None: the default."""
+    if path is None:
+        path = default_space_path()
+    path = Path(path)
     if not path.is_file():
-        raise TunerError(f"Search space {path} does not exist.")
+        if path.parent == Path(".") and path.stem in {Path(n).stem for n in shipped_space_names()}:
+            path = shipped_space_path(path.name)
+        else:
+            raise TunerError(f"Search space {path} does not exist (shipped spaces, by name: "
+                             f"{', '.join(Path(n).stem for n in shipped_space_names())}).")
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
@@ -88,7 +111,7 @@ def load_space(path: str | Path | None = None) -> SearchSpace:
             raise TunerError(f"{path}: {name}={v!r}: expected {_FIELDS[name].type}.")
     for name, v in checks:
         try:
-            ServingConfig(gpu="probe", **(probe | {name: v})).validate()
+            ServingConfig(gpu="probe", **(probe | {name: v}))
         except (TunerError, TypeError) as exc:
             raise TunerError(f"{path}: {name}={v!r}: {exc}") from None
     return SearchSpace(knobs=dict(knobs), fixed=dict(fixed), source=str(path))

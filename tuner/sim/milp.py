@@ -1,4 +1,4 @@
-"""InferMax's optimal schedule (seed 001 §3.3) as a MILP for tiny instances, solved by HiGHS
+"""InferMax's optimal schedule (§3.3) as a MILP for tiny instances, solved by HiGHS
 through `scipy.optimize.milp`. A yardstick for the scheduler presets, not a scheduler: a few
 requests of a few tokens each, a horizon of tens of batches.
 
@@ -65,7 +65,9 @@ import numpy as np
 from scipy import sparse
 from scipy.optimize import Bounds, LinearConstraint, milp
 
+from tuner.core.schedulers import SCHEDULER_PRESETS
 from tuner.sim import scheduler as sch
+from tuner.sim import steps as cols
 
 
 @dataclass(frozen=True)
@@ -89,12 +91,12 @@ BATCHES = LinearCost(1.0)  # minimise the number of batches
 
 def batch_times(steps: np.ndarray, coeffs: LinearCost, *, block_size: int = 1) -> np.ndarray:
     """Time of each step of a `tuner.sim.scheduler` record (`Schedule.steps`) under `coeffs`.
-    kv_held is the KV_BLOCKS column times `block_size` (what the scheduler holds, reserved
+    kv_held is the kv_blocks column times `block_size` (what the scheduler holds, reserved
     blocks included)."""
-    st = np.asarray(steps, dtype=np.float64).reshape(-1, sch.N_COLS)
-    tokens = st[:, sch.PREFILL_TOKENS] + st[:, sch.DECODES]
-    return (coeffs.alpha + coeffs.beta * tokens + coeffs.gamma * st[:, sch.KV_BLOCKS] * block_size
-            + coeffs.delta * st[:, sch.DECODE_KV])
+    st = np.asarray(steps, dtype=np.float64).reshape(-1, cols.N_COLS)
+    tokens = st[:, cols.PREFILL_TOKENS] + st[:, cols.DECODES]
+    return (coeffs.alpha + coeffs.beta * tokens + coeffs.gamma * st[:, cols.KV_BLOCKS] * block_size
+            + coeffs.delta * st[:, cols.DECODE_KV])
 
 
 def schedule_cost(steps: np.ndarray, coeffs: LinearCost, *, block_size: int = 1) -> float:
@@ -112,7 +114,7 @@ class MilpSchedule:
     kv: np.ndarray  # int [n, batches]: KV tokens held after each batch (finished: N_i)
     evicted: np.ndarray  # bool [n, batches]: request evicted (its KV dropped) at that batch
     finish_batch: np.ndarray  # int [n]: batch (0-based) producing each request's last token
-    steps: np.ndarray  # int [batches, N_COLS], the scheduler's per-step record format
+    steps: np.ndarray  # int [batches, N_COLS]: the step record (tuner.sim.steps)
 
     @property
     def optimal(self) -> bool:
@@ -128,7 +130,7 @@ class MilpSchedule:
 
     @property
     def evictions(self) -> int:
-        return int(self.steps[:, sch.PREEMPTED].sum()) if self.steps.size else 0
+        return int(self.steps[:, cols.PREEMPTED].sum()) if self.steps.size else 0
 
 
 class _Model:
@@ -169,8 +171,8 @@ class _Model:
 def _preset_schedules(prompt, output, C, M, R_max, allow_eviction):
     """Steps of the scheduler presets that run on this instance (block size 1), each over a few
     request orders, keyed by (preset, order): upper bounds and a starting horizon."""
-    names = ["vllm", "sarathi", "vllm-v0"] if allow_eviction else []
-    names += ["vllm-noevict", "sarathi-noevict", "vllm-v0-noevict"]
+    names = ["vllm-basic", "sarathi", "vllm-v0"] if allow_eviction else []
+    names += ["vllm-basic-noevict", "sarathi-noevict", "vllm-v0-noevict"]
     total = prompt + output
     orders = {"given": np.arange(prompt.size),
               "shortest-first": np.argsort(total, kind="stable"),
@@ -179,7 +181,7 @@ def _preset_schedules(prompt, output, C, M, R_max, allow_eviction):
               "longest-output": np.argsort(-output, kind="stable")}
     out = {}
     for name in names:
-        if name.startswith("vllm-v0") and int(prompt.max()) > C:
+        if not SCHEDULER_PRESETS[name].chunked_prefill and int(prompt.max()) > C:
             continue
         params = sch.preset(name, token_budget=C, max_running=R_max, block_size=1,
                             capacity_blocks=M)
@@ -315,6 +317,88 @@ def _reach(net: _Network, T: int) -> tuple[np.ndarray, np.ndarray]:
     return fwd, bwd
 
 
+def _flow_rows(m: _Model, nets, arcs, count, b, T: int) -> None:
+    """Each class's requests move once per batch along their network, from the start state to
+    the finished one; batch j runs while a request of the class is unfinished."""
+    for g, net in enumerate(nets):
+        k = float(count[g])
+        for j in range(T):
+            ids, var = arcs[g][j]
+            if j == 0:
+                m.row([(1, v) for a_, v in zip(ids, var, strict=True) if net.src[a_] == net.start],
+                      lo=k, hi=k)
+            if j + 1 < T:  # what arrives in a state after batch j leaves it in batch j + 1
+                nids, nvar = arcs[g][j + 1]
+                inflow: dict[int, list] = {}
+                for a_, v in zip(ids, var, strict=True):
+                    inflow.setdefault(int(net.dst[a_]), []).append((1, v))
+                for a_, v in zip(nids, nvar, strict=True):
+                    inflow.setdefault(int(net.src[a_]), []).append((-1, v))
+                for terms in inflow.values():
+                    m.row(terms, lo=0, hi=0)
+            else:
+                m.row([(1, v) for a_, v in zip(ids, var, strict=True) if net.dst[a_] == net.done],
+                      lo=k, hi=k)
+            m.row([(k, b[j])] + [(-1, v) for a_, v in zip(ids, var, strict=True)
+                                 if net.src[a_] != net.done], lo=0)
+
+
+def _batch_rows(m: _Model, nets, arcs, b, T: int, C: int, M: int, R: int, n: int) -> None:
+    """Per batch: at most C tokens, at most M KV tokens held, at most R running requests; the
+    batches used come first."""
+    for j in range(T):
+        tok, mem, run = [(-C, b[j])], [], []
+        for g, net in enumerate(nets):
+            ids, var = arcs[g][j]
+            for a_, v in zip(ids, var, strict=True):
+                if net.tokens[a_]:
+                    tok.append((net.tokens[a_], v))
+                if net.mem[a_]:
+                    mem.append((net.mem[a_], v))
+                if net.active[a_]:
+                    run.append((1, v))
+        m.row(tok, hi=0)
+        if mem:
+            m.row(mem, hi=M)
+        if run and R < n:
+            m.row(run, hi=R)
+        if j + 1 < T:
+            m.row([(1, b[j]), (-1, b[j + 1])], lo=0)
+
+
+def _objective(m: _Model, nets, arcs, b, coeffs: LinearCost) -> np.ndarray:
+    obj = np.zeros(m.size)
+    obj[b] = coeffs.alpha
+    for g, net in enumerate(nets):
+        arc_cost = (coeffs.beta * net.tokens + coeffs.gamma * net.held
+                    + coeffs.delta * net.read).astype(np.float64)
+        for ids, var in arcs[g]:
+            obj[var] += arc_cost[ids]
+    return obj
+
+
+def _paths(x: np.ndarray, nets, arcs, cls, T: int):
+    """Decompose each class's integer flow into its requests' paths: (KV held h, tokens
+    processed q, evicted) of every request after every batch."""
+    n = cls.shape[0]
+    h = np.zeros((n, T), dtype=np.int64)
+    q = np.zeros((n, T), dtype=np.int64)
+    ev = np.zeros((n, T), dtype=bool)
+    for g, net in enumerate(nets):
+        members = np.flatnonzero(cls == g)
+        where = {int(r): net.start for r in members}
+        for j, (ids, var) in enumerate(arcs[g]):
+            taken = {int(r): False for r in members}
+            for a_, v in zip(ids, var, strict=True):
+                for _ in range(int(x[v])):
+                    r = next(r for r in members if not taken[r] and where[r] == net.src[a_])
+                    taken[r] = True
+                    where[r] = int(net.dst[a_])
+                    h[r, j], q[r, j] = net.states[net.dst[a_]]
+                    ev[r, j] = bool(net.evict[a_])
+    return h, q, ev
+
+
 def _solve(prompt, output, C, M, R, coeffs, allow_eviction, T, ub, time_limit_s) -> MilpSchedule:
     """One MILP over a horizon of T batches (objective cut off at ub). Identical requests form
     one class whose network carries an integer flow (how many of them take each move), which
@@ -335,54 +419,9 @@ def _solve(prompt, output, C, M, R, coeffs, allow_eviction, T, ub, time_limit_s)
             ids = np.flatnonzero((fwd[net.src] <= j) & (j + 1 + bwd[net.dst] <= T))
             per.append((ids, m.add((ids.size,), 0, count[g], True)))
         arcs.append(per)
-    for g, net in enumerate(nets):
-        k = float(count[g])
-        for j in range(T):
-            ids, var = arcs[g][j]
-            # flow: every request of the class moves once per batch, from where it was
-            if j == 0:
-                m.row([(1, v) for a_, v in zip(ids, var, strict=True) if net.src[a_] == net.start],
-                      lo=k, hi=k)
-            if j + 1 < T:
-                nids, nvar = arcs[g][j + 1]
-                inflow: dict[int, list] = {}
-                for a_, v in zip(ids, var, strict=True):
-                    inflow.setdefault(int(net.dst[a_]), []).append((1, v))
-                for a_, v in zip(nids, nvar, strict=True):
-                    inflow.setdefault(int(net.src[a_]), []).append((-1, v))
-                for terms in inflow.values():
-                    m.row(terms, lo=0, hi=0)
-            else:
-                m.row([(1, v) for a_, v in zip(ids, var, strict=True) if net.dst[a_] == net.done],
-                      lo=k, hi=k)
-            # the batch runs while a request of the class is unfinished
-            m.row([(k, b[j])] + [(-1, v) for a_, v in zip(ids, var, strict=True)
-                                 if net.src[a_] != net.done], lo=0)
-    for j in range(T):
-        tok, mem, run = [(-C, b[j])], [], []
-        for g, net in enumerate(nets):
-            ids, var = arcs[g][j]
-            for a_, v in zip(ids, var, strict=True):
-                if net.tokens[a_]:
-                    tok.append((net.tokens[a_], v))
-                if net.mem[a_]:
-                    mem.append((net.mem[a_], v))
-                if net.active[a_]:
-                    run.append((1, v))
-        m.row(tok, hi=0)
-        if mem:
-            m.row(mem, hi=M)
-        if run and R < n:
-            m.row(run, hi=R)
-        if j + 1 < T:
-            m.row([(1, b[j]), (-1, b[j + 1])], lo=0)
-    obj = np.zeros(m.size)
-    obj[b] = coeffs.alpha
-    for g, net in enumerate(nets):
-        arc_cost = (coeffs.beta * net.tokens + coeffs.gamma * net.held
-                    + coeffs.delta * net.read).astype(np.float64)
-        for ids, var in arcs[g]:
-            obj[var] += arc_cost[ids]
+    _flow_rows(m, nets, arcs, count, b, T)
+    _batch_rows(m, nets, arcs, b, T, C, M, R, n)
+    obj = _objective(m, nets, arcs, b, coeffs)
     if np.isfinite(ub):  # a known schedule fits the horizon: the optimum is no worse
         nz = np.flatnonzero(obj)
         m.row([(obj[k], k) for k in nz], hi=ub * (1 + 1e-9) + 1e-9)
@@ -395,24 +434,9 @@ def _solve(prompt, output, C, M, R, coeffs, allow_eviction, T, ub, time_limit_s)
         empty = np.zeros((n, 0), dtype=np.int64)
         status = "infeasible" if res.status == 2 else "time limit"
         return MilpSchedule(status, float("inf"), float("nan"), T, empty, empty,
-                            empty.astype(bool), np.full(n, -1), np.zeros((0, sch.N_COLS), np.int64))
+                            empty.astype(bool), np.full(n, -1), np.zeros((0, cols.N_COLS), np.int64))
     x = np.rint(res.x).astype(np.int64)
-    # decompose each class's flow into its requests' paths
-    h = np.zeros((n, T), dtype=np.int64)
-    q = np.zeros((n, T), dtype=np.int64)
-    ev = np.zeros((n, T), dtype=bool)
-    for g, net in enumerate(nets):
-        members = np.flatnonzero(cls == g)
-        where = {int(r): net.start for r in members}
-        for j, (ids, var) in enumerate(arcs[g]):
-            taken = {int(r): False for r in members}
-            for a_, v in zip(ids, var, strict=True):
-                for _ in range(int(x[v])):
-                    r = next(r for r in members if not taken[r] and where[r] == net.src[a_])
-                    taken[r] = True
-                    where[r] = int(net.dst[a_])
-                    h[r, j], q[r, j] = net.states[net.dst[a_]]
-                    ev[r, j] = bool(net.evict[a_])
+    h, q, ev = _paths(x, nets, arcs, cls, T)
     status = "optimal" if res.status == 0 else "time limit"
     bound = float(res.mip_dual_bound) if res.mip_dual_bound is not None else float("nan")
     return _decode(h, q, ev, prompt, N, T, x[b], coeffs, bound, status)
@@ -432,16 +456,16 @@ def _decode(h, q, e, prompt, N, T, b, coeffs, bound, status) -> MilpSchedule:
     prefill = (tokens > 0) & ~decode
     sampled = (q > qp) & (q >= prompt[:, None])
     finished = q >= N[:, None]
-    steps = np.zeros((T, sch.N_COLS), dtype=np.int64)
-    steps[:, sch.PREFILL_TOKENS] = np.where(prefill, tokens, 0).sum(0)
-    steps[:, sch.PREFILL_SQ] = np.where(prefill, tokens * tokens, 0).sum(0)
-    steps[:, sch.PREFILL_CTX] = np.where(prefill, tokens * hp, 0).sum(0)
-    steps[:, sch.DECODES] = decode.sum(0)
-    steps[:, sch.DECODE_KV] = np.where(decode, h, 0).sum(0)
-    steps[:, sch.SAMPLED] = sampled.sum(0)
-    steps[:, sch.KV_BLOCKS] = np.where(finished, 0, h).sum(0)
-    steps[:, sch.PREEMPTED] = evicted.sum(0)
-    steps[:, sch.RUNNING] = ((h > 0) & ~finished).sum(0)
+    steps = np.zeros((T, cols.N_COLS), dtype=np.int64)
+    steps[:, cols.PREFILL_TOKENS] = np.where(prefill, tokens, 0).sum(0)
+    steps[:, cols.PREFILL_SQ] = np.where(prefill, tokens * tokens, 0).sum(0)
+    steps[:, cols.PREFILL_CTX] = np.where(prefill, tokens * hp, 0).sum(0)
+    steps[:, cols.DECODES] = decode.sum(0)
+    steps[:, cols.DECODE_KV] = np.where(decode, h, 0).sum(0)
+    steps[:, cols.SAMPLED] = sampled.sum(0)
+    steps[:, cols.KV_BLOCKS] = np.where(finished, 0, h).sum(0)
+    steps[:, cols.PREEMPTED] = evicted.sum(0)
+    steps[:, cols.RUNNING] = ((h > 0) & ~finished).sum(0)
     first = np.argmax(finished, axis=1)
     objective = schedule_cost(steps[:used], coeffs)
     return MilpSchedule(status=status, objective=objective, bound=bound, horizon=T,

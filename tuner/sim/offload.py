@@ -1,6 +1,6 @@
-"""Memory-stretching knobs priced iteration by iteration: KV-layer offload (Vasuki, seed 000
-§5.1), weight streaming and CPU attention (FlexGen / LM-Offload, seed 002 Eq. 2),
-(de)quantization (seed 002 §3.2, Eqs. 3-24) and CPU thread-level parallelism (seed 002 Alg. 3).
+"""Memory-stretching knobs priced iteration by iteration: KV-layer offload (Vasuki
+§5.1), weight streaming and CPU attention (FlexGen / LM-Offload Eq. 2), (de)quantization
+(LM-Offload §3.2, Eqs. 3-24) and CPU thread-level parallelism (LM-Offload Alg. 3).
 
 Free of I/O; everything is vectorised over the iterations of a schedule (numpy arrays, one
 entry per iteration). `tuner.core.memory.plan_memory` decides what fits (KV capacity grows with the
@@ -43,12 +43,18 @@ see the constants below, each with its source.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from predictors.features import BatchFeatures
+from predictors.host import (
+    CPUModel,
+    QuantCostModel,
+    ThreadChoice,
+    threads_for,
+)
+from predictors.protocol import CostModel
 from predictors.transfer_model import SaturatingTransferModel, TransferModel
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
@@ -56,42 +62,6 @@ from tuner.core.memory import MemoryPlan
 
 # Vasuki writes the whole offloaded layer back each iteration (Alg. 1-2 line 8).
 KV_WRITEBACK_FULL = True
-
-# ---- CPU (host) model constants: ESTIMATES for a cloud x86 host ---------------------------
-#: all-core clock of a cloud Xeon / EPYC vCPU (Xeon Gold 6330 of seed 002: 2.0 base, 3.1 turbo)
-CPU_FREQ_HZ = 2.5e9
-#: fp32 FLOP/s one vCPU sustains in PyTorch CPU attention: AVX2 peak 2 FMA x 8 lanes x 2 =
-#: 32 FLOP/cycle = 80 GFLOP/s at 2.5 GHz, x 0.5 achieved (bmm on small per-head matrices)
-CPU_FLOPS_PER_CORE = CPU_FREQ_HZ * 32 * 0.5
-#: host memory bandwidth per vCPU of the GPU's share of the instance (an 8-channel DDR4-3200
-#: socket streams ~150 GB/s over 32 cores / 64 vCPUs -> ~2.5-5 GB/s per vCPU), capped at
-#: one socket's ~150 GB/s
-CPU_MEM_BYTES_PER_S_PER_CORE = 5e9
-CPU_MEM_BYTES_PER_S_MAX = 150e9
-#: threads at which CPU attention reaches half the memory bandwidth: seed 002 §4.1 / Fig. 5
-#: find intra-op gains flatten beyond ~8 threads (2/3 of the plateau at 8 with this value)
-CPU_HALF_SATURATION_THREADS = 4.0
-#: PyTorch CPU operator dispatch, per operator call
-CPU_OP_OVERHEAD_S = 10e-6
-#: seed 002 Alg. 3: five load/store tasks (load weight / cache / activation, store cache /
-#: activation) each need a thread besides the compute task's threads
-LOADER_THREADS = 5
-
-#: Operation dependency graph of one layer's decode attention on the CPU (FlexGen's mha_gen:
-#: seed 002 Fig. 6 is not in the text, so this is the graph of that code path). Alg. 3 takes
-#: the compute task's inter-op parallelism as the graph's maximum concurrency (Kahn's
-#: algorithm).
-DECODE_ATTENTION_GRAPH: dict[str, tuple[str, ...]] = {
-    "q_view": (),
-    "k_append": (),
-    "v_append": (),
-    "qk_bmm": ("q_view", "k_append"),
-    "scale_mask": ("qk_bmm",),
-    "softmax": ("scale_mask",),
-    "pv_bmm": ("softmax", "v_append"),
-    "out_view": ("pv_bmm",),
-}
-
 
 # ---------------------------------------------------------------------------------------
 # Vasuki §5.1: Algorithms 1 and 2
@@ -222,190 +192,6 @@ def kv_offload_stall_s(layers: int, num_layers: int, kv: KVTransfer, exec_layer_
 
 
 # ---------------------------------------------------------------------------------------
-# LM-Offload §3.2: (de)quantization cost (Eqs. 12-16, 20-24)
-
-
-def lm_offload_quantize_s(elements, freq, flops, mem_bytes_per_s, bytes_per_elem=1.0):
-    """Eq. 12 / 20: minmax (Eq. 13 / 21: n / freq) + normalisation (Eq. 14 / 22: 3 n / flops)
-    + post-processing (Eq. 15 / 23: n / mem_bw). The paper divides the element count by the
-    bandwidth (bytes_per_elem=1 reproduces it); the simulator passes the bytes of the 16-bit
-    tensor (2)."""
-    n = np.asarray(elements, dtype=np.float64)
-    return n / freq + 3.0 * n / flops + n * bytes_per_elem / mem_bytes_per_s
-
-
-def lm_offload_dequantize_s(elements, flops, mem_bytes_per_s, bytes_per_elem=1.0):
-    """Eq. 16 / 24: de-normalisation (3 n / flops, Eq. 11) + post-processing (n / mem_bw); no
-    min/max (paid at quantization)."""
-    n = np.asarray(elements, dtype=np.float64)
-    return 3.0 * n / flops + n * bytes_per_elem / mem_bytes_per_s
-
-
-@dataclass(frozen=True)
-class QuantCostModel:
-    """(De)quantization time on the GPU and the CPU, LM-Offload Eqs. 12-16 / 20-24.
-
-    The paper's `freq` is the rate at which one element stream is processed (one element per
-    cycle); on a whole device that is one element per core per cycle, so `*_elem_per_s` is
-    GPU: fp32 FLOP/s / 2 (one FMA per CUDA core per cycle), CPU: threads x clock. `flops` is
-    the non-tensor fp32 rate (GPU) or the threads' vector FLOP/s (CPU); `mem` the device
-    memory bandwidth. Estimates; measured kernel times (the profile's (de)quantization
-    kernels per bit width) replace this class behind the same two methods."""
-
-    gpu_elem_per_s: float
-    gpu_flops: float
-    gpu_mem_bytes_per_s: float
-    cpu_elem_per_s: float
-    cpu_flops: float
-    cpu_mem_bytes_per_s: float
-    bytes_per_elem: float = 2.0  # the 16-bit tensor read / written by post-processing
-
-    @classmethod
-    def from_specs(cls, gpu: GPU, cpu: CPUModel) -> QuantCostModel:
-        threads = cpu.cores
-        return cls(gpu_elem_per_s=gpu.fp32_tflops * 1e12 / 2.0, gpu_flops=gpu.fp32_tflops * 1e12,
-                   gpu_mem_bytes_per_s=gpu.hbm_bytes_per_s,
-                   cpu_elem_per_s=threads * cpu.freq_hz, cpu_flops=cpu.flops(threads),
-                   cpu_mem_bytes_per_s=cpu.bandwidth(threads))
-
-    def quantize_s(self, elements, where: str = "gpu") -> np.ndarray:
-        if where == "gpu":
-            return lm_offload_quantize_s(elements, self.gpu_elem_per_s, self.gpu_flops,
-                                         self.gpu_mem_bytes_per_s, self.bytes_per_elem)
-        return lm_offload_quantize_s(elements, self.cpu_elem_per_s, self.cpu_flops,
-                                     self.cpu_mem_bytes_per_s, self.bytes_per_elem)
-
-    def dequantize_s(self, elements, where: str = "gpu") -> np.ndarray:
-        if where == "gpu":
-            return lm_offload_dequantize_s(elements, self.gpu_flops, self.gpu_mem_bytes_per_s,
-                                           self.bytes_per_elem)
-        return lm_offload_dequantize_s(elements, self.cpu_flops, self.cpu_mem_bytes_per_s,
-                                       self.bytes_per_elem)
-
-
-# ---------------------------------------------------------------------------------------
-# CPU attention and LM-Offload Alg. 3 (threads)
-
-
-def max_concurrency(graph: dict[str, tuple[str, ...]]) -> int:
-    """Kahn's algorithm: the widest frontier of ready operations (seed 002 Alg. 3 line 4)."""
-    indeg = {n: len(d) for n, d in graph.items()}
-    users: dict[str, list[str]] = {n: [] for n in graph}
-    for n, deps in graph.items():
-        for d in deps:
-            users[d].append(n)
-    ready = [n for n, k in indeg.items() if k == 0]
-    widest = 0
-    seen = 0
-    while ready:
-        widest = max(widest, len(ready))
-        nxt = []
-        for n in ready:
-            seen += 1
-            for u in users[n]:
-                indeg[u] -= 1
-                if indeg[u] == 0:
-                    nxt.append(u)
-        ready = nxt
-    if seen != len(graph):
-        raise ValueError("operation graph has a cycle")
-    return widest
-
-
-@dataclass(frozen=True)
-class CPUModel:
-    """Host CPU of one GPU's share of the instance, as a thread curve (estimate; the profile's
-    measured CPU-attention-vs-threads curve replaces it).
-
-    threads t = intra x min(inter, the attention graph's concurrency): memory bandwidth
-    B(t) = B_max t / (t + t_half), compute t x FLOP/s per core; oversubscription (t +
-    `LOADER_THREADS` > cores) slows everything by (t + loaders) / cores."""
-
-    cores: int
-    freq_hz: float = CPU_FREQ_HZ
-    flops_per_core: float = CPU_FLOPS_PER_CORE
-    mem_bytes_per_s_max: float = CPU_MEM_BYTES_PER_S_MAX
-    half_saturation_threads: float = CPU_HALF_SATURATION_THREADS
-    op_overhead_s: float = CPU_OP_OVERHEAD_S
-    loader_threads: int = LOADER_THREADS
-    graph_concurrency: int = field(default_factory=lambda: max_concurrency(DECODE_ATTENTION_GRAPH))
-
-    @classmethod
-    def from_gpu(cls, gpu: GPU) -> CPUModel:
-        cores = max(int(gpu.cpu_cores), 1)
-        return cls(cores=cores, mem_bytes_per_s_max=min(cores * CPU_MEM_BYTES_PER_S_PER_CORE,
-                                                       CPU_MEM_BYTES_PER_S_MAX))
-
-    def bandwidth(self, threads: float) -> float:
-        t = max(float(threads), 0.0)
-        return self.mem_bytes_per_s_max * t / (t + self.half_saturation_threads) if t > 0 else 0.0
-
-    def flops(self, threads: float) -> float:
-        return self.flops_per_core * max(float(threads), 0.0)
-
-    def compute_threads(self, intra: int, inter: int) -> tuple[float, float]:
-        """(threads working on the attention, slowdown factor from oversubscription)."""
-        conc = max(1, min(int(inter), self.graph_concurrency))
-        busy = intra * conc
-        total = busy + self.loader_threads
-        slow = max(1.0, total / self.cores)
-        return float(min(busy, self.cores)), slow
-
-    def attention_s(self, kv_bytes, flops, intra: int, inter: int, n_ops: int | None = None):
-        """One CPU attention call: max(bytes / B(t), flops / F(t)) x slowdown + dispatch."""
-        t, slow = self.compute_threads(intra, inter)
-        n_ops = len(DECODE_ATTENTION_GRAPH) if n_ops is None else n_ops
-        kvb = np.asarray(kv_bytes, dtype=np.float64)
-        fl = np.asarray(flops, dtype=np.float64)
-        body = np.maximum(kvb / self.bandwidth(t), fl / self.flops(t)) * slow
-        return np.where((kvb > 0) | (fl > 0), body + n_ops * self.op_overhead_s, 0.0)
-
-
-@dataclass(frozen=True)
-class ThreadChoice:
-    intra: int  # intra-op threads of the compute (attention) task
-    inter: int  # inter-op threads = compute concurrency + LOADER_THREADS (seed 002 §4.2)
-    inter_compute: int
-    loader_intra: tuple[int, ...]  # threads of the five load/store tasks (by volume)
-    chosen_by: str  # "config" or "alg3"
-
-
-def choose_threads(cpu: CPUModel, kv_bytes: float = float(1 << 30), flops: float = 0.0,
-                   volumes: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0, 1.0)) -> ThreadChoice:
-    """LM-Offload Alg. 3: for intra = 1 .. max_thrs - 5, inter_compute = the attention graph's
-    max concurrency (Kahn); free = max_thrs - inter_compute x intra; skip when free < 5; give
-    the free threads to the five load/store tasks in proportion to their volumes; keep the
-    setting with the best modelled throughput (here: the shortest attention time of a
-    representative call; ties: fewer threads). Falls back to intra 1 when no setting leaves
-    five threads free."""
-    conc = cpu.graph_concurrency
-    best: tuple[float, int] | None = None
-    for intra in range(1, max(cpu.cores - cpu.loader_threads, 1) + 1):
-        free = cpu.cores - conc * intra
-        if free < cpu.loader_threads:
-            continue
-        t = float(cpu.attention_s(kv_bytes, flops, intra, conc + cpu.loader_threads))
-        if best is None or t < best[0] * (1 - 1e-9):
-            best = (t, intra)
-    intra = best[1] if best else 1
-    free = max(cpu.cores - conc * intra, cpu.loader_threads)
-    vol = np.asarray(volumes, dtype=np.float64)
-    share = vol / vol.sum() if vol.sum() > 0 else np.full(len(vol), 1.0 / len(vol))
-    loaders = tuple(int(max(1, math.floor(free * s))) for s in share)
-    return ThreadChoice(intra=intra, inter=conc + cpu.loader_threads, inter_compute=conc,
-                        loader_intra=loaders, chosen_by="alg3")
-
-
-def threads_for(config: ServingConfig, cpu: CPUModel) -> ThreadChoice:
-    """The config's threads when both are set (> 0), else LM-Offload Alg. 3's choice."""
-    if config.cpu_threads_intra > 0 and config.cpu_threads_inter > 0:
-        conc = max(1, min(config.cpu_threads_inter, cpu.graph_concurrency))
-        return ThreadChoice(intra=config.cpu_threads_intra, inter=config.cpu_threads_inter,
-                            inter_compute=conc, loader_intra=(), chosen_by="config")
-    return choose_threads(cpu)
-
-
-# ---------------------------------------------------------------------------------------
 # Pricing the iterations of a schedule
 
 
@@ -456,18 +242,55 @@ class OffloadContext:
                    weight_stream_elems_per_layer=lin_elems, weight_init_quantize_s=init)
 
 
-def _per_layer_times(cost_model, f: BatchFeatures, dt: np.ndarray, ctx: OffloadContext):
-    """(one layer's GPU time, one layer's GPU decode attention) per iteration; cost models
-    without per-layer views: dt / L and decode KV bytes / HBM bandwidth."""
-    L = ctx.model.num_layers
-    layer = getattr(cost_model, "layer_time_s", None)
-    layer_s = np.asarray(layer(f), dtype=np.float64) if layer else dt / L
-    dec = getattr(cost_model, "decode_attention_layer_s", None)
-    if dec:
-        dec_s = np.asarray(dec(f), dtype=np.float64)
-    else:
-        dec_s = f.decode_kv * ctx.kv_bytes_per_token_layer / ctx.gpu.hbm_bytes_per_s
+def _per_layer_times(cost_model: CostModel, f: BatchFeatures):
+    """(one layer's GPU time, one layer's GPU decode attention) per iteration."""
+    layer_s = np.asarray(cost_model.layer_time_s(f), dtype=np.float64)
+    dec_s = np.asarray(cost_model.decode_attention_layer_s(f), dtype=np.float64)
     return layer_s, np.minimum(dec_s, layer_s)
+
+
+def _cpu_attention(f: BatchFeatures, ctx: OffloadContext, gpu_dec_s: np.ndarray):
+    """CPU attention for the offloaded layers' decodes (FlexGen decode path): (extra time per
+    offloaded layer over GPU attention, KV tokens per layer moved host->device and
+    device->host). Without it: none, and every offloaded layer's KV makes the round trip."""
+    c = ctx.config
+    new_tok = f.prefill_tokens + f.decodes
+    pf_ctx = np.where(f.prefill_tokens > 0, f.prefill_ctx / np.maximum(f.prefill_tokens, 1.0), 0.0)
+    if not (c.attention_on_cpu and min(int(c.kv_offload_layers), ctx.model.num_layers) > 0):
+        h2d_tok = np.maximum(f.decode_kv - f.decodes, 0.0) + pf_ctx
+        return np.zeros(len(f)), h2d_tok, (h2d_tok + new_tok) if KV_WRITEBACK_FULL else new_tok
+    e_tok = ctx.kv_elems_per_token_layer
+    flops = 4.0 * ctx.heads_per_rank * ctx.model.head_dim * f.decode_kv
+    cpu_attn = ctx.cpu.attention_s(f.decode_kv * ctx.kv_bytes_per_token_layer, flops,
+                                   ctx.threads.intra, ctx.threads.inter)
+    if c.kv_bits < 16:  # dequantize the host KV on the CPU before use (Eq. 16-style, on CPU)
+        cpu_attn = cpu_attn + np.where(f.decodes > 0,
+                                       ctx.quant.dequantize_s(f.decode_kv * e_tok, "cpu"), 0.0)
+    act_out = f.decodes * (ctx.heads_per_rank * ctx.model.head_dim + e_tok) * 2.0  # q, k, v
+    act_in = f.decodes * ctx.heads_per_rank * ctx.model.head_dim * 2.0  # attention output
+    act = ctx.transfer.d2h_s(act_out) + ctx.transfer.h2d_s(act_in)
+    # prefill chunks still attend on the GPU
+    return np.where(f.decodes > 0, cpu_attn + act - gpu_dec_s, 0.0), pf_ctx, f.prefill_tokens
+
+
+def _kv_quantization(f: BatchFeatures, ctx: OffloadContext, h2d_tok: np.ndarray):
+    """LM-Offload Eqs. 6-7 on the transfer path of the offloaded layers (per layer), and
+    quantize-on-write on the GPU for the resident ones (per iteration)."""
+    c, L = ctx.config, ctx.model.num_layers
+    k = min(int(c.kv_offload_layers), L)
+    zero = np.zeros(len(f))
+    if c.kv_bits >= 16:
+        return zero, zero
+    e_tok = ctx.kv_elems_per_token_layer
+    new_tok = f.prefill_tokens + f.decodes
+    extra = zero
+    if k > 0:
+        deq = ctx.quant.dequantize_s(h2d_tok * e_tok, "gpu")
+        q_new = ctx.quant.quantize_s((f.prefill_tokens if c.attention_on_cpu else new_tok)
+                                     * e_tok, "gpu")
+        extra = np.where(h2d_tok > 0, deq, 0.0) + np.where(new_tok > 0, q_new, 0.0)
+    quant_s = np.where(new_tok > 0, ctx.quant.quantize_s(new_tok * e_tok * (L - k), "gpu"), 0.0)
+    return extra, quant_s
 
 
 def price_iterations(f: BatchFeatures, dt: np.ndarray, ctx: OffloadContext,
@@ -482,45 +305,11 @@ def price_iterations(f: BatchFeatures, dt: np.ndarray, ctx: OffloadContext,
     k = min(int(c.kv_offload_layers), L)
     n = len(f)
     zero = np.zeros(n)
-    layer_s, gpu_dec_s = _per_layer_times(cost_model, f, dt, ctx)
-
-    new_tok = f.prefill_tokens + f.decodes
-    pf_ctx = np.where(f.prefill_tokens > 0, f.prefill_ctx / np.maximum(f.prefill_tokens, 1.0), 0.0)
-    dec_old = np.maximum(f.decode_kv - f.decodes, 0.0)
+    layer_s, gpu_dec_s = _per_layer_times(cost_model, f)
     n_req = f.decodes + np.maximum(f.seqs_sampled - f.decodes, (f.prefill_tokens > 0) * 1.0)
-    b_tok, e_tok = ctx.kv_bytes_per_token_layer, ctx.kv_elems_per_token_layer
-    quant_kv = c.kv_bits < 16
-
-    # CPU attention for the offloaded layers' decodes (FlexGen decode path)
-    cpu_delta = zero
-    if c.attention_on_cpu and k > 0:
-        flops = 4.0 * ctx.heads_per_rank * ctx.model.head_dim * f.decode_kv
-        cpu_attn = ctx.cpu.attention_s(f.decode_kv * b_tok, flops, ctx.threads.intra,
-                                       ctx.threads.inter)
-        if quant_kv:  # dequantize the host KV on the CPU before use (Eq. 16-style, on CPU)
-            cpu_attn = cpu_attn + np.where(f.decodes > 0,
-                                           ctx.quant.dequantize_s(f.decode_kv * e_tok, "cpu"), 0.0)
-        act_out = f.decodes * (ctx.heads_per_rank * ctx.model.head_dim + e_tok) * 2.0  # q, k, v
-        act_in = f.decodes * ctx.heads_per_rank * ctx.model.head_dim * 2.0  # attention output
-        act = ctx.transfer.d2h_s(act_out) + ctx.transfer.h2d_s(act_in)
-        cpu_delta = np.where(f.decodes > 0, cpu_attn + act - gpu_dec_s, 0.0)
-        h2d_tok = pf_ctx  # prefill chunks still attend on the GPU
-        d2h_tok = f.prefill_tokens
-    else:
-        h2d_tok = dec_old + pf_ctx
-        d2h_tok = (h2d_tok + new_tok) if KV_WRITEBACK_FULL else new_tok
-
-    # LM-Offload Eqs. 6-7 on the transfer path of offloaded layers; quantize-on-write (GPU)
-    # for the resident ones
-    extra = zero
-    quant_s = zero
-    if quant_kv:
-        if k > 0:
-            deq = ctx.quant.dequantize_s(h2d_tok * e_tok, "gpu")
-            q_new = ctx.quant.quantize_s((f.prefill_tokens if c.attention_on_cpu else new_tok)
-                                         * e_tok, "gpu")
-            extra = np.where(h2d_tok > 0, deq, 0.0) + np.where(new_tok > 0, q_new, 0.0)
-        quant_s = np.where(new_tok > 0, ctx.quant.quantize_s(new_tok * e_tok * (L - k), "gpu"), 0.0)
+    cpu_delta, h2d_tok, d2h_tok = _cpu_attention(f, ctx, gpu_dec_s)
+    extra, quant_s = _kv_quantization(f, ctx, h2d_tok)
+    b_tok = ctx.kv_bytes_per_token_layer
 
     # Eq. 2 per layer: weights streamed for the next layer vs this layer's compute
     compute_layer_res = layer_s

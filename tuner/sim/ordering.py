@@ -10,8 +10,8 @@ fall back to the defaults documented on it.
 * ``fcfs``: file order.
 * ``shortest-prompt``: ascending prompt length (stable).
 * ``longest-output``: descending output length (stable).
-* ``binpack``: Vasuki's greedy bin packing (seed 000 §5.2, Appendix A) — see `binpack_order`.
-* ``blend``: BlendServe's compute-density dual scanner (seed 003 §2.3, §3.2-3.4) over prefix
+* ``binpack``: Vasuki's greedy bin packing (§5.2, Appendix A) — see `binpack_order`.
+* ``blend``: BlendServe's compute-density dual scanner (§2.3, §3.2-3.4) over prefix
   groups — see `blend_order`.
 """
 
@@ -108,7 +108,7 @@ def _config_value(config, name, default):
 def binpack_order(workload: Workload, *, model: ModelSpec | None = None, gpu: GPU | None = None,
                   config: ServingConfig | None = None, kv_capacity_tokens: int | None = None,
                   **_) -> np.ndarray:
-    """Vasuki's greedy bin packing (seed 000 §5.2 and its Appendix A MILP).
+    """Vasuki's greedy bin packing (§5.2 and its Appendix A MILP).
 
     What the paper specifies: bin packing serves to limit batch iterations and avoid restarts
     (evictions) under the KV memory limit; its MILP (Appendix A) makes each request occupy its
@@ -156,7 +156,7 @@ def binpack_order(workload: Workload, *, model: ModelSpec | None = None, gpu: GP
 # ---- blend: BlendServe §2.3, §3.2-3.4 -------------------------------------------------------
 @dataclass(frozen=True)
 class DensityModel:
-    """BlendServe's per-request cost model (seed 003 §2.3) for one model on one GPU.
+    """BlendServe's per-request cost model (§2.3) for one model on one GPU.
 
     Comp(r) = ((p + d) * P_model * 2 + p^2 * H * L * 4) / compute
     Mem(r)  = (p * d + d^2 / 2) * H_kv * L * 2 * bytes_per_elem / bandwidth
@@ -353,7 +353,7 @@ def blend_plan(workload: Workload, *, model: ModelSpec | None = None, gpu: GPU |
 
 def blend_order(workload: Workload, *, model: ModelSpec | None = None, gpu: GPU | None = None,
                 config: ServingConfig | None = None, **_) -> np.ndarray:
-    """BlendServe's resource-aware order (seed 003 §3.2-3.4), at the level of prefix groups.
+    """BlendServe's resource-aware order (§3.2-3.4), at the level of prefix groups.
 
     1. Density: each request's Comp(r) / Mem(r) from §2.3 (`DensityModel`, from the model's
        shape and the GPU's peak FLOP/s and HBM bandwidth). A prefix group (requests with the same

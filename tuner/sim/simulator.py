@@ -5,24 +5,21 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
-from predictors.features import BatchFeatures
+from predictors.protocol import CostModel
 from predictors.roofline import RooflineCostModel
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
 from tuner.core.memory import MemoryPlan, plan_memory
+from tuner.core.provenance import Provenance
+from tuner.core.schedulers import SCHEDULER_PRESETS
 from tuner.core.workload import Workload
 from tuner.sim import offload as _offload
 from tuner.sim import scheduler as sch
-
-
-class CostModel(Protocol):
-    def iteration_time_s(self, f: BatchFeatures) -> np.ndarray: ...
-    def describe(self) -> str: ...
+from tuner.sim.steps import DECODES, KV_BLOCKS, PREEMPTED, PREFILL_TOKENS, RUNNING, batch_features
 
 
 class InfeasibleConfig(TunerError):
@@ -44,12 +41,14 @@ class SimResult:
     cost_usd: float
     price_usd_per_h: float
     memory: MemoryPlan
-    provenance: str
+    provenance: Provenance
     cached_prompt_tokens: int = 0  # prompt tokens served from the prefix cache
-    vasuki_cost_metric: float | None = None  # QPS / ($ per FP32 GFLOP/W), seed 000 §3.2
+    vasuki_cost_metric: float | None = None  # QPS / ($ per FP32 GFLOP/W), Vasuki §3.2
     timeline: dict[str, np.ndarray] | None = field(default=None, repr=False)
     offload_stall_s: float = 0.0  # non-overlapped KV + weight transfers, per replica (tuner.sim.offload)
     offload: dict | None = None  # tuner.sim.offload breakdown (memory, transfer vs budget, stalls)
+    # simulate(return_steps=True): each replica's step records (tuner.sim.steps.STEP_COLUMNS)
+    steps: list[np.ndarray] | None = field(default=None, repr=False)
 
     @property
     def qps(self) -> float:
@@ -93,7 +92,7 @@ class SimResult:
             "offload": self.offload,
             "memory": self.memory.to_dict(),
             "config": self.config.to_dict(),
-            "provenance": self.provenance,
+            "provenance": str(self.provenance),
         }
 
 
@@ -108,7 +107,7 @@ def order_requests(workload: Workload, ordering: str, *, model: ModelSpec | None
 
 
 def lower_bound_s(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConfig) -> float:
-    """BlendServe's physical limit T_o = max((1 - s_o) T_comp, T_mem) (seed 003 §2.3-2.4):
+    """BlendServe's physical limit T_o = max((1 - s_o) T_comp, T_mem) (§2.3-2.4):
     GEMM + prefill-attention FLOPs at peak, decode KV reads at peak HBM bandwidth, over all GPUs
     of the deployment; s_o is the best prefix-sharing ratio (each shared prefix computed once)."""
     p = workload.prompt_tokens.astype(np.float64)
@@ -134,15 +133,22 @@ def lower_bound_s(workload: Workload, model: ModelSpec, gpu: GPU, config: Servin
 
 def default_cost_model(model: ModelSpec, gpu: GPU, config: ServingConfig,
                        cost_model_dir: str | Path | None = None, *,
-                       profile_mode: str = "auto") -> CostModel:
+                       profile_mode: str = "auto",
+                       engine_version: str | None = None,
+                       calibrated: bool = True) -> CostModel:
     """The cost model for (model, gpu, config).
 
     cost_model_dir (a profile/fit folder, or a folder of them; `--profile DIR`): measured where
     it holds a profile of this GPU at this model's shapes, transferred from a measured GPU
     otherwise, roofline where nothing applies (predictors.loader.load_cost_model, `profile_mode`
     auto | measured | transfer | roofline). Without it: a profile shipped in predictors/data
-    taken on this GPU at this model's shapes, else the spec-sheet roofline (GPUs nobody
-    measured). A stored calibration for (gpu, model) wraps the result (predictors.calibration)."""
+    taken on this GPU at this model's shapes; else NVIDIA AIConfigurator's measured vLLM kernel
+    tables (predictors.aic: this GPU's own, or transferred from the measured GPU of its
+    architecture; the table version closest to `engine_version`, default the newest) plus the
+    default engine-overhead profile; else the spec-sheet roofline (4-bit weights, GPUs of no
+    measured architecture). A stored calibration for (gpu, model) wraps the result
+    (predictors.calibration) unless `calibrated` is False (validation compares against the
+    uncalibrated model)."""
     from predictors.calibration import apply_stored
 
     if cost_model_dir is not None:
@@ -152,11 +158,19 @@ def default_cost_model(model: ModelSpec, gpu: GPU, config: ServingConfig,
     else:
         from predictors.loader import shipped_cost_model
 
-        cm = shipped_cost_model(model, gpu, config) or RooflineCostModel.from_specs(
-            gpu, model, tp=config.tp, weight_bits=config.weight_bits, kv_bits=config.kv_bits)
+        cm = shipped_cost_model(model, gpu, config)
+        if cm is None and profile_mode != "roofline":
+            from predictors.aic import table_cost_model
+
+            cm = table_cost_model(model, gpu, tp=config.tp, weight_bits=config.weight_bits,
+                                  kv_bits=config.kv_bits, engine_version=engine_version)
+        if cm is None:
+            cm = RooflineCostModel.from_specs(gpu, model, tp=config.tp,
+                                              weight_bits=config.weight_bits,
+                                              kv_bits=config.kv_bits)
     # A fit from `tuner calibrate` (measured runs on this device and model) corrects the residual
     # of every later prediction there; its provenance then says so (TUNER_NO_CALIBRATION=1: off).
-    return apply_stored(cm, gpu.name, model.name)
+    return apply_stored(cm, gpu.name, model.name) if calibrated else cm
 
 
 def profile_cost_model_for(model: ModelSpec, profile: str | Path | None, *,
@@ -184,16 +198,16 @@ def scheduler_params(config: ServingConfig, capacity_blocks: int) -> sch.Schedul
 def check_feasible(workload: Workload, model: ModelSpec, gpu: GPU,
                    config: ServingConfig) -> MemoryPlan:
     """The memory plan; raises InfeasibleConfig with the numbers when the config cannot run."""
-    config.validate()
     total = workload.prompt_tokens + workload.output_tokens
     plan = plan_memory(model, gpu, config, mean_request_tokens=float(total.mean()),
                        max_request_tokens=int(total.max()))
     if not plan.fits:
         raise InfeasibleConfig(plan.reason)
-    if config.scheduler.startswith("vllm-v0") and config.chunk_size < int(total.max()) - 1:
+    if (not SCHEDULER_PRESETS[config.scheduler].chunked_prefill
+            and config.chunk_size < int(total.max()) - 1):
         raise InfeasibleConfig(
-            f"vllm-v0 has no chunked prefill: chunk_size {config.chunk_size} must be >= the "
-            f"longest request ({int(total.max())} tokens)")
+            f"{config.scheduler} has no chunked prefill: chunk_size {config.chunk_size} must be "
+            f">= the longest request ({int(total.max())} tokens)")
     if int(total.max()) > model.max_position:
         raise InfeasibleConfig(
             f"longest request has {int(total.max())} tokens, beyond {model.name}'s context "
@@ -201,89 +215,138 @@ def check_feasible(workload: Workload, model: ModelSpec, gpu: GPU,
     return plan
 
 
+# Replaying arrivals: the schedule depends on when requests arrive in step terms, and the step
+# times on the schedule; iterate to a fixed point (it usually agrees within 3-6 rounds).
+ARRIVAL_ITERATIONS = 12
+
+
+def arrival_clock(dt: np.ndarray, first_step: np.ndarray, arrival_s: np.ndarray) -> np.ndarray:
+    """End time of every step when a step that first admits a request cannot start before the
+    request arrives: end[k] = max(end[k-1], latest arrival admitted at k) + dt[k]."""
+    gate = np.zeros(len(dt))
+    ok = first_step >= 0
+    np.maximum.at(gate, first_step[ok], arrival_s[ok])
+    c = np.cumsum(dt)
+    return c + np.maximum.accumulate(gate - (c - dt))
+
+
+@dataclass
+class _Replica:
+    """One data-parallel replica's schedule, priced."""
+
+    schedule: sch.Schedule
+    dt_s: np.ndarray  # time of each step
+    end_s: np.ndarray  # when each step ends
+    span_s: float  # the replica's makespan
+    priced: dict | None  # tuner.sim.offload breakdown (offload knobs only)
+
+
+def _submission_order(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConfig,
+                      plan: MemoryPlan) -> np.ndarray:
+    if workload.arrival_s is not None:
+        # replaying a real run: the engine's FCFS queue takes requests as they arrive
+        return np.argsort(workload.arrival_s, kind="stable")
+    return order_requests(workload, config.ordering, model=model, gpu=gpu, config=config,
+                          kv_capacity_tokens=plan.kv_capacity_tokens)
+
+
+def _price(steps: np.ndarray, cost_model: CostModel, off_ctx: _offload.OffloadContext):
+    """(time of each step, offload breakdown or None)."""
+    feats = batch_features(steps)
+    dt = cost_model.iteration_time_s(feats)
+    if not off_ctx.active:
+        return dt, None
+    priced = _offload.price_iterations(feats, dt, off_ctx, cost_model)  # KV / weight offload,
+    return priced["dt_s"], priced  # CPU attention, (de)quantization
+
+
+def _simulate_replica(workload: Workload, idx: np.ndarray, params: sch.SchedulerParams,
+                      cost_model: CostModel, off_ctx: _offload.OffloadContext,
+                      plan: MemoryPlan, exact: bool) -> _Replica:
+    """Schedule and price the requests `idx` (in submission order) on one replica. Replaying
+    arrivals, the schedule depends on when requests arrive in step terms and the step times on
+    the schedule: iterate to a fixed point."""
+    arrivals = None if workload.arrival_s is None else workload.arrival_s[idx]
+    arrival_step = None
+    for _ in range(ARRIVAL_ITERATIONS if arrivals is not None else 1):
+        s = sch.run_schedule(
+            workload.prompt_tokens[idx], workload.output_tokens[idx], params, fast=not exact,
+            prefix_ids=None if workload.prefix_ids is None else workload.prefix_ids[idx],
+            prefix_tokens=None if workload.prefix_tokens is None else workload.prefix_tokens[idx],
+            arrival_step=arrival_step)
+        if s.status != sch.STATUS_OK:
+            why = "stuck" if s.status == sch.STATUS_STUCK else "step limit"
+            raise InfeasibleConfig(
+                f"scheduler made no progress ({why}) with KV capacity "
+                f"{plan.kv_capacity_tokens} tokens; a request cannot be placed")
+        dt, priced = _price(s.steps, cost_model, off_ctx)
+        if arrivals is None:
+            return _Replica(s, dt, np.cumsum(dt), float(dt.sum()), priced)
+        end_s = arrival_clock(dt, s.first_step, arrivals)
+        nxt = np.searchsorted(end_s - dt, arrivals, side="left")
+        if arrival_step is not None and np.array_equal(nxt, arrival_step):
+            break  # the schedule and its clock agree on every arrival
+        arrival_step = nxt
+    return _Replica(s, dt, end_s, float(end_s[-1]), priced)
+
+
+def _timeline(rep: _Replica, kv_frac: np.ndarray) -> dict[str, np.ndarray]:
+    st = rep.schedule.steps
+    return {"time_s": rep.end_s, "running": st[:, RUNNING], "prefill_tokens": st[:, PREFILL_TOKENS],
+            "decode_tokens": st[:, DECODES], "kv_fraction": kv_frac,
+            "preemptions": st[:, PREEMPTED]}
+
+
 def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConfig,
              cost_model: CostModel | None = None, *, timeline: bool = False,
-             exact: bool = False) -> SimResult:
+             exact: bool = False, return_steps: bool = False) -> SimResult:
     """Simulate the whole job iteration by iteration; raises InfeasibleConfig if it cannot run.
 
     exact=True runs the scheduler strictly step by step; the default skips ahead over
-    decode-only stretches, which yields the same steps (tested) in less time."""
+    decode-only stretches, which yields the same steps (tested) in less time. timeline: replica
+    0's per-step figures in `SimResult.timeline`; return_steps: every replica's step records
+    in `SimResult.steps`."""
     if len(workload) == 0:
         raise TunerError("The workload has no requests.")
     plan = check_feasible(workload, model, gpu, config)
     cost_model = cost_model or default_cost_model(model, gpu, config)
     params = scheduler_params(config, plan.kv_capacity_blocks)
-    order = order_requests(workload, config.ordering, model=model, gpu=gpu, config=config,
-                           kv_capacity_tokens=plan.kv_capacity_tokens)
-
+    order = _submission_order(workload, model, gpu, config, plan)
     # a fitted CostModel may carry its measured host<->device curve (predictors.transfer_model)
     off_ctx = _offload.OffloadContext.build(model, gpu, config,
-                                            transfer=getattr(cost_model, "transfer_model", None))
+                                            transfer=cost_model.transfer_model)
     off_totals = _offload.OffloadTotals()
-    makespan = 0.0
+    makespan = kv_time_integral = peak_kv = 0.0
     iterations = preemptions = cached = 0
-    peak_kv = 0.0
-    kv_time_integral = 0.0
-    tl_parts = []
+    tl, steps = None, []
     for replica in range(config.dp):
         idx = order[replica:: config.dp]  # round-robin keeps each replica's mix alike
         if idx.size == 0:
             continue
-        s = sch.run_schedule(
-            workload.prompt_tokens[idx], workload.output_tokens[idx], params, fast=not exact,
-            prefix_ids=None if workload.prefix_ids is None else workload.prefix_ids[idx],
-            prefix_tokens=None if workload.prefix_tokens is None else workload.prefix_tokens[idx])
-        if s.status != sch.STATUS_OK:
-            raise InfeasibleConfig(
-                f"scheduler made no progress ({'stuck' if s.status == 1 else 'step limit'}) "
-                f"with KV capacity {plan.kv_capacity_tokens} tokens; a request cannot be placed")
-        st = s.steps.astype(np.float64)
-        feats = BatchFeatures(
-            prefill_tokens=st[:, sch.PREFILL_TOKENS], prefill_sq=st[:, sch.PREFILL_SQ],
-            prefill_ctx=st[:, sch.PREFILL_CTX], decodes=st[:, sch.DECODES],
-            decode_kv=st[:, sch.DECODE_KV], seqs_sampled=st[:, sch.SAMPLED])
-        dt = cost_model.iteration_time_s(feats)
-        if off_ctx.active:  # KV / weight offload, CPU attention, (de)quantization
-            priced = _offload.price_iterations(feats, dt, off_ctx, cost_model)
-            dt = priced["dt_s"]
-            off_totals.add(priced)
-        span = float(dt.sum())
-        kv_frac = st[:, sch.KV_BLOCKS] / max(plan.kv_capacity_blocks, 1)
-        makespan = max(makespan, span)
-        iterations += len(dt)
-        preemptions += int(s.steps[:, sch.PREEMPTED].sum())
-        cached += s.cached_tokens
+        rep = _simulate_replica(workload, idx, params, cost_model, off_ctx, plan, exact)
+        st = rep.schedule.steps
+        if rep.priced is not None:
+            off_totals.add(rep.priced)
+        kv_frac = st[:, KV_BLOCKS].astype(np.float64) / max(plan.kv_capacity_blocks, 1)
+        makespan = max(makespan, rep.span_s)
+        iterations += len(rep.dt_s)
+        preemptions += int(st[:, PREEMPTED].sum())
+        cached += rep.schedule.cached_tokens
         peak_kv = max(peak_kv, float(kv_frac.max()))
-        kv_time_integral += float((kv_frac * dt).sum()) / max(span, 1e-12)
+        kv_time_integral += float((kv_frac * rep.dt_s).sum()) / max(rep.span_s, 1e-12)
+        steps.append(st)
         if timeline and replica == 0:
-            tl_parts.append({
-                "time_s": np.cumsum(dt),
-                "running": s.steps[:, sch.RUNNING],
-                "prefill_tokens": s.steps[:, sch.PREFILL_TOKENS],
-                "decode_tokens": s.steps[:, sch.DECODES],
-                "kv_fraction": kv_frac,
-                "preemptions": s.steps[:, sch.PREEMPTED],
-            })
-    price = gpu.price_usd_per_h
-    cost = makespan / 3600.0 * price * config.num_gpus
+            tl = _timeline(rep, kv_frac)
     res = SimResult(
-        config=config,
-        makespan_s=makespan,
-        requests=len(workload),
+        config=config, makespan_s=makespan, requests=len(workload),
         prompt_tokens=int(workload.prompt_tokens.sum()),
-        output_tokens=int(workload.output_tokens.sum()),
-        iterations=iterations,
-        preemptions=preemptions,
-        peak_kv_fraction=peak_kv,
+        output_tokens=int(workload.output_tokens.sum()), iterations=iterations,
+        preemptions=preemptions, peak_kv_fraction=peak_kv,
         mean_kv_fraction=kv_time_integral / config.dp,
         lower_bound_s=lower_bound_s(workload, model, gpu, config),
-        cost_usd=cost,
-        price_usd_per_h=price,
-        memory=plan,
-        provenance=cost_model.describe(),
-        cached_prompt_tokens=cached,
-        timeline=tl_parts[0] if tl_parts else None,
-    )
+        cost_usd=makespan / 3600.0 * gpu.price_usd_per_h * config.num_gpus,
+        price_usd_per_h=gpu.price_usd_per_h, memory=plan, provenance=cost_model.provenance,
+        cached_prompt_tokens=cached, timeline=tl, steps=steps if return_steps else None)
     if gpu.vasuki_usd_per_fp32_gflop_per_w:
         res.vasuki_cost_metric = res.qps / gpu.vasuki_usd_per_fp32_gflop_per_w
     if off_ctx.active:
@@ -293,5 +356,3 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
                                          kv_capacity_tokens_no_offload=base)
         res.offload_stall_s = res.offload["offload_stall_s"]
     return res
-
-

@@ -1,0 +1,361 @@
+"""Report context beyond the search's records: what the report shows about the winners.
+
+:func:`report_extras` returns the optional fields of :class:`reports.context.ReportContext`::
+
+    ctx = build_report_context(..., extras=report_extras(study, records, workload, model, gpus))
+
+- ``timelines``: each distinct winner (overall and per GPU) simulated again with
+  ``simulate(..., timeline=True)``: running requests (batch size), KV use and preemptions over
+  time, downsampled to at most :data:`TIMELINE_POINTS` points, with the re-simulated makespan
+  beside the study's so a mismatch is visible.
+- ``importances``: Optuna's fANOVA importance of each searched knob, per objective
+  (``optuna.importance.get_param_importances(study, target=lambda t: t.values[i])``) over the
+  distinct feasible trials; skipped with a reason when the study is too small or constant.
+- ``export_snippets``: the fastest and cheapest winners in every export format.
+- ``validation``: real runs of winners (``tuner validate``): OUT/validation.json when ``out_dir``
+  is given and holds one, else the study's ``validation`` user attribute, if any.
+
+Pure functions over a finished study; nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections.abc import Callable, Collection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+
+from predictors.protocol import CostModel
+from tuner.core.catalog import GPU, ModelSpec
+from tuner.core.config import ServingConfig
+from tuner.core.errors import TunerError
+from tuner.core.units import as_finite, fmt_duration
+from tuner.core.workload import Workload
+from tuner.exports import EXPORT_FORMATS, render_export
+from tuner.search.records import (
+    TrialRecord,
+    all_records,
+    completed,
+    trial_records,
+    winner_roles_of,
+    winners,
+)
+from tuner.sim.simulator import simulate
+
+TIMELINE_POINTS = 400  # per winner: enough for a smooth line, small enough to embed
+MIN_IMPORTANCE_TRIALS = 8  # distinct feasible trials below which importances are not computed
+OBJECTIVES = ("makespan_s", "cost_usd")  # the study's objectives, in order
+# fANOVA over a small forest: within a few points of Optuna's default 64 deep trees on the
+# shipped example, in a fifth of the time (the search waits for it).
+FANOVA = {"n_trees": 16, "max_depth": 6, "seed": 0}
+IMPORTANCE_METHOD = ("fANOVA (optuna.importance.FanovaImportanceEvaluator, 16 trees, depth 6, "
+                     "seed 0)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Winners
+
+
+def winner_roles(records: list[TrialRecord]) -> dict[int, list[str]]:
+    """Trial number -> its roles ('overall fastest', 'A10 cheapest', ...), overall first."""
+    return winner_roles_of(*winners(records))
+
+
+def max_request_tokens(workload: Workload) -> int:
+    """The longest request (prompt + output): the export's max-model-len."""
+    return int((np.asarray(workload.prompt_tokens) + np.asarray(workload.output_tokens)).max())
+
+
+
+
+def winner_header(label: str, record: TrialRecord, requests: int | None,
+                  study: str | None = None, *, cite_trial: bool = True) -> str:
+    """The summary line an export starts with: which trial (``cite_trial``), what it predicts,
+    from what."""
+    where = f" of study {study!r}" if study else ""
+    which = f" (trial #{record.number}{where})" if cite_trial else ""
+    job = f" for {requests} requests" if requests else ""
+    return (f"{label} config found by tuner{which}: predicted makespan "
+            f"{fmt_duration(record.makespan_s)}, ${record.cost_usd:.2f}{job} "
+            f"({record.provenance or 'cost model not recorded'})")
+
+
+def openai_batch_info(path: str | Path, max_lines: int = 50) -> tuple[bool, str | None]:
+    """(is an OpenAI Batch API JSONL, the ``body.model`` its requests name) from the first
+    lines of ``path``; (False, None) when the file cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for i, line in enumerate(fh):
+                if i >= max_lines:
+                    break
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    return False, None
+                if not isinstance(obj, dict):
+                    return False, None
+                body = obj.get("body")
+                if not ("custom_id" in obj and "url" in obj and isinstance(body, dict)):
+                    return False, None
+                model = body.get("model")
+                return True, model if isinstance(model, str) and model else None
+    except OSError:
+        pass
+    return False, None
+
+
+def batch_paths(workload_path: str) -> tuple[str, str]:
+    """(input, output) paths for ``vllm run-batch``: the study's workload and STEM.results.jsonl
+    beside it."""
+    p = Path(workload_path or "INPUT.jsonl")
+    return str(p), str(p.with_name(f"{p.stem}.results.jsonl"))
+
+
+def export_text(fmt: str, record: TrialRecord, model: ModelSpec, gpus: dict[str, GPU], *,
+                max_model_len: int, header: str, workload_path: str = "",
+                batch_output: str | None = None, extra: dict | None = None) -> str:
+    """One export of a trial record (``render_export`` with the record's figures; for
+    ``vllm-run-batch`` the study's workload as input and the model name its requests use)."""
+    config = record.serving_config()
+    if config.gpu not in gpus:
+        raise TunerError(f"GPU {config.gpu!r} of trial #{record.number} is not in the GPU "
+                         "catalog; pass the --gpu-file the search used.")
+    m = record.metrics or {}
+    kw: dict[str, Any] = {}
+    if fmt == "vllm-run-batch":
+        src, dst = batch_paths(workload_path)
+        ok, served = openai_batch_info(src) if workload_path else (False, None)
+        if workload_path and not ok:
+            header += (f"\nNOTE: {src} is not an OpenAI Batch API JSONL (custom_id, method, url, "
+                       "body); convert it to that form before running.")
+        kw = dict(input_path=src, output_path=batch_output or dst, served_model_name=served)
+    return render_export(
+        fmt, config, model, gpus[config.gpu], max_model_len=max_model_len, header=header,
+        kv_capacity_tokens=m.get("kv_capacity_tokens"), metrics=record.metrics,
+        memory=record.memory, extra=extra, **kw)
+
+
+def export_snippets(records: list[TrialRecord], model: ModelSpec, gpus: dict[str, GPU], *,
+                    max_model_len: int, requests: int, study: str | None = None,
+                    workload_path: str = "") -> dict:
+    """{'fastest'|'cheapest': {'trial': n, 'formats': {format: text}}} for the overall winners."""
+    best, _ = winners(records)
+    by_num = {r.number: r for r in records}
+    out = {}
+    for which in ("fastest", "cheapest"):
+        n = best.get(which)
+        if n is None:
+            continue
+        r = by_num[n]
+        header = winner_header(which, r, requests, study)
+        extra = {"trial": n, "goal": which, "rank": 1, "study": study,
+                 "provenance": r.provenance}
+        out[which] = {"trial": n, "formats": {
+            fmt: export_text(fmt, r, model, gpus, max_model_len=max_model_len, header=header,
+                             workload_path=workload_path, extra=extra)
+            for fmt in EXPORT_FORMATS}}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Timelines
+
+
+def downsample_timeline(tl: dict[str, np.ndarray], points: int = TIMELINE_POINTS) -> dict:
+    """Per-step arrays (``time_s`` = each step's end) -> at most ``points`` time bins:
+    time-weighted means of running requests, batch tokens and KV use, and the preemptions that
+    happened in each bin. The result's ``time_s`` is when each bin (or step) starts, so a
+    step-shaped line starts at 0; ``end_s`` is the end of the last step (the makespan)."""
+    t_end = np.asarray(tl["time_s"], dtype=np.float64)
+    n = t_end.size
+    if n == 0:
+        return {"time_s": [], "running": [], "tokens": [], "kv_fraction": [], "preemptions": [],
+                "end_s": 0.0}
+    dt = np.diff(np.concatenate([[0.0], t_end]))
+    running = np.asarray(tl["running"], dtype=np.float64)
+    tokens = (np.asarray(tl["prefill_tokens"], dtype=np.float64)
+              + np.asarray(tl["decode_tokens"], dtype=np.float64))
+    kv = np.asarray(tl["kv_fraction"], dtype=np.float64)
+    pre = np.asarray(tl["preemptions"], dtype=np.float64)
+    end = float(t_end[-1])
+    if n <= points:
+        return {"time_s": (t_end - dt).tolist(), "running": running.tolist(),
+                "tokens": tokens.tolist(), "kv_fraction": kv.tolist(),
+                "preemptions": pre.astype(int).tolist(), "end_s": end}
+    edges = np.linspace(0.0, end, points + 1)
+    # each step goes to the bin its end time falls in
+    idx = np.clip(np.searchsorted(edges, t_end, side="left") - 1, 0, points - 1)
+    w = np.bincount(idx, weights=dt, minlength=points)
+    keep = np.bincount(idx, minlength=points) > 0
+
+    def mean(x: np.ndarray) -> np.ndarray:
+        s = np.bincount(idx, weights=x * dt, minlength=points)
+        return np.divide(s, w, out=np.zeros(points), where=w > 0)
+
+    return {
+        "time_s": edges[:-1][keep].tolist(),
+        "running": mean(running)[keep].tolist(),
+        "tokens": mean(tokens)[keep].tolist(),
+        "kv_fraction": mean(kv)[keep].tolist(),
+        "preemptions": np.bincount(idx, weights=pre, minlength=points)[keep].astype(int).tolist(),
+        "end_s": end,
+    }
+
+
+def winner_timelines(records: list[TrialRecord], workload: Workload, model: ModelSpec,
+                     gpus: dict[str, GPU], *,
+                     cost_model_for: Callable[[GPU, ServingConfig], CostModel] | None = None,
+                     points: int = TIMELINE_POINTS) -> list[dict]:
+    """Each distinct winner simulated again with its timeline (replica 0 of a data-parallel
+    deployment). An entry carries ``error`` instead of the series when it cannot be simulated."""
+    by_num = {r.number: r for r in records}
+    out = []
+    for num, roles in winner_roles(records).items():
+        r = by_num[num]
+        config = r.serving_config()
+        entry: dict[str, Any] = {"trial": num, "roles": roles, "gpu": config.gpu,
+                                 "study_makespan_s": r.makespan_s,
+                                 "dp": config.dp}
+        gpu = gpus.get(config.gpu)
+        try:
+            if gpu is None:
+                raise TunerError(f"GPU {config.gpu!r} is not in the catalog")
+            cm = cost_model_for(gpu, config) if cost_model_for else None
+            res = simulate(workload, model, gpu, config, cm, timeline=True)
+        except TunerError as exc:
+            entry["error"] = str(exc)
+            out.append(entry)
+            continue
+        entry["makespan_s"] = res.makespan_s
+        entry["iterations"] = res.iterations
+        entry.update(downsample_timeline(res.timeline or {"time_s": []}, points))
+        out.append(entry)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Importances
+
+
+def _distinct_feasible(study: optuna.Study,
+                       numbers: Collection[int] | None = None) -> list[optuna.trial.FrozenTrial]:
+    """Feasible completed trials with finite objectives: those in ``numbers`` (e.g. the trial
+    records of :func:`tuner.search.records.trial_records`), else each distinct configuration
+    simulated on the full workload once."""
+    if numbers is None:
+        numbers = {r.number for r in trial_records(study)}
+    feasible = {r.number for r in all_records(study, with_config=False) if r.feasible}
+    return [t for t in completed(study)
+            if t.number in numbers and t.number in feasible and t.values is not None
+            and all(math.isfinite(v) for v in t.values)]
+
+
+def param_importances(study: optuna.Study, *, min_trials: int = MIN_IMPORTANCE_TRIALS,
+                      numbers: Collection[int] | None = None) -> dict:
+    """{objective: {'importances': {knob: share}, 'n_trials', 'trials', 'method'} or
+    {'skipped': reason}} for each objective of the study, over the feasible trials in
+    ``numbers`` (default: each distinct configuration simulated on the full workload)."""
+    trials = _distinct_feasible(study, numbers)
+    numbers = [t.number for t in trials]
+    out: dict[str, dict] = {}
+
+    def skip(reason: str) -> dict:
+        return {obj: {"skipped": reason, "n_trials": len(trials)} for obj in OBJECTIVES}
+
+    if len(trials) < min_trials:
+        return skip(f"only {len(trials)} distinct feasible trial(s); importances need at least "
+                    f"{min_trials} (run more trials)")
+    params = sorted({p for t in trials for p in t.params})
+    varying = [p for p in params
+               if len({json.dumps(t.params.get(p), sort_keys=True) for t in trials}) > 1]
+    if not varying:
+        return skip("every searched knob took a single value in the feasible trials")
+    sub = optuna.create_study(directions=study.directions)
+    sub.add_trials(trials)
+    for i, obj in enumerate(OBJECTIVES):
+        vals = np.array([t.values[i] for t in trials], dtype=np.float64)
+        if np.ptp(vals) <= 1e-12 * max(abs(vals).max(), 1.0):
+            out[obj] = {"skipped": f"{obj} is the same in every feasible trial",
+                        "n_trials": len(trials)}
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                imp = optuna.importance.get_param_importances(
+                    sub, evaluator=optuna.importance.FanovaImportanceEvaluator(**FANOVA),
+                    params=varying, target=lambda t, i=i: t.values[i])
+        except Exception as exc:  # noqa: BLE001 - optuna/sklearn fail in many small-data ways
+            out[obj] = {"skipped": f"importance evaluation failed ({exc})",
+                        "n_trials": len(trials)}
+            continue
+        out[obj] = {"importances": {k: float(v) for k, v in imp.items()},
+                    "n_trials": len(trials), "trials": numbers, "method": IMPORTANCE_METHOD,
+                    "fixed": [p for p in params if p not in varying]}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def report_extras(study: optuna.Study, records: list[TrialRecord], workload: Workload,
+                  model: ModelSpec, gpus: dict[str, GPU], *,
+                  cost_model_for: Callable[[GPU, ServingConfig], CostModel] | None = None,
+                  workload_path: str | None = None, out_dir: str | Path | None = None) -> dict:
+    """The optional fields of the report context (see module docstring)."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    meta = study.user_attrs.get("metadata", {}) or {}
+    if workload_path is None:
+        workload_path = str(meta.get("workload") or workload.source or "")
+    extras: dict[str, Any] = {
+        "timelines": winner_timelines(records, workload, model, gpus,
+                                      cost_model_for=cost_model_for),
+        "importances": param_importances(study, numbers={r.number for r in records}),
+        "export_snippets": export_snippets(
+            records, model, gpus, max_model_len=max_request_tokens(workload),
+            requests=len(workload), study=study.study_name, workload_path=workload_path),
+    }
+    validation = load_validation(out_dir) if out_dir is not None else None
+    if validation is None:
+        validation = study.user_attrs.get("validation")
+    if isinstance(validation, list) and validation:
+        extras["validation"] = validation
+    return extras
+
+
+def load_validation(out_dir: str | Path) -> list[dict] | None:
+    """The ``validation`` list of OUT/validation.json (written by `tuner validate`), or None.
+    Entries without a predicted and a measured makespan or a config are left out."""
+    path = Path(out_dir) / "validation.json"
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    runs = doc.get("validation") if isinstance(doc, dict) else None
+    if not isinstance(runs, list):
+        return None
+    good = []
+    for r in runs:
+        if not isinstance(r, dict) or not isinstance(r.get("config"), dict):
+            continue
+        meas = as_finite(r.get("measured_s"))
+        if as_finite(r.get("predicted_s")) is not None and meas is not None and meas > 0:
+            good.append(r)
+    return good
+
+
+__all__ = [
+    "batch_paths", "downsample_timeline", "export_snippets", "export_text", "load_validation",
+    "max_request_tokens",
+    "openai_batch_info", "param_importances", "report_extras", "winner_header", "winner_roles",
+    "winner_timelines",
+]

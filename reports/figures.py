@@ -1,0 +1,388 @@
+"""The report's figures: plotly figures built from the context's records and the view's rows.
+
+Every figure is transparent (light and dark mode), names GPUs in one colour throughout, and
+escapes user strings (plotly renders labels as pseudo-HTML). :func:`fig_json` embeds one safely.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from tuner.core.units import as_finite, duration_unit
+
+if TYPE_CHECKING:
+    from reports.context import ReportContext
+    from tuner.search.records import TrialRecord
+
+GIB = 1024**3
+
+# Mid-luminance palette (Tableau 10): legible on white and on near-black backgrounds.
+PALETTE = (
+    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
+    "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac",
+)
+MEMORY_COLORS = {
+    "weights": "#4e79a7",
+    "activations": "#f28e2b",
+    "KV cache": "#59a14f",
+    "free / reserved": "rgba(128,128,128,0.35)",
+}
+HOVER_FIELDS = ("chunk_size", "max_running", "weight_bits", "kv_bits", "tp", "scheduler")
+
+
+def esc(s: Any) -> str:
+    return html.escape(str(s), quote=False)
+
+
+def base_layout(**kw: Any) -> dict:
+    layout = dict(
+        template="none",
+        paper_bgcolor="rgba(0,0,0,0)",
+        plot_bgcolor="rgba(0,0,0,0)",
+        font=dict(family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size=13,
+                  color="#888888"),
+        margin=dict(l=70, r=20, t=30, b=60),
+        legend=dict(bgcolor="rgba(0,0,0,0)"),
+        hoverlabel=dict(font=dict(family="ui-monospace, SFMono-Regular, Menlo, monospace")),
+    )
+    layout.update(kw)
+    return layout
+
+
+def axis(title: str, **kw: Any) -> dict:
+    return dict(title=dict(text=title), gridcolor="rgba(128,128,128,0.25)",
+                zerolinecolor="rgba(128,128,128,0.4)", linecolor="rgba(128,128,128,0.6)",
+                showline=True, automargin=True, **kw)
+
+
+def gpu_colors(names: Iterable[str]) -> dict[str, str]:
+    return {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
+
+
+def pareto_figure(ctx: ReportContext, trials: dict[int, TrialRecord],
+                  colors: dict[str, str]) -> go.Figure | None:
+    feasible = [t for t in trials.values() if t.feasible]
+    if not feasible:
+        return None
+    unit, div = duration_unit(max(t.makespan_s for t in feasible))
+    pareto = set(ctx.pareto)
+    winners = ctx.winners
+    fig = go.Figure()
+    hover = "<br>".join(
+        ["<b>%{customdata[0]}</b> trial #%{customdata[1]}",
+         f"makespan %{{x:.3g}} {unit}, job $%{{y:.2f}}"]
+        + [f"{f} %{{customdata[{i + 2}]}}" for i, f in enumerate(HOVER_FIELDS)]
+    ) + "<extra></extra>"
+
+    def points(ts: list[TrialRecord]) -> dict:
+        return dict(
+            x=[t.metrics["makespan_s"] / div for t in ts],
+            y=[t.metrics["cost_usd"] for t in ts],
+            customdata=[[esc(t.config["gpu"]), t.number]
+                        + [esc(t.config.get(f, "")) for f in HOVER_FIELDS] for t in ts],
+        )
+
+    gpu_names = list(dict.fromkeys([*colors, *(t.config["gpu"] for t in feasible)]))
+    for name in gpu_names:
+        ts = [t for t in feasible if t.config["gpu"] == name]
+        if not ts:
+            continue
+        color = colors.get(name, PALETTE[-1])
+        front = [t for t in ts if t.number in pareto]
+        rest = [t for t in ts if t.number not in pareto]
+        # Legend-only entry drawn at full strength; the data traces below join its group.
+        fig.add_trace(go.Scatter(
+            mode="markers", name=esc(name), legendgroup=name, x=[None], y=[None],
+            marker=dict(color=color, size=11), hoverinfo="skip"))
+        if rest:
+            fig.add_trace(go.Scatter(
+                mode="markers", name=esc(name), legendgroup=name, showlegend=False,
+                marker=dict(color=color, size=8, opacity=0.45), hovertemplate=hover,
+                **points(rest)))
+        if front:
+            fig.add_trace(go.Scatter(
+                mode="markers", name=esc(name), legendgroup=name, showlegend=False,
+                marker=dict(color=color, size=13, opacity=1.0,
+                            line=dict(color="rgba(128,128,128,0.9)", width=1.5)),
+                hovertemplate=hover, **points(front)))
+    front_all = sorted((trials[n] for n in pareto), key=lambda t: t.metrics["makespan_s"])
+    if len(front_all) > 1:
+        fig.add_trace(go.Scatter(
+            mode="lines", name="Pareto front", hoverinfo="skip",
+            x=[t.metrics["makespan_s"] / div for t in front_all],
+            y=[t.metrics["cost_usd"] for t in front_all],
+            line=dict(color="rgba(128,128,128,0.7)", dash="dot", shape="hv", width=1.5)))
+    labels: dict[int, list[str]] = {}
+    for k in ("fastest", "cheapest"):
+        if winners.of(k) is not None:
+            labels.setdefault(winners.of(k), []).append(k)
+    for num, names in labels.items():
+        t = trials[num]
+        fig.add_annotation(
+            x=t.metrics["makespan_s"] / div, y=t.metrics["cost_usd"],
+            text=" & ".join(names), showarrow=True, arrowhead=2, arrowcolor="#888888",
+            ax=40 if "cheapest" in names else 30, ay=-35)
+    fig.update_layout(**base_layout(
+        xaxis=axis(f"makespan ({unit})", rangemode="tozero"),
+        yaxis=axis("job cost (USD)", tickprefix="$", tickformat=",.2f", rangemode="tozero"),
+        legend=dict(bgcolor="rgba(0,0,0,0)", title=dict(text="GPU")),
+        height=480,
+    ))
+    return fig
+
+
+def memory_figure(rows: list[dict]) -> go.Figure | None:
+    if not rows:
+        return None
+    fig = go.Figure()
+    labels = [esc(r["label"]) for r in rows]
+    widest = max(r["total"] for r in rows) / GIB or 1.0
+    for part, key in (("weights", "weights"), ("activations", "activations"),
+                      ("KV cache", "kv"), ("free / reserved", "free")):
+        vals = [r[key] / GIB for r in rows]
+        fig.add_trace(go.Bar(
+            orientation="h", name=part, y=labels, x=vals,
+            marker=dict(color=MEMORY_COLORS[part]),
+            text=[f"{v:.1f}" if v >= 0.06 * widest else "" for v in vals],
+            textposition="inside", insidetextanchor="middle", textangle=0,
+            hovertemplate=f"{part}: %{{x:.2f}} GiB<extra>%{{y}}</extra>"))
+    fig.update_layout(**base_layout(
+        barmode="stack",
+        xaxis=axis("GiB per GPU", rangemode="tozero"),
+        yaxis=dict(autorange="reversed", automargin=True),
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, bgcolor="rgba(0,0,0,0)",
+                    traceorder="normal"),
+        height=max(180, 90 + 55 * len(rows)),
+        margin=dict(l=20, r=20, t=40, b=50),
+    ))
+    return fig
+
+
+def _histogram(values: np.ndarray) -> dict:
+    n = values.size
+    bins = int(min(50, max(5, math.ceil(math.sqrt(n)))))
+    counts, edges = np.histogram(values, bins=bins)
+    return dict(
+        x=((edges[:-1] + edges[1:]) / 2).tolist(), y=counts.tolist(),
+        width=np.diff(edges).tolist(),
+        customdata=np.stack([np.floor(edges[:-1]), np.floor(edges[1:])], axis=1).tolist(),
+    )
+
+
+def workload_figure(prompt: np.ndarray, output: np.ndarray) -> go.Figure | None:
+    if prompt.size == 0 and output.size == 0:
+        return None
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
+                        subplot_titles=("prompt tokens", "output tokens"))
+    # Not GPU colours (those mean a GPU everywhere else in the report).
+    for col, (vals, color) in enumerate(((prompt, "#9c755f"), (output, "#b07aa1")), start=1):
+        if vals.size == 0:
+            continue
+        fig.add_trace(go.Bar(
+            showlegend=False, marker=dict(color=color),
+            hovertemplate="%{customdata[0]:,}–%{customdata[1]:,} tokens: %{y:,} requests"
+                          "<extra></extra>",
+            **_histogram(vals)), row=1, col=col)
+    fig.update_layout(**base_layout(height=360, bargap=0.02,
+                                     margin=dict(l=70, r=20, t=60, b=60)))
+    fig.update_xaxes(**axis("tokens per request"))
+    fig.update_yaxes(**axis("requests"))
+    return fig
+
+
+def role_label(entry: dict) -> str:
+    roles = entry.get("roles") or []
+    return f"#{entry['trial']} {entry.get('gpu', '')}" + (f" ({roles[0]})" if roles else "")
+
+
+def timeline_figure(timelines: list[dict], colors: dict[str, str]) -> go.Figure | None:
+    """Running requests, KV use and cumulative preemptions over time, one line per winner."""
+    series = [t for t in timelines if "error" not in t and t.get("time_s")]
+    if not series:
+        return None
+    def end(t: dict) -> float:
+        return float(as_finite(t.get("end_s")) or t["time_s"][-1])
+
+    unit, div = duration_unit(max(end(t) for t in series))
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=("running requests (batch size)", "KV cache in use",
+                                        "preemptions so far (cumulative)"))
+    seen: Counter = Counter()
+    for t in series:
+        gpu = t.get("gpu", "")
+        color = colors.get(gpu, PALETTE[-1])
+        dash = ("solid", "dash", "dot", "dashdot")[seen[gpu] % 4]
+        seen[gpu] += 1
+        name = esc(role_label(t))
+        # step-shaped: each value holds from its time to the next; the job ends at end_s
+        x = [v / div for v in t["time_s"]] + [end(t) / div]
+        tokens = list(t.get("tokens") or [None] * len(t["time_s"])) + [0]
+        common = dict(mode="lines", legendgroup=str(t["trial"]), x=x,
+                      line=dict(color=color, dash=dash, width=1.8, shape="hv"))
+        fig.add_trace(go.Scatter(
+            name=name, y=[*t["running"], 0], customdata=tokens,
+            hovertemplate=f"{name}<br>t=%{{x:.3g}} {unit}: %{{y:.0f}} running, "
+                          "%{customdata:,.0f} tokens/step<extra></extra>", **common),
+            row=1, col=1)
+        fig.add_trace(go.Scatter(
+            name=name, showlegend=False, y=[100.0 * v for v in t["kv_fraction"]] + [0.0],
+            hovertemplate=f"{name}<br>t=%{{x:.3g}} {unit}: KV %{{y:.0f}} %<extra></extra>",
+            **common), row=2, col=1)
+        cum = np.cumsum(np.asarray(t["preemptions"], dtype=np.float64)).tolist()
+        cum.append(cum[-1] if cum else 0.0)
+        fig.add_trace(go.Scatter(
+            name=name, showlegend=False, y=cum,
+            hovertemplate=f"{name}<br>t=%{{x:.3g}} {unit}: %{{y:,.0f}} preemptions"
+                          "<extra></extra>", **common), row=3, col=1)
+    fig.update_layout(**base_layout(
+        height=640, margin=dict(l=70, r=20, t=50, b=60), hovermode="closest",
+        legend=dict(orientation="h", yanchor="bottom", y=1.05, x=0, bgcolor="rgba(0,0,0,0)")))
+    fig.update_xaxes(**axis(""))
+    fig.update_xaxes(title=dict(text=f"time since the job started ({unit})"), row=3, col=1)
+    fig.update_yaxes(**axis("requests", rangemode="tozero"), row=1, col=1)
+    fig.update_yaxes(**axis("% of KV capacity", range=[0, 105]), row=2, col=1)
+    fig.update_yaxes(**axis("preemptions", rangemode="tozero"), row=3, col=1)
+    return fig
+
+
+def importance_figure(importances: dict) -> go.Figure | None:
+    """fANOVA importance per knob, one panel per objective."""
+    panels = [(obj, title, importances.get(obj) or {})
+              for obj, title in (("makespan_s", "makespan"), ("cost_usd", "job cost"))]
+    panels = [p for p in panels if p[2].get("importances")]
+    if not panels:
+        return None
+    order = list(panels[0][2]["importances"])
+    for _, _, d in panels[1:]:
+        order += [k for k in d["importances"] if k not in order]
+    order = order[::-1]  # largest on top
+    fig = make_subplots(rows=1, cols=len(panels), shared_yaxes=True, horizontal_spacing=0.06,
+                        subplot_titles=[f"share of {t} variance" for _, t, _ in panels])
+    for col, (_, title, d) in enumerate(panels, start=1):
+        vals = [100.0 * float(d["importances"].get(k, 0.0)) for k in order]
+        fig.add_trace(go.Bar(
+            orientation="h", y=[esc(k) for k in order], x=vals, showlegend=False,
+            marker=dict(color=("#76b7b2", "#b07aa1")[col - 1]), text=[f"{v:.0f} %" for v in vals],
+            textposition="outside", cliponaxis=False,
+            hovertemplate=f"%{{y}}: %{{x:.1f}} % of {title} variance ({d.get('n_trials', '?')} "
+                          "trials)<extra></extra>"), row=1, col=col)
+        fig.update_xaxes(**axis("%", range=[0, 115]), row=1, col=col)
+    fig.update_yaxes(automargin=True)
+    fig.update_layout(**base_layout(height=max(220, 90 + 34 * len(order)),
+                                     margin=dict(l=20, r=30, t=50, b=50), bargap=0.3))
+    return fig
+
+
+def sort_key(v: Any) -> tuple:
+    return (0, float(v), "") if isinstance(v, (int, float)) and not isinstance(v, bool) \
+        else (1, 0.0, str(v))
+
+
+def slices_figure(slices: dict[str, list[dict]], colors: dict[str, str]) -> go.Figure | None:
+    if not slices:
+        return None
+    knobs = list(slices)
+    cols = min(3, len(knobs))
+    rows = math.ceil(len(knobs) / cols)
+    unit, div = duration_unit(max(r["makespan_s"] for rs in slices.values() for r in rs))
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[esc(k) for k in knobs],
+                        horizontal_spacing=0.08, vertical_spacing=0.16 if rows > 1 else 0.1)
+    legend_done: set[str] = set()
+    for i, knob in enumerate(knobs):
+        row, col = i // cols + 1, i % cols + 1
+        values = sorted({json.dumps(r["value"]) for r in slices[knob]},
+                        key=lambda v: sort_key(json.loads(v)))
+        labels = [esc(json.loads(v)) for v in values]
+        for gpu in dict.fromkeys(r["gpu"] for r in slices[knob]):
+            rs = [r for r in slices[knob] if r["gpu"] == gpu]
+            fig.add_trace(go.Scatter(
+                mode="lines+markers", name=esc(gpu), legendgroup=gpu,
+                showlegend=gpu not in legend_done,
+                x=[esc(r["value"]) for r in rs], y=[r["makespan_s"] / div for r in rs],
+                customdata=[[r["trial"], r["cost_usd"], r["n"]] for r in rs],
+                marker=dict(color=colors.get(gpu, PALETTE[-1]), size=8),
+                line=dict(color=colors.get(gpu, PALETTE[-1]), width=1.5),
+                hovertemplate=f"{esc(gpu)}, {esc(knob)}=%{{x}}: best %{{y:.3g}} {unit}, "
+                              "$%{customdata[1]:.2f} (trial #%{customdata[0]}, "
+                              "%{customdata[2]} feasible trials)<extra></extra>"),
+                row=row, col=col)
+            legend_done.add(gpu)
+        fig.update_xaxes(**axis(""), type="category", categoryorder="array",
+                         categoryarray=labels, row=row, col=col)
+        fig.update_yaxes(**axis(f"best makespan ({unit})" if col == 1 else "",
+                                 rangemode="tozero"), row=row, col=col)
+    fig.update_layout(**base_layout(
+        height=90 + 270 * rows, margin=dict(l=70, r=20, t=60, b=40),
+        legend=dict(orientation="h", yanchor="bottom", y=1.04, x=0, bgcolor="rgba(0,0,0,0)",
+                    title=dict(text="GPU"))))
+    return fig
+
+
+def limit_figure(rows: list[dict]) -> go.Figure | None:
+    rows = [r for r in rows if r["fraction"] is not None]
+    if not rows:
+        return None
+    unit, div = duration_unit(max(r["makespan_s"] for r in rows))
+    labels = [esc(f"#{r['number']} {r['gpu']} ({r['roles'][0]})") for r in rows]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(
+        orientation="h", name="physical limit T<sub>o</sub>", y=labels,
+        x=[r["lower_bound_s"] / div for r in rows], marker=dict(color="rgba(128,128,128,0.55)"),
+        hovertemplate=f"%{{y}}: T<sub>o</sub> %{{x:.3g}} {unit}<extra></extra>"))
+    fig.add_trace(go.Bar(
+        orientation="h", name="predicted makespan", y=labels,
+        x=[r["makespan_s"] / div for r in rows], marker=dict(color=[r["color"] for r in rows]),
+        text=[f"{100 * r['fraction']:.0f} % of the limit" for r in rows],
+        textposition="outside", cliponaxis=False,
+        hovertemplate=f"%{{y}}: makespan %{{x:.3g}} {unit}<extra></extra>"))
+    fig.update_layout(**base_layout(
+        barmode="group", height=max(200, 100 + 60 * len(rows)),
+        xaxis=axis(f"time ({unit})", rangemode="tozero"),
+        yaxis=dict(autorange="reversed", automargin=True),
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, bgcolor="rgba(0,0,0,0)"),
+        margin=dict(l=20, r=110, t=40, b=50)))
+    return fig
+
+
+def validation_figure(rows: list[dict], colors: dict[str, str]) -> go.Figure | None:
+    if not rows:
+        return None
+    top = max(max(r["predicted_s"], r["measured_s"]) for r in rows)
+    unit, div = duration_unit(top)
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(
+        mode="lines", name="prediction = measurement", x=[0, 1.05 * top / div],
+        y=[0, 1.05 * top / div], hoverinfo="skip",
+        line=dict(color="rgba(128,128,128,0.7)", dash="dot")))
+    for gpu in dict.fromkeys(r["gpu"] for r in rows):
+        rs = [r for r in rows if r["gpu"] == gpu]
+        fig.add_trace(go.Scatter(
+            mode="markers", name=esc(gpu), x=[r["predicted_s"] / div for r in rs],
+            y=[r["measured_s"] / div for r in rs],
+            customdata=[[esc(r["trial"]), esc(r["runner"]), r["error_s"]] for r in rs],
+            marker=dict(color=colors.get(gpu, PALETTE[-1]), size=11),
+            hovertemplate="trial %{customdata[0]} (%{customdata[1]}): predicted %{x:.3g}, "
+                          f"measured %{{y:.3g}} {unit}, error %{{customdata[2]}}<extra></extra>"))
+    fig.update_layout(**base_layout(
+        height=420, xaxis=axis(f"predicted makespan ({unit})", rangemode="tozero"),
+        yaxis=axis(f"measured makespan ({unit})", rangemode="tozero")))
+    return fig
+
+
+def fig_json(fig: go.Figure | None) -> str | None:
+    """Figure JSON safe to put inside <script type="application/json">."""
+    if fig is None:
+        return None
+    s = fig.to_json()
+    return s.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+

@@ -1,0 +1,493 @@
+"""The report's view model: a ReportContext turned into the rows, strings and figure JSON the
+template shows (every number formatted here, once)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import plotly.offline
+
+from reports import figures
+from reports.context import GpuInfo, ReportContext
+from reports.figures import GIB, PALETTE, fig_json, gpu_colors, role_label, sort_key
+from tuner.core.errors import TunerError
+from tuner.core.provenance import Provenance
+from tuner.core.units import as_finite, fmt_duration
+from tuner.search.records import GOALS, TrialRecord, winner_roles_of
+
+
+def fmt_usd(x: Any) -> str:
+    v = as_finite(x)
+    if v is None:
+        return "—"
+    if 0 < abs(v) < 0.01:
+        return f"${v:.4f}"
+    return f"${v:,.2f}"
+
+
+def fmt_int(x: Any) -> str:
+    v = as_finite(x)
+    return "—" if v is None else f"{round(v):,}"
+
+
+def fmt_float(x: Any, digits: int = 2) -> str:
+    v = as_finite(x)
+    if v is None:
+        return "—"
+    if v != 0 and abs(v) < 10 ** -digits:
+        return f"{v:.2g}"
+    return f"{v:,.{digits}f}"
+
+
+def fmt_pct(x: Any, digits: int = 0) -> str:
+    v = as_finite(x)
+    return "—" if v is None else f"{100 * v:.{digits}f} %"
+
+
+def fmt_gib(x: Any) -> str:
+    v = as_finite(x)
+    return "—" if v is None else f"{v / GIB:.1f} GiB"
+
+
+def fmt_params(n: Any) -> str:
+    v = as_finite(n)
+    if v is None:
+        return "—"
+    return f"{v / 1e9:.2f} B" if v >= 1e9 else f"{v / 1e6:.0f} M"
+
+
+def bits_summary(cfg: dict) -> str:
+    wb, kb = cfg.get("weight_bits", 16), cfg.get("kv_bits", 16)
+    return f"{wb}-bit" if wb == kb else f"{wb}-bit weights, {kb}-bit KV"
+
+
+def config_summary(cfg: dict) -> str:
+    """'tp1, chunk 2048, R_max 256, 16-bit' (+ the non-default knobs)."""
+    parts = [f"tp{cfg.get('tp', 1)}"]
+    if cfg.get("dp", 1) > 1:
+        parts.append(f"dp{cfg['dp']}")
+    parts += [f"chunk {cfg.get('chunk_size', '?')}", f"R_max {cfg.get('max_running', '?')}",
+              bits_summary(cfg)]
+    if cfg.get("scheduler", "vllm") != "vllm":
+        parts.append(f"scheduler {cfg['scheduler']}")
+    if cfg.get("ordering", "fcfs") != "fcfs":
+        parts.append(f"order {cfg['ordering']}")
+    if cfg.get("kv_offload_layers", 0):
+        parts.append(f"KV offload {cfg['kv_offload_layers']} layers")
+    if cfg.get("weight_offload_fraction", 0):
+        parts.append(f"weights {100 * cfg['weight_offload_fraction']:.0f} % on CPU")
+    return ", ".join(parts)
+
+
+def _winner_roles(ctx: ReportContext) -> list[tuple[int, list[str]]]:
+    """Distinct winners (overall first, then per GPU) with their roles."""
+    best = {g: ctx.winners.of(g) for g in GOALS}
+    per_gpu = {gpu: {g: p.of(g) for g in GOALS} for gpu, p in ctx.best_per_gpu.items()}
+    return list(winner_roles_of(best, per_gpu).items())
+
+
+def _memory_rows(ctx: ReportContext, trials: dict[int, TrialRecord]) -> list[dict]:
+    """One row per distinct winner (overall winners first, then per GPU) that has a memory plan."""
+    rows = []
+    for num, roles in _winner_roles(ctx):
+        t = trials[num]
+        mem = t.memory
+        if not mem:
+            continue
+        total = as_finite(mem.get("gpu_memory_bytes")) or 0.0
+        w = as_finite(mem.get("weight_bytes")) or 0.0
+        a = as_finite(mem.get("activation_bytes")) or 0.0
+        kv = as_finite(mem.get("kv_bytes")) or 0.0
+        rows.append(dict(
+            number=num, gpu=t.config["gpu"], roles=roles,
+            label=f"#{num} {t.gpu} ({roles[0]})",
+            total=total, usable=as_finite(mem.get("usable_bytes")), weights=w, activations=a, kv=kv,
+            free=max(total - w - a - kv, 0.0),
+            kv_capacity_tokens=mem.get("kv_capacity_tokens"),
+            max_concurrent_requests=mem.get("max_concurrent_requests"),
+            summary=config_summary(t.config),
+        ))
+    return rows
+
+
+def _slice_knobs(feasible: list[TrialRecord]) -> list[str]:
+    """ServingConfig fields (other than the GPU) that took more than one value."""
+    knobs = []
+    for key in feasible[0].config if feasible else []:
+        if key == "gpu":
+            continue
+        values = {json.dumps(t.config.get(key), sort_keys=True) for t in feasible}
+        if len(values) > 1:
+            knobs.append(key)
+    return knobs
+
+
+def _slices(trials: dict[int, TrialRecord]) -> dict[str, list[dict]]:
+    """{knob: [{'value', 'gpu', 'trial', 'makespan_s', 'cost_usd', 'n'}]}: the best makespan for
+    each value of each knob, per GPU."""
+    feasible = [t for t in trials.values() if t.feasible]
+    out: dict[str, list[dict]] = {}
+    for knob in _slice_knobs(feasible):
+        best: dict[tuple, dict] = {}
+        count: Counter = Counter()
+        for t in feasible:
+            key = (json.dumps(t.config.get(knob), sort_keys=True), t.config["gpu"])
+            count[key] += 1
+            m = t.metrics
+            cur = best.get(key)
+            if cur is None or (m["makespan_s"], m["cost_usd"], t.number) < \
+                    (cur["makespan_s"], cur["cost_usd"], cur["trial"]):
+                best[key] = dict(value=t.config.get(knob), gpu=t.config["gpu"],
+                                 trial=t.number, makespan_s=m["makespan_s"],
+                                 cost_usd=m["cost_usd"])
+        rows = [dict(r, n=count[k]) for k, r in best.items()]
+        rows.sort(key=lambda r: (sort_key(r["value"]), r["gpu"]))
+        out[knob] = rows
+    return out
+
+
+def _limit_rows(ctx: ReportContext, trials: dict[int, TrialRecord],
+                colors: dict[str, str]) -> list[dict]:
+    """Each distinct winner with its physical limit T_o and how close its makespan gets."""
+    rows = []
+    for r in _winner_roles(ctx):
+        t = trials[r[0]]
+        m = t.metrics or {}
+        ms, lb = as_finite(m.get("makespan_s")), as_finite(m.get("lower_bound_s"))
+        rows.append(dict(
+            number=r[0], gpu=t.config["gpu"], roles=r[1],
+            color=colors.get(t.config["gpu"], PALETTE[-1]), makespan_s=ms, lower_bound_s=lb,
+            fraction=(lb / ms) if lb is not None and ms else None,
+            makespan=fmt_duration(ms), limit=fmt_duration(lb),
+            pct=fmt_pct(lb / ms) if lb is not None and ms else "—",
+            gap=fmt_duration(ms - lb) if lb is not None and ms is not None else "—",
+            summary=config_summary(t.config)))
+    return rows
+
+
+def _validation_rows(ctx: ReportContext) -> list[dict]:
+    rows = []
+    for v in ctx.validation or []:
+        pred, meas = float(v["predicted_s"]), float(v["measured_s"])
+        err = (pred - meas) / meas if meas > 0 else None
+        cal = as_finite(v.get("predicted_calibrated_s"))
+        trial = v.get("trial")
+        device = v.get("measured_device") or v.get("device")
+        runner = str(v.get("runner") or "—") + (f" on {device}" if device else "")
+        notes = v.get("notes")
+        note = v.get("note") or ("; ".join(str(n) for n in notes)
+                                 if isinstance(notes, list) else str(notes or ""))
+        rows.append(dict(
+            trial=f"#{trial}" if trial is not None else "—", gpu=v["config"].get("gpu", "—"),
+            summary=config_summary(v["config"]), runner=runner,
+            predicted_s=pred, measured_s=meas, error=err, predicted=fmt_duration(pred),
+            measured=fmt_duration(meas),
+            error_s="—" if err is None else f"{100 * err:+.0f} %",
+            calibrated=fmt_duration(cal) if cal is not None else "—",
+            calibrated_error="—" if cal is None or meas <= 0 else
+            f"{100 * (cal - meas) / meas:+.0f} %",
+            note=note))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# View model
+
+
+def _lengths_stats(values: np.ndarray) -> dict:
+    if values.size == 0:
+        return dict(count="0", median="—", mean="—", p90="—", max="—", total="—")
+    return dict(
+        count=f"{values.size:,}", median=fmt_int(np.median(values)), mean=fmt_int(values.mean()),
+        p90=fmt_int(np.percentile(values, 90)), max=fmt_int(values.max()),
+        total=fmt_int(values.sum()),
+    )
+
+
+def _as_lengths(values: Any, where: str) -> np.ndarray:
+    try:
+        arr = np.asarray(list(values), dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TunerError(f"Report context {where} must be a list of token counts.") from None
+    if arr.ndim != 1:
+        raise TunerError(f"Report context {where} must be a flat list of token counts.")
+    return arr[np.isfinite(arr)]
+
+
+def _row(t: TrialRecord, pick: str) -> dict:
+    m = t.metrics or {}
+    ms, lb = as_finite(m.get("makespan_s")), as_finite(m.get("lower_bound_s"))
+    peak = as_finite(m.get("peak_kv_fraction"))
+    return dict(
+        gpu=t.config["gpu"], pick=pick, number=t.number, summary=config_summary(t.config),
+        makespan=fmt_duration(ms), cost=fmt_usd(m.get("cost_usd")),
+        usd_per_1k=fmt_usd(m.get("usd_per_1k_requests")), qps=fmt_float(m.get("qps")),
+        qps_per_usd=fmt_float(m.get("qps_per_usd_per_h")),
+        tok_s=fmt_int(m.get("throughput_tok_s")), preemptions=fmt_int(m.get("preemptions")),
+        peak_kv=fmt_pct(peak), limit=fmt_pct(lb / ms) if lb is not None and ms else "—",
+    )
+
+
+def _winner_card(trials: dict[int, TrialRecord], n: int | None) -> dict | None:
+    """The headline's line for one overall winner."""
+    if n is None:
+        return None
+    t = trials[n]
+    count = int(t.config.get("tp", 1) or 1) * int(t.config.get("dp", 1) or 1)
+    return dict(gpu=t.gpu, number=n, label=f"{count} × {t.gpu}" if count > 1 else t.gpu,
+                makespan=fmt_duration(t.makespan_s), cost=fmt_usd(t.cost_usd),
+                summary=config_summary(t.config))
+
+
+def _per_gpu_lines(ctx: ReportContext, trials: dict[int, TrialRecord], gpu_names: list[str],
+                   colors: dict[str, str]) -> list[dict]:
+    """Each GPU's best makespan and cost, or why none of its trials was feasible."""
+    infeasible = [t for t in trials.values() if not t.feasible]
+    lines = []
+    for name in gpu_names:
+        picks = ctx.best_per_gpu.get(name)
+        if picks:
+            f, c = trials[picks.fastest], trials[picks.cheapest]
+            lines.append(dict(
+                gpu=name, color=colors[name], feasible=True,
+                fastest=f"{fmt_duration(f.makespan_s)}, {fmt_usd(f.cost_usd)}",
+                cheapest=f"{fmt_usd(c.cost_usd)} in {fmt_duration(c.makespan_s)}",
+                same=picks.fastest == picks.cheapest))
+        else:
+            bad = [t for t in infeasible if t.gpu == name]
+            reasons = Counter((t.reason or "no reason given") for t in bad)
+            top = reasons.most_common(1)[0][0] if reasons else "no trial ran on it"
+            lines.append(dict(gpu=name, color=colors[name], feasible=False, reason=top,
+                              count=len(bad)))
+    return lines
+
+
+def _best_table(ctx: ReportContext, trials: dict[int, TrialRecord], gpu_names: list[str],
+                colors: dict[str, str]) -> list[dict]:
+    """'Best config per GPU': the fastest and the cheapest of each GPU (one row when the same)."""
+    table = []
+    for name in gpu_names:
+        picks = ctx.best_per_gpu.get(name)
+        if not picks:
+            continue
+        if picks.fastest == picks.cheapest:
+            table.append(_row(trials[picks.fastest], "fastest & cheapest"))
+        else:
+            table.append(_row(trials[picks.fastest], "fastest"))
+            table.append(_row(trials[picks.cheapest], "cheapest"))
+    for r in table:
+        r["overall"] = [k for k in GOALS if ctx.winners.of(k) == r["number"]]
+        r["color"] = colors.get(r["gpu"], PALETTE[-1])
+    return table
+
+
+def _formatted_memory_rows(ctx: ReportContext, trials: dict[int, TrialRecord]) -> list[dict]:
+    rows = _memory_rows(ctx, trials)
+    for r in rows:
+        r.update(total_s=fmt_gib(r["total"]), usable_s=fmt_gib(r["usable"]),
+                 weights_s=fmt_gib(r["weights"]), activations_s=fmt_gib(r["activations"]),
+                 kv_s=fmt_gib(r["kv"]), free_s=fmt_gib(r["free"]),
+                 kv_tokens_s=fmt_int(r["kv_capacity_tokens"]),
+                 max_conc_s=fmt_int(r["max_concurrent_requests"]))
+    return rows
+
+
+def _figures(ctx: ReportContext, trials: dict[int, TrialRecord], colors: dict[str, str],
+             rows: dict) -> dict[str, str | None]:
+    """Every figure as embeddable JSON (None: the figure has nothing to show)."""
+    return {
+        "pareto": fig_json(figures.pareto_figure(ctx, trials, colors)),
+        "limit": fig_json(figures.limit_figure(rows["limit"])),
+        "timeline": fig_json(figures.timeline_figure(ctx.timelines or [], colors)),
+        "importance": fig_json(figures.importance_figure(ctx.importances or {})),
+        "slices": fig_json(figures.slices_figure(rows["slices"], colors)),
+        "memory": fig_json(figures.memory_figure(rows["memory"])),
+        "workload": fig_json(figures.workload_figure(rows["prompt"], rows["output"])),
+        "validation": fig_json(figures.validation_figure(rows["validation"], colors)),
+    }
+
+
+def _about(ctx: ReportContext, prompt: np.ndarray, output: np.ndarray,
+           colors: dict[str, str]) -> dict:
+    """The workload, model and GPU sections."""
+    wl, model = ctx.workload, ctx.model
+    return dict(
+        workload=dict(source=wl.source, requests=fmt_int(wl.requests), tokenizer=wl.tokenizer,
+                      output_source=wl.output_source, prompt=_lengths_stats(prompt),
+                      output=_lengths_stats(output)),
+        model=dict(name=model.name, params=fmt_params(model.num_params),
+                   hf_id=model.hf_id or ""),
+        gpus=[_gpu_view(n, g, colors[n]) for n, g in ctx.gpus.items()])
+
+
+def view(ctx: ReportContext) -> dict:
+    """Everything the template shows."""
+    trials = ctx.by_number
+    gpu_names = list(dict.fromkeys([*ctx.gpus, *ctx.best_per_gpu,
+                                    *(t.gpu for t in trials.values())]))
+    colors = gpu_colors(gpu_names)
+    fastest = _winner_card(trials, ctx.winners.fastest)
+    cheapest = _winner_card(trials, ctx.winners.cheapest)
+    infeasible = [t for t in trials.values() if not t.feasible]
+    rows = dict(limit=_limit_rows(ctx, trials, colors), slices=_slices(trials),
+                memory=_formatted_memory_rows(ctx, trials), validation=_validation_rows(ctx),
+                prompt=_as_lengths(ctx.workload.prompt_tokens, "workload.prompt_tokens"),
+                output=_as_lengths(ctx.workload.output_tokens, "workload.output_tokens"))
+    val_errors = [abs(r["error"]) for r in rows["validation"] if r["error"] is not None]
+    return dict(
+        title=ctx.title, question=ctx.question, generated_at=ctx.generated_at,
+        tool_version=ctx.tool_version, study=str(ctx.study or ""),
+        fastest=fastest, cheapest=cheapest,
+        same_winner=fastest is not None and cheapest is not None
+        and fastest["number"] == cheapest["number"],
+        fastest_limit=next((r for r in rows["limit"]
+                            if fastest and r["number"] == fastest["number"]), None),
+        per_gpu_lines=_per_gpu_lines(ctx, trials, gpu_names, colors),
+        table=_best_table(ctx, trials, gpu_names, colors), mem_rows=rows["memory"],
+        limit_rows=rows["limit"], timelines=_timeline_view(ctx.timelines or []),
+        importances=_importance_view(ctx.importances),
+        slice_knobs=list(rows["slices"]), validation=rows["validation"],
+        validation_mean_error=fmt_pct(sum(val_errors) / len(val_errors)) if val_errors else "—",
+        validation_calibrated=any(r["calibrated"] != "—" for r in rows["validation"]),
+        **_about(ctx, rows["prompt"], rows["output"], colors),
+        n_trials=len(trials), n_feasible=len(trials) - len(infeasible),
+        n_infeasible=len(infeasible), n_pareto=len(ctx.pareto),
+        trial_range=_trial_range(trials),
+        reasons=Counter((t.reason or "no reason given") for t in infeasible).most_common(),
+        fastest_yaml=ctx.exports.fastest_vllm_yaml,
+        cheapest_yaml=ctx.exports.cheapest_vllm_yaml,
+        export_blocks=_export_view(ctx),
+        notes=[str(n) for n in ctx.notes or []],
+        verdicts=[str(v) for v in ctx.verdicts or []],
+        figures=_figures(ctx, trials, colors, rows),
+        plotly_js=plotly.offline.get_plotlyjs(),
+    )
+
+
+def _trial_range(trials: dict[int, TrialRecord]) -> str:
+    if not trials:
+        return "—"
+    lo, hi = min(trials), max(trials)
+    return f"#{lo}" if lo == hi else f"#{lo}–#{hi}"
+
+
+PROVENANCE_LABELS = {  # Provenance.kind -> how the report names that source
+    "measured": "measured (profiled)",
+    "tables": "measured (public kernel tables)",
+    "calibrated": "calibrated on real runs",
+    "transferred": "spec-derived (not measured)",
+    "roofline": "spec-derived (not measured)",
+}
+
+
+def provenance_label(provenance: Provenance, measured: bool | None = None) -> str:
+    """How the report names a cost model's source; ``measured`` (a context's override) wins."""
+    if measured is None:
+        return PROVENANCE_LABELS[provenance.kind]
+    return PROVENANCE_LABELS["measured" if measured else "roofline"]
+
+
+def _gpu_view(name: str, g: GpuInfo, color: str) -> dict:
+    measured = g.measured if g.measured is not None else g.cost_model.is_measured
+    cv = as_finite(g.cv_error)
+    return dict(name=name, color=color, memory=fmt_float(g.memory_gib, 0),
+                price=fmt_usd(g.price_usd_per_h), source=g.price_source or "—",
+                date=g.price_date or "—", cost_model=str(g.cost_model) or "—",
+                kind=provenance_label(g.cost_model, g.measured), measured=bool(measured),
+                cv=f"{100 * cv:.1f} %" if cv is not None else "—",
+                cv_metric=g.cv_metric or "")
+
+
+def _timeline_view(timelines: list[dict]) -> list[dict]:
+    out = []
+    for t in timelines:
+        entry = dict(label=role_label(t), roles=t.get("roles") or [], trial=t["trial"],
+                     error=t.get("error"), note="")
+        ms, study_ms = as_finite(t.get("makespan_s")), as_finite(t.get("study_makespan_s"))
+        if ms is not None and study_ms:
+            diff = (ms - study_ms) / study_ms
+            entry["resim"] = fmt_duration(ms)
+            entry["study"] = fmt_duration(study_ms)
+            if abs(diff) > 0.005:
+                entry["note"] = (f"re-simulated makespan {fmt_duration(ms)} differs from the "
+                                 f"study's {fmt_duration(study_ms)} by {100 * diff:+.1f} % (the "
+                                 "cost model or simulator changed since the search)")
+        if (t.get("dp") or 1) > 1:
+            entry["note"] = (entry["note"] + "; " if entry["note"] else "") + \
+                f"replica 1 of {t['dp']} shown"
+        out.append(entry)
+    return out
+
+
+def _importance_view(importances: Any) -> dict:
+    """{'rows': [{knob, makespan, cost}], 'skipped': [str], 'n_trials', 'method'}."""
+    if not isinstance(importances, dict) or not importances:
+        return dict(rows=[], skipped=[], n_trials=None, method="", absent=True)
+    objs = (("makespan_s", "makespan"), ("cost_usd", "job cost"))
+    skipped = [f"{title}: {importances[o]['skipped']}" for o, title in objs
+               if isinstance(importances.get(o), dict) and importances[o].get("skipped")]
+    done = [importances[o] for o, _ in objs
+            if isinstance(importances.get(o), dict) and importances[o].get("importances")]
+    knobs: list[str] = []
+    for d in done:
+        knobs += [k for k in d["importances"] if k not in knobs]
+    rows = []
+    for k in knobs:
+        cells = []
+        for o, _ in objs:
+            v = ((importances.get(o) or {}).get("importances") or {}).get(k)
+            cells.append(fmt_pct(v) if v is not None else "—")
+        rows.append(dict(knob=k, makespan=cells[0], cost=cells[1]))
+    n = next((d.get("n_trials") for d in importances.values() if isinstance(d, dict)), None)
+    method = next((d.get("method") for d in done if d.get("method")), "")
+    return dict(rows=rows, skipped=skipped, n_trials=n, method=method, absent=False)
+
+
+EXPORT_FORMAT_INFO = {
+    "vllm": ("vLLM config (YAML)", "Save as config.yaml; run: vllm serve --config config.yaml"),
+    "vllm-run-batch": ("vllm run-batch", "Run as is on the GPU machine: reads the batch JSONL "
+                       "and writes the results JSONL."),
+    "sglang": ("SGLang", "Starts an SGLang server with these settings; then send the batch to "
+               "it."),
+    "json": ("JSON (every figure)", "The configuration, predicted figures, memory plan and "
+             "engine arguments, for scripts."),
+}
+
+
+def _export_view(ctx: ReportContext) -> list[dict]:
+    """[{'title', 'trial', 'formats': [{'key', 'name', 'how', 'text', 'id', 'open'}]}]."""
+    snippets = ctx.export_snippets or {}
+    blocks = []
+    if snippets:
+        same = (snippets.get("fastest") or {}).get("trial") == \
+            (snippets.get("cheapest") or {}).get("trial")
+        for which in ("fastest", "cheapest"):
+            snip = snippets.get(which)
+            if not snip or (same and which == "cheapest"):
+                continue
+            fmts = []
+            for key, text in (snip.get("formats") or {}).items():
+                name, how = EXPORT_FORMAT_INFO.get(key, (key, ""))
+                fmts.append(dict(key=key, name=name, how=how, text=str(text),
+                                 id=f"export-{which}-{re.sub(r'[^a-z0-9]+', '-', key)}",
+                                 open=key == "vllm"))
+            title = "Fastest and cheapest" if same else which.capitalize()
+            blocks.append(dict(title=title, trial=snip.get("trial"), formats=fmts))
+        return blocks
+    yaml = {"fastest": ctx.exports.fastest_vllm_yaml, "cheapest": ctx.exports.cheapest_vllm_yaml}
+    same = yaml["fastest"] == yaml["cheapest"]
+    for which in ("fastest", "cheapest"):
+        if same and which == "cheapest":
+            continue
+        name, how = EXPORT_FORMAT_INFO["vllm"]
+        blocks.append(dict(
+            title="Fastest and cheapest" if same else which.capitalize(),
+            trial=ctx.winners.of(which),
+            formats=[dict(key="vllm", name=name, how=how, text=yaml[which],
+                          id=f"yaml-{which}", open=True)]))
+    return blocks
+

@@ -1,0 +1,180 @@
+"""Measured kernel tables (predictors.aic): interpolation, extrapolation, transfer, speed."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from predictors import aic
+from predictors.engine_overhead import PROFILES, EngineProfile, get_profile
+from predictors.features import BatchFeatures, sum_parts
+from tuner.core.catalog import load_gpus, load_models
+
+GPUS = load_gpus()
+MODELS = load_models()
+
+
+def feats(rows) -> BatchFeatures:
+    a = np.asarray(rows, dtype=np.float64).reshape(-1, 6)
+    return BatchFeatures(*(a[:, i] for i in range(6)))
+
+
+def random_steps(n: int, seed: int = 0) -> BatchFeatures:
+    rng = np.random.default_rng(seed)
+    dec = rng.integers(0, 256, n).astype(float)
+    pf = np.where(rng.random(n) < 0.2, rng.integers(1, 2048, n), 0).astype(float)
+    return BatchFeatures(pf, pf * pf, pf * rng.integers(0, 4000, n), dec,
+                         dec * rng.integers(10, 6000, n), dec + (pf > 0))
+
+
+def test_shipped_tables_cover_the_measured_gpus_with_license_and_notice():
+    d = aic.data_dir()
+    manifest = json.loads((d / "manifest.json").read_text())
+    assert {v["catalog_gpu"] for v in manifest["gpus"].values()} == set(aic.MEASURED)
+    assert "Apache License" in (d / "LICENSE").read_text()
+    assert "AIConfigurator" in (d / "NOTICE").read_text()
+    assert sum(p.stat().st_size for p in d.glob("*.npz")) < 5e6  # a few MB at most
+    for gpu in aic.MEASURED:
+        assert gpu in GPUS
+
+
+def test_gemm_at_a_measured_point_is_the_measurement():
+    t = aic.KernelTables.load("H100")
+    z = np.load(aic.data_dir() / "h100_sxm.npz")
+    n, k = z["gemm_bf16_n"], z["gemm_bf16_k"]
+    j, i = int(np.searchsorted(n, 4096)), int(np.searchsorted(k, 4096))
+    measured = z["gemm_bf16_lat_ms"][:, j, i] * 1e-3
+    np.testing.assert_allclose(t.gemm_s(4096, 4096), measured, rtol=1e-6)
+
+
+def test_gemm_interpolates_in_log_space_between_measured_sizes():
+    t = aic.KernelTables.load("H100")
+    lo, hi = t.gemm_s(4096, 4096), t.gemm_s(5120, 4096)
+    mid = t.gemm_s(int(np.sqrt(4096 * 5120)), 4096)  # geometric midpoint: geometric mean
+    np.testing.assert_allclose(mid, np.sqrt(lo * hi), rtol=1e-3)
+    # beyond the largest measured n (65536) time grows in proportion to n (LM heads)
+    big, top = t.gemm_s(131072, 4096), t.gemm_s(65536, 4096)
+    np.testing.assert_allclose(big, 2 * top, rtol=1e-9)
+
+
+def test_curve_holds_below_continues_last_slope_above_and_is_zero_for_no_work():
+    lx, ly = np.log([1.0, 10.0, 100.0]), np.log([1.0, 2.0, 8.0])
+    out = aic._curve(np.array([0.0, 1.0, 10.0, 100.0, 1000.0]), lx, ly)
+    slope = np.log(4.0) / np.log(10.0)
+    np.testing.assert_allclose(out, [0.0, 1.0, 2.0, 8.0, 8.0 * 10 ** slope])
+    tab = aic._IntTable.from_curve(lx, ly, n=64)
+    x = np.arange(0, 200, dtype=np.float64)
+    np.testing.assert_allclose(tab.time_s(x), aic._curve(x, lx, ly), rtol=1e-12)
+
+
+def test_decode_attention_grows_with_batch_and_length_and_uniform_grid_matches():
+    cm = aic.MeasuredTableCostModel.build(MODELS["llama-3-8b"], GPUS["H100"],
+                                          aic.KernelTables.load("H100"))
+    n = np.array([1.0, 8, 64, 256, 256, 256])
+    kv = n * np.array([512, 512, 512, 512, 2048, 8192])
+    t = cm._cache["gen"].time_s(n, kv)
+    assert np.all(np.diff(t) > 0)
+    ref = aic._bilinear(n, kv, cm.log_gen_b, cm.log_gen_s, cm.log_gen_t)
+    np.testing.assert_allclose(t, ref, rtol=0.03)
+
+
+@pytest.mark.parametrize("gpu,tp", [("H100", 1), ("H100", 4), ("RTX-PRO-6000", 2), ("A40", 1)])
+def test_fast_pricing_equals_the_breakdown(gpu, tp):
+    cm = aic.table_cost_model(MODELS["llama-3-8b"], GPUS[gpu], tp=tp, engine=None)
+    assert cm is not None
+    f = random_steps(20_000, seed=tp)
+    fast = cm.iteration_time_s(f)
+    slow = sum_parts(cm.gpu_breakdown(f), len(f))
+    ok = slow > 0
+    np.testing.assert_allclose(fast[ok], slow[ok], rtol=0.02)
+    assert np.all(fast[~ok] == 0)
+
+
+def test_measured_default_for_h100_and_transferred_with_error_for_a40_a10():
+    m = MODELS["llama-2-7b"]
+    h100 = aic.table_cost_model(m, GPUS["H100"])
+    assert h100.provenance.kind == "tables" and h100.provenance.is_measured
+    assert "measured: AIConfigurator, vLLM 0.24.0 kernels on NVIDIA H100" in str(h100.provenance)
+    for g in ("A40", "A10"):
+        cm = aic.table_cost_model(m, GPUS[g])
+        assert cm.provenance.kind == "transferred" and not cm.provenance.is_measured
+        assert "transferred to " + g + " from A100-80G" in str(cm.provenance)
+        assert "transfer error" in str(cm.provenance) and cm.provenance.error_pct is not None
+    # 4-bit weights have no measured kernel: measured BF16 x the roofline ratio, said so
+    w4 = aic.table_cost_model(m, GPUS["H100"], weight_bits=4)
+    assert "W4 GEMMs estimated from measured BF16" in str(w4.provenance)
+    f = feats([[0, 0, 0, 8, 8000, 8]])
+    assert w4.iteration_time_s(f)[0] < h100.iteration_time_s(f)[0]  # fewer weight bytes
+    # FP8 weights on the H100 are measured (Cutlass FP8 GEMM table); no FP8 on the A40
+    assert "estimated" not in aic.table_cost_model(m, GPUS["H100"], weight_bits=8).source_note.split(
+        "; norms")[0]
+    assert "W8 GEMMs estimated" in aic.table_cost_model(m, GPUS["A40"], weight_bits=8).source_note
+    assert aic.table_cost_model(m, GPUS["H100"], weight_bits=3) is None
+
+
+def test_transfer_to_itself_is_the_identity():
+    t = aic.KernelTables.load("L40S")
+    same = aic.transfer_tables(t, GPUS["L40S"], GPUS["L40S"])
+    np.testing.assert_allclose(same.gemm_s(4096, 14336), t.gemm_s(4096, 14336), rtol=1e-12)
+    b1, s1, g1 = t.generation_attention(32, 8, 128)
+    b2, s2, g2 = same.generation_attention(32, 8, 128)
+    np.testing.assert_allclose(g1, g2, rtol=1e-12)
+
+
+def test_transfer_scales_memory_bound_work_by_bandwidth():
+    t = aic.KernelTables.load("A100-80G")
+    moved = aic.transfer_tables(t, GPUS["A100-80G"], GPUS["A100-40G"])  # same die, less HBM
+    ratio = moved.gemm_s(4096, 4096)[0] / t.gemm_s(4096, 4096)[0]  # m = 1: weight-bound
+    assert ratio == pytest.approx(GPUS["A100-80G"].hbm_gbps / GPUS["A100-40G"].hbm_gbps)
+
+
+def test_shipped_transfer_checks_are_current():
+    shipped = json.loads((aic.data_dir() / aic.TRANSFER_CHECKS_FILE).read_text())
+    s, t = "H100", "L40S"
+    now = aic.transfer_check(aic.KernelTables.load(s), aic.KernelTables.load(t), GPUS[s], GPUS[t],
+                             MODELS[aic.CHECK_MODEL])
+    row = next(p for p in shipped["pairs"] if p["source"] == s and p["target"] == t)
+    assert row["median_pct"] == pytest.approx(now["median_pct"], rel=1e-6)
+    # the rule's error where both sides are measured stays moderate
+    assert shipped["summary"]["median_pct"] < 15
+
+
+def test_engine_profiles():
+    f = feats([[0, 0, 0, 100, 100_000, 100], [512, 512 * 512, 0, 0, 0, 1]])
+    gpu = np.array([0.010, 0.050])
+    over = EngineProfile("x", "LLM.generate", "V1 async", True, fixed_s=2e-3, per_seq_s=100e-6)
+    add = EngineProfile("y", "LLM.generate", "V0", False, fixed_s=2e-3, per_seq_s=100e-6,
+                        per_tp_rank_s=1e-3)
+    host = np.array([2e-3 + 100 * 100e-6, 2e-3 + 1 * 100e-6])
+    np.testing.assert_allclose(over.host_s(f), host)
+    np.testing.assert_allclose(over.step_time_s(gpu, f), np.maximum(gpu, host))
+    np.testing.assert_allclose(add.step_time_s(gpu, f, tp=2), gpu + host + 1e-3)
+    assert get_profile().name == "vllm-v1-offline"
+    assert all("fitted" in p.source or "estimated" in p.source for p in PROFILES.values())
+    with pytest.raises(KeyError):
+        get_profile("nope")
+
+
+def test_engine_overhead_adds_to_the_measured_model():
+    m = MODELS["llama-3-8b"]
+    bare = aic.table_cost_model(m, GPUS["H100"], engine=None)
+    full = aic.table_cost_model(m, GPUS["H100"])
+    f = feats([[0, 0, 0, 1, 1000, 1]])
+    assert full.iteration_time_s(f)[0] >= bare.iteration_time_s(f)[0]
+    assert "engine overhead: vllm-v1-offline" in full.describe()
+
+
+def test_allreduce_table_version_closest_to_the_engine_version():
+    t = aic.KernelTables.load("H100")
+    assert t.allreduce(2, True)[2] == "0.24.0"  # default: the newest
+    assert t.allreduce(2, True, "0.14.0")[2] == "0.14.0"
+    assert t.allreduce(2, True, "0.20.1")[2] == "0.19.0"
+    assert t.allreduce(2, True, "0.30")[2] == "0.24.0"
+    assert t.allreduce(3, True) is None  # no table for 3 GPUs: the caller uses the roofline
+    cm = aic.table_cost_model(MODELS["llama-3-8b"], GPUS["H100"], tp=2, engine_version="0.19")
+    assert "vLLM 0.19.0 custom all-reduce table" in cm.describe()
+    # a step above 8 MiB of hidden state is priced from the NCCL table
+    big = cm.gpu_breakdown(feats([[8192, 8192**2, 0, 0, 0, 1]]))["allreduce"][0]
+    assert big > 0

@@ -1,0 +1,47 @@
+"""How a duration is shown: one rule for the terminal, the exports' headers and the report.
+
+Seconds below a minute (3 significant digits, so a sub-second CPU run still reads), minutes
+below an hour, hours below three days, then days; one decimal place above seconds (none from
+100 on). 42 s -> "42 s", 72 s -> "1.2 min", 3,700 s -> "1.0 h", 1.8 h -> "1.8 h".
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+NO_VALUE = "—"
+
+
+def duration_unit(seconds: float) -> tuple[str, float]:
+    """(unit, divisor) for a duration of this size: also the axis unit of the report's plots."""
+    if seconds < 60:
+        return "s", 1.0
+    if seconds < 3600:
+        return "min", 60.0
+    if seconds < 72 * 3600:
+        return "h", 3600.0
+    return "d", 86400.0
+
+
+def as_finite(x: Any) -> float | None:
+    """``x`` as a finite float, or None (missing, not a number, NaN or infinite)."""
+    if x is None or isinstance(x, bool):
+        return None
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def fmt_duration(seconds: Any) -> str:
+    """'42 s', '1.2 min', '2.4 h', '5.0 d'; '—' for None or a non-finite value."""
+    s = as_finite(seconds)
+    if s is None:
+        return NO_VALUE
+    unit, div = duration_unit(abs(s))
+    v = s / div
+    if unit == "s":
+        return f"{v:.3g} s"
+    return f"{v:.0f} {unit}" if abs(v) >= 100 else f"{v:.1f} {unit}"

@@ -1,0 +1,44 @@
+"""Workload: token lengths of an offline batch job (all requests known at t=0).
+
+`load_workload` (:mod:`.readers`) reads a job file into a `Workload` (:mod:`.base`), counting
+prompt tokens (:mod:`.tokens`) and drawing missing output lengths (:mod:`.lengths`);
+`workload_stats` (:mod:`.stats`) summarises one. Formats
+(detected per file from the extension and the first valid record; one format per file):
+
+* OpenAI Batch API JSONL: ``{"custom_id", "method", "url", "body": {"model", "messages": [...]
+  | "prompt": str, "max_tokens" | "max_completion_tokens"}}``
+* plain JSONL: ``{"prompt": str, "max_tokens": int}`` (``"messages"`` is accepted too)
+* token-count JSONL: ``{"prompt_tokens": int, "output_tokens": int}``, optionally with a shared
+  prefix ``"prefix_id"`` (str or int) and ``"prefix_tokens"`` (int)
+* CSV traces with columns ``num_prefill_tokens,num_decode_tokens`` (others ignored), e.g. the
+  Vidur / Splitwise traces.
+
+Any JSONL record may carry ``prefix_id`` + ``prefix_tokens`` at its top level.
+"""
+
+from tuner.core.workload.base import CSV_OUTPUT_COLUMN, CSV_PROMPT_COLUMN, Workload
+from tuner.core.workload.lengths import OUTPUT_DISTS, parse_output_dist
+from tuner.core.workload.readers import load_workload
+from tuner.core.workload.stats import workload_stats
+from tuner.core.workload.tokens import (
+    CHARS_PER_TOKEN,
+    CHAT_MESSAGE_OVERHEAD_TOKENS,
+    ESTIMATE_TOKENIZER,
+    chat_message_text,
+    estimate_tokens,
+)
+
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "CHAT_MESSAGE_OVERHEAD_TOKENS",
+    "CSV_OUTPUT_COLUMN",
+    "CSV_PROMPT_COLUMN",
+    "ESTIMATE_TOKENIZER",
+    "OUTPUT_DISTS",
+    "Workload",
+    "chat_message_text",
+    "estimate_tokens",
+    "load_workload",
+    "parse_output_dist",
+    "workload_stats",
+]

@@ -1,0 +1,140 @@
+"""One JSONL line of a job file to a record: OpenAI Batch API requests, plain
+{"prompt", "max_tokens"} records and {"prompt_tokens", "output_tokens"} records."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuner.core.workload.tokens import CHAT_MESSAGE_OVERHEAD_TOKENS, chat_message_text
+
+
+class BadLine(Exception):
+    """A record-level problem; becomes 'path:lineno: message' (or is skipped)."""
+
+
+@dataclass
+class Record:
+    shape: str
+    prompt_tokens: int | None = None  # known count (token-count records, token-id prompts)
+    pieces: list[tuple[str, bool, int]] = field(default_factory=list)  # (text, special, extra)
+    output_tokens: int | None = None
+    output_field: str = ""
+    prefix_key: Any = None
+    prefix_tokens: int | None = None
+
+
+SHAPE_NAMES = {
+    "batch": "an OpenAI Batch API request",
+    "prompt": "a {prompt, max_tokens} record",
+    "tokens": "a {prompt_tokens, output_tokens} record",
+}
+
+
+def _length(value: Any, name: str, *, minimum: int = 1) -> int:
+    """A token count from JSON: an integer (or integral float) >= minimum."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BadLine(f"{name} must be an integer, got {json.dumps(value)[:40]}")
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise BadLine(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise BadLine(f"{name} must be >= {minimum}, got {int(value)}")
+    return int(value)
+
+
+def _message_content(content: Any, i: int) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # OpenAI content parts: text parts are counted, others ignored
+        texts = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+        return "\n".join(texts)
+    raise BadLine(f"messages[{i}].content must be a string or a list of content parts")
+
+
+def _prompt_into(rec: Record, holder: dict, where: str) -> None:
+    """Fill rec's prompt from holder['messages'] or holder['prompt']."""
+    messages = holder.get("messages")
+    prompt = holder.get("prompt")
+    if messages is not None:
+        if not isinstance(messages, list) or not messages:
+            raise BadLine(f"{where}messages must be a non-empty list")
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict):
+                raise BadLine(f"{where}messages[{i}] must be an object with role and content")
+            role = m.get("role", "")
+            text = chat_message_text(str(role), _message_content(m.get("content"), i))
+            rec.pieces.append((text, False, CHAT_MESSAGE_OVERHEAD_TOKENS))
+    elif isinstance(prompt, str):
+        rec.pieces.append((prompt, True, 0))
+    elif (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+    ):
+        rec.prompt_tokens = len(prompt)  # pre-tokenized prompt: token ids
+    elif isinstance(prompt, list):
+        raise BadLine(
+            f"{where}prompt must be a string or a list of token ids (one request per line; "
+            "batched prompt lists are not supported)"
+        )
+    elif prompt is None:
+        raise BadLine(f"{where}has neither messages nor prompt")
+    else:
+        raise BadLine(f"{where}prompt must be a string")
+
+
+def _output_into(rec: Record, holder: dict, keys: tuple[str, ...]) -> None:
+    for key in keys:
+        if holder.get(key) is not None:
+            rec.output_tokens = _length(holder[key], key)
+            rec.output_field = key
+            return
+
+
+def parse_record(obj: Any) -> Record:
+    if not isinstance(obj, dict):
+        raise BadLine(f"expected a JSON object, got {type(obj).__name__}")
+    if "body" in obj:
+        body = obj["body"]
+        if not isinstance(body, dict):
+            raise BadLine("OpenAI Batch API request: body must be an object")
+        rec = Record("batch")
+        _prompt_into(rec, body, "body ")
+        _output_into(rec, body, ("max_completion_tokens", "max_tokens"))
+    elif "prompt_tokens" in obj:
+        rec = Record("tokens", prompt_tokens=_length(obj["prompt_tokens"], "prompt_tokens"))
+        _output_into(rec, obj, ("output_tokens",))
+    elif "prompt" in obj or "messages" in obj:
+        rec = Record("prompt")
+        _prompt_into(rec, obj, "")
+        _output_into(rec, obj, ("max_tokens", "max_completion_tokens", "output_tokens"))
+    else:
+        keys = ", ".join(sorted(map(str, obj))) or "none"
+        raise BadLine(
+            f"record of no known shape (keys: {keys}); expected an OpenAI Batch API request "
+            '{"custom_id", "method", "url", "body"}, {"prompt", "max_tokens"} or '
+            '{"prompt_tokens", "output_tokens"}'
+        )
+    has_id, has_len = obj.get("prefix_id") is not None, obj.get("prefix_tokens") is not None
+    if has_id != has_len:
+        raise BadLine("prefix_id and prefix_tokens must be given together")
+    if has_id:
+        key = obj["prefix_id"]
+        if isinstance(key, bool) or not isinstance(key, str | int):
+            raise BadLine("prefix_id must be a string or an integer")
+        rec.prefix_key = key
+        rec.prefix_tokens = _length(obj["prefix_tokens"], "prefix_tokens")
+        if rec.prompt_tokens is not None and rec.prefix_tokens > rec.prompt_tokens:
+            raise BadLine(
+                f"prefix_tokens ({rec.prefix_tokens}) exceeds prompt_tokens ({rec.prompt_tokens})"
+            )
+    return rec

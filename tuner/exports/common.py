@@ -1,0 +1,302 @@
+"""What every exporter shares: the deployment it describes, the arguments generated from
+ServingConfig's field metadata, the notes for knobs an engine lacks, the comment header with the
+``# tuner-config:`` line, and writing and parsing command lines."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from tuner.core.catalog import GPU, ModelSpec
+from tuner.core.config import DEFAULTS, KNOBS, SGLANG_SCHEDULE_POLICY, ServingConfig
+from tuner.core.errors import TunerError
+from tuner.core.memory import plan_memory
+
+CONFIG_COMMENT_PREFIX = "# tuner-config:"
+
+ORDERING_HOWTO = {
+    "shortest-prompt": "shortest prompt first",
+    "longest-output": "longest expected output first",
+    "binpack": "the tuner's bin-packing order",
+    "blend": "the tuner's prefix-aware blend (requests sharing a prefix adjacent)",
+}
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What an export describes: a config of a model on a GPU, for requests up to
+    ``max_model_len`` tokens. ``kv_capacity_tokens``: per replica, from the search's memory plan
+    (None: :func:`tuner.core.memory.plan_memory` estimates it where a note needs it)."""
+
+    config: ServingConfig
+    model: ModelSpec
+    gpu: GPU
+    max_model_len: int
+    kv_capacity_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_model_len < 1:
+            raise TunerError(f"max_model_len must be positive, got {self.max_model_len}.")
+
+    def kv_capacity(self) -> tuple[int, str]:
+        """(KV capacity in tokens per replica, where the figure comes from)."""
+        if self.kv_capacity_tokens is not None:
+            return self.kv_capacity_tokens, "memory plan"
+        return (plan_memory(self.model, self.gpu, self.config).kv_capacity_tokens,
+                "tuner's memory-plan estimate")
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    """Everything an export writes besides the deployment (each format reads what it uses)."""
+
+    header: str = ""
+    metrics: dict | None = None
+    memory: dict | None = None
+    extra: dict | None = None
+    input_path: str = "INPUT.jsonl"
+    output_path: str = "OUTPUT.jsonl"
+    served_model_name: str | None = None
+
+
+# ---- arguments from the field metadata ------------------------------------------------------
+def mapped_args(config: ServingConfig, engine: str) -> dict[str, Any]:
+    """{argument: value} of every field ``engine`` ("vllm" or "sglang") has an argument for,
+    per the field's :class:`tuner.core.config.EngineArg` (derived values are the field's own;
+    the exporter replaces them)."""
+    args: dict[str, Any] = {}
+    for name, knob in KNOBS.items():
+        arg = getattr(knob, engine)
+        value = getattr(config, name)
+        if arg is None or (arg.omit_default and value == DEFAULTS.get(name)):
+            continue
+        if arg.values is not None:
+            value = arg.values.get(value)
+        if value is not None:
+            args[arg.name] = value
+    return args
+
+
+def direct_options(engine: str) -> dict[str, str]:
+    """{dashed option: field} of the arguments that are a field's value as is (they parse back
+    1:1 and override the ``# tuner-config:`` line, so a hand edit wins)."""
+    out = {}
+    for name, knob in KNOBS.items():
+        arg = getattr(knob, engine)
+        if arg is not None and arg.direct:
+            out[arg.name.replace("_", "-")] = name
+    return out
+
+
+def in_order(args: dict[str, Any], order: Iterable[str]) -> dict[str, Any]:
+    """``args`` in the order the file lists them; arguments ``order`` lacks (a knob added since)
+    go last rather than missing."""
+    order = list(order)
+    return {k: args[k] for k in order if k in args} | {k: v for k, v in args.items()
+                                                       if k not in order}
+
+
+# ---- notes on what an engine lacks ------------------------------------------------------------
+#: When each note applies. Each engine words its notes (a table key -> text, in the order its
+#: file lists them); a text is a template over ``c`` (the config), ``gpu``, ``model``, ``mml``
+#: (max_model_len) and ``howto`` (the ordering in words), or a function of the deployment.
+WHEN: dict[str, Callable[[Deployment], bool]] = {
+    "model_id": lambda d: not d.model.hf_id,
+    "prefill_budget": lambda d: (not d.config.chunked_prefill
+                                 and d.config.chunk_size < d.max_model_len),
+    "kv_bits_4": lambda d: d.config.kv_bits == 4,
+    "weight_bits_8": lambda d: d.config.weight_bits == 8 and not d.gpu.fp8_tflops,
+    "weight_bits_4": lambda d: d.config.weight_bits == 4,
+    "kv_offload": lambda d: d.config.kv_offload_layers > 0,
+    "attention_on_cpu": lambda d: d.config.attention_on_cpu,
+    "cpu_threads": lambda d: d.config.cpu_threads_intra > 0 or d.config.cpu_threads_inter > 0,
+    "eviction_free": lambda d: d.config.eviction_free,
+    "ordering": lambda d: d.config.ordering != "fcfs",
+    # SGLang: orders it has no schedule policy for, and the one its policy only approximates
+    "ordering_no_policy": lambda d: d.config.ordering not in SGLANG_SCHEDULE_POLICY,
+    "ordering_blend": lambda d: d.config.ordering == "blend",
+}
+NoteText = str | Callable[[Deployment], str]
+
+
+def notes_for(dep: Deployment, texts: dict[str, NoteText]) -> list[str]:
+    """The notes of ``texts`` that apply to ``dep``, in the table's order."""
+    c = dep.config
+    fields = {"c": c, "gpu": dep.gpu, "model": dep.model, "mml": dep.max_model_len,
+              "howto": ORDERING_HOWTO.get(c.ordering, c.ordering)}
+    return [text(dep) if callable(text) else text.format(**fields)
+            for key, text in texts.items() if WHEN[key](dep)]
+
+
+def model_id_note(dep: Deployment, option: str) -> str:
+    return (f"{option}: {dep.model.name!r} has no Hugging Face id in the catalog; replace it with "
+            "the checkpoint's repo id or local path.")
+
+
+def cpu_threads_note(dep: Deployment, lacks: str) -> str:
+    """``lacks``: e.g. "vLLM has no engine argument"."""
+    c = dep.config
+    return (f"cpu_threads intra={c.cpu_threads_intra} inter={c.cpu_threads_inter}: {lacks} for "
+            f"CPU threads; set OMP_NUM_THREADS={c.cpu_threads_intra or 'N'} in the environment "
+            "(intra-op). There is no inter-op setting.")
+
+
+# ---- the comment header ---------------------------------------------------------------------
+def comment_lines(text: str) -> list[str]:
+    return [f"# {line}".rstrip() for line in text.splitlines() if line.strip()]
+
+
+def export_head(title: list[str], header: str, notes: list[str],
+                config: ServingConfig) -> list[str]:
+    """Title lines, the user's header and the notes as comments, then the ``# tuner-config:``
+    line that restores the exact ServingConfig."""
+    lines = list(title) + comment_lines(header)
+    for note in notes:
+        lines += comment_lines(f"NOTE: {note}")
+    payload = json.dumps(config.to_dict(), sort_keys=True, separators=(",", ":"))
+    return [*lines, f"{CONFIG_COMMENT_PREFIX} {payload}"]
+
+
+def tuner_config_line(text: str) -> dict:
+    """The JSON object of the ``# tuner-config:`` line ({} when there is none)."""
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith(CONFIG_COMMENT_PREFIX):
+            try:
+                base = json.loads(line[len(CONFIG_COMMENT_PREFIX):])
+            except json.JSONDecodeError as exc:
+                raise TunerError(f"Unreadable '{CONFIG_COMMENT_PREFIX}' line ({exc}).") from None
+            if not isinstance(base, dict):
+                raise TunerError(f"'{CONFIG_COMMENT_PREFIX}' line must hold a JSON object.")
+            return base
+    return {}
+
+
+def parsed_fields(text: str, options: dict[str, Any], engine: str) -> tuple[dict, bool]:
+    """The fields of the ``# tuner-config:`` line in ``text``, with ``engine``'s options that map
+    1:1 (dashed names) over them so a hand edit wins; and whether the line was there (without
+    it the caller infers the rest)."""
+    base = tuner_config_line(text)
+    had_line = bool(base)
+    for key, name in direct_options(engine).items():
+        if options.get(key) is not None:
+            base[name] = options[key]
+    return base, had_line
+
+
+def finish_config(base: dict, gpu: str | None, what: str) -> ServingConfig:
+    """The ServingConfig of parsed fields ``base``; ``gpu`` overrides its GPU."""
+    if gpu is not None:
+        base["gpu"] = gpu
+    if not base.get("gpu"):
+        raise TunerError(f"{what} does not say which GPU it is for (no '{CONFIG_COMMENT_PREFIX}' "
+                         "line); pass the GPU type.")
+    try:
+        return ServingConfig.from_dict(base)
+    except TypeError as exc:
+        raise TunerError(f"{what} does not describe a ServingConfig ({exc}).") from None
+
+
+def weight_bits_from_quantization(value: Any) -> int | None:
+    """Weight bits an engine's ``quantization`` names (None: unquantized)."""
+    quant = str(value or "").lower()
+    if quant.startswith(("awq", "gptq")):
+        return 4
+    return 8 if quant else None
+
+
+# ---- command lines (vllm run-batch, SGLang) -------------------------------------------------
+_CONTINUATION = " \\\n  "
+_OPTION = re.compile(r"^--?[A-Za-z]")
+
+
+def _scalar(value: str) -> Any:
+    """A command-line value as YAML would type it ('16' -> 16, '0.9' -> 0.9, 'auto' -> 'auto')."""
+    try:
+        v = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
+    return v if isinstance(v, (int, float, str)) and not isinstance(v, bool) else value
+
+
+def _command_tokens(text: str, marker: str, what: str) -> list[str]:
+    """Tokens after ``marker`` of the command in ``text`` (comments dropped, \\-continued lines
+    joined)."""
+    body = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        body.append(stripped[:-1] if stripped.endswith("\\") else stripped)
+    try:
+        tokens = shlex.split(" ".join(body))
+    except ValueError as exc:
+        raise TunerError(f"{what} is not a valid shell command line ({exc}).") from None
+    if marker not in tokens:
+        raise TunerError(f"{what} has no '{marker}' command.")
+    return tokens[tokens.index(marker) + 1:]
+
+
+def _parse_options(tokens: list[str], what: str) -> dict[str, Any]:
+    """``--key value`` -> {key: value}; a bare ``--flag`` -> True; ``--no-flag`` -> {flag: False}.
+    Keys are returned without the leading dashes."""
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if not _OPTION.match(tok):
+            raise TunerError(f"{what}: unexpected argument {tok!r}.")
+        key, eq, val = tok.lstrip("-").partition("=")
+        if eq:
+            out[key] = _scalar(val)
+            i += 1
+        elif i + 1 < len(tokens) and not _OPTION.match(tokens[i + 1]):
+            out[key] = _scalar(tokens[i + 1])
+            i += 2
+        elif key.startswith("no-"):
+            out[key[3:]] = False
+            i += 1
+        else:
+            out[key] = True
+            i += 1
+    return out
+
+
+def _cli_tokens(options: list[tuple[str, Any]]) -> list[str]:
+    """[(dashed name, value)] -> ['--name', 'value', ...]; True -> bare flag, False -> --no-name."""
+    tokens = []
+    for key, value in options:
+        if value is True:
+            tokens.append(f"--{key}")
+        elif value is False:
+            tokens.append(f"--no-{key}")
+        else:
+            tokens += [f"--{key}", shlex.quote(str(value))]
+    return tokens
+
+
+def read_command(text: str, marker: str, what: str) -> dict[str, Any]:
+    """The options of the command after ``marker`` in ``text`` (see :func:`_parse_options`)."""
+    return _parse_options(_command_tokens(text, marker, what), what)
+
+
+def write_command(head: list[str], prog: str, options: list[tuple[str, Any]]) -> str:
+    """Comment lines, then the command with one option (and its value) per line."""
+    options = _cli_tokens(options)
+    lines = list(head)
+    parts, i = [], 0
+    while i < len(options):
+        if i + 1 < len(options) and not options[i + 1].startswith("--"):
+            parts.append(f"{options[i]} {options[i + 1]}")
+            i += 2
+        else:
+            parts.append(options[i])
+            i += 1
+    lines.append(_CONTINUATION.join([prog, *parts]))
+    return "\n".join(lines) + "\n"

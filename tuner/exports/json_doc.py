@@ -1,0 +1,63 @@
+"""JSON export: every figure of one result, the config, and both engines' arguments."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tuner.core.config import ServingConfig
+from tuner.core.errors import TunerError
+from tuner.core.io import jsonable
+from tuner.exports.common import Deployment, RenderOptions, finish_config
+from tuner.exports.sglang import sglang_server_args
+from tuner.exports.vllm import vllm_engine_args
+
+
+def to_json(
+    config: ServingConfig,
+    metrics: dict | None,
+    memory: dict | None,
+    extra: dict | None = None,
+) -> str:
+    """One result as JSON: the config (with num_gpus), every metric and the memory plan."""
+    doc: dict[str, Any] = {
+        "config": config.to_dict(),
+        "num_gpus": config.num_gpus,
+        "metrics": metrics,
+        "memory": memory,
+    }
+    for key, value in (extra or {}).items():
+        doc[key] = value
+    return json.dumps(jsonable(doc), indent=2, allow_nan=False) + "\n"
+
+
+def from_json(text: str, *, gpu: str | None = None) -> ServingConfig:
+    """The ServingConfig of a document written by :func:`to_json`."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TunerError(f"Export is not valid JSON ({exc}).") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
+        raise TunerError("JSON export has no 'config' object.")
+    return finish_config(dict(doc["config"]), gpu, "JSON export")
+
+
+def render_document(dep: Deployment, opts: RenderOptions) -> str:
+    """The export registry's entry (tuner.exports.formats): :func:`to_json` with the model, the
+    GPU and the vLLM and SGLang arguments (and their notes) added."""
+    model, gpu = dep.model, dep.gpu
+    kw = {"max_model_len": dep.max_model_len, "kv_capacity_tokens": dep.kv_capacity_tokens}
+    vargs, vnotes = vllm_engine_args(dep.config, model, gpu, **kw)
+    sopts, snotes = sglang_server_args(dep.config, model, gpu, **kw)
+    doc = {
+        "model": {"name": model.name, "hf_id": model.hf_id},
+        "gpu": {"name": gpu.name, "price_usd_per_h": gpu.price_usd_per_h,
+                "memory_gib": gpu.memory_gib},
+        "max_model_len": dep.max_model_len,
+        **(opts.extra or {}),
+        "vllm": {"engine_args": vargs, "notes": vnotes},
+        "sglang": {"server_args": dict(sopts), "notes": snotes},
+    }
+    if opts.header:
+        doc["summary"] = opts.header
+    return to_json(dep.config, opts.metrics, opts.memory, doc)

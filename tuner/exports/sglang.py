@@ -1,0 +1,157 @@
+"""SGLang export: ``python -m sglang.launch_server`` arguments and command.
+
+SGLang's documented server arguments (``--model-path``, ``--tp-size``, ``--chunked-prefill-size``,
+``--max-running-requests``, ``--kv-cache-dtype``, ``--mem-fraction-static``,
+``--schedule-policy``, ``--cpu-offload-gb``...), generated from ServingConfig's field metadata
+(:mod:`tuner.core.config`). Every option and value written was checked against SGLang's own
+parser (python/sglang/srt/server_args.py at sgl-project/sglang commit 001067ff, 2026): all exist,
+``--cpu-offload-gb`` takes an int, and the lpm schedule policy turns to fcfs while more than 128
+requests wait (schedule_policy.py). :data:`SGLANG_KNOWN_OPTIONS` lists what was checked.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tuner.core.catalog import GIB, GPU, ModelSpec
+from tuner.core.config import SGLANG_SCHEDULE_POLICY, ServingConfig
+from tuner.exports import common
+
+_SGLANG_ORDERING = {v: k for k, v in SGLANG_SCHEDULE_POLICY.items()}
+#: The options this module writes, each checked against SGLang's parser (see module docstring);
+#: tests keep the writer within it, so a new option is checked before it ships.
+SGLANG_KNOWN_OPTIONS = frozenset({
+    "model-path", "tp-size", "dp-size", "chunked-prefill-size", "max-prefill-tokens",
+    "enable-mixed-chunk", "max-running-requests", "mem-fraction-static", "page-size",
+    "context-length", "kv-cache-dtype", "quantization", "cpu-offload-gb", "schedule-policy",
+})
+_SGLANG_ALIASES = {"tp": "tp-size", "tensor-parallel-size": "tp-size",
+                   "dp": "dp-size", "data-parallel-size": "dp-size", "model": "model-path"}
+# The order the command lists the options in.
+_OPTION_ORDER = ("model-path", "tp-size", "dp-size", "chunked-prefill-size", "max-prefill-tokens",
+                 "enable-mixed-chunk", "max-running-requests", "mem-fraction-static", "page-size",
+                 "context-length", "kv-cache-dtype", "quantization", "cpu-offload-gb",
+                 "schedule-policy")
+
+
+# ---- notes: what SGLang cannot be told, in the order the command lists them -------------------
+def _eviction_note(dep: common.Deployment) -> str:
+    cap, _ = dep.kv_capacity()
+    fits = cap // dep.max_model_len
+    return (f"scheduler {dep.config.scheduler!r} is eviction-free: SGLang retracts requests when "
+            f"the KV pool is full; set --max-running-requests <= {max(fits, 1)} (~{cap} KV "
+            f"tokens / context length {dep.max_model_len}) or raise --schedule-conservativeness "
+            "so the batch always fits.")
+
+
+_NOTES: dict[str, common.NoteText] = {
+    "model_id": lambda dep: common.model_id_note(dep, "model-path"),
+    "prefill_budget": (
+        "scheduler {c.scheduler!r}: the predicted prefill budget is {c.chunk_size} tokens but "
+        "SGLang raises max-prefill-tokens to the context length ({mml}); expect larger prefill "
+        "batches than predicted."),
+    "kv_bits_4": (
+        "kv_bits=4: SGLang's 4-bit KV cache (kv-cache-dtype fp4_mx_block16; fp4_e2m1 in "
+        "older releases, rejected by newer ones) needs a recent GPU, CUDA and attention "
+        "backend; otherwise use --kv-cache-dtype fp8_e4m3 (half the predicted KV capacity)."),
+    "weight_bits_8": (
+        "weight_bits=8: {gpu.name} has no FP8 tensor cores; serve an INT8 checkpoint "
+        "(e.g. --quantization w8a8_int8 with a compressed-tensors W8A8 model) as --model-path."),
+    "weight_bits_4": (
+        "weight_bits=4: serve a 4-bit AWQ/GPTQ checkpoint as --model-path; SGLang "
+        "reads the method from its config (awq_marlin/gptq_marlin kernels)."),
+    "kv_offload": (
+        "kv_offload_layers={c.kv_offload_layers}: SGLang has no layer-wise KV offload; its "
+        "hierarchical cache (--enable-hierarchical-cache) keeps evicted prefixes in host memory "
+        "but does not extend the running batch's KV. Expect a different makespan."),
+    "attention_on_cpu": (
+        "attention_on_cpu: SGLang has no CPU decode attention for offloaded KV layers; keep "
+        "the KV on the GPU (lower --max-running-requests if it does not fit). Expect a "
+        "different makespan."),
+    "cpu_threads": lambda dep: common.cpu_threads_note(dep, "SGLang has no server argument"),
+    "ordering_no_policy": (
+        "ordering {c.ordering!r}: SGLang has no such schedule policy; sort the "
+        "input in that order ({howto}) and submit it in order (schedule-policy fcfs)."),
+    "ordering_blend": (
+        "ordering 'blend': schedule-policy lpm (longest prefix match) groups "
+        "requests that share a prefix, but SGLang falls back to fcfs while more than 128 requests "
+        "wait; also submit the input sorted so that requests sharing a prefix are adjacent."),
+    "eviction_free": _eviction_note,
+}
+
+
+def sglang_server_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model_len: int,
+                       kv_capacity_tokens: int | None = None,
+                       ) -> tuple[list[tuple[str, Any]], list[str]]:
+    """SGLang ``launch_server`` options [(dashed name, value)] (True: a bare flag) and notes for
+    what SGLang lacks, following SGLang's documented server arguments."""
+    dep = common.Deployment(config, model, gpu, max_model_len, kv_capacity_tokens)
+    opts = common.mapped_args(config, "sglang")
+    opts |= {"model-path": model.hf_id or model.name, "context-length": max_model_len}
+    # P = C: the prefill chunk and the step's prefill budget are the token budget; prefill-first
+    # turns chunking off (-1) and keeps the budget where SGLang allows it (>= context length).
+    if not config.chunked_prefill:
+        opts["chunked-prefill-size"] = -1
+    if config.chunked_prefill or config.chunk_size >= max_model_len:
+        opts["max-prefill-tokens"] = config.chunk_size
+    if "quantization" in opts and not gpu.fp8_tflops:  # FP8 weights need FP8 tensor cores
+        del opts["quantization"]
+    if "cpu-offload-gb" in opts:  # per GPU, an int in SGLang's parser
+        gib = config.weight_offload_fraction * model.weight_bytes(config.weight_bits) / config.tp
+        opts["cpu-offload-gb"] = max(1, math.ceil(gib / GIB - 1e-9))
+    opts.setdefault("schedule-policy", "fcfs")  # other orderings: sort the input (a note)
+    return list(common.in_order(opts, _OPTION_ORDER).items()), common.notes_for(dep, _NOTES)
+
+
+def to_sglang_command(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model_len: int,
+                      header: str = "", kv_capacity_tokens: int | None = None) -> str:
+    """``python -m sglang.launch_server`` with every server argument, notes on top."""
+    opts, notes = sglang_server_args(config, model, gpu, max_model_len=max_model_len,
+                                     kv_capacity_tokens=kv_capacity_tokens)
+    title = [f"# SGLang server launch written by tuner for {config.gpu} x{config.num_gpus}.",
+             "# Then submit the batch JSONL through its OpenAI-compatible API (port 30000), e.g.",
+             "# the Batch API (/v1/files, /v1/batches) or an OpenAI client over the file's bodies."]
+    return common.write_command(common.export_head(title, header, notes, config),
+                                "python -m sglang.launch_server", opts)
+
+
+def _infer_without_comment(opts: dict[str, Any], chunk: Any, base: dict) -> None:
+    """Fields the options imply when there is no ``# tuner-config:`` line."""
+    if isinstance(chunk, int) and chunk < 0:
+        base["scheduler"] = "vllm-v0"
+        if isinstance(opts.get("max-prefill-tokens"), int):
+            base["chunk_size"] = opts["max-prefill-tokens"]
+    kv = str(opts.get("kv-cache-dtype") or "auto").lower()
+    if kv.startswith("fp8"):
+        base["kv_bits"] = 8
+    elif kv.startswith("fp4"):
+        base["kv_bits"] = 4
+    bits = common.weight_bits_from_quantization(opts.get("quantization"))
+    if bits is not None:
+        base["weight_bits"] = bits
+    policy = str(opts.get("schedule-policy") or "fcfs")
+    if policy in _SGLANG_ORDERING:
+        base["ordering"] = _SGLANG_ORDERING[policy]
+
+
+def from_sglang_command(text: str, *, gpu: str | None = None) -> ServingConfig:
+    """Parse a command written by :func:`to_sglang_command` back into a ServingConfig. Options
+    that map 1:1 (tp, dp, max-running-requests, mem-fraction-static, page-size, a chunked-prefill
+    size) override the ``# tuner-config:`` line; without the line the rest is inferred."""
+    what = "SGLang launch command"
+    raw = common.read_command(text, "sglang.launch_server", what)
+    opts = {_SGLANG_ALIASES.get(k, k): v for k, v in raw.items()}
+    base, had_line = common.parsed_fields(text, opts, "sglang")
+    chunk = opts.get("chunked-prefill-size")
+    if isinstance(chunk, int) and chunk > 0:
+        base["chunk_size"] = chunk
+    if not had_line:
+        _infer_without_comment(opts, chunk, base)
+    return common.finish_config(base, gpu, what)
+
+
+def render_command(dep: common.Deployment, opts: common.RenderOptions) -> str:
+    """The export registry's entry (tuner.exports.formats)."""
+    return to_sglang_command(dep.config, dep.model, dep.gpu, max_model_len=dep.max_model_len,
+                             header=opts.header, kv_capacity_tokens=dep.kv_capacity_tokens)

@@ -1,0 +1,210 @@
+"""vLLM exports: engine arguments, ``vllm serve --config`` YAML and a ``vllm run-batch`` command.
+
+The arguments come from ServingConfig's field metadata (:mod:`tuner.core.config`); every knob
+vLLM has no argument for becomes a note (a comment line) saying what to do instead, so a knob is
+never dropped silently.
+
+- :func:`vllm_engine_args` -> ``(args, notes)``: vLLM (V1) ``EngineArgs`` keyword arguments
+  (snake_case, usable as ``vllm.LLM(**args)``) and the notes.
+- :func:`to_vllm_yaml` -> text for ``vllm serve --config FILE``. vLLM documents that the keys are
+  the long CLI option names (``tensor-parallel-size: 4``; docs.vllm.ai "Server Arguments" ->
+  "Configuration file"); its loader turns ``key: true`` into ``--key`` and ``key: false`` into
+  ``--no-key``. Notes go on top as ``# ...`` lines, followed by one machine-readable
+  ``# tuner-config: {json}`` line so :func:`from_vllm_yaml` restores the exact ServingConfig.
+- :func:`to_vllm_run_batch` -> a ``vllm run-batch -i INPUT.jsonl -o OUTPUT.jsonl --model ...``
+  command line for an OpenAI Batch API JSONL; every engine argument is spelled out as its CLI
+  option (``run-batch`` takes the same engine arguments as ``vllm serve``).
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from typing import Any
+
+import yaml
+
+from tuner.core.catalog import GIB, GPU, ModelSpec
+from tuner.core.config import ServingConfig
+from tuner.core.errors import TunerError
+from tuner.exports import common
+
+# The order the YAML and the command line list the arguments in.
+_ARG_ORDER = ("model", "tensor_parallel_size", "data_parallel_size", "max_num_batched_tokens",
+              "max_num_seqs", "enable_chunked_prefill", "gpu_memory_utilization", "block_size",
+              "max_model_len", "kv_cache_dtype", "quantization", "cpu_offload_gb")
+
+
+def _cpu_offload_gb(config: ServingConfig, model: ModelSpec) -> float:
+    """vLLM's cpu_offload_gb is per GPU: the offloaded share of this GPU's weight shard,
+    rounded up to 0.1 GiB."""
+    per_gpu = config.weight_offload_fraction * model.weight_bytes(config.weight_bits) / config.tp
+    gib = per_gpu / GIB
+    return round(math.ceil(gib * 10.0 - 1e-9) / 10.0, 1)
+
+
+# ---- notes: what vLLM cannot be told, in the order the file lists them -------------------------
+def _eviction_note(dep: common.Deployment) -> str:
+    c = dep.config
+    cap, basis = dep.kv_capacity()
+    mml = dep.max_model_len
+    fits = cap // mml
+    if fits < 1:
+        advice = (f"not even one max-model-len request fits in the KV cache (~{cap} tokens, "
+                  f"{basis}); lower max-model-len.")
+    elif fits >= c.max_running:
+        advice = (f"max-num-seqs {c.max_running} already fits ({fits} max-model-len requests "
+                  f"fit in ~{cap} KV tokens, {basis}).")
+    else:
+        advice = (f"set max-num-seqs <= {fits} (~{cap} KV tokens / max-model-len {mml}, "
+                  f"{basis}) so the batch always fits; the prediction used {c.max_running}.")
+    return (f"scheduler {c.scheduler!r} is eviction-free: vLLM always preempts by recompute "
+            f"when the KV cache runs out; {advice}")
+
+
+_NOTES: dict[str, common.NoteText] = {
+    "model_id": lambda dep: common.model_id_note(dep, "model"),
+    "prefill_budget": (
+        "scheduler {c.scheduler!r}: with chunked prefill off vLLM requires "
+        "max-num-batched-tokens >= max-model-len ({c.chunk_size} < {mml}); raise "
+        "max-num-batched-tokens or lower max-model-len."),
+    "kv_bits_4": (
+        "kv_bits=4: vLLM has no 4-bit KV cache; use kv-cache-dtype: fp8 instead (half "
+        "the predicted KV capacity, so expect fewer concurrent requests)."),
+    "weight_bits_8": (
+        "weight_bits=8: {gpu.name} has no FP8 tensor cores; use an INT8 (W8A16) "
+        "checkpoint, e.g. GPTQ/compressed-tensors, as the model."),
+    "weight_bits_4": (
+        "weight_bits=4: use a 4-bit AWQ/GPTQ checkpoint of the model; vLLM picks "
+        "awq_marlin/gptq_marlin."),
+    "kv_offload": (
+        "kv_offload_layers={c.kv_offload_layers}: vLLM has no layer-wise KV offload; "
+        "the nearest is CPU KV offload with LMCache (kv-transfer-config) or swap space. Expect a "
+        "different makespan than predicted."),
+    "attention_on_cpu": (
+        "attention_on_cpu: vLLM (GPU) has no CPU decode attention for offloaded "
+        "KV layers; keep the KV on the GPU (lower max-num-seqs if it does not fit) or run the "
+        "offloaded layers with an engine that has CPU attention. Expect a different makespan."),
+    "cpu_threads": lambda dep: common.cpu_threads_note(dep, "vLLM has no engine argument"),
+    "eviction_free": _eviction_note,
+    "ordering": (
+        "ordering {c.ordering!r}: vLLM processes offline requests in submission order; "
+        "sort the input JSONL in that order ({howto}) before running."),
+}
+
+
+def vllm_engine_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model_len: int,
+                     kv_capacity_tokens: int | None = None) -> tuple[dict[str, Any], list[str]]:
+    """vLLM (V1) engine arguments for ``config`` plus notes for what vLLM lacks.
+
+    ``kv_capacity_tokens`` (per replica, from the search's memory plan) is used in the advice for
+    eviction-free schedulers; without it :func:`tuner.core.memory.plan_memory` estimates it.
+    """
+    dep = common.Deployment(config, model, gpu, max_model_len, kv_capacity_tokens)
+    args = common.mapped_args(config, "vllm")
+    args |= {"model": model.hf_id or model.name, "max_model_len": max_model_len}
+    if "cpu_offload_gb" in args:
+        args["cpu_offload_gb"] = _cpu_offload_gb(config, model)
+    if "quantization" in args and not gpu.fp8_tflops:  # FP8 weights need FP8 tensor cores
+        del args["quantization"]
+    return common.in_order(args, _ARG_ORDER), common.notes_for(dep, _NOTES)
+
+
+def vllm_cli_options(args: dict[str, Any]) -> list[tuple[str, Any]]:
+    """vLLM engine args (snake_case) as [(dashed CLI option, value)], in the same order."""
+    return [(k.replace("_", "-"), v) for k, v in args.items()]
+
+
+# ---- vllm serve --config YAML -----------------------------------------------------------------
+def to_vllm_yaml(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model_len: int,
+                 header: str = "", kv_capacity_tokens: int | None = None) -> str:
+    """YAML for ``vllm serve --config FILE`` (dashed long option names, as vLLM documents)."""
+    args, notes = vllm_engine_args(
+        config, model, gpu, max_model_len=max_model_len, kv_capacity_tokens=kv_capacity_tokens
+    )
+    title = [f"# vLLM engine configuration written by tuner for {config.gpu} x{config.num_gpus}.",
+             "# Run: vllm serve --config THIS_FILE"]
+    body = yaml.safe_dump(dict(vllm_cli_options(args)), sort_keys=False,
+                          default_flow_style=False, allow_unicode=True)
+    return "\n".join(common.export_head(title, header, notes, config)) + "\n" + body
+
+
+def _config_from_vllm_options(data: dict, text: str, gpu: str | None, what: str) -> ServingConfig:
+    """ServingConfig from vLLM options (dashed names) plus the ``# tuner-config:`` line in text."""
+    data = {str(k).strip().replace("_", "-"): v for k, v in data.items()}
+    base, had_line = common.parsed_fields(text, data, "vllm")
+    if not had_line:
+        if data.get("enable-chunked-prefill") is False:
+            base["scheduler"] = "vllm-v0"
+        if str(data.get("kv-cache-dtype") or "auto").lower().startswith("fp8"):
+            base["kv_bits"] = 8
+        bits = common.weight_bits_from_quantization(data.get("quantization"))
+        if bits is not None:
+            base["weight_bits"] = bits
+    return common.finish_config(base, gpu, what)
+
+
+def from_vllm_yaml(text: str, *, gpu: str | None = None) -> ServingConfig:
+    """Parse a YAML written by :func:`to_vllm_yaml` back into a ServingConfig.
+
+    Fields vLLM has no argument for come from the ``# tuner-config:`` line; the vLLM keys that
+    map 1:1 (tp, dp, token budget, max-num-seqs, memory utilisation, block size) override it, so
+    a hand-edited value wins. Without the line, the remaining fields are inferred where possible
+    and default otherwise. ``gpu`` overrides the line's GPU (required without the line).
+    """
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise TunerError(f"vLLM config is not valid YAML ({exc}).") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise TunerError("vLLM config must be a YAML mapping of option names to values.")
+    return _config_from_vllm_options(data, text, gpu, "vLLM config")
+
+
+# ---- vllm run-batch ---------------------------------------------------------------------------
+def to_vllm_run_batch(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model_len: int,
+                      input_path: str = "INPUT.jsonl", output_path: str = "OUTPUT.jsonl",
+                      served_model_name: str | None = None, header: str = "",
+                      kv_capacity_tokens: int | None = None) -> str:
+    """A ``vllm run-batch`` command line for an OpenAI Batch API JSONL, with every engine argument.
+
+    ``served_model_name``: the ``body.model`` the batch's requests name, when it differs from the
+    checkpoint id (vLLM answers only requests for a model it serves).
+    """
+    args, notes = vllm_engine_args(
+        config, model, gpu, max_model_len=max_model_len, kv_capacity_tokens=kv_capacity_tokens
+    )
+    title = [f"# vLLM offline batch run written by tuner for {config.gpu} x{config.num_gpus}.",
+             "# Input: OpenAI Batch API JSONL (custom_id, method, url, body), one request a line;",
+             "# results go to the output JSONL in the same order."]
+    options = [("model", args.pop("model"))]
+    if served_model_name and served_model_name != options[0][1]:
+        options.append(("served-model-name", served_model_name))
+    options += vllm_cli_options(args)
+    prog = f"vllm run-batch -i {shlex.quote(input_path)} -o {shlex.quote(output_path)}"
+    return common.write_command(common.export_head(title, header, notes, config), prog, options)
+
+
+def from_vllm_run_batch(text: str, *, gpu: str | None = None) -> ServingConfig:
+    """Parse a command written by :func:`to_vllm_run_batch` back into a ServingConfig (the vLLM
+    options that map 1:1 override the ``# tuner-config:`` line, as in :func:`from_vllm_yaml`)."""
+    what = "vllm run-batch command"
+    opts = common.read_command(text, "run-batch", what)
+    for short in ("i", "o", "input-file", "output-file"):
+        opts.pop(short, None)
+    return _config_from_vllm_options(opts, text, gpu, what)
+
+
+# ---- the export registry's entries (tuner.exports.formats) ------------------------------------
+def render_yaml(dep: common.Deployment, opts: common.RenderOptions) -> str:
+    return to_vllm_yaml(dep.config, dep.model, dep.gpu, max_model_len=dep.max_model_len,
+                        header=opts.header, kv_capacity_tokens=dep.kv_capacity_tokens)
+
+
+def render_run_batch(dep: common.Deployment, opts: common.RenderOptions) -> str:
+    return to_vllm_run_batch(dep.config, dep.model, dep.gpu, max_model_len=dep.max_model_len,
+                             header=opts.header, kv_capacity_tokens=dep.kv_capacity_tokens,
+                             input_path=opts.input_path, output_path=opts.output_path,
+                             served_model_name=opts.served_model_name)
