@@ -379,16 +379,19 @@ PROVENANCE_LABELS = {  # Provenance.kind -> how the report names that source
     "measured": "measured (profiled)",
     "tables": "measured (public kernel tables)",
     "calibrated": "calibrated on real runs",
-    "transferred": "spec-derived (not measured)",
+    "transferred": "transferred from a measured GPU by spec-sheet ratios (not measured)",
     "roofline": "spec-derived (not measured)",
 }
 
 
 def provenance_label(provenance: Provenance, measured: bool | None = None) -> str:
     """How the report names a cost model's source; ``measured`` (a context's override) wins."""
-    if measured is None:
-        return PROVENANCE_LABELS[provenance.kind]
-    return PROVENANCE_LABELS["measured" if measured else "roofline"]
+    if measured is not None:
+        return PROVENANCE_LABELS["measured" if measured else "roofline"]
+    label = PROVENANCE_LABELS[provenance.kind]
+    if provenance.error_pct is not None:  # fidelity suite on this GPU, else the transfer rule's
+        label += f"; checked error {provenance.error_pct:.1f} %"
+    return label
 
 
 def _gpu_view(name: str, g: GpuInfo, color: str) -> dict:

@@ -11,6 +11,7 @@ from predictors import aic
 from predictors.engine_overhead import PROFILES, EngineProfile, get_profile
 from predictors.features import BatchFeatures, sum_parts
 from tuner.core.catalog import load_gpus, load_models
+from tuner.core.config import ServingConfig
 
 GPUS = load_gpus()
 MODELS = load_models()
@@ -178,3 +179,15 @@ def test_allreduce_table_version_closest_to_the_engine_version():
     # a step above 8 MiB of hidden state is priced from the NCCL table
     big = cm.gpu_breakdown(feats([[8192, 8192**2, 0, 0, 0, 1]]))["allreduce"][0]
     assert big > 0
+
+
+def test_search_cost_models_follow_engine_version_and_roofline_mode():
+    from tuner.sim.simulator import profile_cost_model_for
+
+    model, h100 = MODELS["llama-3-8b"], GPUS["H100"]
+    cfg = ServingConfig(gpu="H100", tp=2)
+    assert profile_cost_model_for(model, None) is None  # all defaults: the simulator decides
+    old = profile_cost_model_for(model, None, engine_version="0.19.0")(h100, cfg)
+    assert old.provenance.kind == "tables" and "vLLM 0.19.0 custom all-reduce" in old.describe()
+    rf = profile_cost_model_for(model, None, profile_mode="roofline")(h100, cfg)
+    assert rf.provenance.kind == "roofline"

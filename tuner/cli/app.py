@@ -50,6 +50,9 @@ SkipOpt = Annotated[bool, typer.Option("--skip-invalid", help="Skip malformed wo
 DistOpt = Annotated[str | None, typer.Option("--output-dist", help="Output lengths for requests "
                     "without max_tokens: fixed:256, uniform:64:512, normal:MEAN:SD, lognormal:MEDIAN:SIGMA, "
                     "trace:FILE.csv.")]
+EngineVersionOpt = Annotated[str | None, typer.Option(
+    "--engine-version", help="vLLM version to price kernels for (the closest measured kernel-table "
+    "version, e.g. 0.19.0; default the newest).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 # a stored study (`tuner export`, `report`, `results`, `validate`)
 StoredStudyOpt = Annotated[str | None, typer.Option("--study", help="Study name (default: the "

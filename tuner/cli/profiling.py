@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from tuner.cli.app import EngineVersionOpt
 from tuner.core.errors import TunerError
 from tuner.core.io import jsonable
 
@@ -188,8 +189,7 @@ def cost(
     weight_bits: Annotated[int, typer.Option(help="16, 8 or 4.")] = 16,
     kv_bits: Annotated[int, typer.Option(help="16, 8 or 4.")] = 16,
     gpu_file: Annotated[Path | None, typer.Option("--gpu-file", help="YAML with more GPUs.")] = None,
-    engine_version: Annotated[str | None, typer.Option(help="vLLM version to price kernels for "
-                              "(the closest measured table version; default the newest).")] = None,
+    engine_version: EngineVersionOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")] = False,
 ) -> None:
     """Predicted time of one engine iteration per operation (per layer and total), with provenance.

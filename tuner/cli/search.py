@@ -13,6 +13,7 @@ from rich.table import Table
 
 from tuner.cli.app import (
     DistOpt,
+    EngineVersionOpt,
     GpuFileOpt,
     JsonOpt,
     ModelOpt,
@@ -62,7 +63,9 @@ def search(
                        "and study.")] = Path("tuner-out"),
     profile: Annotated[Path | None, typer.Option(help="Profile or fit folder (`tuner profile`, "
                        "`tuner fit`): measured cost models instead of spec-sheet rooflines.")] = None,
-    profile_mode: Annotated[str, typer.Option(help="auto | measured | transfer | roofline.")] = "auto",
+    profile_mode: Annotated[str, typer.Option(help="auto | measured | transfer | roofline "
+                            "(roofline: the spec sheet even where kernel tables exist).")] = "auto",
+    engine_version: EngineVersionOpt = None,
     price: PriceOpt = None, gpu_file: GpuFileOpt = None, skip_invalid: SkipOpt = False,
     output_dist: DistOpt = None, as_json: JsonOpt = False,
 ) -> None:
@@ -79,7 +82,7 @@ def search(
                              output_dist)
     _check_options(n_trials=n_trials, workers=workers, exhaustive=exhaustive,
                    sample_fraction=sample_fraction, sampler=sampler, seed=seed)
-    cost_model_for = job.cost_model_for(profile, profile_mode)
+    cost_model_for = job.cost_model_for(profile, profile_mode, engine_version)
     check_writable(out_dir)
     settings = SearchSettings(n_trials=n_trials, timeout_s=timeout, seed=seed, sampler=sampler,
                               storage=storage or default_storage(out_dir),
@@ -91,7 +94,7 @@ def search(
                 "gpu_file": str(gpu_file.resolve()) if gpu_file else None,
                 "skip_invalid": skip_invalid, "output_dist": output_dist,
                 "profile": str(profile.resolve()) if profile is not None else None,
-                "profile_mode": profile_mode}
+                "profile_mode": profile_mode, "engine_version": engine_version}
     total = _announce(job, settings, workload.name, workers)
     w, spec, chosen, sp = job.workload, job.model, job.gpus, job.space
     with SearchProgress(err, total, disable=as_json) as prog:
@@ -136,11 +139,13 @@ class _SearchInputs:
         assert_some_gpu_fits(w, spec, chosen, sp)
         return cls(w, spec, chosen, sp)
 
-    def cost_model_for(self, profile: Path | None, profile_mode: str):
+    def cost_model_for(self, profile: Path | None, profile_mode: str,
+                       engine_version: str | None):
         from tuner.sim.simulator import profile_cost_model_for
 
         # a bad folder fails now; workers find the folder in the study's metadata
         return profile_cost_model_for(self.model, profile, profile_mode=profile_mode,
+                                      engine_version=engine_version,
                                       check_gpu=next(iter(self.gpus.values())))
 
 

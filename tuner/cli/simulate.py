@@ -21,6 +21,7 @@ from rich.table import Table
 
 from tuner.cli.app import (
     DistOpt,
+    EngineVersionOpt,
     GpuFileOpt,
     JsonOpt,
     ModelOpt,
@@ -113,8 +114,7 @@ def simulate(
     profile: Annotated[Path | None, typer.Option(help="Profile or fit folder (`tuner profile`, "
                        "`tuner fit`): measured cost model instead of the spec-sheet roofline.")] = None,
     profile_mode: Annotated[str, typer.Option(help="auto | measured | transfer | roofline.")] = "auto",
-    engine_version: Annotated[str | None, typer.Option(help="vLLM version to price kernels for "
-                              "(the closest measured table version; default the newest).")] = None,
+    engine_version: EngineVersionOpt = None,
     exact: Annotated[bool, typer.Option(help="Step-by-step scheduler (no skip-ahead); same "
                      "result, slower.")] = False,
     timeline: Annotated[Path | None, typer.Option(help="Write a per-iteration timeline CSV.")] = None,

@@ -46,13 +46,12 @@ def study_cost_model_for(meta: dict, model: ModelSpec, gpus: dict[str, GPU], *,
     from tuner.sim.simulator import profile_cost_model_for
 
     path = profile or meta.get("profile")
-    if path is None:
-        return None
-    if profile is None and not Path(path).exists():
+    if path is not None and profile is None and not Path(path).exists():
         raise TunerError(f"Study {study_name!r} was searched with the profile folder {path}, "
                          "which is not on this machine; pass --profile DIR with a copy of it.")
     return profile_cost_model_for(model, path,
                                   profile_mode=profile_mode or meta.get("profile_mode") or "auto",
+                                  engine_version=meta.get("engine_version"),
                                   check_gpu=next(iter(gpus.values())))
 
 

@@ -174,15 +174,19 @@ def default_cost_model(model: ModelSpec, gpu: GPU, config: ServingConfig,
 
 
 def profile_cost_model_for(model: ModelSpec, profile: str | Path | None, *,
-                           profile_mode: str = "auto", check_gpu: GPU | None = None):
-    """`(gpu, config) -> CostModel` from a profile/fit folder (`--profile DIR`), or None without
-    one. With `check_gpu`, the folder is loaded once now, so a bad folder fails before a search
-    starts (one TunerError) rather than in its first trial."""
-    if profile is None:
+                           profile_mode: str = "auto", engine_version: str | None = None,
+                           check_gpu: GPU | None = None):
+    """`(gpu, config) -> CostModel` from a profile/fit folder (`--profile DIR`), a profile mode
+    (`roofline` forces the spec sheet) and the targeted vLLM version of the kernel tables; None
+    when all are defaults (the simulator then picks `default_cost_model` itself). With
+    `check_gpu`, the model is built once now, so a bad folder fails before a search starts (one
+    TunerError) rather than in its first trial."""
+    if profile is None and profile_mode == "auto" and engine_version is None:
         return None
 
     def cost_model_for(gpu: GPU, config: ServingConfig) -> CostModel:
-        return default_cost_model(model, gpu, config, profile, profile_mode=profile_mode)
+        return default_cost_model(model, gpu, config, profile, profile_mode=profile_mode,
+                                  engine_version=engine_version)
 
     if check_gpu is not None:
         cost_model_for(check_gpu, ServingConfig(gpu=check_gpu.name))
