@@ -374,3 +374,24 @@ def test_ctrl_c_saves_trials_and_says_resume(tmp_path):
     assert stderr.strip().splitlines()[-1].startswith("interrupted")
     assert "--resume" in stderr
     assert sorted(p.name for p in out.iterdir()) == ["study.db"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["simulate", "-g", "A10", "--price", "A10=0"], "A10=0"),
+    (["simulate", "-g", "A10", "--price", "A10=nan"], "A10=nan"),
+    (["simulate", "-g", "A10", "--price", "A40=inf"], "A40=inf"),
+    (["search", "--gpus", "A10", "--seed", "-1"], "--seed"),
+    (["search", "--gpus", "A10", "--seed", str(2**32)], "--seed"),
+])
+def test_bad_price_or_seed_is_one_line_and_writes_nothing(tmp_path, wl, args, needle):
+    out = tmp_path / "out"
+    extra = ["--out", out] if args[0] == "search" else []
+    r = tuner(*args, "-w", wl, "-m", "llama-3-8b", *extra)
+    assert_one_line_error(r, needle, out=out)
+
+
+def test_gpu_file_with_a_zero_price_is_refused(tmp_path, wl):
+    gpus = tmp_path / "gpus.yaml"
+    gpus.write_text(yaml.safe_dump({"A10": {"price_usd_per_h": 0.0}}))
+    r = tuner("simulate", "-w", wl, "-m", "llama-3-8b", "-g", "A10", "--gpu-file", gpus)
+    assert_one_line_error(r, "A10", "price_usd_per_h")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from importlib import resources
 from pathlib import Path
@@ -36,6 +37,16 @@ class GPU:
     nvlink_gbps: float | None = None  # per-GPU NVLink bandwidth (one direction), None = PCIe only
     vasuki_usd_per_fp32_gflop_per_w: float | None = None  # Vasuki Table 1 (A10, A40 only)
     notes: str = ""
+
+    def __post_init__(self) -> None:
+        # a zero, negative or non-finite spec or price would divide by zero or turn every $
+        # into nan far from where it was typed (--price, --gpu-file)
+        for name in ("memory_gib", "bf16_tflops", "fp32_tflops", "hbm_gbps", "host_link_gbps",
+                     "price_usd_per_h"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise TunerError(f"GPU {self.name}: {name} must be a positive finite number, "
+                                 f"got {value!r}.")
 
     @property
     def memory_bytes(self) -> int:
@@ -175,8 +186,9 @@ def parse_price_overrides(items: list[str] | None) -> dict[str, float]:
                 price = float(value)
             except ValueError:
                 price = -1.0
-            if not sep or price < 0:
-                raise TunerError(f"--price expects GPU=USD_PER_HOUR (e.g. A10=0.75), got {part!r}.")
+            if not sep or not (math.isfinite(price) and price > 0):
+                raise TunerError(f"--price expects GPU=USD_PER_HOUR with a positive price "
+                                 f"(e.g. A10=0.75), got {part!r}.")
             out[name.strip()] = price
     return out
 

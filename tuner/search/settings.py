@@ -31,6 +31,10 @@ class SearchSettings:
     # workload has >= 4 x MIN_SAMPLE requests; 1.0 (or 0): full workload only.
     sample_fraction: float | None = None
 
+    def __post_init__(self) -> None:
+        if not 0 <= self.seed < 2**32:  # numpy's and Optuna's seed range
+            raise TunerError(f"--seed must be in [0, 2**32 - 1], got {self.seed}.")
+
 
 def sampler_name(settings: SearchSettings) -> str:
     if settings.sampler == "auto":
