@@ -214,3 +214,14 @@ def test_return_steps_gives_each_replicas_schedule():
     own = sch.run_schedule(w.prompt_tokens[idx], w.output_tokens[idx],
                            scheduler_params(cfg, plan.kv_capacity_blocks), fast=False)
     np.testing.assert_array_equal(res.steps[0], own.steps)
+
+
+def test_tensor_parallel_must_split_the_heads_as_vllm_requires():
+    w = wl([100, 50], [10, 5])
+    qwen = get_model("qwen2.5-7b")  # 28 heads, 4 KV heads
+    with pytest.raises(InfeasibleConfig, match="28 attention heads / 4 KV heads"):
+        simulate(w, qwen, get_gpu("A40", GPUS), ServingConfig(gpu="A40", tp=8))
+    assert simulate(w, qwen, get_gpu("A40", GPUS), ServingConfig(gpu="A40", tp=4)).makespan_s > 0
+    # 8 KV heads over 4 ranks divide; fewer KV heads than ranks are replicated
+    llama = get_model("llama-3-8b")
+    assert simulate(w, llama, get_gpu("A40", GPUS), ServingConfig(gpu="A40", tp=8)).makespan_s > 0

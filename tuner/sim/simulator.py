@@ -203,6 +203,14 @@ def check_feasible(workload: Workload, model: ModelSpec, gpu: GPU,
                    config: ServingConfig) -> MemoryPlan:
     """The memory plan; raises InfeasibleConfig with the numbers when the config cannot run."""
     total = workload.prompt_tokens + workload.output_tokens
+    tp = config.tp
+    # vLLM shards attention heads over the TP ranks: it refuses a degree that does not divide
+    # them (KV heads fewer than the ranks are replicated, so those must divide the degree)
+    if model.num_heads % tp or (model.num_kv_heads % tp if model.num_kv_heads >= tp
+                                else tp % model.num_kv_heads):
+        raise InfeasibleConfig(
+            f"tensor parallel {tp} does not split {model.name}'s {model.num_heads} attention "
+            f"heads / {model.num_kv_heads} KV heads evenly (vLLM refuses it)")
     plan = plan_memory(model, gpu, config, mean_request_tokens=float(total.mean()),
                        max_request_tokens=int(total.max()))
     if not plan.fits:
