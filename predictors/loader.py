@@ -154,14 +154,21 @@ def provenance_kind(cost_model) -> str:
     return cost_model.provenance.kind
 
 
+def check_profile_mode(mode: str) -> None:
+    """One TunerError for a mode that is not a key of PROFILE_MODES (`--profile-mode`)."""
+    if mode not in PROFILE_MODES:
+        from tuner.core.errors import TunerError
+
+        raise TunerError(f"Unknown profile mode {mode!r} (--profile-mode); choose one of "
+                         f"{', '.join(PROFILE_MODES)}.")
+
+
 def load_cost_model(profile_or_fit_dir, model, gpu, config, *, mode: str = "auto"):
     """CostModel for `model` on `gpu` under `config` (tp, weight_bits, kv_bits) from measured
     profiles; see the module docstring for the modes. Raises TunerError on bad input."""
     from tuner.core.errors import TunerError
 
-    if mode not in PROFILE_MODES:
-        raise TunerError(f"Unknown profile mode {mode!r}; choose one of "
-                         f"{', '.join(PROFILE_MODES)}.")
+    check_profile_mode(mode)
     path = Path(profile_or_fit_dir)
     if mode in NO_PROFILE_MODES:
         return PROFILE_MODES[mode](ProfileChoice([], model, gpu, config, path))

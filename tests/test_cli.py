@@ -395,3 +395,11 @@ def test_gpu_file_with_a_zero_price_is_refused(tmp_path, wl):
     gpus.write_text(yaml.safe_dump({"A10": {"price_usd_per_h": 0.0}}))
     r = tuner("simulate", "-w", wl, "-m", "llama-3-8b", "-g", "A10", "--gpu-file", gpus)
     assert_one_line_error(r, "A10", "price_usd_per_h")
+
+
+@pytest.mark.parametrize("command", ["simulate", "search"])
+def test_unknown_profile_mode_is_refused_without_a_profile(tmp_path, wl, command):
+    out = tmp_path / "out"
+    gpu = ["-g", "A10"] if command == "simulate" else ["--gpus", "A10", "--out", out]
+    r = tuner(command, "-w", wl, "-m", "llama-3-8b", *gpu, "--profile-mode", "foo")
+    assert_one_line_error(r, "Unknown profile mode 'foo'", out=out)

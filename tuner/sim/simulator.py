@@ -150,7 +150,9 @@ def default_cost_model(model: ModelSpec, gpu: GPU, config: ServingConfig,
     (predictors.calibration) unless `calibrated` is False (validation compares against the
     uncalibrated model)."""
     from predictors.calibration import apply_stored
+    from predictors.loader import check_profile_mode
 
+    check_profile_mode(profile_mode)
     if cost_model_dir is not None:
         from predictors.loader import load_cost_model
 
