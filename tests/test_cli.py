@@ -403,3 +403,12 @@ def test_unknown_profile_mode_is_refused_without_a_profile(tmp_path, wl, command
     gpu = ["-g", "A10"] if command == "simulate" else ["--gpus", "A10", "--out", out]
     r = tuner(command, "-w", wl, "-m", "llama-3-8b", *gpu, "--profile-mode", "foo")
     assert_one_line_error(r, "Unknown profile mode 'foo'", out=out)
+
+
+def test_requests_beyond_the_context_fail_before_the_search(tmp_path):
+    wl = tmp_path / "long.jsonl"
+    wl.write_text("".join(json.dumps({"prompt_tokens": 9000 if i == 7 else 100,
+                                      "output_tokens": 16}) + "\n" for i in range(20)))
+    out = tmp_path / "out"
+    r = tuner("search", "-w", wl, "-m", "llama-3-8b", "--gpus", "A10", "--out", out)
+    assert_one_line_error(r, "1 of 20 requests", "8,192", "9,016", out=out)

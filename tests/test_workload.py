@@ -572,3 +572,13 @@ def test_token_records_roundtrip(pairs: list[tuple[int, int]]) -> None:
     assert w.prompt_tokens.tolist() == [p for p, _ in pairs]
     assert w.output_tokens.tolist() == [o for _, o in pairs]
     assert w.skipped == 0
+
+
+def test_duplicate_custom_id_is_refused_as_the_batch_api_does(tmp_path: Path) -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi there"}], "max_tokens": 8}
+    reqs = [batch_request(i, body) for i in range(4)]
+    reqs.append(dict(reqs[1]))  # line 5 repeats line 2's custom_id
+    path = write_jsonl(tmp_path / "dup.jsonl", reqs)
+    with pytest.raises(TunerError, match=r"dup.jsonl:5: duplicate custom_id .r1. \(first on line 2\)"):
+        load_workload(path)
+    assert len(load_workload(path, skip_invalid=True)) == 4

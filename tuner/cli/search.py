@@ -122,6 +122,7 @@ class _SearchInputs:
              gpu_file: Path | None, price: list[str] | None, skip_invalid: bool,
              output_dist: str | None) -> _SearchInputs:
         from tuner.core.catalog import get_gpu, get_model
+        from tuner.core.workload import check_context
         from tuner.search import assert_some_gpu_fits
         from tuner.search.space import load_space
 
@@ -135,6 +136,7 @@ class _SearchInputs:
             chosen[g.name] = g
         spec = get_model(model)
         w = read_workload(workload, spec, skip_invalid, output_dist)
+        check_context(w, spec.max_position, spec.name)  # before any trial, not after all
         sp = load_space(space)
         assert_some_gpu_fits(w, spec, chosen, sp)
         return cls(w, spec, chosen, sp)

@@ -19,7 +19,7 @@ Any JSONL record may carry ``prefix_id`` + ``prefix_tokens`` at its top level.
 from tuner.core.workload.base import CSV_OUTPUT_COLUMN, CSV_PROMPT_COLUMN, Workload
 from tuner.core.workload.lengths import OUTPUT_DISTS, parse_output_dist
 from tuner.core.workload.readers import load_workload
-from tuner.core.workload.stats import workload_stats
+from tuner.core.workload.stats import check_context, workload_stats
 from tuner.core.workload.tokens import (
     CHARS_PER_TOKEN,
     CHAT_MESSAGE_OVERHEAD_TOKENS,
@@ -37,6 +37,7 @@ __all__ = [
     "OUTPUT_DISTS",
     "Workload",
     "chat_message_text",
+    "check_context",
     "estimate_tokens",
     "load_workload",
     "parse_output_dist",

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,10 +65,12 @@ class _Records:
     shape: str | None  # the file's one record format
     prefix_len: dict[Any, int]  # prefix_id -> prefix_tokens, in order of first appearance
     skipped: int
+    id_lines: dict[Any, int] = field(default_factory=dict)  # custom_id -> its line
 
 
-def _check_record(rec: Record, out: _Records, first_line: int) -> None:
-    """One format per file; one prefix length per prefix_id."""
+def _check_record(rec: Record, out: _Records, first_line: int, lineno: int) -> None:
+    """One format per file; one prefix length per prefix_id; custom_ids unique (the OpenAI
+    Batch API rejects a file that repeats one: results could not be matched back)."""
     if out.shape is not None and rec.shape != out.shape:
         raise BadLine(f"{SHAPE_NAMES[rec.shape]}, but line {first_line} is "
                       f"{SHAPE_NAMES[out.shape]}; use one format per file")
@@ -77,6 +79,11 @@ def _check_record(rec: Record, out: _Records, first_line: int) -> None:
         if known != rec.prefix_tokens:
             raise BadLine(f"prefix_id {rec.prefix_key!r} has prefix_tokens "
                           f"{rec.prefix_tokens} here but {known} earlier")
+    if rec.custom_id is not None:
+        first = out.id_lines.setdefault(rec.custom_id, lineno)
+        if first != lineno:
+            raise BadLine(f"duplicate custom_id {rec.custom_id!r} (first on line {first}); "
+                          "the OpenAI Batch API requires unique ids")
 
 
 def _read_records(path: Path, skip_invalid: bool) -> _Records:
@@ -94,7 +101,7 @@ def _read_records(path: Path, skip_invalid: bool) -> _Records:
                     except json.JSONDecodeError as exc:
                         raise BadLine(f"invalid JSON ({exc.msg} at column {exc.colno})") from None
                     rec = parse_record(obj)
-                    _check_record(rec, out, first_line)
+                    _check_record(rec, out, first_line, lineno)
                 except BadLine as exc:
                     if skip_invalid:
                         out.skipped += 1

@@ -24,6 +24,7 @@ class Record:
     output_field: str = ""
     prefix_key: Any = None
     prefix_tokens: int | None = None
+    custom_id: Any = None  # OpenAI Batch API: how results are matched back to requests
 
 
 SHAPE_NAMES = {
@@ -107,7 +108,7 @@ def parse_record(obj: Any) -> Record:
         body = obj["body"]
         if not isinstance(body, dict):
             raise BadLine("OpenAI Batch API request: body must be an object")
-        rec = Record("batch")
+        rec = Record("batch", custom_id=obj.get("custom_id"))
         _prompt_into(rec, body, "body ")
         _output_into(rec, body, ("max_completion_tokens", "max_tokens"))
     elif "prompt_tokens" in obj:

@@ -49,3 +49,18 @@ def workload_stats(w: Workload) -> dict:
     }
 
 
+
+
+def check_context(w: Workload, context_tokens: int, model_name: str) -> None:
+    """One TunerError, before any search, when requests exceed the model's context window
+    (prompt + output tokens): every configuration would be infeasible, and vLLM would fail
+    those requests. Names how many and the longest."""
+    total = w.prompt_tokens + w.output_tokens
+    over = total > context_tokens
+    if over.any():
+        from tuner.core.errors import TunerError
+
+        raise TunerError(
+            f"{int(over.sum())} of {len(w)} requests exceed {model_name}'s context of "
+            f"{context_tokens:,} tokens (longest: {int(total.max()):,} prompt + output tokens, "
+            f"request {int(np.argmax(total)) + 1}); shorten or drop them.")
