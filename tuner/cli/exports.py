@@ -69,8 +69,16 @@ def study_workload(meta: dict, spec, workload: Path | None):
     if not path.is_file():
         raise TunerError(f"Workload {path} of the study is not there any more; pass --workload "
                          "FILE.")
-    return load_workload(path, model=spec, skip_invalid=bool(meta.get("skip_invalid", False)),
-                         output_dist=meta.get("output_dist"))
+    w = load_workload(path, model=spec, skip_invalid=bool(meta.get("skip_invalid", False)),
+                      output_dist=meta.get("output_dist"))
+    from tuner.search import workload_digest
+
+    want = meta.get("workload_sha256")
+    if want and workload_digest(w) != want:  # exports would size max-model-len on another job
+        raise TunerError(f"Workload {path} has changed since the search ({len(w)} requests now, "
+                         f"{meta.get('workload_requests')} then, or other token counts); "
+                         "rerun the search on it, or pass --workload with the file it searched.")
+    return w
 
 
 def report_context(st, *, workload: Path | None = None, gpu_file: Path | None = None,
