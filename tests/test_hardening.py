@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
 from tuner.cli.main import app
+from tuner.core.catalog import get_model
 from tuner.core.errors import TunerError
 
 runner = CliRunner()
@@ -33,3 +35,28 @@ def test_export_refuses_a_workload_file_changed_since_the_search(tmp_path: Path)
     # (main() prints a TunerError as one line with exit code 2; the app raises it)
     assert isinstance(r.exception, TunerError), r.output
     assert "has changed since the search" in str(r.exception) and not target.exists()
+
+
+LLAMA = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+         "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256}
+
+
+@pytest.mark.parametrize("config, needle", [
+    (LLAMA | {"num_attention_heads": 0}, "num_attention_heads must be a positive integer, got 0"),
+    (LLAMA | {"hidden_size": "big"}, "hidden_size must be a positive integer, got 'big'"),
+    (LLAMA | {"num_hidden_layers": -4}, "num_hidden_layers must be a positive integer, got -4"),
+    (LLAMA | {"num_key_value_heads": 5}, "multiple of num_key_value_heads (5)"),
+    ({k: v for k, v in LLAMA.items() if k != "vocab_size"}, "missing 'vocab_size'"),
+    ([1, 2], "holds a JSON object, got list"),
+])
+def test_bad_hf_config_is_one_clear_error(tmp_path: Path, config, needle) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(TunerError) as exc:
+        get_model(str(tmp_path))
+    assert needle in str(exc.value)
+
+
+def test_a_good_hf_config_loads(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA | {"head_dim": None}))
+    spec = get_model(str(tmp_path))
+    assert (spec.num_layers, spec.num_kv_heads, spec.head_dim) == (32, 8, 128)

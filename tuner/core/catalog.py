@@ -215,8 +215,22 @@ def load_models() -> dict[str, ModelSpec]:
     return {name: ModelSpec(name=name, **d) for name, d in raw.items()}
 
 
+def _config_int(cfg: dict, key: str, path: Path, default: int | None = None) -> int:
+    """A positive integer field of a config.json, or one TunerError naming it and its value."""
+    if key not in cfg or cfg[key] is None:
+        if default is None:
+            raise TunerError(f"{path}: not a Llama-style decoder config (missing {key!r}).")
+        return default
+    value = cfg[key]
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value) \
+            or int(value) <= 0:
+        raise TunerError(f"{path}: {key} must be a positive integer, got {value!r}.")
+    return int(value)
+
+
 def model_from_hf_config(path: str | Path) -> ModelSpec:
-    """A ModelSpec from a Hugging Face config.json (file or directory holding one)."""
+    """A ModelSpec from a Hugging Face config.json (file or directory holding one); every shape
+    field is checked (a positive integer, heads divisible by KV heads) with one clear error."""
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
@@ -224,24 +238,27 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
         cfg = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise TunerError(f"Cannot read model config {path}: {exc}.") from None
-    try:
-        heads = int(cfg["num_attention_heads"])
-        hidden = int(cfg["hidden_size"])
-        return ModelSpec(
-            name=str(cfg.get("_name_or_path") or path.parent.name or path.stem),
-            num_layers=int(cfg["num_hidden_layers"]),
-            hidden_size=hidden,
-            num_heads=heads,
-            num_kv_heads=int(cfg.get("num_key_value_heads", heads)),
-            head_dim=int(cfg.get("head_dim") or hidden // heads),
-            intermediate_size=int(cfg["intermediate_size"]),
-            vocab_size=int(cfg["vocab_size"]),
-            max_position=int(cfg.get("max_position_embeddings", 4096)),
-            tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            source=str(path),
-        )
-    except KeyError as exc:
-        raise TunerError(f"{path}: not a Llama-style decoder config (missing {exc}).") from None
+    if not isinstance(cfg, dict):
+        raise TunerError(f"{path}: a config.json holds a JSON object, got {type(cfg).__name__}.")
+    heads = _config_int(cfg, "num_attention_heads", path)
+    hidden = _config_int(cfg, "hidden_size", path)
+    kv_heads = _config_int(cfg, "num_key_value_heads", path, default=heads)
+    if heads % kv_heads:
+        raise TunerError(f"{path}: num_attention_heads ({heads}) must be a multiple of "
+                         f"num_key_value_heads ({kv_heads}).")
+    return ModelSpec(
+        name=str(cfg.get("_name_or_path") or path.parent.name or path.stem),
+        num_layers=_config_int(cfg, "num_hidden_layers", path),
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=_config_int(cfg, "head_dim", path, default=max(hidden // heads, 1)),
+        intermediate_size=_config_int(cfg, "intermediate_size", path),
+        vocab_size=_config_int(cfg, "vocab_size", path),
+        max_position=_config_int(cfg, "max_position_embeddings", path, default=4096),
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        source=str(path),
+    )
 
 
 def get_model(name_or_path: str, models: dict[str, ModelSpec] | None = None) -> ModelSpec:
