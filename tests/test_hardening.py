@@ -60,3 +60,35 @@ def test_a_good_hf_config_loads(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(LLAMA | {"head_dim": None}))
     spec = get_model(str(tmp_path))
     assert (spec.num_layers, spec.num_kv_heads, spec.head_dim) == (32, 8, 128)
+
+
+def _main_with(monkeypatch, capsys, exc: BaseException) -> tuple[int, str]:
+    import tuner.cli.main as cli_main
+
+    def app(**_kw):
+        raise exc
+
+    monkeypatch.setattr(cli_main, "app", app)
+    with pytest.raises(SystemExit) as done:
+        cli_main.main()
+    return done.value.code, capsys.readouterr().err
+
+
+def test_a_refusing_machine_is_one_error_line(monkeypatch, capsys) -> None:
+    code, err = _main_with(monkeypatch, capsys,
+                           OSError(28, "No space left on device", "/full/report.html"))
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1
+    assert "No space left on device (/full/report.html)" in lines[0]
+
+
+def test_ctrl_c_inside_the_compiled_loop_is_an_interrupt(monkeypatch, capsys) -> None:
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as ki:
+            raise SystemError("CPUDispatcher(_run) returned a result with an exception set") \
+                from ki
+    except SystemError as wrapped:
+        code, err = _main_with(monkeypatch, capsys, wrapped)
+    assert code == 130 and "interrupted" in err and "Traceback" not in err

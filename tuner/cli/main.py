@@ -47,6 +47,16 @@ def main() -> None:
         sys.exit(1)
     except KeyboardInterrupt:
         rv = 130
+    except SystemError as exc:
+        # Ctrl-C inside the compiled step loop surfaces as numba's "returned a result with an
+        # exception set" wrapping the KeyboardInterrupt: an interrupt, not a crash
+        if not isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):
+            raise
+        rv = 130
+    except OSError as exc:  # the machine refused (disk full, permissions): one line, no trace
+        where = f" ({exc.filename})" if exc.filename else ""
+        _error_line(f"{exc.strerror or exc}{where}.")
+        sys.exit(2)
     if rv == 130:  # typer turns Ctrl-C into exit code 130
         err.print("interrupted (finished trials are saved; rerun with --resume to continue)")
     sys.exit(rv if isinstance(rv, int) else 0)
