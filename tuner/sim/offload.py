@@ -92,6 +92,22 @@ class KVTransfer:
         return np.where(k > 0, t, 0.0)
 
 
+def _published_bisection(shape, num_layers: int, test, *, ok_raises_lo: bool) -> np.ndarray:
+    """The binary search both Vasuki algorithms publish (l = 0, r = floor(L/2); a passing test
+    moves l up in Alg. 1 and r down in Alg. 2), vectorised: the final l per iteration."""
+    lo = np.zeros(shape, dtype=np.int64)
+    hi = np.full(shape, num_layers // 2, dtype=np.int64)
+    while True:
+        active = lo < hi
+        if not active.any():
+            return lo
+        mid = (lo + hi) // 2
+        ok = test(mid)
+        up = ok if ok_raises_lo else ~ok
+        lo = np.where(active & up, mid + 1, lo)
+        hi = np.where(active & ~up, mid - 1, hi)
+
+
 def vasuki_alg1(num_layers: int, kv: KVTransfer, exec_layer_s, transfer: TransferModel, *,
                 exact: bool = False) -> np.ndarray:
     """Algorithm 1 (maximize layers offloaded), exactly as published: binary search on
@@ -109,16 +125,9 @@ def vasuki_alg1(num_layers: int, kv: KVTransfer, exec_layer_s, transfer: Transfe
             ok = kv.time_s(mid, transfer) <= ex * (num_layers - 2 * mid)
             best = np.where(ok, mid, best)
         return best
-    lo = np.zeros(shape, dtype=np.int64)
-    hi = np.full(shape, num_layers // 2, dtype=np.int64)
-    while True:
-        active = lo < hi
-        if not active.any():
-            break
-        mid = (lo + hi) // 2
-        ok = kv.time_s(mid, transfer) <= ex * (num_layers - 2 * mid)
-        lo = np.where(active & ok, mid + 1, lo)
-        hi = np.where(active & ~ok, mid - 1, hi)
+    lo = _published_bisection(shape, num_layers,
+                              lambda mid: kv.time_s(mid, transfer) <= ex * (num_layers - 2 * mid),
+                              ok_raises_lo=True)
     return np.maximum(lo - 1, 0)
 
 
@@ -140,16 +149,9 @@ def vasuki_alg2(num_layers: int, kv: KVTransfer, exec_layer_s, transfer: Transfe
             ok = kv.time_s(w, transfer) <= ex * w
             best = np.where(ok, num_layers - 2 * w, best)
         return best
-    lo = np.zeros(shape, dtype=np.int64)
-    hi = np.full(shape, num_layers // 2, dtype=np.int64)
-    while True:
-        active = lo < hi
-        if not active.any():
-            break
-        mid = (lo + hi) // 2
-        ok = kv.time_s(mid, transfer) <= ex * mid
-        hi = np.where(active & ok, mid - 1, hi)
-        lo = np.where(active & ~ok, mid + 1, lo)
+    lo = _published_bisection(shape, num_layers,
+                              lambda mid: kv.time_s(mid, transfer) <= ex * mid,
+                              ok_raises_lo=False)
     return np.maximum(num_layers - 2 * (lo + 1), 0)
 
 
