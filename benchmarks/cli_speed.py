@@ -46,7 +46,7 @@ fixed:
   ordering: fcfs
 """
 # (component, substrings of a profiled function's file path) in the order they are matched
-BUCKETS = (("optuna storage", ("optuna/storages", "sqlalchemy", "sqlite3")),
+BUCKETS = (("optuna storage", ("optuna/storages", "sqlalchemy", "sqlite3", "search/storage")),
            ("simulation", ("tuner/sim/",)),
            ("outputs (report, exports, importances)", ("reports/", "tuner/exports", "importance")))
 
@@ -74,17 +74,21 @@ def best_of(n: int, args_for, env: dict, cwd: Path) -> float:
 
 
 def stored_trials(out_dir: Path) -> int:
-    """Completed trials in a search's study (for the rate of a run stopped at its limit)."""
+    """Completed trials in a search's study (for the rate of a run stopped at its limit): the
+    --out folder's study as `tuner results` finds it (its journal, or an older study.db)."""
     import optuna
 
-    db = next(iter(sorted(out_dir.glob("study.*"))), None)
-    if db is None:
+    from tuner.core.errors import TunerError
+    from tuner.search import make_storage, resolve_storage
+
+    try:
+        storage = make_storage(resolve_storage(None, out_dir))
+    except TunerError:  # killed before it wrote anything
         return 0
-    url = f"sqlite:///{db}" if db.suffix == ".db" else None
-    storage = (url if url else optuna.storages.JournalStorage(
-        optuna.storages.journal.JournalFileBackend(str(db))))
-    studies = optuna.get_all_study_summaries(storage)
-    return sum(s.n_trials for s in studies)
+    complete = (optuna.trial.TrialState.COMPLETE,)
+    return sum(len(optuna.load_study(study_name=s.study_name, storage=storage)
+                   .get_trials(deepcopy=False, states=complete))
+               for s in optuna.get_all_study_summaries(storage))
 
 
 def profile_readme(env: dict, tmp: Path) -> None:

@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-import optuna
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from tuner.cli.main import app
+from tuner.search import load_study
 
 REPO = Path(__file__).resolve().parents[1]
 SIM_KEYS = {"makespan_s", "cost_usd", "requests", "output_tokens", "throughput_tok_s", "qps",
@@ -184,7 +184,7 @@ def test_search_writes_report_and_exports(searched):
         assert y["max-num-batched-tokens"] == rec["config"]["chunk_size"]
         assert y["max-num-seqs"] == rec["config"]["max_running"]
     assert "<html" in (out / "report.html").read_text()[:2000].lower()
-    st = optuna.load_study(study_name=results["study"], storage=f"sqlite:///{out / 'study.db'}")
+    st = load_study(results["study"], out_dir=out)
     assert len([t for t in st.trials if t.state.name == "COMPLETE"]) == 12
 
 
@@ -357,7 +357,7 @@ def test_ctrl_c_saves_trials_and_says_resume(tmp_path):
         while time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.1)
             try:
-                st = optuna.load_study(study_name="i", storage=f"sqlite:///{out / 'study.db'}")
+                st = load_study("i", out_dir=out)
                 if sum(t.state.name == "COMPLETE" for t in st.trials) >= 3:
                     break
             except Exception:  # noqa: BLE001 - not created yet, or locked
@@ -373,7 +373,7 @@ def test_ctrl_c_saves_trials_and_says_resume(tmp_path):
     assert "Traceback" not in stderr
     assert stderr.strip().splitlines()[-1].startswith("interrupted")
     assert "--resume" in stderr
-    assert sorted(p.name for p in out.iterdir()) == ["study.db"]
+    assert sorted(p.name for p in out.iterdir()) == ["study.journal"]
 
 
 @pytest.mark.parametrize("args, needle", [

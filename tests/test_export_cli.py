@@ -22,6 +22,7 @@ from tuner.cli.main import app
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
 from tuner.exports import EXPORT_FORMATS, parse_export
+from tuner.search import load_study
 from tuner.search.records import TrialRecord, trial_records
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,7 +55,7 @@ def searched(tmp_path_factory) -> tuple[Path, Path, dict]:
 
 
 def stored_records(out: Path) -> tuple[optuna.Study, list[TrialRecord]]:
-    st = optuna.load_study(study_name=None, storage=f"sqlite:///{out / 'study.db'}")
+    st = load_study(None, out_dir=out)
     return st, trial_records(st)
 
 
@@ -122,7 +123,7 @@ def test_output_file_storage_url_and_study_name(searched, tmp_path):
     _, out, results = searched
     st, _ = stored_records(out)
     target = tmp_path / "sub" / "cheap.sh"
-    r = runner.invoke(app, ["export", "--storage", f"sqlite:///{out / 'study.db'}", "--study",
+    r = runner.invoke(app, ["export", "--storage", f"journal:{out / 'study.journal'}", "--study",
                             st.study_name, "--format", "sglang", "--goal", "cheapest",
                             "--output", str(target)])
     assert r.exit_code == 0, (r.output, r.exception)
@@ -211,7 +212,7 @@ def test_report_shows_validation_runs_of_the_out_folder(searched, tmp_path):
     _, out, results = searched
     out2 = tmp_path / "out"
     out2.mkdir()
-    shutil.copy(out / "study.db", out2 / "study.db")
+    shutil.copy(out / "study.journal", out2 / "study.journal")
     best = results["winners"]["fastest"]
     runs = [{"trial": best["number"], "config": best["config"],
              "predicted_s": best["metrics"]["makespan_s"],

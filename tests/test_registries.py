@@ -82,18 +82,18 @@ def test_search_public_names() -> None:
 
 
 def test_one_study_loader(tmp_path: Path) -> None:
-    from tuner.search import default_storage, load_study
+    from tuner.search import default_storage, load_study, make_storage
 
     out = tmp_path / "out"
     with pytest.raises(TunerError, match="No study database at"):
         load_study(None, out_dir=out)
     out.mkdir()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    optuna.create_study(study_name="a", storage=default_storage(out))
+    optuna.create_study(study_name="a", storage=make_storage(default_storage(out)))
     assert load_study(None, out_dir=out).study_name == "a"  # the only one
     assert load_study("a", default_storage(out)).study_name == "a"  # by URL
     with pytest.raises(TunerError, match="No study 'b'.*; it has a."):
         load_study("b", out_dir=out)
-    optuna.create_study(study_name="b", storage=default_storage(out))
+    optuna.create_study(study_name="b", storage=make_storage(default_storage(out)))
     with pytest.raises(TunerError, match="holds 2 studies .a, b.; pass --study NAME"):
         load_study(None, out_dir=out)

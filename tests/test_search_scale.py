@@ -1,5 +1,5 @@
 """Search at scale (issue 6): multi-fidelity, exhaustive grid, polish, study metadata, workers on
-one SQLite study, `tuner worker` and `tuner results`."""
+one embedded (journal) study, `tuner worker` and `tuner results`, the embedded storage."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from tuner.core.workload import Workload
 from tuner.search import (
     N_CALIBRATE,
     SearchSettings,
+    default_storage,
+    load_study,
     make_storage,
     neighbours,
     run_search,
@@ -148,10 +150,12 @@ def test_multi_fidelity_finds_the_grids_best(model, gpus):
 
 
 # ---- exhaustive --------------------------------------------------------------------------------
-def test_exhaustive_covers_the_grid_once_and_resumes(model, gpus, tmp_path):
+@pytest.mark.parametrize("kind", ["journal", "sqlite"])
+def test_exhaustive_covers_the_grid_once_and_resumes(model, gpus, tmp_path, kind):
     w = workload(60)
     sp = space(chunk_size=[512, 2048], max_running=[16, 64], kv_bits=[16, 8])
-    storage = f"sqlite:///{tmp_path / 's.db'}"
+    storage = (default_storage(tmp_path) if kind == "journal"
+               else f"sqlite:///{tmp_path / 's.db'}")
     st = run_search(w, model, gpus, sp, SearchSettings(exhaustive=True, storage=storage,
                                                         study_name="g", timeout_s=0.0))
     assert len(st.trials) == 0  # timeout 0: nothing simulated
@@ -233,10 +237,12 @@ def test_resume_with_other_inputs_is_refused(model, gpus, tmp_path):
     assert st.user_attrs["metadata"]["search"]["n_trials"] == 6
 
 
-def test_killed_search_leaves_no_running_trial(model, gpus, tmp_path):
-    # The single-process search persists finished trials whole: the SQLite study never holds
-    # a RUNNING (or WAITING) trial, so a kill leaves nothing half-written behind.
-    storage = f"sqlite:///{tmp_path / 's.db'}"
+@pytest.mark.parametrize("kind", ["journal", "sqlite"])
+def test_killed_search_leaves_no_running_trial(model, gpus, tmp_path, kind):
+    # The single-process search persists finished trials whole: the study never holds a
+    # RUNNING (or WAITING) trial, so a kill leaves nothing half-written behind.
+    storage = (default_storage(tmp_path) if kind == "journal"
+               else f"sqlite:///{tmp_path / 's.db'}")
     calls = []
 
     def stop(study, trial):
@@ -247,7 +253,7 @@ def test_killed_search_leaves_no_running_trial(model, gpus, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         run_search(workload(50), model, gpus, space(),
                    SearchSettings(n_trials=12, storage=storage, study_name="k"), on_trial=stop)
-    st = optuna.load_study(study_name="k", storage=storage)
+    st = optuna.load_study(study_name="k", storage=make_storage(storage))
     assert [t.state for t in st.trials] == [COMPLETE] * 5
 
 
@@ -268,14 +274,14 @@ def small_space(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-def test_cli_workers_share_one_sqlite_study_then_results(tmp_path, small_space):
+def test_cli_workers_share_one_journal_study_then_results(tmp_path, small_space):
     wl = _write(tmp_path / "w.jsonl", workload(80))
     out = tmp_path / "out"
     r = tuner_cli("search", "-w", wl, "-m", "llama-3-8b", "--gpus", "A10,H100", "--space",
                   small_space, "--n-trials", "30", "--workers", "2", "--out", out, "--json")
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
-    st = optuna.load_study(study_name=summary["study"], storage=f"sqlite:///{out / 'study.db'}")
+    st = load_study(summary["study"], out_dir=out)
     states = [t.state for t in st.trials]
     assert states.count(COMPLETE) >= 30  # workers stop once the study has its trials
     assert all(s == COMPLETE for s in states)  # nothing lost half-way (RUNNING / FAIL)
@@ -336,8 +342,7 @@ def test_cli_workers_use_the_searchs_profile(tmp_path, small_space):
                   small_space, "--n-trials", "12", "--workers", "2", "--out", out, "--profile",
                   prof, "--profile-mode", "transfer", "--json")
     assert r.returncode == 0, r.stderr
-    st = optuna.load_study(study_name=json.loads(r.stdout)["study"],
-                           storage=f"sqlite:///{out / 'study.db'}")
+    st = load_study(json.loads(r.stdout)["study"], out_dir=out)
     assert st.user_attrs["metadata"]["profile"] == str(prof.resolve())
     provs = {t.user_attrs.get("provenance", "") for t in st.trials
              if t.user_attrs.get("feasible") and not t.user_attrs.get("duplicate")}
@@ -363,12 +368,14 @@ def _pop_enqueued(url: str, out) -> None:
         out.put(f"{type(exc).__name__}: {exc}")
 
 
-def test_sqlite_workers_never_run_one_enqueued_trial_twice(tmp_path):
-    """Several processes popping enqueued trials (the search's presets) from one SQLite study:
-    each runs once, none fails with "Trial#N has already finished" (optuna/optuna#4002)."""
+@pytest.mark.parametrize("name", ["race.db", "race.journal"])
+def test_local_workers_never_run_one_enqueued_trial_twice(tmp_path, name):
+    """Several processes popping enqueued trials (the search's presets) from one SQLite or
+    journal study: each runs once, none fails with "Trial#N has already finished"
+    (optuna/optuna#4002; SQLite needs BEGIN IMMEDIATE, the journal orders by its log)."""
     import multiprocessing as mp
 
-    url = f"sqlite:///{tmp_path / 'race.db'}"
+    url = f"sqlite:///{tmp_path / name}" if name.endswith(".db") else str(tmp_path / name)
     st = optuna.create_study(study_name="race", storage=make_storage(url))
     for i in range(45):
         st.enqueue_trial({"x": i})
@@ -384,3 +391,48 @@ def test_sqlite_workers_never_run_one_enqueued_trial_twice(tmp_path):
     assert all(t.state == COMPLETE for t in trials) and len(trials) == 45
     assert sorted(t.params["x"] for t in trials) == list(range(45))
     assert sorted(t.number for t in trials) == list(range(45))
+
+
+# ---- the embedded journal storage ---------------------------------------------------------------
+def test_journal_addresses():
+    from tuner.search.storage import journal_path
+
+    assert journal_path("journal:///tmp/o/study.journal") == Path("/tmp/o/study.journal")
+    assert journal_path("journal:rel/s.journal") == Path("rel/s.journal")
+    assert journal_path("journal:/abs/s.log") == Path("/abs/s.log")
+    assert journal_path("out/study.journal") == Path("out/study.journal")
+    for url in ("sqlite:///x.journal", "sqlite:////tmp/s.db", "postgresql://u@h/db", "x.db"):
+        assert journal_path(url) is None, url
+
+
+def test_out_folder_of_an_earlier_version_keeps_its_sqlite_study(tmp_path):
+    """An OUT/study.db from before the journal default is still found (--resume, results,
+    report, export); the journal wins when both exist; a new folder gets the journal."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    assert default_storage(tmp_path / "new").startswith("journal:")
+    old = tmp_path / "old"
+    old.mkdir()
+    optuna.create_study(study_name="legacy", storage=f"sqlite:///{old / 'study.db'}")
+    assert default_storage(old) == f"sqlite:///{(old / 'study.db').resolve()}"
+    assert load_study(None, out_dir=old).study_name == "legacy"
+    optuna.create_study(study_name="fresh", storage=make_storage(str(old / "study.journal")))
+    assert default_storage(old).startswith("journal:")
+    assert load_study(None, out_dir=old).study_name == "fresh"
+    with pytest.raises(TunerError, match="No study journal at"):
+        load_study(None, f"journal:{tmp_path / 'typo.journal'}")
+    assert not (tmp_path / "typo.journal").exists()  # a lookup creates nothing
+
+
+def test_journal_cuts_a_line_torn_by_a_kill(tmp_path):
+    """A writer killed mid-append leaves a last line without its newline: reopening cuts it, so
+    the next trial is not glued to it (which would make the journal unreadable)."""
+    url = str(tmp_path / "s.journal")
+    st = optuna.create_study(study_name="t", storage=make_storage(url))
+    st.add_trial(optuna.trial.create_trial(value=1.0))
+    with open(url, "ab") as fh:
+        fh.write(b'{"op_code": 4, "worker_id": "dead", "study_id"')
+    st = optuna.load_study(study_name="t", storage=make_storage(url))
+    st.add_trial(optuna.trial.create_trial(value=2.0))
+    again = optuna.load_study(study_name="t", storage=make_storage(url))
+    assert [t.value for t in again.trials] == [1.0, 2.0]
+    assert Path(url).read_bytes().endswith(b"\n")

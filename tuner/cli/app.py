@@ -58,7 +58,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on 
 StoredStudyOpt = Annotated[str | None, typer.Option("--study", help="Study name (default: the "
                            "only study in the storage).")]
 StorageOpt = Annotated[str | None, typer.Option("--storage", help="Optuna storage URL of the "
-                       "study (default: sqlite:///OUT/study.db).")]
+                       "study (default: the journal OUT/study.journal, or the OUT/study.db of "
+                       "an earlier version).")]
 StoredWorkloadOpt = Annotated[Path | None, typer.Option("--workload", help="Read the workload "
                               "from this file (it is no longer where the search read it).")]
 StoredProfileOpt = Annotated[Path | None, typer.Option("--profile", help="A copy of the "

@@ -1,7 +1,7 @@
 """`tuner export` and `tuner report`: deployment exports and the HTML report of a stored study.
 
-Both read the study from its Optuna storage (``--storage URL``, or the SQLite file
-``OUT/study.db`` that ``tuner search --out OUT`` wrote) and rebuild what the search knew from the
+Both read the study from its Optuna storage (``--storage URL``, or the journal file
+``OUT/study.journal`` that ``tuner search --out OUT`` wrote) and rebuild what the search knew from the
 study's ``metadata`` user attribute (workload path, model, GPUs, prices, fixed knobs).
 """
 
@@ -18,7 +18,7 @@ from tuner.cli.app import StoredStudyOpt as StudyOpt
 from tuner.core.errors import TunerError
 
 OutOpt = Annotated[Path | None, typer.Option("--out", help="The search's output folder (its "
-                   "study.db is read; default tuner-out).")]
+                   "study.journal is read; default tuner-out).")]
 GpuFileOpt = Annotated[Path | None, typer.Option("--gpu-file", help="The --gpu-file the search "
                        "used, if any.")]
 

@@ -55,8 +55,9 @@ def search(
                                "up; 1: full workload only).")] = None,
     workers: Annotated[int, typer.Option(help="Local worker processes (shared study in "
                        "--storage; more machines: `tuner worker`).")] = 1,
-    storage: Annotated[str | None, typer.Option(help="Optuna storage URL (default: SQLite "
-                       "file OUT/study.db; postgresql://... for many workers).")] = None,
+    storage: Annotated[str | None, typer.Option(help="Optuna storage (default: the journal "
+                       "file OUT/study.journal, resumable, shared by local --workers; "
+                       "postgresql://... for workers on many machines).")] = None,
     study: Annotated[str | None, typer.Option(help="Study name (default: WORKLOAD-MODEL).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue an interrupted study.")] = False,
     out_dir: Annotated[Path, typer.Option("--out", help="Output folder for the report, exports "

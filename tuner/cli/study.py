@@ -34,7 +34,8 @@ def register(app: typer.Typer) -> None:
 def worker(
     study: StudyOpt,
     storage: Annotated[str, typer.Option("--storage", help="Optuna storage URL of the study "
-                       "(postgresql://user:password@host/db, or the search's sqlite:///...).")],
+                       "(postgresql://user:password@host/db; on the search's machine its "
+                       "journal:///OUT/study.journal or sqlite:///...).")],
     n_trials: Annotated[int | None, typer.Option(help="Stop when the study has this many "
                         "complete trials (default: the search's --n-trials).")] = None,
     timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,

@@ -229,7 +229,7 @@ def validate_cmd(
     study: StudyOpt = None,
     storage: StorageOpt = None,
     out: Annotated[Path | None, typer.Option("--out", help="The search's output folder: its "
-                   "study.db is read and validation.json written there (default "
+                   "study (study.journal) is read and validation.json written there (default "
                    "tuner-out).")] = None,
     top: Annotated[int, typer.Option("--top", "-k", help="How many configurations to run.")] = 3,
     pick: Annotated[str, typer.Option("--pick", help="fastest: the K fastest; spread: the "

@@ -25,8 +25,8 @@ tuner composes Optuna's study / sampler / storage and writes no search algorithm
   Optuna's ``PartialFixedSampler``), round after round until neither improves.
 * **Exhaustive** (:mod:`.loop`): every point of the space at full fidelity (the reference the
   search is checked against, ``benchmarks/search_quality.py``).
-* **Storage** (:mod:`.storage`): in-memory, SQLite (the CLI's default, resumable after SIGKILL),
-  PostgreSQL or any Optuna RDB URL for many workers (:mod:`.workers`); every worker rebuilds the
+* **Storage** (:mod:`.storage`): in-memory, an Optuna journal file (the CLI's default, resumable
+  after SIGKILL, shared by local workers), SQLite, PostgreSQL or any Optuna RDB URL for many workers (:mod:`.workers`); every worker rebuilds the
   workload, model, GPUs and space from the study's user attributes (``setup_from_study``).
 * **Records** (:mod:`.records`): from a finished study to plain records, Pareto front, winners.
 """

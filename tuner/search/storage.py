@@ -1,11 +1,13 @@
-"""Optuna storages and studies: storage URLs (in-memory, SQLite, PostgreSQL or any RDB URL),
-opening / resuming / loading a study, and the study's metadata from which a worker or
+"""Optuna storages and studies: storage URLs (in-memory, a journal file, SQLite, PostgreSQL or
+any RDB URL), opening / resuming / loading a study, and the study's metadata from which a worker or
 `tuner report` / `tuner export` rebuild the search (:func:`setup_from_study`)."""
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,94 @@ from tuner.search.settings import SearchSettings, make_sampler
 from tuner.search.space import SearchSpace
 
 HEARTBEAT_S = 30  # RDB storages: a worker's running trial is failed 2 x this after it died
+JOURNAL_FILE = "study.journal"  # the embedded default study in a search's --out folder
+LEGACY_DB_FILE = "study.db"  # the SQLite default of earlier versions, still read
+JOURNAL_SCHEME = "journal:"
+
+
+def journal_path(url: str) -> Path | None:
+    """The file of a journal storage address, None for a database URL. Accepted:
+    ``journal:///abs/path`` (file-URL style), ``journal:PATH``, or a plain path ending in
+    ``.journal``."""
+    if url.startswith(JOURNAL_SCHEME):
+        rest = url[len(JOURNAL_SCHEME):]
+        return Path(rest[2:] if rest.startswith("///") else rest)
+    if "://" not in url and url.endswith(".journal"):
+        return Path(url)
+    return None
+
+
+def journal_url(path: Path) -> str:
+    return f"{JOURNAL_SCHEME}//{path.resolve()}"
+
+
+class _FlockLock:
+    """The journal's writer lock: an exclusive flock() on the journal file itself. The kernel
+    drops it when its holder dies, so a search killed with SIGKILL mid-write leaves no stale
+    lock behind (Optuna's symlink / open-file locks stay until a 30 s grace period forces
+    them, and then two writers can overlap)."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._fd: int | None = None
+
+    def acquire(self) -> bool:
+        fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # closing the descriptor releases the flock
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with path.open("rb") as fh:
+        size_bytes = fh.seek(0, os.SEEK_END)
+        if size_bytes == 0:
+            return True
+        fh.seek(size_bytes - 1)
+        return fh.read(1) == b"\n"
+
+
+def _trim_torn_tail(path: Path, lock: _FlockLock) -> None:
+    """Cut a last log line that a killed writer left without its newline. Optuna skips it on
+    reading, but the next append would be glued to it and make that line unreadable for ever.
+    Checked read-only first: readers of an intact journal take no lock and need no write
+    access."""
+    if _ends_with_newline(path):
+        return
+    lock.acquire()
+    try:
+        if _ends_with_newline(path):  # a live writer finished its line meanwhile
+            return
+        with path.open("rb+") as fh:
+            size_bytes = fh.seek(0, os.SEEK_END)
+            tail_bytes, cut = 0, -1
+            while cut < 0 and tail_bytes < size_bytes:  # growing windows back from the end
+                tail_bytes = min(size_bytes, max(tail_bytes * 4, 1 << 16))
+                fh.seek(size_bytes - tail_bytes)
+                cut = fh.read(tail_bytes).rfind(b"\n")
+            fh.truncate(size_bytes - tail_bytes + cut + 1)  # cut -1: no complete line at all
+    finally:
+        lock.release()
+
+
+def _journal_storage(path: Path) -> optuna.storages.BaseStorage:
+    """Optuna's journal storage on one append-only file: a finished trial is one appended
+    line (no per-trial database transaction), several local processes share it through the
+    lock, and the log is replayed on open (--resume)."""
+    lock = _FlockLock(str(path))
+    if path.exists():
+        _trim_torn_tail(path, lock)
+    backend = optuna.storages.journal.JournalFileBackend(str(path), lock_obj=lock)
+    return optuna.storages.JournalStorage(backend)
 
 
 def storage_url(url: str) -> str:
@@ -42,11 +132,18 @@ def _storage_error(url: str, exc: BaseException) -> TunerError:
 
 
 def make_storage(url: str | None) -> optuna.storages.BaseStorage | None:
-    """An Optuna storage for a URL (None: in-memory). RDB storages get a heartbeat so a killed
-    worker's running trial is marked failed instead of staying RUNNING for ever, and SQLite
-    waits for its lock (several local workers) instead of failing at once."""
+    """An Optuna storage for a URL (None: in-memory; a journal address: the journal file,
+    created if missing). RDB storages get a heartbeat so a killed worker's running trial is
+    marked failed instead of staying RUNNING for ever, and SQLite waits for its lock (several
+    local workers) instead of failing at once."""
     if url is None:
         return None
+    path = journal_path(url)
+    if path is not None:
+        try:
+            return _journal_storage(path)
+        except Exception as exc:  # noqa: BLE001 - missing folder, no access, unreadable log
+            raise _storage_error(url, exc) from None
     url = storage_url(url)
     engine_kwargs: dict = {}
     sqlite = url.startswith("sqlite")
@@ -93,7 +190,10 @@ def check_study_settings(settings: SearchSettings) -> None:
     storage = settings.storage
     if storage is not None and not settings.resume:
         try:
-            existing = optuna.study.get_all_study_names(storage_url(storage))
+            existing = optuna.study.get_all_study_names(
+                make_storage(storage) if journal_path(storage) else storage_url(storage))
+        except TunerError:
+            raise
         except Exception as exc:  # noqa: BLE001 - storage URLs fail in many driver-specific ways
             raise _storage_error(storage, exc) from None
         if settings.study_name in existing:
@@ -258,30 +358,38 @@ def setup_from_study(study: optuna.Study, *, workload_path: str | Path | None = 
 
 
 def default_storage(out_dir: Path) -> str:
-    """The SQLite storage `tuner search --out OUT` writes: OUT/study.db."""
-    return f"sqlite:///{(out_dir / 'study.db').resolve()}"
+    """The embedded study `tuner search --out OUT` writes: the journal file OUT/study.journal,
+    or, in a folder an earlier version searched into (OUT/study.db and no journal), that SQLite
+    study, so --resume continues it and one folder keeps one storage."""
+    journal, legacy = out_dir / JOURNAL_FILE, out_dir / LEGACY_DB_FILE
+    if legacy.is_file() and not journal.is_file():
+        return f"sqlite:///{legacy.resolve()}"
+    return journal_url(journal)
 
 
 def resolve_storage(storage: str | None, out_dir: Path | None = None) -> str:
-    """`storage` as given, else the study.db of the search's --out folder (default tuner-out),
-    which must exist."""
+    """`storage` as given, else the study of the search's --out folder (default tuner-out):
+    its study.journal, or the study.db of an earlier version; one of them must exist."""
     if storage:
         return storage
     out_dir = out_dir or Path("tuner-out")
-    db = out_dir / "study.db"
-    if not db.is_file():
-        raise TunerError(f"No study database at {db}; run `tuner search --out {out_dir}` first, "
-                         "or pass --storage URL.")
+    if not (out_dir / JOURNAL_FILE).is_file() and not (out_dir / LEGACY_DB_FILE).is_file():
+        raise TunerError(f"No study database at {out_dir / JOURNAL_FILE}; run `tuner search --out "
+                         f"{out_dir}` first, or pass --storage URL.")
     return default_storage(out_dir)
 
 
 def load_study(study_name: str | None, storage: str | None = None, *,
                out_dir: Path | None = None) -> optuna.Study:
-    """An existing study, from a storage URL or from the study.db of a search's --out folder
+    """An existing study, from a storage URL or from the study of a search's --out folder
     (:func:`resolve_storage`); `study_name` None: the storage's only study. One TunerError line
     when the storage or the name is wrong. The one study loader of the CLI and the workers."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     url = resolve_storage(storage, out_dir)
+    path = journal_path(url)
+    if path is not None and not path.is_file():  # opening would create an empty journal
+        raise TunerError(f"No study journal at {path}; run `tuner search` first, or pass the "
+                         "right --storage.")
     st = make_storage(url)
     try:
         names = optuna.study.get_all_study_names(st)
