@@ -344,7 +344,6 @@ class MeasuredTableCostModel:
     # them), empty at tp 1
     log_ar_tokens: np.ndarray
     log_ar_s: np.ndarray
-    hidden_bytes_per_token: float  # all-reduce message per token (bf16 hidden state)
     elementwise_s_per_token: float  # per layer, estimated from spec-sheet bandwidth
     tp: int
     source_note: str  # where the kernel times come from (provenance detail)
@@ -424,7 +423,7 @@ class MeasuredTableCostModel:
                    log_head_s=np.log(head), log_pairs=np.log(pairs), log_ctx_s=np.log(ctx),
                    log_gen_b=np.log(b), log_gen_s=np.log(s), log_gen_t=np.log(gen),
                    log_ar_tokens=ar_tok, log_ar_s=ar_s,
-                   hidden_bytes_per_token=2.0 * h, elementwise_s_per_token=ew, tp=tp,
+                   elementwise_s_per_token=ew, tp=tp,
                    source_note=prov, kind="tables" if tables.measured else "transferred",
                    engine=engine, transfer_error=transfer_error,
                    fidelity=fidelity_summary().get(gpu.name))
@@ -504,9 +503,6 @@ class MeasuredTableCostModel:
 
     def breakdown_ops(self, f: BatchFeatures) -> dict[str, np.ndarray]:
         return group_ops(self.breakdown(f), self.num_layers)
-
-    def with_engine(self, engine) -> MeasuredTableCostModel:
-        return replace(self, engine=engine)
 
     # per-layer views (tuner.sim.offload uses them for overlap budgets)
     def layer_time_s(self, f: BatchFeatures) -> np.ndarray:
