@@ -1,26 +1,38 @@
 """Whole-command speed: what a user waits for, as separate processes (best of several).
 
 Cases (issue "The README answer in 5 seconds"):
-- the README main job (`tuner search` on examples/arxiv.jsonl, A10,A40), cold (an empty numba
-  cache, as after `pip install`) and warm;
+- the README main job (`tuner search` on examples/arxiv.jsonl, A10,A40), cold (an empty
+  bytecode cache: the first run from a fresh checkout) and warm;
 - `tuner simulate` of the example, and of the full arXiv trace (28,257 requests; Llama-2-70B,
   TP2, A100-80G, Sarathi chunk 512, R_max 128);
-- `tuner search --exhaustive` over A10, A40, H100 on a ~4,500- and the full 40,824-configuration
-  space (the default space), with a time limit per run (a run over it is reported as such, with
-  the configurations it stored per second).
-Then where the warm README job's time goes: one run under cProfile, its cumulative time split
-into import/start-up, the Optuna storage, simulation and the outputs (report, exports).
+- `tuner search --exhaustive` over A10, A40, H100 on a 4,536-configuration space (16-bit,
+  below) and, unless --skip-full, the default space (A10, A40, H100 x search_spaces/default.yaml),
+  with a time limit per run (a run over it is reported as such, with the configurations it
+  stored per second).
+Then where the warm README job's time goes: the job run in one process with its phases timed
+(PHASES: reading the inputs, simulations, journal writes, the search loop, the outputs, the
+terminal tables; wall and CPU seconds, no profiler).
 
-Run: python benchmarks/cli_speed.py [--repeats 3] [--skip-exhaustive] [--exhaustive-limit-s 900]
-Time it with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (they slow a current numpy here).
+Every figure is the wall time of a whole `tuner` process (python start-up included), best of
+--repeats, with the CPU seconds (user + sys) of that process beside it: on a busy machine the
+CPU time is the steadier figure. A cold run gets an empty PYTHONPYCACHEPREFIX (every module
+compiled to bytecode again; the simulator's C kernels are built at install, so nothing else is
+compiled at run time); the warm runs share the one the cold run filled.
+
+Run: python benchmarks/cli_speed.py [--repeats 3] [--skip-exhaustive] [--skip-full]
+     [--exhaustive-limit-s 900]
+OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are removed from the timed processes' environment (they
+slow a current numpy here), and so is PYTHONDONTWRITEBYTECODE (a user's processes keep their
+bytecode).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
-import pstats
+import resource
 import shutil
 import subprocess
 import sys
@@ -32,27 +44,87 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "arxiv.jsonl"
 ARXIV = "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv"
 README_JOB = ["search", "--workload", str(EXAMPLE), "--model", "llama-3-8b", "--gpus", "A10,A40"]
+# 7 x 6 x 3 x 2 x 3 x 2 = 1,512 configurations per GPU type, 4,536 on A10, A40, H100
 SMALL_SPACE = """knobs:
   chunk_size: [256, 512, 1024, 2048, 4096, 8192, 16384]
   max_running: [16, 32, 64, 128, 256, 512]
-  weight_bits: [16, 8, 4]
-  kv_bits: [16, 8]
   tp: [1, 2, 4]
   scheduler: [vllm, sarathi]
+  gpu_memory_utilization: [0.85, 0.9, 0.95]
+  ordering: [fcfs, longest-output]
 fixed:
   dp: 1
   block_size: 16
-  gpu_memory_utilization: 0.9
-  ordering: fcfs
+  weight_bits: 16
+  kv_bits: 16
 """
-# (component, substrings of a profiled function's file path) in the order they are matched
-BUCKETS = (("optuna storage", ("optuna/storages", "sqlalchemy", "sqlite3", "search/storage")),
-           ("simulation", ("tuner/sim/",)),
-           ("outputs (report, exports, importances)", ("reports/", "tuner/exports", "importance")))
+# Where the README job's time goes: the job run in one process with these functions timed
+# (wall and CPU, outermost call only; no profiler, so no profiler overhead). (label, module,
+# class or None, attribute), looked up where the caller finds them.
+PHASES = (
+    ("reading the workload, model, GPUs, space", "tuner.cli.search", "_SearchInputs", "read"),
+    ("search: simulations", "tuner.search.evaluator", "Evaluator", "_simulate"),
+    ("search: journal writes", "optuna.study", "Study", "add_trial"),
+    ("search: whole loop", "tuner.search", None, "run_search"),
+    ("outputs: records, winners, importances, timelines", "reports.outputs", None,
+     "study_outputs"),
+    ("outputs: report HTML", "reports.outputs", None, "render_html"),
+    ("outputs: all files, written as a set", "reports.outputs", None, "write_outputs"),
+    ("terminal tables", "tuner.cli.search", None, "print_search"),
+)
+PHASE_DRIVER = """
+import importlib, json, sys, time
+phases, out_path, args = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3:]
+spent = {}
+def account(label, t, c):
+    s = spent.setdefault(label, [0.0, 0.0])
+    s[0] += time.perf_counter() - t
+    s[1] += time.process_time() - c
+t, c = time.perf_counter(), time.process_time()
+import tuner.cli.main as main
+account("importing the command line", t, c)
+def timed(label, fn):
+    depth = [0]
+    def wrapper(*a, **k):
+        if depth[0]:
+            return fn(*a, **k)
+        depth[0] += 1
+        t, c = time.perf_counter(), time.process_time()
+        try:
+            return fn(*a, **k)
+        finally:
+            depth[0] -= 1
+            account(label, t, c)
+    return wrapper
+t, c = time.perf_counter(), time.process_time()
+for label, mod, cls, attr in phases:
+    owner = importlib.import_module(mod)
+    owner = getattr(owner, cls) if cls else owner
+    raw = owner.__dict__.get(attr)
+    if raw is None:  # an older tree without this function: left out
+        continue
+    if isinstance(raw, classmethod):
+        setattr(owner, attr, classmethod(timed(label, raw.__func__)))
+    else:
+        setattr(owner, attr, timed(label, raw))
+account("importing the search and the outputs", t, c)
+t, c = time.perf_counter(), time.process_time()
+sys.argv = ["tuner", *args]
+try:
+    main.main()
+except SystemExit as exc:
+    if exc.code:
+        raise
+account("the command, after those imports", t, c)
+with open(out_path, "w") as fh:
+    json.dump(spent, fh)
+"""
 
 
-def run(args: list[str], env: dict, cwd: Path, limit_s: float | None = None) -> tuple[float, int]:
-    """Wall seconds and exit code of `tuner ARGS` in a fresh interpreter."""
+def run(args: list[str], env: dict, cwd: Path,
+        limit_s: float | None = None) -> tuple[float, float, int]:
+    """(wall seconds, CPU seconds, exit code) of `tuner ARGS` in a fresh interpreter."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     try:
         rc = subprocess.run([sys.executable, "-m", "tuner.cli", *args], env=env, cwd=cwd,
@@ -60,17 +132,25 @@ def run(args: list[str], env: dict, cwd: Path, limit_s: float | None = None) -> 
                             timeout=limit_s).returncode
     except subprocess.TimeoutExpired:
         rc = -1
-    return time.perf_counter() - t0, rc
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, rc
 
 
-def best_of(n: int, args_for, env: dict, cwd: Path) -> float:
-    times = []
+def best_of(n: int, args_for, env: dict, cwd: Path) -> tuple[float, float]:
+    """(best wall, CPU of that run) over ``n`` runs; SystemExit when one fails."""
+    runs = []
     for i in range(n):
-        dt, rc = run(args_for(i), env, cwd)
+        wall, cpu, rc = run(args_for(i), env, cwd)
         if rc != 0:
             raise SystemExit(f"tuner {' '.join(args_for(i))} exited with {rc}")
-        times.append(dt)
-    return min(times)
+        runs.append((wall, cpu))
+    return min(runs)
+
+
+def fmt(wall: float, cpu: float) -> str:
+    return f"{wall:.2f} s ({cpu:.2f} s CPU)"
 
 
 def stored_trials(out_dir: Path) -> int:
@@ -91,29 +171,35 @@ def stored_trials(out_dir: Path) -> int:
                for s in optuna.get_all_study_summaries(storage))
 
 
-def profile_readme(env: dict, tmp: Path) -> None:
-    prof = tmp / "readme.prof"
-    out = tmp / "prof-out"
-    subprocess.run([sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "tuner.cli",
-                    *README_JOB, "--out", str(out)], env=env, cwd=tmp, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    st = pstats.Stats(str(prof))
-    total = max(v[3] for v in st.stats.values())  # cumulative time of the outermost call
-    shares = {}
-    for name, needles in BUCKETS:
-        # the largest cumulative time of a function in the bucket that no bucket function calls
-        # (its callers outside the bucket) approximates the bucket's own share
-        best = 0.0
-        for (path, _line, _fn), (_cc, _nc, _tt, ct, callers) in st.stats.items():
-            if any(n in path for n in needles) and not any(
-                    any(n in c[0] for n in needles) for c in callers):
-                best += ct
-        shares[name] = best
-    print(f"where the warm README job's {total:.1f} s go (cProfile, cumulative):")
-    for name, s in shares.items():
-        print(f"  {name:40s} {s:6.2f} s  {100 * s / total:5.1f} %")
-    rest = total - sum(shares.values())
-    print(f"  {'start-up, imports, search loop, other':40s} {rest:6.2f} s  {100 * rest / total:5.1f} %")
+def phase_readme(env: dict, tmp: Path, repeats: int) -> None:
+    """Where the warm README job's time goes: PHASES timed inside the job (the run with the
+    smallest whole-process wall time of ``repeats``)."""
+    runs = []
+    for i in range(repeats):
+        out_json = tmp / f"phases{i}.json"
+        cmd = [sys.executable, "-c", PHASE_DRIVER, json.dumps(PHASES), str(out_json),
+               *README_JOB, "--out", str(tmp / f"phases-out{i}")]
+        t0 = time.perf_counter()
+        subprocess.run(cmd, env=env, cwd=tmp, check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        runs.append((time.perf_counter() - t0, json.loads(out_json.read_text())))
+    total, spent = min(runs, key=lambda r: r[0])
+    print(f"where the warm README job's {total:.2f} s go (wall / CPU seconds; nested lines "
+          "are part of the line above them):")
+    print(f"  {'python start-up and anything not listed':62s} "
+          f"{total - sum(spent[k][0] for k in spent if not _nested(k)):6.2f}")
+    top = [k for k in spent if not _nested(k)]
+    for label in [*top, *(p[0] for p in PHASES)]:
+        if label in spent:
+            wall, cpu = spent[label]
+            indent = "    " if _nested(label) else "  "
+            print(f"{indent}{label:{64 - len(indent)}s} {wall:6.2f} / {cpu:5.2f}")
+
+
+def _nested(label: str) -> bool:
+    """A PHASES line counted inside another (simulations and journal writes inside the loop,
+    the loop and the outputs inside the command)."""
+    return label.startswith(("search:", "outputs:", "reading", "terminal"))
 
 
 def main() -> None:
@@ -121,45 +207,61 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--traces", type=Path, default=REPO.parent / "shared" / "traces")
     ap.add_argument("--skip-exhaustive", action="store_true")
+    ap.add_argument("--skip-full", action="store_true", help="exhaustive: the small space only")
     ap.add_argument("--exhaustive-limit-s", type=float, default=900.0)
     args = ap.parse_args()
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"python {platform.python_version()}")
+    print(f"machine: {cpu_model()}, {os.cpu_count()} cores, python {platform.python_version()}, "
+          f"load average before {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp / "numba-cache"))
-        cold, rc = run([*README_JOB, "--out", str(tmp / "cold")], env, tmp)
-        print(f"README main job, cold (empty numba cache): {cold:.2f} s (exit {rc})")
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "PYTHONDONTWRITEBYTECODE")}
+        env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+        wall, cpu, rc = run([*README_JOB, "--out", str(tmp / "cold")], env, tmp)
+        print(f"README main job, cold (empty bytecode cache): {fmt(wall, cpu)} (exit {rc})")
         warm = best_of(args.repeats, lambda i: [*README_JOB, "--out", str(tmp / f"warm{i}")],
                        env, tmp)
-        print(f"README main job, warm: {warm:.2f} s (best of {args.repeats})")
+        print(f"README main job, warm: {fmt(*warm)} (best of {args.repeats})")
         sim = ["simulate", "-w", str(EXAMPLE), "-m", "llama-3-8b", "-g", "A10"]
         print(f"tuner simulate, example (400 requests): "
-              f"{best_of(args.repeats, lambda i: sim, env, tmp):.2f} s")
+              f"{fmt(*best_of(args.repeats, lambda i: sim, env, tmp))}")
         trace = args.traces / ARXIV
         if trace.is_file():
             big = ["simulate", "-w", str(trace), "-m", "llama-2-70b", "-g", "A100-80G", "--tp", "2",
                    "--scheduler", "sarathi", "--chunk-size", "512", "--max-running", "128"]
             print(f"tuner simulate, full arXiv trace (28,257 requests): "
-                  f"{best_of(args.repeats, lambda i: big, env, tmp):.2f} s")
+                  f"{fmt(*best_of(args.repeats, lambda i: big, env, tmp))}")
         else:
             print(f"(no {trace}: the full-trace case is skipped)")
         if not args.skip_exhaustive:
             small = tmp / "small.yaml"
             small.write_text(SMALL_SPACE)
-            for label, space in (("~4,500", small), ("40,824", None)):
+            cases = [("4,536", small)] + ([] if args.skip_full else [("default-space", None)])
+            for label, space in cases:
                 out = tmp / f"exh-{label}"
                 cmd = ["search", "--workload", str(EXAMPLE), "--model", "llama-3-8b",
                        "--gpus", "A10,A40,H100", "--exhaustive", "--out", str(out)]
                 if space is not None:
                     cmd += ["--space", str(space)]
-                dt, rc = run(cmd, env, tmp, args.exhaustive_limit_s)
+                wall, cpu, rc = run(cmd, env, tmp, args.exhaustive_limit_s)
                 n = stored_trials(out)
                 state = "done" if rc == 0 else ("stopped at the limit" if rc == -1 else f"exit {rc}")
-                print(f"--exhaustive, {label} configurations: {dt:.1f} s, {state}; "
-                      f"{n:,} trials stored = {n / dt:,.0f} configurations/s")
+                print(f"--exhaustive, {label} configurations: {fmt(wall, cpu)}, {state}; "
+                      f"{n:,} trials stored = {n / wall:,.0f} configurations/s")
                 shutil.rmtree(out, ignore_errors=True)
-        profile_readme(env, tmp)
+        phase_readme(env, tmp, args.repeats)
+    print(f"load average after {os.getloadavg()[0]:.2f}")
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what platform knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

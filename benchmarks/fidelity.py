@@ -7,7 +7,9 @@ not copied into the repository):
   llmservingsim/*  four real vLLM 0.19.0 runs from github.com/casys-kaist/LLMServingSim
                    (commit 5daddb21, bench/examples, MIT): per-request lengths and arrival
                    times, KV block counts (RTX 4090 run), a 1-second timeline of running
-                   requests. Replayed with their arrivals.
+                   requests. Replayed with their arrivals. Three dense models and one mixture
+                   of experts (Qwen3-30B-A3B-Instruct-2507, TP1 DP2 with expert parallelism:
+                   predictors.moe).
 For each: predicted vs measured makespan (first arrival -> last token), KV capacity vs vLLM's
 measured block count where the run has it, and the running-requests curve (mean |difference|
 per second). Per GPU: median and worst |makespan error|.
@@ -15,8 +17,9 @@ per second). Per GPU: median and worst |makespan error|.
 Cost model: measured AIConfigurator kernel tables (or transferred ones for GPUs without tables,
 e.g. the RTX 4090 from the L40S) plus the engine-overhead profile `vllm-v1-async`
 (predictors/engine_overhead.py). --fit refits that profile's one free parameter (the exposed,
-non-overlapped time per step) on the runs and reports the leave-one-out error: each run
-predicted by the profile fitted on the others; --fit --write-summary stores the per-GPU
+non-overlapped time per step) on the dense runs and reports the leave-one-out error: each run
+predicted by the profile fitted on the others (the MoE run is never in the fit: it is always
+predicted by the profile fitted on the dense runs); --fit --write-summary stores the per-GPU
 leave-one-out errors that the measured cost model's provenance cites.
 
 Published figures (SGLang's vLLM 0.6.0 benchmark, MLPerf v5.1 vLLM) have no per-request
@@ -63,7 +66,8 @@ def model_spec(hf_id: str) -> ModelSpec | None:
         return replace(m, name="llama-3.1-8b", hf_id=hf_id, max_position=131072)
     if hf_id == "Qwen/Qwen3-32B":
         return QWEN3_32B
-    return None  # e.g. Qwen3-30B-A3B: mixture of experts, not supported yet
+    # the catalog's entry (Qwen3-30B-A3B-Instruct-2507: from its config.json, 128 experts, top-8)
+    return next((m for m in load_models().values() if m.hf_id == hf_id), None)
 
 
 @dataclass
@@ -101,7 +105,8 @@ def load_llmservingsim(root: Path) -> list[Run]:
                             chunk_size=int(kw["max_num_batched_tokens"]),
                             max_running=int(kw["max_num_seqs"]),
                             gpu_memory_utilization=float(kv.get("gpu_memory_utilization", 0.9)),
-                            block_size=int(kv.get("block_size", 16)))
+                            block_size=int(kv.get("block_size", 16)),
+                            expert_parallel=bool(kw.get("enable_expert_parallel", False)))
         ts = None
         tsf = d / "timeseries.csv"
         if tsf.is_file():
@@ -134,7 +139,7 @@ def simulate_run(run: Run, engine: EngineProfile, gpus: dict, *, timeline: bool 
     model = model_spec(run.model_id)
     gpu = gpus[run.gpu]
     cm = table_cost_model(model, gpu, tp=run.config.tp, engine_version="0.19.0", engine=engine,
-                          gpus=gpus)
+                          gpus=gpus, dp=run.config.dp, expert_parallel=run.config.expert_parallel)
     if cm is None:
         raise RuntimeError(f"no measured or transferred tables for {run.gpu}")
     res = simulate(run.workload, model, gpu, run.config, cm, timeline=timeline)
@@ -148,12 +153,13 @@ def evaluate(runs: list[Run], engine: EngineProfile, gpus: dict, *, timeline: bo
                "tp": run.config.tp, "dp": run.config.dp,
                "measured_makespan_s": run.measured_makespan_s}
         model = model_spec(run.model_id)
-        if model is None or run.moe:
-            row["status"] = "skipped: MoE not supported yet"
+        if model is None:
+            row["status"] = f"skipped: {run.model_id} is not in the catalog"
             rows.append(row)
             continue
         res, cm = simulate_run(run, engine, gpus, timeline=timeline)
-        row.update(status="ok", predicted_makespan_s=res.makespan_s,
+        row.update(status="ok", moe=run.moe, expert_parallel=run.config.expert_parallel,
+                   predicted_makespan_s=res.makespan_s,
                    makespan_error_pct=100.0 * (res.makespan_s / run.measured_makespan_s - 1.0),
                    provenance=cm.describe(), kind=cm.kind, preemptions=res.preemptions)
         plan = plan_memory(model, gpus[run.gpu], run.config)
@@ -166,8 +172,10 @@ def evaluate(runs: list[Run], engine: EngineProfile, gpus: dict, *, timeline: bo
             t = run.timeline["t"]
             sim_at = r_sim[np.minimum(np.searchsorted(t_sim, t), len(r_sim) - 1)]
             sim_at = np.where(t <= t_sim[-1], sim_at, 0)
-            row["running_mean_abs_diff"] = float(np.mean(np.abs(sim_at - run.timeline["running"])))
-            row["running_measured_mean"] = float(np.mean(run.timeline["running"]))
+            # the simulated timeline is replica 0's; vLLM's counts every data-parallel rank
+            measured = run.timeline["running"] / run.config.dp
+            row["running_mean_abs_diff"] = float(np.mean(np.abs(sim_at - measured)))
+            row["running_measured_mean"] = float(np.mean(measured))
         rows.append(row)
     return rows
 
@@ -177,7 +185,8 @@ def fit_engine(runs: list[Run], gpus: dict, base: EngineProfile) -> EngineProfil
     time (what async scheduling does not hide), by least squares on log(predicted / measured
     makespan), on a coarse grid then a fine one. The host terms (fixed, per running sequence)
     stay at the profile's values: under max(GPU, host) these runs cannot identify them (their
-    GPU steps are longer than any plausible host time)."""
+    GPU steps are longer than any plausible host time). MoE runs are left out: the parameter
+    is the dense runs' (so the MoE run is a prediction, not a fit)."""
     ok = [r for r in runs if model_spec(r.model_id) is not None and not r.moe]
 
     def loss(exposed):
@@ -234,6 +243,11 @@ def main(argv=None) -> int:
             res, _ = simulate_run(r, e, gpus)
             loo.append({"run": r.name, "gpu": r.gpu, "exposed_s": e.exposed_s,
                         "error_pct": 100.0 * (res.makespan_s / r.measured_makespan_s - 1.0)})
+        for r in runs:  # MoE runs: never in the fit, so the fitted profile predicts them
+            if r.moe and model_spec(r.model_id) is not None:
+                res, _ = simulate_run(r, fitted, gpus)
+                loo.append({"run": r.name, "gpu": r.gpu, "exposed_s": fitted.exposed_s,
+                            "error_pct": 100.0 * (res.makespan_s / r.measured_makespan_s - 1.0)})
         out["leave_one_out"] = loo
         engine = fitted
     rows = evaluate(runs, engine, gpus)
@@ -265,6 +279,7 @@ def main(argv=None) -> int:
         kv = (f"{r['kv_capacity_blocks']}/{r['measured_kv_blocks']} ({r['kv_error_pct']:+.1f} %)"
               if "measured_kv_blocks" in r else f"{r['kv_capacity_blocks']}/n.a.")
         run_diff = (f"{r['running_mean_abs_diff']:.1f} of {r['running_measured_mean']:.0f}"
+                    + (" per replica" if r["dp"] > 1 else "")
                     if "running_mean_abs_diff" in r else "n.a.")
         print(f"{r['run']:<42} {r['measured_makespan_s']:8.1f}s {r['predicted_makespan_s']:8.1f}s "
               f"{r['makespan_error_pct']:+6.1f}%  {kv:>21}  {run_diff}")

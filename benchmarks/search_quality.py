@@ -158,7 +158,7 @@ def main() -> None:
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     w, spec, chosen, sp = _setup(args.workload, args.model, gpus, args.space)
     simulate(w.take(np.arange(2)), spec, chosen[gpus[0]],
-             ServingConfig(gpu=gpus[0], **sp.fixed))  # warm-up: numba's cached step loop
+             ServingConfig(gpu=gpus[0], **sp.fixed))  # warm-up: loads the C kernels
     size = sp.size(len(gpus))
     print(f"workload {Path(args.workload).name}: {len(w)} requests; model {spec.name}; "
           f"{len(gpus)} GPU types x {', '.join(f'{k}({len(v)})' for k, v in sp.knobs.items())} "

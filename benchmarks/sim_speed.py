@@ -52,7 +52,7 @@ def main() -> None:
     gpus = load_gpus()
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"python {platform.python_version()}")
-    # Warm-up: numba loads the compiled step loop from its cache (or compiles it once).
+    # Warm-up: loads the C kernels and the cost model's tables once.
     simulate(Workload(np.array([10]), np.array([2])), get_model("tiny-llama"), gpus["A10"],
              ServingConfig(gpu="A10"))
     for trace, model, gpu, kw in CASES:

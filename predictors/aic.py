@@ -14,6 +14,15 @@ Where the numbers come from (all per tensor-parallel rank, per layer unless said
              timing up to vLLM's largest captured batch (512 tokens), eager above
   elementwise  norms, rotary, SiLU*mul, residual adds: NOT in the tables; spec-sheet memory
              traffic at 75 % of peak bandwidth (estimated, labelled so in the breakdown)
+  moe        mixture-of-experts layers (predictors.moe): attention GEMMs as above, the router
+             GEMM (n=num_experts, k=h, replicated) and the shared experts' GEMMs from the GEMM
+             table; the routed experts from AIConfigurator's measured vLLM fused-MoE table at the
+             model's (hidden, expert width, top-k, experts) and the deployment's expert split
+             (moe_tp, moe_ep), at the tokens of every data-parallel rank, routing
+             MOE_DISTRIBUTION; a shape or split the table lacks is priced from the nearest
+             measured one times the roofline ratio of the two (estimated, said so in the
+             provenance). With dp > 1 the all-gather and reduce-scatter of the ranks' tokens
+             from the NCCL tables.
 
 Interpolation: log latency is interpolated linearly in the log of each size between measured
 points (GEMM: n and k at build time, m at run time; attention: batch and length). Beyond the
@@ -42,6 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from predictors.features import BatchFeatures, sum_parts
+from predictors.moe import MoEParallel, MoEShape
 from predictors.protocol import group_ops
 from tuner.core.provenance import Provenance
 
@@ -59,6 +69,12 @@ CUDA_GRAPH_MAX_TOKENS = 512
 # ones go to NCCL
 CUSTOM_ALLREDUCE_MAX_BYTES = 8 * 1024 * 1024
 ELEMENTWISE_BW_EFFICIENCY = 0.75  # estimated, as in predictors.roofline
+# token -> expert routing of the fused-MoE table used (scripts/convert_aic_tables.py codes):
+# AIConfigurator prices its MoE models with power_law at alpha 1.01 (sdk/config.py
+# workload_distribution "power_law", the models' _power_law_alpha 1.01); balanced where a
+# table lacks it
+MOE_DISTRIBUTION = "power_law_1.01"
+MOE_DISTRIBUTION_CODES = {"balanced": 0.0, "power_law_1.01": 1.0, "power_law_1.2": 2.0}
 
 
 def data_dir() -> Path:
@@ -90,6 +106,7 @@ class KernelTables:
     arrays: dict = field(repr=False)
     # transfer: None for measured tables; else (source catalog GPU, scale functions' specs)
     transfer: dict | None = None
+    moe_version: str = ""  # vLLM version of the fused-MoE table ("" = none)
 
     @property
     def measured(self) -> bool:
@@ -214,11 +231,86 @@ class KernelTables:
             t = _scale_link(t, self.transfer["link_ratio"])
         return r[:, 1], t
 
+    def nccl_collective(self, op: str, num_gpus: int):
+        """(message bytes, seconds) of NCCL `op` ("allgather" / "reducescatter") on `num_gpus`,
+        message = the whole gathered buffer; None without a table."""
+        a = self.arrays.get(f"nccl_{op}")
+        if a is None or not len(a):
+            return None
+        r = a[a[:, 0] == num_gpus]
+        if not len(r):
+            return None
+        r = r[np.argsort(r[:, 1])]
+        t = r[:, 2] * 1e-3
+        if self.transfer:
+            t = _scale_link(t, self.transfer["link_ratio"])
+        return r[:, 1], t
+
+    # -- mixture of experts ----------------------------------------------------------------
+    def moe_experts(self, shape: MoEShape, par: MoEParallel, fp8: bool, gpu):
+        """(tokens entering the layer across the expert group, seconds of one GPU's routed
+        experts, note) from the fused-MoE table: the model's shape and the deployment's split
+        where measured, else the nearest measured (shape, split) times the roofline ratio of the
+        two on `gpu` (duck-typed tuner GPU). None without a table for this dtype."""
+        a = self.arrays.get("moe")
+        if a is None or not len(a):
+            return None
+        a = a[a[:, 0] == (1.0 if fp8 else 0.0)]
+        if not len(a):
+            return None
+        dists = np.unique(a[:, 1])
+        want = MOE_DISTRIBUTION_CODES[MOE_DISTRIBUTION]
+        dist = want if want in dists else (0.0 if 0.0 in dists else dists[0])
+        a = a[a[:, 1] == dist]
+        dist_name = next(k for k, v in MOE_DISTRIBUTION_CODES.items() if v == dist)
+        target = np.array([shape.hidden_size, shape.moe_intermediate_size,
+                           shape.experts_per_token, shape.num_experts, par.moe_tp, par.moe_ep],
+                          dtype=np.float64)
+        combos = np.unique(a[:, 2:8], axis=0)
+        dist_log = np.abs(np.log(combos / target)).sum(axis=1)
+        best = combos[int(np.argmin(dist_log))]
+        rows = a[(a[:, 2:8] == best).all(axis=1)]
+        rows = rows[np.argsort(rows[:, 8])]
+        tok, t = rows[:, 8], rows[:, 9] * 1e-3
+        exact = bool(np.array_equal(best, target))
+        h, inter, k, E, mtp, mep = (int(x) for x in best)
+        src = (f"vLLM {self.moe_version} fused-MoE table ({dist_name} routing)")
+        if exact:
+            note = f"MoE experts: measured {src} at h {h}, width {inter}, top-{k} of {E}, " \
+                   f"moe_tp {mtp}, moe_ep {mep}"
+        else:
+            wb = 1.0 if fp8 else 2.0
+            peaks = spec_peaks(gpu)
+            fpk = peaks["flops"]["fp8" if fp8 else "bf16"]
+            f1, b1 = shape.expert_flops_bytes(tok, par, weight_bytes=wb)
+            f0, b0 = shape.expert_flops_bytes(tok, _FixedSplit(mtp, mep), weight_bytes=wb,
+                                              experts_per_token=k, hidden_size=h,
+                                              moe_intermediate_size=inter, num_experts=E)
+            t = t * (np.maximum(f1 / fpk, b1 / peaks["bw"]) / np.maximum(f0 / fpk, b0 / peaks["bw"]))
+            note = (f"MoE experts estimated: the {src}'s nearest measured point (h {h}, width "
+                    f"{inter}, top-{k} of {E}, moe_tp {mtp}, moe_ep {mep}) x the roofline ratio "
+                    f"to h {shape.hidden_size}, width {shape.moe_intermediate_size}, top-"
+                    f"{shape.experts_per_token} of {shape.num_experts}, moe_tp {par.moe_tp}, "
+                    f"moe_ep {par.moe_ep}")
+        if self.transfer:
+            wb = 1.0 if fp8 else 2.0
+            fl, by = shape.expert_flops_bytes(tok, par, weight_bytes=wb)
+            t = t * _roof_ratio(self.transfer, fl, by, "fp8" if fp8 else "bf16")
+        return tok, t, note
+
     def describe(self) -> str:
         if self.measured:
             return (f"measured: AIConfigurator, vLLM {self.gemm_version} kernels on {self.device}")
         return (f"transferred to {self.gpu} from {self.transfer['source']} ({self.device}, vLLM "
                 f"{self.gemm_version} kernels) via spec-sheet ratios")
+
+
+@dataclass(frozen=True)
+class _FixedSplit:
+    """A measured table point's expert split (moe_tp, moe_ep) for MoEShape.expert_flops_bytes."""
+
+    moe_tp: int
+    moe_ep: int
 
 
 def _scale_link(t: np.ndarray, link_ratio: float) -> np.ndarray:
@@ -248,7 +340,8 @@ def _load_tables(path: str, system: str, gpu_name: str) -> KernelTables:
                                              logl[:, j, :])
             arrays[f"gemm_{dt}_loglat"] = logl
     return KernelTables(gpu=gpu_name, device=info["device"], gemm_version=info["gemm_version"],
-                        attention_version=info["attention_version"], arrays=arrays)
+                        attention_version=info["attention_version"], arrays=arrays,
+                        moe_version=info.get("moe_version", ""))
 
 
 def _axis(grid, x: float):
@@ -351,6 +444,14 @@ class MeasuredTableCostModel:
     engine: object | None = None  # predictors.engine_overhead.EngineProfile
     transfer_error: dict | None = None  # {"median_pct", "worst_pct", "pairs"} of the rule
     fidelity: dict | None = None  # this GPU's row of the fidelity suite summary, if any
+    # mixture of experts (moe_layers 0 = dense): per MoE layer, over this replica's step
+    # tokens, the routed experts (log_moe_*) and the data-parallel all-gather + reduce-scatter
+    # (log_a2a_*, empty unless dp > 1); log_linear_s is then the layers' mean of the rest
+    moe_layers: int = 0
+    log_moe_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    log_moe_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    log_a2a_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    log_a2a_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
     name: str = "measured kernel tables"
     _cache: dict = field(default_factory=dict, repr=False, init=False, compare=False)
 
@@ -366,17 +467,32 @@ class MeasuredTableCostModel:
         m = np.exp(self.log_m)
         if self.tp > 1:  # the all-reduce's switch points as grid points
             m = np.unique(np.concatenate([m, np.exp(self.log_ar_tokens)]))
+        if self.moe_layers:  # the MoE table's measured token counts too
+            m = np.unique(np.concatenate([m, np.exp(self.log_moe_tokens),
+                                          np.exp(self.log_a2a_tokens)]))
+            m = m[m >= 1.0]
         lin = _curve(m, self.log_m, self.log_linear_s)
         t = L * (lin + self.elementwise_s_per_token * m)
         if self.tp > 1:
             t = t + 2.0 * L * _curve(m, self.log_ar_tokens, self.log_ar_s)
+        if self.moe_layers:
+            t = t + self.moe_layers * self._moe_s(m)
         return np.log(m), np.log(t)
+
+    def _moe_s(self, tokens: np.ndarray) -> np.ndarray:
+        """Seconds of one MoE layer's routed experts + data-parallel gather/scatter."""
+        t = _curve(tokens, self.log_moe_tokens, self.log_moe_s)
+        if len(self.log_a2a_tokens):
+            t = t + _curve(tokens, self.log_a2a_tokens, self.log_a2a_s)
+        return t
 
     @classmethod
     def build(cls, model, gpu, tables: KernelTables, *, tp: int = 1, weight_bits: int = 16,
               kv_bits: int = 16, engine_version: str | None = None, engine=None,
-              transfer_error: dict | None = None) -> MeasuredTableCostModel:
-        """Curves for `model` (duck-typed ModelSpec) on `gpu` at tensor parallelism `tp`."""
+              transfer_error: dict | None = None, dp: int = 1,
+              expert_parallel: bool = False) -> MeasuredTableCostModel:
+        """Curves for `model` (duck-typed ModelSpec) on `gpu` at tensor parallelism `tp` (and,
+        for an MoE model, data parallelism `dp` and expert parallelism: predictors.moe)."""
         if weight_bits not in (16, 8, 4):
             raise ValueError(f"no kernel model for {weight_bits}-bit weights")
         notes = []
@@ -385,15 +501,31 @@ class MeasuredTableCostModel:
         h, H, K, d = model.hidden_size, model.num_heads, model.num_kv_heads, model.head_dim
         inter, vocab = model.intermediate_size, model.vocab_size
         Hr, Kr = max(1, H // tp), max(1, K // tp)  # KV heads replicate when fewer than tp
-        shapes = [((Hr + 2 * Kr) * d, h), (h, Hr * d), (2 * inter // tp, h), (h, inter // tp)]
+        moe = MoEShape.of(model)
+        L = model.num_layers
+        attn_shapes = [((Hr + 2 * Kr) * d, h), (h, Hr * d)]
+        ffn_shapes = [(2 * inter // tp, h), (h, inter // tp)]
         m = tables.gemm_m_grid(dtype)
-        if weight_bits == 16 or fp8:
-            linear = sum(tables.gemm_s(n, k, dtype) for n, k in shapes)
-        else:
+
+        def gemms(shapes, dt=dtype):
+            if weight_bits == 16 or fp8:
+                return sum(tables.gemm_s(n, k, dt) for n, k in shapes)
             # no measured kernel at this precision (INT8 / 4-bit weight GEMMs, or FP8 on a GPU
             # without it): the measured BF16 time times the spec-sheet roofline ratio
-            linear = sum(tables.gemm_s(n, k, "bf16") * _quant_ratio(m, n, k, weight_bits, gpu)
-                         for n, k in shapes)
+            return sum(tables.gemm_s(n, k, "bf16") * _quant_ratio(m, n, k, weight_bits, gpu)
+                       for n, k in shapes)
+
+        if moe is None:
+            linear = gemms(attn_shapes + ffn_shapes)
+        else:
+            # attention in every layer, the dense FFN in the leading dense layers, router +
+            # shared experts in the MoE layers: the layers' mean (the routed experts apart)
+            s_inter = moe.shared_intermediate_size
+            shared = gemms([(2 * s_inter // tp, h), (h, s_inter // tp)]) if s_inter else 0.0
+            router = tables.gemm_s(moe.num_experts, h, "bf16")  # vLLM keeps the gate 16-bit
+            linear = (L * gemms(attn_shapes) + moe.dense_layers * gemms(ffn_shapes)
+                      + moe.moe_layers * (router + shared)) / L
+        if weight_bits not in (16,) and not fp8:
             notes.append(f"W{weight_bits} GEMMs estimated from measured BF16 x roofline ratio")
         head = tables.gemm_s(max(1, vocab // tp), h, "bf16")  # vLLM keeps the LM head 16-bit
         hm = tables.gemm_m_grid("bf16")
@@ -410,7 +542,15 @@ class MeasuredTableCostModel:
         if tp > 1:
             ar_tok, ar_s, ar_note = _allreduce_curve(tables, tp, 2.0 * h, m, engine_version)
         # norms (2, fused with residual add), rotary on q and k, SiLU*mul: bytes per token
-        ew_bytes = 2.0 * (2 * 4 * h + 2 * (Hr + Kr) * d + 3 * inter // tp)
+        ffn_width = 3 * inter // tp
+        moe_fields = {}
+        if moe is not None:
+            par = MoEParallel(tp, dp, expert_parallel)
+            moe_fields, moe_notes, moe_width = _moe_curves(moe, par, tables, gpu, weight_bits,
+                                                            fp8)
+            notes.extend(moe_notes)
+            ffn_width = (moe.dense_layers * ffn_width + moe.moe_layers * moe_width) / L
+        ew_bytes = 2.0 * (2 * 4 * h + 2 * (Hr + Kr) * d + ffn_width)
         ew = ew_bytes / (gpu.hbm_gbps * 1e9 * ELEMENTWISE_BW_EFFICIENCY)
         prov = tables.describe() + ar_note
         if tables.transfer and transfer_error:
@@ -426,7 +566,7 @@ class MeasuredTableCostModel:
                    elementwise_s_per_token=ew, tp=tp,
                    source_note=prov, kind="tables" if tables.measured else "transferred",
                    engine=engine, transfer_error=transfer_error,
-                   fidelity=fidelity_summary().get(gpu.name))
+                   fidelity=fidelity_summary().get(gpu.name), **moe_fields)
 
     # ---- pricing -------------------------------------------------------------------------
     def gpu_breakdown(self, f: BatchFeatures) -> dict[str, np.ndarray]:
@@ -442,9 +582,16 @@ class MeasuredTableCostModel:
             allreduce = 2.0 * L * _curve(tokens, self.log_ar_tokens, self.log_ar_s)
         else:
             allreduce = np.zeros_like(tokens)
-        return {"linear": L * linear, "lm_head": head, "attention_prefill": L * ctx,
-                "attention_decode": L * gen, "allreduce": allreduce,
-                "elementwise_estimated": L * self.elementwise_s_per_token * tokens}
+        out = {"linear": L * linear, "lm_head": head, "attention_prefill": L * ctx,
+               "attention_decode": L * gen, "allreduce": allreduce,
+               "elementwise_estimated": L * self.elementwise_s_per_token * tokens}
+        if self.moe_layers:
+            out["moe_experts"] = self.moe_layers * _curve(tokens, self.log_moe_tokens,
+                                                          self.log_moe_s)
+            if len(self.log_a2a_tokens):
+                out["moe_dispatch"] = self.moe_layers * _curve(tokens, self.log_a2a_tokens,
+                                                               self.log_a2a_s)
+        return out
 
     @property
     def _gen(self) -> _UniformGrid:
@@ -507,11 +654,55 @@ class MeasuredTableCostModel:
     # per-layer views (tuner.sim.offload uses them for overlap budgets)
     def layer_time_s(self, f: BatchFeatures) -> np.ndarray:
         p = self.gpu_breakdown(f)
-        return (p["linear"] + p["attention_prefill"] + p["attention_decode"] + p["allreduce"]
-                + p["elementwise_estimated"]) / self.num_layers
+        return sum(v for k, v in p.items() if k != "lm_head") / self.num_layers
 
     def decode_attention_layer_s(self, f: BatchFeatures) -> np.ndarray:
         return self.gpu_breakdown(f)["attention_decode"] / self.num_layers
+
+
+def _moe_curves(moe: MoEShape, par: MoEParallel, tables: KernelTables, gpu, weight_bits: int,
+                fp8: bool) -> tuple[dict, list[str], float]:
+    """MeasuredTableCostModel's MoE fields, provenance notes and the FFN activation width per
+    token of an MoE layer (for the elementwise estimate). Raises ValueError where the tables
+    cannot price it (no fused-MoE rows, no NCCL table for the expert group)."""
+    got = tables.moe_experts(moe, par, fp8, gpu)
+    if got is None and fp8:
+        got = tables.moe_experts(moe, par, False, gpu)
+    if got is None:
+        raise ValueError(f"{tables.device} has no fused-MoE table")
+    tok, t, note = got
+    notes = [note + f"; {par.describe(moe.num_experts)}"]
+    if weight_bits != 16 and not fp8:
+        # no measured kernel at this precision: BF16 x the roofline ratio of the expert kernel
+        peaks = spec_peaks(gpu)
+        wq = weight_bits / 8.0 + 4.0 / 128.0
+        fl, b16 = moe.expert_flops_bytes(tok, par, weight_bytes=2.0)
+        _, bq = moe.expert_flops_bytes(tok, par, weight_bytes=wq)
+        pk = peaks["flops"]["bf16"] * (0.85 if weight_bits == 4 else 1.0)
+        t = t * (np.maximum(fl / pk, bq / peaks["bw"])
+                 / np.maximum(fl / peaks["flops"]["bf16"], b16 / peaks["bw"]))
+        notes.append(f"W{weight_bits} MoE experts estimated from measured BF16 x roofline ratio")
+    # the table's tokens count every data-parallel rank's: per token of this replica's step
+    fields = {"moe_layers": moe.moe_layers, "log_moe_tokens": np.log(tok / par.token_factor),
+              "log_moe_s": np.log(t)}
+    if par.gathers:
+        ag = tables.nccl_collective("allgather", par.group)
+        rs = tables.nccl_collective("reducescatter", par.group)
+        if ag is None or rs is None:
+            raise ValueError(f"{tables.device} has no NCCL all-gather / reduce-scatter table for "
+                             f"{par.group} GPUs")
+        bytes_per_token = par.token_factor * moe.hidden_size * 2.0
+        grid = np.unique(np.concatenate([ag[0], rs[0]])) / bytes_per_token
+        grid = grid[grid >= 1.0]
+        msg = grid * bytes_per_token
+        a2a = (_curve(msg, np.log(ag[0]), np.log(ag[1]))
+               + _curve(msg, np.log(rs[0]), np.log(rs[1])))
+        fields.update(log_a2a_tokens=np.log(grid), log_a2a_s=np.log(a2a))
+        notes.append(f"MoE dispatch/combine: NCCL all-gather + reduce-scatter tables over "
+                     f"{par.group} GPUs")
+    width = (3 * moe.shared_intermediate_size / par.tp + 3 * moe.experts_per_token
+             * moe.moe_intermediate_size / par.moe_tp * par.token_factor / par.moe_ep)
+    return fields, notes, width
 
 
 def _allreduce_curve(tables: KernelTables, tp: int, bytes_per_token: float, m: np.ndarray,
@@ -767,11 +958,13 @@ def write_transfer_checks(gpus: dict, models: dict, path: Path | None = None) ->
 
 def table_cost_model(model, gpu, *, tp: int = 1, weight_bits: int = 16, kv_bits: int = 16,
                      engine_version: str | None = None, engine="default",
-                     gpus: dict | None = None):
+                     gpus: dict | None = None, dp: int = 1, expert_parallel: bool = False):
     """MeasuredTableCostModel for a catalog GPU: its own tables where shipped, else transferred
     from the measured GPU of its architecture (TRANSFER_SOURCE); None where neither applies or
     the tables do not cover the config (4-bit weights, a TP size without all-reduce table).
-    engine: an EngineProfile, None (GPU time only) or "default" (the default profile)."""
+    engine: an EngineProfile, None (GPU time only) or "default" (the default profile).
+    dp and expert_parallel shape the expert layers of an MoE model (predictors.moe); a dense
+    model's curves do not depend on them."""
     if isinstance(engine, str):
         from predictors.engine_overhead import get_profile
 
@@ -779,7 +972,9 @@ def table_cost_model(model, gpu, *, tp: int = 1, weight_bits: int = 16, kv_bits:
     if gpu.name not in MEASURED and gpu.name not in TRANSFER_SOURCE:
         return None
     # a search asks for the same (model, GPU, config) many times: build once (~50 ms)
-    key = (_shape_key(model), _gpu_key(gpu), tp, weight_bits, kv_bits, engine_version, engine)
+    moe = MoEShape.of(model) is not None
+    key = (_shape_key(model), _gpu_key(gpu), tp, weight_bits, kv_bits, engine_version, engine,
+           dp if moe else 1, bool(expert_parallel) and moe)
     if key in _BUILT:
         return _BUILT[key]
     try:
@@ -793,7 +988,8 @@ def table_cost_model(model, gpu, *, tp: int = 1, weight_bits: int = 16, kv_bits:
             err = transfer_error_summary()
         cm = MeasuredTableCostModel.build(model, gpu, tables, tp=tp, weight_bits=weight_bits,
                                           kv_bits=kv_bits, engine_version=engine_version,
-                                          engine=engine, transfer_error=err)
+                                          engine=engine, transfer_error=err, dp=dp,
+                                          expert_parallel=expert_parallel)
     except (KeyError, ValueError):
         cm = None
     if len(_BUILT) >= 64:
@@ -808,7 +1004,8 @@ _BUILT: dict = {}  # table_cost_model's cache (pure function of its key)
 def _shape_key(model) -> tuple:
     return tuple(getattr(model, k, None) for k in (
         "num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
-        "intermediate_size", "vocab_size"))
+        "intermediate_size", "vocab_size", "num_experts", "experts_per_token",
+        "moe_intermediate_size", "shared_expert_intermediate_size", "first_k_dense_layers"))
 
 
 def _gpu_key(gpu) -> tuple:

@@ -7,6 +7,14 @@ at 989 TFLOP/s -> 0.76 of peak) and at 1 token ~0.16 ms (405 MB at 3.35 TB/s -> 
 Attention kernels reach a lower fraction of peak (FlashAttention-2 prefill ~50 %), and each
 iteration pays a fixed CPU/launch overhead (vLLM V1 scheduling + input preparation). These are
 estimates, not measurements: `predictors` replaces them with fitted profiles where one exists.
+
+Mixture-of-experts layers (predictors.moe): attention as in a dense layer; the FFN is the
+router GEMM, the shared experts (every token) and the routed experts, whose FLOPs count each
+token's top-k experts only and whose weight bytes count the distinct experts the step's tokens
+touch (E * (1 - (1 - k/E)^B) for B tokens, the uniform-routing estimate), all split over the
+expert group of tp * dp GPUs (whole experts with expert parallelism, slices of every expert
+without). With dp > 1 each MoE layer all-gathers and reduce-scatters the data-parallel ranks'
+hidden states over that group (a ring: (G - 1) / G of the message each way).
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from predictors.features import BatchFeatures, sum_parts
+from predictors.moe import MoEParallel, MoEShape
 from predictors.protocol import group_ops
 from tuner.core.provenance import Provenance
 
@@ -49,6 +58,15 @@ class RooflineCostModel:
     iteration_overhead_s: float = 1.5e-3
     per_request_overhead_s: float = 2e-6
     allreduce_latency_s: float = 15e-6
+    # mixture of experts (0 experts = dense; see the module docstring)
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    shared_intermediate_size: int = 0  # all shared experts together
+    moe_layers: int = 0  # layers with an MoE FFN (the others are dense)
+    attention_params: float = 0.0  # Q, K, V, O weights of one layer (0: from the GQA shape)
+    dp: int = 1
+    expert_parallel: bool = False
     name: str = "roofline"
 
     @classmethod
@@ -71,18 +89,45 @@ class RooflineCostModel:
             weight_bits=weight_bits,
             kv_bits=kv_bits,
             name=f"roofline from {gpu.name} spec sheet (not measured)",
+            **_moe_fields(model),
             **overrides,
         )
 
     # ---- derived per-rank figures -------------------------------------------------------
     @property
-    def _linear_params_per_layer(self) -> float:
+    def _attention_params_per_layer(self) -> float:
+        if self.attention_params:
+            return self.attention_params / self.tp
         h, d = self.hidden_size, self.head_dim
         q = h * self.num_heads * d
         kv = 2 * h * self.num_kv_heads * d
         o = self.num_heads * d * h
-        mlp = 3 * h * self.intermediate_size
-        return (q + kv + o + mlp) / self.tp
+        return (q + kv + o) / self.tp
+
+    @property
+    def _linear_params_per_layer(self) -> float:
+        """Matmul weights per rank of one dense layer."""
+        return self._attention_params_per_layer + 3 * self.hidden_size * self.intermediate_size / self.tp
+
+    @property
+    def _moe(self) -> MoEShape | None:
+        return MoEShape.of(self) if self.num_experts > 0 else None
+
+    @property
+    def _moe_parallel(self) -> MoEParallel:
+        return MoEParallel(self.tp, self.dp, self.expert_parallel)
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.moe_layers if self.num_experts > 0 else 0
+
+    @property
+    def first_k_dense_layers(self) -> int:  # MoEShape.of reads it
+        return self.num_layers - self.num_moe_layers
+
+    @property
+    def shared_expert_intermediate_size(self) -> int:  # MoEShape.of reads it
+        return self.shared_intermediate_size
 
     @property
     def _gemm_flops_per_s(self) -> float:
@@ -104,19 +149,49 @@ class RooflineCostModel:
         return 2.0 * kv_heads * self.head_dim * self.kv_bits / 8.0
 
     # ---- the model ----------------------------------------------------------------------
+    @property
+    def _weight_bytes_per_param(self) -> float:
+        return self.weight_bits / 8.0 + (0.0 if self.weight_bits == 16 else 4.0 / 128.0)
+
+    def _gemm_s(self, params: float, width: float, tokens: np.ndarray) -> np.ndarray:
+        """max(compute, memory) of a layer's GEMMs holding `params` weights per rank, whose
+        activations per token are `width` 16-bit values."""
+        return np.maximum(2.0 * params * tokens / self._gemm_flops_per_s,
+                          (params * self._weight_bytes_per_param + tokens * 2.0 * width) / self._bw)
+
     def breakdown(self, f: BatchFeatures) -> dict[str, np.ndarray]:
         """Seconds per iteration for each operation group (all layers summed)."""
         L = self.num_layers
         tokens = f.prefill_tokens + f.decodes
-        w_bytes = self._linear_params_per_layer * (
-            self.weight_bits / 8.0 + (0.0 if self.weight_bits == 16 else 4.0 / 128.0))
-        act_bytes = tokens * 2.0 * (
-            2 * self.hidden_size + (self.num_heads + 2 * self.num_kv_heads) * self.head_dim / self.tp
-            + 3 * self.intermediate_size / self.tp)
-        linear = np.maximum(2.0 * self._linear_params_per_layer * tokens / self._gemm_flops_per_s,
-                            (w_bytes + act_bytes) / self._bw)
-        # norms, SiLU*mul, rotary, residual adds: pure memory traffic
-        elementwise = tokens * 2.0 * (8 * self.hidden_size + 3 * self.intermediate_size / self.tp) / self._bw
+        attn_width = 2 * self.hidden_size + (self.num_heads + 2 * self.num_kv_heads) * self.head_dim / self.tp
+        moe = self._moe
+        Lm = self.num_moe_layers
+        Ld = L - Lm
+        linear = Ld * self._gemm_s(self._linear_params_per_layer,
+                                   attn_width + 3 * self.intermediate_size / self.tp, tokens)
+        ffn_width = Ld * 3 * self.intermediate_size / self.tp
+        parts = {}
+        if moe is not None:
+            par = self._moe_parallel
+            # attention, router (replicated) and shared experts: GEMMs over this rank's tokens
+            dense_part = (self._attention_params_per_layer + self.hidden_size * self.num_experts
+                          + 3 * self.hidden_size * self.shared_intermediate_size / self.tp)
+            linear = linear + Lm * self._gemm_s(
+                dense_part, attn_width + 3 * self.shared_intermediate_size / self.tp, tokens)
+            # routed experts: the tokens of every data-parallel rank, this GPU's experts
+            fl, by = moe.expert_flops_bytes(tokens * par.token_factor, par,
+                                            weight_bytes=self._weight_bytes_per_param)
+            parts["moe_experts"] = Lm * np.maximum(fl / self._gemm_flops_per_s, by / self._bw)
+            if par.gathers:
+                msg = tokens * par.token_factor * self.hidden_size * 2.0
+                ring = (par.group - 1) / par.group * msg / self.interconnect_bytes_per_s
+                parts["moe_dispatch"] = Lm * 2.0 * (ring + self.allreduce_latency_s) * (tokens > 0)
+            ffn_width = ffn_width + Lm * (
+                3 * self.shared_intermediate_size / self.tp
+                + 3 * self.experts_per_token * self.moe_intermediate_size / par.moe_tp
+                * par.token_factor / par.moe_ep)
+        # norms, SiLU*mul, rotary, residual adds: pure memory traffic (FFN width: layer mean)
+        elementwise = tokens * 2.0 * (8 * self.hidden_size + ffn_width / L) / self._bw
         heads = self.num_heads / self.tp
         attn_flops_p = 4.0 * heads * self.head_dim * (f.prefill_ctx + 0.5 * f.prefill_sq)
         attn_prefill = attn_flops_p / (self.peak_flops * self.attention_efficiency)
@@ -135,7 +210,8 @@ class RooflineCostModel:
                              np.where(f.seqs_sampled > 0, head_params * 2.0 / self._bw, 0.0))
         overhead = self.iteration_overhead_s + self.per_request_overhead_s * (f.decodes + f.seqs_sampled)
         return {
-            "linear": L * linear,
+            "linear": linear,
+            **parts,
             "elementwise": L * elementwise,
             "attention_prefill": L * attn_prefill,
             "attention_decode": L * attn_decode,
@@ -166,10 +242,23 @@ class RooflineCostModel:
         """Seconds of ONE decoder layer per iteration (linear, elementwise, attention,
         all-reduce); excludes the LM head and the per-iteration overhead."""
         parts = self.breakdown(f)
-        per_layer = (parts["linear"] + parts["elementwise"] + parts["attention_prefill"]
-                     + parts["attention_decode"] + parts["allreduce"])
+        per_layer = sum(v for k, v in parts.items() if k not in ("lm_head", "overhead"))
         return per_layer / self.num_layers
 
     def decode_attention_layer_s(self, f: BatchFeatures) -> np.ndarray:
         """Seconds of ONE layer's decode attention per iteration (what CPU attention replaces)."""
         return self.breakdown(f)["attention_decode"] / self.num_layers
+
+
+def _moe_fields(model) -> dict:
+    """RooflineCostModel's MoE fields from a tuner ModelSpec (duck-typed); {} for a dense one."""
+    moe = MoEShape.of(model)
+    out = {}
+    attn = getattr(model, "attention_params_per_layer", None)
+    if attn:
+        out["attention_params"] = float(attn)
+    if moe is None:
+        return out
+    return dict(out, num_experts=moe.num_experts, experts_per_token=moe.experts_per_token,
+                moe_intermediate_size=moe.moe_intermediate_size,
+                shared_intermediate_size=moe.shared_intermediate_size, moe_layers=moe.moe_layers)

@@ -54,8 +54,8 @@ class WorkloadInfo:
     requests: int
     tokenizer: str
     output_source: str
-    prompt_tokens: list
-    output_tokens: list
+    prompt_tokens: list | np.ndarray  # a list in the JSON form; build_report_context keeps the
+    output_tokens: list | np.ndarray  # workload's int arrays (no Python object per request)
 
 
 @dataclass
@@ -263,8 +263,8 @@ def build_report_context(*, study_name: str, records: list[TrialRecord], workloa
         workload=WorkloadInfo(
             source=workload.source, requests=len(workload), tokenizer=workload.tokenizer,
             output_source=workload.output_source,
-            prompt_tokens=np.asarray(workload.prompt_tokens).tolist(),
-            output_tokens=np.asarray(workload.output_tokens).tolist()),
+            prompt_tokens=np.asarray(workload.prompt_tokens),
+            output_tokens=np.asarray(workload.output_tokens)),
         model=ModelInfo(name=model.name, num_params=model.num_params, hf_id=model.hf_id),
         gpus=gpu_infos(records, gpus),
         trials=records,

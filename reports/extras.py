@@ -8,9 +8,11 @@
   ``simulate(..., timeline=True)``: running requests (batch size), KV use and preemptions over
   time, downsampled to at most :data:`TIMELINE_POINTS` points, with the re-simulated makespan
   beside the study's so a mismatch is visible.
-- ``importances``: Optuna's fANOVA importance of each searched knob, per objective
-  (``optuna.importance.get_param_importances(study, target=lambda t: t.values[i])``) over the
-  distinct feasible trials; skipped with a reason when the study is too small or constant.
+- ``importances``: the fANOVA importance of each searched knob, per objective, over the
+  distinct feasible trials (:func:`fanova_importances`: a small random forest fitted here in
+  numpy, main effects under the uniform distribution on each knob's values; Optuna's
+  FanovaImportanceEvaluator needs scikit-learn, whose import alone took longer than the rest
+  of the report); skipped with a reason when the study is too small or constant.
 - ``export_snippets``: the fastest and cheapest winners in every export format.
 - ``validation``: real runs of winners (``tuner validate``): OUT/validation.json when ``out_dir``
   is given and holds one, else the study's ``validation`` user attribute, if any.
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
@@ -50,11 +51,12 @@ from tuner.sim.simulator import simulate
 TIMELINE_POINTS = 400  # per winner: enough for a smooth line, small enough to embed
 MIN_IMPORTANCE_TRIALS = 8  # distinct feasible trials below which importances are not computed
 OBJECTIVES = ("makespan_s", "cost_usd")  # the study's objectives, in order
-# fANOVA over a small forest: within a few points of Optuna's default 64 deep trees on the
-# shipped example, in a fifth of the time (the search waits for it).
+# fANOVA over a small forest: on the shipped example within 4 points of 64 trees of unlimited
+# depth, in a tenth of the time (the search waits for it).
 FANOVA = {"n_trees": 16, "max_depth": 6, "seed": 0}
-IMPORTANCE_METHOD = ("fANOVA (optuna.importance.FanovaImportanceEvaluator, 16 trees, depth 6, "
-                     "seed 0)")
+IMPORTANCE_METHOD = ("fANOVA (Hutter et al. 2014) over a random forest of 16 trees of depth 6 "
+                     "(bootstrap, seed 0), main effects under the uniform distribution on each "
+                     "knob's values in the search space")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,7 +123,8 @@ def batch_paths(workload_path: str) -> tuple[str, str]:
 
 def export_text(fmt: str, record: TrialRecord, model: ModelSpec, gpus: dict[str, GPU], *,
                 max_model_len: int, header: str, workload_path: str = "",
-                batch_output: str | None = None, extra: dict | None = None) -> str:
+                batch_output: str | None = None, extra: dict | None = None,
+                quantized_model: str | None = None) -> str:
     """One export of a trial record (``render_export`` with the record's figures; for
     ``vllm-run-batch`` the study's workload as input and the model name its requests use)."""
     config = record.serving_config()
@@ -130,7 +133,7 @@ def export_text(fmt: str, record: TrialRecord, model: ModelSpec, gpus: dict[str,
                          "catalog; pass the --gpu-file the search used.")
     m = record.metrics or {}
     kw: dict[str, Any] = {}
-    if fmt == "vllm-run-batch":
+    if fmt in ("vllm-run-batch", "run-batch", "ray-data"):
         src, dst = batch_paths(workload_path)
         ok, served = openai_batch_info(src) if workload_path else (False, None)
         if workload_path and not ok:
@@ -140,12 +143,12 @@ def export_text(fmt: str, record: TrialRecord, model: ModelSpec, gpus: dict[str,
     return render_export(
         fmt, config, model, gpus[config.gpu], max_model_len=max_model_len, header=header,
         kv_capacity_tokens=m.get("kv_capacity_tokens"), metrics=record.metrics,
-        memory=record.memory, extra=extra, **kw)
+        memory=record.memory, extra=extra, quantized_model=quantized_model, **kw)
 
 
 def export_snippets(records: list[TrialRecord], model: ModelSpec, gpus: dict[str, GPU], *,
                     max_model_len: int, requests: int, study: str | None = None,
-                    workload_path: str = "") -> dict:
+                    workload_path: str = "", quantized_model: str | None = None) -> dict:
     """{'fastest'|'cheapest': {'trial': n, 'formats': {format: text}}} for the overall winners."""
     best, _ = winners(records)
     by_num = {r.number: r for r in records}
@@ -160,7 +163,8 @@ def export_snippets(records: list[TrialRecord], model: ModelSpec, gpus: dict[str
                  "provenance": r.provenance}
         out[which] = {"trial": n, "formats": {
             fmt: export_text(fmt, r, model, gpus, max_model_len=max_model_len, header=header,
-                             workload_path=workload_path, extra=extra)
+                             workload_path=workload_path, extra=extra,
+                             quantized_model=quantized_model)
             for fmt in EXPORT_FORMATS}}
     return out
 
@@ -278,28 +282,113 @@ def param_importances(study: optuna.Study, *, min_trials: int = MIN_IMPORTANCE_T
                if len({json.dumps(t.params.get(p), sort_keys=True) for t in trials}) > 1]
     if not varying:
         return skip("every searched knob took a single value in the feasible trials")
-    sub = optuna.create_study(directions=study.directions)
-    sub.add_trials(trials)
+    # each knob's values in the search space (the latest trial's, should the space have grown)
+    dists = {p: next(t.distributions[p] for t in reversed(trials) if p in t.distributions)
+             for p in varying}
+    rows = {t.number: _choice_indices(dists, t.params) for t in trials}
+    trials = [t for t in trials if rows[t.number] is not None]  # from that space
+    numbers = [t.number for t in trials]
+    codes = np.array([rows[t.number] for t in trials], dtype=np.int64)
+    n_levels = np.array([len(dists[p].choices) for p in varying], dtype=np.int64)
     for i, obj in enumerate(OBJECTIVES):
         vals = np.array([t.values[i] for t in trials], dtype=np.float64)
         if np.ptp(vals) <= 1e-12 * max(abs(vals).max(), 1.0):
             out[obj] = {"skipped": f"{obj} is the same in every feasible trial",
                         "n_trials": len(trials)}
             continue
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                imp = optuna.importance.get_param_importances(
-                    sub, evaluator=optuna.importance.FanovaImportanceEvaluator(**FANOVA),
-                    params=varying, target=lambda t, i=i: t.values[i])
-        except Exception as exc:  # noqa: BLE001 - optuna/sklearn fail in many small-data ways
-            out[obj] = {"skipped": f"importance evaluation failed ({exc})",
-                        "n_trials": len(trials)}
-            continue
-        out[obj] = {"importances": {k: float(v) for k, v in imp.items()},
+        shares = fanova_importances(codes, n_levels, vals, **FANOVA)
+        order = sorted(range(len(varying)), key=lambda j: -shares[j])
+        out[obj] = {"importances": {varying[j]: float(shares[j]) for j in order},
                     "n_trials": len(trials), "trials": numbers, "method": IMPORTANCE_METHOD,
                     "fixed": [p for p in params if p not in varying]}
     return out
+
+
+def _choice_indices(dists: dict, params: dict) -> list[int] | None:
+    """Each knob's value as its index among the knob's choices; None when one is not there."""
+    try:
+        return [int(d.to_internal_repr(params[p])) for p, d in dists.items()]
+    except (KeyError, ValueError):
+        return None
+
+
+def fanova_importances(codes: np.ndarray, n_levels: np.ndarray, y: np.ndarray, *,
+                       n_trees: int = 16, max_depth: int = 6, seed: int = 0) -> np.ndarray:
+    """fANOVA main-effect importance of each categorical knob (F. Hutter, H. Hoos, K.
+    Leyton-Brown, *An Efficient Approach for Assessing Hyperparameter Importance*, ICML 2014):
+    a random forest is fitted to ``y`` (``n_trees`` regression trees on bootstrap samples,
+    one-vs-rest splits on a knob's value chosen by squared error, depth <= ``max_depth``); for
+    each tree, the variance of knob k's marginal prediction (averaged over every other knob's
+    values, uniformly) divided by the tree's total variance over the whole space; averaged over
+    the trees and normalised to sum to 1.
+
+    ``codes[i, k]``: the index of trial i's value of knob k among its ``n_levels[k]`` values.
+    Every tree's leaves partition the space into boxes (per knob, a set of allowed values), so
+    both variances are exact sums over the leaves."""
+    codes = np.asarray(codes, dtype=np.int64)
+    y = np.asarray(y, dtype=np.float64)
+    n, p = codes.shape
+    n_levels = np.asarray(n_levels, dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(n_levels)])
+    group = np.repeat(np.arange(p), n_levels)  # knob of each one-hot column
+    onehot = np.zeros((n, int(offsets[-1])))
+    onehot[np.arange(n)[:, None], codes + offsets[:-1]] = 1.0
+    rng = np.random.default_rng(seed)
+    fractions = []
+    for _ in range(n_trees):
+        leaves: list[tuple[float, np.ndarray]] = []
+        _grow_tree(onehot, group, y, rng.integers(0, n, n), np.ones(onehot.shape[1], bool),
+                   max_depth, leaves)
+        value = np.array([v for v, _ in leaves])
+        allowed = np.array([m for _, m in leaves], dtype=np.float64)  # leaves x columns
+        # share of each knob's values a leaf allows; the leaf's volume is their product
+        share = np.stack([allowed[:, offsets[k]:offsets[k + 1]].sum(1) / n_levels[k]
+                          for k in range(p)], axis=1)
+        volume = share.prod(axis=1)
+        mean = volume @ value
+        total = volume @ (value - mean) ** 2
+        if total <= 0.0:
+            continue
+        frac = np.empty(p)
+        for k in range(p):
+            # the marginal at each value a of knob k: sum over the leaves allowing a of the
+            # leaf's value times its volume in the other knobs
+            marginal = (value * volume / share[:, k]) @ allowed[:, offsets[k]:offsets[k + 1]]
+            frac[k] = np.mean((marginal - mean) ** 2) / total
+        fractions.append(frac)
+    if not fractions:
+        return np.full(p, 1.0 / p)
+    imp = np.mean(fractions, axis=0)
+    return imp / imp.sum() if imp.sum() > 0 else np.full(p, 1.0 / p)
+
+
+def _grow_tree(onehot: np.ndarray, group: np.ndarray, y: np.ndarray, rows: np.ndarray,
+               allowed: np.ndarray, depth_left: int,
+               leaves: list[tuple[float, np.ndarray]]) -> None:
+    """Split ``rows`` on the one-hot column that most reduces the squared error (ties: the
+    first), down to ``depth_left`` levels; each leaf appends (mean of its y, allowed columns)."""
+    ys = y[rows]
+    m = rows.size
+    if depth_left > 0 and m >= 2 and ys.max() > ys.min():
+        x = onehot[rows]
+        n_left = x.sum(axis=0)
+        sum_left = ys @ x
+        total = ys.sum()
+        ok = (n_left >= 1) & (n_left <= m - 1)
+        if ok.any():
+            gain = np.where(ok, sum_left**2 / np.where(ok, n_left, 1.0)
+                            + (total - sum_left) ** 2 / np.where(ok, m - n_left, 1.0), -np.inf)
+            c = int(np.argmax(gain))
+            if gain[c] > total**2 / m * (1.0 + 1e-12):
+                left = x[:, c] > 0
+                in_left = allowed & (group != group[c])
+                in_left[c] = True  # the left box holds knob group[c] at this one value
+                in_right = allowed.copy()
+                in_right[c] = False
+                _grow_tree(onehot, group, y, rows[left], in_left, depth_left - 1, leaves)
+                _grow_tree(onehot, group, y, rows[~left], in_right, depth_left - 1, leaves)
+                return
+    leaves.append((float(ys.mean()), allowed))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -320,7 +409,8 @@ def report_extras(study: optuna.Study, records: list[TrialRecord], workload: Wor
         "importances": param_importances(study, numbers={r.number for r in records}),
         "export_snippets": export_snippets(
             records, model, gpus, max_model_len=max_request_tokens(workload),
-            requests=len(workload), study=study.study_name, workload_path=workload_path),
+            requests=len(workload), study=study.study_name, workload_path=workload_path,
+            quantized_model=(meta.get("constraints") or {}).get("quantized_model")),
     }
     validation = load_validation(out_dir) if out_dir is not None else None
     if validation is None:
@@ -354,7 +444,8 @@ def load_validation(out_dir: str | Path) -> list[dict] | None:
 
 
 __all__ = [
-    "batch_paths", "downsample_timeline", "export_snippets", "export_text", "load_validation",
+    "batch_paths", "downsample_timeline", "export_snippets", "export_text", "fanova_importances",
+    "load_validation",
     "max_request_tokens",
     "openai_batch_info", "param_importances", "report_extras", "winner_header", "winner_roles",
     "winner_timelines",

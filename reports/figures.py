@@ -386,3 +386,55 @@ def fig_json(fig: go.Figure | None) -> str | None:
     return s.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+
+
+# ---- cost vs deadline (tuner.search.constraints) ---------------------------------------------
+def deadline_envelope(points: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The cheapest $ for each deadline: from (makespan_s, cost_usd) points, the steps
+    (deadline_s, cheapest cost of a plan finishing by then) where that cost drops: the lower
+    envelope a `--deadline` search picks from."""
+    out: list[tuple[float, float]] = []
+    best = math.inf
+    for m, c in sorted(points):
+        if c < best:
+            best = c
+            out.append((m, c))
+    return out
+
+
+def deadline_figure(trials: dict[int, TrialRecord], colors: dict[str, str],
+                    deadline_s: float | None = None) -> go.Figure | None:
+    """Cheapest job $ for each deadline, one step line per GPU type and one over all of them
+    (the answer of `--deadline D` for every D); a dashed line at the search's own deadline."""
+    feasible = [t for t in trials.values() if t.feasible]
+    if len(feasible) < 2:
+        return None
+    unit, div = duration_unit(max(t.metrics["makespan_s"] for t in feasible))
+    fig = go.Figure()
+    groups = {name: [t for t in feasible if t.config["gpu"] == name]
+              for name in dict.fromkeys([*colors, *(t.config["gpu"] for t in feasible)])}
+    groups = {k: v for k, v in groups.items() if v}
+    end = max(t.metrics["makespan_s"] for t in feasible)
+    for label, ts, color, width in (
+            *((esc(n), ts, colors.get(n, PALETTE[-1]), 2) for n, ts in groups.items()),
+            ("any GPU", feasible, "rgba(128,128,128,0.9)", 3)):
+        env = deadline_envelope((t.metrics["makespan_s"], t.metrics["cost_usd"]) for t in ts)
+        xs = [m / div for m, _ in env] + [end / div]
+        ys = [c for _, c in env] + [env[-1][1]]
+        fig.add_trace(go.Scatter(
+            mode="lines+markers", name=label, x=xs, y=ys,
+            line=dict(color=color, shape="hv", width=width, dash="dot" if width > 2 else None),
+            marker=dict(size=[7] * len(env) + [0], color=color),
+            hovertemplate=f"deadline %{{x:.3g}} {unit}: cheapest $%{{y:.2f}}<extra>{label}"
+                          "</extra>"))
+    if deadline_s is not None:
+        fig.add_vline(x=deadline_s / div, line=dict(color="#e15759", dash="dash", width=1.5),
+                      annotation_text="--deadline", annotation_position="top")
+    fig.update_layout(**base_layout(
+        xaxis=axis(f"deadline ({unit})", rangemode="tozero"),
+        yaxis=axis("cheapest job cost (USD)", tickprefix="$", tickformat=",.2f",
+                   rangemode="tozero"),
+        legend=dict(bgcolor="rgba(0,0,0,0)", title=dict(text="GPU")),
+        height=420,
+    ))
+    return fig

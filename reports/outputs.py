@@ -2,12 +2,26 @@
 
 `tuner search` and `tuner results` run all of it (:func:`study_outputs`, then
 :func:`write_outputs`); `tuner report` renders the same context again (:func:`study_outputs`
-and :func:`reports.html.render_report`). Nothing here prints: the CLI shows the result.
+and :func:`reports.html.render_html`, written by :func:`write_output_set`). Nothing here
+prints: the CLI shows the result.
+
+The outputs are a set: every file is rendered in memory first, written into a staging folder
+(a hidden folder inside the output folder, so on the same file system; the output folder is the
+one place the CLI has checked is writable), and moved into place only when all are complete,
+with Ctrl-C held back while they move. An error or Ctrl-C before that leaves the previous
+complete set as it was; one during the moves (the file system refusing a rename) puts the
+previous set back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import os
+import shutil
+import signal
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,12 +30,12 @@ import optuna
 from predictors.protocol import CostModel
 from reports.context import Exports, ReportContext, build_report_context
 from reports.extras import max_request_tokens, report_extras, winner_header
-from reports.html import render_report
+from reports.html import render_html
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.io import dumps, write_atomic
 from tuner.core.workload import Workload
-from tuner.exports import to_json, to_vllm_yaml
+from tuner.exports import render_export, to_json
 from tuner.search.records import (
     GOALS,
     TrialRecord,
@@ -29,6 +43,7 @@ from tuner.search.records import (
     offload_verdict,
     require_feasible,
     search_stats,
+    study_constraints,
     trial_records,
     winners,
 )
@@ -43,6 +58,8 @@ class StudyOutputs:
     context: ReportContext
     stats: dict
     files: dict[str, Path] = field(default_factory=dict)  # filled by write_outputs
+    # requests longer than the context, reported as failed (--on-too-long skip)
+    failed_too_long: dict | None = None
 
     @property
     def by_number(self) -> dict[int, TrialRecord]:
@@ -59,6 +76,9 @@ class StudyOutputs:
                              for gpu, p in ctx.best_per_gpu.items()},
             "pareto": [by_num[n] for n in ctx.pareto],
             "infeasible": infeasible_summary(self.records),
+            "gain_over_vllm_defaults": {g: _gain_entry(by_num[ctx.winners.of(g)])
+                                        for g in GOALS},
+            "failed_too_long": self.failed_too_long,
             "importances": ctx.importances,
             "search": self.stats,
             "files": {k: str(v) for k, v in self.files.items()},
@@ -88,53 +108,223 @@ def study_outputs(study: optuna.Study, workload: Workload, model: ModelSpec,
     records = trial_records(study)
     require_feasible(records, study.study_name)
     stats = search_stats(study)
+    meta = study.user_attrs.get("metadata") or {}
+    extra_notes = [*extra_notes, *_baseline_notes(records, workload, model, gpus, meta,
+                                                  cost_model_for)]
+    too_long = meta.get("too_long")
+    if too_long:
+        extra_notes.append(too_long_note(too_long))
     extras = report_extras(study, records, workload, model, gpus, out_dir=out_dir,
                            workload_path=workload_path, cost_model_for=cost_model_for)
+    verdicts = constraint_verdicts(study, records)
     verdict = offload_verdict(records, gpus)
+    verdicts += [verdict] if verdict else []
     ctx = build_report_context(
         study_name=study.study_name, records=records, workload=workload, model=model,
-        gpus=gpus, exports=_winner_yaml(records, workload, model, gpus),
+        gpus=gpus, exports=_winner_yaml(records, workload, model, gpus,
+                                        study_constraints(study).quantized_model),
         question=(f"{Path(workload.source).name or 'workload'} ({len(workload)} requests) on "
                   f"{model.name}: which of {', '.join(gpus)} finishes fastest, and which "
                   "cheapest?"),
         tool_version=tool_version, notes=_notes(workload, stats, extra_notes),
-        verdicts=[verdict] if verdict else [], extras=extras)
-    return StudyOutputs(study.study_name, records, ctx, stats)
+        verdicts=verdicts, extras=extras)
+    return StudyOutputs(study.study_name, records, ctx, stats, failed_too_long=too_long)
+
+
+def _gain_entry(r: TrialRecord) -> dict | None:
+    """results.json's gain of one winner over vLLM's defaults (same GPU type and count)."""
+    from tuner.search.baseline import describe_gain
+
+    if r.baseline is None:
+        return None
+    return {"trial": r.number, "gpu": r.gpu, "tp": r.config.get("tp", 1),
+            "dp": r.config.get("dp", 1), **(r.baseline.get("gain") or {}),
+            "defaults_feasible": r.baseline.get("feasible"),
+            "defaults_makespan_s": (r.baseline.get("metrics") or {}).get("makespan_s"),
+            "defaults_cost_usd": (r.baseline.get("metrics") or {}).get("cost_usd"),
+            "defaults": r.baseline.get("defaults"), "summary": describe_gain(r.baseline)}
+
+
+def _baseline_notes(records: list[TrialRecord], workload: Workload, model: ModelSpec,
+                    gpus: dict[str, GPU], meta: dict, cost_model_for) -> list[str]:
+    """Simulate vLLM's defaults beside every winner and Pareto point (tuner.search.baseline);
+    the report's note saying what the baseline is."""
+    from tuner.core.engine_defaults import DEFAULT_ENTRY_POINT, ENTRY_POINTS
+    from tuner.search.baseline import attach_baselines
+    from tuner.search.records import pareto
+
+    best, per_gpu = winners(records)
+    numbers = [*best.values(), *(n for d in per_gpu.values() for n in d.values()),
+               *pareto(records)]
+    entry = meta.get("entry_point") or DEFAULT_ENTRY_POINT
+    sims = attach_baselines(records, numbers, workload, model, gpus, entry_point=entry,
+                            engine_version=meta.get("engine_version"),
+                            cost_model_for=cost_model_for)
+    if not sims:
+        return []
+    described = "; ".join(dict.fromkeys(
+        f"{g}: max_num_batched_tokens {s['defaults']['max_num_batched_tokens']:,}, "
+        f"max_num_seqs {s['defaults']['max_num_seqs']:,}" for (g, _tp, _dp), s in sims.items()))
+    return [f"Gain over vLLM's defaults: each winner against vLLM's own defaults for the "
+            f"'{entry}' entry point ({ENTRY_POINTS[entry]}) on the same GPU type and count "
+            f"({described}; gpu_memory_utilization 0.9, block 16, 16-bit, FCFS, chunked "
+            "prefill), simulated on the full workload with the same cost model; ratios are "
+            "winner / defaults."]
+
+
+def too_long_note(info: dict) -> str:
+    ids = info.get("ids") or []
+    shown = ", ".join(str(i) for i in ids[:50]) + (f" and {len(ids) - 50} more"
+                                                    if len(ids) > 50 else "")
+    return (f"{info['count']} of {info['requests']} requests exceed the model's context of "
+            f"{info['context_tokens']:,} tokens (longest {info['longest_tokens']:,} prompt + "
+            "output tokens): reported as failed, as vLLM rejects them, and left out of the "
+            f"simulation ({info.get('id_kind', 'request numbers')}: {shown}).")
+
+
+def constraint_verdicts(study: optuna.Study, records: list[TrialRecord]) -> list[str]:
+    """The plan a --deadline / --budget picks (one TunerError line when no plan meets it), and
+    what quantization buys when the search allowed it."""
+    from tuner.core.errors import TunerError
+    from tuner.core.units import fmt_duration
+    from tuner.search.constraints import no_plan_line, quantization_verdict
+    from tuner.search.records import rank
+
+    def fmt_usd(x: float) -> str:  # cents matter on small jobs
+        return f"${x:,.2f}" if x >= 1 else f"${x:.4f}"
+
+    limits = study_constraints(study)
+    out = []
+    if limits.on_figures:
+        if not any(r.feasible and r.within for r in records):
+            raise TunerError(no_plan_line(records, limits, fmt_usd))
+        best = rank(records, limits.goal)[0]
+        c = best.config
+        out.append(f"Plan: the {limits.goal} that {limits.describe()} is "
+                   f"{c['tp'] * c.get('dp', 1)} x {best.gpu} (TP {c['tp']} x DP {c.get('dp', 1)})"
+                   f": {fmt_duration(best.makespan_s)}, {fmt_usd(best.cost_usd)} "
+                   f"(trial #{best.number}).")
+    verdict = quantization_verdict(records, limits.goal if limits.on_figures else "cheapest",
+                                   fmt_usd)
+    if verdict:
+        out.append(verdict)
+    return out
 
 
 def _winner_yaml(records: list[TrialRecord], workload: Workload, model: ModelSpec,
-                 gpus: dict[str, GPU]) -> Exports:
-    """The overall winners as `vllm serve --config` YAML."""
+                 gpus: dict[str, GPU], quantized_model: str | None = None) -> Exports:
+    """The overall winners as `vllm serve --config` YAML (a quantized plan names its checkpoint
+    or is refused, tuner.exports.common.Deployment.check_deployable)."""
     best, _ = winners(records)
     by_num = {r.number: r for r in records}
     yaml = {}
     for goal in GOALS:
         r = by_num[best[goal]]
         cfg = r.serving_config()
-        yaml[goal] = to_vllm_yaml(cfg, model, gpus[cfg.gpu],
-                                  max_model_len=max_request_tokens(workload),
-                                  header=winner_header(goal, r, len(workload), cite_trial=False),
-                                  kv_capacity_tokens=r.metrics.get("kv_capacity_tokens"))
+        yaml[goal] = render_export("vllm", cfg, model, gpus[cfg.gpu],
+                                   max_model_len=max_request_tokens(workload),
+                                   header=winner_header(goal, r, len(workload), cite_trial=False),
+                                   kv_capacity_tokens=r.metrics.get("kv_capacity_tokens"),
+                                   quantized_model=quantized_model)
     return Exports(yaml["fastest"], yaml["cheapest"])
+
+
+def output_texts(outputs: StudyOutputs, out_dir: Path) -> tuple[dict[str, str], dict]:
+    """({file name: text} of the whole output set, the results.json document), rendered in
+    memory; ``outputs.files`` gets each file's final path under ``out_dir``."""
+    ctx, files = outputs.context, outputs.files
+    texts: dict[str, str] = {}
+    for goal in GOALS:
+        r = outputs.by_number[ctx.winners.of(goal)]
+        texts[f"{goal}.vllm.yaml"] = (ctx.exports.fastest_vllm_yaml if goal == "fastest"
+                                      else ctx.exports.cheapest_vllm_yaml)
+        files[f"{goal}_vllm_yaml"] = out_dir / f"{goal}.vllm.yaml"
+        texts[f"{goal}.json"] = to_json(r.serving_config(), r.metrics, r.memory,
+                                        {"trial": r.number, "provenance": str(r.provenance)})
+        files[f"{goal}_json"] = out_dir / f"{goal}.json"
+    texts["report.html"] = render_html(ctx)  # the report is assembled once, here
+    files["report"] = out_dir / "report.html"
+    files["results"] = out_dir / "results.json"
+    summary = outputs.summary()
+    texts["results.json"] = dumps(summary)
+    return texts, summary
 
 
 def write_outputs(outputs: StudyOutputs, out_dir: Path) -> dict:
     """Write the winners' exports (vLLM YAML, JSON), the report and results.json into
-    ``out_dir``; return the results.json document."""
-    ctx, files = outputs.context, outputs.files
-    for goal in GOALS:
-        r = outputs.by_number[ctx.winners.of(goal)]
-        text = ctx.exports.fastest_vllm_yaml if goal == "fastest" else \
-            ctx.exports.cheapest_vllm_yaml
-        files[f"{goal}_vllm_yaml"] = write_atomic(out_dir / f"{goal}.vllm.yaml", text)
-        files[f"{goal}_json"] = write_atomic(
-            out_dir / f"{goal}.json",
-            to_json(r.serving_config(), r.metrics, r.memory,
-                    {"trial": r.number, "provenance": str(r.provenance)}))
-    files["report"] = render_report(ctx, out_dir / "report.html")
-    summary = outputs.summary()
-    files["results"] = write_atomic(out_dir / "results.json", dumps(summary))
+    ``out_dir`` as one set (:func:`write_output_set`); return the results.json document."""
+    texts, summary = output_texts(outputs, out_dir)
+    write_output_set(out_dir, texts)
     return summary
 
 
-__all__ = ["StudyOutputs", "study_outputs", "write_outputs"]
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Ctrl-C (SIGINT) waits until the block is done, then is raised (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[tuple] = []
+    previous = signal.signal(signal.SIGINT, lambda *a: caught.append(a))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if not caught or previous == signal.SIG_IGN:
+        return
+    if callable(previous):
+        previous(*caught[0])  # Python's default handler raises KeyboardInterrupt
+    raise KeyboardInterrupt
+
+
+def write_output_set(out_dir: str | Path, texts: dict[str, str | bytes]) -> dict[str, Path]:
+    """Write ``{file name: content}`` into ``out_dir`` all or nothing; return the final paths.
+
+    The files are written (each by :func:`tuner.core.io.write_atomic`) into a staging folder
+    inside ``out_dir`` and moved into place only when every one is complete, with Ctrl-C held
+    until the moves are done; a failing move puts the previous files back. The staging folder
+    is removed in every case."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(dir=out_dir, prefix=".tuner-outputs-"))
+    try:
+        new_dir, old_dir = stage / "new", stage / "old"
+        new_dir.mkdir()
+        old_dir.mkdir()
+        for name, text in texts.items():
+            write_atomic(new_dir / name, text)
+        with _interrupts_held():
+            _move_in(new_dir, old_dir, out_dir, list(texts))
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return {name: out_dir / name for name in texts}
+
+
+def _move_in(new_dir: Path, old_dir: Path, out_dir: Path, names: list[str]) -> None:
+    """Move the staged files over the previous ones (each rename atomic: a reader sees the old
+    file or the new one); on an error, put back every previous file (kept in ``old_dir`` as a
+    hard link, or a copy) and remove the new ones that had none."""
+    moved: list[tuple[str, bool]] = []  # (name, whether it replaced a previous file), in order
+    try:
+        for name in names:
+            target = out_dir / name
+            had = target.exists()
+            if had:
+                try:
+                    os.link(target, old_dir / name)
+                except OSError:  # a file system without hard links
+                    shutil.copy2(target, old_dir / name)
+            os.replace(new_dir / name, target)
+            moved.append((name, had))
+    except BaseException:
+        for name, had in reversed(moved):
+            with contextlib.suppress(OSError):
+                if had:
+                    os.replace(old_dir / name, out_dir / name)
+                else:
+                    (out_dir / name).unlink()
+        raise
+
+
+__all__ = ["StudyOutputs", "output_texts", "study_outputs", "write_output_set",
+           "write_outputs"]

@@ -8,8 +8,8 @@ Needs pandas + pyarrow (the wheel stores parquet); tuner itself does not: it rea
 
 Why convert instead of depending on the package: the wheel is 82 MB (plus pyarrow, scipy and
 pandas), most of it TensorRT-LLM / SGLang tables and Blackwell data-centre parts tuner does not
-use; the vLLM tables of the five GPUs below, kept at the shapes a dense decoder uses, fit in
-~2 MB and load in milliseconds with numpy.
+use; the vLLM tables of the five GPUs below, kept at the shapes a decoder uses (dense GEMMs,
+attention, collectives, fused-MoE experts), fit in ~4 MB and load in milliseconds with numpy.
 
 What is kept (vLLM framework tables only, newest version of each op per GPU):
   gemm        bf16 (torch.nn.functional.linear / vllm_default) and per-tensor FP8
@@ -23,7 +23,16 @@ What is kept (vLLM framework tables only, newest version of each op per GPU):
               message_bytes, latency_ms)
   nccl_allreduce  NCCL all-reduce, bf16/half, newest NCCL version with one:
               (num_gpus, message_bytes, latency_ms)
-MoE tables are not converted yet (tuner has no MoE models).
+  nccl_allgather, nccl_reducescatter  the same for NCCL all-gather and reduce-scatter (what
+              vLLM's default expert-parallel all2all backend, allgather_reducescatter, runs)
+  moe         fused mixture-of-experts layer (router output -> gate/up -> SiLU*mul -> down ->
+              weighted sum), newest vLLM version with a moe_perf table, bf16 (unquantized
+              fused-MoE kernel) and per-tensor FP8 only: rows of (fp8, distribution code,
+              hidden, moe_inter, topk, num_experts, moe_tp, moe_ep, num_tokens, latency_ms);
+              num_tokens counts the tokens entering the layer across the expert-parallel group,
+              latency is one GPU's kernel time for its num_experts / moe_ep experts at
+              moe_inter / moe_tp (AIConfigurator's collector, collector/vllm/collect_moe.py);
+              distribution codes in MOE_DISTRIBUTIONS
 """
 
 from __future__ import annotations
@@ -52,6 +61,11 @@ FP8_GEMM = ("CutlassFP8ScaledMMLinearKernel",)
 # fp8 KV uses whatever kernel the table has for it
 BF16_ATTN = ("vllm_flash_attn_fa3", "vllm_flash_attn_fa2", "vllm_flash_attn")
 FP8_ATTN = ("vllm_flash_attn_fa3", "vllm_flashinfer_fiprefill", "vllm_flashinfer_fidecode")
+# token -> expert routing the MoE table was measured under -> code stored in the `moe` rows
+MOE_DISTRIBUTIONS = {"balanced": 0.0, "power_law_1.01": 1.0, "power_law_1.2": 2.0}
+# moe_dtype values kept: bf16 (the unquantized fused-MoE kernel) and per-tensor FP8 (one kernel
+# per GPU and dtype in the tables)
+MOE_DTYPES = {"bfloat16": 0.0, "fp8": 1.0}
 
 
 def _ver_key(v: str) -> tuple:
@@ -126,6 +140,20 @@ def _attn(df, pos_col: str) -> np.ndarray:
     return np.concatenate(parts).astype(np.float64) if parts else np.zeros((0, 7))
 
 
+def _moe(df) -> np.ndarray:
+    """The fused-MoE rows kept (see the module docstring), duplicates reduced to their median."""
+    d = df[df["moe_dtype"].isin(list(MOE_DTYPES)) & df["distribution"].isin(list(MOE_DISTRIBUTIONS))]
+    if d.empty:
+        return np.zeros((0, 10))
+    keys = ["moe_dtype", "distribution", "hidden_size", "inter_size", "topk", "num_experts",
+            "moe_tp_size", "moe_ep_size", "num_tokens"]
+    d = d.groupby(keys, as_index=False)["latency"].median()
+    return np.column_stack([d["moe_dtype"].map(MOE_DTYPES), d["distribution"].map(MOE_DISTRIBUTIONS),
+                            d["hidden_size"], d["inter_size"], d["topk"], d["num_experts"],
+                            d["moe_tp_size"], d["moe_ep_size"], d["num_tokens"],
+                            d["latency"]]).astype(np.float64)
+
+
 def convert(wheel: Path, out: Path) -> dict:
     import pandas as pd
 
@@ -183,19 +211,31 @@ def convert(wheel: Path, out: Path) -> dict:
         info["allreduce_versions"] = cv
         # NCCL all-reduce (vLLM hands messages above its custom all-reduce's size limit to
         # NCCL): newest NCCL version with an all_reduce table
-        nrows = []
         npat = re.compile(rf"{root}{sysname}/comm/nccl/([^/]+)/nccl_perf.parquet$")
         nv = sorted({mm.group(1) for p in names if (mm := npat.match(p))}, key=_ver_key)
-        for v in reversed(nv):
-            c = read(f"{root}{sysname}/comm/nccl/{v}/nccl_perf.parquet")
-            c = c[(c["op_name"] == "all_reduce") & c["nccl_dtype"].isin(["half", "bfloat16"])]
-            if c.empty:
-                continue
-            c = c.groupby(["num_gpus", "message_size"], as_index=False)["latency"].median()
-            nrows = np.column_stack([c["num_gpus"], c["message_size"], c["latency"]])
-            info["nccl_version"] = v
-            break
-        arrays["nccl_allreduce"] = np.asarray(nrows, dtype=np.float64).reshape(-1, 3)
+        for op, key in (("all_reduce", "nccl_allreduce"), ("all_gather", "nccl_allgather"),
+                        ("reduce_scatter", "nccl_reducescatter")):
+            nrows = []
+            for v in reversed(nv):
+                c = read(f"{root}{sysname}/comm/nccl/{v}/nccl_perf.parquet")
+                c = c[(c["op_name"] == op) & c["nccl_dtype"].isin(["half", "bfloat16"])]
+                if c.empty:
+                    continue
+                c = c.groupby(["num_gpus", "message_size"], as_index=False)["latency"].median()
+                nrows = np.column_stack([c["num_gpus"], c["message_size"], c["latency"]])
+                if op == "all_reduce":
+                    info["nccl_version"] = v
+                else:
+                    info[f"{key}_version"] = v
+                break
+            arrays[key] = np.asarray(nrows, dtype=np.float64).reshape(-1, 3)
+        # fused MoE: newest vLLM version with a moe_perf table
+        mv = versions(sysname, "moe", "moe_perf.parquet")
+        arrays["moe"] = _moe(read(f"{root}{sysname}/moe/vllm/{mv[-1]}/moe_perf.parquet")) \
+            if mv else np.zeros((0, 10))
+        if mv:
+            info["moe_version"] = mv[-1]
+            info["moe_rows"] = int(len(arrays["moe"]))
         np.savez_compressed(out / f"{sysname}.npz", **arrays)
         manifest["gpus"][sysname] = info
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")

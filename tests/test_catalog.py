@@ -24,6 +24,12 @@ SHIPPED_GPUS = {"A10", "A40", "L4", "L40S", "A100-40G", "A100-80G", "H100", "H20
 SHIPPED_MODELS = {
     "llama-2-7b", "llama-2-13b", "llama-3-8b", "mistral-7b", "qwen2.5-7b", "llama-3-70b",
     "llama-2-70b", "tiny-llama",
+    # current families (issue #16; published counts in tests/test_models_catalog.py)
+    "llama-3.1-8b", "llama-3.1-70b", "llama-3.2-1b", "llama-3.2-3b", "llama-3.3-70b",
+    "qwen2.5-14b", "qwen2.5-32b", "qwen2.5-72b", "qwen3-8b", "qwen3-14b", "qwen3-32b",
+    "qwen3-30b-a3b", "qwen3-30b-a3b-instruct-2507", "qwen3-235b-a22b", "mixtral-8x7b",
+    "mistral-nemo-12b", "gemma-3-4b", "gemma-3-12b", "gemma-3-27b", "phi-4", "gpt-oss-20b",
+    "gpt-oss-120b", "deepseek-v3",
 }
 
 

@@ -45,6 +45,12 @@ NO_HF = ModelSpec(
     name="tiny", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=2, head_dim=16,
     intermediate_size=128, vocab_size=1000,
 )
+# a mixture-of-experts shape (Qwen3-30B-A3B's) for the knobs that need one (expert_parallel)
+MOE = ModelSpec(
+    name="qwen3-30b-a3b", num_layers=48, hidden_size=2048, num_heads=32, num_kv_heads=4,
+    head_dim=128, intermediate_size=6144, vocab_size=151936, max_position=40960,
+    hf_id="Qwen/Qwen3-30B-A3B", num_experts=128, experts_per_token=8, moe_intermediate_size=768,
+)
 
 
 def _gpu(name: str, memory_gib: float, fp8: float | None) -> GPU:
@@ -460,21 +466,21 @@ def _non_default(field: dataclasses.Field):
 def test_no_knob_is_dropped(engine):
     """Every ServingConfig field, set away from its default, shows in the engine's arguments or
     in a comment: a knob added to ServingConfig must be mapped in tuner.exports."""
-    def render(cfg):
+    def render(cfg, model=LLAMA):
         gpu = GPUS[cfg.gpu]
         if engine == "vllm":
-            args, comments = vllm_engine_args(cfg, LLAMA, gpu, max_model_len=4096)
+            args, comments = vllm_engine_args(cfg, model, gpu, max_model_len=4096)
             return args, comments
-        opts, comments = sglang_server_args(cfg, LLAMA, gpu, max_model_len=4096)
+        opts, comments = sglang_server_args(cfg, model, gpu, max_model_len=4096)
         return dict(opts), comments
 
     base = ServingConfig(gpu="A10")
-    ref = render(base)
     for field in dataclasses.fields(ServingConfig):
         if field.name == "gpu":  # where it runs, not an engine argument (named in the header)
             continue
+        model = MOE if field.name == "expert_parallel" else LLAMA  # MoE-only knob
         cfg = dataclasses.replace(base, **{field.name: _non_default(field)})
-        assert render(cfg) != ref, f"{engine}: {field.name} is dropped"
+        assert render(cfg, model) != render(base, model), f"{engine}: {field.name} is dropped"
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -483,7 +489,7 @@ def test_every_format_round_trips(cfg, mml, fmt):
     gpu = GPUS[cfg.gpu]
     text = render_export(fmt, cfg, LLAMA, gpu, max_model_len=mml, header="predicted 1 h, $1",
                          metrics={"makespan_s": 3600.0}, input_path="a b.jsonl",
-                         served_model_name="llama-3-8b")
+                         served_model_name="llama-3-8b", quantized_model="org/llama-3-8b-q")
     assert parse_export(fmt, text) == cfg  # GPU from the export itself
     assert parse_export(fmt, text, gpu=cfg.gpu) == cfg
 
@@ -573,6 +579,8 @@ def test_engine_arguments_come_from_the_field_metadata():
     assert {k.sglang.name for k in KNOBS.values() if k.sglang} <= SGLANG_KNOWN_OPTIONS
     cfg = ServingConfig(gpu="L40S", dp=2, weight_bits=8, weight_offload_fraction=0.5)
     args, _ = vllm_engine_args(cfg, LLAMA, L40S, max_model_len=4096)
-    assert {k.vllm.name for k in KNOBS.values() if k.vllm} <= set(args)
+    moe_args, _ = vllm_engine_args(dataclasses.replace(cfg, expert_parallel=True), MOE, L40S,
+                                   max_model_len=4096)  # the MoE-only knob
+    assert {k.vllm.name for k in KNOBS.values() if k.vllm} <= set(args) | set(moe_args)
     with pytest.raises(TunerError, match="max_running"):
         dataclasses.replace(cfg, max_running=0)

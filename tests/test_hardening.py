@@ -80,15 +80,3 @@ def test_a_refusing_machine_is_one_error_line(monkeypatch, capsys) -> None:
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert code == 2 and len(lines) == 1
     assert "No space left on device (/full/report.html)" in lines[0]
-
-
-def test_ctrl_c_inside_the_compiled_loop_is_an_interrupt(monkeypatch, capsys) -> None:
-    try:
-        try:
-            raise KeyboardInterrupt
-        except KeyboardInterrupt as ki:
-            raise SystemError("CPUDispatcher(_run) returned a result with an exception set") \
-                from ki
-    except SystemError as wrapped:
-        code, err = _main_with(monkeypatch, capsys, wrapped)
-    assert code == 130 and "interrupted" in err and "Traceback" not in err

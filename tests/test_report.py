@@ -286,7 +286,7 @@ def test_figures_embedded_as_json(ctx, rendered):
     _, text = rendered
     figs = _figures(text)
     # without report_extras: what the trials alone give
-    assert set(figs) == {"pareto", "limit", "slices", "memory", "workload"}
+    assert set(figs) == {"pareto", "deadline", "limit", "slices", "memory", "workload"}
     for name in figs:
         assert f'id="fig-{name}"' in text
     pareto = figs["pareto"]
@@ -437,8 +437,8 @@ def test_duration_units():
 def test_extras_figures_and_traceability(full_ctx, full):
     _, text = full
     figs = _figures(text)
-    assert set(figs) == {"pareto", "limit", "timeline", "importance", "slices", "memory",
-                         "workload", "validation"}
+    assert set(figs) == {"pareto", "deadline", "limit", "timeline", "importance", "slices",
+                         "memory", "workload", "validation"}
     trials = {t["number"]: t for t in full_ctx["trials"]}
     # timeline: one legend entry per winner, named by trial number, GPU and role
     names = {tr["name"] for tr in figs["timeline"]["data"] if tr.get("showlegend") is not False}

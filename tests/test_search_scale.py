@@ -31,6 +31,7 @@ from tuner.search import (
     stratified_sample,
     workload_digest,
 )
+from tuner.search.constraints import Constraints
 from tuner.search.records import search_stats, trial_records
 from tuner.search.space import SearchSpace
 
@@ -71,6 +72,11 @@ def tuner_cli(*args, timeout: float = 600) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
 
 
+# A quantized checkpoint is given, so no low-bit point is left out before simulating
+# (tuner.search.constraints): these tests check the search mechanics over every point.
+WITH_CHECKPOINT = Constraints(quantized_model="org/llama-3-8b-quantized")
+
+
 # ---- the stratified sample ---------------------------------------------------------------------
 def test_stratified_sample_is_proportional_deterministic_and_keeps_the_longest():
     w = workload(3000, seed=4)
@@ -108,7 +114,8 @@ def test_multi_fidelity_screens_promotes_and_measures_its_error(model, gpus, mon
         return real(wl, *a, **k)
 
     monkeypatch.setattr(evaluator_mod, "simulate", counting)
-    st = run_search(w, model, gpus, sp, SearchSettings(n_trials=80, seed=3, sample_fraction=0.25))
+    st = run_search(w, model, gpus, sp, SearchSettings(n_trials=80, seed=3, sample_fraction=0.25,
+                                                       constraints=WITH_CHECKPOINT))
     stats = search_stats(st)
     assert stats["sample_requests"] == 300 and stats["sample_scale"] == pytest.approx(4.0)
     assert stats["screened_on_sample"] > 0
@@ -177,7 +184,8 @@ def test_polish_enqueues_neighbours_of_the_bests(model, gpus):
     w = workload(40)
     sp = space(chunk_size=[256, 512, 1024, 2048, 4096], max_running=[16, 32, 64, 128],
                weight_bits=[16, 8, 4], kv_bits=[16, 8])
-    st = run_search(w, model, gpus, sp, SearchSettings(n_trials=120, seed=5))
+    st = run_search(w, model, gpus, sp, SearchSettings(n_trials=120, seed=5,
+                                                       constraints=WITH_CHECKPOINT))
     recs = {tuple(sorted((k, r.config[k]) for k in ("gpu", *sp.knobs))): r
             for r in trial_records(st) if r.feasible}
     for obj in ("makespan_s", "cost_usd"):

@@ -197,7 +197,12 @@ def test_stored_calibration_applies_to_later_predictions(tmp_path, monkeypatch):
 
 def test_return_steps_gives_each_replicas_schedule():
     from tuner.sim import scheduler as sch
-    from tuner.sim.simulator import check_feasible, order_requests, scheduler_params
+    from tuner.sim.simulator import (
+        check_feasible,
+        order_requests,
+        scheduler_params,
+        split_replicas,
+    )
     from tuner.sim.steps import N_COLS, SAMPLED
 
     w = wl([500, 300, 900, 120, 40], [20, 30, 5, 60, 9])
@@ -210,7 +215,7 @@ def test_return_steps_gives_each_replicas_schedule():
     assert sum(int(s[:, SAMPLED].sum()) for s in res.steps) == res.output_tokens
     # the same records as the scheduler itself gives for replica 0's requests
     plan = check_feasible(w, m, g, cfg)
-    idx = order_requests(w, cfg.ordering, config=cfg)[0::2]
+    idx = split_replicas(w, order_requests(w, cfg.ordering, config=cfg), 2)[0]
     own = sch.run_schedule(w.prompt_tokens[idx], w.output_tokens[idx],
                            scheduler_params(cfg, plan.kv_capacity_blocks), fast=False)
     np.testing.assert_array_equal(res.steps[0], own.steps)

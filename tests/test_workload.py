@@ -582,3 +582,34 @@ def test_duplicate_custom_id_is_refused_as_the_batch_api_does(tmp_path: Path) ->
     with pytest.raises(TunerError, match=r"dup.jsonl:5: duplicate custom_id .r1. \(first on line 2\)"):
         load_workload(path)
     assert len(load_workload(path, skip_invalid=True)) == 4
+
+
+# ---------------------------------------------------------------------------------------
+# Packed length columns (how a study stores the workload)
+
+
+@settings(max_examples=50, deadline=None)
+@given(values=st.lists(st.integers(-(2**40), 2**40), max_size=300), small=st.booleans())
+def test_pack_lengths_roundtrip(values: list[int], small: bool) -> None:
+    from tuner.core.workload import pack_lengths, unpack_lengths
+
+    a = np.asarray([v % 300 for v in values] if small else values, dtype=np.int64)
+    packed = pack_lengths(a)
+    json.dumps(packed)  # JSON-able, as a study attribute must be
+    back = unpack_lengths(json.loads(json.dumps(packed)))
+    assert back.dtype == np.int64 and back.tolist() == a.tolist()
+    assert unpack_lengths(a.tolist()).tolist() == a.tolist()  # the list form of older studies
+    assert pack_lengths(None) is None and unpack_lengths(None) is None
+
+
+def test_pack_lengths_is_compact_and_checked() -> None:
+    from tuner.core.workload import pack_lengths, unpack_lengths
+
+    lengths = np.random.default_rng(0).integers(1, 4000, 100_000)
+    packed = pack_lengths(lengths)
+    assert packed["dtype"] == "<u2" and len(packed["data"]) < 2.8 * lengths.size
+    assert len(json.dumps(lengths.tolist())) > 4.5 * lengths.size
+    with pytest.raises(ValueError, match="corrupt"):
+        unpack_lengths({**packed, "data": packed["data"][:-8] + "AAAAAAAA"})
+    with pytest.raises(ValueError, match="not 5"):
+        unpack_lengths({**pack_lengths(np.arange(4)), "n": 5})

@@ -11,6 +11,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from tuner.core.engine_defaults import ENTRY_POINT_HELP
+from tuner.core.errors import TunerError
 from tuner.core.units import fmt_duration as fmt_s  # noqa: F401 - the CLI's name for it
 
 app = typer.Typer(
@@ -25,8 +27,9 @@ workload_app = typer.Typer(help="Inspect workload files.", no_args_is_help=True)
 app.add_typer(workload_app, name="workload")
 
 # Piped output gets a fixed, wide layout so tables stay readable in logs and CI.
-out = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True)
+# emoji=False: user values print verbatim ("--output-dist lognormal:-1:0" is no "lognormal👎0")
+out = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
+err = Console(stderr=True, emoji=False)
 
 
 def tool_version() -> str:
@@ -54,6 +57,18 @@ EngineVersionOpt = Annotated[str | None, typer.Option(
     "--engine-version", help="vLLM version to price kernels for (the closest measured kernel-table "
     "version, e.g. 0.19.0; default the newest).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+ProviderOpt = Annotated[str | None, typer.Option("--provider", help="Price by this provider's "
+                        "instances and billing (aws, gcp, lambda, runpod; `tuner gpus --provider "
+                        "NAME`): whole instances, run time rounded up to its billing granularity. "
+                        "Default: the catalog's per-GPU prices.")]
+SpotOpt = Annotated[bool, typer.Option("--spot", help="With --provider: spot / interruptible "
+                    "prices (where the price table has them).")]
+EntryPointOpt = Annotated[str, typer.Option("--entry-point", help="llm | serve | run-batch. "
+                          f"{ENTRY_POINT_HELP}")]
+OnTooLongOpt = Annotated[str, typer.Option("--on-too-long", help="Requests longer than the "
+                         "model's context (prompt + output): fail (default: stop before "
+                         "simulating, naming them) or skip (as vLLM does: they are reported as "
+                         "failed, with their ids, and left out of the simulation).")]
 # a stored study (`tuner export`, `report`, `results`, `validate`)
 StoredStudyOpt = Annotated[str | None, typer.Option("--study", help="Study name (default: the "
                            "only study in the storage).")]
@@ -67,10 +82,38 @@ StoredProfileOpt = Annotated[Path | None, typer.Option("--profile", help="A copy
                              "the study).")]
 
 
-def load_gpu_catalog(gpu_file: Path | None, prices: list[str] | None):
-    from tuner.core.catalog import apply_prices, load_gpus, parse_price_overrides
+def load_gpu_catalog(gpu_file: Path | None, prices: list[str] | None,
+                     provider: str | None = None, spot: bool = False):
+    """The GPU catalog with --gpu-file, --provider (its instances and billing) and --price."""
+    from tuner.core.catalog import apply_prices, get_gpu, load_gpus, parse_price_overrides
 
-    return apply_prices(load_gpus(gpu_file), parse_price_overrides(prices))
+    cat = load_gpus(gpu_file)
+    overrides = parse_price_overrides(prices)
+    if provider is None:
+        if spot:
+            raise TunerError("--spot needs --provider (spot prices are per provider).")
+        return apply_prices(cat, overrides)
+    import dataclasses
+
+    from tuner.core.pricing import apply_provider, get_provider, load_providers, reprice
+
+    cat = apply_prices(apply_provider(cat, get_provider(provider, load_providers(gpu_file)),
+                                      spot=spot), overrides)
+    for name, usd in overrides.items():  # --price: per GPU-hour on every instance shape
+        g = get_gpu(name, cat)
+        if g.billing is not None:
+            cat[g.name] = dataclasses.replace(g, billing=reprice(g.billing, usd))
+    return cat
+
+
+def catalog_gpu(name: str, cat: dict, provider: str | None, spot: bool = False):
+    """A GPU of the catalog; with --provider, one the provider offers (else one error line)."""
+    from tuner.core.catalog import get_gpu
+    from tuner.core.pricing import require_offered
+
+    g = get_gpu(name, cat)
+    require_offered(g, provider, spot)
+    return g
 
 
 def read_workload(path: Path, model, skip_invalid: bool, output_dist: str | None):

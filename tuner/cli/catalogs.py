@@ -15,7 +15,9 @@ from tuner.cli.app import (
     GpuFileOpt,
     JsonOpt,
     PriceOpt,
+    ProviderOpt,
     SkipOpt,
+    SpotOpt,
     app,
     fmt_gib,
     load_gpu_catalog,
@@ -27,14 +29,21 @@ from tuner.cli.app import (
 
 # ---- catalogs ---------------------------------------------------------------------------------
 @app.command()
-def gpus(gpu_file: GpuFileOpt = None, price: PriceOpt = None, as_json: JsonOpt = False) -> None:
-    """List the GPU catalog: specs and on-demand prices with their source and date.
+def gpus(gpu_file: GpuFileOpt = None, price: PriceOpt = None, provider: ProviderOpt = None,
+         spot: SpotOpt = False, as_json: JsonOpt = False) -> None:
+    """List the GPU catalog: specs and on-demand prices with their source and date; with
+    --provider, that provider's instances and billing instead.
 
     Example: tuner gpus --price A10=0.75
+
+    Example: tuner gpus --provider aws
     """
     import dataclasses
 
-    cat = load_gpu_catalog(gpu_file, price)
+    cat = load_gpu_catalog(gpu_file, price, provider, spot)
+    if provider is not None:
+        _provider_instances(cat, provider, as_json)
+        return
     if as_json:
         print(json.dumps({n: dataclasses.asdict(g) for n, g in cat.items()}, indent=2))
         return
@@ -54,27 +63,127 @@ def gpus(gpu_file: GpuFileOpt = None, price: PriceOpt = None, as_json: JsonOpt =
         out.print(f"[dim][{i}] {g.name}: {g.price_source}[/]", highlight=False)
 
 
-@app.command()
-def models(as_json: JsonOpt = False) -> None:
-    """List the model catalog (any Hugging Face config.json path also works as --model)."""
+def _fmt_count(n: float) -> str:
+    return f"{n / 1e9:.2f} B" if n >= 1e8 else f"{n / 1e6:.2f} M"
+
+
+def _model_row(m) -> dict:
+    """One catalog model as plain data: the spec's fields plus derived counts (for --json)."""
     import dataclasses
 
-    from tuner.core.catalog import load_models
+    return dataclasses.asdict(m) | {
+        "num_params": m.num_params,
+        "active_params_per_token": m.active_params_per_token,
+        "is_moe": m.is_moe,
+        "context_tokens": m.max_position,
+        # every layer holding every token; sliding-window layers stop growing at the window
+        "kv_bytes_per_token_16bit": m.kv_bytes_per_token(16),
+        "kv_bytes_per_token_16bit_past_window": m.kv_bytes_per_token(
+            16, layers=m.num_full_attention_layers),
+        "weight_bytes_16bit": m.weight_bytes(16),
+    }
+
+
+def _attention_text(m) -> str:
+    if m.is_mla:
+        text = f"MLA {m.num_heads}h, latent {m.kv_lora_rank}+{m.qk_rope_head_dim}"
+    else:
+        text = f"{m.num_heads}/{m.num_kv_heads}x{m.head_dim}"
+    if m.num_window_layers:
+        text += f", window {m.sliding_window} on {m.num_window_layers}/{m.num_layers}"
+    return text
+
+
+def _kv_text(m) -> str:
+    full = m.kv_bytes_per_token(16) / 1024
+    if not m.num_window_layers:
+        return f"{full:.4g} KiB"
+    past = m.kv_bytes_per_token(16, layers=m.num_full_attention_layers) / 1024
+    return f"{full:.4g} KiB ({past:.4g} past {m.sliding_window})"
+
+
+def _provider_instances(cat: dict, provider: str, as_json: bool) -> None:
+    """`tuner gpus --provider NAME`: the provider's instances of every catalog GPU it offers."""
+    offered = {n: g for n, g in cat.items()
+               if g.billing is not None and g.billing.provider.lower() == provider.lower()}
+    if as_json:
+        print(json.dumps({n: {"billing": dataclasses_asdict(g.billing),
+                              "usd_per_gpu_h": g.price_usd_per_h, "price_source": g.price_source,
+                              "price_date": g.price_date} for n, g in offered.items()},
+                         indent=2))
+        return
+    if not offered:
+        from tuner.core.errors import TunerError
+
+        raise TunerError(f"{provider} has no instance of a catalog GPU in the price table at "
+                         "the price asked for (spot prices: add spot_usd_per_h in a --gpu-file "
+                         "'providers:' section).")
+    first = next(iter(offered.values()))
+    b = first.billing
+    t = Table(title=f"{provider}{' spot' if b.spot else ''} instances (billed "
+              f"{b.granularity_name()}{f', minimum {b.minimum_s} s' if b.minimum_s else ''}; "
+              "prices are snapshots: override with --price, or a --gpu-file providers: section)")
+    for col in ("instance", "GPU", "GPUs", "vCPUs", "RAM GiB", "$/h", "$/GPU-h", "price date"):
+        t.add_column(col, justify="left" if col in ("instance", "GPU") else "right")
+    for n, g in offered.items():
+        for i in g.billing.instances:
+            t.add_row(i.name, n, str(i.gpus), str(i.vcpus or "—"),
+                      f"{i.ram_gib:g}" if i.ram_gib else "—", f"{i.usd_per_h:,.4g}",
+                      f"{i.usd_per_h / i.gpus:,.3f}", g.billing.date or "—")
+    out.print(t)
+    out.print("A plan rents whole instances (each tensor-parallel group inside one) and pays "
+              "the run time rounded up to the billing granularity.", markup=False)
+    for n, g in offered.items():
+        out.print(f"[dim]{n}: {escape(g.price_source)}[/]", highlight=False)
+
+
+def dataclasses_asdict(obj) -> dict:
+    import dataclasses
+
+    return dataclasses.asdict(obj)
+
+
+@app.command()
+def models(
+    model: Annotated[str | None, typer.Option(
+        "--model", "-m", help="Show one model: a catalog name, a Hugging Face id, or a path to "
+        "a config.json / model folder.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List the model catalog: total and active parameters, KV bytes per token, context length
+    and where each shape comes from. Any Hugging Face id or config.json path also works as
+    --model.
+
+    Example: tuner models -m mixtral-8x7b
+    """
+    from tuner.core.catalog import get_model, load_models
 
     cat = load_models()
+    if model is not None:
+        spec = get_model(model, cat)
+        cat = {spec.name: spec}
     if as_json:
-        print(json.dumps({n: dataclasses.asdict(m) | {"num_params": m.num_params}
-                          for n, m in cat.items()}, indent=2))
+        print(json.dumps({n: _model_row(m) for n, m in cat.items()}, indent=2))
         return
-    t = Table(title="Model catalog")
-    for col in ("model", "params", "layers", "hidden", "heads/kv", "ffn", "vocab",
-                "weights 16-bit", "KV/token 16-bit", "HF id"):
-        t.add_column(col, no_wrap=col in ("model", "params", "HF id"))
+    t = Table(title="Model catalog" if model is None else f"Model {escape(model)}")
+    for col in ("model", "params", "active", "layers", "heads/kv x dim", "experts", "context",
+                "weights 16-bit", "KV/token 16-bit", "HF id", "config from"):
+        t.add_column(col, no_wrap=col in ("model", "params", "active", "context"))
     for m in cat.values():
-        t.add_row(m.name, (f"{m.num_params / 1e9:.2f} B" if m.num_params > 1e8 else f"{m.num_params / 1e6:.2f} M"), str(m.num_layers), str(m.hidden_size),
-                  f"{m.num_heads}/{m.num_kv_heads}", str(m.intermediate_size), str(m.vocab_size),
-                  fmt_gib(m.weight_bytes(16)), f"{m.kv_bytes_per_token(16) / 1024:g} KiB", m.hf_id)
+        experts = (f"{m.num_experts} top-{m.experts_per_token}"
+                   + (f" +{m.num_shared_experts}" if m.num_shared_experts else "")
+                   if m.is_moe else "—")
+        source = m.source.removeprefix("catalog (").removesuffix(")") \
+            if m.source.startswith("catalog (") else m.source
+        t.add_row(escape(m.name), _fmt_count(m.num_params), _fmt_count(m.active_params_per_token),
+                  str(m.num_layers), _attention_text(m), experts, f"{m.max_position:,}",
+                  fmt_gib(m.weight_bytes(16)), _kv_text(m), escape(m.hf_id or "—"),
+                  escape(source))
     out.print(t)
+    if model is None:
+        out.print("[dim]active = parameters one token uses (MoE: its top-k experts); Gemma-3: "
+                  "text decoder only (the vision tower is not counted). Any Hugging Face id or "
+                  "config.json path works as --model.[/]")
 
 
 @workload_app.command("stats")

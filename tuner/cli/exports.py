@@ -46,6 +46,11 @@ def study_setting(st, gpu_file: Path | None = None, workload: Path | None = None
 
     spec = get_model(meta["model"])
     cat = load_gpus(gpu_file or meta.get("gpu_file"))
+    if meta.get("provider"):  # the search priced by a provider's instances and billing
+        from tuner.core.pricing import apply_provider, get_provider, load_providers
+
+        cat = apply_provider(cat, get_provider(meta["provider"], load_providers(
+            gpu_file or meta.get("gpu_file"))), spot=bool(meta.get("spot")))
     # the search's prices; only those that differ from the catalog count as overrides
     prices = {k: float(v) for k, v in (meta.get("prices") or {}).items()
               if k in cat and abs(float(v) - cat[k].price_usd_per_h) > 1e-9}
@@ -71,6 +76,10 @@ def study_workload(meta: dict, spec, workload: Path | None):
                          "FILE.")
     w = load_workload(path, model=spec, skip_invalid=bool(meta.get("skip_invalid", False)),
                       output_dist=meta.get("output_dist"))
+    if meta.get("on_too_long") == "skip":  # the search left these out
+        from tuner.core.workload import drop_too_long
+
+        w = drop_too_long(w, spec.max_position)[0]
     from tuner.search import workload_digest
 
     want = meta.get("workload_sha256")
@@ -111,7 +120,9 @@ def export_cmd(
     out: OutOpt = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="vllm (vllm serve --config "
                    "YAML) | vllm-run-batch (command line) | sglang (launch_server "
-                   "arguments) | json (every figure).")] = "vllm",
+                   "arguments) | json (every figure) | run-batch (the plan's DP replicas, "
+                   "each `vllm run-batch` on a split of the workload: a bash script) | "
+                   "ray-data (a Ray Data LLM batch job: a Python script).")] = "vllm",
     rank: Annotated[int, typer.Option("--rank", "-k", help="1 = the best on --goal, 2 = "
                     "the runner-up, ... among feasible trials.")] = 1,
     goal: Annotated[str, typer.Option("--goal", help="fastest (makespan) or cheapest "
@@ -126,8 +137,13 @@ def export_cmd(
                              "request in tokens (default: from the study's workload).")] = None,
     workload: StoredWorkloadOpt = None,
     gpu_file: GpuFileOpt = None,
+    quantized_model: Annotated[str | None, typer.Option("--quantized-model", help="The "
+                               "quantized checkpoint (HF id or path) a 4-bit / INT8 plan "
+                               "serves (default: the search's).")] = None,
 ) -> None:
-    """Write one trial of a stored study in the form a deployment takes.
+    """Write one trial of a stored study in the form a deployment takes. Where vLLM is
+    installed (this Python, .venv-vllm or TUNER_VLLM_PYTHON), its own argument parser checks
+    the export's engine arguments first.
 
     Example: tuner export --out tuner-out --format vllm-run-batch --goal cheapest
     """
@@ -152,7 +168,14 @@ def export_cmd(
     text = export_text(fmt, rec, spec, gpus, max_model_len=max_model_len,
                        header=winner_header(label, rec, requests, st.study_name),
                        workload_path=batch_input or str(workload or meta.get("workload") or ""),
-                       batch_output=batch_output, extra=extra)
+                       batch_output=batch_output, extra=extra,
+                       quantized_model=quantized_model
+                       or (meta.get("constraints") or {}).get("quantized_model"))
+    from tuner.exports.formats import check_export
+
+    if check_export(fmt, text) is not None:
+        typer.echo(f"checked: the installed vLLM's argument parser accepts the {fmt} export",
+                   err=True)
     if output is None:
         sys.stdout.write(text)
         return
@@ -179,6 +202,10 @@ def _check_export_options(fmt: str, goal: str, rank: int, storage: str | None,
 def _check_file_target(path: Path | None) -> None:
     if path is not None and path.exists() and path.is_dir():
         raise TunerError(f"--output {path} is a folder; give a file name.")
+    blocker = next((p for p in (path.parents if path is not None else ())
+                    if p.exists() and not p.is_dir()), None)
+    if blocker is not None:  # else mkdir says only "File exists"
+        raise TunerError(f"Cannot write --output {path}: {blocker} is a file, not a folder.")
 
 
 def _ranked_record(st, goal: str, rank: int):
@@ -219,6 +246,7 @@ def report_cmd(
     Example: tuner report --out tuner-out --output report.html
     """
     from reports.html import render_html
+    from reports.outputs import write_output_set
     from tuner.search import load_study
 
     target = output or (out or Path("tuner-out")) / "report.html"
@@ -226,4 +254,9 @@ def report_cmd(
     st = load_study(study, storage, out_dir=out)
     ctx = report_context(st, workload=workload, gpu_file=gpu_file,
                          out_dir=out or (None if storage else Path("tuner-out")), profile=profile)
-    typer.echo(f"wrote report: {_write(target, render_html(ctx))}")
+    html = render_html(ctx)
+    try:  # one file, written as the search writes its output set (reports.outputs)
+        written = write_output_set(target.parent, {target.name: html})[target.name]
+    except OSError as exc:
+        raise TunerError(f"Cannot write {target}: {exc.strerror or exc}.") from None
+    typer.echo(f"wrote report: {written}")

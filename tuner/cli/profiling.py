@@ -238,10 +238,11 @@ def _cost_model(spec, gpu: str | None, profile_dir: Path | None, profile_mode: s
     """(GPU, CostModel) of `tuner cost`: the profile's (its own device without --gpu), else
     the shipped profiles', else the measured (or transferred) kernel tables, else the
     roofline."""
-    from predictors.loader import load_cost_model, roofline, shipped_cost_model
+    from predictors.loader import check_profile_mode, load_cost_model, roofline, shipped_cost_model
     from tuner.core.catalog import get_gpu, load_gpus
     from tuner.core.config import ServingConfig
 
+    check_profile_mode(profile_mode)  # without --profile the mode was never looked at
     cat = load_gpus(gpu_file)
     if gpu is None:
         if profile_dir is None:

@@ -3,13 +3,7 @@
 from __future__ import annotations
 
 import math
-import signal
-import subprocess
-import sys
-import tempfile
-import time
 
-from tuner.core.errors import TunerError
 from tuner.core.units import fmt_duration
 
 
@@ -59,60 +53,33 @@ class SearchProgress:
     def on_trial(self, study, trial) -> None:
         """An Optuna callback (single process: counts its own trials)."""
         self.see(trial)
-        if self.completed == 0:  # a resumed study: start from what it already holds
+        if self.completed == 0:
+            # a resumed study: start from the trials before this one (not from the rest of a
+            # batch that --exhaustive adds at once)
             import optuna
 
-            self.completed = len(study.get_trials(
-                deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))) - 1
+            self.completed = sum(1 for t in study.get_trials(
+                deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+                if t.number < trial.number)
         self.show(self.completed + 1)
 
 
 # ---- local worker processes --------------------------------------------------------------------
 def run_local_workers(study, storage: str, n_workers: int, *, n_trials: int,
                       timeout_s: float | None, seed: int, progress: SearchProgress) -> None:
-    """Start `n_workers` `tuner worker` processes on the study and follow them until all exit;
+    """Start `n_workers` `tuner worker` processes on the study and follow them until all exit
+    (tuner.search.workers.run_local_workers: they stop with the search, Ctrl-C or SIGKILL);
     one TunerError (with the failing worker's last error line) if any fails."""
-    import optuna
+    from tuner.search.workers import run_local_workers as run
 
-    procs, logs = [], []
-    base = [sys.executable, "-m", "tuner.cli", "worker", "--study", study.study_name,
-            "--storage", storage, "--n-trials", str(n_trials), "--quiet"]
-    if timeout_s is not None:
-        base += ["--timeout", str(timeout_s)]
-    try:
-        for i in range(n_workers):
-            log = tempfile.TemporaryFile()
-            logs.append(log)
-            procs.append(subprocess.Popen(base + ["--seed", str(seed + 1 + i)],
-                                          stdout=subprocess.DEVNULL, stderr=log))
-        seen: set[int] = set()
-        while True:
-            running = [p for p in procs if p.poll() is None]
-            done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-            for t in done:
-                if t.number not in seen:
-                    seen.add(t.number)
-                    progress.see(t)
-            progress.show(len(done))
-            if not running:
-                break
-            time.sleep(0.5)
-    finally:
-        for p in procs:  # Ctrl-C or an error here: stop the workers, keep their finished trials
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-    failed = [(i, p.returncode) for i, p in enumerate(procs) if p.returncode != 0]
-    if failed:
-        i, rc = failed[0]
-        logs[i].seek(0)
-        lines = [ln for ln in logs[i].read().decode(errors="replace").splitlines() if ln.strip()]
-        raise TunerError(f"{len(failed)} of {n_workers} workers failed; worker {i} exited with "
-                         f"{rc}: {lines[-1] if lines else 'no output'}")
+    seen: set[int] = set()
 
+    def show(done) -> None:
+        for t in done:
+            if t.number not in seen:
+                seen.add(t.number)
+                progress.see(t)
+        progress.show(len(done))
 
+    run(study, storage, n_workers, n_trials=n_trials, timeout_s=timeout_s, seed=seed,
+        on_poll=show)

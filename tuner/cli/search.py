@@ -14,13 +14,18 @@ from rich.table import Table
 from tuner.cli.app import (
     DistOpt,
     EngineVersionOpt,
+    EntryPointOpt,
     GpuFileOpt,
     JsonOpt,
     ModelOpt,
+    OnTooLongOpt,
     PriceOpt,
+    ProviderOpt,
     SkipOpt,
+    SpotOpt,
     WorkloadOpt,
     app,
+    catalog_gpu,
     err,
     load_gpu_catalog,
     out,
@@ -40,8 +45,9 @@ def search(
     gpus_: Annotated[str, typer.Option("--gpus", help="Comma-separated GPU types, e.g. A10,A40.")],
     space: Annotated[Path | None, typer.Option(help="Search space YAML (default: "
                      "search_spaces/default.yaml).")] = None,
-    n_trials: Annotated[int, typer.Option(help="Trials to complete (identical configs are "
-                        "simulated once).")] = 300,
+    n_trials: Annotated[int, typer.Option(help="Trials of the study in total, over all "
+                        "--workers and every --resume (a configuration proposed again counts "
+                        "as a trial but is not simulated again).")] = 300,
     timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
     sampler: Annotated[str, typer.Option(help="auto | tpe | nsga2 (Optuna samplers; auto: TPE "
                        "up to 300 trials, NSGA-II beyond).")] = "auto",
@@ -59,7 +65,10 @@ def search(
                        "file OUT/study.journal, resumable, shared by local --workers; "
                        "postgresql://... for workers on many machines).")] = None,
     study: Annotated[str | None, typer.Option(help="Study name (default: WORKLOAD-MODEL).")] = None,
-    resume: Annotated[bool, typer.Option(help="Continue an interrupted study.")] = False,
+    resume: Annotated[bool, typer.Option(help="Continue an interrupted study (trials left "
+                      "running by dead workers are marked failed first when no other process "
+                      "holds the study). Without it, a study of that name with no feasible "
+                      "result is replaced; one with results is refused.")] = False,
     out_dir: Annotated[Path, typer.Option("--out", help="Output folder for the report, exports "
                        "and study.")] = Path("tuner-out"),
     profile: Annotated[Path | None, typer.Option(help="Profile or fit folder (`tuner profile`, "
@@ -67,6 +76,21 @@ def search(
     profile_mode: Annotated[str, typer.Option(help="auto | measured | transfer | roofline "
                             "(roofline: the spec sheet even where kernel tables exist).")] = "auto",
     engine_version: EngineVersionOpt = None,
+    entry_point: EntryPointOpt = "llm",
+    provider: ProviderOpt = None, spot: SpotOpt = False,
+    on_too_long: OnTooLongOpt = "fail",
+    deadline: Annotated[str | None, typer.Option(help="The job must finish within this "
+                        "(90m, 6h, 2d or seconds): the cheapest plan that does wins.")] = None,
+    budget: Annotated[float | None, typer.Option(help="The job may cost at most this many $: "
+                      "the fastest plan within it wins (with --deadline: the cheapest plan "
+                      "meeting both).")] = None,
+    max_gpus: Annotated[str | None, typer.Option(help="Most GPUs a plan may use (TP x DP): 8, "
+                        "or per GPU type A10=8,A40=4.")] = None,
+    allow_quantization: Annotated[bool, typer.Option(help="Also search 8/4-bit weights and an "
+                                  "8-bit KV cache (default: the model's own precision).")] = False,
+    quantized_model: Annotated[str | None, typer.Option(help="Quantized checkpoint (HF id or "
+                               "path) for plans with 4-bit or INT8 weights; without it only "
+                               "FP8 that the engine quantizes online is searched.")] = None,
     price: PriceOpt = None, gpu_file: GpuFileOpt = None, skip_invalid: SkipOpt = False,
     output_dist: DistOpt = None, as_json: JsonOpt = False,
 ) -> None:
@@ -74,39 +98,64 @@ def search(
     and vLLM configs of the winners.
 
     Example: tuner search --workload examples/arxiv.jsonl --model llama-3-8b --gpus A10,A40
+
+    Example: tuner search -w examples/arxiv.jsonl -m llama-3-8b --gpus A10,A40 --deadline 2h
     """
     from tuner.cli.progress import SearchProgress, run_local_workers
     from tuner.search import SearchSettings, check_study_settings, default_storage, run_search
     from tuner.search import prepare_study as prepare
+    from tuner.search.storage import discard_failed_study, study_metadata
 
+    limits = search_constraints(deadline, budget, max_gpus, quantized_model)
     job = _SearchInputs.read(workload, model, gpus_, space, gpu_file, price, skip_invalid,
-                             output_dist)
+                             output_dist, allow_quantization=allow_quantization,
+                             provider=provider, spot=spot, on_too_long=on_too_long)
+    _check_entry_point(entry_point, engine_version, job.gpus)
+    limits.check_gpus(job.gpus)
     _check_options(n_trials=n_trials, workers=workers, exhaustive=exhaustive,
-                   sample_fraction=sample_fraction, sampler=sampler, seed=seed)
+                   sample_fraction=sample_fraction, sampler=sampler, seed=seed, timeout=timeout)
     cost_model_for = job.cost_model_for(profile, profile_mode, engine_version)
     check_writable(out_dir)
     settings = SearchSettings(n_trials=n_trials, timeout_s=timeout, seed=seed, sampler=sampler,
                               storage=storage or default_storage(out_dir),
                               study_name=study or f"{workload.stem}-{job.model.name}",
                               resume=resume, exhaustive=exhaustive,
-                              sample_fraction=sample_fraction)
-    check_study_settings(settings)  # e.g. study exists without --resume: one line, no progress
+                              sample_fraction=sample_fraction, constraints=limits)
     metadata = {"workload": str(workload.resolve()),
                 "gpu_file": str(gpu_file.resolve()) if gpu_file else None,
                 "skip_invalid": skip_invalid, "output_dist": output_dist,
                 "profile": str(profile.resolve()) if profile is not None else None,
-                "profile_mode": profile_mode, "engine_version": engine_version}
-    total = _announce(job, settings, workload.name, workers)
+                "profile_mode": profile_mode, "engine_version": engine_version,
+                "entry_point": entry_point, "provider": provider, "spot": spot,
+                "on_too_long": on_too_long, "too_long": job.too_long}
     w, spec, chosen, sp = job.workload, job.model, job.gpus, job.space
-    with SearchProgress(err, total, disable=as_json) as prog:
-        if workers > 1:
-            st = prepare(w, spec, chosen, sp, settings, metadata=metadata)
-            run_local_workers(st, settings.storage, workers, n_trials=n_trials,
-                              timeout_s=timeout, seed=seed, progress=prog)
-        else:
-            st = run_search(w, spec, chosen, sp, settings, on_trial=prog.on_trial,
-                            metadata=metadata, cost_model_for=cost_model_for)
-    finish_search(st, w, spec, chosen, out_dir, as_json, cost_model_for=cost_model_for)
+    # e.g. a study with results exists without --resume: one line, no progress
+    check_study_settings(settings, study_metadata(w, spec, chosen, sp, settings, metadata))
+    total = _announce(job, settings, workload.name, workers)
+    try:
+        with SearchProgress(err, total, disable=as_json) as prog:
+            if workers > 1:
+                st = prepare(w, spec, chosen, sp, settings, metadata=metadata)
+                run_local_workers(st, settings.storage, workers, n_trials=n_trials,
+                                  timeout_s=timeout, seed=seed, progress=prog)
+            else:
+                st = run_search(w, spec, chosen, sp, settings, on_trial=prog.on_trial,
+                                metadata=metadata, cost_model_for=cost_model_for)
+        finish_search(st, w, spec, chosen, out_dir, as_json, cost_model_for=cost_model_for)
+    except BaseException as exc:  # a failed search leaves no study without results (Ctrl-C: kept)
+        discard_failed_study(settings, exc)
+        raise
+
+
+def search_constraints(deadline: str | None, budget: float | None, max_gpus: str | None,
+                       quantized_model: str | None):
+    """The Constraints of --deadline / --budget / --max-gpus / --quantized-model."""
+    from tuner.search.constraints import Constraints, parse_duration_s, parse_max_gpus
+
+    total, per_type = parse_max_gpus(max_gpus) if max_gpus is not None else (None, {})
+    return Constraints(deadline_s=parse_duration_s(deadline) if deadline is not None else None,
+                       budget_usd=budget, max_gpus=total, max_gpus_per_type=per_type,
+                       quantized_model=quantized_model or None)
 
 
 @dataclass
@@ -117,30 +166,38 @@ class _SearchInputs:
     model: Any
     gpus: dict
     space: Any
+    too_long: dict | None = None  # requests beyond the context, left out (--on-too-long skip)
 
     @classmethod
     def read(cls, workload: Path, model: str, gpus: str, space: Path | None,
              gpu_file: Path | None, price: list[str] | None, skip_invalid: bool,
-             output_dist: str | None) -> _SearchInputs:
-        from tuner.core.catalog import get_gpu, get_model
-        from tuner.core.workload import check_context
+             output_dist: str | None, *, allow_quantization: bool = False,
+             provider: str | None = None, spot: bool = False,
+             on_too_long: str = "fail") -> _SearchInputs:
+        from tuner.core.catalog import get_model
+        from tuner.core.workload import apply_on_too_long
         from tuner.search import assert_some_gpu_fits
         from tuner.search.space import load_space
 
-        cat = load_gpu_catalog(gpu_file, price)
+        cat = load_gpu_catalog(gpu_file, price, provider, spot)
         names = [n.strip() for n in gpus.split(",") if n.strip()]
         if not names:
             raise TunerError("--gpus needs at least one GPU type, e.g. --gpus A10,A40.")
         chosen = {}
         for n in names:
-            g = get_gpu(n, cat)
+            g = catalog_gpu(n, cat, provider, spot)
             chosen[g.name] = g
         spec = get_model(model)
         w = read_workload(workload, spec, skip_invalid, output_dist)
-        check_context(w, spec.max_position, spec.name)  # before any trial, not after all
+        # before any trial, not after all: fail, or leave them out as vLLM fails them
+        w, too_long = apply_on_too_long(w, spec.max_position, spec.name, on_too_long)
         sp = load_space(space)
+        if allow_quantization:
+            from tuner.search.constraints import with_quantization
+
+            sp = with_quantization(sp)
         assert_some_gpu_fits(w, spec, chosen, sp)
-        return cls(w, spec, chosen, sp)
+        return cls(w, spec, chosen, sp, too_long)
 
     def cost_model_for(self, profile: Path | None, profile_mode: str,
                        engine_version: str | None):
@@ -152,11 +209,22 @@ class _SearchInputs:
                                       check_gpu=next(iter(self.gpus.values())))
 
 
+def _check_entry_point(entry_point: str, engine_version: str | None, gpus: dict) -> None:
+    """A bad --entry-point, or an --engine-version whose defaults tuner does not know: one
+    line, before anything is written."""
+    from tuner.core.engine_defaults import vllm_defaults
+
+    for g in gpus.values():
+        vllm_defaults(g.name, g.memory_gib, entry_point, engine_version)
+
+
 def _check_options(*, n_trials: int, workers: int, exhaustive: bool,
-                   sample_fraction: float | None, sampler: str, seed: int) -> None:
+                   sample_fraction: float | None, sampler: str, seed: int,
+                   timeout: float | None = None) -> None:
     """One TunerError for a bad option, before anything is written."""
     from tuner.search import SearchSettings, make_sampler
 
+    check_timeout(timeout)
     if n_trials < 1:
         raise TunerError("--n-trials must be >= 1.")
     if workers < 1:
@@ -182,8 +250,27 @@ def _announce(job: _SearchInputs, settings, workload_name: str, workers: int) ->
     err.print(f"[bold]Searching[/] {n} requests of {escape(workload_name)} on "
               f"{job.model.name}: {', '.join(job.gpus)} x {', '.join(job.space.knobs)} "
               f"({size:,} configurations), {how}, study {escape(repr(settings.study_name))} in "
-              f"{escape(settings.storage)}" + (f", {workers} workers" if workers > 1 else ""))
+              f"{escape(settings.storage)}" + (f", {workers} workers" if workers > 1 else "")
+              + _constraint_words(settings.constraints))
     return size if settings.exhaustive else settings.n_trials
+
+
+def check_timeout(timeout: float | None) -> None:
+    """--timeout of `tuner search` / `tuner worker`: seconds, > 0 (a negative one used to start
+    the search, stop it before its first trial and fail with "no completed trial")."""
+    if timeout is not None and not timeout > 0:
+        raise TunerError(f"--timeout must be a positive number of seconds, got {timeout:g}.")
+
+
+def _constraint_words(limits) -> str:
+    """'; goal: the cheapest plan that finishes within 6.0 h, at most 8 GPUs' (or '')."""
+    parts = []
+    if limits.on_figures:
+        parts.append(f"the {limits.goal} plan that {limits.describe()}")
+    if limits.max_gpus is not None:
+        parts.append(f"at most {limits.max_gpus} GPUs a plan")
+    parts += [f"at most {n} x {g}" for g, n in limits.max_gpus_per_type.items()]
+    return f"; goal: {', '.join(parts)}" if parts else ""
 
 
 def check_writable(out_dir: Path) -> None:
@@ -224,6 +311,11 @@ def print_search(outputs) -> None:
         out.print(v, markup=False, style="bold")
     out.print(f"[bold green]Fastest:[/] {f.gpu} — {fmt_duration(f.makespan_s)}, {usd(f.cost_usd)}.  "
               f"[bold green]Cheapest:[/] {c.gpu} — {fmt_duration(c.makespan_s)}, {usd(c.cost_usd)}.")
+    _print_gain(f, c)
+    if outputs.failed_too_long:
+        from reports.outputs import too_long_note
+
+        out.print(too_long_note(outputs.failed_too_long), markup=False, style="yellow")
     out.print(_best_table(ctx, by_num, knobs))
     out.print(_pareto_table(ctx, by_num, knobs))
     _print_importances(ctx.importances or {})
@@ -237,14 +329,43 @@ def print_search(outputs) -> None:
         out.print(f"wrote {k}: {v}", markup=False)
 
 
+def _print_gain(f, c) -> None:
+    """Each overall winner against vLLM's defaults on the same GPU type and count, and its
+    $ per million tokens."""
+    from reports.views import usd_per_million_tokens
+    from tuner.search.baseline import describe_gain
+
+    for goal, r in (("fastest", f), ("cheapest", c)) if f.number != c.number else \
+            (("fastest and cheapest", f),):
+        n = r.config.get("tp", 1) * r.config.get("dp", 1)
+        b = r.baseline or {}
+        base = (b.get("metrics") or {})
+        vs = (f" vs vLLM's defaults on {n} x {r.gpu} ({fmt_duration(base['makespan_s'])}, "
+              f"{usd(base['cost_usd'])}): {describe_gain(b)}" if base
+              else f"; {describe_gain(b or None)}")
+        vs = vs.replace(" than vLLM's defaults", "")
+        out.print(f"  {goal}: {usd(usd_per_million_tokens(r.metrics))} per 1M tokens (input + "
+                  f"output){vs}.", markup=False, highlight=False)
+
+
 def _config_cell(knobs, cfg: dict) -> str:
     return ", ".join(f"{title} {cell(cfg)}" for title, cell in knobs)
 
 
+def _gain_cell(r) -> str:
+    """'1.26x, -21% $': speed-up and $ change against vLLM's defaults on the same GPUs."""
+    g = (r.baseline or {}).get("gain")
+    if g is None:
+        return "defaults can't run" if r.baseline else "—"
+    return f"{g['speedup']:.2f}x, {100 * (g['cost_ratio'] - 1):+.0f}% $"
+
+
 def _best_table(ctx, by_num, knobs) -> Table:
+    from reports.views import usd_per_million_tokens
+
     t = Table(title="Best config per GPU (why: memory plan -> KV capacity -> concurrency)")
-    for col in ("GPU", "goal", "makespan", "$ job", "$/1k req", "config", "KV cap tokens",
-                "max conc. req", "peak KV", "preempt", "% of limit"):
+    for col in ("GPU", "goal", "makespan", "$ job", "$/1k req", "$/1M tok", "vs vLLM dflt",
+                "config", "KV cap tokens", "max conc. req", "peak KV", "preempt", "% of limit"):
         t.add_column(col, justify="left" if col == "config" else "right",
                      no_wrap=col not in ("config",), ratio=1 if col == "config" else None)
     for gpu, picks in ctx.best_per_gpu.items():
@@ -252,7 +373,8 @@ def _best_table(ctx, by_num, knobs) -> Table:
             r = by_num[picks.of(goal)]
             m = r.metrics
             t.add_row(gpu, goal, fmt_duration(m["makespan_s"]), usd(m["cost_usd"]),
-                      f"{m['usd_per_1k_requests']:.3f}", _config_cell(knobs, r.config),
+                      f"{m['usd_per_1k_requests']:.3f}", usd(usd_per_million_tokens(m)),
+                      _gain_cell(r), _config_cell(knobs, r.config),
                       f"{m['kv_capacity_tokens']:,}", f"{m['max_concurrent_requests']:.0f}",
                       f"{100 * m['peak_kv_fraction']:.0f}%", f"{m['preemptions']:,}",
                       f"{100 * m['limit_fraction']:.0f}%")
@@ -261,11 +383,15 @@ def _best_table(ctx, by_num, knobs) -> Table:
 
 def _pareto_table(ctx, by_num, knobs) -> Table:
     p = Table(title=f"Pareto front: makespan vs $ ({len(ctx.pareto)} points)")
-    for col in ("trial", "GPU", "makespan", "$ job", *(k for k, _ in knobs)):
+    from reports.views import usd_per_million_tokens
+
+    for col in ("trial", "GPU", "makespan", "$ job", "$/1M tok", "vs vLLM dflt",
+                *(k for k, _ in knobs)):
         p.add_column(col, justify="right")
     for n in ctx.pareto:
         r = by_num[n]
         p.add_row(str(n), r.gpu, fmt_duration(r.makespan_s), usd(r.cost_usd),
+                  usd(usd_per_million_tokens(r.metrics)), _gain_cell(r),
                   *(cell(r.config) for _, cell in knobs))
     return p
 
@@ -277,7 +403,7 @@ def _print_importances(imps: dict) -> None:
         if why:
             out.print(f"[dim]parameter importances skipped: {escape(why)}[/]")
         return
-    it = Table(title="Parameter importance (Optuna fANOVA, share of variance)")
+    it = Table(title="Parameter importance (fANOVA, share of variance)")
     it.add_column("knob")
     for o in shown:
         it.add_column(o, justify="right")

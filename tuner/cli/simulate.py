@@ -22,13 +22,18 @@ from rich.table import Table
 from tuner.cli.app import (
     DistOpt,
     EngineVersionOpt,
+    EntryPointOpt,
     GpuFileOpt,
     JsonOpt,
     ModelOpt,
+    OnTooLongOpt,
     PriceOpt,
+    ProviderOpt,
     SkipOpt,
+    SpotOpt,
     WorkloadOpt,
     app,
+    catalog_gpu,
     fmt_gib,
     fmt_s,
     load_gpu_catalog,
@@ -57,14 +62,22 @@ def _option_help(knob: Knob) -> str:
     return " ".join(parts)
 
 
+#: knobs whose default is vLLM's own for the GPU and entry point (tuner.core.engine_defaults)
+ENGINE_DEFAULTED = ("chunk_size", "max_running")
+
+
 def _knob_parameter(name: str, knob: Knob, kind: type) -> inspect.Parameter:
     required = name not in DEFAULTS
+    engine = name in ENGINE_DEFAULTED
     option = typer.Option(*(knob.flags or (f"--{name.replace('_', '-')}",)),
-                          help=_option_help(knob),
-                          rich_help_panel=None if required else CONFIG_PANEL)
+                          help=_option_help(knob) + (" Default: vLLM's for the GPU and "
+                                                     "--entry-point." if engine else ""),
+                          rich_help_panel=None if required else CONFIG_PANEL,
+                          show_default=not engine)
+    default = inspect.Parameter.empty if required else None if engine else DEFAULTS[name]
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
-                             annotation=Annotated[kind, option],
-                             default=inspect.Parameter.empty if required else DEFAULTS[name])
+                             annotation=Annotated[kind | None if engine else kind, option],
+                             default=default)
 
 
 def config_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -118,28 +131,46 @@ def simulate(
     exact: Annotated[bool, typer.Option(help="Step-by-step scheduler (no skip-ahead); same "
                      "result, slower.")] = False,
     timeline: Annotated[Path | None, typer.Option(help="Write a per-iteration timeline CSV.")] = None,
-    price: PriceOpt = None, gpu_file: GpuFileOpt = None, skip_invalid: SkipOpt = False,
+    price: PriceOpt = None, gpu_file: GpuFileOpt = None, provider: ProviderOpt = None,
+    spot: SpotOpt = False, entry_point: EntryPointOpt = "llm",
+    on_too_long: OnTooLongOpt = "fail", skip_invalid: SkipOpt = False,
     output_dist: DistOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Simulate one serving config on a workload: makespan, $, memory plan, physical limit.
+    Knobs not given take vLLM's defaults for the GPU and --entry-point.
 
     Example: tuner simulate -w examples/arxiv.jsonl -m llama-3-8b -g A10 --max-num-batched-tokens 2048
     """
-    from tuner.core.catalog import get_gpu, get_model
+    from tuner.core.catalog import get_model
+    from tuner.core.engine_defaults import vllm_defaults
+    from tuner.core.workload import apply_on_too_long
     from tuner.sim.simulator import default_cost_model
     from tuner.sim.simulator import simulate as run_sim
 
-    g = get_gpu(knobs["gpu"], load_gpu_catalog(gpu_file, price))
-    config = ServingConfig(**(knobs | {"gpu": g.name}))
+    g = catalog_gpu(knobs["gpu"], load_gpu_catalog(gpu_file, price, provider, spot), provider,
+                    spot)
+    defaults = vllm_defaults(g.name, g.memory_gib, entry_point, engine_version)
+    engine = {"chunk_size": defaults.max_num_batched_tokens,
+              "max_running": defaults.max_num_seqs}
+    config = ServingConfig(**(knobs | {"gpu": g.name} | {
+        k: v for k, v in engine.items() if knobs.get(k) is None}))
     spec = get_model(model)
-    w = read_workload(workload, spec, skip_invalid, output_dist)
+    w, too_long = apply_on_too_long(read_workload(workload, spec, skip_invalid, output_dist),
+                                    spec.max_position, spec.name, on_too_long)
     cm = (default_cost_model(spec, g, config, profile, profile_mode=profile_mode,
                              engine_version=engine_version)
           if profile or profile_mode != "auto" or engine_version else None)
+    if timeline is not None:  # a bad --timeline fails before the simulation, not after it
+        from tuner.core.errors import ensure_writable_dir
+
+        ensure_writable_dir(timeline.parent, "the timeline")
     res = run_sim(w, spec, g, config, cm, timeline=timeline is not None, exact=exact)
     if timeline is not None:
         _write_timeline(timeline, res.timeline)
     summary = res.summary()
+    summary["vllm_defaults"] = defaults.to_dict()
+    summary["defaulted"] = [k for k in ENGINE_DEFAULTED if knobs.get(k) is None]
+    summary["failed_too_long"] = too_long
     if as_json:
         from tuner.core.io import jsonable
 
@@ -151,8 +182,13 @@ def simulate(
     t.add_row("makespan", f"{fmt_s(res.makespan_s)}  ({res.makespan_s:,.0f} s)")
     t.add_row("physical limit T_o", f"{fmt_s(res.lower_bound_s)}  (makespan is "
               f"{100 * res.lower_bound_s / res.makespan_s:.0f} % of the limit's speed)")
-    t.add_row("job cost", f"${res.cost_usd:,.2f}  at ${res.price_usd_per_h:.2f}/GPU-h")
+    t.add_row("job cost", f"${res.cost_usd:,.2f}  at " + (
+        f"${res.rental['usd_per_h']:,.2f}/h for {res.rental['count']} x "
+        f"{res.rental['instance']}" if res.rental else f"${res.price_usd_per_h:.2f}/GPU-h"))
     t.add_row("$ per 1k requests", f"${res.usd_per_1k_requests:.3f}")
+    t.add_row("$ per 1M tokens (input + output)", f"${res.usd_per_million_tokens:.4f}")
+    if res.rental:
+        t.add_row("billing", res.rental["note"])
     t.add_row("throughput", f"{res.throughput_tok_s:,.0f} output tok/s, {res.qps:.2f} req/s")
     t.add_row("QPS per $/h", f"{res.qps_per_usd_per_h:.3f}")
     if res.vasuki_cost_metric is not None:
@@ -165,6 +201,17 @@ def simulate(
     if summary.get("offload"):
         out.print(_offload_table(summary["offload"], g.name))
     out.print(f"cost model: {res.provenance}", style="dim", markup=False)
+    if summary["defaulted"]:
+        out.print(f"batch limits not given: {defaults.describe()}", style="dim", markup=False)
+    if too_long:
+        out.print(f"{too_long['count']} request(s) longer than {spec.name}'s context of "
+                  f"{too_long['context_tokens']:,} tokens failed (as vLLM rejects them) and are "
+                  f"left out: request(s) {_ids(too_long['ids'])}", markup=False)
+
+
+def _ids(ids: list[int], limit: int = 20) -> str:
+    head = ", ".join(str(i) for i in ids[:limit])
+    return head + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
 
 
 def _offload_table(o: dict, gpu_name: str) -> Table:

@@ -37,7 +37,8 @@ def worker(
                        "(postgresql://user:password@host/db; on the search's machine its "
                        "journal:///OUT/study.journal or sqlite:///...).")],
     n_trials: Annotated[int | None, typer.Option(help="Stop when the study has this many "
-                        "complete trials (default: the search's --n-trials).")] = None,
+                        "trials, counted over all its workers and --resume (default: the search's "
+                        "--n-trials).")] = None,
     timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
     seed: Annotated[int | None, typer.Option(help="This worker's sampler seed (default: "
                     "random; workers need different seeds).")] = None,
@@ -54,12 +55,17 @@ def worker(
 
     Example: tuner worker --study arxiv --storage postgresql://tuner:pw@db:5432/tuner
     """
+    from tuner.search.workers import die_with_parent
+
+    die_with_parent()  # a worker of `tuner search --workers N` never outlives that search
     import optuna
 
     from tuner.cli.app import err
     from tuner.cli.progress import SearchProgress
+    from tuner.cli.search import check_timeout
     from tuner.search import connect_worker
 
+    check_timeout(timeout)
     job = connect_worker(study, storage, n_trials=n_trials, timeout_s=timeout, seed=seed,
                          workload_path=workload, wait_s=wait, profile=profile)
     mine: list[int] = []

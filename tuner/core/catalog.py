@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
+import re
 from dataclasses import asdict, dataclass, fields, replace
 from importlib import resources
 from pathlib import Path
@@ -11,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from tuner.core.errors import TunerError, close_matches_hint
+from tuner.core.pricing import Billing
 
 GIB = 1024**3
 
@@ -37,8 +41,13 @@ class GPU:
     nvlink_gbps: float | None = None  # per-GPU NVLink bandwidth (one direction), None = PCIe only
     vasuki_usd_per_fp32_gflop_per_w: float | None = None  # Vasuki Table 1 (A10, A40 only)
     notes: str = ""
+    # --provider: the provider's instances and billing rule (tuner.core.pricing); None = the
+    # per-GPU catalog price, billed per GPU-second
+    billing: Billing | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.billing, dict):  # a study's stored specs (dataclasses.asdict form)
+            object.__setattr__(self, "billing", Billing.from_dict(self.billing))
         # a zero, negative or non-finite spec or price would divide by zero or turn every $
         # into nan far from where it was typed (--price, --gpu-file)
         for name in ("memory_gib", "bf16_tflops", "fp32_tflops", "hbm_gbps", "host_link_gbps",
@@ -72,30 +81,148 @@ class GPU:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Shape of a Llama/Mistral/Qwen-style decoder (GQA, gated MLP)."""
+    """Shape of a decoder-only transformer: Llama/Mistral/Qwen-style (GQA, gated MLP), plus
+    mixture-of-experts FFNs (Mixtral, Qwen3-MoE, gpt-oss, DeepSeek), MLA attention (DeepSeek)
+    and sliding-window layers (Gemma-3, gpt-oss). Every extra field defaults to 0 = "absent",
+    so a dense GQA model is the seven shape numbers alone.
+
+    Parameter counts cover the matmul weights, embeddings, LM head and RMSNorm weights; biases
+    (Qwen2.5 QKV, gpt-oss attention/experts), attention sinks and per-head q/k norms are left
+    out (each < 0.1 % of the total). `intermediate_size` is the dense FFN width: every layer's
+    for a dense model, the `first_k_dense_layers` leading dense layers' for an MoE model.
+    """
 
     name: str
     num_layers: int
     hidden_size: int
     num_heads: int
     num_kv_heads: int
-    head_dim: int
+    head_dim: int  # query/key width per head (MLA: qk_nope_head_dim + qk_rope_head_dim)
     intermediate_size: int
     vocab_size: int
-    max_position: int = 4096
+    max_position: int = 4096  # context length in tokens (after rope scaling)
     tie_embeddings: bool = False
     hf_id: str = ""  # Hugging Face repo id, written into deploy exports
     source: str = "catalog"
+    # --- mixture of experts -------------------------------------------------------------
+    num_experts: int = 0  # routed experts (0 = dense)
+    experts_per_token: int = 0  # top-k routed experts per token
+    moe_intermediate_size: int = 0  # per-expert FFN width
+    num_shared_experts: int = 0  # always-active shared experts (DeepSeek, Qwen2-MoE)
+    shared_expert_intermediate_size: int = 0  # FFN width of all shared experts together
+    first_k_dense_layers: int = 0  # leading dense layers (DeepSeek-V3: 3)
+    # --- attention variants -------------------------------------------------------------
+    kv_lora_rank: int = 0  # MLA (DeepSeek): compressed KV width; 0 = standard GQA KV
+    qk_rope_head_dim: int = 0  # MLA decoupled rope dims (part of head_dim)
+    q_lora_rank: int = 0  # MLA: low-rank query projection width; 0 = direct q_proj
+    v_head_dim: int = 0  # value width per head when it differs from head_dim (MLA); 0 = head_dim
+    sliding_window: int = 0  # tokens; 0 = none
+    sliding_window_layers: int = 0  # layers that use the window (Gemma-3: 5 of every 6, gpt-oss: half)
+
+    # --- structure -------------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return max(self.num_layers - self.first_k_dense_layers, 0) if self.is_moe else 0
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    @property
+    def num_window_layers(self) -> int:
+        """Layers whose KV holds at most `sliding_window` tokens per request."""
+        return min(self.sliding_window_layers, self.num_layers) if self.sliding_window > 0 else 0
+
+    @property
+    def num_full_attention_layers(self) -> int:
+        return self.num_layers - self.num_window_layers
+
+    @property
+    def value_head_dim(self) -> int:
+        return self.v_head_dim or self.head_dim
 
     # --- parameter counts -------------------------------------------------------------
     @property
-    def linear_params_per_layer(self) -> int:
-        """Weights of the per-layer matmuls (QKV, O, gate, up, down)."""
-        q = self.hidden_size * self.num_heads * self.head_dim
-        kv = 2 * self.hidden_size * self.num_kv_heads * self.head_dim
-        o = self.num_heads * self.head_dim * self.hidden_size
-        mlp = 3 * self.hidden_size * self.intermediate_size
-        return q + kv + o + mlp
+    def attention_params_per_layer(self) -> int:
+        """Q, K, V and O projection weights of one layer (MLA: the low-rank projections)."""
+        h, heads, d, dv = self.hidden_size, self.num_heads, self.head_dim, self.value_head_dim
+        if self.is_mla:
+            q = (h * self.q_lora_rank + self.q_lora_rank * heads * d) if self.q_lora_rank \
+                else h * heads * d
+            kv_a = h * (self.kv_lora_rank + self.qk_rope_head_dim)
+            kv_b = self.kv_lora_rank * heads * (d - self.qk_rope_head_dim + dv)
+            return q + kv_a + kv_b + heads * dv * h
+        kv = self.hidden_size * self.num_kv_heads * (d + dv)
+        return h * heads * d + kv + heads * dv * h
+
+    @property
+    def dense_mlp_params(self) -> int:
+        """Gate, up and down projections of one dense FFN."""
+        return 3 * self.hidden_size * self.intermediate_size
+
+    @property
+    def expert_params(self) -> int:
+        """Gate, up and down projections of one routed expert."""
+        return 3 * self.hidden_size * self.moe_intermediate_size
+
+    @property
+    def shared_expert_params(self) -> int:
+        return 3 * self.hidden_size * self.shared_expert_intermediate_size
+
+    @property
+    def router_params(self) -> int:
+        return self.hidden_size * self.num_experts
+
+    @property
+    def moe_layer_params(self) -> int:
+        """Resident FFN weights of one MoE layer: every routed expert + shared experts + router."""
+        return self.num_experts * self.expert_params + self.shared_expert_params \
+            + self.router_params
+
+    @property
+    def active_moe_layer_params(self) -> int:
+        """FFN weights one token uses in an MoE layer: top-k experts + shared experts + router."""
+        return self.experts_per_token * self.expert_params + self.shared_expert_params \
+            + self.router_params
+
+    @property
+    def linear_params_total(self) -> int:
+        """All per-layer matmul weights (resident: every expert counts)."""
+        return (self.num_layers * self.attention_params_per_layer
+                + self.num_dense_layers * self.dense_mlp_params
+                + self.num_moe_layers * self.moe_layer_params)
+
+    @property
+    def active_linear_params_total(self) -> int:
+        """Per-layer matmul weights one token passes through (MoE: only its top-k experts)."""
+        return (self.num_layers * self.attention_params_per_layer
+                + self.num_dense_layers * self.dense_mlp_params
+                + self.num_moe_layers * self.active_moe_layer_params)
+
+    @staticmethod
+    def _per_layer(total: int, layers: int) -> int | float:
+        return total // layers if total % layers == 0 else total / layers
+
+    @property
+    def linear_params_per_layer(self) -> int | float:
+        """Resident matmul weights of one layer (QKV, O, gate, up, down; MoE: every expert and
+        the router), averaged over the layers when they differ (DeepSeek's dense first layers),
+        so `num_layers * linear_params_per_layer == linear_params_total`."""
+        return self._per_layer(self.linear_params_total, self.num_layers)
+
+    @property
+    def active_linear_params_per_layer(self) -> int | float:
+        """Matmul weights one token passes through in one layer (layer mean); == the resident
+        figure for a dense model."""
+        return self._per_layer(self.active_linear_params_total, self.num_layers)
 
     @property
     def embedding_params(self) -> int:
@@ -106,30 +233,52 @@ class ModelSpec:
         return self.vocab_size * self.hidden_size
 
     @property
+    def norm_params(self) -> int:
+        """RMSNorm weights: two per layer + the final one (+ MLA's q/kv latent norms)."""
+        mla = self.num_layers * (self.q_lora_rank + self.kv_lora_rank) if self.is_mla else 0
+        return (2 * self.num_layers + 1) * self.hidden_size + mla
+
+    @property
     def num_params(self) -> int:
-        norms = (2 * self.num_layers + 1) * self.hidden_size
+        """Total parameters (every expert; embeddings and LM head once each unless tied)."""
         head = 0 if self.tie_embeddings else self.lm_head_params
-        return self.num_layers * self.linear_params_per_layer + self.embedding_params + head + norms
+        return self.linear_params_total + self.embedding_params + head + self.norm_params
+
+    @property
+    def active_params_per_token(self) -> int:
+        """Parameters one token uses: the total less the routed experts it is not sent to
+        (dense: == num_params). Embeddings count, as in Mistral's and Qwen's published
+        "active" figures (OpenAI's gpt-oss figures leave the input embedding out)."""
+        return self.num_params - (self.linear_params_total - self.active_linear_params_total)
 
     # --- bytes ---------------------------------------------------------------------------
     def linear_weight_bytes_per_layer(self, bits: int) -> float:
-        """Bytes of one layer's matmul weights at `bits`; 4/8-bit carry group-wise fp16 scale +
-        zero per 128 weights (group-wise min-max as in LM-Offload Alg. 2)."""
+        """Bytes of one layer's matmul weights at `bits` (layer mean); 4/8-bit carry group-wise
+        fp16 scale + zero per 128 weights (group-wise min-max as in LM-Offload Alg. 2)."""
         overhead = 0.0 if bits == 16 else 4.0 / 128.0
         return self.linear_params_per_layer * (bits / 8.0 + overhead)
 
     def weight_bytes(self, bits: int) -> float:
-        """All weights; embeddings and LM head stay 16-bit (as in vLLM's AWQ/GPTQ/FP8 paths)."""
+        """All weights; embeddings, LM head and norms stay 16-bit (as in vLLM's AWQ/GPTQ/FP8
+        paths). MoE: every expert is resident."""
         head = 0 if self.tie_embeddings else self.lm_head_params
-        norms = (2 * self.num_layers + 1) * self.hidden_size
         return self.num_layers * self.linear_weight_bytes_per_layer(bits) + 2.0 * (
-            self.embedding_params + head + norms
+            self.embedding_params + head + self.norm_params
         )
 
+    def kv_bytes_per_token_per_layer(self, bits: int) -> float:
+        """KV bytes one token holds in one attention layer at `bits`, whole model (not per TP
+        rank): K and V of every KV head, or for MLA one latent 'head' of kv_lora_rank +
+        qk_rope_head_dim (vLLM caches the compressed latent, shared by all heads)."""
+        if self.is_mla:
+            return (self.kv_lora_rank + self.qk_rope_head_dim) * bits / 8.0
+        return self.num_kv_heads * (self.head_dim + self.value_head_dim) * bits / 8.0
+
     def kv_bytes_per_token(self, bits: int, layers: int | None = None) -> float:
-        """K and V of one token over `layers` layers (default all) at `bits`."""
+        """KV of one token over `layers` layers (default all) at `bits`, as if every layer kept
+        every token; sliding-window layers keep fewer: see tuner.core.memory.kv_bytes_per_request."""
         n = self.num_layers if layers is None else layers
-        return 2.0 * n * self.num_kv_heads * self.head_dim * bits / 8.0
+        return n * self.kv_bytes_per_token_per_layer(bits)
 
 
 # ---------------------------------------------------------------------------------------
@@ -164,7 +313,14 @@ def load_gpus(extra_yaml: str | Path | None = None) -> dict[str, GPU]:
             user = yaml.safe_load(path.read_text()) or {}
         except yaml.YAMLError as exc:
             raise TunerError(f"{path}: not valid YAML ({exc}).") from None
-        user = user.get("gpus", user)
+        user = user.get("gpus", user) if isinstance(user, dict) else user
+        if not isinstance(user, dict):
+            raise TunerError(f"{path}: a GPU file is a mapping of GPU name -> fields (optionally "
+                             f"under 'gpus:'), got {type(user).__name__}.")
+        for name, d in user.items():
+            if not isinstance(d, dict | None):
+                raise TunerError(f"{path}: GPU {name!r} needs a mapping of fields (e.g. "
+                                 f"price_usd_per_h: 1.1), got {d!r}.")
         for name, d in user.items():
             base = gpus.get(name)
             if base is not None:  # partial override of a shipped GPU
@@ -210,12 +366,75 @@ def get_gpu(name: str, gpus: dict[str, GPU]) -> GPU:
     raise TunerError(f"Unknown GPU {name!r}.{close_matches_hint(name, gpus)} (`tuner gpus` lists them; add more with --gpu-file.)")
 
 
+# ---------------------------------------------------------------------------------------
+# Models: the shipped catalog, Hugging Face config.json files, and the Hugging Face Hub
+
+_MODEL_FIELDS = {f.name for f in fields(ModelSpec)}
+_HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # owner/name as the Hub spells repo ids
+
+# Defaults of the transformers config class for fields a published config.json may leave out
+# (the class fills them in when it loads). Gemma-3's multimodal configs list only what differs
+# from transformers' Gemma3TextConfig defaults (gemma-3-4b-it's text_config names no heads).
+_MODEL_TYPE_DEFAULTS: dict[str, dict] = {
+    "gemma3_text": {  # transformers.models.gemma3.configuration_gemma3.Gemma3TextConfig
+        "vocab_size": 262208, "num_attention_heads": 8, "num_key_value_heads": 4,
+        "head_dim": 256, "max_position_embeddings": 131072, "sliding_window": 4096,
+        "sliding_window_pattern": 6, "tie_word_embeddings": True,
+    },
+    "gemma2": {"tie_word_embeddings": True},  # Gemma2Config
+}
+
+
+def _load_catalog_yaml() -> dict:
+    return _load_yaml_resource("models.yaml")["models"]
+
+
+def _catalog_config(filename: str) -> tuple[dict, str]:
+    """A config.json shipped in tuner/core/data/configs/, and the label it is known by."""
+    text = resources.files("tuner.core").joinpath("data", "configs", filename).read_text()
+    return json.loads(text), f"configs/{filename}"
+
+
+def _catalog_entry(name: str, d: dict) -> ModelSpec:
+    d = dict(d)
+    d.pop("aliases", None)
+    config_file = d.pop("config", None)
+    unknown = set(d) - _MODEL_FIELDS
+    if unknown:
+        raise TunerError(f"tuner/core/data/models.yaml: unknown field(s) for model {name!r}: "
+                         f"{', '.join(sorted(unknown))}.")
+    if config_file:
+        cfg, label = _catalog_config(config_file)
+        spec = model_from_config_dict(cfg, where=f"tuner/core/data/{label}", name=name,
+                                      source=f"catalog ({label})")
+        return replace(spec, **d)  # hf_id, and any field the entry pins
+    return ModelSpec(name=name, source="catalog (models.yaml)", **d)
+
+
 def load_models() -> dict[str, ModelSpec]:
-    raw = _load_yaml_resource("models.yaml")["models"]
-    return {name: ModelSpec(name=name, **d) for name, d in raw.items()}
+    """The shipped catalog: name -> ModelSpec (entries in models.yaml, some read from the
+    published config.json shipped beside it in data/configs/)."""
+    return {name: _catalog_entry(name, d) for name, d in _load_catalog_yaml().items()}
 
 
-def _config_int(cfg: dict, key: str, path: Path, default: int | None = None) -> int:
+def model_aliases(models: dict[str, ModelSpec] | None = None) -> dict[str, str]:
+    """Every name a catalog model answers to (lower-case) -> its catalog name: the name, its
+    Hugging Face id, the id without the owner ("Llama-3.1-8B"), and the entry's aliases
+    (other repos with the same shape, e.g. the -Instruct checkpoint)."""
+    models = load_models() if models is None else models
+    raw = _load_catalog_yaml()
+    out: dict[str, str] = {}
+    for name, spec in models.items():
+        names = [name, spec.hf_id, spec.hf_id.rpartition("/")[2]]
+        for alias in (raw.get(name) or {}).get("aliases", []):
+            names += [alias, alias.rpartition("/")[2]]
+        for n in names:
+            if n:
+                out.setdefault(n.strip().lower(), name)
+    return out
+
+
+def _config_int(cfg: dict, key: str, path: Path | str, default: int | None = None) -> int:
     """A positive integer field of a config.json, or one TunerError naming it and its value."""
     if key not in cfg or cfg[key] is None:
         if default is None:
@@ -228,55 +447,258 @@ def _config_int(cfg: dict, key: str, path: Path, default: int | None = None) -> 
     return int(value)
 
 
-def model_from_hf_config(path: str | Path) -> ModelSpec:
-    """A ModelSpec from a Hugging Face config.json (file or directory holding one); every shape
-    field is checked (a positive integer, heads divisible by KV heads) with one clear error."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "config.json"
-    try:
-        cfg = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise TunerError(f"Cannot read model config {path}: {exc}.") from None
+def _config_count(cfg: dict, keys: tuple[str, ...], path: Path | str) -> int:
+    """The first of `keys` present as a non-negative integer (null/absent = 0)."""
+    for key in keys:
+        value = cfg.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value) \
+                or int(value) < 0:
+            raise TunerError(f"{path}: {key} must be a non-negative integer, got {value!r}.")
+        return int(value)
+    return 0
+
+
+def _decoder_config(cfg: dict) -> dict:
+    """The decoder's fields: multimodal configs (Gemma-3, Llama-4, Mistral-3) keep them under
+    text_config; model-type defaults fill what the file leaves out."""
+    text = cfg.get("text_config")
+    if isinstance(text, dict) and "num_hidden_layers" not in cfg:
+        merged = {k: v for k, v in cfg.items() if k not in ("text_config", "vision_config")}
+        merged.update(text)
+        cfg = merged
+    defaults = _MODEL_TYPE_DEFAULTS.get(str(cfg.get("model_type", "")), {})
+    return {**defaults, **{k: v for k, v in cfg.items() if v is not None}}
+
+
+def _context_tokens(cfg: dict, path: Path | str) -> int:
+    """max_position_embeddings, or original_max_position_embeddings x factor for YaRN /
+    dynamic / LongRoPE rope scaling when that is larger (the scaled context)."""
+    ctx = _config_int(cfg, "max_position_embeddings", path, default=4096)
+    rope = cfg.get("rope_scaling")
+    if isinstance(rope, dict):
+        kind = str(rope.get("rope_type") or rope.get("type") or "")
+        factor, original = rope.get("factor"), rope.get("original_max_position_embeddings")
+        if kind in ("yarn", "dynamic", "longrope") and isinstance(factor, int | float) \
+                and isinstance(original, int) and factor > 0 and original > 0:
+            ctx = max(ctx, int(original * factor))
+    return ctx
+
+
+def _window_layers(cfg: dict, num_layers: int, path: Path | str) -> tuple[int, int]:
+    """(sliding_window tokens, layers that use it) from layer_types, sliding_window_pattern,
+    Gemma-2's alternation, Qwen2's use_sliding_window/max_window_layers, or a window on every
+    layer (Mistral-7B-v0.1)."""
+    window = _config_count(cfg, ("sliding_window",), path)
+    if window == 0 or cfg.get("use_sliding_window") is False:
+        return 0, 0
+    layer_types = cfg.get("layer_types")
+    if isinstance(layer_types, list) and layer_types:
+        if len(layer_types) != num_layers:
+            raise TunerError(f"{path}: layer_types lists {len(layer_types)} layers, "
+                             f"num_hidden_layers is {num_layers}.")
+        return window, sum(1 for t in layer_types if t == "sliding_attention")
+    pattern = _config_count(cfg, ("sliding_window_pattern",), path)
+    if pattern:  # Gemma-3: every pattern-th layer is global, the rest slide
+        return window, num_layers - num_layers // pattern
+    if cfg.get("model_type") == "gemma2":  # even layers slide
+        return window, (num_layers + 1) // 2
+    if cfg.get("use_sliding_window") is True and "max_window_layers" in cfg:
+        return window, max(num_layers - _config_count(cfg, ("max_window_layers",), path), 0)
+    return window, num_layers
+
+
+def model_from_config_dict(cfg: dict, *, where: str, name: str, source: str,
+                           hf_id: str = "") -> ModelSpec:
+    """A ModelSpec from the fields of a Hugging Face config.json; `where` names the file in
+    errors. Reads dense GQA shapes and MoE (Mixtral, Qwen-MoE, gpt-oss, DeepSeek), MLA
+    (DeepSeek) and sliding-window (Gemma-2/3, gpt-oss, Mistral) fields."""
     if not isinstance(cfg, dict):
-        raise TunerError(f"{path}: a config.json holds a JSON object, got {type(cfg).__name__}.")
+        raise TunerError(f"{where}: a config.json holds a JSON object, got {type(cfg).__name__}.")
+    cfg = _decoder_config(cfg)
+    path = where
     heads = _config_int(cfg, "num_attention_heads", path)
     hidden = _config_int(cfg, "hidden_size", path)
     kv_heads = _config_int(cfg, "num_key_value_heads", path, default=heads)
     if heads % kv_heads:
         raise TunerError(f"{path}: num_attention_heads ({heads}) must be a multiple of "
                          f"num_key_value_heads ({kv_heads}).")
+    layers = _config_int(cfg, "num_hidden_layers", path)
+    kv_lora = _config_count(cfg, ("kv_lora_rank",), path)
+    rope_dim = _config_count(cfg, ("qk_rope_head_dim",), path)
+    if kv_lora:  # MLA: a query/key head is qk_nope + qk_rope wide, values v_head_dim
+        head_dim = _config_int(cfg, "qk_nope_head_dim", path) + rope_dim
+        v_head_dim = _config_int(cfg, "v_head_dim", path, default=head_dim)
+    else:
+        head_dim = _config_int(cfg, "head_dim", path, default=max(hidden // heads, 1))
+        v_head_dim = 0
+    experts = _config_count(cfg, ("num_local_experts", "num_experts", "n_routed_experts"), path)
+    moe: dict[str, int] = {}
+    intermediate = _config_int(cfg, "intermediate_size", path,
+                               default=_config_count(cfg, ("moe_intermediate_size",), path) or None)
+    if experts:
+        top_k = _config_count(cfg, ("num_experts_per_tok", "experts_per_token"), path)
+        if not 0 < top_k <= experts:
+            raise TunerError(f"{path}: an MoE config ({experts} experts) needs "
+                             f"num_experts_per_tok between 1 and {experts}, got {top_k}.")
+        width = _config_count(cfg, ("moe_intermediate_size",), path) or intermediate
+        shared_n = _config_count(cfg, ("n_shared_experts",), path)
+        shared_width = shared_n * width
+        if _config_count(cfg, ("shared_expert_intermediate_size",), path):  # Qwen2-MoE
+            shared_n = 1
+            shared_width = _config_count(cfg, ("shared_expert_intermediate_size",), path)
+        dense = _config_count(cfg, ("first_k_dense_replace",), path)
+        step = _config_count(cfg, ("decoder_sparse_step",), path) or 1
+        mlp_only = cfg.get("mlp_only_layers") or []
+        if step > 1 or mlp_only:  # Qwen-MoE: dense where not every step-th layer, or listed
+            dense = sum(1 for i in range(layers) if i in mlp_only or (i + 1) % step)
+        if dense > layers:
+            raise TunerError(f"{path}: first_k_dense_replace ({dense}) exceeds "
+                             f"num_hidden_layers ({layers}).")
+        moe = dict(num_experts=experts, experts_per_token=top_k, moe_intermediate_size=width,
+                   num_shared_experts=shared_n, shared_expert_intermediate_size=shared_width,
+                   first_k_dense_layers=dense)
+    window, window_layers = _window_layers(cfg, layers, path)
     return ModelSpec(
-        name=str(cfg.get("_name_or_path") or path.parent.name or path.stem),
-        num_layers=_config_int(cfg, "num_hidden_layers", path),
+        name=name,
+        num_layers=layers,
         hidden_size=hidden,
         num_heads=heads,
         num_kv_heads=kv_heads,
-        head_dim=_config_int(cfg, "head_dim", path, default=max(hidden // heads, 1)),
-        intermediate_size=_config_int(cfg, "intermediate_size", path),
+        head_dim=head_dim,
+        intermediate_size=intermediate,
         vocab_size=_config_int(cfg, "vocab_size", path),
-        max_position=_config_int(cfg, "max_position_embeddings", path, default=4096),
+        max_position=_context_tokens(cfg, path),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        source=str(path),
+        hf_id=hf_id,
+        source=source,
+        kv_lora_rank=kv_lora,
+        qk_rope_head_dim=rope_dim if kv_lora else 0,
+        q_lora_rank=_config_count(cfg, ("q_lora_rank",), path) if kv_lora else 0,
+        v_head_dim=v_head_dim,
+        sliding_window=window,
+        sliding_window_layers=window_layers,
+        **moe,
     )
 
 
+def _read_config_json(path: Path) -> dict:
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TunerError(f"Cannot read model config {path}: {exc}.") from None
+    if not isinstance(cfg, dict):
+        raise TunerError(f"{path}: a config.json holds a JSON object, got {type(cfg).__name__}.")
+    return cfg
+
+
+def model_from_hf_config(path: str | Path, *, hf_id: str = "") -> ModelSpec:
+    """A ModelSpec from a Hugging Face config.json (file or directory holding one); every shape
+    field is checked (a positive integer, heads divisible by KV heads) with one clear error."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    cfg = _read_config_json(path)
+    name = hf_id or str(cfg.get("_name_or_path") or path.parent.name or path.stem)
+    return model_from_config_dict(cfg, where=str(path), name=name, source=str(path), hf_id=hf_id)
+
+
+def _hf_cache_dir() -> str | None:
+    """The Hub cache folder as the environment names it now (huggingface_hub reads HF_HOME /
+    HF_HUB_CACHE once, at import); None = the library's default."""
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return os.environ[var]
+    if os.environ.get("HF_HOME"):
+        return str(Path(os.environ["HF_HOME"]) / "hub")
+    return None
+
+
+def _hf_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def hf_config_path(repo_id: str) -> Path:
+    """config.json of Hugging Face repo `repo_id`: downloaded with huggingface_hub into the HF
+    cache, or, offline (HF_HUB_OFFLINE=1 or no network), the copy already in that cache."""
+    try:
+        from huggingface_hub import (
+            get_hf_file_metadata,
+            hf_hub_download,
+            hf_hub_url,
+            try_to_load_from_cache,
+        )
+        from huggingface_hub.errors import (
+            GatedRepoError,
+            HFValidationError,
+            RepositoryNotFoundError,
+        )
+    except ImportError:  # pragma: no cover - a core dependency
+        raise TunerError(f"Cannot fetch {repo_id!r}: huggingface_hub is not installed; pass "
+                         "the path to its config.json instead.") from None
+    cache_dir = _hf_cache_dir()
+    how = (f"download it (`hf download {repo_id} config.json`) or pass the path to its "
+           "config.json or model folder as --model")
+    why = "offline (HF_HUB_OFFLINE is set)"
+    if not _hf_offline():
+        # the library logs each network retry as a warning; the one error below says it all
+        hub_logger = logging.getLogger("huggingface_hub")
+        level = hub_logger.level
+        hub_logger.setLevel(logging.ERROR)
+        try:
+            # one HEAD request first: hf_hub_download retries a dead network for ~25 s when
+            # nothing is cached; this fails at once and the cache (or the error) answers
+            get_hf_file_metadata(hf_hub_url(repo_id, "config.json"), timeout=5)
+            return Path(hf_hub_download(repo_id, "config.json", cache_dir=cache_dir,
+                                        etag_timeout=5))
+        except GatedRepoError:
+            why = "the repo is gated (accept its licence on huggingface.co and log in)"
+        except RepositoryNotFoundError:
+            why = "no such repo on the Hugging Face Hub (or it is private)"
+        except HFValidationError as exc:
+            raise TunerError(f"{repo_id!r} is not a Hugging Face repo id ({exc}).") from None
+        except Exception as exc:  # network down, timeouts, HTTP errors: fall back to the cache
+            why = (f"cannot reach the Hugging Face Hub ({type(exc).__name__}; HF_HUB_OFFLINE=1 "
+                   "skips it)")
+        finally:
+            hub_logger.setLevel(level)
+    cached = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache_dir)
+    if isinstance(cached, str):
+        return Path(cached)
+    raise TunerError(f"No config.json for {repo_id!r}: {why}, and none in the local Hugging "
+                     f"Face cache{f' ({cache_dir})' if cache_dir else ''}; {how}.")
+
+
 def get_model(name_or_path: str, models: dict[str, ModelSpec] | None = None) -> ModelSpec:
-    """A catalog name (case-insensitive) or a path to a Hugging Face config.json / model dir."""
+    """A catalog model (case-insensitive: its name, HF id, or the id without the owner), a
+    path to a Hugging Face config.json or a model folder holding one, or a Hugging Face repo id
+    (its config.json fetched into the HF cache, or read from that cache offline)."""
     models = load_models() if models is None else models
-    for key, spec in models.items():
-        if key.lower() == name_or_path.strip().lower():
+    key = name_or_path.strip()
+    for name, spec in models.items():
+        if name.lower() == key.lower():
             return spec
-    p = Path(name_or_path)
+    aliases = {a: n for a, n in model_aliases(models).items() if n in models}
+    if key.lower() in aliases:
+        return models[aliases[key.lower()]]
+    p = Path(key).expanduser()
     if p.exists():
         return model_from_hf_config(p)
+    if _HF_ID.match(key) and not key.startswith((".", "/", "~")) and not key.endswith(".json"):
+        return model_from_hf_config(hf_config_path(key), hf_id=key)
+    if key.endswith(".json") or key.startswith((".", "/", "~")):
+        raise TunerError(f"Model config {key} does not exist (pass a config.json, a folder "
+                         "holding one, a catalog name or a Hugging Face repo id).")
     raise TunerError(
         f"Unknown model {name_or_path!r}.{close_matches_hint(name_or_path, models)} "
-        "(`tuner models` lists them; or pass a path to a Hugging Face config.json.)"
+        "(`tuner models` lists them; or pass a Hugging Face repo id, or a path to a "
+        "config.json or a model folder.)"
     )
 
 
 __all__ = [
-    "GPU", "GIB", "ModelSpec", "apply_prices", "get_gpu", "get_model", "load_gpus", "load_models",
-    "model_from_hf_config", "parse_price_overrides",
+    "GPU", "GIB", "ModelSpec", "apply_prices", "get_gpu", "get_model", "hf_config_path",
+    "load_gpus", "load_models", "model_aliases", "model_from_config_dict", "model_from_hf_config",
+    "parse_price_overrides",
 ]

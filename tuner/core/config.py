@@ -160,6 +160,15 @@ class ServingConfig:
     attention_on_cpu: bool = _knob(
         False, help="Decode attention of the KV-offloaded layers runs on the CPU.",
         flags=("--attention-on-cpu/--attention-on-gpu",))
+    expert_parallel: bool = _knob(
+        False, help="Mixture-of-experts models only: split whole experts across the tp x dp GPUs "
+        "(expert parallelism) instead of slicing every expert; with dp > 1 each MoE layer "
+        "all-gathers and reduce-scatters the replicas' tokens.",
+        flags=("--enable-expert-parallel/--no-enable-expert-parallel",),
+        vllm=EngineArg("enable_expert_parallel", omit_default=True),
+        # SGLang: --ep-size (the expert-parallel group; with dp > 1 DP attention), written by
+        # tuner.exports.sglang
+        sglang=EngineArg("ep-size", omit_default=True, derived=True))
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -186,6 +195,15 @@ class ServingConfig:
         if unknown:
             raise TunerError(f"Unknown ServingConfig field(s): {', '.join(sorted(unknown))}.")
         return cls(**d)
+
+
+def check_model_config(config: ServingConfig, model: Any) -> None:
+    """TunerError where a knob does not apply to `model` (a tuner.core.catalog.ModelSpec):
+    expert parallelism needs a mixture-of-experts model."""
+    if config.expert_parallel and not getattr(model, "is_moe", False):
+        raise TunerError(f"expert_parallel applies to mixture-of-experts models only; "
+                         f"{getattr(model, 'name', model)} is dense (no routed experts). Drop "
+                         "--enable-expert-parallel.")
 
 
 def _check_value(f: dataclasses.Field, value: Any) -> None:

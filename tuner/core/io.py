@@ -65,10 +65,13 @@ def write_atomic(path: str | Path, data: str | bytes | Callable[[Path], None]) -
                 fh.flush()
                 os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError) and exc.errno and exc.filename is None:
+            # a failed write (disk full, file too large) names no file: say which one
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
         raise
     return path

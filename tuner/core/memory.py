@@ -74,13 +74,60 @@ def activation_bytes(model: ModelSpec, config: ServingConfig) -> float:
     sampler logits for up to R_max sequences."""
     tokens = config.chunk_size
     tp = config.tp
+    # FFN width one token touches: a dense layer's, or an MoE layer's top-k experts + shared
+    # experts (vLLM's fused-MoE kernel holds top_k intermediate rows per token)
+    moe_width = model.experts_per_token * model.moe_intermediate_size \
+        + model.shared_expert_intermediate_size if model.is_moe else 0
+    ffn_width = max(model.intermediate_size if model.num_dense_layers else 0, moe_width)
     per_token = 2.0 * (
         4 * model.hidden_size
         + (model.num_heads + 2 * model.num_kv_heads) * model.head_dim / tp
-        + 3 * model.intermediate_size / tp
+        + 3 * ffn_width / tp
     )
     logits = 4.0 * min(config.max_running, tokens) * model.vocab_size / tp
     return tokens * per_token + logits
+
+
+def kv_bytes_per_token_per_layer_rank(model: ModelSpec, kv_bits: int, tp: int = 1) -> float:
+    """KV bytes one token holds in one attention layer on one tensor-parallel rank: K and V of
+    the rank's KV heads (heads are split across ranks, replicated when fewer than `tp`); MLA
+    (DeepSeek) caches one latent of kv_lora_rank + qk_rope_head_dim per token that every rank
+    keeps whole (vLLM's MLA backends replicate it)."""
+    if model.is_mla:
+        return model.kv_bytes_per_token_per_layer(kv_bits)
+    kv_heads_per_rank = max(1.0, model.num_kv_heads / tp)
+    return kv_heads_per_rank * (model.head_dim + model.value_head_dim) * kv_bits / 8.0
+
+
+def window_kv_tokens(model: ModelSpec, tokens: float) -> float:
+    """Tokens of KV a sliding-window layer keeps for a request of `tokens` tokens: at most
+    `sliding_window` (vLLM frees the blocks that fall out of the window); all of them for a
+    model without a window."""
+    return min(tokens, model.sliding_window) if model.sliding_window > 0 else tokens
+
+
+def kv_bytes_per_request(model: ModelSpec, tokens: float, kv_bits: int, tp: int = 1,
+                         layers: int | None = None) -> float:
+    """KV bytes per rank of one request holding `tokens` tokens over `layers` layers (default
+    all): full-attention layers keep every token, sliding-window layers at most the window.
+    With fewer than all layers (KV offload) the window layers are taken in proportion."""
+    n = model.num_layers if layers is None else min(layers, model.num_layers)
+    per_layer = kv_bytes_per_token_per_layer_rank(model, kv_bits, tp)
+    window_layers = model.num_window_layers * n / model.num_layers
+    return per_layer * ((n - window_layers) * tokens
+                        + window_layers * window_kv_tokens(model, tokens))
+
+
+def kv_layer_fraction(model: ModelSpec, mean_request_tokens: float = 0.0) -> float:
+    """Mean over layers of the share of a request's tokens whose KV a layer keeps: 1 without
+    sliding windows; with them, window layers keep window / `mean_request_tokens` (at most 1;
+    1 when the mean is unknown, i.e. every token counted). The memory plan multiplies the
+    per-layer KV of one token by this, so KV capacity is in tokens of the workload's mean
+    request (an estimate: requests far from the mean hold more or fewer bytes per token)."""
+    if model.num_window_layers == 0 or mean_request_tokens <= 0:
+        return 1.0
+    kept = window_kv_tokens(model, mean_request_tokens) / mean_request_tokens
+    return (model.num_full_attention_layers + model.num_window_layers * kept) / model.num_layers
 
 
 def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
@@ -89,14 +136,22 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
     tp = config.tp
     usable = gpu.memory_bytes * config.gpu_memory_utilization
     all_weights = model.weight_bytes(config.weight_bits) / tp
+    if model.is_moe and config.dp > 1:
+        # vLLM splits the routed experts over all tp x dp GPUs (sliced, or whole experts with
+        # expert parallelism): each GPU holds 1/dp of its replica's share (predictors.moe)
+        per_param = config.weight_bits / 8.0 + (0.0 if config.weight_bits == 16 else 4.0 / 128.0)
+        experts = model.num_moe_layers * model.num_experts * model.expert_params * per_param
+        all_weights -= experts / tp * (1.0 - 1.0 / config.dp)
     offloaded = all_weights * config.weight_offload_fraction
     weights = all_weights - offloaded
     acts = activation_bytes(model, config)
     staging = offload_staging_bytes(model, offloaded)
     kv = usable - weights - acts - RUNTIME_OVERHEAD_BYTES - staging
     layers_on_gpu = max(model.num_layers - config.kv_offload_layers, 0)
-    kv_heads_per_rank = max(1.0, model.num_kv_heads / tp)
-    per_layer_token = 2.0 * kv_heads_per_rank * model.head_dim * config.kv_bits / 8.0
+    # mean over layers of one token's KV per rank; sliding-window layers count by the share of
+    # the workload's mean request they keep (window / mean tokens, at most 1)
+    per_layer_token = (kv_bytes_per_token_per_layer_rank(model, config.kv_bits, tp)
+                       * kv_layer_fraction(model, mean_request_tokens))
     kv_per_token = per_layer_token * layers_on_gpu
     host_kv_per_token = per_layer_token * min(config.kv_offload_layers, model.num_layers)
     if kv_per_token > 0 and kv > 0:

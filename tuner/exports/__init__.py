@@ -16,6 +16,7 @@ from tuner.exports.formats import (
     EXPORT_SUFFIX,
     EXPORTERS,
     ExportFormat,
+    check_export,
     parse_export,
     render_export,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "SGLANG_KNOWN_OPTIONS",
     "SGLANG_SCHEDULE_POLICY",
     "ExportFormat",
+    "check_export",
     "from_json",
     "from_sglang_command",
     "from_vllm_run_batch",

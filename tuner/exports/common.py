@@ -39,10 +39,38 @@ class Deployment:
     gpu: GPU
     max_model_len: int
     kv_capacity_tokens: int | None = None
+    # the quantized checkpoint (HF id or path) a plan with quantized weights serves
+    # (`--quantized-model`); None: the model's own checkpoint, quantized online where the
+    # engine can (FP8 on GPUs with FP8 tensor cores)
+    quantized_model: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_model_len < 1:
             raise TunerError(f"max_model_len must be positive, got {self.max_model_len}.")
+
+    @property
+    def needs_checkpoint(self) -> bool:
+        """4-bit weights, or 8-bit ones on a GPU without FP8: no engine quantizes them online."""
+        c = self.config
+        return c.weight_bits == 4 or (c.weight_bits == 8 and not self.gpu.fp8_tflops)
+
+    @property
+    def checkpoint(self) -> str:
+        """The checkpoint the engine loads: the quantized one for a quantized-weight plan given
+        one, else the model's own."""
+        if self.quantized_model and self.config.weight_bits < 16:
+            return self.quantized_model
+        return self.model.hf_id or self.model.name
+
+    def check_deployable(self) -> None:
+        """One TunerError for a plan whose export would not run as predicted: quantized
+        weights that need a checkpoint nobody named."""
+        if self.needs_checkpoint and not self.quantized_model:
+            kind = "4-bit" if self.config.weight_bits == 4 else "INT8"
+            raise TunerError(
+                f"{self.config.weight_bits}-bit weights on {self.gpu.name} need a {kind} "
+                f"checkpoint of {self.model.name} (the engine cannot quantize them online); "
+                "pass --quantized-model ID.")
 
     def kv_capacity(self) -> tuple[int, str]:
         """(KV capacity in tokens per replica, where the figure comes from)."""
@@ -300,3 +328,98 @@ def write_command(head: list[str], prog: str, options: list[tuple[str, Any]]) ->
             i += 1
     lines.append(_CONTINUATION.join([prog, *parts]))
     return "\n".join(lines) + "\n"
+
+
+# ---- checking an export against the installed engine's own argument parser ------------------
+#: The vLLM engine-argument check, run in the Python that has vLLM: every argument list is
+#: parsed by ``EngineArgs.add_cli_args(FlexibleArgumentParser())`` and turned into EngineArgs.
+_VLLM_CHECK = r"""
+import json, sys
+from vllm.engine.arg_utils import EngineArgs
+try:
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+except ImportError:
+    from vllm.utils import FlexibleArgumentParser
+
+class Refused(Exception):
+    pass
+
+def _error(message):
+    raise Refused(message)
+
+out = []
+for argv in json.loads(sys.stdin.read()):
+    parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+    parser.error = _error
+    try:
+        ns = parser.parse_args(argv)
+        EngineArgs.from_cli_args(ns)
+        out.append(None)
+    except (Refused, SystemExit, ValueError, TypeError) as exc:
+        out.append(" ".join(str(exc).split()) or type(exc).__name__)
+print("TUNER-CHECK " + json.dumps(out))
+"""
+
+
+def engine_python(package: str = "vllm") -> str | None:
+    """The Python that has ``package`` installed, found as tuner's runners find it:
+    ``TUNER_VLLM_PYTHON``, then ``.venv-vllm/bin/python`` in the repository or the current
+    folder, then this interpreter; None when none has it."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cands = []
+    env = os.environ.get(f"TUNER_{package.upper()}_PYTHON")
+    if env:
+        cands.append(env)
+    for base in (Path(__file__).resolve().parents[2], Path.cwd()):
+        p = base / f".venv-{package}" / "bin" / "python"
+        if p.is_file() and str(p) not in cands:
+            cands.append(str(p))
+    code = f"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec({package!r}) else 3)"
+    for py in cands:
+        try:
+            if subprocess.run([py, "-c", code], capture_output=True, timeout=60).returncode == 0:
+                return py
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+    return sys.executable if importlib.util.find_spec(package) is not None else None
+
+
+def engine_tokens(args: dict[str, Any]) -> list[str]:
+    """vLLM engine args (snake_case or dashed) as the argv ``vllm serve`` would take."""
+    argv: list[str] = []
+    for k, v in args.items():
+        key = k.replace("_", "-")
+        if v is True:
+            argv.append(f"--{key}")
+        elif v is False:
+            argv.append(f"--no-{key}")
+        else:
+            argv += [f"--{key}", str(v)]
+    return argv
+
+
+def check_vllm_argv(argvs: list[list[str]], python: str | None = None,
+                    timeout_s: float = 300.0) -> list[str | None] | None:
+    """Each argument list parsed by the installed vLLM's own parser (in ``python``, default
+    :func:`engine_python`): None where it is accepted, else vLLM's one-line reason. Returns
+    None when vLLM is not installed anywhere tuner looks."""
+    import subprocess
+
+    python = python or engine_python("vllm")
+    if python is None:
+        return None
+    try:
+        r = subprocess.run([python, "-c", _VLLM_CHECK], input=json.dumps(argvs),
+                           capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise TunerError(f"Could not run vLLM's argument check with {python} ({exc}).") from None
+    for line in r.stdout.splitlines():
+        if line.startswith("TUNER-CHECK "):
+            return json.loads(line[len("TUNER-CHECK "):])
+    tail = " ".join((r.stderr or "").strip().splitlines()[-1:]) or f"exit status {r.returncode}"
+    raise TunerError(f"vLLM's argument check failed in {python}: {tail}")

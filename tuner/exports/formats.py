@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
-from tuner.exports import json_doc, sglang, vllm
-from tuner.exports.common import Deployment, RenderOptions
+from tuner.exports import json_doc, ray_data, run_batch, sglang, vllm
+from tuner.exports.common import Deployment, RenderOptions, check_vllm_argv
 
 
 @dataclass(frozen=True)
@@ -18,15 +18,24 @@ class ExportFormat:
     suffix: str  # file name suffix
     render: Callable[[Deployment, RenderOptions], str]
     parse: Callable[..., ServingConfig]  # (text, *, gpu=None): every export parses back
+    # the vLLM engine argument lists the export holds (text -> [argv]), checked against the
+    # installed vLLM's own parser (check_export); None: not a vLLM export
+    engine_argv: Callable[[str], list[list[str]]] | None = None
 
 
 #: Formats of ``tuner export --format``, in the order the CLI lists them.
 EXPORTERS: dict[str, ExportFormat] = {
-    "vllm": ExportFormat(".vllm.yaml", vllm.render_yaml, vllm.from_vllm_yaml),
+    "vllm": ExportFormat(".vllm.yaml", vllm.render_yaml, vllm.from_vllm_yaml,
+                         vllm.yaml_engine_argv),
     "vllm-run-batch": ExportFormat(".vllm-run-batch.sh", vllm.render_run_batch,
-                                   vllm.from_vllm_run_batch),
+                                   vllm.from_vllm_run_batch, vllm.run_batch_engine_argv),
     "sglang": ExportFormat(".sglang.sh", sglang.render_command, sglang.from_sglang_command),
     "json": ExportFormat(".json", json_doc.render_document, json_doc.from_json),
+    # at scale: the plan's DP replicas over a split of the workload, and a Ray Data LLM job
+    "run-batch": ExportFormat(".run-batch.sh", run_batch.render, run_batch.from_run_batch_script,
+                              run_batch.engine_argv),
+    "ray-data": ExportFormat(".ray-data.py", ray_data.render, ray_data.from_ray_data_script,
+                             ray_data.engine_argv),
 }
 EXPORT_FORMATS = tuple(EXPORTERS)
 #: File name suffix of each format.
@@ -45,14 +54,38 @@ def render_export(fmt: str, config: ServingConfig, model: ModelSpec, gpu: GPU, *
                   max_model_len: int, header: str = "", kv_capacity_tokens: int | None = None,
                   metrics: dict | None = None, memory: dict | None = None,
                   extra: dict | None = None, input_path: str = "INPUT.jsonl",
-                  output_path: str = "OUTPUT.jsonl", served_model_name: str | None = None) -> str:
+                  output_path: str = "OUTPUT.jsonl", served_model_name: str | None = None,
+                  quantized_model: str | None = None) -> str:
     """One export of ``config`` in ``fmt`` (one of :data:`EXPORT_FORMATS`); each format uses the
-    options it has a place for."""
+    options it has a place for. ``quantized_model``: the checkpoint a plan with quantized
+    weights serves; a plan whose weights no engine quantizes online (4-bit, INT8) is refused
+    without it (one TunerError), never written as the 16-bit checkpoint with a comment."""
     exporter = _exporter(fmt)
-    dep = Deployment(config, model, gpu, max_model_len, kv_capacity_tokens)
+    dep = Deployment(config, model, gpu, max_model_len, kv_capacity_tokens, quantized_model)
+    dep.check_deployable()
     return exporter.render(dep, RenderOptions(
         header=header, metrics=metrics, memory=memory, extra=extra, input_path=input_path,
         output_path=output_path, served_model_name=served_model_name))
+
+
+def check_export(fmt: str, text: str, *, python: str | None = None) -> list[str] | None:
+    """Check an export's vLLM engine arguments with the installed vLLM's own parser
+    (``EngineArgs.add_cli_args(FlexibleArgumentParser())``, run in the Python that has vLLM:
+    ``TUNER_VLLM_PYTHON``, ``.venv-vllm``, or this one). Returns the argument lists checked
+    (as shell words), None when the format has none or vLLM is not installed; one TunerError
+    with vLLM's reason when vLLM refuses one."""
+    exporter = _exporter(fmt)
+    if exporter.engine_argv is None:
+        return None
+    argvs = exporter.engine_argv(text)
+    verdicts = check_vllm_argv(argvs, python)
+    if verdicts is None:
+        return None
+    for argv, why in zip(argvs, verdicts, strict=True):
+        if why is not None:
+            raise TunerError(f"vLLM refuses the {fmt} export's arguments ({why}): "
+                             f"{' '.join(argv)}")
+    return [" ".join(a) for a in argvs]
 
 
 def parse_export(fmt: str, text: str, *, gpu: str | None = None) -> ServingConfig:

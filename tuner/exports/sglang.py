@@ -7,6 +7,13 @@ SGLang's documented server arguments (``--model-path``, ``--tp-size``, ``--chunk
 parser (python/sglang/srt/server_args.py at sgl-project/sglang commit 001067ff, 2026): all exist,
 ``--cpu-offload-gb`` takes an int, and the lpm schedule policy turns to fcfs while more than 128
 requests wait (schedule_policy.py). :data:`SGLANG_KNOWN_OPTIONS` lists what was checked.
+
+Expert parallelism (mixture-of-experts models): ``--ep-size`` is SGLang's expert-parallel
+group, which lives inside one server's tensor-parallel group (SGLang's ``--dp-size`` alone runs
+independent replicas, each with every expert). vLLM's data parallel + expert parallel (attention
+per replica, experts split over all tp x dp GPUs) is SGLang's DP attention:
+``--tp-size tp*dp --dp-size dp --enable-dp-attention --ep-size tp*dp`` (docs.sglang.io, "Expert
+Parallelism" and "Server Arguments": ``--ep-size``, ``--enable-dp-attention``).
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import math
 from typing import Any
 
 from tuner.core.catalog import GIB, GPU, ModelSpec
-from tuner.core.config import SGLANG_SCHEDULE_POLICY, ServingConfig
+from tuner.core.config import SGLANG_SCHEDULE_POLICY, ServingConfig, check_model_config
 from tuner.exports import common
 
 _SGLANG_ORDERING = {v: k for k, v in SGLANG_SCHEDULE_POLICY.items()}
@@ -25,11 +32,13 @@ SGLANG_KNOWN_OPTIONS = frozenset({
     "model-path", "tp-size", "dp-size", "chunked-prefill-size", "max-prefill-tokens",
     "enable-mixed-chunk", "max-running-requests", "mem-fraction-static", "page-size",
     "context-length", "kv-cache-dtype", "quantization", "cpu-offload-gb", "schedule-policy",
+    "ep-size", "enable-dp-attention",
 })
 _SGLANG_ALIASES = {"tp": "tp-size", "tensor-parallel-size": "tp-size",
                    "dp": "dp-size", "data-parallel-size": "dp-size", "model": "model-path"}
 # The order the command lists the options in.
-_OPTION_ORDER = ("model-path", "tp-size", "dp-size", "chunked-prefill-size", "max-prefill-tokens",
+_OPTION_ORDER = ("model-path", "tp-size", "dp-size", "enable-dp-attention", "ep-size",
+                 "chunked-prefill-size", "max-prefill-tokens",
                  "enable-mixed-chunk", "max-running-requests", "mem-fraction-static", "page-size",
                  "context-length", "kv-cache-dtype", "quantization", "cpu-offload-gb",
                  "schedule-policy")
@@ -79,16 +88,30 @@ _NOTES: dict[str, common.NoteText] = {
         "wait; also submit the input sorted so that requests sharing a prefix are adjacent."),
     "eviction_free": _eviction_note,
 }
+# a mixture-of-experts model at dp > 1 without expert parallelism (not a common.WHEN condition)
+_MOE_DP_NOTE = (
+    "dp={c.dp} without expert parallelism: the prediction splits the mixture-of-experts model's "
+    "experts over all {n} GPUs as vLLM does; SGLang's --dp-size runs {c.dp} independent servers "
+    "that each hold every expert (more weight memory per GPU, no cross-replica gather): expect "
+    "a different KV capacity and makespan.")
 
 
 def sglang_server_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model_len: int,
                        kv_capacity_tokens: int | None = None,
+                       quantized_model: str | None = None,
                        ) -> tuple[list[tuple[str, Any]], list[str]]:
     """SGLang ``launch_server`` options [(dashed name, value)] (True: a bare flag) and notes for
     what SGLang lacks, following SGLang's documented server arguments."""
-    dep = common.Deployment(config, model, gpu, max_model_len, kv_capacity_tokens)
+    check_model_config(config, model)
+    dep = common.Deployment(config, model, gpu, max_model_len, kv_capacity_tokens,
+                            quantized_model)
     opts = common.mapped_args(config, "sglang")
-    opts |= {"model-path": model.hf_id or model.name, "context-length": max_model_len}
+    opts |= {"model-path": dep.checkpoint, "context-length": max_model_len}
+    if config.expert_parallel:  # see the module docstring
+        opts["ep-size"] = config.tp * config.dp
+        if config.dp > 1:
+            opts["tp-size"] = config.tp * config.dp
+            opts["enable-dp-attention"] = True
     # P = C: the prefill chunk and the step's prefill budget are the token budget; prefill-first
     # turns chunking off (-1) and keeps the budget where SGLang allows it (>= context length).
     if not config.chunked_prefill:
@@ -101,14 +124,25 @@ def sglang_server_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max
         gib = config.weight_offload_fraction * model.weight_bytes(config.weight_bits) / config.tp
         opts["cpu-offload-gb"] = max(1, math.ceil(gib / GIB - 1e-9))
     opts.setdefault("schedule-policy", "fcfs")  # other orderings: sort the input (a note)
-    return list(common.in_order(opts, _OPTION_ORDER).items()), common.notes_for(dep, _NOTES)
+    notes = common.notes_for(dep, _NOTES)
+    if model.is_moe and config.dp > 1 and not config.expert_parallel:
+        notes.append(_MOE_DP_NOTE.format(c=config, n=config.num_gpus))
+    if dep.checkpoint != (model.hf_id or model.name):
+        # a pre-quantized checkpoint carries its quantization config; SGLang reads it there
+        opts.pop("quantization", None)
+        notes = [n for n in notes if not n.startswith("weight_bits=")]
+        notes.append(f"model-path: {dep.checkpoint} is the {config.weight_bits}-bit checkpoint "
+                     "given with --quantized-model; SGLang takes its quantization from it.")
+    return list(common.in_order(opts, _OPTION_ORDER).items()), notes
 
 
 def to_sglang_command(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model_len: int,
-                      header: str = "", kv_capacity_tokens: int | None = None) -> str:
+                      header: str = "", kv_capacity_tokens: int | None = None,
+                      quantized_model: str | None = None) -> str:
     """``python -m sglang.launch_server`` with every server argument, notes on top."""
     opts, notes = sglang_server_args(config, model, gpu, max_model_len=max_model_len,
-                                     kv_capacity_tokens=kv_capacity_tokens)
+                                     kv_capacity_tokens=kv_capacity_tokens,
+                                     quantized_model=quantized_model)
     title = [f"# SGLang server launch written by tuner for {config.gpu} x{config.num_gpus}.",
              "# Then submit the batch JSONL through its OpenAI-compatible API (port 30000), e.g.",
              "# the Batch API (/v1/files, /v1/batches) or an OpenAI client over the file's bodies."]
@@ -146,6 +180,13 @@ def from_sglang_command(text: str, *, gpu: str | None = None) -> ServingConfig:
     chunk = opts.get("chunked-prefill-size")
     if isinstance(chunk, int) and chunk > 0:
         base["chunk_size"] = chunk
+    ep = opts.get("ep-size")
+    if isinstance(ep, int):
+        base["expert_parallel"] = ep > 1
+        dp = opts.get("dp-size")
+        if opts.get("enable-dp-attention") and isinstance(dp, int) and dp > 1 \
+                and isinstance(opts.get("tp-size"), int):
+            base["tp"] = opts["tp-size"] // dp  # DP attention: --tp-size counts every GPU
     if not had_line:
         _infer_without_comment(opts, chunk, base)
     return common.finish_config(base, gpu, what)
@@ -154,4 +195,5 @@ def from_sglang_command(text: str, *, gpu: str | None = None) -> ServingConfig:
 def render_command(dep: common.Deployment, opts: common.RenderOptions) -> str:
     """The export registry's entry (tuner.exports.formats)."""
     return to_sglang_command(dep.config, dep.model, dep.gpu, max_model_len=dep.max_model_len,
-                             header=opts.header, kv_capacity_tokens=dep.kv_capacity_tokens)
+                             header=opts.header, kv_capacity_tokens=dep.kv_capacity_tokens,
+                             quantized_model=dep.quantized_model)

@@ -25,12 +25,13 @@ from typing import Any
 import yaml
 
 from tuner.core.catalog import GIB, GPU, ModelSpec
-from tuner.core.config import ServingConfig
+from tuner.core.config import ServingConfig, check_model_config
 from tuner.core.errors import TunerError
 from tuner.exports import common
 
 # The order the YAML and the command line list the arguments in.
-_ARG_ORDER = ("model", "tensor_parallel_size", "data_parallel_size", "max_num_batched_tokens",
+_ARG_ORDER = ("model", "tensor_parallel_size", "data_parallel_size", "enable_expert_parallel",
+              "max_num_batched_tokens",
               "max_num_seqs", "enable_chunked_prefill", "gpu_memory_utilization", "block_size",
               "max_model_len", "kv_cache_dtype", "quantization", "cpu_offload_gb")
 
@@ -94,20 +95,32 @@ _NOTES: dict[str, common.NoteText] = {
 
 
 def vllm_engine_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model_len: int,
-                     kv_capacity_tokens: int | None = None) -> tuple[dict[str, Any], list[str]]:
+                     kv_capacity_tokens: int | None = None,
+                     quantized_model: str | None = None) -> tuple[dict[str, Any], list[str]]:
     """vLLM (V1) engine arguments for ``config`` plus notes for what vLLM lacks.
 
     ``kv_capacity_tokens`` (per replica, from the search's memory plan) is used in the advice for
     eviction-free schedulers; without it :func:`tuner.core.memory.plan_memory` estimates it.
+    ``enable_expert_parallel`` (mixture-of-experts models only) splits whole experts over the
+    tensor x data parallel GPUs (vLLM's default all2all backend, allgather_reducescatter).
     """
-    dep = common.Deployment(config, model, gpu, max_model_len, kv_capacity_tokens)
+    check_model_config(config, model)
+    dep = common.Deployment(config, model, gpu, max_model_len, kv_capacity_tokens,
+                            quantized_model)
     args = common.mapped_args(config, "vllm")
-    args |= {"model": model.hf_id or model.name, "max_model_len": max_model_len}
+    args |= {"model": dep.checkpoint, "max_model_len": max_model_len}
     if "cpu_offload_gb" in args:
         args["cpu_offload_gb"] = _cpu_offload_gb(config, model)
     if "quantization" in args and not gpu.fp8_tflops:  # FP8 weights need FP8 tensor cores
         del args["quantization"]
-    return common.in_order(args, _ARG_ORDER), common.notes_for(dep, _NOTES)
+    notes = common.notes_for(dep, _NOTES)
+    if dep.checkpoint != (model.hf_id or model.name):
+        # a pre-quantized checkpoint carries its quantization config; vLLM reads it from there
+        args.pop("quantization", None)
+        notes = [n for n in notes if not n.startswith("weight_bits=")]
+        notes.append(f"model: {dep.checkpoint} is the {config.weight_bits}-bit checkpoint given "
+                     "with --quantized-model; vLLM takes its quantization from the checkpoint.")
+    return common.in_order(args, _ARG_ORDER), notes
 
 
 def vllm_cli_options(args: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -117,11 +130,12 @@ def vllm_cli_options(args: dict[str, Any]) -> list[tuple[str, Any]]:
 
 # ---- vllm serve --config YAML -----------------------------------------------------------------
 def to_vllm_yaml(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model_len: int,
-                 header: str = "", kv_capacity_tokens: int | None = None) -> str:
+                 header: str = "", kv_capacity_tokens: int | None = None,
+                 quantized_model: str | None = None) -> str:
     """YAML for ``vllm serve --config FILE`` (dashed long option names, as vLLM documents)."""
     args, notes = vllm_engine_args(
-        config, model, gpu, max_model_len=max_model_len, kv_capacity_tokens=kv_capacity_tokens
-    )
+        config, model, gpu, max_model_len=max_model_len, kv_capacity_tokens=kv_capacity_tokens,
+        quantized_model=quantized_model)
     title = [f"# vLLM engine configuration written by tuner for {config.gpu} x{config.num_gpus}.",
              "# Run: vllm serve --config THIS_FILE"]
     body = yaml.safe_dump(dict(vllm_cli_options(args)), sort_keys=False,
@@ -167,15 +181,16 @@ def from_vllm_yaml(text: str, *, gpu: str | None = None) -> ServingConfig:
 def to_vllm_run_batch(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model_len: int,
                       input_path: str = "INPUT.jsonl", output_path: str = "OUTPUT.jsonl",
                       served_model_name: str | None = None, header: str = "",
-                      kv_capacity_tokens: int | None = None) -> str:
+                      kv_capacity_tokens: int | None = None,
+                      quantized_model: str | None = None) -> str:
     """A ``vllm run-batch`` command line for an OpenAI Batch API JSONL, with every engine argument.
 
     ``served_model_name``: the ``body.model`` the batch's requests name, when it differs from the
     checkpoint id (vLLM answers only requests for a model it serves).
     """
     args, notes = vllm_engine_args(
-        config, model, gpu, max_model_len=max_model_len, kv_capacity_tokens=kv_capacity_tokens
-    )
+        config, model, gpu, max_model_len=max_model_len, kv_capacity_tokens=kv_capacity_tokens,
+        quantized_model=quantized_model)
     title = [f"# vLLM offline batch run written by tuner for {config.gpu} x{config.num_gpus}.",
              "# Input: OpenAI Batch API JSONL (custom_id, method, url, body), one request a line;",
              "# results go to the output JSONL in the same order."]
@@ -200,11 +215,27 @@ def from_vllm_run_batch(text: str, *, gpu: str | None = None) -> ServingConfig:
 # ---- the export registry's entries (tuner.exports.formats) ------------------------------------
 def render_yaml(dep: common.Deployment, opts: common.RenderOptions) -> str:
     return to_vllm_yaml(dep.config, dep.model, dep.gpu, max_model_len=dep.max_model_len,
-                        header=opts.header, kv_capacity_tokens=dep.kv_capacity_tokens)
+                        header=opts.header, kv_capacity_tokens=dep.kv_capacity_tokens,
+                        quantized_model=dep.quantized_model)
 
 
 def render_run_batch(dep: common.Deployment, opts: common.RenderOptions) -> str:
     return to_vllm_run_batch(dep.config, dep.model, dep.gpu, max_model_len=dep.max_model_len,
                              header=opts.header, kv_capacity_tokens=dep.kv_capacity_tokens,
                              input_path=opts.input_path, output_path=opts.output_path,
-                             served_model_name=opts.served_model_name)
+                             served_model_name=opts.served_model_name,
+                             quantized_model=dep.quantized_model)
+
+
+def yaml_engine_argv(text: str) -> list[list[str]]:
+    """The engine arguments a ``vllm serve --config`` YAML holds, as one argv."""
+    data = yaml.safe_load(text) or {}
+    return [common.engine_tokens(data)]
+
+
+def run_batch_engine_argv(text: str) -> list[list[str]]:
+    """The engine arguments of a ``vllm run-batch`` command (input/output files dropped)."""
+    opts = common.read_command(text, "run-batch", "vllm run-batch command")
+    for short in ("i", "o", "input-file", "output-file", "served-model-name"):
+        opts.pop(short, None)
+    return [common.engine_tokens(opts)]

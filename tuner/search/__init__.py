@@ -20,14 +20,23 @@ tuner composes Optuna's study / sampler / storage and writes no search algorithm
   when, within the measured error, it is dominated; the winners are always full-workload
   simulations. (Optuna's pruners cannot do this: ``Trial.report`` / ``should_prune`` refuse
   multi-objective studies.)
-* **Polish** (:mod:`.loop`): after most of the budget, every configuration one knob away from
-  the fastest and the cheapest so far is simulated (one trial each, its parameters fixed with
-  Optuna's ``PartialFixedSampler``), round after round until neither improves.
+* **Polish** (:mod:`.loop`): after most of the budget, the configurations one knob away from
+  the fastest and the cheapest so far are simulated one trial at a time (its parameters fixed
+  with Optuna's ``PartialFixedSampler``), following each improvement, until every neighbour of
+  both is simulated. The sampler is reseeded per trial from (seed, trial number)
+  (``SeedPerTrial``), so an interrupted search resumed proposes what the uninterrupted one
+  would, to the same Pareto front.
 * **Exhaustive** (:mod:`.loop`): every point of the space at full fidelity (the reference the
   search is checked against, ``benchmarks/search_quality.py``).
 * **Storage** (:mod:`.storage`): in-memory, an Optuna journal file (the CLI's default, resumable
   after SIGKILL, shared by local workers), SQLite, PostgreSQL or any Optuna RDB URL for many workers (:mod:`.workers`); every worker rebuilds the
   workload, model, GPUs and space from the study's user attributes (``setup_from_study``).
+  ``--n-trials`` counts the study's COMPLETE and RUNNING trials, a total over workers and
+  --resume. A failed search removes its study when it holds no feasible result; a rerun
+  replaces such a study and refuses one with results, saying what to pass. On --resume the
+  RUNNING trials of dead workers are failed: in a local file when no other process holds the
+  study (a flock on its folder, ``StudyHold``), on a database server by Optuna's heartbeat.
+  Local workers die with their search (process group, ``PR_SET_PDEATHSIG``).
 * **Records** (:mod:`.records`): from a finished study to plain records, Pareto front, winners.
 """
 

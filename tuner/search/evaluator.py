@@ -16,6 +16,7 @@ import optuna
 from predictors.protocol import CostModel
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
+from tuner.core.pricing import job_cost_usd
 from tuner.core.workload import Workload
 from tuner.search.records import TrialRecord
 from tuner.search.space import SearchSpace
@@ -194,7 +195,10 @@ class Evaluator:
             if self.sample is not None and not full:
                 s = self._simulate(self.sample, gpu, config)
                 k, eps = self.known.calibration()
-                est = (s.makespan_s * self.scale * k, s.cost_usd * self.scale * k)
+                est_s = s.makespan_s * self.scale * k
+                # the job's bill at the estimated makespan (a provider's billing rounds it)
+                est = (est_s, job_cost_usd(est_s, gpu.price_usd_per_h, config.tp, config.dp,
+                                           gpu.billing))
                 why = self._promotion(params["gpu"], est, eps, number)
                 fid = {"level": "sample", "requests": self.n_sample,
                        "sample_makespan_s": s.makespan_s, "scale": self.scale, "k": k,

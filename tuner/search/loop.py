@@ -4,11 +4,13 @@ feasibility check (:func:`assert_some_gpu_fits`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import warnings
 from collections.abc import Callable
 
+import numpy as np
 import optuna
 from optuna.distributions import CategoricalDistribution
 
@@ -17,16 +19,25 @@ from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
 from tuner.core.workload import Workload
+from tuner.search.baseline import engine_presets
+from tuner.search.constraints import Constraints
 from tuner.search.evaluator import Evaluator, config_key
 from tuner.search.records import TrialRecord
-from tuner.search.settings import SearchSettings
+from tuner.search.settings import SearchSettings, make_sampler
 from tuner.search.space import SearchSpace
-from tuner.search.storage import open_study, study_metadata, workload_tokens
+from tuner.search.storage import (
+    StudyHold,
+    discard_failed_study,
+    open_study,
+    study_metadata,
+    workload_tokens,
+)
 from tuner.sim.simulator import InfeasibleConfig, check_feasible
 
 GRID_CHECK_LIMIT = 20_000  # assert_some_gpu_fits checks every point of spaces up to this size
 # Reference points enqueued first so the front always contains the engines' own defaults:
-# vLLM V1's offline defaults (LLM class: max_num_batched_tokens 8192, max_num_seqs 256) and
+# vLLM V1's offline defaults (LLM class: max_num_batched_tokens 8192, max_num_seqs 256; per GPU
+# and entry point from tuner.core.engine_defaults when the search knows them) and
 # Sarathi-Serve's chunk 512 (§5). Knobs a preset does not name take ServingConfig's
 # default (vLLM's) when the space offers it.
 PRESETS = ({"chunk_size": 8192, "max_running": 256, "scheduler": "vllm"},
@@ -51,10 +62,15 @@ def _preset_value(name: str, values: list, preset: dict):
     return max(values) if name.endswith("_bits") else values[len(values) // 2]
 
 
-def enqueue_presets(study: optuna.Study, space: SearchSpace, gpu_names: list[str]) -> None:
+def enqueue_presets(study: optuna.Study, space: SearchSpace, gpu_names: list[str],
+                    engine: dict[str, dict] | None = None) -> None:
+    """`engine`: GPU -> vLLM's batch defaults for the job's entry point
+    (tuner.search.baseline.engine_presets), replacing the first preset's where given."""
     seen = set()
-    for preset in PRESETS:
+    for i, preset in enumerate(PRESETS):
         for gpu in gpu_names:
+            if i == 0 and engine and gpu in engine:
+                preset = {**PRESETS[0], **engine[gpu]}
             params = {"gpu": gpu, **{name: _preset_value(name, values, preset)
                                      for name, values in space.knobs.items()}}
             if config_key(params) not in seen:
@@ -62,16 +78,65 @@ def enqueue_presets(study: optuna.Study, space: SearchSpace, gpu_names: list[str
                 study.enqueue_trial(params, skip_if_exists=True)
 
 
-def _set_attrs(trial: optuna.Trial, values: tuple, attrs: dict) -> None:
+def trial_constraints(values, attrs: dict, constraints: Constraints | None) -> dict[str, float]:
+    """A trial's Optuna constraints (> 0: violated): it fits, and with a --deadline / --budget
+    by how much (relative) it misses them. TPE and NSGA-II steer by them."""
+    out = {"fits": 0.0 if attrs.get("feasible") else 1.0}
+    if constraints is not None and constraints.on_figures:
+        out["deadline"], out["budget"] = constraints.violations(*values)
+    return out
+
+
+def _set_attrs(trial: optuna.Trial, values: tuple, attrs: dict,
+               constraints: Constraints | None = None) -> None:
     for k, v in attrs.items():
         trial.set_user_attr(k, v)
-    trial.set_constraint("fits", 0.0 if attrs.get("feasible") else 1.0)  # > 0: infeasible
+    for k, v in trial_constraints(values, attrs, constraints).items():
+        trial.set_constraint(k, v)  # > 0: infeasible
 
 
-def _objective(ev: Evaluator, gpu_names: list[str], shared: bool):
+def _evaluate(ev: Evaluator, params: dict, number: int, constraints: Constraints, *,
+              full: bool = False) -> tuple[tuple, dict]:
+    """ev.evaluate, except a plan the constraints exclude before simulating (--max-gpus, a
+    quantized plan without a checkpoint) is an infeasible trial saying why."""
+    config = ev.config(params)
+    why = constraints.plan_violation(config.gpu, config.num_gpus, config.weight_bits,
+                                     bool(ev.gpus[config.gpu].fp8_tflops))
+    if why is not None:
+        return (math.inf, math.inf), {"feasible": False, "reason": why,
+                                      "fidelity": {"level": "full"}}
+    return ev.evaluate(params, number, full=full)
+
+
+def polish_targets(ev: Evaluator, constraints: Constraints) -> tuple:
+    """Configurations the polish explores around: the fastest and the cheapest so far and,
+    with a deadline or budget, the best plan that meets it."""
+    targets = [ev.known.best[i][2] for i in (0, 1) if i in ev.known.best]
+    if constraints.on_figures:
+        goal = 1 if constraints.goal == "cheapest" else 0
+        best = None
+        for key, (values, rec, _n) in ev.known.done.items():
+            if rec.feasible and rec.level == "full" and constraints.meets(*values):
+                cand = (values[goal], values[1 - goal], key)
+                if best is None or cand < best:
+                    best = cand
+        if best is not None and best[2] not in targets:
+            targets.append(best[2])
+    return tuple(targets)
+
+
+def _objective(ev: Evaluator, gpu_names: list[str], shared: bool,
+               constraints: Constraints | None = None, *, n_trials: int | None = None):
+    """The Optuna objective. `n_trials` (several workers): a trial started beyond the study's
+    budget (:func:`_over_budget`) is PRUNED, unsimulated, and its worker stops."""
     space = ev.space
+    constraints = constraints or Constraints()
 
     def objective(trial: optuna.Trial) -> tuple[float, float]:
+        if n_trials is not None and _over_budget(trial, n_trials):
+            trial.set_user_attr("over_budget", True)
+            trial.study.stop()
+            raise optuna.TrialPruned()
         params = {"gpu": trial.suggest_categorical("gpu", gpu_names)}
         for name, values in space.knobs.items():
             params[name] = trial.suggest_categorical(name, values)
@@ -82,10 +147,10 @@ def _objective(ev: Evaluator, gpu_names: list[str], shared: bool):
         if prev is not None:  # identical config already simulated: reuse, do not re-simulate
             values, rec, _first = prev
             _set_attrs(trial, values, {"duplicate": True, "feasible": rec.feasible,
-                                       "fidelity": {"level": rec.level}})
+                                       "fidelity": {"level": rec.level}}, constraints)
             return tuple(values)
-        values, attrs = ev.evaluate(params, trial.number)
-        _set_attrs(trial, values, attrs)
+        values, attrs = _evaluate(ev, params, trial.number, constraints)
+        _set_attrs(trial, values, attrs, constraints)
         ev.known.add(trial.number, params,
                      TrialRecord.from_attrs(trial.number, params, values, attrs))
         return values
@@ -93,8 +158,83 @@ def _objective(ev: Evaluator, gpu_names: list[str], shared: bool):
     return objective
 
 
-def _count_complete(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+# What --n-trials counts: COMPLETE trials (a duplicate, i.e. a configuration already simulated
+# and answered from the first simulation, is a COMPLETE trial and counts), plus RUNNING ones
+# (in flight in this or another process), in the persistent study: so the number is a total
+# across --workers and --resume. FAIL (an interrupted or a dead worker's trial, see
+# storage.fail_stale_trials) and PRUNED (over the budget, below) do not count.
+BUDGET_STATES = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING)
+
+
+def _count_budget(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=BUDGET_STATES))
+
+
+def _over_budget(trial: optuna.Trial, n_trials: int) -> bool:
+    """Several workers on one study: trial `trial` is beyond the budget when n_trials trials
+    numbered before it are COMPLETE or RUNNING. Trial numbers are handed out by the storage
+    one at a time, so this rule lets exactly the first n_trials counting trials run."""
+    ahead = trial.study.get_trials(deepcopy=False, states=BUDGET_STATES)
+    return sum(1 for t in ahead if t.number < trial.number) >= n_trials
+
+
+class SeedPerTrial(optuna.samplers.BaseSampler):
+    """The search's sampler reseeded for every trial from (seed, trial number): the
+    proposal of trial k depends only on the seed, k and the trials before it. A search
+    interrupted and resumed therefore proposes exactly what the uninterrupted one would (the
+    same trials, the same Pareto front), and a resumed sampler never replays its first draws
+    (each replay would be a duplicate that uses up a trial)."""
+
+    def __init__(self, settings: SearchSettings) -> None:
+        self._settings = settings
+        self._inner = self._make(settings.seed)
+
+    def _make(self, seed: int) -> optuna.samplers.BaseSampler:
+        with warnings.catch_warnings():  # TPE's multivariate is "experimental"
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return make_sampler(dataclasses.replace(self._settings, seed=seed))
+
+    def reseed_rng(self) -> None:
+        self._inner.reseed_rng()
+
+    def infer_relative_search_space(self, study, trial):
+        return self._inner.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study, trial, search_space):
+        return self._inner.sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        return self._inner.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study, trial) -> None:
+        seeds = np.random.SeedSequence([self._settings.seed, trial.number]).generate_state(2)
+        # TPE and NSGA-II draw from two random states (their own and their RandomSampler's):
+        # reseeded in place, which is what a fresh sampler would be but costs nothing (a
+        # fresh NSGA-II per trial: +4.5 s CPU per 600 trials); a sampler without them is made
+        # afresh.
+        states = (getattr(self._inner, "_rng", None),
+                  getattr(getattr(self._inner, "_random_sampler", None), "_rng", None))
+        if all(hasattr(st, "rng") for st in states):
+            for st, seed in zip(states, seeds, strict=True):
+                st.rng.seed(int(seed))
+        else:
+            self._inner = self._make(int(seeds[0]))
+        self._inner.before_trial(study, trial)
+
+    def after_trial(self, study, trial, state, values) -> None:
+        self._inner.after_trial(study, trial, state, values)
+
+
+def next_polish(ev: Evaluator, gpu_names: list[str], constraints: Constraints) -> dict | None:
+    """The polish's next configuration: the first one a knob away from a polish target (the
+    fastest, the cheapest, the best within --deadline / --budget) that is not simulated yet;
+    None when every neighbour of every target is (each target is a local optimum). Derived
+    from the trials alone, so a resumed search polishes as the uninterrupted one would."""
+    for key in polish_targets(ev, constraints):
+        for p in neighbours(key, ev.space, gpu_names):
+            if config_key(p) not in ev.known.done:
+                return p
+    return None
 
 
 def neighbours(key: tuple, space: SearchSpace, gpu_names: list[str]) -> list[dict]:
@@ -110,72 +250,74 @@ def neighbours(key: tuple, space: SearchSpace, gpu_names: list[str]) -> list[dic
 
 def optimize(study: optuna.Study, ev: Evaluator, settings: SearchSettings, *, shared: bool,
               on_trial: Callable | None, mirror: optuna.Study | None = None) -> None:
-    """Run trials on `study` until it holds n_trials complete ones: the sampler proposes the
-    first POLISH_AT share of the budget; then every configuration one knob away from the
-    fastest and from the cheapest found so far is enqueued, round after round until neither
-    improves (a sampler's best is rarely a local optimum of a discrete space; measured on the
+    """Run trials on `study` until the study holds n_trials (see BUDGET_STATES: a total over
+    every process and every --resume): the sampler (SeedPerTrial) proposes the first
+    POLISH_AT share of the budget; then the polish simulates, one trial at a time, the
+    configurations one knob away from the fastest and the cheapest found so far
+    (:func:`next_polish`), following each improvement, until every neighbour of each is
+    simulated (a sampler's best is rarely a local optimum of a discrete space; measured on the
     default space: without this, NSGA-II misses the grid's cheapest by 2-7 % on 3 seeds of
     10 at 1,200 trials); the sampler has what is left. `mirror`: the persistent study an
     in-memory `study` copies each finished trial into (one transaction per trial instead of
-    one per parameter and attribute)."""
+    one per parameter and attribute); the budget is counted there."""
     gpu_names = list(ev.gpus)
     ev.known.ingest(study)
     if settings.exhaustive:
         _exhaustive(mirror or study, ev, settings, on_trial)
         return
-    if settings.n_trials <= _count_complete(study):
+    counted = mirror or study  # the persistent study: other processes' trials count too
+    if settings.n_trials <= _count_budget(counted):
         return
+    study.sampler = SeedPerTrial(settings)
     t_end = None if settings.timeout_s is None else time.monotonic() + settings.timeout_s
     callbacks = []
     if mirror is not None:
-        def persist(_study, trial):
-            if trial.state == optuna.trial.TrialState.COMPLETE:
-                mirror.add_trial(trial)
+        def persist(st, trial):
+            if trial.state != optuna.trial.TrialState.COMPLETE:
+                return
+            if _count_budget(mirror) >= settings.n_trials:  # a concurrent --resume filled it
+                st.stop()
+                return
+            mirror.add_trial(trial)
 
         callbacks.append(persist)
     if on_trial:
         callbacks.append(on_trial)
-    if shared:  # several workers: stop when the study as a whole has its trials
-        callbacks.append(optuna.study.MaxTrialsCallback(
-            settings.n_trials, states=(optuna.trial.TrialState.COMPLETE,)))
-    objective = _objective(ev, gpu_names, shared)
+
+    def at_budget(st, _trial):
+        if _count_budget(counted) >= settings.n_trials:
+            st.stop()
+
+    callbacks.append(at_budget)
+    objective = _objective(ev, gpu_names, shared, settings.constraints,
+                           n_trials=settings.n_trials if shared else None)
 
     def run(n: int) -> bool:
         """Up to `n` more trials, fewer when the study has its n_trials; False when the study
         has them or time is up (nothing more to do)."""
-        n = min(n, settings.n_trials - _count_complete(study))
+        n = min(n, settings.n_trials - _count_budget(counted))
         left = None if t_end is None else t_end - time.monotonic()
         if n > 0 and (left is None or left > 0):
             study.optimize(objective, n_trials=n, timeout=left, callbacks=callbacks, catch=(),
                            gc_after_trial=False)
         return (t_end is None or time.monotonic() < t_end) and \
-            _count_complete(study) < settings.n_trials
+            _count_budget(counted) < settings.n_trials
 
-    if not run(math.ceil(POLISH_AT * settings.n_trials) - _count_complete(study)):
+    if not run(math.ceil(POLISH_AT * settings.n_trials) - _count_budget(counted)):
         return
     sampler = study.sampler
     try:
         while True:  # polish: each candidate is one trial with every parameter fixed
-            targets = tuple(ev.known.best[i][2] for i in (0, 1) if i in ev.known.best)
-            cand = {}
-            for key in targets:
-                for p in neighbours(key, ev.space, gpu_names):
-                    cand.setdefault(config_key(p), p)
-            todo = [p for k, p in cand.items() if k not in ev.known.done]
-            if not todo:
+            if shared:  # what other workers simulated meanwhile
+                ev.known.ingest(study)
+            p = next_polish(ev, gpu_names, settings.constraints)
+            if p is None:
                 break
-            for p in todo:
-                if shared:
-                    ev.known.ingest(study)
-                if config_key(p) in ev.known.done:  # another worker got there first
-                    continue
-                with warnings.catch_warnings():  # "experimental" since Optuna 2.4
-                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                    study.sampler = optuna.samplers.PartialFixedSampler(p, sampler)
-                if not run(1):
-                    return
-            if tuple(ev.known.best[i][2] for i in (0, 1) if i in ev.known.best) == targets:
-                break
+            with warnings.catch_warnings():  # "experimental" since Optuna 2.4
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                study.sampler = optuna.samplers.PartialFixedSampler(p, sampler)
+            if not run(1):
+                return
     finally:
         study.sampler = sampler
     run(settings.n_trials)
@@ -205,12 +347,12 @@ def _exhaustive(study: optuna.Study, ev: Evaluator, settings: SearchSettings,
             continue
         if t_end is not None and time.monotonic() > t_end:
             break
-        values, attrs = ev.evaluate(params, number, full=True)
+        values, attrs = _evaluate(ev, params, number, settings.constraints, full=True)
         # add_trials numbers them in order
         ev.known.add(number, params, TrialRecord.from_attrs(number, params, values, attrs))
         batch.append(optuna.trial.create_trial(
             values=list(values), params=params, distributions=dists, user_attrs=attrs,
-            constraints={"fits": 0.0 if attrs["feasible"] else 1.0}))
+            constraints=trial_constraints(values, attrs, settings.constraints)))
         number += 1
         if len(batch) >= 500 or time.monotonic() - last_flush > 1.0:
             flush()
@@ -226,23 +368,29 @@ def run_search(workload: Workload, model: ModelSpec, gpus: dict[str, GPU], space
     (exhaustive) every point of the space is simulated. `metadata`: extra keys for the study's
     metadata attribute (the CLI adds the workload file's path and loading options)."""
     meta = study_metadata(workload, model, gpus, space, settings, metadata)
-    study = open_study(settings, metadata=meta, workload_tokens=workload_tokens(workload))
+    # Everything that can fail on the inputs fails before the study exists.
     ev = evaluator or Evaluator(workload, model, gpus, space,
                                 sample_fraction=settings.sample_fraction,
                                 cost_model_for=cost_model_for)
-    work, mirror = study, None
-    if settings.storage is not None:
-        # One process owns the study: sample in memory, persist each finished trial whole.
-        # Optuna's RDB storage commits every parameter and attribute of a running trial on its
-        # own (~17 transactions a trial); a finished trial is one transaction, and nothing
-        # unfinished (RUNNING) is left behind by a kill.
-        work = optuna.create_study(directions=study.directions, sampler=study.sampler)
-        work.add_trials(study.get_trials(deepcopy=False,
-                                         states=(optuna.trial.TrialState.COMPLETE,)))
-        mirror = study
-    if not settings.exhaustive and not work.get_trials(deepcopy=False):
-        enqueue_presets(work, space, list(gpus))
-    optimize(work, ev, settings, shared=False, on_trial=on_trial, mirror=mirror)
+    try:
+        with StudyHold(settings.storage):
+            study = open_study(settings, metadata=meta, workload_tokens=workload_tokens(workload))
+            work, mirror = study, None
+            if settings.storage is not None:
+                # One process owns the study: sample in memory, persist each finished trial
+                # whole. Optuna's RDB storage commits every parameter and attribute of a running
+                # trial on its own (~17 transactions a trial); a finished trial is one
+                # transaction, and nothing unfinished (RUNNING) is left behind by a kill.
+                work = optuna.create_study(directions=study.directions, sampler=study.sampler)
+                work.add_trials(study.get_trials(deepcopy=False,
+                                                 states=(optuna.trial.TrialState.COMPLETE,)))
+                mirror = study
+            if not settings.exhaustive:  # the presets not run yet (all of them when new)
+                enqueue_presets(work, space, list(gpus), engine_presets(gpus, meta))
+            optimize(work, ev, settings, shared=False, on_trial=on_trial, mirror=mirror)
+    except BaseException as exc:
+        discard_failed_study(settings, exc)  # none without results left to block the rerun
+        raise
     return study
 
 
@@ -256,8 +404,8 @@ def prepare_study(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
                          "cannot be shared.")
     meta = study_metadata(workload, model, gpus, space, settings, metadata)
     study = open_study(settings, metadata=meta, workload_tokens=workload_tokens(workload))
-    if not settings.exhaustive and not study.get_trials(deepcopy=False):
-        enqueue_presets(study, space, list(gpus))
+    if not settings.exhaustive:  # the presets not run nor queued yet (all of them when new)
+        enqueue_presets(study, space, list(gpus), engine_presets(gpus, meta))
     return study
 
 

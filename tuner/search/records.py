@@ -19,6 +19,7 @@ from tuner.core.catalog import GPU
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
 from tuner.core.provenance import Provenance
+from tuner.search.constraints import Constraints
 
 GOALS = ("fastest", "cheapest")
 # A study written before trials recorded their provenance kind: never claimed as measured.
@@ -49,6 +50,12 @@ class TrialRecord:
     values: tuple[float, ...] | None = None  # the study's objectives (makespan_s, cost_usd)
     fidelity: dict = field(default_factory=dict)  # multi-fidelity: level, sample figures
     duplicate: bool = False  # a repeat of a configuration already simulated
+    # vLLM's defaults on the same GPU type and count, and the gain over them
+    # (tuner.search.baseline.attach_baselines; winners and Pareto points only)
+    baseline: dict | None = None
+    # meets the study's --deadline / --budget (tuner.search.constraints); winners are picked
+    # among the records that do whenever one does
+    within: bool = True
 
     @classmethod
     def from_trial(cls, trial: optuna.trial.FrozenTrial, fixed: dict | None = None) -> TrialRecord:
@@ -78,12 +85,16 @@ class TrialRecord:
                    reason=d.get("reason") or "", metrics=d.get("metrics"),
                    memory=d.get("memory"),
                    provenance=provenance_from_attrs(d.get("provenance") or None,
-                                                    d.get("provenance_kind")))
+                                                    d.get("provenance_kind")),
+                   baseline=d.get("vllm_defaults"))
 
     def to_dict(self) -> dict:
-        return {"number": self.number, "config": self.config, "feasible": self.feasible,
-                "reason": self.reason, "metrics": self.metrics, "memory": self.memory,
-                "provenance": str(self.provenance) if self.provenance is not None else ""}
+        d = {"number": self.number, "config": self.config, "feasible": self.feasible,
+             "reason": self.reason, "metrics": self.metrics, "memory": self.memory,
+             "provenance": str(self.provenance) if self.provenance is not None else ""}
+        if self.baseline is not None:
+            d["vllm_defaults"] = self.baseline
+        return d
 
     @property
     def level(self) -> str:
@@ -122,6 +133,7 @@ def trial_records(study: optuna.Study) -> list[TrialRecord]:
     configuration two workers simulated at once are left out)."""
     meta = study.user_attrs.get("metadata") or {}
     fixed = meta.get("fixed", {})
+    limits = Constraints.from_dict(meta.get("constraints"))
     out, seen = [], set()
     for t in completed(study):
         key = tuple(sorted(t.params.items()))
@@ -131,15 +143,28 @@ def trial_records(study: optuna.Study) -> list[TrialRecord]:
         if r.duplicate or r.level != "full":
             continue
         seen.add(key)
+        if limits.on_figures and r.feasible:
+            r.within = limits.meets(r.makespan_s, r.cost_usd)
         out.append(r)
     return out
+
+
+def study_constraints(study: optuna.Study) -> Constraints:
+    """The --deadline / --budget / --max-gpus a study was searched under."""
+    return Constraints.from_dict((study.user_attrs.get("metadata") or {}).get("constraints"))
+
+
+def _preferred(feas: list[TrialRecord]) -> list[TrialRecord]:
+    """The records that meet the study's deadline/budget, or all when none does."""
+    within = [r for r in feas if r.within]
+    return within or feas
 
 
 def rank(records: Iterable[TrialRecord], goal: str) -> list[TrialRecord]:
     """Feasible records best-first on ``goal`` (ties: the other objective, then trial number)."""
     if goal not in GOALS:
         raise TunerError(f"Unknown goal {goal!r}; choose fastest or cheapest.")
-    feas = [r for r in records if r.feasible]
+    feas = _preferred([r for r in records if r.feasible])
     if goal == "fastest":
         return sorted(feas, key=lambda r: (r.makespan_s, r.cost_usd, r.number))
     return sorted(feas, key=lambda r: (r.cost_usd, r.makespan_s, r.number))
@@ -148,7 +173,8 @@ def rank(records: Iterable[TrialRecord], goal: str) -> list[TrialRecord]:
 def pareto(records: Iterable[TrialRecord]) -> list[int]:
     """Trial numbers not dominated in (makespan_s, cost_usd), sorted by makespan."""
     front, best_cost = [], math.inf
-    for r in rank(records, "fastest"):
+    feas = [r for r in records if r.feasible]
+    for r in sorted(feas, key=lambda r: (r.makespan_s, r.cost_usd, r.number)):
         if r.cost_usd < best_cost:
             front.append(r.number)
             best_cost = r.cost_usd

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import optuna
 
 from tuner.core.errors import TunerError
+from tuner.search.constraints import Constraints
 
 OBJECTIVES = ("makespan_s", "cost_usd")
 SAMPLERS = ("auto", "tpe", "nsga2")
@@ -30,6 +31,8 @@ class SearchSettings:
     # Share of the workload simulated first (multi-fidelity); None: SAMPLE_FRACTION when the
     # workload has >= 4 x MIN_SAMPLE requests; 1.0 (or 0): full workload only.
     sample_fraction: float | None = None
+    # --deadline / --budget / --max-gpus / --quantized-model (tuner.search.constraints)
+    constraints: Constraints = field(default_factory=Constraints)
 
     def __post_init__(self) -> None:
         if not 0 <= self.seed < 2**32:  # numpy's and Optuna's seed range

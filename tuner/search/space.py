@@ -77,9 +77,12 @@ def load_space(path: str | Path | None = None) -> SearchSpace:
             raise TunerError(f"Search space {path} does not exist (shipped spaces, by name: "
                              f"{', '.join(Path(n).stem for n in shipped_space_names())}).")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         raise TunerError(f"{path}: not valid YAML ({' '.join(str(exc).split())}).") from None
+    if raw is None:  # an empty file is a mistake, not "search the GPUs at the defaults"
+        raise TunerError(f"{path}: empty; a search space has a 'knobs:' section (knob: list of "
+                         "values) and/or a 'fixed:' one (knob: value).")
     if not isinstance(raw, dict):
         raise TunerError(f"{path}: expected a mapping with 'knobs:' and 'fixed:' sections.")
     unknown = set(raw) - {"knobs", "fixed"}

@@ -17,7 +17,8 @@ import optuna
 
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.errors import TunerError
-from tuner.core.workload import Workload
+from tuner.core.workload import Workload, pack_lengths, unpack_lengths
+from tuner.search.constraints import Constraints
 from tuner.search.settings import SearchSettings, make_sampler
 from tuner.search.space import SearchSpace
 
@@ -183,67 +184,269 @@ def _serialize_sqlite(engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def check_study_settings(settings: SearchSettings) -> None:
+# ---- who holds a study ---------------------------------------------------------------------------
+# Every process that runs trials of a study kept in a local file (journal or SQLite) holds a
+# flock() on the file's folder while it does (StudyHold): exclusive while it opens the study
+# and cleans it up, shared afterwards. A process that gets it exclusively is the only one, and
+# the kernel drops the lock of a process that dies (SIGKILL included), so "no other process
+# holds the study" is never stale. The lock is per folder: a search of another study in the
+# same folder counts as a holder too, which errs towards leaving a trial RUNNING and a study in
+# place. A database server (PostgreSQL) has no such lock; there a dead worker's RUNNING trial
+# is failed by Optuna's heartbeat (HEARTBEAT_S).
+_HELD: dict[str, list] = {}  # folder -> [fd, depth, alone, exclusive], per process
+
+
+def local_file(url: str | None) -> Path | None:
+    """The file of a journal or SQLite storage URL; None for a database server or in-memory."""
+    if url is None:
+        return None
+    path = journal_path(url)
+    if path is None and url.startswith("sqlite:///") and url[10:] not in ("", ":memory:"):
+        path = Path(url[10:])
+    return path
+
+
+class StudyHold:
+    """``with StudyHold(url) as hold``: this process runs trials of the study in `url`.
+    ``hold.alone``: True when no other process held it on entry, False when one did, None for a
+    database server (unknown). Entered alone, the hold is exclusive (others wait to enter)
+    until :meth:`share`: the clean-up of :func:`open_study` runs before anyone joins.
+    Re-entrant within a process (the inner hold reports the outer one's `alone`)."""
+
+    def __init__(self, url: str | None) -> None:
+        path = local_file(url)
+        self._key = str(path.resolve().parent) if path is not None else None
+        self._entered = False
+        self.alone: bool | None = None
+
+    def __enter__(self) -> StudyHold:
+        if self._key is None:
+            return self
+        entry = _HELD.get(self._key)
+        if entry is not None:
+            entry[1] += 1
+        elif not os.path.isdir(self._key):  # nothing can hold a folder that does not exist
+            self.alone = True
+            return self
+        else:
+            fd = os.open(self._key, os.O_RDONLY)
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    entry = [fd, 1, True, True]
+                except BlockingIOError:
+                    fcntl.flock(fd, fcntl.LOCK_SH)  # waits while another one cleans up
+                    entry = [fd, 1, False, False]
+            except BaseException:
+                os.close(fd)
+                raise
+            _HELD[self._key] = entry
+        self._entered = True
+        self.alone = entry[2]
+        return self
+
+    def share(self) -> None:
+        """Let other processes hold the study too (workers, a concurrent --resume)."""
+        entry = _HELD.get(self._key) if self._entered else None
+        if entry is not None and entry[3]:
+            fcntl.flock(entry[0], fcntl.LOCK_SH)
+            entry[3] = False
+
+    def __exit__(self, *exc) -> None:
+        if not self._entered:
+            return
+        self._entered = False
+        entry = _HELD[self._key]
+        entry[1] -= 1
+        if entry[1] == 0:
+            del _HELD[self._key]
+            os.close(entry[0])  # closing the descriptor drops the lock
+
+
+def fail_stale_trials(study: optuna.Study, alone: bool | None) -> int:
+    """Mark RUNNING trials that nobody runs any more FAIL (they neither count towards
+    --n-trials nor block it); returns how many. The rule: in a local file (journal, SQLite)
+    every RUNNING trial is stale when no other process holds the study (`alone`, see
+    StudyHold); on a database server a trial is stale when its worker's heartbeat stopped 2 x
+    HEARTBEAT_S ago (Optuna's fail_stale_trials). An enqueued preset that was running is
+    enqueued again, so it is still evaluated."""
+    if alone is None:
+        before = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,)))
+        with warnings.catch_warnings():  # "experimental" in Optuna 5
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(study)
+        return len(study.get_trials(deepcopy=False,
+                                    states=(optuna.trial.TrialState.FAIL,))) - before
+    if not alone:
+        return 0
+    stale = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    for t in stale:
+        study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+        fixed = t.system_attrs.get("fixed_params")
+        if fixed:
+            study.enqueue_trial(fixed)
+    return len(stale)
+
+
+# ---- creating, resuming, replacing a study -------------------------------------------------------
+def _differs(old: dict | None, new: dict | None) -> str | None:
+    """What makes `new` another search than the study's `old` metadata, or None."""
+    for key, what in _SAME.items():
+        if old and new and key in old and key in new and old[key] != new[key]:
+            return f"another {what} ({_short(old[key])} vs now {_short(new[key])})"
+    return None
+
+
+def _new_study_hint(url: str) -> str:
+    path = journal_path(url) or local_file(url)
+    if path is not None and path.name in (JOURNAL_FILE, LEGACY_DB_FILE):
+        return f"--out DIR or --study NAME, or delete {path} to start over"
+    if path is not None:
+        return f"--storage URL or --study NAME, or delete {path} to start over"
+    return ("--study NAME, or delete it (optuna delete-study --storage URL "
+            "--study-name NAME)")
+
+
+def _drop_study(storage, url: str, name: str, names: list[str]) -> bool:
+    """Remove study `name` (it has no result and no other process holds it). A journal file
+    holding only that study is deleted whole (True: `storage` is stale, make a new one)."""
+    path = journal_path(url)
+    if path is not None and names == [name]:
+        path.unlink(missing_ok=True)
+        return True
+    optuna.delete_study(study_name=name, storage=storage)
+    return False
+
+
+def _settle_existing(settings: SearchSettings, storage, alone: bool | None,
+                     metadata: dict | None):
+    """Decide what happens to an existing study of this name before the search opens it:
+    resume it (failing its stale RUNNING trials), replace it (no feasible result and no other
+    process holds it: a failed, refused or killed run left it), or refuse with one line that
+    says exactly what to pass. Returns the storage to open."""
+    url, name = settings.storage, settings.study_name
+    try:
+        names = optuna.study.get_all_study_names(storage)
+    except Exception as exc:  # noqa: BLE001 - storage URLs fail in many driver-specific ways
+        raise _storage_error(url, exc) from None
+    if name not in names:
+        return storage
+    study = optuna.load_study(study_name=name, storage=storage)
+    differs = _differs(study.user_attrs.get("metadata"), metadata)
+    if settings.resume and not differs:
+        fail_stale_trials(study, alone)
+        return storage
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    n_feasible = sum(1 for t in done if t.user_attrs.get("feasible"))
+    if alone and n_feasible == 0 and local_file(url) is not None:
+        # nothing in it worth keeping
+        return make_storage(url) if _drop_study(storage, url, name, names) else storage
+    if alone is False:
+        raise TunerError(
+            f"Study {name!r} in {url} is being searched by another process right now; "
+            + (f"it was searched with {differs}; start a new one with "
+               if differs else "pass --resume to join it (--n-trials is their total), or "
+               "start a new one with ") + _new_study_hint(url) + ".")
+    have = f"{len(done)} finished trial(s), {n_feasible} feasible"
+    if differs:
+        raise TunerError(f"Study {name!r} in {url} was searched with {differs} and has {have}; "
+                         f"start a new one with {_new_study_hint(url)}.")
+    raise TunerError(f"Study {name!r} already exists in {url} with {have}; pass --resume to "
+                     f"continue it, or start a new one with {_new_study_hint(url)}.")
+
+
+def check_study_settings(settings: SearchSettings, metadata: dict | None = None) -> None:
     """Fail early (before any progress output) on a bad sampler, an unreachable storage, or a
-    study that already exists without --resume."""
+    study of this name that the search may not reuse (see _settle_existing; `metadata`: the
+    search's, to refuse --resume of another search before the progress output)."""
     make_sampler(settings)
-    storage = settings.storage
-    if storage is not None and not settings.resume:
-        try:
-            existing = optuna.study.get_all_study_names(
-                make_storage(storage) if journal_path(storage) else storage_url(storage))
-        except TunerError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - storage URLs fail in many driver-specific ways
-            raise _storage_error(storage, exc) from None
-        if settings.study_name in existing:
-            raise TunerError(
-                f"Study {settings.study_name!r} already exists in {storage}; pass --resume to "
-                "continue it, or --study NAME / --out DIR for a new one.")
+    url = settings.storage
+    if url is None:
+        return
+    file = local_file(url)
+    if file is not None and not file.exists() and file.parent.is_dir():
+        return  # no file, no study (and none created by looking)
+    with StudyHold(url) as hold:
+        storage = make_storage(url) if journal_path(url) else storage_url(url)
+        _settle_existing(settings, storage, hold.alone, metadata)
 
 
 def open_study(settings: SearchSettings, *, metadata: dict | None = None,
                workload_tokens: dict | None = None) -> optuna.Study:
-    """Create the study, or load it with --resume; refuses to silently mix two searches."""
+    """Create the study, or load it with --resume (its stale RUNNING trials failed first);
+    replaces a study of this name that holds no result; refuses to silently mix two
+    searches. Call it inside the StudyHold of the search (it lets other processes in when
+    done)."""
     # ERROR: on Ctrl-C Optuna would log the interrupted trial with a traceback at WARNING.
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    check_study_settings(settings)  # a bad --sampler fails before the storage is touched
-    sampler = make_sampler(settings)
-    storage = make_storage(settings.storage)
-    try:
-        study = optuna.create_study(
-            study_name=settings.study_name, storage=storage, directions=["minimize", "minimize"],
-            sampler=sampler, load_if_exists=settings.resume)
-    except Exception as exc:  # noqa: BLE001
-        raise TunerError(f"Cannot create study in {settings.storage}: {exc}") from None
-    n_old = len(study.get_trials(deepcopy=False))
-    if settings.resume and n_old:
-        # A fresh sampler with the same seed would replay the first run's random draws, and
-        # every replayed draw is a duplicate that uses up a trial; continue from a new seed.
-        study.sampler = make_sampler(dataclasses.replace(settings, seed=settings.seed + n_old))
-    old = study.user_attrs.get("metadata")
-    if metadata and not old:
-        if workload_tokens is not None:
-            study.set_user_attr("workload_tokens", workload_tokens)
-        study.set_user_attr("metadata", metadata)  # last: a worker waits for it
-    elif metadata and old:
-        _check_same_search(settings.study_name, old, metadata)
-        if old.get("search") != metadata.get("search"):  # e.g. more --n-trials: workers follow
+    sampler = make_sampler(settings)  # a bad --sampler fails before the storage is touched
+    with StudyHold(settings.storage) as hold:
+        storage = make_storage(settings.storage)
+        if storage is not None:
+            storage = _settle_existing(settings, storage, hold.alone, metadata)
+        try:
+            study = optuna.create_study(
+                study_name=settings.study_name, storage=storage,
+                directions=["minimize", "minimize"], sampler=sampler,
+                load_if_exists=settings.resume)
+        except Exception as exc:  # noqa: BLE001
+            raise TunerError(f"Cannot create study in {settings.storage}: {exc}") from None
+        old = study.user_attrs.get("metadata")
+        if metadata and not old:
+            if workload_tokens is not None:
+                study.set_user_attr("workload_tokens", workload_tokens)
+            study.set_user_attr("metadata", metadata)  # last: a worker waits for it
+        elif metadata and old and old.get("search") != metadata.get("search"):
+            # e.g. more --n-trials: workers follow
             study.set_user_attr("metadata", {**old, "search": metadata.get("search")})
+        hold.share()
     return study
 
 
+def discard_failed_study(settings: SearchSettings, exc: BaseException) -> bool:
+    """After a search failed with `exc`: remove its study when it holds no feasible result
+    and no other process holds it, so the corrected rerun is not refused ("already exists")
+    nor misled on --resume ("another workload"); True when removed. Kept: a study with
+    results (the rerun's message says to pass --resume) and an interrupted one (Ctrl-C:
+    --resume continues it)."""
+    if _is_interrupt(exc) or settings.storage is None:
+        return False
+    url, name = settings.storage, settings.study_name
+    path = local_file(url)
+    if path is None or not path.is_file():
+        return False
+    try:
+        with StudyHold(url) as hold:
+            if not hold.alone:
+                return False
+            storage = make_storage(url)
+            names = optuna.study.get_all_study_names(storage)
+            if name not in names:
+                return False
+            study = optuna.load_study(study_name=name, storage=storage)
+            done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            if any(t.user_attrs.get("feasible") for t in done):
+                return False
+            _drop_study(storage, url, name, names)
+            return True
+    except Exception:  # noqa: BLE001 - the search's own error is the one to report
+        return False
+
+
+def _is_interrupt(exc: BaseException | None) -> bool:
+    """Ctrl-C, also when another error was raised from it (e.g. while a worker cleans up)."""
+    for _ in range(8):  # a short chain: the error and what it was raised from
+        if exc is None:
+            return False
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 _SAME = {"workload_sha256": "workload", "model": "model", "gpus": "GPU types",
-         "knobs": "search space", "fixed": "fixed knobs", "prices": "GPU prices"}
-
-
-def _check_same_search(name: str, old: dict, new: dict) -> None:
-    """--resume must continue the same search: same workload, model, GPUs, space, prices."""
-    for key, what in _SAME.items():
-        if key in old and key in new and old[key] != new[key]:
-            raise TunerError(f"Study {name!r} was searched with another {what} "
-                             f"({_short(old[key])} vs now {_short(new[key])}); resume it with "
-                             "the same inputs, or start a new study (--study NAME).")
+         "knobs": "search space", "fixed": "fixed knobs", "prices": "GPU prices",
+         "constraints": "--deadline/--budget/--max-gpus/--quantized-model"}
 
 
 def _short(v) -> str:
@@ -260,13 +463,12 @@ def workload_digest(w: Workload) -> str:
 
 
 def workload_tokens(w: Workload) -> dict:
-    """The workload's token counts as plain lists (stored in the study: a worker on another
-    machine simulates exactly these requests, whatever tokenizer it has)."""
-    def lst(a):
-        return None if a is None else np.asarray(a, dtype=np.int64).tolist()
-
-    return {"prompt_tokens": lst(w.prompt_tokens), "output_tokens": lst(w.output_tokens),
-            "prefix_ids": lst(w.prefix_ids), "prefix_tokens": lst(w.prefix_tokens)}
+    """The workload's token counts, packed (stored in the study: a worker on another machine
+    simulates exactly these requests, whatever tokenizer it has; a few bytes per request, where
+    JSON lists cost ~40 bytes per request in every process that reads the study)."""
+    return {"prompt_tokens": pack_lengths(w.prompt_tokens),
+            "output_tokens": pack_lengths(w.output_tokens),
+            "prefix_ids": pack_lengths(w.prefix_ids), "prefix_tokens": pack_lengths(w.prefix_tokens)}
 
 
 def study_metadata(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
@@ -291,6 +493,7 @@ def study_metadata(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
                    "n_trials": settings.n_trials, "timeout_s": settings.timeout_s,
                    "exhaustive": settings.exhaustive,
                    "sample_fraction": settings.sample_fraction},
+        "constraints": settings.constraints.to_dict(),  # tuner.search.constraints
         **(extra or {}),
     }
 
@@ -332,10 +535,17 @@ def setup_from_study(study: optuna.Study, *, workload_path: str | Path | None = 
                              "the study nor on this machine; pass --workload FILE.")
         w = load_workload(Path(path), model=model, skip_invalid=bool(meta.get("skip_invalid")),
                           output_dist=meta.get("output_dist"))
+        if meta.get("on_too_long") == "skip":  # the search left these out (--on-too-long skip)
+            from tuner.core.workload import drop_too_long
+
+            w = drop_too_long(w, model.max_position)[0]
     else:
         def arr(k):
-            v = tokens.get(k)
-            return None if v is None else np.asarray(v, dtype=np.int64)
+            try:
+                return unpack_lengths(tokens.get(k))  # packed, or a list (older studies)
+            except (ValueError, TypeError, KeyError) as exc:
+                raise TunerError(f"Study {study.study_name!r}: stored workload {k} unreadable "
+                                 f"({exc}); pass --workload FILE.") from None
 
         w = Workload(prompt_tokens=arr("prompt_tokens"), output_tokens=arr("output_tokens"),
                      prefix_ids=arr("prefix_ids"), prefix_tokens=arr("prefix_tokens"),
@@ -352,7 +562,8 @@ def setup_from_study(study: optuna.Study, *, workload_path: str | Path | None = 
                               seed=int(s.get("seed", 0)), sampler=s.get("sampler", "auto"),
                               study_name=study.study_name, resume=True,
                               exhaustive=bool(s.get("exhaustive", False)),
-                              sample_fraction=s.get("sample_fraction"))
+                              sample_fraction=s.get("sample_fraction"),
+                              constraints=Constraints.from_dict(meta.get("constraints")))
     return StudySetup(workload=w, model=model, gpus=gpus, space=space, settings=settings,
                       metadata=meta)
 
@@ -390,11 +601,15 @@ def load_study(study_name: str | None, storage: str | None = None, *,
     if path is not None and not path.is_file():  # opening would create an empty journal
         raise TunerError(f"No study journal at {path}; run `tuner search` first, or pass the "
                          "right --storage.")
-    st = make_storage(url)
-    try:
-        names = optuna.study.get_all_study_names(st)
-    except Exception as exc:  # noqa: BLE001 - storage URLs fail in many driver-specific ways
-        raise _storage_error(url, exc) from None
+    file = local_file(url)
+    if file is not None and not file.is_file():  # opening would create an empty SQLite file
+        st, names = None, []
+    else:
+        st = make_storage(url)
+        try:
+            names = optuna.study.get_all_study_names(st)
+        except Exception as exc:  # noqa: BLE001 - storage URLs fail in many driver-specific ways
+            raise _storage_error(url, exc) from None
     if study_name is None:
         if len(names) != 1:
             raise TunerError(f"Storage {url} holds {len(names)} studies"

@@ -1,10 +1,16 @@
 """Workers of a shared study (`tuner worker`, `tuner search --workers N`): the search rebuilt
-from the study's metadata, run until the study has its trials."""
+from the study's metadata, run until the study has its trials; the local worker processes of
+`tuner search --workers N`, which never outlive the search (:class:`LocalWorkers`)."""
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import os
+import signal
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +25,47 @@ from tuner.core.errors import TunerError
 from tuner.search.evaluator import Evaluator
 from tuner.search.loop import optimize
 from tuner.search.settings import SearchSettings, make_sampler
-from tuner.search.storage import StudySetup, load_study, setup_from_study
+from tuner.search.storage import (
+    StudyHold,
+    StudySetup,
+    fail_stale_trials,
+    load_study,
+    setup_from_study,
+)
+
+PARENT_PID_ENV = "TUNER_PARENT_PID"  # set for the workers `tuner search --workers N` starts
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+STOP_GRACE_S = 10.0  # a stopped worker finishes its simulation step, then SIGKILL
+POLL_S = 0.5  # how often the search looks at its workers and the study
+
+
+# ---- a local worker dies with the search that started it ---------------------------------------
+def _parent_pid() -> int | None:
+    value = os.environ.get(PARENT_PID_ENV)
+    return int(value) if value and value.isdigit() else None
+
+
+def parent_gone() -> bool:
+    """True in a local worker whose search has exited (its parent changed: re-parented)."""
+    want = _parent_pid()
+    return want is not None and os.getppid() != want
+
+
+def die_with_parent() -> None:
+    """In a worker started by `tuner search --workers N` (PARENT_PID_ENV set): get SIGINT
+    when the search dies, SIGKILL included (Linux: prctl PR_SET_PDEATHSIG; elsewhere the
+    worker polls :func:`parent_gone` between trials); KeyboardInterrupt at once when the search
+    is gone already. A no-op in a `tuner worker` started by hand."""
+    if _parent_pid() is None:
+        return
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGINT), 0, 0, 0)
+        except (OSError, AttributeError):  # no prctl: the poll between trials remains
+            pass
+    if parent_gone():  # it died before the request took effect
+        raise KeyboardInterrupt
 
 
 @dataclass
@@ -32,8 +78,21 @@ class WorkerJob:
     evaluator: Evaluator
 
     def run(self, on_trial: Callable | None = None) -> optuna.Study:
-        """Trials until the study has its n_trials complete ones (or the timeout)."""
-        optimize(self.study, self.evaluator, self.settings, shared=True, on_trial=on_trial)
+        """Trials until the study has its n_trials (or the timeout). A worker that finds no
+        other process on the study first fails the RUNNING trials dead workers left
+        (storage.fail_stale_trials); a local worker whose search is gone stops."""
+        def after_trial(study, trial):
+            if on_trial is not None:
+                on_trial(study, trial)
+            if parent_gone():
+                raise KeyboardInterrupt
+
+        with StudyHold(self.settings.storage) as hold:
+            if hold.alone is not False:
+                fail_stale_trials(self.study, hold.alone)
+            hold.share()
+            optimize(self.study, self.evaluator, self.settings, shared=True,
+                     on_trial=after_trial)
         return self.study
 
 
@@ -97,3 +156,107 @@ def connect_worker(study_name: str, storage: str, *, n_trials: int | None = None
     return WorkerJob(study=study, setup=setup, settings=settings, evaluator=ev)
 
 
+
+
+# ---- the local workers of `tuner search --workers N` -------------------------------------------
+class LocalWorkers:
+    """`n_workers` `tuner worker` processes on one study. Each runs in its own process group
+    (a terminal's Ctrl-C reaches the search only, which stops them: SIGINT to each group,
+    SIGKILL after STOP_GRACE_S) and dies with the search even when that is SIGKILLed
+    (:func:`die_with_parent`). Leaving the with-block stops those still running; their
+    finished trials stay in the study."""
+
+    def __init__(self, study_name: str, storage: str, n_workers: int, *, n_trials: int,
+                 timeout_s: float | None, seed: int) -> None:
+        self.command = [sys.executable, "-m", "tuner.cli", "worker", "--study", study_name,
+                        "--storage", storage, "--n-trials", str(n_trials), "--quiet"]
+        if timeout_s is not None:
+            self.command += ["--timeout", str(timeout_s)]
+        self.n_workers, self.seed = n_workers, seed
+        self.procs: list[subprocess.Popen] = []
+        self.logs: list = []
+
+    def __enter__(self) -> LocalWorkers:
+        env = {**os.environ, PARENT_PID_ENV: str(os.getpid())}
+        try:
+            for i in range(self.n_workers):
+                log = tempfile.TemporaryFile()
+                self.logs.append(log)
+                self.procs.append(subprocess.Popen(
+                    self.command + ["--seed", str(self.seed + 1 + i)], env=env,
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                    process_group=0))
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def running(self) -> list[subprocess.Popen]:
+        return [p for p in self.procs if p.poll() is None]
+
+    def stop(self) -> None:
+        """SIGINT to every running worker's group, SIGKILL to those still there after
+        STOP_GRACE_S (or at a second Ctrl-C, which is raised again afterwards)."""
+        alive = self.running()
+        for p in alive:
+            _signal_group(p, signal.SIGINT)
+        deadline = time.monotonic() + STOP_GRACE_S
+        interrupted = False
+        try:
+            for p in alive:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+        except KeyboardInterrupt:
+            interrupted = True
+        for p in self.running():
+            _signal_group(p, signal.SIGKILL)
+            p.wait()
+        if interrupted:
+            raise KeyboardInterrupt
+
+    def failure(self) -> str | None:
+        """One line about the first worker that failed, None when all succeeded."""
+        failed = [(i, p.returncode) for i, p in enumerate(self.procs) if p.returncode != 0]
+        if not failed:
+            return None
+        i, rc = failed[0]
+        self.logs[i].seek(0)
+        lines = [ln for ln in self.logs[i].read().decode(errors="replace").splitlines()
+                 if ln.strip()]
+        return (f"{len(failed)} of {self.n_workers} workers failed; worker {i} exited with "
+                f"{rc}: {lines[-1] if lines else 'no output'}")
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)  # the worker leads its own group
+    except ProcessLookupError:  # exited meanwhile
+        pass
+
+
+def run_local_workers(study: optuna.Study, storage: str, n_workers: int, *, n_trials: int,
+                      timeout_s: float | None, seed: int,
+                      on_poll: Callable[[list], None] | None = None) -> None:
+    """Run `n_workers` local workers on the (prepared) study until all exit, holding the study
+    meanwhile (so none of them takes another's RUNNING trial for a dead worker's); `on_poll`
+    gets the study's COMPLETE trials every POLL_S. One TunerError if a worker failed; Ctrl-C
+    stops them all (KeyboardInterrupt raised again)."""
+    with StudyHold(storage) as hold:
+        hold.share()
+        with LocalWorkers(study.study_name, storage, n_workers, n_trials=n_trials,
+                          timeout_s=timeout_s, seed=seed) as pool:
+            while True:
+                running = pool.running()
+                if on_poll is not None:
+                    on_poll(study.get_trials(deepcopy=False,
+                                             states=(optuna.trial.TrialState.COMPLETE,)))
+                if not running:
+                    break
+                time.sleep(POLL_S)
+    problem = pool.failure()
+    if problem is not None:
+        raise TunerError(problem)

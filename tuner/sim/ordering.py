@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-from numba import njit
 
 from tuner.core.errors import TunerError
+from tuner.sim.kernels import library
 
 if TYPE_CHECKING:
     from tuner.core.catalog import GPU, ModelSpec
@@ -55,50 +55,21 @@ def longest_output_order(workload: Workload, **_) -> np.ndarray:
 
 
 # ---- binpack: Vasuki §5.2 -------------------------------------------------------------------
-@njit(cache=True)
-def _first_fit(sizes, capacity, max_items):
-    """First fit of `sizes` (already in packing order) into bins of `capacity` holding at most
-    `max_items` each. A max segment tree over the bins' free space finds the first bin with room
-    in O(log n). An item larger than `capacity` gets a bin of its own. Returns each item's bin."""
-    n = sizes.shape[0]
-    size = 1
-    while size < max(n, 1):
-        size *= 2
-    tree = np.full(2 * size, -1, dtype=np.int64)  # free space; -1: bin not opened / full
-    count = np.zeros(size, dtype=np.int64)
-    bin_of = np.empty(n, dtype=np.int64)
-    opened = 0
-    for k in range(n):
-        s = sizes[k]
-        if tree[1] >= s:
-            node = 1
-            while node < size:  # leftmost leaf with room
-                node = 2 * node if tree[2 * node] >= s else 2 * node + 1
-            b = node - size
-        else:
-            b = opened
-            opened += 1
-            node = b + size
-            tree[node] = capacity
-        bin_of[k] = b
-        count[b] += 1
-        free = tree[node] - s
-        tree[node] = free if (free >= 0 and count[b] < max_items) else -1
-        node //= 2
-        while node >= 1:
-            a, c = tree[2 * node], tree[2 * node + 1]
-            tree[node] = a if a > c else c
-            node //= 2
-    return bin_of
-
-
 def first_fit_bins(sizes, capacity: int, max_items: int | None = None) -> np.ndarray:
     """Bin of each item when `sizes` are placed first-fit, in the given order, into bins of
     `capacity` holding at most `max_items` each (an item larger than `capacity` gets a bin of
     its own). Bins are numbered in the order they open."""
     sizes = np.ascontiguousarray(sizes, dtype=np.int64)
-    limit = sizes.shape[0] if max_items is None else int(max_items)
-    return _first_fit(sizes, int(capacity), max(limit, 1))
+    n = sizes.shape[0]
+    limit = n if max_items is None else int(max_items)
+    # the C kernel keeps a max segment tree over the bins' free space (first bin with room in
+    # O(log n)); its scratch is allocated here
+    size = 1 << max(int(n - 1).bit_length(), 0) if n > 1 else 1
+    tree = np.empty(2 * size, dtype=np.int64)
+    count = np.empty(size, dtype=np.int64)
+    bin_of = np.empty(n, dtype=np.int64)
+    library().tk_first_fit(sizes, n, int(capacity), max(limit, 1), size, tree, count, bin_of)
+    return bin_of
 
 
 def _config_value(config, name, default):
@@ -229,56 +200,19 @@ def memory_partition(total: float, rho_left: float, rho_right: float,
     return total * frac, total * (1.0 - frac)
 
 
-@njit(cache=True)
 def _dual_scan(unit_of, rho_unit, weight, rho_target, chunk, whole_nodes):
     """Weighted fair merge of the left scanner (flat positions 0, 1, ...) and the right scanner
     (n-1, n-2, ...). Each side advances a virtual clock by weight / share, where share is its
     memory fraction from BlendServe's partition for the two nodes the scanners stand on; the
     side with the earlier clock emits the next `chunk` requests (and, with `whole_nodes`, the
-    rest of the node it is in). Returns (positions, side)."""
+    rest of the node it is in). Returns (positions, side). The loop is tk_dual_scan in C."""
+    unit_of = np.ascontiguousarray(unit_of, dtype=np.int64)
     n = unit_of.shape[0]
     out = np.empty(n, dtype=np.int64)
     side = np.empty(n, dtype=np.int8)
-    li = 0
-    ri = n - 1
-    vl = 0.0
-    vr = 0.0
-    k = 0
-    while li <= ri:
-        rl = rho_unit[unit_of[li]]
-        rr = rho_unit[unit_of[ri]]
-        if unit_of[li] == unit_of[ri]:
-            frac = 1.0  # both scanners inside one node: finish it left to right
-        elif rl == rr:
-            frac = 0.5
-        else:
-            frac = (rho_target - rr) / (rl - rr)
-        if frac < 0.0:
-            frac = 0.0
-        if frac > 1.0:
-            frac = 1.0
-        if frac > 0.0 and (frac == 1.0 or vl <= vr):
-            e = 0
-            while li <= ri and (e < chunk or (whole_nodes and unit_of[li] == unit_of[li - 1])):
-                out[k] = li
-                side[k] = 0
-                vl += weight[li] / frac
-                li += 1
-                k += 1
-                e += 1
-            if frac == 1.0 and vr < vl:
-                vr = vl  # an idle side resumes at the current virtual time, not in a burst
-        else:
-            e = 0
-            while li <= ri and (e < chunk or (whole_nodes and unit_of[ri] == unit_of[ri + 1])):
-                out[k] = ri
-                side[k] = 1
-                vr += weight[ri] / (1.0 - frac)
-                ri -= 1
-                k += 1
-                e += 1
-            if frac == 0.0 and vl < vr:
-                vl = vr
+    library().tk_dual_scan(unit_of, n, np.ascontiguousarray(rho_unit, dtype=np.float64),
+                           np.ascontiguousarray(weight, dtype=np.float64), float(rho_target),
+                           int(chunk), int(bool(whole_nodes)), out, side)
     return out, side
 
 

@@ -11,9 +11,10 @@ import numpy as np
 from predictors.protocol import CostModel
 from predictors.roofline import RooflineCostModel
 from tuner.core.catalog import GPU, ModelSpec
-from tuner.core.config import ServingConfig
+from tuner.core.config import ServingConfig, check_model_config
 from tuner.core.errors import TunerError
 from tuner.core.memory import MemoryPlan, plan_memory
+from tuner.core.pricing import choose_instances, job_cost_usd, rent, usd_per_million_tokens
 from tuner.core.provenance import Provenance
 from tuner.core.schedulers import SCHEDULER_PRESETS
 from tuner.core.workload import Workload
@@ -49,6 +50,8 @@ class SimResult:
     offload: dict | None = None  # tuner.sim.offload breakdown (memory, transfer vs budget, stalls)
     # simulate(return_steps=True): each replica's step records (tuner.sim.steps.STEP_COLUMNS)
     steps: list[np.ndarray] | None = field(default=None, repr=False)
+    # --provider: the instances rented and the billed time (tuner.core.pricing.Rental.to_dict)
+    rental: dict | None = None
 
     @property
     def qps(self) -> float:
@@ -64,7 +67,14 @@ class SimResult:
 
     @property
     def qps_per_usd_per_h(self) -> float:
-        return self.qps / (self.price_usd_per_h * self.config.num_gpus)
+        hourly = (self.rental["usd_per_h"] if self.rental
+                  else self.price_usd_per_h * self.config.num_gpus)
+        return self.qps / hourly
+
+    @property
+    def usd_per_million_tokens(self) -> float:
+        """$ per million tokens, prompt and output together."""
+        return usd_per_million_tokens(self.cost_usd, self.prompt_tokens, self.output_tokens)
 
     def summary(self) -> dict:
         """Every figure as plain JSON-able data (the `tuner simulate --json` document)."""
@@ -72,6 +82,8 @@ class SimResult:
             "makespan_s": self.makespan_s,
             "cost_usd": self.cost_usd,
             "usd_per_1k_requests": self.usd_per_1k_requests,
+            "usd_per_million_tokens": self.usd_per_million_tokens,
+            "rental": self.rental,
             "requests": self.requests,
             "prompt_tokens": self.prompt_tokens,
             "output_tokens": self.output_tokens,
@@ -112,7 +124,8 @@ def lower_bound_s(workload: Workload, model: ModelSpec, gpu: GPU, config: Servin
     of the deployment; s_o is the best prefix-sharing ratio (each shared prefix computed once)."""
     p = workload.prompt_tokens.astype(np.float64)
     d = workload.output_tokens.astype(np.float64)
-    gemm_params = model.num_layers * model.linear_params_per_layer + model.lm_head_params
+    # matmul weights a token passes through (MoE: its top-k experts, not every resident one)
+    gemm_params = model.active_linear_params_total + model.lm_head_params
     per_req = (p + d) * gemm_params * 2 + p * p * model.hidden_size * model.num_layers * 4
     comp = per_req.sum()
     if workload.prefix_ids is not None and workload.prefix_tokens is not None:
@@ -165,11 +178,13 @@ def default_cost_model(model: ModelSpec, gpu: GPU, config: ServingConfig,
             from predictors.aic import table_cost_model
 
             cm = table_cost_model(model, gpu, tp=config.tp, weight_bits=config.weight_bits,
-                                  kv_bits=config.kv_bits, engine_version=engine_version)
+                                  kv_bits=config.kv_bits, engine_version=engine_version,
+                                  dp=config.dp, expert_parallel=config.expert_parallel)
         if cm is None:
             cm = RooflineCostModel.from_specs(gpu, model, tp=config.tp,
                                               weight_bits=config.weight_bits,
-                                              kv_bits=config.kv_bits)
+                                              kv_bits=config.kv_bits, dp=config.dp,
+                                              expert_parallel=config.expert_parallel)
     # A fit from `tuner calibrate` (measured runs on this device and model) corrects the residual
     # of every later prediction there; its provenance then says so (TUNER_NO_CALIBRATION=1: off).
     return apply_stored(cm, gpu.name, model.name) if calibrated else cm
@@ -204,6 +219,11 @@ def scheduler_params(config: ServingConfig, capacity_blocks: int) -> sch.Schedul
 def check_feasible(workload: Workload, model: ModelSpec, gpu: GPU,
                    config: ServingConfig) -> MemoryPlan:
     """The memory plan; raises InfeasibleConfig with the numbers when the config cannot run."""
+    if gpu.billing is not None:  # --provider: a tensor-parallel group must fit one instance
+        try:
+            choose_instances(gpu.billing, config.tp, config.dp)
+        except TunerError as exc:
+            raise InfeasibleConfig(str(exc)) from None
     total = workload.prompt_tokens + workload.output_tokens
     tp = config.tp
     # vLLM shards attention heads over the TP ranks: it refuses a degree that does not divide
@@ -264,6 +284,29 @@ def _submission_order(workload: Workload, model: ModelSpec, gpu: GPU, config: Se
                           kv_capacity_tokens=plan.kv_capacity_tokens)
 
 
+def split_replicas(workload: Workload, order: np.ndarray, dp: int) -> list[np.ndarray]:
+    """The requests of each of ``dp`` data-parallel replicas, each in submission order.
+
+    An offline batch is split up front to balance the work: requests by decreasing tokens
+    (prompt + output) each go to the replica with the fewest tokens so far (greedy LPT), so the
+    slowest replica, which sets the makespan, carries no more than its share plus one request.
+    Replaying arrivals, a load balancer sees requests one at a time: round-robin in arrival
+    order."""
+    if dp <= 1:
+        return [order]
+    if workload.arrival_s is not None:
+        return [order[r::dp] for r in range(dp)]
+    work = (workload.prompt_tokens[order].astype(np.int64)
+            + workload.output_tokens[order].astype(np.int64))
+    load = np.zeros(dp, dtype=np.int64)
+    owner = np.empty(len(order), dtype=np.int64)
+    for pos in np.argsort(-work, kind="stable"):
+        r = int(np.argmin(load))
+        owner[pos] = r
+        load[r] += work[pos]
+    return [order[owner == r] for r in range(dp)]
+
+
 def _price(steps: np.ndarray, cost_model: CostModel, off_ctx: _offload.OffloadContext):
     """(time of each step, offload breakdown or None)."""
     feats = batch_features(steps)
@@ -322,6 +365,7 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     in `SimResult.steps`."""
     if len(workload) == 0:
         raise TunerError("The workload has no requests.")
+    check_model_config(config, model)  # e.g. expert parallelism on a dense model
     plan = check_feasible(workload, model, gpu, config)
     cost_model = cost_model or default_cost_model(model, gpu, config)
     params = scheduler_params(config, plan.kv_capacity_blocks)
@@ -333,8 +377,7 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     makespan = kv_time_integral = peak_kv = 0.0
     iterations = preemptions = cached = 0
     tl, steps = None, []
-    for replica in range(config.dp):
-        idx = order[replica:: config.dp]  # round-robin keeps each replica's mix alike
+    for replica, idx in enumerate(split_replicas(workload, order, config.dp)):
         if idx.size == 0:
             continue
         rep = _simulate_replica(workload, idx, params, cost_model, off_ctx, plan, exact)
@@ -358,7 +401,10 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         preemptions=preemptions, peak_kv_fraction=peak_kv,
         mean_kv_fraction=kv_time_integral / config.dp,
         lower_bound_s=lower_bound_s(workload, model, gpu, config),
-        cost_usd=makespan / 3600.0 * gpu.price_usd_per_h * config.num_gpus,
+        cost_usd=job_cost_usd(makespan, gpu.price_usd_per_h, config.tp, config.dp,
+                              gpu.billing),
+        rental=None if gpu.billing is None else
+        rent(makespan, gpu.billing, config.tp, config.dp).to_dict(),
         price_usd_per_h=gpu.price_usd_per_h, memory=plan, provenance=cost_model.provenance,
         cached_prompt_tokens=cached, timeline=tl, steps=steps if return_steps else None)
     if gpu.vasuki_usd_per_fp32_gflop_per_w:

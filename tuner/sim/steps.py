@@ -3,7 +3,7 @@ simulator prices, the MILP reproduces and the comparison with a real engine read
 
 A row holds the batch composition the cost model needs (predictors.features.BatchFeatures)
 plus the scheduler's state after the step. Columns are named here and nowhere else; code
-indexes them by these constants (numba reads them as compile-time constants).
+indexes them by these constants (tuner/sim/_kernels.c numbers them alike; checked on load).
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """Workload: token lengths of an offline batch job (all requests known at t=0).
 
 `load_workload` (:mod:`.readers`) reads a job file into a `Workload` (:mod:`.base`), counting
-prompt tokens (:mod:`.tokens`) and drawing missing output lengths (:mod:`.lengths`);
+prompt tokens (:mod:`.tokens`) and drawing missing output lengths (:mod:`.lengths`). A JSONL
+file is streamed (:mod:`.jsonl`) into numpy columns, a few bytes per request, and a CSV trace is
+read in chunks: no per-line Python object is kept, so millions of requests fit in little memory;
 `workload_stats` (:mod:`.stats`) summarises one. Formats
 (detected per file from the extension and the first valid record; one format per file):
 
@@ -16,10 +18,22 @@ prompt tokens (:mod:`.tokens`) and drawing missing output lengths (:mod:`.length
 Any JSONL record may carry ``prefix_id`` + ``prefix_tokens`` at its top level.
 """
 
-from tuner.core.workload.base import CSV_OUTPUT_COLUMN, CSV_PROMPT_COLUMN, Workload
+from tuner.core.workload.base import (
+    CSV_OUTPUT_COLUMN,
+    CSV_PROMPT_COLUMN,
+    Workload,
+    pack_lengths,
+    unpack_lengths,
+)
 from tuner.core.workload.lengths import OUTPUT_DISTS, parse_output_dist
 from tuner.core.workload.readers import load_workload
-from tuner.core.workload.stats import check_context, workload_stats
+from tuner.core.workload.stats import (
+    ON_TOO_LONG,
+    apply_on_too_long,
+    check_context,
+    drop_too_long,
+    workload_stats,
+)
 from tuner.core.workload.tokens import (
     CHARS_PER_TOKEN,
     CHAT_MESSAGE_OVERHEAD_TOKENS,
@@ -37,9 +51,14 @@ __all__ = [
     "OUTPUT_DISTS",
     "Workload",
     "chat_message_text",
+    "ON_TOO_LONG",
+    "apply_on_too_long",
     "check_context",
+    "drop_too_long",
     "estimate_tokens",
     "load_workload",
+    "pack_lengths",
     "parse_output_dist",
+    "unpack_lengths",
     "workload_stats",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +48,56 @@ class Workload:
         )
 
 
+@dataclass
+class RequestColumns:
+    """What a reader gives for each valid request of a file, in file order, before output
+    lengths are filled in and the final checks run (see :mod:`.readers`)."""
+
+    lines: np.ndarray  # 1-based line number of each request
+    prompt: np.ndarray  # prompt tokens
+    output: np.ndarray  # output tokens; -1 = not given
+    output_label: str  # where the given output lengths come from
+    prefix_ids: np.ndarray | None  # shared-prefix group (-1: none); None: no prefix in the file
+    prefix_tokens: np.ndarray | None
+    tokenizer: str  # how prompt lengths were obtained
+    skipped: int  # invalid lines skipped
+
+
 def one_line(exc: BaseException) -> str:
     """An exception's message on one line (for a TunerError)."""
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+#: How `pack_lengths` stores an array: the smallest integer dtype that holds it, zlib, base64.
+PACKED_FORMAT = "zlib-base64"
+
+
+def pack_lengths(a: np.ndarray | None) -> dict | None:
+    """A per-request integer column as a small JSON-able value (stored in a study: a few bytes
+    per request instead of a JSON list, which costs ~40 bytes per request once parsed)."""
+    if a is None:
+        return None
+    a = np.asarray(a, dtype=np.int64)
+    lo, hi = (int(a.min()), int(a.max())) if a.size else (0, 0)
+    dtype = next(t for t in ("<u1", "<u2", "<u4", "<i2", "<i4", "<i8")
+                 if np.iinfo(t).min <= lo and hi <= np.iinfo(t).max)
+    data = base64.b64encode(zlib.compress(a.astype(dtype).tobytes(), 6)).decode("ascii")
+    return {"format": PACKED_FORMAT, "dtype": dtype, "n": int(a.size), "data": data}
+
+
+def unpack_lengths(value: dict | list | None) -> np.ndarray | None:
+    """The int64 column `pack_lengths` stored (or a plain list, as older studies hold it)."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return np.asarray(value, dtype=np.int64)
+    if not isinstance(value, dict) or value.get("format") != PACKED_FORMAT:
+        raise ValueError(f"not a packed length column: {str(value)[:60]}")
+    try:
+        raw = zlib.decompress(base64.b64decode(value["data"]))
+    except zlib.error as exc:
+        raise ValueError(f"packed length column is corrupt ({exc})") from None
+    a = np.frombuffer(raw, dtype=np.dtype(value["dtype"])).astype(np.int64)
+    if a.size != int(value["n"]):
+        raise ValueError(f"packed length column holds {a.size} values, not {value['n']}")
+    return a

@@ -54,8 +54,9 @@ def workload_stats(w: Workload) -> dict:
 def check_context(w: Workload, context_tokens: int, model_name: str) -> None:
     """One TunerError, before any search, when requests exceed the model's context window
     (prompt + output tokens): every configuration would be infeasible, and vLLM would fail
-    those requests. Names how many and the longest."""
-    total = w.prompt_tokens + w.output_tokens
+    those requests. Names how many and the longest, and the fix."""
+    total = np.asarray(w.prompt_tokens, dtype=np.int64) + np.asarray(w.output_tokens,
+                                                                     dtype=np.int64)
     over = total > context_tokens
     if over.any():
         from tuner.core.errors import TunerError
@@ -63,4 +64,45 @@ def check_context(w: Workload, context_tokens: int, model_name: str) -> None:
         raise TunerError(
             f"{int(over.sum())} of {len(w)} requests exceed {model_name}'s context of "
             f"{context_tokens:,} tokens (longest: {int(total.max()):,} prompt + output tokens, "
-            f"request {int(np.argmax(total)) + 1}); shorten or drop them.")
+            f"request {int(np.argmax(total)) + 1}); shorten or drop them, or pass "
+            "--on-too-long skip to leave them out as vLLM fails them.")
+
+
+ON_TOO_LONG = ("fail", "skip")
+
+
+def drop_too_long(w: Workload, context_tokens: int) -> tuple[Workload, dict | None]:
+    """(the workload without the requests longer than the context, what was dropped or None).
+
+    vLLM rejects a request whose prompt + max_tokens exceed max_model_len; the rest of the job
+    runs. The report names them by request number (1-based, in file order of the valid
+    records), as `check_context` does."""
+    total = np.asarray(w.prompt_tokens, dtype=np.int64) + np.asarray(w.output_tokens,
+                                                                     dtype=np.int64)
+    over = total > context_tokens
+    if not over.any():
+        return w, None
+    from tuner.core.errors import TunerError
+
+    if over.all():
+        raise TunerError(f"All {len(w)} requests exceed the model's context of "
+                         f"{context_tokens:,} tokens; nothing is left to simulate.")
+    info = {"count": int(over.sum()), "requests": len(w), "context_tokens": int(context_tokens),
+            "longest_tokens": int(total.max()),
+            "ids": [int(i) + 1 for i in np.flatnonzero(over)],
+            "id_kind": "request number (1-based, file order of the valid records)",
+            "output_tokens_lost": int(np.asarray(w.output_tokens)[over].sum())}
+    return w.take(np.flatnonzero(~over)), info
+
+
+def apply_on_too_long(w: Workload, context_tokens: int, model_name: str,
+                      on_too_long: str) -> tuple[Workload, dict | None]:
+    """--on-too-long: fail (one TunerError, see `check_context`) or skip (`drop_too_long`)."""
+    if on_too_long not in ON_TOO_LONG:
+        from tuner.core.errors import TunerError
+
+        raise TunerError(f"--on-too-long must be fail or skip, got {on_too_long!r}.")
+    if on_too_long == "fail":
+        check_context(w, context_tokens, model_name)
+        return w, None
+    return drop_too_long(w, context_tokens)

@@ -39,54 +39,71 @@ def chat_message_text(role: str, content: str) -> str:
 
 
 class TokenCounter:
-    """Accumulates the text pieces of each request and returns per-request token counts.
+    """Per-request prompt token counts, accumulated as the file streams by.
 
-    The estimate keeps only lengths; a real tokenizer keeps the texts and encodes them in
-    batches at the end (`encode_batch` is multi-threaded)."""
+    `add` takes one text piece of request `req` (requests numbered 0, 1, ... in the order they
+    are added; a request's pieces are added together). The estimate adds its count at once; a
+    real tokenizer buffers up to `BATCH_PIECES` texts and encodes them with `encode_batch`
+    (multi-threaded), so no more than one batch of texts is ever held. Totals live in one
+    growing int64 array: 8 bytes per request."""
+
+    BATCH_PIECES = 4096
 
     def __init__(self, tokenizer: Any | None, description: str) -> None:
         self.tokenizer = tokenizer
         self.description = description
-        self._req: list[int] = []
-        self._extra: list[int] = []
+        self._totals = np.zeros(1024, dtype=np.int64)
+        self._n = 0  # requests seen (highest req + 1)
+        self._texts: list[str] = []  # buffered pieces (tokenizer only)
         self._special: list[bool] = []
-        self._texts: list[str] = []
-        self._est: list[int] = []
+        self._req: list[int] = []
+
+    def _grow(self, req: int) -> None:
+        if req >= self._totals.size:
+            bigger = np.zeros(max(2 * self._totals.size, req + 1), dtype=np.int64)
+            bigger[: self._totals.size] = self._totals
+            self._totals = bigger
+        self._n = max(self._n, req + 1)
 
     def add(self, req: int, text: str, *, special: bool, extra: int = 0) -> None:
         """Count `text` for request `req`, plus `extra` tokens. `special`: add the tokenizer's
         special tokens (BOS) — true for a bare prompt, false for chat messages (whose
         template tokens are in `extra`)."""
-        self._req.append(req)
-        self._extra.append(extra)
+        self._grow(req)
         if self.tokenizer is None:
-            self._est.append(estimate_tokens(text))
-        else:
-            self._texts.append(text)
-            self._special.append(special)
+            self._totals[req] += estimate_tokens(text) + extra
+            return
+        self._totals[req] += extra
+        self._texts.append(text)
+        self._special.append(special)
+        self._req.append(req)
+        if len(self._texts) >= self.BATCH_PIECES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._texts:
+            return
+        req = np.asarray(self._req, dtype=np.int64)
+        special = np.asarray(self._special, dtype=bool)
+        for flag in (True, False):
+            idx = np.flatnonzero(special == flag)
+            if idx.size:
+                enc = self.tokenizer.encode_batch([self._texts[i] for i in idx],
+                                                  add_special_tokens=flag)
+                np.add.at(self._totals, req[idx], np.fromiter((len(e.ids) for e in enc),
+                                                               np.int64, idx.size))
+        self._texts, self._special, self._req = [], [], []
 
     def counts(self, n: int) -> np.ndarray:
-        if not self._req:
-            return np.zeros(n, dtype=np.int64)
-        if self.tokenizer is None:
-            per_piece = np.asarray(self._est, dtype=np.int64)
-        else:
-            per_piece = np.zeros(len(self._texts), dtype=np.int64)
-            special = np.asarray(self._special, dtype=bool)
-            for flag in (True, False):
-                idx = np.flatnonzero(special == flag)
-                for start in range(0, idx.size, 4096):
-                    chunk = idx[start : start + 4096]
-                    enc = self.tokenizer.encode_batch(
-                        [self._texts[i] for i in chunk], add_special_tokens=flag
-                    )
-                    per_piece[chunk] = [len(e.ids) for e in enc]
-        per_piece = per_piece + np.asarray(self._extra, dtype=np.int64)
-        req = np.asarray(self._req, dtype=np.int64)
-        return np.bincount(req, weights=per_piece, minlength=n).astype(np.int64)
+        """Token counts of requests 0..n-1 (0 for a request without pieces)."""
+        self._flush()
+        out = np.zeros(n, dtype=np.int64)
+        k = min(n, self._n)
+        out[:k] = self._totals[:k]
+        return out
 
 
-def _tokenizer_file(
+def tokenizer_file(
     tokenizer_path: str | Path | None, model: ModelSpec | None
 ) -> tuple[Path | None, bool]:
     """(tokenizer.json path or None, whether the user asked for it explicitly)."""
@@ -108,7 +125,7 @@ def _tokenizer_file(
 
 
 def make_counter(tokenizer_path: str | Path | None, model: ModelSpec | None) -> TokenCounter:
-    f, explicit = _tokenizer_file(tokenizer_path, model)
+    f, explicit = tokenizer_file(tokenizer_path, model)
     if f is None:
         return TokenCounter(None, ESTIMATE_TOKENIZER)
     try:

@@ -1,0 +1,134 @@
+"""Mixture-of-experts arithmetic shared by the cost models (roofline, measured tables).
+
+An MoE layer is attention (as in a dense layer) plus an FFN of `num_experts` routed experts, of
+which each token uses `experts_per_token` (top-k), plus shared experts every token uses, plus a
+router GEMM (hidden -> num_experts). Every expert is resident in GPU memory (the weights are
+the total parameters); a step's compute is the active ones'.
+
+Parallelism (vLLM's FusedMoE, `vllm/model_executor/layers/fused_moe/config.py`
+FusedMoEParallelConfig): the expert layers of a deployment with tensor parallel `tp` and data
+parallel `dp` form one group of G = tp * dp GPUs. Without expert parallelism every expert is
+split across the G GPUs (moe_tp = G: each GPU holds a 1/G slice of every expert's
+intermediate dimension); with it (`enable_expert_parallel`) whole experts are split (moe_ep = G:
+each GPU holds num_experts / G experts). With dp > 1 each MoE layer first gathers the hidden
+states of every data-parallel rank's tokens, so the experts on one GPU see the tokens of all
+dp ranks, and afterwards hands each rank its tokens' outputs back: vLLM's default all2all
+backend (`allgather_reducescatter`) does this with an all-gather before the experts and a
+reduce-scatter after them, over the G GPUs, of the gathered tokens' hidden states (16-bit).
+With dp == 1 the tokens are already on every rank; the experts' partial outputs are summed by
+the same all-reduce that follows a dense FFN under tensor parallelism.
+
+Decode reads expert weights: a step of B tokens touches, under uniform routing, an expected
+E * (1 - (1 - k/E)^B) distinct experts of E (each expert is missed by one token with
+probability 1 - k/E, independently per token); only those experts' weights are read. This is
+the uniform-routing estimate (real routers are skewed, which touches fewer experts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def expected_distinct_experts(tokens, num_experts: int, experts_per_token: int) -> np.ndarray:
+    """Expected number of distinct experts that `tokens` tokens routed top-k of E touch under
+    uniform routing: E * (1 - (1 - k/E)^tokens) (the uniform-routing estimate)."""
+    t = np.asarray(tokens, dtype=np.float64)
+    E, k = float(num_experts), float(min(experts_per_token, num_experts))
+    if E <= 0:
+        return np.zeros_like(t)
+    return E * -np.expm1(t * np.log1p(-k / E)) if k < E else np.where(t > 0, E, 0.0)
+
+
+@dataclass(frozen=True)
+class MoEParallel:
+    """How one deployment splits its expert layers (see the module docstring)."""
+
+    tp: int
+    dp: int
+    expert_parallel: bool
+
+    @property
+    def group(self) -> int:
+        """GPUs the expert layers are split over: tp * dp."""
+        return self.tp * self.dp
+
+    @property
+    def moe_tp(self) -> int:
+        return 1 if self.expert_parallel else self.group
+
+    @property
+    def moe_ep(self) -> int:
+        return self.group if self.expert_parallel else 1
+
+    @property
+    def token_factor(self) -> int:
+        """Tokens entering a GPU's experts per token of its own replica's step: with dp > 1 the
+        layer gathers every data-parallel rank's tokens (replicas assumed equally loaded)."""
+        return self.dp
+
+    @property
+    def gathers(self) -> bool:
+        """The layer all-gathers / reduce-scatters across data-parallel ranks (dp > 1)."""
+        return self.dp > 1
+
+    def describe(self, num_experts: int) -> str:
+        how = (f"expert parallel over {self.group} GPU(s), {num_experts // self.group} experts "
+               "each" if self.expert_parallel else f"experts tensor-split over {self.group} GPU(s)")
+        if self.gathers:
+            how += f"; all-gather + reduce-scatter of the {self.dp} data-parallel ranks' tokens"
+        return how
+
+
+@dataclass(frozen=True)
+class MoEShape:
+    """The FFN shape of a model's MoE layers (duck-typed from a tuner ModelSpec)."""
+
+    hidden_size: int
+    moe_intermediate_size: int
+    num_experts: int
+    experts_per_token: int
+    shared_intermediate_size: int  # all shared experts together (0 = none)
+    moe_layers: int
+    dense_layers: int
+
+    @classmethod
+    def of(cls, model) -> MoEShape | None:
+        """None for a dense model."""
+        if int(getattr(model, "num_experts", 0) or 0) <= 0:
+            return None
+        first_dense = int(getattr(model, "first_k_dense_layers", 0) or 0)
+        moe_layers = max(model.num_layers - first_dense, 0)
+        return cls(hidden_size=model.hidden_size,
+                   moe_intermediate_size=int(model.moe_intermediate_size),
+                   num_experts=int(model.num_experts),
+                   experts_per_token=int(model.experts_per_token),
+                   shared_intermediate_size=int(getattr(model, "shared_expert_intermediate_size",
+                                                        0) or 0),
+                   moe_layers=moe_layers, dense_layers=model.num_layers - moe_layers)
+
+    def key(self) -> tuple:
+        return (self.hidden_size, self.moe_intermediate_size, self.num_experts,
+                self.experts_per_token, self.shared_intermediate_size, self.moe_layers)
+
+    def expert_flops_bytes(self, tokens, par: MoEParallel, weight_bytes: float = 2.0,
+                           experts_per_token: int | None = None,
+                           hidden_size: int | None = None,
+                           moe_intermediate_size: int | None = None,
+                           num_experts: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(FLOPs, bytes) on one GPU of one MoE layer's routed experts for `tokens` tokens
+        entering the layer across the expert group (all dp ranks): gate+up and down of each
+        token's top-k experts, split over moe_tp * moe_ep GPUs (balanced); the weights of the
+        distinct experts the tokens touch (uniform-routing estimate) and the activations.
+        The keyword overrides describe another shape (the roofline ratio between two)."""
+        t = np.asarray(tokens, dtype=np.float64)
+        h = hidden_size or self.hidden_size
+        inter = (moe_intermediate_size or self.moe_intermediate_size) / par.moe_tp
+        E = num_experts or self.num_experts
+        k = experts_per_token or self.experts_per_token
+        pairs = t * k / par.moe_ep  # (token, expert) pairs this GPU computes
+        flops = 2.0 * pairs * 3.0 * h * inter
+        experts_read = expected_distinct_experts(t, E, k) / par.moe_ep
+        byts = experts_read * 3.0 * h * inter * weight_bytes + 2.0 * pairs * (2.0 * h + 3.0 * inter)
+        return flops, byts

@@ -1,0 +1,176 @@
+"""vLLM's defaults per GPU and entry point, `tuner simulate` taking them, and the gain over
+them that `tuner search` reports (terminal, results.json, report)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from reports.outputs import study_outputs
+from tuner.cli.main import app
+from tuner.core.catalog import get_model, load_gpus
+from tuner.core.config import ServingConfig
+from tuner.core.engine_defaults import ENTRY_POINTS, is_large_gpu, vllm_defaults
+from tuner.core.errors import TunerError
+from tuner.core.workload import Workload
+from tuner.search import SearchSettings, load_space, run_search
+from tuner.search.baseline import attach_baselines, gain, simulate_baseline
+from tuner.sim.simulator import simulate
+
+runner = CliRunner()
+GPUS = load_gpus()
+
+
+def small_workload(n: int = 48, seed: int = 1) -> Workload:
+    rng = np.random.default_rng(seed)
+    return Workload(prompt_tokens=rng.integers(200, 1500, n).astype(np.int64),
+                    output_tokens=rng.integers(20, 200, n).astype(np.int64), source="synthetic")
+
+
+def write_workload(path: Path, rows: list[tuple[int, int]]) -> Path:
+    path.write_text("".join(json.dumps({"prompt_tokens": p, "output_tokens": o}) + "\n"
+                            for p, o in rows))
+    return path
+
+
+# ---- the table ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(("gpu", "entry", "tokens", "seqs"), [
+    ("A10", "llm", 8192, 256), ("A40", "llm", 8192, 256), ("L40S", "llm", 8192, 256),
+    ("H100", "llm", 16384, 1024), ("H200", "llm", 16384, 1024),
+    ("RTX-PRO-6000", "llm", 16384, 1024),
+    # PR #17885: A100s keep the small defaults even with 80 GiB
+    ("A100-80G", "llm", 8192, 256), ("A100-40G", "llm", 8192, 256),
+    ("A10", "serve", 2048, 256), ("A100-80G", "serve", 2048, 256),
+    ("H100", "serve", 8192, 1024), ("H200", "serve", 8192, 1024),
+    # run-batch's OPENAI_BATCH_RUNNER is in neither table: SchedulerConfig's fallback
+    ("A10", "run-batch", 2048, 128), ("H100", "run-batch", 2048, 128),
+])
+def test_batch_defaults_per_gpu_and_entry_point(gpu, entry, tokens, seqs):
+    g = GPUS[gpu]
+    d = vllm_defaults(g.name, g.memory_gib, entry)
+    assert (d.max_num_batched_tokens, d.max_num_seqs) == (tokens, seqs)
+    assert d.usage_context == ENTRY_POINTS[entry]
+    cfg = d.config(g.name, tp=2, dp=3)
+    assert (cfg.chunk_size, cfg.max_running, cfg.tp, cfg.dp) == (tokens, seqs, 2, 3)
+    assert (cfg.gpu_memory_utilization, cfg.block_size, cfg.weight_bits, cfg.kv_bits,
+            cfg.scheduler, cfg.ordering) == (0.9, 16, 16, 16, "vllm", "fcfs")
+    assert cfg.chunked_prefill
+
+
+def test_large_gpu_rule_is_memory_and_name():
+    assert is_large_gpu("MI300X", 192) and is_large_gpu("X", 70)
+    assert not is_large_gpu("X", 69.9) and not is_large_gpu("a100-custom", 80)
+
+
+def test_bad_entry_point_and_old_version_are_refused():
+    with pytest.raises(TunerError, match="--entry-point"):
+        vllm_defaults("A10", 24, "offline")
+    with pytest.raises(TunerError, match="0.11.0"):
+        vllm_defaults("A10", 24, "llm", "0.8.5")
+    assert vllm_defaults("A10", 24, "llm", "0.24.0").engine_version == "0.24.0"
+
+
+# ---- tuner simulate with no knobs ---------------------------------------------------------------
+def test_simulate_without_knobs_uses_vllm_defaults(tmp_path):
+    wl = write_workload(tmp_path / "w.jsonl", [(500, 50)] * 8)
+    r = runner.invoke(app, ["simulate", "-w", str(wl), "-m", "llama-3-8b", "-g", "H100",
+                            "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert (d["config"]["chunk_size"], d["config"]["max_running"]) == (16384, 1024)
+    assert d["defaulted"] == ["chunk_size", "max_running"]
+    r = runner.invoke(app, ["simulate", "-w", str(wl), "-m", "llama-3-8b", "-g", "H100",
+                            "--entry-point", "serve", "--max-num-seqs", "64", "--json"])
+    d = json.loads(r.stdout)
+    assert (d["config"]["chunk_size"], d["config"]["max_running"]) == (8192, 64)
+    assert d["defaulted"] == ["chunk_size"]
+    r = runner.invoke(app, ["simulate", "-w", str(wl), "-m", "llama-3-8b", "-g", "A10",
+                            "--chunk-size", "512", "--json"])
+    d = json.loads(r.stdout)
+    assert (d["config"]["chunk_size"], d["config"]["max_running"]) == (512, 256)
+
+
+def test_run_batch_is_named_in_help():
+    for cmd in ("search", "simulate"):
+        r = runner.invoke(app, [cmd, "--help"], env={"COLUMNS": "300"})
+        assert "run-batch = vllm run-batch (its OPENAI_BATCH_RUNNER" in r.stdout, r.stdout
+
+
+# ---- gain over the defaults ----------------------------------------------------------------------
+def test_gain_is_winner_over_defaults_on_same_gpus():
+    w, m = small_workload(), get_model("llama-3-8b")
+    gpus = {"A10": GPUS["A10"], "A40": GPUS["A40"]}
+    settings = SearchSettings(n_trials=10, seed=0, storage=None, study_name="gain")
+    st = run_search(w, m, gpus, load_space(), settings)
+    outputs = study_outputs(st, w, m, gpus, tool_version="test")
+    summary = outputs.summary()
+    for goal in ("fastest", "cheapest"):
+        rec = outputs.by_number[outputs.context.winners.of(goal)]
+        base_cfg = ServingConfig(gpu=rec.gpu, tp=rec.config["tp"], dp=rec.config["dp"])
+        assert (base_cfg.chunk_size, base_cfg.max_running) == (8192, 256)  # A10/A40, llm
+        ref = simulate(w, m, gpus[rec.gpu], base_cfg)
+        g = summary["gain_over_vllm_defaults"][goal]
+        assert g["trial"] == rec.number
+        assert g["makespan_ratio"] == pytest.approx(rec.makespan_s / ref.makespan_s, rel=1e-9)
+        assert g["cost_ratio"] == pytest.approx(rec.cost_usd / ref.cost_usd, rel=1e-9)
+        assert g["speedup"] == pytest.approx(ref.makespan_s / rec.makespan_s, rel=1e-9)
+        assert rec.to_dict()["vllm_defaults"]["config"]["chunk_size"] == 8192
+    assert "Gain over vLLM's defaults" in " ".join(outputs.context.notes)
+
+
+def test_serve_entry_point_changes_the_baseline():
+    w, m, h100 = small_workload(24), get_model("llama-3-8b"), GPUS["H100"]
+    llm = simulate_baseline(w, m, h100, entry_point="llm")
+    serve = simulate_baseline(w, m, h100, entry_point="serve")
+    assert llm["config"]["chunk_size"] == 16384 and serve["config"]["chunk_size"] == 8192
+    assert llm["feasible"] and serve["feasible"]
+    assert gain({"makespan_s": 2.0, "cost_usd": 3.0},
+                {"feasible": True, "metrics": {"makespan_s": 4.0, "cost_usd": 4.0}}) == {
+        "makespan_ratio": 0.5, "cost_ratio": 0.75, "speedup": 2.0, "saving_fraction": 0.25}
+    assert gain({"makespan_s": 1.0, "cost_usd": 1.0}, {"feasible": False}) is None
+
+
+def test_baseline_is_simulated_once_per_gpu_type_and_count():
+    from tuner.search.records import TrialRecord
+
+    w, m = small_workload(16), get_model("llama-3-8b")
+    recs = [TrialRecord(number=i, config=ServingConfig(gpu="A40", tp=tp, chunk_size=512).to_dict(),
+                        feasible=True, metrics={"makespan_s": 10.0, "cost_usd": 1.0})
+            for i, tp in enumerate((1, 1, 2))]
+    sims = attach_baselines(recs, [0, 1, 2], w, m, {"A40": GPUS["A40"]})
+    assert set(sims) == {("A40", 1, 1), ("A40", 2, 1)}
+    assert recs[0].baseline["metrics"] == recs[1].baseline["metrics"]
+    assert recs[2].baseline["config"]["tp"] == 2
+
+
+def test_search_cli_prints_and_writes_the_gain(tmp_path):
+    rng = np.random.default_rng(3)
+    wl = write_workload(tmp_path / "w.jsonl", [(int(p), int(o)) for p, o in
+                                               zip(rng.integers(100, 1500, 30),
+                                                   rng.integers(20, 300, 30), strict=True)])
+    out = tmp_path / "o"
+    r = runner.invoke(app, ["search", "-w", str(wl), "-m", "llama-3-8b", "--gpus", "A10",
+                            "--n-trials", "6", "--out", str(out), "--entry-point", "serve"])
+    assert r.exit_code == 0, r.output
+    assert "vs vLLM's defaults on" in r.stdout and "per 1M tokens" in r.stdout
+    res = json.loads((out / "results.json").read_text())
+    g = res["gain_over_vllm_defaults"]["fastest"]
+    assert g["defaults"]["entry_point"] == "serve" and g["defaults"]["max_num_batched_tokens"] == 2048
+    assert res["winners"]["fastest"]["vllm_defaults"]["config"]["max_running"] == 256
+    html = (out / "report.html").read_text()
+    assert "vs vLLM defaults" in html and "$ / 1M tokens" in html
+
+
+@pytest.mark.parametrize(("entry", "gpu", "first"), [
+    ("serve", "A10", (2048, 256)), ("llm", "A10", (8192, 256)), ("run-batch", "A40", (2048, 128))])
+def test_search_evaluates_the_entry_points_defaults_first(entry, gpu, first):
+    w, m = small_workload(16), get_model("llama-3-8b")
+    settings = SearchSettings(n_trials=2, seed=0, storage=None, study_name="presets")
+    st = run_search(w, m, {gpu: GPUS[gpu]}, load_space(), settings,
+                    metadata={"entry_point": entry})
+    t0 = st.trials[0].params
+    assert (t0["chunk_size"], t0["max_running"]) == first

@@ -1,0 +1,146 @@
+"""vLLM's own defaults: what a job runs with when nobody tunes it (the baseline of every gain).
+
+vLLM picks ``max_num_batched_tokens`` and ``max_num_seqs`` by *entry point* (its
+``UsageContext``) and by *GPU*, in ``EngineArgs.get_batch_defaults`` and
+``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args`` (vllm/engine/arg_utils.py; in
+0.11 the same table sits in ``EngineArgs._set_default_args``), falling back to
+``SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS`` / ``DEFAULT_MAX_NUM_SEQS``
+(vllm/config/scheduler.py) for a context the table does not name:
+
+==========================  ======================  ===========================  ==========
+entry point                 UsageContext            GPU >= 70 GiB, not A100      other GPUs
+==========================  ======================  ===========================  ==========
+``LLM(...).generate``       LLM_CLASS               16,384 tokens, 1,024 seqs    8,192, 256
+``vllm serve``              OPENAI_API_SERVER       8,192 tokens, 1,024 seqs     2,048, 256
+``vllm run-batch``          OPENAI_BATCH_RUNNER     2,048 tokens, 128 seqs (fallback, any GPU)
+==========================  ======================  ===========================  ==========
+
+The A100 exclusion is vLLM PR #17885 ("large max_num_batched_tokens reduces A100 throughput");
+the device test is ``get_device_total_memory() >= 70 GiB and "a100" not in device_name``. The
+other defaults: ``gpu_memory_utilization`` 0.9, ``block_size`` 16, ``dtype``/``kv_cache_dtype``
+auto (16-bit for a 16-bit checkpoint), FCFS scheduling, chunked prefill and prefix caching on
+(V1, generative models) -- tuner's ``vllm`` scheduler preset. ``performance_mode="throughput"``
+(newer releases, off by default) would double both batch figures; it is not modelled.
+
+Read from vLLM's source as of release 0.11 (arg_utils.py, the dict form of both tables) and the
+``get_batch_defaults`` refactor that followed it; releases before 0.11 are refused rather than
+guessed (the scalar ``max_num_seqs`` of older releases gave run-batch 256, not 128).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tuner.core.config import ServingConfig
+from tuner.core.errors import TunerError
+
+#: --entry-point choices -> vLLM's UsageContext
+ENTRY_POINTS = {"llm": "LLM_CLASS", "serve": "OPENAI_API_SERVER",
+                "run-batch": "OPENAI_BATCH_RUNNER"}
+ENTRY_POINT_HELP = ("Which vLLM entry point the job runs under; vLLM's defaults (the baseline "
+                    "of 'gain over vLLM defaults') depend on it: llm = LLM(...).generate "
+                    "(LLM_CLASS: 8,192 batched tokens / 256 seqs, 16,384 / 1,024 on GPUs of "
+                    ">= 70 GiB other than A100), serve = vllm serve (OPENAI_API_SERVER: 2,048 / "
+                    "256, 8,192 / 1,024 on those GPUs), run-batch = vllm run-batch (its "
+                    "OPENAI_BATCH_RUNNER context is in neither table, so it gets "
+                    "SchedulerConfig's fallback 2,048 / 128 on every GPU).")
+DEFAULT_ENTRY_POINT = "llm"
+#: the oldest vLLM release whose defaults this module states (see the module docstring)
+MIN_VERSION = (0, 11, 0)
+LARGE_GPU_GIB = 70.0
+SOURCE = ("vLLM vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (0.11: "
+          "_set_default_args) and vllm/config/scheduler.py SchedulerConfig defaults")
+
+
+@dataclass(frozen=True)
+class EngineDefaults:
+    """vLLM's defaults on one GPU type under one entry point."""
+
+    entry_point: str  # llm | serve | run-batch
+    usage_context: str  # vLLM's UsageContext name
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    large_gpu: bool  # the ">= 70 GiB and not A100" branch
+    engine_version: str  # the release stated ("newest" when none was asked for)
+    gpu_memory_utilization: float = 0.9
+    block_size: int = 16
+    weight_bits: int = 16
+    kv_bits: int = 16
+    scheduler: str = "vllm"  # V1: chunked prefill + prefix caching, FCFS
+    ordering: str = "fcfs"
+    source: str = SOURCE
+
+    def knobs(self) -> dict:
+        """The ServingConfig fields these defaults set (tp, dp and the GPU are the plan's)."""
+        return {"chunk_size": self.max_num_batched_tokens, "max_running": self.max_num_seqs,
+                "gpu_memory_utilization": self.gpu_memory_utilization,
+                "block_size": self.block_size, "weight_bits": self.weight_bits,
+                "kv_bits": self.kv_bits, "scheduler": self.scheduler, "ordering": self.ordering,
+                "kv_offload_layers": 0, "weight_offload_fraction": 0.0,
+                "attention_on_cpu": False}
+
+    def config(self, gpu: str, *, tp: int = 1, dp: int = 1) -> ServingConfig:
+        return ServingConfig(gpu=gpu, tp=tp, dp=dp, **self.knobs())
+
+    def describe(self) -> str:
+        release = ("the newest release" if self.engine_version == "newest"
+                   else f"release {self.engine_version}")
+        return (f"vLLM's defaults ({release}) for {self.entry_point} "
+                f"({self.usage_context}): max_num_batched_tokens {self.max_num_batched_tokens:,}, "
+                f"max_num_seqs {self.max_num_seqs:,}, gpu_memory_utilization "
+                f"{self.gpu_memory_utilization:g}, block {self.block_size}, 16-bit, FCFS, chunked "
+                "prefill and prefix caching on")
+
+    def to_dict(self) -> dict:
+        return {"entry_point": self.entry_point, "usage_context": self.usage_context,
+                "max_num_batched_tokens": self.max_num_batched_tokens,
+                "max_num_seqs": self.max_num_seqs, "large_gpu": self.large_gpu,
+                "engine_version": self.engine_version, "source": self.source,
+                "description": self.describe()}
+
+
+def _version_tuple(version: str) -> tuple[int, int, int]:
+    import re
+
+    parts = [int(x) for x in re.findall(r"\d+", str(version))[:3]]
+    if not parts:
+        raise TunerError(f"--engine-version {version!r} is not a version like 0.11.0.")
+    return tuple((parts + [0, 0, 0])[:3])  # type: ignore[return-value]
+
+
+def check_entry_point(entry_point: str) -> str:
+    if entry_point not in ENTRY_POINTS:
+        raise TunerError(f"--entry-point must be one of {', '.join(ENTRY_POINTS)}, got "
+                         f"{entry_point!r}.")
+    return entry_point
+
+
+def is_large_gpu(gpu_name: str, memory_gib: float) -> bool:
+    """vLLM's test: device memory >= 70 GiB and "a100" not in the device name (catalog names
+    follow NVIDIA's: A100-40G, A100-80G)."""
+    return memory_gib >= LARGE_GPU_GIB and "a100" not in gpu_name.lower()
+
+
+def vllm_defaults(gpu_name: str, memory_gib: float, entry_point: str = DEFAULT_ENTRY_POINT,
+                  engine_version: str | None = None) -> EngineDefaults:
+    """vLLM's batch defaults (and the rest) for one GPU type under one entry point."""
+    check_entry_point(entry_point)
+    if engine_version is not None and _version_tuple(engine_version) < MIN_VERSION:
+        raise TunerError(
+            f"vLLM's defaults are known to tuner from {'.'.join(map(str, MIN_VERSION))} on, not "
+            f"{engine_version}; pass --max-num-batched-tokens and --max-num-seqs as that "
+            "release sets them.")
+    large = is_large_gpu(gpu_name, memory_gib)
+    if entry_point == "llm":
+        tokens, seqs = (16384, 1024) if large else (8192, 256)
+    elif entry_point == "serve":
+        tokens, seqs = (8192, 1024) if large else (2048, 256)
+    else:  # run-batch: not in either table -> SchedulerConfig.DEFAULT_*
+        tokens, seqs = 2048, 128
+    return EngineDefaults(entry_point=entry_point, usage_context=ENTRY_POINTS[entry_point],
+                          max_num_batched_tokens=tokens, max_num_seqs=seqs, large_gpu=large,
+                          engine_version=engine_version or "newest")
+
+
+__all__ = ["DEFAULT_ENTRY_POINT", "ENTRY_POINTS", "ENTRY_POINT_HELP", "EngineDefaults",
+           "check_entry_point", "is_large_gpu", "vllm_defaults"]

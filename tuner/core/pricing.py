@@ -1,0 +1,336 @@
+"""What a job costs: per-GPU catalog prices, or a provider's instances and billing rule.
+
+Without ``--provider`` a job costs ``makespan x $/GPU-h x GPUs`` (the catalog's per-GPU price,
+as tuner always did). With ``--provider NAME`` (tuner/core/data/providers.yaml) a plan rents
+whole instances and pays what the provider bills:
+
+* **instances**: every tensor-parallel group lives inside one instance; the plan rents the
+  cheapest set of one instance shape that holds all its replicas (for one replica: the
+  smallest instance with at least TP GPUs -- a TP=2 plan on a provider with 1/4/8-GPU
+  instances rents a 4-GPU instance and pays for 2 idle GPUs, which :class:`Rental` says);
+* **billing**: the run time is rounded up to the provider's granularity (second / minute /
+  hour) and to its minimum.
+
+:func:`job_cost_usd` is the rule as one plain function; the simulator calls it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tuner.core.errors import TunerError, close_matches_hint
+
+GRANULARITY_S = {"second": 1, "minute": 60, "hour": 3600}
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One rentable instance shape of one GPU type at one provider."""
+
+    name: str
+    gpus: int
+    usd_per_h: float  # the price charged (on-demand, or spot with --spot)
+    vcpus: int | None = None
+    ram_gib: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Instance:
+        return cls(name=str(d["name"]), gpus=int(d["gpus"]), usd_per_h=float(d["usd_per_h"]),
+                   vcpus=d.get("vcpus"), ram_gib=d.get("ram_gib"))
+
+
+@dataclass(frozen=True)
+class Billing:
+    """How one provider bills one GPU type: its instance shapes and billing granularity."""
+
+    provider: str
+    instances: tuple[Instance, ...]  # by GPU count
+    granularity_s: int  # run time is rounded up to a multiple of this
+    minimum_s: int = 0  # and billed at least this long
+    spot: bool = False
+    source: str = ""  # where the prices come from (per instance in the table; joined here)
+    date: str = ""
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Billing | None:
+        """A Billing from its dataclasses.asdict() form (a study's stored GPU specs)."""
+        if d is None or isinstance(d, Billing):
+            return d
+        return cls(provider=str(d["provider"]),
+                   instances=tuple(Instance.from_dict(i) for i in d["instances"]),
+                   granularity_s=int(d["granularity_s"]), minimum_s=int(d.get("minimum_s", 0)),
+                   spot=bool(d.get("spot", False)), source=str(d.get("source", "")),
+                   date=str(d.get("date", "")))
+
+    @property
+    def per_gpu_usd_per_h(self) -> float:
+        """The smallest instance's price per GPU-hour (what `tuner gpus` shows as $/GPU-h)."""
+        i = self.instances[0]
+        return i.usd_per_h / i.gpus
+
+    def granularity_name(self) -> str:
+        named = {v: k for k, v in GRANULARITY_S.items()}
+        return f"per {named.get(self.granularity_s, f'{self.granularity_s} s')}"
+
+    def describe(self) -> str:
+        tail = f", minimum {self.minimum_s} s" if self.minimum_s else ""
+        return (f"{self.provider}{' spot' if self.spot else ''}: whole instances "
+                f"({', '.join(f'{i.name} {i.gpus} GPU' for i in self.instances)}), billed "
+                f"{self.granularity_name()}{tail}")
+
+
+@dataclass(frozen=True)
+class Rental:
+    """The instances a plan rents and what its run is billed."""
+
+    instance: str
+    count: int
+    gpus_needed: int
+    gpus_rented: int
+    usd_per_h: float  # all rented instances together
+    runtime_s: float
+    billed_s: float
+    cost_usd: float
+    provider: str = ""
+    granularity: str = ""
+
+    @property
+    def note(self) -> str:
+        idle = self.gpus_rented - self.gpus_needed
+        text = (f"rents {self.count} x {self.instance} ({self.gpus_rented} "
+                f"GPU{'s' if self.gpus_rented != 1 else ''}) at "
+                f"${self.usd_per_h:,.2f}/h, billed {self.granularity} "
+                f"({self.billed_s:,.0f} s for {self.runtime_s:,.0f} s of work)")
+        if idle:
+            text += f"; {idle} GPU(s) idle: no instance holds exactly {self.gpus_needed}"
+        return text
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "note": self.note}
+
+
+def billed_seconds(runtime_s: float, granularity_s: int, minimum_s: int = 0) -> float:
+    """Run time rounded up to the billing granularity, and to the minimum."""
+    if runtime_s <= 0:
+        return float(minimum_s)
+    units = math.ceil(runtime_s / granularity_s - 1e-9)
+    return float(max(units * granularity_s, minimum_s))
+
+
+def choose_instances(billing: Billing, tp: int, dp: int = 1) -> tuple[Instance, int]:
+    """(instance shape, how many): the cheapest hourly rental of one shape that holds `dp`
+    replicas of `tp` GPUs, each replica inside one instance (ties: fewer GPUs rented). One
+    replica: the smallest instance with at least `tp` GPUs when prices grow with size."""
+    best = None
+    for inst in billing.instances:
+        per = inst.gpus // tp  # replicas one instance holds
+        if per < 1:
+            continue
+        n = math.ceil(dp / per)
+        key = (n * inst.usd_per_h, n * inst.gpus)
+        if best is None or key < best[0]:
+            best = (key, inst, n)
+    if best is None:
+        biggest = max(i.gpus for i in billing.instances)
+        raise TunerError(f"{billing.provider} has no instance with {tp} GPUs of this type "
+                         f"(largest: {biggest}); choose a smaller tensor-parallel size.")
+    return best[1], best[2]
+
+
+def rent(runtime_s: float, billing: Billing, tp: int, dp: int = 1) -> Rental:
+    inst, n = choose_instances(billing, tp, dp)
+    billed = billed_seconds(runtime_s, billing.granularity_s, billing.minimum_s)
+    usd_h = n * inst.usd_per_h
+    return Rental(instance=inst.name, count=n, gpus_needed=tp * dp, gpus_rented=n * inst.gpus,
+                  usd_per_h=usd_h, runtime_s=runtime_s, billed_s=billed,
+                  cost_usd=billed / 3600.0 * usd_h, provider=billing.provider,
+                  granularity=billing.granularity_name())
+
+
+def job_cost_usd(runtime_s: float, price_usd_per_h: float, tp: int, dp: int = 1,
+                 billing: Billing | None = None) -> float:
+    """The job's cost: per GPU-second at the catalog price without a provider; the provider's
+    whole instances, billed by its granularity, with one."""
+    if billing is None:
+        return runtime_s / 3600.0 * price_usd_per_h * tp * dp
+    return rent(runtime_s, billing, tp, dp).cost_usd
+
+
+def hourly_usd(price_usd_per_h: float, tp: int, dp: int = 1,
+               billing: Billing | None = None) -> float:
+    """What the plan's GPUs cost per hour while they run."""
+    if billing is None:
+        return price_usd_per_h * tp * dp
+    inst, n = choose_instances(billing, tp, dp)
+    return n * inst.usd_per_h
+
+
+def usd_per_million_tokens(cost_usd: float, prompt_tokens: int, output_tokens: int) -> float:
+    """$ per million tokens, input and output together (cost / tokens x 1e6)."""
+    tokens = prompt_tokens + output_tokens
+    return cost_usd / tokens * 1e6 if tokens > 0 else math.inf
+
+
+# ---- the provider table -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class InstanceRow:
+    """One row of providers.yaml: an instance shape, its GPUs and prices, with their source."""
+
+    name: str
+    gpu: str  # catalog GPU it is simulated as
+    gpus: int
+    usd_per_h: float
+    source: str
+    date: str
+    spot_usd_per_h: float | None = None
+    vcpus: int | None = None
+    ram_gib: float | None = None
+    notes: str = ""
+
+
+@dataclass(frozen=True)
+class Provider:
+    name: str
+    title: str
+    granularity_s: int
+    minimum_s: int
+    billing_source: str
+    instances: tuple[InstanceRow, ...] = field(default_factory=tuple)
+
+    def gpu_names(self) -> list[str]:
+        return list(dict.fromkeys(r.gpu for r in self.instances))
+
+    def has_spot(self, gpu: str) -> bool:
+        return any(r.gpu == gpu and r.spot_usd_per_h is not None for r in self.instances)
+
+    def billing(self, gpu: str, *, spot: bool = False) -> Billing:
+        rows = sorted((r for r in self.instances if r.gpu == gpu),
+                      key=lambda r: (r.gpus, r.usd_per_h))
+        if not rows:
+            raise TunerError(f"{self.name} has no {gpu} instance in the price table (it has "
+                             f"{', '.join(self.gpu_names())}); drop {gpu} or pick another "
+                             "--provider.")
+        if spot:
+            missing = [r.name for r in rows if r.spot_usd_per_h is None]
+            if len(missing) == len(rows):
+                raise TunerError(
+                    f"{self.name} publishes no fixed spot price for {gpu} in the price table "
+                    "(spot prices move with demand); drop --spot, or add spot_usd_per_h to "
+                    "the instances in a --gpu-file 'providers:' section.")
+            rows = [r for r in rows if r.spot_usd_per_h is not None]
+        insts = tuple(Instance(r.name, r.gpus, float(r.spot_usd_per_h if spot else r.usd_per_h),
+                               r.vcpus, r.ram_gib) for r in rows)
+        return Billing(provider=self.name, instances=insts, granularity_s=self.granularity_s,
+                       minimum_s=self.minimum_s, spot=spot,
+                       source="; ".join(dict.fromkeys(
+                           f"{r.name}: {r.source}" + (f" ({r.notes})" if r.notes else "")
+                           for r in rows)),
+                       date=", ".join(dict.fromkeys(r.date for r in rows)))
+
+
+def _provider(name: str, d: dict, where: str) -> Provider:
+    try:
+        bill = d.get("billing") or {}
+        gran = bill["granularity"]
+        if gran not in GRANULARITY_S:
+            raise TunerError(f"{where}: provider {name}: billing.granularity must be one of "
+                             f"{', '.join(GRANULARITY_S)}, got {gran!r}.")
+        rows = []
+        for iname, r in (d.get("instances") or {}).items():
+            row = InstanceRow(name=str(iname), **r)
+            if row.gpus < 1 or not (row.usd_per_h > 0) or (
+                    row.spot_usd_per_h is not None and not row.spot_usd_per_h > 0):
+                raise TunerError(f"{where}: {name} {iname}: gpus must be >= 1 and prices > 0.")
+            rows.append(row)
+        return Provider(name=name, title=str(d.get("title", name)),
+                        granularity_s=GRANULARITY_S[gran],
+                        minimum_s=int(bill.get("minimum_s", 0)),
+                        billing_source=str(bill.get("source", "")), instances=tuple(rows))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise TunerError(f"{where}: provider {name} is malformed ({exc}); see "
+                         "tuner/core/data/providers.yaml for the schema.") from None
+
+
+def load_providers(extra_yaml: str | Path | None = None) -> dict[str, Provider]:
+    """The shipped provider table, plus (or overridden by) a 'providers:' section of a
+    --gpu-file: a provider named there replaces the shipped one of that name."""
+    text = resources.files("tuner.core").joinpath("data", "providers.yaml").read_text()
+    raw = (yaml.safe_load(text) or {}).get("providers", {})
+    out = {n: _provider(n, d, "tuner/core/data/providers.yaml") for n, d in raw.items()}
+    if extra_yaml is not None and Path(extra_yaml).is_file():
+        try:
+            user = yaml.safe_load(Path(extra_yaml).read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise TunerError(f"{extra_yaml}: not valid YAML ({exc}).") from None
+        if isinstance(user, dict):
+            for n, d in (user.get("providers") or {}).items():
+                out[n] = _provider(n, d, str(extra_yaml))
+    return out
+
+
+def get_provider(name: str, providers: dict[str, Provider]) -> Provider:
+    for key, p in providers.items():
+        if key.lower() == name.strip().lower():
+            return p
+    raise TunerError(f"Unknown provider {name!r}.{close_matches_hint(name, providers)} "
+                     "(`tuner gpus --provider NAME` lists one's instances.)")
+
+
+def apply_provider(gpus: dict, provider: Provider, *, spot: bool = False) -> dict:
+    """The GPU catalog (name -> tuner.core.catalog.GPU) with every GPU the provider offers priced
+    by it: its billing (instances, granularity), the smallest instance's $/GPU-h, and that
+    instance's host shape per GPU where the table gives it. GPUs it does not offer (with
+    `spot`: at a spot price) keep no billing; :func:`require_offered` refuses them."""
+    out = dict(gpus)
+    for name in provider.gpu_names():
+        if name not in out or (spot and not provider.has_spot(name)):
+            continue
+        b = provider.billing(name, spot=spot)
+        first = b.instances[0]
+        host = {}
+        if first.vcpus:
+            host["cpu_cores"] = max(1, int(first.vcpus // first.gpus))
+        if first.ram_gib:
+            host["host_ram_gib"] = first.ram_gib / first.gpus
+        out[name] = dataclasses.replace(
+            out[name], price_usd_per_h=b.per_gpu_usd_per_h, billing=b,
+            price_source=f"{provider.title}{' (spot)' if spot else ''}: {b.source}",
+            price_date=b.date, **host)
+    return out
+
+
+def reprice(billing: Billing, usd_per_gpu_h: float) -> Billing:
+    """The billing with every instance at `usd_per_gpu_h` per GPU (--price with --provider)."""
+    return dataclasses.replace(billing, instances=tuple(
+        dataclasses.replace(i, usd_per_h=usd_per_gpu_h * i.gpus) for i in billing.instances),
+        source="user override (--price) per GPU-hour", date="")
+
+
+def require_offered(gpu, provider: str | None, spot: bool = False) -> None:
+    """One TunerError when --provider is given and `gpu` (a catalog GPU) is not on it (with
+    `spot`: not at a spot price)."""
+    if provider is None:
+        return
+    b = getattr(gpu, "billing", None)
+    if b is None or b.provider.lower() != provider.lower():
+        if spot:
+            raise TunerError(
+                f"Provider {provider} publishes no fixed spot price for {gpu.name} in the price "
+                "table (spot prices move with demand); drop --spot, or add spot_usd_per_h to "
+                "its instances in a --gpu-file 'providers:' section.")
+        raise TunerError(f"Provider {provider} has no {gpu.name} instance in the price table; "
+                         f"drop {gpu.name} from the GPUs or pick another --provider "
+                         f"(`tuner gpus --provider {provider}` lists what it has).")
+
+
+__all__ = ["Billing", "GRANULARITY_S", "Instance", "InstanceRow", "Provider", "Rental",
+           "apply_provider", "billed_seconds", "choose_instances", "get_provider",
+           "hourly_usd", "job_cost_usd", "load_providers", "rent", "reprice",
+           "require_offered", "usd_per_million_tokens"]

@@ -1,0 +1,410 @@
+"""Reading a JSONL job file in one streaming pass into per-request numpy columns.
+
+Memory is bounded by the columns (33 bytes per request: line number, prompt and output
+lengths, output field, a 64-bit digest of the ``custom_id``) plus one chunk of `CHUNK_RECORDS`
+records, and with a tokenizer one batch of texts (:class:`.tokens.TokenCounter`): no per-line
+Python object outlives its chunk. (A ``prefix_id`` is remembered once per distinct id, with its
+length, to check it: a handful of shared prefixes in practice.) Common lines take a fast path (the C JSON scanner,
+then a few type checks); any other line goes through :func:`.records.parse_record`, which
+defines what a valid record is and words every error, so both paths give the same answer.
+
+``custom_id`` uniqueness is checked on the digests (Python's 64-bit ``hash``) after the
+pass, by sorting: a repeated digest is confirmed on the ids themselves, read back from the
+file, so a hash collision can never refuse a valid file. The error names the earliest line
+that repeats an id, as a line-by-line check would (an earlier bad line is reported first).
+"""
+
+from __future__ import annotations
+
+import json
+import json.scanner
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tuner.core.errors import TunerError
+from tuner.core.workload.base import RequestColumns, one_line
+from tuner.core.workload.records import SHAPE_NAMES, BadLine, Record, parse_record
+from tuner.core.workload.tokens import (
+    CHARS_PER_TOKEN,
+    CHAT_MESSAGE_OVERHEAD_TOKENS,
+    TokenCounter,
+    make_counter,
+    tokenizer_file,
+)
+
+if TYPE_CHECKING:
+    from tuner.core.catalog import ModelSpec
+
+#: Records buffered as Python lists before they are moved into the numpy columns.
+CHUNK_RECORDS = 16_384
+NO_ID = -1  # digest column value for "no custom_id" (hash() never returns -1 in CPython)
+SHAPES = ("batch", "prompt", "tokens")  # shape codes 0, 1, 2
+OUTPUT_FIELDS = ("", "max_tokens", "max_completion_tokens", "output_tokens")  # field codes
+_FIELD_CODE = {name: i for i, name in enumerate(OUTPUT_FIELDS)}
+_BATCH_OUT = ("max_completion_tokens", "max_tokens")  # parse_record's order per shape
+_PROMPT_OUT = ("max_tokens", "max_completion_tokens", "output_tokens")
+_SLOW = object()  # "take the general path" marker
+_JSON_WS = " \t\n\r"
+
+
+def _id_digest(cid: Any) -> int:
+    try:
+        return hash(cid)
+    except TypeError:  # a list or object as custom_id: digest its JSON text
+        return hash(json.dumps(cid, sort_keys=True))
+
+
+def _chat_estimate(messages: list) -> int | None:
+    """The estimate of a chat (see tokens.py), or None when a message is not the plain
+    {"role": str, "content": str | None} form (the general path then decides)."""
+    total = 0
+    for m in messages:
+        if type(m) is not dict:
+            return None
+        role = m.get("role", "")
+        content = m.get("content")
+        if type(role) is not str:
+            return None
+        if content is None:
+            n = len(role) + 1
+        elif type(content) is str:
+            n = len(role) + 1 + len(content)
+        else:
+            return None
+        total += -(-n // CHARS_PER_TOKEN) + CHAT_MESSAGE_OVERHEAD_TOKENS
+    return total
+
+
+def _fast_row(obj: Any, want_text: bool) -> tuple | None:
+    """(shape, known, est, texts, output, field, cid) of a common record, or None."""
+    if type(obj) is not dict or "prefix_id" in obj or "prefix_tokens" in obj:
+        return None  # (a null prefix_id is valid: the general path reads it)
+    if "body" in obj:
+        holder = obj["body"]
+        if type(holder) is not dict:
+            return None
+        shape, keys, cid = 0, _BATCH_OUT, obj.get("custom_id")
+    elif "prompt_tokens" in obj:
+        known = obj["prompt_tokens"]
+        if type(known) is not int or known < 1:
+            return None
+        out = obj.get("output_tokens")
+        if out is None:
+            return 2, known, 0, None, -1, 0, None
+        if type(out) is not int or out < 1:
+            return None
+        return 2, known, 0, None, out, 3, None
+    elif "prompt" in obj or "messages" in obj:
+        holder, shape, keys, cid = obj, 1, _PROMPT_OUT, None
+    else:
+        return None
+    messages = holder.get("messages")
+    texts = None
+    if messages is not None:
+        if type(messages) is not list or not messages:
+            return None
+        est = _chat_estimate(messages)
+        if est is None:
+            return None
+        if want_text:
+            texts = [(f"{m.get('role', '')}\n{m.get('content') or ''}", False,
+                      CHAT_MESSAGE_OVERHEAD_TOKENS) for m in messages]
+    else:
+        prompt = holder.get("prompt")
+        if type(prompt) is not str:
+            return None
+        est = -(-len(prompt) // CHARS_PER_TOKEN)
+        if want_text:
+            texts = [(prompt, True, 0)]
+    for key in keys:
+        out = holder.get(key)
+        if out is not None:
+            if type(out) is not int or out < 1:
+                return None
+            return shape, -1, est, texts, out, _FIELD_CODE[key], cid
+    return shape, -1, est, texts, -1, 0, cid
+
+
+class _Columns:
+    """Growing columns: Python lists for the current chunk, moved at each `flush` into numpy
+    arrays that double when full. Doubling keeps every buffer one large allocation of its
+    own, which the C allocator hands back to the system when it is replaced (a list of
+    chunk-sized arrays leaves holes in its heap that the process keeps for good)."""
+
+    def __init__(self, **dtypes: type) -> None:
+        self.dtypes = dtypes
+        self.bufs: dict[str, list] = {name: [] for name in dtypes}
+        self.arrays = {name: np.zeros(0, dtype=dt) for name, dt in dtypes.items()}
+        self.n = 0  # values in the arrays
+
+    def flush(self) -> None:
+        k = len(next(iter(self.bufs.values())))
+        if not k:
+            return
+        end = self.n + k
+        for name, dtype in self.dtypes.items():
+            buf, arr = self.bufs[name], self.arrays[name]
+            if end > arr.size:
+                bigger = np.empty(max(end, 2 * arr.size, CHUNK_RECORDS), dtype=dtype)
+                bigger[: self.n] = arr[: self.n]
+                self.arrays[name] = arr = bigger
+            arr[self.n:end] = buf
+            buf.clear()
+        self.n = end
+
+    def array(self, name: str) -> np.ndarray:
+        """The whole column (a view of its buffer, cut to size when over a quarter is spare)."""
+        self.flush()
+        arr = self.arrays[name]
+        if arr.size - self.n > self.n // 4:
+            self.arrays[name] = arr = arr[: self.n].copy()
+        return arr[: self.n]
+
+
+class _Reader:
+    """One streaming pass over a JSONL file (see the module docstring)."""
+
+    def __init__(self, path: Path, skip_invalid: bool, tokenizer_path: str | Path | None,
+                 model: ModelSpec | None) -> None:
+        self.path, self.skip_invalid = path, skip_invalid
+        self.tokenizer_path, self.model = tokenizer_path, model
+        try:
+            self.want_text = tokenizer_file(tokenizer_path, model)[0] is not None
+        except TunerError:  # reported only if some prompt needs counting, after bad lines
+            self.want_text = True
+        self.counter: TokenCounter | None = None
+        self.counter_error: TunerError | None = None
+        self.shape: int | None = None
+        self.first_line = 0
+        self.prefix_len: dict[Any, int] = {}  # prefix_id -> prefix_tokens
+        self.prefix_index: dict[Any, int] = {}  # prefix_id -> group number (first appearance)
+        self.skipped = 0
+        self.n = 0  # valid records so far
+        # Per record: line; prompt: the known token count, or -1 - the estimate for a prompt
+        # given as text; output tokens (-1: not given); output field code; custom_id digest
+        # (NO_ID: none).
+        self.cols = _Columns(line=np.int64, prompt=np.int64, output=np.int64, field=np.int8,
+                             cid=np.int64)
+        # Sparse: the records with a shared prefix.
+        self.pref = _Columns(req=np.int64, group=np.int64, tokens=np.int64)
+
+    # ---- the counter of prompt texts (created at the first text prompt) ----
+    def _text_counter(self) -> TokenCounter:
+        if self.counter is None:
+            try:
+                self.counter = make_counter(self.tokenizer_path, self.model)
+            except TunerError as exc:  # raised after the pass, as a bad line comes first
+                self.counter_error = exc
+                self.counter = TokenCounter(None, "")
+        return self.counter
+
+    # ---- one record ----
+    def _general(self, obj: Any) -> tuple:
+        """(the `_fast_row` tuple, the Record) from parse_record (raises BadLine)."""
+        rec: Record = parse_record(obj)
+        texts = rec.pieces if rec.pieces else None
+        est = sum(-(-len(t) // CHARS_PER_TOKEN) + extra for t, _, extra in rec.pieces)
+        known = -1 if rec.prompt_tokens is None else rec.prompt_tokens
+        out = -1 if rec.output_tokens is None else rec.output_tokens
+        return (SHAPES.index(rec.shape), known, est, texts, out, _FIELD_CODE[rec.output_field],
+                rec.custom_id), rec
+
+    def _check_shape(self, shape: int) -> None:
+        if self.shape is not None and shape != self.shape:
+            raise BadLine(f"{SHAPE_NAMES[SHAPES[shape]]}, but line {self.first_line} is "
+                          f"{SHAPE_NAMES[SHAPES[self.shape]]}; use one format per file")
+
+    def _check_prefix(self, rec: Record) -> int:
+        """The record's prefix group (one prefix length per prefix_id)."""
+        known = self.prefix_len.setdefault(rec.prefix_key, rec.prefix_tokens)
+        if known != rec.prefix_tokens:
+            raise BadLine(f"prefix_id {rec.prefix_key!r} has prefix_tokens "
+                          f"{rec.prefix_tokens} here but {known} earlier")
+        return self.prefix_index.setdefault(rec.prefix_key, len(self.prefix_index))
+
+    def _bad(self, lineno: int, exc: BadLine) -> None:
+        if self.skip_invalid:
+            self.skipped += 1
+            return
+        self._check_ids(before=lineno)  # a repeated id on an earlier line is the first error
+        raise TunerError(f"{self.path}:{lineno}: {exc}") from None
+
+    # ---- the pass ----
+    def read(self) -> None:
+        decoder = json.JSONDecoder()
+        scan_once = (json.scanner.c_make_scanner or json.scanner.py_make_scanner)(decoder)
+        cols = self.cols.bufs
+        app_line, app_prompt = cols["line"].append, cols["prompt"].append
+        app_out, app_field, app_cid = cols["output"].append, cols["field"].append, \
+            cols["cid"].append
+        fast, want_text = _fast_row, self.want_text
+        n, file_shape, chunk = 0, None, CHUNK_RECORDS
+        try:
+            # newline="" keeps U+2028 and friends inside JSON strings from splitting a record.
+            with self.path.open(encoding="utf-8-sig", newline="") as fh:
+                for lineno, line in enumerate(fh, start=1):
+                    try:
+                        obj, end = scan_once(line, 0)
+                        if end != len(line) and line[end:].strip(_JSON_WS):
+                            obj = _SLOW
+                    except (StopIteration, ValueError, RecursionError):
+                        obj = _SLOW
+                    rec = None
+                    try:
+                        if obj is _SLOW:
+                            if not line.strip():
+                                continue
+                            try:
+                                obj = json.loads(line)
+                            except json.JSONDecodeError as exc:
+                                raise BadLine(f"invalid JSON ({exc.msg} at column "
+                                              f"{exc.colno})") from None
+                        row = fast(obj, want_text)
+                        if row is None:
+                            row, rec = self._general(obj)
+                        shape = row[0]
+                        if shape != file_shape:
+                            self._check_shape(shape)
+                        group = self._check_prefix(rec) if rec is not None \
+                            and rec.prefix_key is not None else -1
+                    except BadLine as exc:
+                        self._bad(lineno, exc)
+                        continue
+                    if file_shape is None:
+                        file_shape = self.shape = shape
+                        self.first_line = lineno
+                    _, known, est, texts, out, field, cid = row
+                    app_line(lineno)
+                    app_prompt(known if known >= 0 else -1 - est)
+                    app_out(out)
+                    app_field(field)
+                    if cid is None:
+                        app_cid(NO_ID)
+                    else:
+                        try:
+                            app_cid(hash(cid))
+                        except TypeError:
+                            app_cid(_id_digest(cid))
+                    if texts is not None and want_text:
+                        counter = self.counter or self._text_counter()
+                        for text, special, extra in texts:
+                            counter.add(n, text, special=special, extra=extra)
+                    if group >= 0:
+                        self.pref.bufs["req"].append(n)
+                        self.pref.bufs["group"].append(group)
+                        self.pref.bufs["tokens"].append(rec.prefix_tokens)
+                    n += 1
+                    if n % chunk == 0:
+                        self.cols.flush()
+                        self.pref.flush()
+                self.n = n
+        except UnicodeDecodeError as exc:
+            raise TunerError(f"{self.path}: not UTF-8 text ({exc.reason} at byte "
+                             f"{exc.start}).") from None
+        except OSError as exc:
+            raise TunerError(f"{self.path}: cannot read ({one_line(exc)}).") from None
+
+    # ---- custom_id uniqueness ----
+    def _check_ids(self, before: int | None = None) -> np.ndarray:
+        """Indices of records that repeat an earlier record's custom_id (skipped with
+        skip_invalid); without it, a TunerError naming the earliest such line. `before`: only
+        records on lines before it (the check that precedes a bad line's error)."""
+        cid, lines = self.cols.array("cid"), self.cols.array("line")
+        if before is not None:
+            upto = int(np.searchsorted(lines, before))  # lines ascend
+            cid, lines = cid[:upto], lines[:upto]
+        digests = np.sort(cid[cid != NO_ID])
+        if not (digests[1:] == digests[:-1]).any():  # the usual case: one sort, no repeat
+            return np.zeros(0, dtype=np.int64)
+        idx = np.flatnonzero(cid != NO_ID)
+        order = idx[np.argsort(cid[idx], kind="stable")]  # file order within equal digests
+        same = cid[order[1:]] == cid[order[:-1]]
+        suspects = np.unique(np.concatenate([order[1:][same], order[:-1][same]]))
+        values = self._ids_on_lines(set(lines[suspects].tolist()))
+        first: dict[Any, int] = {}
+        repeats = []
+        for i in suspects.tolist():  # file order
+            value = values[int(lines[i])]
+            key = (type(value).__name__, json.dumps(value, sort_keys=True)) \
+                if not _hashable(value) else value
+            line0 = first.setdefault(key, int(lines[i]))
+            if line0 != int(lines[i]):
+                if not self.skip_invalid:
+                    raise TunerError(f"{self.path}:{int(lines[i])}: duplicate custom_id "
+                                     f"{value!r} (first on line {line0}); the OpenAI Batch "
+                                     "API requires unique ids")
+                repeats.append(i)
+        return np.asarray(repeats, dtype=np.int64)
+
+    def _ids_on_lines(self, wanted: set[int]) -> dict[int, Any]:
+        """custom_id of each line number in `wanted` (read back from the file)."""
+        found: dict[int, Any] = {}
+        with self.path.open(encoding="utf-8-sig", newline="") as fh:
+            for lineno, line in enumerate(fh, start=1):
+                if lineno in wanted:
+                    found[lineno] = json.loads(line).get("custom_id")
+                    if len(found) == len(wanted):
+                        break
+        return found
+
+    # ---- the columns ----
+    def columns(self) -> RequestColumns:
+        drop = self._check_ids()
+        if self.counter_error is not None:
+            raise self.counter_error
+        n = self.n
+        keep = np.ones(n, dtype=bool)
+        keep[drop] = False
+        self.skipped += int(drop.size)
+
+        def kept(a: np.ndarray) -> np.ndarray:
+            return a[keep] if drop.size else a
+
+        field, lines = kept(self.cols.array("field")), kept(self.cols.array("line"))
+        output, prompt = kept(self.cols.array("output")), kept(self.cols.array("prompt"))
+        self.cols = None  # the custom_id digests and chunk lists are not needed any more
+        texts = prompt < 0
+        if not texts.any():
+            tokenizer = "" if not prompt.size else ("given: token ids" if self.shape != 2
+                                                   else "given: prompt_tokens field")
+        else:
+            if self.want_text:
+                counts = kept(self._text_counter().counts(n))
+            else:
+                counts = -1 - prompt
+            tokenizer = self.counter.description if self.counter is not None \
+                else make_counter(None, None).description
+            if (~texts).any():
+                tokenizer += "; token-id prompts counted as given"
+            prompt = np.where(texts, counts, prompt)
+        used = sorted(OUTPUT_FIELDS[c] for c in np.unique(field) if c)
+        label = " / ".join(used)
+        if label in ("max_tokens", "max_completion_tokens", "max_completion_tokens / max_tokens"):
+            label += " (the cap, taken as the output length)"
+        pids = ptoks = None
+        if self.prefix_index:
+            pids = np.full(n, -1, dtype=np.int64)
+            ptoks = np.zeros(n, dtype=np.int64)
+            req = self.pref.array("req")
+            pids[req] = self.pref.array("group")
+            ptoks[req] = self.pref.array("tokens")
+            pids, ptoks = kept(pids), kept(ptoks)
+        return RequestColumns(lines, prompt, output, label, pids, ptoks, tokenizer, self.skipped)
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def read_jsonl(path: Path, skip_invalid: bool, tokenizer_path: str | Path | None,
+               model: ModelSpec | None) -> RequestColumns:
+    """The per-request columns of a JSONL job file (see the module docstring)."""
+    reader = _Reader(path, skip_invalid, tokenizer_path, model)
+    reader.read()
+    return reader.columns()

@@ -1,0 +1,230 @@
+"""Objectives with constraints: ``--deadline``, ``--budget``, ``--max-gpus``, and which plans
+quantization may take (``--allow-quantization``, ``--quantized-model``).
+
+A plan is a GPU type x GPUs per replica (TP) x replicas (DP) x serving knobs. Two kinds of
+constraint:
+
+- on the plan itself, known before simulating (:meth:`Constraints.plan_violation`): more GPUs
+  than ``--max-gpus`` (in total, or of one type), or a quantized plan nothing can deploy (4-bit
+  weights, or 8-bit weights on a GPU without FP8, with no ``--quantized-model`` checkpoint).
+  Such points are infeasible trials, never simulated.
+- on the simulated figures (:meth:`Constraints.violations`): makespan over ``--deadline``, $
+  over ``--budget``. The sampler gets them through ``constraints_func`` (TPE and NSGA-II), the
+  polish step aims at the best plan within them, and the winners are picked among the plans
+  that meet them: with a deadline the cheapest such plan, with a budget only the fastest.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from tuner.core.errors import TunerError
+from tuner.core.units import fmt_duration
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$", re.IGNORECASE)
+_UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+#: Weight/KV bits a quantization-allowing space offers (vLLM: FP8 or INT8 / AWQ-GPTQ weights,
+#: an FP8 KV cache; there is no 4-bit KV cache in vLLM).
+QUANTIZED_WEIGHT_BITS = (16, 8, 4)
+QUANTIZED_KV_BITS = (16, 8)
+
+
+def parse_duration_s(text: str, option: str = "--deadline") -> float:
+    """Seconds of '90m', '6h', '2d', '45s' or a bare number of seconds."""
+    m = _DURATION.match(str(text))
+    if not m:
+        raise TunerError(f"{option} {text!r}: give a duration like 90m, 6h, 2d or seconds "
+                         "(e.g. 5400).")
+    seconds = float(m.group(1)) * _UNIT_S[m.group(2).lower()]
+    if seconds <= 0:
+        raise TunerError(f"{option} must be positive, got {text!r}.")
+    return seconds
+
+
+def parse_max_gpus(text: str) -> tuple[int | None, dict[str, int]]:
+    """``--max-gpus``: '8' (GPUs of a plan in total) or 'A10=8,A40=4' (per GPU type) ->
+    (total or None, {gpu: most GPUs})."""
+    text = str(text).strip()
+    if "=" not in text:
+        try:
+            n = int(text)
+        except ValueError:
+            raise TunerError(f"--max-gpus {text!r}: give a number (8) or per GPU type "
+                             "(A10=8,A40=4).") from None
+        if n < 1:
+            raise TunerError(f"--max-gpus must be >= 1, got {n}.")
+        return n, {}
+    per: dict[str, int] = {}
+    for part in text.split(","):
+        name, eq, value = part.partition("=")
+        try:
+            n = int(value)
+        except ValueError:
+            n = 0
+        if not eq or not name.strip() or n < 1:
+            raise TunerError(f"--max-gpus {text!r}: each entry is GPU=N with N >= 1, e.g. "
+                             "A10=8,A40=4.")
+        per[name.strip()] = n
+    return None, per
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """What a plan must satisfy. All None/empty: today's unconstrained Pareto search."""
+
+    deadline_s: float | None = None
+    budget_usd: float | None = None
+    max_gpus: int | None = None  # GPUs of a plan (TP x DP), any type
+    max_gpus_per_type: dict[str, int] = field(default_factory=dict)
+    # quantized checkpoint for plans whose weights the engine cannot quantize online
+    quantized_model: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.deadline_s is not None and not self.deadline_s > 0:
+            raise TunerError(f"--deadline must be positive, got {self.deadline_s:g} s.")
+        if self.budget_usd is not None and not self.budget_usd > 0:
+            raise TunerError(f"--budget must be positive, got ${self.budget_usd:g}.")
+
+    # ---- what kind --------------------------------------------------------------------------
+    @property
+    def on_figures(self) -> bool:
+        """A deadline or a budget: the winner is picked among the plans that meet it."""
+        return self.deadline_s is not None or self.budget_usd is not None
+
+    @property
+    def active(self) -> bool:
+        return self.on_figures or self.max_gpus is not None or bool(self.max_gpus_per_type)
+
+    @property
+    def goal(self) -> str:
+        """The constrained objective: with a deadline the cheapest plan that meets it, with a
+        budget only the fastest within it."""
+        return "cheapest" if self.deadline_s is not None or self.budget_usd is None \
+            else "fastest"
+
+    def check_gpus(self, gpu_names: Iterable[str]) -> None:
+        unknown = sorted(set(self.max_gpus_per_type) - set(gpu_names))
+        if unknown:
+            raise TunerError(f"--max-gpus names {', '.join(unknown)}, not among --gpus "
+                             f"{','.join(gpu_names)}.")
+
+    # ---- before simulating ----------------------------------------------------------------
+    def plan_violation(self, gpu: str, num_gpus: int, weight_bits: int,
+                       gpu_has_fp8: bool) -> str | None:
+        """Why the plan is excluded before simulating it (None: it may run)."""
+        if self.max_gpus is not None and num_gpus > self.max_gpus:
+            return f"uses {num_gpus} GPUs, more than --max-gpus {self.max_gpus}"
+        cap = self.max_gpus_per_type.get(gpu)
+        if cap is not None and num_gpus > cap:
+            return f"uses {num_gpus} x {gpu}, more than --max-gpus {gpu}={cap}"
+        if self.quantized_model is None and needs_checkpoint(weight_bits, gpu_has_fp8):
+            return (f"{weight_bits}-bit weights on {gpu} need a quantized checkpoint; pass "
+                    "--quantized-model ID to search them")
+        return None
+
+    # ---- after simulating -----------------------------------------------------------------
+    def violations(self, makespan_s: float, cost_usd: float) -> tuple[float, float]:
+        """(deadline, budget) violations as Optuna wants them: <= 0 met, > 0 by how much
+        (relative); infinite figures (an infeasible plan) violate both."""
+        d = 0.0 if self.deadline_s is None else _excess(makespan_s, self.deadline_s)
+        b = 0.0 if self.budget_usd is None else _excess(cost_usd, self.budget_usd)
+        return d, b
+
+    def meets(self, makespan_s: float, cost_usd: float) -> bool:
+        return all(v <= 0 for v in self.violations(makespan_s, cost_usd))
+
+    # ---- words ----------------------------------------------------------------------------
+    def describe(self) -> str:
+        parts = []
+        if self.deadline_s is not None:
+            parts.append(f"finishes within {fmt_duration(self.deadline_s)}")
+        if self.budget_usd is not None:
+            parts.append(f"costs at most ${self.budget_usd:,.2f}")
+        return " and ".join(parts)
+
+    def to_dict(self) -> dict:
+        return {"deadline_s": self.deadline_s, "budget_usd": self.budget_usd,
+                "max_gpus": self.max_gpus, "max_gpus_per_type": dict(self.max_gpus_per_type),
+                "quantized_model": self.quantized_model}
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> Constraints:
+        d = d or {}
+        return cls(deadline_s=d.get("deadline_s"), budget_usd=d.get("budget_usd"),
+                   max_gpus=d.get("max_gpus"),
+                   max_gpus_per_type=dict(d.get("max_gpus_per_type") or {}),
+                   quantized_model=d.get("quantized_model"))
+
+
+def _excess(value: float, limit: float) -> float:
+    if not math.isfinite(value):
+        return 1e9
+    return value / limit - 1.0
+
+
+def needs_checkpoint(weight_bits: int, gpu_has_fp8: bool) -> bool:
+    """Whether weights of ``weight_bits`` need a pre-quantized checkpoint: vLLM quantizes
+    online only to FP8 (``quantization: fp8``), on GPUs with FP8 tensor cores (Ada, Hopper and
+    later); 4-bit (AWQ/GPTQ) and INT8 weights come from a checkpoint."""
+    return weight_bits == 4 or (weight_bits == 8 and not gpu_has_fp8)
+
+
+def with_quantization(space):
+    """``space`` with quantized weights and KV offered (``--allow-quantization``): the weight
+    and KV bits become knobs over :data:`QUANTIZED_WEIGHT_BITS` / :data:`QUANTIZED_KV_BITS`
+    unless the space already lists them."""
+    from dataclasses import replace
+
+    knobs, fixed = dict(space.knobs), dict(space.fixed)
+    for name, values in (("weight_bits", QUANTIZED_WEIGHT_BITS), ("kv_bits", QUANTIZED_KV_BITS)):
+        if name in knobs and len(knobs[name]) > 1:
+            continue
+        fixed.pop(name, None)
+        knobs[name] = list(values)
+    return replace(space, knobs=knobs, fixed=fixed,
+                   source=f"{space.source} + --allow-quantization")
+
+
+def is_quantized(config: dict) -> bool:
+    return config.get("weight_bits", 16) < 16 or config.get("kv_bits", 16) < 16
+
+
+def no_plan_line(records, constraints: Constraints, fmt_usd) -> str:
+    """The one line for a search whose plans all miss the deadline/budget: the best found."""
+    feas = [r for r in records if r.feasible]
+    if constraints.deadline_s is not None:
+        best = min(feas, key=lambda r: (r.makespan_s, r.cost_usd))
+        lead = "no plan finishes within " + fmt_duration(constraints.deadline_s)
+        if constraints.budget_usd is not None:
+            lead += f" for at most {fmt_usd(constraints.budget_usd)}"
+        what = "fastest"
+    else:
+        best = min(feas, key=lambda r: (r.cost_usd, r.makespan_s))
+        lead = f"no plan costs at most {fmt_usd(constraints.budget_usd)}"
+        what = "cheapest"
+    c = best.config
+    return (f"{lead}; {what} is {fmt_duration(best.makespan_s)} on {c['tp'] * c.get('dp', 1)}"
+            f" x {best.gpu} for {fmt_usd(best.cost_usd)} (trial #{best.number}).")
+
+
+def quantization_verdict(records, goal: str, fmt_usd) -> str | None:
+    """What quantization buys: the best 16-bit plan vs the best quantized one on ``goal``
+    (None when the records hold no plan of one kind)."""
+    feas = [r for r in records if r.feasible and getattr(r, "within", True)]
+    full = [r for r in feas if not is_quantized(r.config)]
+    quant = [r for r in feas if is_quantized(r.config)]
+    if not full or not quant:
+        return None
+    key = ((lambda r: (r.cost_usd, r.makespan_s)) if goal == "cheapest"
+           else (lambda r: (r.makespan_s, r.cost_usd)))
+    f, q = min(full, key=key), min(quant, key=key)
+    qc = q.config
+    return (f"Quantization ({goal}): 16-bit best {fmt_duration(f.makespan_s)}, "
+            f"{fmt_usd(f.cost_usd)} on {f.gpu}; quantized best "
+            f"({qc['weight_bits']}-bit weights, {qc['kv_bits']}-bit KV) "
+            f"{fmt_duration(q.makespan_s)}, {fmt_usd(q.cost_usd)} on {q.gpu} "
+            f"({100 * (q.makespan_s / f.makespan_s - 1):+.0f} % time, "
+            f"{100 * (q.cost_usd / f.cost_usd - 1):+.0f} % $); output quality is not simulated.")

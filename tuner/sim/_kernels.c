@@ -1,0 +1,472 @@
+/* The simulator's integer kernels: InferMax's unified scheduler step loop (Alg. 1), first-fit
+ * bin packing (Vasuki §5.2) and BlendServe's dual scanner.
+ *
+ * Plain C over caller-owned int64/double arrays, loaded with ctypes (tuner/sim/kernels.py): no
+ * Python headers, no allocation, no I/O. Why C and not numba: numba cost every command ~0.7 s
+ * of import and target set-up and a fresh install ~7 s of compilation; this builds once with
+ * the package.
+ *
+ * The state layout (column numbers) is defined here and checked against tuner/sim/scheduler.py
+ * and tuner/sim/steps.py when the library is loaded (tk_layout).
+ */
+#include <stdint.h>
+#include <string.h>
+
+typedef int64_t i64;
+
+/* step record columns (tuner/sim/steps.py) */
+enum { PREFILL_TOKENS, PREFILL_SQ, PREFILL_CTX, DECODES, DECODE_KV, SAMPLED, KV_BLOCKS,
+       PREEMPTED, RUNNING, N_COLS };
+/* scalar state c[] */
+enum { N_RUNNING, WAIT_HEAD, N_WAITING, FREE_BLOCKS, CACHED_TOKENS, DONE, N_BATCH, BUDGET,
+       PREFILL_BUDGET, N_PREEMPTED, ALLOCATED, N_SLOTS };
+/* req[r * N_REQ_COLS + col] */
+enum { PROMPT, OUTPUT, GROUP, PREFIX_BLOCKS, COMPUTED, GENERATED, BLOCKS, SHARED, FINISH_STEP,
+       ARRIVAL_STEP, FIRST_STEP, CACHED_BLOCKS, CACHED_BEHIND, N_REQ_COLS };
+/* grp[g * N_GRP_COLS + col] */
+enum { G_REF, G_READY, G_OWNER, G_BLOCKS, N_GRP_COLS };
+/* q[row * n + i] */
+enum { Q_RUNNING, Q_WAITING, Q_BATCH_REQ, Q_BATCH_NEW, Q_BATCH_PREFILL, N_Q_COLS };
+/* scheduler parameters kp[] (SchedulerParams' field order) */
+enum { K_TOKEN_BUDGET, K_PREFILL_BUDGET, K_MAX_RUNNING, K_BLOCK_SIZE, K_CAPACITY_BLOCKS,
+       K_PREFILL_FIRST, K_CHUNKED_PREFILL, K_DECODES_FIRST, K_UPFRONT_PROMPT_ALLOC,
+       K_RESERVE_FULL, K_ADMIT_FULL_SEQUENCE, K_CACHE_PREEMPTED, N_PARAMS };
+/* how a call of tk_run ended */
+enum { STATUS_OK, STATUS_STUCK, STATUS_MAX_STEPS, STATUS_FULL, STATUS_PAUSED };
+
+/* The numbers above in one array, so the loader can check them against the Python side. */
+i64 tk_layout(i64 *out, i64 size) {
+    const i64 v[] = { N_COLS, PREFILL_TOKENS, PREFILL_SQ, PREFILL_CTX, DECODES, DECODE_KV,
+                      SAMPLED, KV_BLOCKS, PREEMPTED, RUNNING, N_SLOTS, N_REQ_COLS, N_GRP_COLS,
+                      N_Q_COLS, N_PARAMS, PROMPT, OUTPUT, GROUP, PREFIX_BLOCKS, FINISH_STEP,
+                      ARRIVAL_STEP, FIRST_STEP, CACHED_TOKENS, N_WAITING, FREE_BLOCKS, G_OWNER,
+                      Q_WAITING, STATUS_FULL, STATUS_PAUSED };
+    i64 n = (i64)(sizeof v / sizeof v[0]);
+    for (i64 i = 0; i < n && i < size; i++) out[i] = v[i];
+    return n;
+}
+
+typedef struct {
+    const i64 *k;
+    i64 *req, *grp, *q, *c;
+    i64 n;
+} State;
+
+#define REQ(r, col) s->req[(r) * N_REQ_COLS + (col)]
+#define GRP(g, col) s->grp[(g) * N_GRP_COLS + (col)]
+#define Q(row, i) s->q[(row) * s->n + (i)]
+#define C(slot) s->c[slot]
+#define K(p) s->k[p]
+
+static inline i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
+static inline i64 min64(i64 a, i64 b) { return a < b ? a : b; }
+static inline i64 max64(i64 a, i64 b) { return a > b ? a : b; }
+
+/* (cached tokens it can skip, prefix blocks it shares, blocks to allocate for a new group's
+ * prefix) for request r at admission. It joins a group only when it uses the whole cached
+ * prefix: the group's blocks are held until its last member leaves, so a member using part of
+ * them could hold more than it needs and never fit. */
+static void prefix_lookup(const State *s, i64 r, i64 *hit, i64 *sh, i64 *extra) {
+    i64 g = REQ(r, GROUP), B = K(K_BLOCK_SIZE);
+    *hit = 0; *sh = 0; *extra = 0;
+    if (g >= 0 && GRP(g, G_REF) > 0 && GRP(g, G_READY)
+            && REQ(r, PREFIX_BLOCKS) >= GRP(g, G_BLOCKS)) {
+        *sh = GRP(g, G_BLOCKS);
+        *hit = min64(*sh * B, REQ(r, PROMPT) + REQ(r, GENERATED) - 1);
+    } else if (g >= 0 && GRP(g, G_REF) == 0) {  /* r computes the prefix for its group */
+        *sh = REQ(r, PREFIX_BLOCKS);
+        *extra = REQ(r, PREFIX_BLOCKS);
+    }
+}
+
+/* Put `new_tokens` tokens of request r at place j of the current step's batch. */
+static inline void push(State *s, i64 j, i64 r, i64 new_tokens, int is_prefill) {
+    Q(Q_BATCH_REQ, j) = r;
+    Q(Q_BATCH_NEW, j) = new_tokens;
+    Q(Q_BATCH_PREFILL, j) = is_prefill ? 1 : 0;
+}
+
+/* Give back request r's KV: its private blocks, and its share of a group's prefix (whose blocks
+ * are freed with the group's last user). */
+static void release(State *s, i64 r) {
+    C(FREE_BLOCKS) += REQ(r, BLOCKS);
+    REQ(r, BLOCKS) = 0;
+    if (REQ(r, SHARED) > 0) {
+        i64 g = REQ(r, GROUP);
+        GRP(g, G_REF) -= 1;
+        if (GRP(g, G_REF) == 0) {
+            C(FREE_BLOCKS) += GRP(g, G_BLOCKS);
+            GRP(g, G_READY) = 0;
+        }
+        REQ(r, SHARED) = 0;
+    }
+}
+
+/* Preempt the most recently admitted running request by recompute (its KV is dropped, its
+ * generated tokens kept) and put it back at the front of the queue; returns it. Its blocks
+ * join the free queue behind the ones already free (prefix caching keeps them until
+ * allocations reach them; used when the preset has cache_preempted). */
+static i64 evict_last(State *s) {
+    i64 n = s->n;
+    C(N_RUNNING) -= 1;
+    i64 victim = Q(Q_RUNNING, C(N_RUNNING));
+    REQ(victim, CACHED_BLOCKS) = REQ(victim, BLOCKS);
+    REQ(victim, CACHED_BEHIND) = C(ALLOCATED) + C(FREE_BLOCKS);
+    release(s, victim);
+    REQ(victim, COMPUTED) = 0;
+    C(WAIT_HEAD) = (C(WAIT_HEAD) - 1 + n) % n;
+    Q(Q_WAITING, C(WAIT_HEAD)) = victim;
+    C(N_WAITING) += 1;
+    C(N_PREEMPTED) += 1;
+    return victim;
+}
+
+static inline void begin_step(State *s) {
+    C(BUDGET) = K(K_TOKEN_BUDGET);
+    C(PREFILL_BUDGET) = K(K_PREFILL_BUDGET);
+    C(N_BATCH) = 0;
+    C(N_PREEMPTED) = 0;
+}
+
+/* Private blocks request r takes at admission (shared prefix blocks excluded). */
+static inline i64 admit_blocks(const State *s, i64 r, i64 hit, i64 new_tokens, i64 sh) {
+    i64 B = K(K_BLOCK_SIZE), nb;
+    if (K(K_RESERVE_FULL))
+        nb = ceil_div(REQ(r, PROMPT) + REQ(r, OUTPUT), B);
+    else if (K(K_UPFRONT_PROMPT_ALLOC) || K(K_PREFILL_FIRST))  /* V0's block manager */
+        nb = ceil_div(REQ(r, PROMPT) + REQ(r, GENERATED), B);
+    else  /* V1: the first chunk's */
+        return max64(ceil_div(hit + new_tokens, B) - sh, 0);
+    return nb - sh;
+}
+
+/* Admit waiting requests in queue order while R_max, the budgets and free KV allow; each gets
+ * its first chunk (V0: its whole prompt, or it waits). A request that has not arrived yet stops
+ * admission, unless the step would otherwise be empty (the clock then waits). */
+static void admit_waiting(State *s, i64 step) {
+    i64 n = s->n, B = K(K_BLOCK_SIZE);
+    while (C(N_WAITING) > 0 && C(N_RUNNING) < K(K_MAX_RUNNING)) {
+        i64 lim = min64(C(BUDGET), C(PREFILL_BUDGET));
+        if (lim <= 0 && !K(K_PREFILL_FIRST)) break;  /* V0 tests the whole prompt below */
+        i64 r = Q(Q_WAITING, C(WAIT_HEAD));
+        if (REQ(r, ARRIVAL_STEP) > step && (C(N_RUNNING) > 0 || C(N_BATCH) > 0)) break;
+        i64 hit, sh, extra;
+        prefix_lookup(s, r, &hit, &sh, &extra);
+        if (K(K_CACHE_PREEMPTED) && REQ(r, CACHED_BLOCKS) > 0 && sh == 0) {
+            /* a recompute skips the blocks the LRU free queue has not reused yet (vLLM frees a
+             * sequence's blocks tail first, so what survives is its prefix) */
+            i64 left = REQ(r, CACHED_BLOCKS) - max64(C(ALLOCATED) - REQ(r, CACHED_BEHIND), 0);
+            if (left > 0)
+                hit = max64(hit, min64(left * B, REQ(r, PROMPT) + REQ(r, GENERATED) - 1));
+        }
+        i64 remaining = REQ(r, PROMPT) + REQ(r, GENERATED) - hit, new_tokens;
+        if (K(K_CHUNKED_PREFILL)) new_tokens = min64(remaining, lim);
+        else if (remaining > lim) break;
+        else new_tokens = remaining;
+        i64 nb = admit_blocks(s, r, hit, new_tokens, sh);
+        if (nb + extra > C(FREE_BLOCKS)) break;
+        if (K(K_ADMIT_FULL_SEQUENCE)
+                && ceil_div(REQ(r, PROMPT) + REQ(r, GENERATED), B) - sh + extra > C(FREE_BLOCKS))
+            break;  /* vLLM's scheduler_reserve_full_isl: the whole sequence must fit now */
+        C(WAIT_HEAD) = (C(WAIT_HEAD) + 1) % n;
+        C(N_WAITING) -= 1;
+        i64 g = REQ(r, GROUP);
+        if (sh > 0) {  /* join the group (the first member owns its prefix) */
+            if (GRP(g, G_REF) == 0) {
+                GRP(g, G_OWNER) = r;
+                GRP(g, G_BLOCKS) = sh;
+            }
+            GRP(g, G_REF) += 1;
+        }
+        C(FREE_BLOCKS) -= nb + extra;
+        C(ALLOCATED) += nb + extra;
+        REQ(r, CACHED_BLOCKS) = 0;
+        REQ(r, BLOCKS) = nb;
+        REQ(r, SHARED) = sh;
+        REQ(r, COMPUTED) = hit;
+        C(CACHED_TOKENS) += hit;
+        if (REQ(r, FIRST_STEP) < 0) REQ(r, FIRST_STEP) = step;
+        Q(Q_RUNNING, C(N_RUNNING)) = r;
+        C(N_RUNNING) += 1;
+        push(s, C(N_BATCH), r, new_tokens, 1);
+        C(N_BATCH) += 1;
+        C(BUDGET) -= new_tokens;
+        C(PREFILL_BUDGET) -= new_tokens;
+    }
+}
+
+/* Give each running request its next tokens in admission order (Sarathi: all decodes in a first
+ * pass, prefill chunks in a second), growing its KV; when KV runs out, evict from the most
+ * recently admitted end. Stops when the request being scheduled is itself evicted. */
+static void schedule_running(State *s) {
+    i64 B = K(K_BLOCK_SIZE);
+    i64 nrun = C(N_RUNNING), free_blocks = C(FREE_BLOCKS), ns = C(N_BATCH);
+    i64 budget = C(BUDGET), pbudget = C(PREFILL_BUDGET), allocated = 0;
+    int stop = 0;
+    int passes = K(K_DECODES_FIRST) ? 2 : 1;
+    for (int ps = 0; ps < passes; ps++) {
+        i64 i = 0;
+        while (!stop && i < nrun && budget > 0) {
+            i64 r = Q(Q_RUNNING, i);
+            i++;
+            i64 remaining = REQ(r, PROMPT) + REQ(r, GENERATED) - REQ(r, COMPUTED);
+            int is_pf = !(remaining == 1 && REQ(r, GENERATED) > 0);
+            if (K(K_DECODES_FIRST) && is_pf == (ps == 0)) continue;
+            i64 new_tokens = 1;
+            if (is_pf) {  /* a chunk within both budgets (unchunked: the whole rest, or it waits) */
+                i64 lim = min64(budget, pbudget);
+                new_tokens = K(K_CHUNKED_PREFILL) ? min64(remaining, lim)
+                                                  : (remaining <= lim ? remaining : 0);
+                if (new_tokens <= 0) continue;
+            }
+            i64 need = ceil_div(REQ(r, COMPUTED) + new_tokens, B) - REQ(r, SHARED) - REQ(r, BLOCKS);
+            if (need > free_blocks) {
+                C(FREE_BLOCKS) = free_blocks;
+                C(ALLOCATED) += allocated;
+                allocated = 0;
+                while (need > C(FREE_BLOCKS) && !stop) {
+                    C(N_RUNNING) = nrun;
+                    stop = evict_last(s) == r;
+                    nrun = C(N_RUNNING);
+                }
+                free_blocks = C(FREE_BLOCKS);
+                if (stop) break;
+            }
+            if (need > 0) {
+                free_blocks -= need;
+                allocated += need;
+                REQ(r, BLOCKS) += need;
+            }
+            push(s, ns, r, new_tokens, is_pf);
+            ns++;
+            budget -= new_tokens;
+            if (is_pf) pbudget -= new_tokens;
+        }
+    }
+    C(N_RUNNING) = nrun;
+    C(FREE_BLOCKS) = free_blocks;
+    C(N_BATCH) = ns;
+    C(BUDGET) = budget;
+    C(PREFILL_BUDGET) = pbudget;
+    C(ALLOCATED) += allocated;
+}
+
+/* Write the step's batch into its record row and advance its requests; a request that produced
+ * its last token releases its KV. Returns whether any request finished. */
+static int record_step(State *s, i64 *row, i64 step) {
+    i64 B = K(K_BLOCK_SIZE);
+    int any_done = 0;
+    i64 pf_tokens = 0, pf_sq = 0, pf_ctx = 0, decodes = 0, decode_kv = 0, sampled = 0;
+    for (i64 j = 0; j < C(N_BATCH); j++) {
+        i64 r = Q(Q_BATCH_REQ, j), new_tokens = Q(Q_BATCH_NEW, j), ctx = REQ(r, COMPUTED);
+        if (Q(Q_BATCH_PREFILL, j)) {
+            pf_tokens += new_tokens;
+            pf_sq += new_tokens * new_tokens;
+            pf_ctx += new_tokens * ctx;
+        } else {
+            decodes += 1;
+            decode_kv += ctx + 1;
+        }
+        i64 computed = ctx + new_tokens;
+        REQ(r, COMPUTED) = computed;
+        i64 g = REQ(r, GROUP);
+        if (g >= 0 && REQ(r, SHARED) > 0 && GRP(g, G_OWNER) == r
+                && computed >= GRP(g, G_BLOCKS) * B)
+            GRP(g, G_READY) = 1;
+        if (computed == REQ(r, PROMPT) + REQ(r, GENERATED)) {
+            REQ(r, GENERATED) += 1;
+            sampled += 1;
+            if (REQ(r, GENERATED) == REQ(r, OUTPUT)) {
+                release(s, r);
+                REQ(r, FINISH_STEP) = step;
+                C(DONE) += 1;
+                any_done = 1;
+            }
+        }
+    }
+    if (any_done) {  /* drop finished requests from the running list, keeping its order */
+        i64 j = 0;
+        for (i64 i = 0; i < C(N_RUNNING); i++) {
+            i64 r = Q(Q_RUNNING, i);
+            if (REQ(r, FINISH_STEP) < 0) Q(Q_RUNNING, j++) = r;
+        }
+        C(N_RUNNING) = j;
+    }
+    row[PREFILL_TOKENS] = pf_tokens;
+    row[PREFILL_SQ] = pf_sq;
+    row[PREFILL_CTX] = pf_ctx;
+    row[DECODES] = decodes;
+    row[DECODE_KV] = decode_kv;
+    row[SAMPLED] = sampled;
+    row[KV_BLOCKS] = K(K_CAPACITY_BLOCKS) - C(FREE_BLOCKS);
+    row[PREEMPTED] = C(N_PREEMPTED);
+    row[RUNNING] = C(N_RUNNING);
+    return any_done;
+}
+
+/* After a step with only decodes, no preemption, no completion and every running request
+ * scheduled, the following steps repeat it until the first request finishes: admission cannot
+ * succeed (free KV only shrinks, the running count and budget stay), so the batch only changes
+ * by one token of context per request per step. Write those rows directly (as many as free KV
+ * and the record's capacity allow: the rest runs step by step, to the same rows) and advance
+ * the requests; returns the new step. inc: scratch of at least max(output) + 1 entries. */
+static i64 skip_decodes(State *s, i64 *rec, i64 cap, i64 step, i64 max_steps, i64 *inc) {
+    i64 B = K(K_BLOCK_SIZE), nrun = C(N_RUNNING);
+    i64 m = REQ(Q(Q_RUNNING, 0), OUTPUT) - REQ(Q(Q_RUNNING, 0), GENERATED);
+    for (i64 i = 1; i < nrun; i++) {
+        i64 r = Q(Q_RUNNING, i);
+        m = min64(m, REQ(r, OUTPUT) - REQ(r, GENERATED));
+    }
+    i64 kmax = min64(m - 1, max_steps - step);  /* the step where a request finishes runs exactly */
+    /* stop where the queue's head arrives; a head that arrived earlier and still waits is held
+     * back by KV or R_max, which the skipped steps cannot free (offline jobs: always) */
+    if (C(N_WAITING) > 0) {
+        i64 head_arrival = REQ(Q(Q_WAITING, C(WAIT_HEAD)), ARRIVAL_STEP);
+        if (head_arrival >= step) kmax = min64(kmax, head_arrival - step);
+    }
+    kmax = min64(kmax, cap - step);
+    if (kmax <= 0) return step;
+    /* inc[j]: blocks allocated at skipped step j (1-based), when c_r + j crosses r's holding */
+    memset(inc, 0, (size_t)(kmax + 1) * sizeof(i64));
+    i64 sum_c = 0;
+    for (i64 i = 0; i < nrun; i++) {
+        i64 r = Q(Q_RUNNING, i);
+        sum_c += REQ(r, COMPUTED);
+        for (i64 a = max64((REQ(r, BLOCKS) + REQ(r, SHARED)) * B - REQ(r, COMPUTED) + 1, 1);
+             a <= kmax; a += B)
+            inc[a] += 1;
+    }
+    i64 free_blocks = C(FREE_BLOCKS), n_skip = 0, acc = 0;
+    while (n_skip < kmax && acc + inc[n_skip + 1] <= free_blocks) {
+        n_skip++;
+        acc += inc[n_skip];
+    }
+    if (n_skip == 0) return step;
+    i64 used = K(K_CAPACITY_BLOCKS) - free_blocks;
+    acc = 0;
+    for (i64 j = 1; j <= n_skip; j++) {
+        acc += inc[j];
+        i64 *row = rec + (step + j - 1) * N_COLS;
+        memset(row, 0, N_COLS * sizeof(i64));
+        row[DECODES] = nrun;
+        row[DECODE_KV] = sum_c + nrun * j;
+        row[SAMPLED] = nrun;
+        row[KV_BLOCKS] = used + acc;
+        row[RUNNING] = nrun;
+    }
+    for (i64 i = 0; i < nrun; i++) {
+        i64 r = Q(Q_RUNNING, i);
+        i64 a = max64((REQ(r, BLOCKS) + REQ(r, SHARED)) * B - REQ(r, COMPUTED) + 1, 1);
+        if (n_skip >= a) REQ(r, BLOCKS) += 1 + (n_skip - a) / B;
+        REQ(r, COMPUTED) += n_skip;
+        REQ(r, GENERATED) += n_skip;
+    }
+    C(FREE_BLOCKS) = free_blocks - acc;
+    C(ALLOCATED) += acc;
+    return step + n_skip;
+}
+
+/* Steps from *step_io until every request finished (STATUS_OK), the loop is stuck or out of
+ * steps, the record `rec` (cap rows) is full (STATUS_FULL: grow it and call again) or the step
+ * reaches pause_step (STATUS_PAUSED: call again; lets the caller handle Ctrl-C). The whole state
+ * lives in the arrays, so a call resumes exactly where the last one stopped. */
+i64 tk_run(const i64 *kp, i64 *req, i64 n, i64 *grp, i64 *q, i64 *c, i64 *rec, i64 cap,
+           i64 *step_io, i64 fast, i64 max_steps, i64 pause_step, i64 *inc) {
+    State st = { kp, req, grp, q, c, n };
+    State *s = &st;
+    i64 step = *step_io, status = STATUS_OK;
+    while (C(DONE) < n) {
+        if (step >= max_steps) { status = STATUS_MAX_STEPS; break; }
+        if (step >= cap) { status = STATUS_FULL; break; }
+        if (step >= pause_step) { status = STATUS_PAUSED; break; }
+        begin_step(s);
+        i64 nrun_start = C(N_RUNNING);
+        if (K(K_PREFILL_FIRST)) admit_waiting(s, step);  /* V0: a step of prompts, no decodes */
+        if (C(N_BATCH) == 0) {
+            schedule_running(s);
+            if (C(N_PREEMPTED) == 0 && !K(K_PREFILL_FIRST)) admit_waiting(s, step);
+        }
+        if (C(N_BATCH) == 0) { status = STATUS_STUCK; break; }
+        i64 *row = rec + step * N_COLS;
+        int any_done = record_step(s, row, step);
+        step++;
+        if (fast && row[PREFILL_TOKENS] == 0 && C(N_PREEMPTED) == 0 && !any_done
+                && C(N_BATCH) == nrun_start && C(N_RUNNING) > 0)
+            step = skip_decodes(s, rec, cap, step, max_steps, inc);
+    }
+    *step_io = step;
+    return status;
+}
+
+/* First fit of `sizes` (already in packing order) into bins of `capacity` holding at most
+ * `max_items` each. A max segment tree over the bins' free space finds the first bin with room
+ * in O(log n); an item larger than `capacity` gets a bin of its own. Writes each item's bin.
+ * tree: 2 * size entries, count: size entries, size = the smallest power of two >= n. */
+void tk_first_fit(const i64 *sizes, i64 n, i64 capacity, i64 max_items, i64 size, i64 *tree,
+                  i64 *count, i64 *bin_of) {
+    for (i64 i = 0; i < 2 * size; i++) tree[i] = -1;  /* -1: bin not opened / full */
+    memset(count, 0, (size_t)size * sizeof(i64));
+    i64 opened = 0;
+    for (i64 k = 0; k < n; k++) {
+        i64 sz = sizes[k], node, b;
+        if (tree[1] >= sz) {
+            node = 1;
+            while (node < size) node = tree[2 * node] >= sz ? 2 * node : 2 * node + 1;
+            b = node - size;
+        } else {
+            b = opened++;
+            node = b + size;
+            tree[node] = capacity;
+        }
+        bin_of[k] = b;
+        count[b] += 1;
+        i64 left = tree[node] - sz;
+        tree[node] = (left >= 0 && count[b] < max_items) ? left : -1;
+        for (node /= 2; node >= 1; node /= 2) {
+            i64 a = tree[2 * node], cc = tree[2 * node + 1];
+            tree[node] = a > cc ? a : cc;
+        }
+    }
+}
+
+/* Weighted fair merge of the left scanner (flat positions 0, 1, ...) and the right scanner
+ * (n-1, n-2, ...) of BlendServe's dual scan. Each side advances a virtual clock by weight /
+ * share, where share is its memory fraction from BlendServe's partition for the two nodes the
+ * scanners stand on; the side with the earlier clock emits the next `chunk` requests (and, with
+ * `whole_nodes`, the rest of the node it is in). Writes (positions, side). */
+void tk_dual_scan(const i64 *unit_of, i64 n, const double *rho_unit, const double *weight,
+                  double rho_target, i64 chunk, i64 whole_nodes, i64 *out, int8_t *side) {
+    i64 li = 0, ri = n - 1, k = 0;
+    double vl = 0.0, vr = 0.0;
+    while (li <= ri) {
+        double rl = rho_unit[unit_of[li]], rr = rho_unit[unit_of[ri]], frac;
+        if (unit_of[li] == unit_of[ri]) frac = 1.0;  /* both inside one node: left to right */
+        else if (rl == rr) frac = 0.5;
+        else frac = (rho_target - rr) / (rl - rr);
+        if (frac < 0.0) frac = 0.0;
+        if (frac > 1.0) frac = 1.0;
+        if (frac > 0.0 && (frac == 1.0 || vl <= vr)) {
+            for (i64 e = 0; li <= ri
+                     && (e < chunk || (whole_nodes && li > 0 && unit_of[li] == unit_of[li - 1]));
+                 e++) {
+                out[k] = li;
+                side[k] = 0;
+                vl += weight[li] / frac;
+                li++;
+                k++;
+            }
+            if (frac == 1.0 && vr < vl) vr = vl;  /* an idle side resumes now, not in a burst */
+        } else {
+            for (i64 e = 0; li <= ri
+                     && (e < chunk || (whole_nodes && ri < n - 1 && unit_of[ri] == unit_of[ri + 1]));
+                 e++) {
+                out[k] = ri;
+                side[k] = 1;
+                vr += weight[ri] / (1.0 - frac);
+                ri--;
+                k++;
+            }
+            if (frac == 0.0 && vl < vr) vl = vr;
+        }
+    }
+}
