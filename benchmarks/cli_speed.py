@@ -40,6 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tuner.core.host import cpu_name
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "arxiv.jsonl"
 ARXIV = "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv"
@@ -210,7 +212,7 @@ def main() -> None:
     ap.add_argument("--skip-full", action="store_true", help="exhaustive: the small space only")
     ap.add_argument("--exhaustive-limit-s", type=float, default=900.0)
     args = ap.parse_args()
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores, python {platform.python_version()}, "
+    print(f"machine: {cpu_name()}, {os.cpu_count()} cores, python {platform.python_version()}, "
           f"load average before {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -251,17 +253,6 @@ def main() -> None:
                 shutil.rmtree(out, ignore_errors=True)
         phase_readme(env, tmp, args.repeats)
     print(f"load average after {os.getloadavg()[0]:.2f}")
-
-
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo), else what platform knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

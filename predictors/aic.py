@@ -219,21 +219,11 @@ class KernelTables:
 
     def nccl_allreduce(self, num_gpus: int):
         """(message bytes, seconds) of NCCL all-reduce on `num_gpus`; None without a table."""
-        a = self.arrays.get("nccl_allreduce")
-        if a is None or not len(a):
-            return None
-        r = a[a[:, 0] == num_gpus]
-        if not len(r):
-            return None
-        r = r[np.argsort(r[:, 1])]
-        t = r[:, 2] * 1e-3
-        if self.transfer:
-            t = _scale_link(t, self.transfer["link_ratio"])
-        return r[:, 1], t
+        return self.nccl_collective("allreduce", num_gpus)
 
     def nccl_collective(self, op: str, num_gpus: int):
-        """(message bytes, seconds) of NCCL `op` ("allgather" / "reducescatter") on `num_gpus`,
-        message = the whole gathered buffer; None without a table."""
+        """(message bytes, seconds) of NCCL `op` ("allreduce", "allgather", "reducescatter") on
+        `num_gpus`, message = the whole gathered buffer; None without a table."""
         a = self.arrays.get(f"nccl_{op}")
         if a is None or not len(a):
             return None

@@ -29,6 +29,7 @@ from profilers.schema import (
 )
 from profilers.timing import Sampler, TimingSettings, measure_interleaved
 from tuner.core.errors import TunerError, ensure_writable_dir
+from tuner.core.host import cpu_name
 from tuner.core.io import dumps, write_atomic
 
 INSTALL_HINT = 'pip install -e ".[profile]"'
@@ -112,16 +113,6 @@ def _floor_pow2(x: float) -> int:
     return 1 << (x.bit_length() - 1)
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:  # pragma: no cover
-        pass
-    return platform.processor() or platform.machine() or "cpu"
-
-
 def _driver_version() -> str | None:  # pragma: no cover - GPU machines
     try:
         r = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
@@ -200,7 +191,7 @@ def _provenance(torch, device: str, dtype: str, model, settings: ProfileSettings
         gpu = match_gpu(name, mem, load_gpus())
         driver = _driver_version()
     else:
-        name, mem, gpu, driver = _cpu_name(), _host_total_bytes(), None, None
+        name, mem, gpu, driver = cpu_name(), _host_total_bytes(), None, None
     try:
         from importlib.metadata import version
 
@@ -227,7 +218,7 @@ def _provenance(torch, device: str, dtype: str, model, settings: ProfileSettings
         "intra_threads": torch.get_num_threads(),
         "inter_threads": torch.get_num_interop_threads(),
         "host": {"name": platform.node(), "platform": platform.platform(),
-                 "cpu": _cpu_name(), "cpu_count": os.cpu_count(),
+                 "cpu": cpu_name(), "cpu_count": os.cpu_count(),
                  "python": platform.python_version()},
         "tool_version": tool,
         "command": " ".join(["tuner", *sys.argv[1:]]) if sys.argv else "",

@@ -35,7 +35,7 @@ from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.io import dumps, write_atomic
 from tuner.core.workload import Workload
-from tuner.exports import render_export, to_json
+from tuner.exports import EXPORT_SUFFIX, render_export, to_json
 from tuner.search.records import (
     GOALS,
     TrialRecord,
@@ -47,6 +47,9 @@ from tuner.search.records import (
     trial_records,
     winners,
 )
+
+#: Export formats `tuner search` writes for each winner besides its vLLM YAML and JSON.
+SCALE_FORMATS = ("run-batch", "ray-data")
 
 
 @dataclass
@@ -242,6 +245,14 @@ def output_texts(outputs: StudyOutputs, out_dir: Path) -> tuple[dict[str, str], 
         texts[f"{goal}.json"] = to_json(r.serving_config(), r.metrics, r.memory,
                                         {"trial": r.number, "provenance": str(r.provenance)})
         files[f"{goal}_json"] = out_dir / f"{goal}.json"
+        # at scale, as written: the plan's DP replicas as `vllm run-batch` over a split of the
+        # workload, and the same plan as a Ray Data LLM job (rendered once, for the report)
+        snippets = (ctx.export_snippets or {}).get(goal) or {}
+        for fmt in SCALE_FORMATS:
+            text = (snippets.get("formats") or {}).get(fmt)
+            if text is not None:
+                texts[f"{goal}{EXPORT_SUFFIX[fmt]}"] = text
+                files[f"{goal}_{fmt.replace('-', '_')}"] = out_dir / f"{goal}{EXPORT_SUFFIX[fmt]}"
     texts["report.html"] = render_html(ctx)  # the report is assembled once, here
     files["report"] = out_dir / "report.html"
     files["results"] = out_dir / "results.json"

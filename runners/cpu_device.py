@@ -22,6 +22,8 @@ from pathlib import Path
 
 import yaml
 
+from tuner.core.host import cpu_name
+
 RUNTIME_OVERHEAD_GIB = 1.0  # tuner.core.memory.RUNTIME_OVERHEAD_BYTES
 
 
@@ -33,16 +35,6 @@ def _meminfo_gib() -> float:
     except (OSError, ValueError, IndexError):
         pass
     return 16.0
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 def cpu_entry(*, kv_mib: float = 64.0, utilization: float = 0.9, price_usd_per_h: float = 0.1,
@@ -65,7 +57,7 @@ def cpu_entry(*, kv_mib: float = 64.0, utilization: float = 0.9, price_usd_per_h
         "price_usd_per_h": float(price_usd_per_h),
         "price_source": "nominal price for a CPU test device (not a quote)",
         "price_date": "",
-        "notes": (f"This machine's CPU ({_cpu_name()}, {cores} cores) as a device for CPU "
+        "notes": (f"This machine's CPU ({cpu_name()}, {cores} cores) as a device for CPU "
                   "validation runs. memory_gib leaves ~{:g} MiB of KV cache after the memory "
                   "plan's 1 GiB runtime overhead; peaks are estimates from the core count, "
                   "not measurements (a CPU profile replaces them).").format(kv_mib),

@@ -18,6 +18,7 @@ import yaml
 from typer.testing import CliRunner
 
 from tuner.cli.main import app
+from tuner.exports import from_json, parse_export
 from tuner.search import load_study
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,7 +28,8 @@ SIM_KEYS = {"makespan_s", "cost_usd", "requests", "output_tokens", "throughput_t
 TIMELINE_COLUMNS = ["time_s", "running", "prefill_tokens", "decode_tokens", "kv_fraction",
                     "preemptions"]
 OUT_FILES = {"report.html", "fastest.vllm.yaml", "cheapest.vllm.yaml", "fastest.json",
-             "cheapest.json", "results.json"}
+             "cheapest.json", "results.json", "fastest.run-batch.sh", "cheapest.run-batch.sh",
+             "fastest.ray-data.py", "cheapest.ray-data.py"}
 
 runner = CliRunner()
 
@@ -183,6 +185,11 @@ def test_search_writes_report_and_exports(searched):
         y = yaml.safe_load((out / f"{which}.vllm.yaml").read_text())
         assert y["max-num-batched-tokens"] == rec["config"]["chunk_size"]
         assert y["max-num-seqs"] == rec["config"]["max_running"]
+        # the at-scale exports of the same plan, as `tuner export` writes them
+        cfg = from_json((out / f"{which}.json").read_text())
+        assert parse_export("run-batch", (out / f"{which}.run-batch.sh").read_text()) == cfg
+        assert parse_export("ray-data", (out / f"{which}.ray-data.py").read_text()) == cfg
+        assert results["files"][f"{which}_run_batch"] == str(out / f"{which}.run-batch.sh")
     assert "<html" in (out / "report.html").read_text()[:2000].lower()
     st = load_study(results["study"], out_dir=out)
     assert len([t for t in st.trials if t.state.name == "COMPLETE"]) == 12

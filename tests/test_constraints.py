@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from reports.figures import deadline_envelope, deadline_figure, gpu_colors
 from reports.outputs import constraint_verdicts
 from tuner.cli.main import app
-from tuner.core.catalog import get_model, load_gpus
+from tuner.core.catalog import load_gpus
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
 from tuner.core.workload import Workload
@@ -39,17 +39,6 @@ def workload(n: int = 48, seed: int = 3) -> Workload:
     return Workload(prompt_tokens=rng.integers(200, 3000, n).astype(np.int64),
                     output_tokens=rng.integers(50, 600, n).astype(np.int64),
                     source="constraints-test", tokenizer="given", output_source="given")
-
-
-@pytest.fixture(scope="module")
-def model():
-    return get_model("llama-3-8b")
-
-
-@pytest.fixture(scope="module")
-def gpus():
-    cat = load_gpus()
-    return {"A10": cat["A10"], "A40": cat["A40"]}
 
 
 @pytest.fixture(scope="module")

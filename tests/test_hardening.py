@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,25 @@ def test_a_refusing_machine_is_one_error_line(monkeypatch, capsys) -> None:
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert code == 2 and len(lines) == 1
     assert "No space left on device (/full/report.html)" in lines[0]
+
+
+def test_an_error_that_swallowed_a_ctrl_c_is_the_interrupt(monkeypatch, capsys) -> None:
+    """numpy turns a KeyboardInterrupt raised inside a structured-array comparison (Optuna's
+    Pareto ranking) into an unchained TypeError: after a Ctrl-C, any failure is the interrupt."""
+    import tuner.cli.main as cli_main
+
+    def app(**_kw):
+        try:
+            cli_main._on_sigint(signal.SIGINT, None)  # what the Ctrl-C ran
+        except KeyboardInterrupt:
+            pass  # ... swallowed by C code, which then fails its own way
+        raise TypeError("Cannot compare structured arrays unless they have a common dtype.")
+
+    monkeypatch.setattr(cli_main, "app", app)
+    with pytest.raises(SystemExit) as done:
+        cli_main.main()
+    err = capsys.readouterr().err
+    assert done.value.code == 130 and "interrupted" in err and "Traceback" not in err
+    # without a Ctrl-C the same error is a bug, and stays visible as one
+    with pytest.raises(TypeError):
+        _main_with(monkeypatch, capsys, TypeError("a bug"))

@@ -20,7 +20,7 @@ import optuna
 import pytest
 
 import tuner.search.evaluator as evaluator_mod
-from tuner.core.catalog import get_model, load_gpus
+from tuner.core.catalog import get_model
 from tuner.core.errors import TunerError
 from tuner.core.workload import Workload
 from tuner.search import SearchSettings, connect_worker, default_storage, prepare_study, run_search
@@ -44,17 +44,6 @@ def workload(n: int = 24, seed: int = 0) -> Workload:
 def space() -> SearchSpace:
     return SearchSpace(knobs={"chunk_size": [256, 512, 1024, 2048], "max_running": [16, 32, 64]},
                        fixed=dict(FIXED), source="test")
-
-
-@pytest.fixture(scope="module")
-def gpus():
-    cat = load_gpus()
-    return {"A10": cat["A10"], "A40": cat["A40"]}
-
-
-@pytest.fixture(scope="module")
-def model():
-    return get_model("llama-3-8b")
 
 
 def states(storage: str, name: str = "s") -> dict[str, int]:

@@ -16,7 +16,7 @@ import optuna
 import pytest
 
 import tuner.search.evaluator as evaluator_mod
-from tuner.core.catalog import get_model, load_gpus
+from tuner.core.catalog import get_model
 from tuner.core.errors import TunerError
 from tuner.core.workload import Workload
 from tuner.search import (
@@ -43,17 +43,6 @@ def tiny_workload(n: int = 24, seed: int = 0) -> Workload:
 def tiny_space(**knobs) -> SearchSpace:
     knobs = knobs or {"chunk_size": [512, 2048], "max_running": [16, 64]}
     return SearchSpace(knobs=knobs, fixed=dict(FIXED), source="test")
-
-
-@pytest.fixture(scope="module")
-def model():
-    return get_model("llama-3-8b")
-
-
-@pytest.fixture(scope="module")
-def gpus():
-    cat = load_gpus()
-    return {"A10": cat["A10"], "A40": cat["A40"]}
 
 
 def complete(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:

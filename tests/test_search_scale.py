@@ -15,7 +15,7 @@ import optuna
 import pytest
 
 import tuner.search.evaluator as evaluator_mod
-from tuner.core.catalog import get_model, load_gpus
+from tuner.core.catalog import load_gpus
 from tuner.core.errors import TunerError
 from tuner.core.workload import Workload
 from tuner.search import (
@@ -52,11 +52,6 @@ def space(**knobs) -> SearchSpace:
                       "weight_bits": [16, 8]}
     return SearchSpace(knobs=knobs, fixed={k: v for k, v in FIXED.items() if k not in knobs},
                        source="test")
-
-
-@pytest.fixture(scope="module")
-def model():
-    return get_model("llama-3-8b")
 
 
 @pytest.fixture(scope="module")

@@ -30,13 +30,16 @@ def _error_line(message: str) -> None:
 
 
 _QUIET_UNTIL_S = 0.0  # time.monotonic() until which Ctrl-C is ignored: main() is done, exiting
+_SIGINT_SEEN = False  # a Ctrl-C arrived during this main()
 
 
 def _on_sigint(signum, frame) -> None:
     """Ctrl-C: KeyboardInterrupt, except once main() has finished (its outputs are complete and
     its line printed): the interpreter's exit would otherwise print a traceback for it."""
+    global _SIGINT_SEEN
     if time.monotonic() < _QUIET_UNTIL_S:
         return
+    _SIGINT_SEEN = True
     raise KeyboardInterrupt
 
 
@@ -56,8 +59,9 @@ def main() -> None:
 
 
 def _main() -> None:
-    global _QUIET_UNTIL_S
+    global _QUIET_UNTIL_S, _SIGINT_SEEN
     _QUIET_UNTIL_S = 0.0
+    _SIGINT_SEEN = False
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when ignored (nohup)
         signal.signal(signal.SIGINT, _on_sigint)
     try:
@@ -82,9 +86,18 @@ def _main() -> None:
     except KeyboardInterrupt:
         rv = 130
     except OSError as exc:  # the machine refused (disk full, permissions): one line, no trace
-        where = f" ({exc.filename})" if exc.filename else ""
-        _error_line(f"{exc.strerror or exc}{where}.")
-        sys.exit(2)
+        if not _SIGINT_SEEN:
+            where = f" ({exc.filename})" if exc.filename else ""
+            _error_line(f"{exc.strerror or exc}{where}.")
+            sys.exit(2)
+        rv = 130
+    except Exception:
+        # A Ctrl-C that lands while C code calls back into Python can come out as another
+        # error: numpy's structured-array comparison (in Optuna's Pareto ranking) replaces the
+        # KeyboardInterrupt with a TypeError, unchained. After a Ctrl-C, any failure is it.
+        if not _SIGINT_SEEN:
+            raise
+        rv = 130
     _QUIET_UNTIL_S = time.monotonic() + 5.0  # done: a Ctrl-C while exiting changes nothing
     # ... nor late in the interpreter's exit, which puts back SIGINT's default action (death
     # by the signal, no line) for a Python handler, but leaves an ignored signal ignored
