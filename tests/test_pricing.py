@@ -128,9 +128,19 @@ def test_provider_gpu_host_shape_and_stored_specs_round_trip():
     aws = load_gpu_catalog(None, None, "aws")
     g = aws["A10"]
     assert (g.price_usd_per_h, g.cpu_cores, g.host_ram_gib) == (1.006, 4, 16)
-    assert "aws.amazon.com" in g.price_source and g.price_date == "2024"
+    assert "skypilot-catalog" in g.price_source and "27f67dd" in g.price_date
     back = GPU(**dataclasses.asdict(g))  # how a study stores and a worker rebuilds it
     assert back.billing == g.billing
+
+
+def test_shipped_spot_prices_for_aws_and_gcp():
+    aws = load_gpu_catalog(None, None, "aws", spot=True)
+    assert aws["A10"].billing.spot and aws["A10"].billing.instances[0].usd_per_h == 0.4159
+    gcp = load_gpu_catalog(None, None, "gcp", spot=True)
+    assert gcp["L4"].billing.instances[0].usd_per_h == pytest.approx(0.05874 + 0.2231)
+    # on demand, GCP's VM and GPU rows are summed
+    assert load_gpu_catalog(None, None, "gcp")["A100-40G"].billing.instances[0].usd_per_h \
+        == pytest.approx(0.73948 + 2.93391)
 
 
 def test_price_override_reprices_every_instance():
