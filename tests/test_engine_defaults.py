@@ -174,3 +174,65 @@ def test_search_evaluates_the_entry_points_defaults_first(entry, gpu, first):
                     metadata={"entry_point": entry})
     t0 = st.trials[0].params
     assert (t0["chunk_size"], t0["max_running"]) == first
+
+
+# ---- against the installed vLLM's own code ----------------------------------------------------
+# Runs vLLM's EngineArgs.get_batch_defaults with a stand-in platform per GPU (name and memory;
+# vLLM asks its platform for both), then the same fallback its engine applies for a context the
+# tables do not name, and prints {gpu: {context: [tokens, seqs]}}.
+_VLLM_DEFAULTS = """
+import json, sys
+import vllm.engine.arg_utils as au
+from vllm.config.scheduler import SchedulerConfig
+from vllm.usage.usage_lib import UsageContext
+
+class Device:
+    def __init__(self, name, gib):
+        self.name, self.bytes = name, int(gib * 2**30)
+    def get_device_total_memory(self, device_id=0):
+        return self.bytes
+    def get_device_name(self, device_id=0):
+        return self.name
+    def is_tpu(self):
+        return False
+    def is_cpu(self):
+        return False
+
+out = {}
+for name, gib in json.loads(sys.argv[1]).items():
+    au.current_platform = Device(name, gib)
+    tokens, seqs = au.EngineArgs.get_batch_defaults(world_size=1)
+    out[name] = {ctx: [tokens.get(getattr(UsageContext, ctx),
+                                  SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS),
+                       seqs.get(getattr(UsageContext, ctx), SchedulerConfig.DEFAULT_MAX_NUM_SEQS)]
+                 for ctx in ("LLM_CLASS", "OPENAI_API_SERVER", "OPENAI_BATCH_RUNNER")}
+print(json.dumps(out))
+"""
+
+
+def _vllm_python():
+    from tuner.exports.common import engine_python
+
+    return engine_python("vllm")
+
+
+@pytest.mark.skipif(_vllm_python() is None,
+                    reason="needs vLLM (this Python, .venv-vllm or TUNER_VLLM_PYTHON)")
+def test_table_equals_the_installed_vllms_get_batch_defaults():
+    import subprocess
+
+    py = _vllm_python()
+    version = subprocess.run([py, "-c", "import vllm; print(vllm.__version__)"],
+                             capture_output=True, text=True, timeout=300).stdout.strip()
+    # every catalog GPU, plus a B200-class card for the >= 160 GiB tier
+    devices = {g.name: g.memory_gib for g in GPUS.values()} | {"B200": 179.0}
+    r = subprocess.run([py, "-c", _VLLM_DEFAULTS, json.dumps(devices)], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    theirs = json.loads(r.stdout.strip().splitlines()[-1])
+    ours = {name: {ENTRY_POINTS[e]: [d.max_num_batched_tokens, d.max_num_seqs]
+                   for e in ENTRY_POINTS
+                   for d in [vllm_defaults(name, gib, e, version.split("+")[0])]}
+            for name, gib in devices.items()}
+    assert ours == theirs
+    assert theirs["B200"]["OPENAI_API_SERVER"] == [16384, 1024]  # the tier is exercised

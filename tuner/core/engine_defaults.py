@@ -7,16 +7,19 @@ vLLM picks ``max_num_batched_tokens`` and ``max_num_seqs`` by *entry point* (its
 ``SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS`` / ``DEFAULT_MAX_NUM_SEQS``
 (vllm/config/scheduler.py) for a context the table does not name:
 
-==========================  ======================  ===========================  ==========
-entry point                 UsageContext            GPU >= 70 GiB, not A100      other GPUs
-==========================  ======================  ===========================  ==========
-``LLM(...).generate``       LLM_CLASS               16,384 tokens, 1,024 seqs    8,192, 256
-``vllm serve``              OPENAI_API_SERVER       8,192 tokens, 1,024 seqs     2,048, 256
-``vllm run-batch``          OPENAI_BATCH_RUNNER     2,048 tokens, 128 seqs (fallback, any GPU)
-==========================  ======================  ===========================  ==========
+==========================  ====================  ===================  =================  ========
+entry point                 UsageContext          GPU >= 160 GiB       >= 70 GiB, no A100  other
+==========================  ====================  ===================  =================  ========
+``LLM(...).generate``       LLM_CLASS             16,384 tok, 1,024    16,384, 1,024      8,192, 256
+``vllm serve``              OPENAI_API_SERVER     16,384 tok, 1,024    8,192, 1,024       2,048, 256
+``vllm run-batch``          OPENAI_BATCH_RUNNER   2,048 tokens, 128 seqs (fallback, any GPU)
+==========================  ====================  ===================  =================  ========
 
 The A100 exclusion is vLLM PR #17885 ("large max_num_batched_tokens reduces A100 throughput");
 the device test is ``get_device_total_memory() >= 70 GiB and "a100" not in device_name``. The
+>= 160 GiB tier (B200/B300-class) is vLLM PR #51726 (2026); it is in 0.32.0, whose installed
+source tests/test_engine_defaults.py runs against, and tuner applies it from 0.32.0 on (and for
+"newest"): the first release that shipped it is not known here. The
 other defaults: ``gpu_memory_utilization`` 0.9, ``block_size`` 16, ``dtype``/``kv_cache_dtype``
 auto (16-bit for a 16-bit checkpoint), FCFS scheduling, chunked prefill and prefix caching on
 (V1, generative models) -- tuner's ``vllm`` scheduler preset. ``performance_mode="throughput"``
@@ -41,13 +44,16 @@ ENTRY_POINT_HELP = ("Which vLLM entry point the job runs under; vLLM's defaults 
                     "of 'gain over vLLM defaults') depend on it: llm = LLM(...).generate "
                     "(LLM_CLASS: 8,192 batched tokens / 256 seqs, 16,384 / 1,024 on GPUs of "
                     ">= 70 GiB other than A100), serve = vllm serve (OPENAI_API_SERVER: 2,048 / "
-                    "256, 8,192 / 1,024 on those GPUs), run-batch = vllm run-batch (its "
+                    "256, 8,192 / 1,024 on those GPUs; 16,384 / 1,024 for both on GPUs of "
+                    ">= 160 GiB), run-batch = vllm run-batch (its "
                     "OPENAI_BATCH_RUNNER context is in neither table, so it gets "
                     "SchedulerConfig's fallback 2,048 / 128 on every GPU).")
 DEFAULT_ENTRY_POINT = "llm"
 #: the oldest vLLM release whose defaults this module states (see the module docstring)
 MIN_VERSION = (0, 11, 0)
 LARGE_GPU_GIB = 70.0
+HUGE_GPU_GIB = 160.0  # PR #51726's tier
+HUGE_TIER_SINCE = (0, 32, 0)  # the release checked to have it (see the module docstring)
 SOURCE = ("vLLM vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (0.11: "
           "_set_default_args) and vllm/config/scheduler.py SchedulerConfig defaults")
 
@@ -60,7 +66,7 @@ class EngineDefaults:
     usage_context: str  # vLLM's UsageContext name
     max_num_batched_tokens: int
     max_num_seqs: int
-    large_gpu: bool  # the ">= 70 GiB and not A100" branch
+    large_gpu: bool  # the ">= 70 GiB and not A100" branch (or the >= 160 GiB one)
     engine_version: str  # the release stated ("newest" when none was asked for)
     gpu_memory_utilization: float = 0.9
     block_size: int = 16
@@ -131,14 +137,17 @@ def vllm_defaults(gpu_name: str, memory_gib: float, entry_point: str = DEFAULT_E
             f"{engine_version}; pass --max-num-batched-tokens and --max-num-seqs as that "
             "release sets them.")
     large = is_large_gpu(gpu_name, memory_gib)
+    huge = memory_gib >= HUGE_GPU_GIB and (
+        engine_version is None or _version_tuple(engine_version) >= HUGE_TIER_SINCE)
     if entry_point == "llm":
-        tokens, seqs = (16384, 1024) if large else (8192, 256)
+        tokens, seqs = (16384, 1024) if (huge or large) else (8192, 256)
     elif entry_point == "serve":
-        tokens, seqs = (8192, 1024) if large else (2048, 256)
+        tokens, seqs = (16384, 1024) if huge else (8192, 1024) if large else (2048, 256)
     else:  # run-batch: not in either table -> SchedulerConfig.DEFAULT_*
         tokens, seqs = 2048, 128
     return EngineDefaults(entry_point=entry_point, usage_context=ENTRY_POINTS[entry_point],
-                          max_num_batched_tokens=tokens, max_num_seqs=seqs, large_gpu=large,
+                          max_num_batched_tokens=tokens, max_num_seqs=seqs,
+                          large_gpu=large or huge,
                           engine_version=engine_version or "newest")
 
 
