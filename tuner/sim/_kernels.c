@@ -1,5 +1,6 @@
 /* The simulator's integer kernels: InferMax's unified scheduler step loop (Alg. 1), first-fit
- * bin packing (Vasuki §5.2) and BlendServe's dual scanner.
+ * bin packing (Vasuki §5.2), BlendServe's dual scanner and the split of a batch over DP
+ * replicas.
  *
  * Plain C over caller-owned int64/double arrays, loaded with ctypes (tuner/sim/kernels.py): no
  * Python headers, no allocation, no I/O. Why C and not numba: numba cost every command ~0.7 s
@@ -468,5 +469,20 @@ void tk_dual_scan(const i64 *unit_of, i64 n, const double *rho_unit, const doubl
             }
             if (frac == 0.0 && vl < vr) vl = vr;
         }
+    }
+}
+
+/* Greedy LPT split of an offline batch over `dp` replicas: items in `by_size` order (largest
+ * work first) each go to the replica with the least work so far (the lowest-numbered on a tie,
+ * as numpy's argmin). Writes each item's replica; load: dp entries of scratch. */
+void tk_least_loaded(const i64 *work, const i64 *by_size, i64 n, i64 dp, i64 *load,
+                     i64 *owner) {
+    memset(load, 0, (size_t)dp * sizeof(i64));
+    for (i64 k = 0; k < n; k++) {
+        i64 pos = by_size[k], r = 0;
+        for (i64 j = 1; j < dp; j++)
+            if (load[j] < load[r]) r = j;
+        owner[pos] = r;
+        load[r] += work[pos];
     }
 }

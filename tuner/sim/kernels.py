@@ -96,4 +96,6 @@ def library() -> ctypes.CDLL:
     lib.tk_dual_scan.argtypes = [_I64P, _I64, _F64P, _F64P, ctypes.c_double, _I64, _I64, _I64P,
                                  _I8P]
     lib.tk_dual_scan.restype = None
+    lib.tk_least_loaded.argtypes = [_I64P, _I64P, _I64, _I64, _I64P, _I64P]
+    lib.tk_least_loaded.restype = None
     return lib

@@ -20,6 +20,7 @@ from tuner.core.schedulers import SCHEDULER_PRESETS
 from tuner.core.workload import Workload
 from tuner.sim import offload as _offload
 from tuner.sim import scheduler as sch
+from tuner.sim.kernels import library
 from tuner.sim.steps import DECODES, KV_BLOCKS, PREEMPTED, PREFILL_TOKENS, RUNNING, batch_features
 
 
@@ -298,12 +299,9 @@ def split_replicas(workload: Workload, order: np.ndarray, dp: int) -> list[np.nd
         return [order[r::dp] for r in range(dp)]
     work = (workload.prompt_tokens[order].astype(np.int64)
             + workload.output_tokens[order].astype(np.int64))
-    load = np.zeros(dp, dtype=np.int64)
+    by_size = np.ascontiguousarray(np.argsort(-work, kind="stable"), dtype=np.int64)
     owner = np.empty(len(order), dtype=np.int64)
-    for pos in np.argsort(-work, kind="stable"):
-        r = int(np.argmin(load))
-        owner[pos] = r
-        load[r] += work[pos]
+    library().tk_least_loaded(work, by_size, len(order), dp, np.empty(dp, dtype=np.int64), owner)
     return [order[owner == r] for r in range(dp)]
 
 
