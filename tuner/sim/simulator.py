@@ -392,6 +392,8 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         steps.append(st)
         if timeline and replica == 0:
             tl = _timeline(rep, kv_frac)
+    # --provider: whole instances, billed by its granularity (else per GPU-second)
+    rental = None if gpu.billing is None else rent(makespan, gpu.billing, config.tp, config.dp)
     res = SimResult(
         config=config, makespan_s=makespan, requests=len(workload),
         prompt_tokens=int(workload.prompt_tokens.sum()),
@@ -399,10 +401,9 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         preemptions=preemptions, peak_kv_fraction=peak_kv,
         mean_kv_fraction=kv_time_integral / config.dp,
         lower_bound_s=lower_bound_s(workload, model, gpu, config),
-        cost_usd=job_cost_usd(makespan, gpu.price_usd_per_h, config.tp, config.dp,
-                              gpu.billing),
-        rental=None if gpu.billing is None else
-        rent(makespan, gpu.billing, config.tp, config.dp).to_dict(),
+        cost_usd=(rental.cost_usd if rental is not None
+                  else job_cost_usd(makespan, gpu.price_usd_per_h, config.tp, config.dp)),
+        rental=None if rental is None else rental.to_dict(),
         price_usd_per_h=gpu.price_usd_per_h, memory=plan, provenance=cost_model.provenance,
         cached_prompt_tokens=cached, timeline=tl, steps=steps if return_steps else None)
     if gpu.vasuki_usd_per_fp32_gflop_per_w:
