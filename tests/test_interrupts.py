@@ -336,3 +336,24 @@ def test_stderr_and_output_checks_of_the_sigint_check(tmp_path):
 @pytest.mark.slow
 def test_three_random_sigints_then_resume_give_the_same_front():
     assert _sigint_check().main(["--runs", "3", "--seed", "17"]) == 0
+
+
+def test_a_ctrl_c_swallowed_by_c_code_keeps_the_study_for_resume(gpus, tmp_path, monkeypatch):
+    """numpy can turn a KeyboardInterrupt into an unchained TypeError; once the handler saw the
+    Ctrl-C, the search still counts it as an interrupt and keeps its study (no feasible result
+    yet) for --resume, as the CLI's line says."""
+    from tuner.core import interrupts
+    from tuner.search.storage import discard_failed_study
+
+    storage = default_storage(tmp_path)
+    run_search(workload(), get_model("llama-2-70b"), gpus, space(),
+               SearchSettings(n_trials=2, storage=storage, study_name="s"))
+    settings = SearchSettings(storage=storage, study_name="s")
+    swallowed = TypeError("Cannot compare structured arrays unless they have a common dtype.")
+    monkeypatch.setitem(interrupts._state, "sigint", True)
+    assert interrupts.is_interrupt(swallowed)
+    assert discard_failed_study(settings, swallowed) is False
+    assert states(storage) == {"COMPLETE": 2}
+    monkeypatch.setitem(interrupts._state, "sigint", False)  # a plain failure: replaced
+    assert not interrupts.is_interrupt(swallowed)
+    assert discard_failed_study(settings, swallowed) is True

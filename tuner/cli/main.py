@@ -17,6 +17,7 @@ import tuner.cli.search  # noqa: F401  (registers search)
 import tuner.cli.simulate  # noqa: F401  (registers simulate)
 from tuner.cli import exports, profiling, study, validation
 from tuner.cli.app import app, err
+from tuner.core import interrupts
 from tuner.core.errors import TunerError
 
 for _module in (exports, profiling, study, validation):
@@ -30,16 +31,14 @@ def _error_line(message: str) -> None:
 
 
 _QUIET_UNTIL_S = 0.0  # time.monotonic() until which Ctrl-C is ignored: main() is done, exiting
-_SIGINT_SEEN = False  # a Ctrl-C arrived during this main()
 
 
 def _on_sigint(signum, frame) -> None:
     """Ctrl-C: KeyboardInterrupt, except once main() has finished (its outputs are complete and
     its line printed): the interpreter's exit would otherwise print a traceback for it."""
-    global _SIGINT_SEEN
     if time.monotonic() < _QUIET_UNTIL_S:
         return
-    _SIGINT_SEEN = True
+    interrupts.mark_sigint()
     raise KeyboardInterrupt
 
 
@@ -59,9 +58,9 @@ def main() -> None:
 
 
 def _main() -> None:
-    global _QUIET_UNTIL_S, _SIGINT_SEEN
+    global _QUIET_UNTIL_S
     _QUIET_UNTIL_S = 0.0
-    _SIGINT_SEEN = False
+    interrupts.clear_sigint()
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when ignored (nohup)
         signal.signal(signal.SIGINT, _on_sigint)
     try:
@@ -86,16 +85,13 @@ def _main() -> None:
     except KeyboardInterrupt:
         rv = 130
     except OSError as exc:  # the machine refused (disk full, permissions): one line, no trace
-        if not _SIGINT_SEEN:
+        if not interrupts.sigint_seen():
             where = f" ({exc.filename})" if exc.filename else ""
             _error_line(f"{exc.strerror or exc}{where}.")
             sys.exit(2)
         rv = 130
-    except Exception:
-        # A Ctrl-C that lands while C code calls back into Python can come out as another
-        # error: numpy's structured-array comparison (in Optuna's Pareto ranking) replaces the
-        # KeyboardInterrupt with a TypeError, unchained. After a Ctrl-C, any failure is it.
-        if not _SIGINT_SEEN:
+    except Exception as exc:  # after a Ctrl-C, any failure is it (tuner.core.interrupts)
+        if not interrupts.is_interrupt(exc):
             raise
         rv = 130
     _QUIET_UNTIL_S = time.monotonic() + 5.0  # done: a Ctrl-C while exiting changes nothing

@@ -17,6 +17,7 @@ import optuna
 
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.errors import TunerError
+from tuner.core.interrupts import is_interrupt
 from tuner.core.workload import Workload, pack_lengths, unpack_lengths
 from tuner.search.constraints import Constraints
 from tuner.search.settings import SearchSettings, make_sampler
@@ -409,7 +410,7 @@ def discard_failed_study(settings: SearchSettings, exc: BaseException) -> bool:
     nor misled on --resume ("another workload"); True when removed. Kept: a study with
     results (the rerun's message says to pass --resume) and an interrupted one (Ctrl-C:
     --resume continues it)."""
-    if _is_interrupt(exc) or settings.storage is None:
+    if is_interrupt(exc) or settings.storage is None:
         return False
     url, name = settings.storage, settings.study_name
     path = local_file(url)
@@ -431,17 +432,6 @@ def discard_failed_study(settings: SearchSettings, exc: BaseException) -> bool:
             return True
     except Exception:  # noqa: BLE001 - the search's own error is the one to report
         return False
-
-
-def _is_interrupt(exc: BaseException | None) -> bool:
-    """Ctrl-C, also when another error was raised from it (e.g. while a worker cleans up)."""
-    for _ in range(8):  # a short chain: the error and what it was raised from
-        if exc is None:
-            return False
-        if isinstance(exc, KeyboardInterrupt):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
 
 
 _SAME = {"workload_sha256": "workload", "model": "model", "gpus": "GPU types",
