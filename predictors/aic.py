@@ -961,6 +961,8 @@ def table_cost_model(model, gpu, *, tp: int = 1, weight_bits: int = 16, kv_bits:
         engine = get_profile(None if engine == "default" else engine)
     if gpu.name not in MEASURED and gpu.name not in TRANSFER_SOURCE:
         return None
+    if getattr(model, "is_mla", False):
+        return None  # the converted tables hold GQA attention shapes, not MLA's (roofline)
     # a search asks for the same (model, GPU, config) many times: build once (~50 ms)
     moe = MoEShape.of(model) is not None
     key = (_shape_key(model), _gpu_key(gpu), tp, weight_bits, kv_bits, engine_version, engine,

@@ -65,6 +65,8 @@ class RooflineCostModel:
     shared_intermediate_size: int = 0  # all shared experts together
     moe_layers: int = 0  # layers with an MoE FFN (the others are dense)
     attention_params: float = 0.0  # Q, K, V, O weights of one layer (0: from the GQA shape)
+    # KV bytes one token holds in one layer on one rank (0: from the GQA shape; MLA: a latent)
+    kv_bytes_per_token: float = 0.0
     dp: int = 1
     expert_parallel: bool = False
     name: str = "roofline"
@@ -89,6 +91,7 @@ class RooflineCostModel:
             weight_bits=weight_bits,
             kv_bits=kv_bits,
             name=f"roofline from {gpu.name} spec sheet (not measured)",
+            kv_bytes_per_token=_kv_bytes_per_token(model, kv_bits, tp),
             **_moe_fields(model),
             **overrides,
         )
@@ -145,6 +148,8 @@ class RooflineCostModel:
 
     @property
     def kv_bytes_per_token_per_layer(self) -> float:
+        if self.kv_bytes_per_token:
+            return self.kv_bytes_per_token
         kv_heads = max(1.0, self.num_kv_heads / self.tp)  # heads are split; replicated if < tp
         return 2.0 * kv_heads * self.head_dim * self.kv_bits / 8.0
 
@@ -248,6 +253,16 @@ class RooflineCostModel:
     def decode_attention_layer_s(self, f: BatchFeatures) -> np.ndarray:
         """Seconds of ONE layer's decode attention per iteration (what CPU attention replaces)."""
         return self.breakdown(f)["attention_decode"] / self.num_layers
+
+
+def _kv_bytes_per_token(model, kv_bits: int, tp: int) -> float:
+    """The memory plan's KV bytes per token, layer and rank for a tuner ModelSpec (MLA: one
+    latent per token); 0 for a duck-typed model without those fields (GQA formula)."""
+    if not hasattr(model, "is_mla"):
+        return 0.0
+    from tuner.core.memory import kv_bytes_per_token_per_layer_rank
+
+    return float(kv_bytes_per_token_per_layer_rank(model, kv_bits, tp))
 
 
 def _moe_fields(model) -> dict:

@@ -130,18 +130,25 @@ def kv_layer_fraction(model: ModelSpec, mean_request_tokens: float = 0.0) -> flo
     return (model.num_full_attention_layers + model.num_window_layers * kept) / model.num_layers
 
 
+def weight_bytes_per_rank(model: ModelSpec, config: ServingConfig) -> float:
+    """Weight bytes one GPU holds (before any offload): its tensor-parallel share; vLLM splits
+    an MoE model's routed experts over all tp x dp GPUs (sliced, or whole experts with expert
+    parallelism), so each GPU holds 1/dp of its replica's share of them (predictors.moe)."""
+    per_rank = model.weight_bytes(config.weight_bits) / config.tp
+    if model.is_moe and config.dp > 1:
+        bits = config.weight_bits
+        per_param = bits / 8.0 + (0.0 if bits == 16 else 4.0 / 128.0)
+        experts = model.num_moe_layers * model.num_experts * model.expert_params * per_param
+        per_rank -= experts / config.tp * (1.0 - 1.0 / config.dp)
+    return per_rank
+
+
 def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
                 mean_request_tokens: float = 0.0, max_request_tokens: int = 0) -> MemoryPlan:
     """KV capacity M for (model, gpu, config); `fits` False with the numbers when it cannot run."""
     tp = config.tp
     usable = gpu.memory_bytes * config.gpu_memory_utilization
-    all_weights = model.weight_bytes(config.weight_bits) / tp
-    if model.is_moe and config.dp > 1:
-        # vLLM splits the routed experts over all tp x dp GPUs (sliced, or whole experts with
-        # expert parallelism): each GPU holds 1/dp of its replica's share (predictors.moe)
-        per_param = config.weight_bits / 8.0 + (0.0 if config.weight_bits == 16 else 4.0 / 128.0)
-        experts = model.num_moe_layers * model.num_experts * model.expert_params * per_param
-        all_weights -= experts / tp * (1.0 - 1.0 / config.dp)
+    all_weights = weight_bytes_per_rank(model, config)
     offloaded = all_weights * config.weight_offload_fraction
     weights = all_weights - offloaded
     acts = activation_bytes(model, config)

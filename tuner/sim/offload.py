@@ -58,7 +58,11 @@ from predictors.protocol import CostModel
 from predictors.transfer_model import SaturatingTransferModel, TransferModel
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
-from tuner.core.memory import MemoryPlan
+from tuner.core.memory import (
+    MemoryPlan,
+    kv_bytes_per_token_per_layer_rank,
+    weight_bytes_per_rank,
+)
 
 # Vasuki writes the whole offloaded layer back each iteration (Alg. 1-2 line 8).
 KV_WRITEBACK_FULL = True
@@ -228,11 +232,13 @@ class OffloadContext:
         cpu = cpu or CPUModel.from_gpu(gpu)
         quant = quant or QuantCostModel.from_specs(gpu, cpu)
         transfer = transfer or SaturatingTransferModel.from_specs(gpu)
-        kv_heads = max(1.0, model.num_kv_heads / tp)
-        elems = 2.0 * kv_heads * model.head_dim
+        # KV values one token holds per layer and rank (MLA: its one latent), as the memory plan
+        elems = kv_bytes_per_token_per_layer_rank(model, 16, tp) / 2.0
         wf = config.weight_offload_fraction
-        offloaded = wf * model.weight_bytes(config.weight_bits) / tp
-        lin_elems = wf * model.linear_params_per_layer / tp
+        held = weight_bytes_per_rank(model, config)  # MoE with dp > 1: 1/dp of the experts
+        offloaded = wf * held
+        lin_elems = (wf * model.linear_params_per_layer / tp
+                     * held / (model.weight_bytes(config.weight_bits) / tp))
         init = 0.0
         if wf > 0 and config.weight_bits < 16:
             init = float(quant.quantize_s(lin_elems * model.num_layers, "cpu"))
