@@ -149,7 +149,18 @@ WHEN: dict[str, Callable[[Deployment], bool]] = {
     # SGLang: orders it has no schedule policy for, and the one its policy only approximates
     "ordering_no_policy": lambda d: d.config.ordering not in SGLANG_SCHEDULE_POLICY,
     "ordering_blend": lambda d: d.config.ordering == "blend",
+    # a mixture-of-experts model over dp > 1 replicas: the prediction splits its experts over
+    # all tp x dp GPUs, as one vLLM engine with --data-parallel-size does; independent
+    # engines (SGLang's --dp-size without EP, run-batch replicas, Ray Data) each hold all
+    "moe_dp": lambda d: d.model.is_moe and d.config.dp > 1,
+    "moe_dp_no_ep": lambda d: d.model.is_moe and d.config.dp > 1 and not d.config.expert_parallel,
 }
+#: the note of the `moe_dp` condition, for exports that run the replicas as separate engines
+MOE_SEPARATE_ENGINES_NOTE = (
+    "dp={c.dp} of a mixture-of-experts model: the prediction splits its experts over all "
+    "{c.num_gpus} GPUs, as one vLLM engine with --data-parallel-size {c.dp} does; here each of "
+    "the {c.dp} replicas is its own engine holding every expert on {c.tp} GPU(s): check it "
+    "fits (`tuner simulate ... --tp {c.tp} --dp 1`), or run the `vllm` export's single engine.")
 NoteText = str | Callable[[Deployment], str]
 
 

@@ -80,6 +80,7 @@ def ray_job(dep: common.Deployment) -> tuple[str, dict, list[str]]:
                                    quantized_model=dep.quantized_model)
     model = args.pop("model")
     args.pop("data_parallel_size", None)  # Ray's concurrency runs the replicas
+    notes += common.notes_for(dep, {"moe_dp": common.MOE_SEPARATE_ENGINES_NOTE})
     return model, args, notes
 
 

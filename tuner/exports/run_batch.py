@@ -53,6 +53,7 @@ def to_run_batch_script(dep: common.Deployment, opts: common.RenderOptions) -> s
                                    kv_capacity_tokens=dep.kv_capacity_tokens,
                                    quantized_model=dep.quantized_model)
     args.pop("data_parallel_size", None)  # the replicas are separate run-batch processes
+    notes += common.notes_for(dep, {"moe_dp": common.MOE_SEPARATE_ENGINES_NOTE})
     options = [("model", args.pop("model"))]
     if opts.served_model_name and opts.served_model_name != options[0][1]:
         options.append(("served-model-name", opts.served_model_name))

@@ -87,13 +87,12 @@ _NOTES: dict[str, common.NoteText] = {
         "requests that share a prefix, but SGLang falls back to fcfs while more than 128 requests "
         "wait; also submit the input sorted so that requests sharing a prefix are adjacent."),
     "eviction_free": _eviction_note,
+    "moe_dp_no_ep": (
+        "dp={c.dp} without expert parallelism: the prediction splits the mixture-of-experts "
+        "model's experts over all {c.num_gpus} GPUs as vLLM does; SGLang's --dp-size runs "
+        "{c.dp} independent servers that each hold every expert (more weight memory per GPU, "
+        "no cross-replica gather): expect a different KV capacity and makespan."),
 }
-# a mixture-of-experts model at dp > 1 without expert parallelism (not a common.WHEN condition)
-_MOE_DP_NOTE = (
-    "dp={c.dp} without expert parallelism: the prediction splits the mixture-of-experts model's "
-    "experts over all {n} GPUs as vLLM does; SGLang's --dp-size runs {c.dp} independent servers "
-    "that each hold every expert (more weight memory per GPU, no cross-replica gather): expect "
-    "a different KV capacity and makespan.")
 
 
 def sglang_server_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model_len: int,
@@ -125,8 +124,6 @@ def sglang_server_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max
         opts["cpu-offload-gb"] = max(1, math.ceil(gib / GIB - 1e-9))
     opts.setdefault("schedule-policy", "fcfs")  # other orderings: sort the input (a note)
     notes = common.notes_for(dep, _NOTES)
-    if model.is_moe and config.dp > 1 and not config.expert_parallel:
-        notes.append(_MOE_DP_NOTE.format(c=config, n=config.num_gpus))
     if dep.checkpoint != (model.hf_id or model.name):
         # a pre-quantized checkpoint carries its quantization config; SGLang reads it there
         opts.pop("quantization", None)
