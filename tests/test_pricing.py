@@ -264,3 +264,31 @@ def test_plan_no_instance_holds_is_infeasible_not_a_crash():
     res = simulate(small_workload(8), get_model("llama-3-8b"), gcp["L4"],
                    ServingConfig(gpu="L4", dp=2))
     assert res.rental["instance"] == "g2-standard-4" and res.rental["count"] == 2
+
+
+def test_a_gpu_file_with_only_a_providers_section(tmp_path):
+    f = tmp_path / "prov.yaml"
+    f.write_text("""providers:
+  myco:
+    title: My co
+    billing: {granularity: hour, minimum_s: 0, source: contract}
+    instances:
+      box1: {gpu: L4, gpus: 1, usd_per_h: 0.8, source: quote, date: "2026-11"}
+""")
+    cat = load_gpu_catalog(f, None, "myco")
+    assert cat["L4"].billing.instances[0].name == "box1"
+    f.write_text(f.read_text().replace("minimum_s: 0", "minimum_s: abc"))
+    with pytest.raises(TunerError, match="malformed"):
+        load_gpu_catalog(f, None, "myco")
+    f.write_text("providers:\n  - a\n")
+    with pytest.raises(TunerError, match="must map provider names"):
+        load_gpu_catalog(f, None, "myco")
+
+
+def test_apply_prices_reprices_the_providers_instances():
+    from tuner.core.catalog import apply_prices
+    from tuner.core.pricing import apply_provider, get_provider, load_providers
+
+    aws = apply_provider(load_gpus(), get_provider("aws", load_providers()))
+    a10 = apply_prices(aws, {"A10": 2.0})["A10"]  # the path `tuner export` takes too
+    assert [i.usd_per_h for i in a10.billing.instances] == [2.0, 2.0, 8.0, 16.0]

@@ -85,7 +85,7 @@ StoredProfileOpt = Annotated[Path | None, typer.Option("--profile", help="A copy
 def load_gpu_catalog(gpu_file: Path | None, prices: list[str] | None,
                      provider: str | None = None, spot: bool = False):
     """The GPU catalog with --gpu-file, --provider (its instances and billing) and --price."""
-    from tuner.core.catalog import apply_prices, get_gpu, load_gpus, parse_price_overrides
+    from tuner.core.catalog import apply_prices, load_gpus, parse_price_overrides
 
     cat = load_gpus(gpu_file)
     overrides = parse_price_overrides(prices)
@@ -93,17 +93,11 @@ def load_gpu_catalog(gpu_file: Path | None, prices: list[str] | None,
         if spot:
             raise TunerError("--spot needs --provider (spot prices are per provider).")
         return apply_prices(cat, overrides)
-    import dataclasses
+    from tuner.core.pricing import apply_provider, get_provider, load_providers
 
-    from tuner.core.pricing import apply_provider, get_provider, load_providers, reprice
-
-    cat = apply_prices(apply_provider(cat, get_provider(provider, load_providers(gpu_file)),
-                                      spot=spot), overrides)
-    for name, usd in overrides.items():  # --price: per GPU-hour on every instance shape
-        g = get_gpu(name, cat)
-        if g.billing is not None:
-            cat[g.name] = dataclasses.replace(g, billing=reprice(g.billing, usd))
-    return cat
+    # --price reprices the provider's instances too (apply_prices)
+    return apply_prices(apply_provider(cat, get_provider(provider, load_providers(gpu_file)),
+                                       spot=spot), overrides)
 
 
 def catalog_gpu(name: str, cat: dict, provider: str | None, spot: bool = False):

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from tuner.core.errors import TunerError, close_matches_hint
-from tuner.core.pricing import Billing
+from tuner.core.pricing import Billing, reprice
 
 GIB = 1024**3
 
@@ -313,7 +313,8 @@ def load_gpus(extra_yaml: str | Path | None = None) -> dict[str, GPU]:
             user = yaml.safe_load(path.read_text()) or {}
         except yaml.YAMLError as exc:
             raise TunerError(f"{path}: not valid YAML ({exc}).") from None
-        user = user.get("gpus", user) if isinstance(user, dict) else user
+        if isinstance(user, dict):  # a file may hold a 'providers:' section alone
+            user = user.get("gpus", {k: v for k, v in user.items() if k != "providers"})
         if not isinstance(user, dict):
             raise TunerError(f"{path}: a GPU file is a mapping of GPU name -> fields (optionally "
                              f"under 'gpus:'), got {type(user).__name__}.")
@@ -353,8 +354,10 @@ def apply_prices(gpus: dict[str, GPU], prices: dict[str, float]) -> dict[str, GP
     out = dict(gpus)
     for name, price in prices.items():
         gpu = get_gpu(name, out)
+        # with --provider the price is per GPU-hour on every instance shape it rents
+        billing = None if gpu.billing is None else reprice(gpu.billing, price)
         out[gpu.name] = replace(gpu, price_usd_per_h=price, price_source="user override (--price)",
-                                price_date="")
+                                price_date="", billing=billing)
     return out
 
 

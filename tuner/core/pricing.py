@@ -163,15 +163,6 @@ def job_cost_usd(runtime_s: float, price_usd_per_h: float, tp: int, dp: int = 1,
     return rent(runtime_s, billing, tp, dp).cost_usd
 
 
-def hourly_usd(price_usd_per_h: float, tp: int, dp: int = 1,
-               billing: Billing | None = None) -> float:
-    """What the plan's GPUs cost per hour while they run."""
-    if billing is None:
-        return price_usd_per_h * tp * dp
-    inst, n = choose_instances(billing, tp, dp)
-    return n * inst.usd_per_h
-
-
 def usd_per_million_tokens(cost_usd: float, prompt_tokens: int, output_tokens: int) -> float:
     """$ per million tokens, input and output together (cost / tokens x 1e6)."""
     tokens = prompt_tokens + output_tokens
@@ -253,7 +244,7 @@ def _provider(name: str, d: dict, where: str) -> Provider:
                         granularity_s=GRANULARITY_S[gran],
                         minimum_s=int(bill.get("minimum_s", 0)),
                         billing_source=str(bill.get("source", "")), instances=tuple(rows))
-    except (KeyError, TypeError, AttributeError) as exc:
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise TunerError(f"{where}: provider {name} is malformed ({exc}); see "
                          "tuner/core/data/providers.yaml for the schema.") from None
 
@@ -269,9 +260,12 @@ def load_providers(extra_yaml: str | Path | None = None) -> dict[str, Provider]:
             user = yaml.safe_load(Path(extra_yaml).read_text()) or {}
         except yaml.YAMLError as exc:
             raise TunerError(f"{extra_yaml}: not valid YAML ({exc}).") from None
-        if isinstance(user, dict):
-            for n, d in (user.get("providers") or {}).items():
-                out[n] = _provider(n, d, str(extra_yaml))
+        section = user.get("providers") if isinstance(user, dict) else None
+        if section is not None and not isinstance(section, dict):
+            raise TunerError(f"{extra_yaml}: 'providers:' must map provider names to their "
+                             "tables; see tuner/core/data/providers.yaml for the schema.")
+        for n, d in (section or {}).items():
+            out[n] = _provider(n, d, str(extra_yaml))
     return out
 
 
@@ -332,5 +326,5 @@ def require_offered(gpu, provider: str | None, spot: bool = False) -> None:
 
 __all__ = ["Billing", "GRANULARITY_S", "Instance", "InstanceRow", "Provider", "Rental",
            "apply_provider", "billed_seconds", "choose_instances", "get_provider",
-           "hourly_usd", "job_cost_usd", "load_providers", "rent", "reprice",
+           "job_cost_usd", "load_providers", "rent", "reprice",
            "require_offered", "usd_per_million_tokens"]
