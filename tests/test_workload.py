@@ -613,3 +613,15 @@ def test_pack_lengths_is_compact_and_checked() -> None:
         unpack_lengths({**packed, "data": packed["data"][:-8] + "AAAAAAAA"})
     with pytest.raises(ValueError, match="not 5"):
         unpack_lengths({**pack_lengths(np.arange(4)), "n": 5})
+
+
+@pytest.mark.parametrize(("name", "text", "says"), [
+    ("big.jsonl", '{"prompt_tokens": 100000000000000000000, "output_tokens": 1}\n', "at most"),
+    ("big2.jsonl", '{"prompt": "hi", "max_tokens": 1e300}\n', "at most"),
+    ("big.csv", "num_prefill_tokens,num_decode_tokens\n5,1e30\n", "at most"),
+])
+def test_token_counts_beyond_int64_are_a_bad_line_not_an_overflow(tmp_path, name, text, says):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(TunerError, match=says):
+        load_workload(path)

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 import numpy as np
 
 #: Columns of a CSV trace (the Vidur / Splitwise traces): prompt and output token counts.
+# the largest token count a request may give: far above any context window, well inside
+# int64 (a larger JSON integer or CSV value is a bad line, not an overflow)
+MAX_TOKENS = 2**40
 CSV_PROMPT_COLUMN = "num_prefill_tokens"
 CSV_OUTPUT_COLUMN = "num_decode_tokens"
 

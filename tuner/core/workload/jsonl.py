@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tuner.core.errors import TunerError
-from tuner.core.workload.base import RequestColumns, one_line
+from tuner.core.workload.base import MAX_TOKENS, RequestColumns, one_line
 from tuner.core.workload.records import SHAPE_NAMES, BadLine, Record, parse_record
 from tuner.core.workload.tokens import (
     CHARS_PER_TOKEN,
@@ -88,12 +88,12 @@ def _fast_row(obj: Any, want_text: bool) -> tuple | None:
         shape, keys, cid = 0, _BATCH_OUT, obj.get("custom_id")
     elif "prompt_tokens" in obj:
         known = obj["prompt_tokens"]
-        if type(known) is not int or known < 1:
+        if type(known) is not int or not 1 <= known <= MAX_TOKENS:
             return None
         out = obj.get("output_tokens")
         if out is None:
             return 2, known, 0, None, -1, 0, None
-        if type(out) is not int or out < 1:
+        if type(out) is not int or not 1 <= out <= MAX_TOKENS:
             return None
         return 2, known, 0, None, out, 3, None
     elif "prompt" in obj or "messages" in obj:
@@ -121,7 +121,7 @@ def _fast_row(obj: Any, want_text: bool) -> tuple | None:
     for key in keys:
         out = holder.get(key)
         if out is not None:
-            if type(out) is not int or out < 1:
+            if type(out) is not int or not 1 <= out <= MAX_TOKENS:
                 return None
             return shape, -1, est, texts, out, _FIELD_CODE[key], cid
     return shape, -1, est, texts, -1, 0, cid

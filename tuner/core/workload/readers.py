@@ -13,6 +13,7 @@ from tuner.core.errors import TunerError
 from tuner.core.workload.base import (
     CSV_OUTPUT_COLUMN,
     CSV_PROMPT_COLUMN,
+    MAX_TOKENS,
     RequestColumns,
     Workload,
     one_line,
@@ -63,12 +64,13 @@ def _csv_chunk(df, wanted: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]
     for name in wanted:
         raw = df[name]
         v = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
-        ok = np.isfinite(v) & (v >= 1) & (v == np.floor(v))
+        ok = np.isfinite(v) & (v >= 1) & (v <= MAX_TOKENS) & (v == np.floor(v))
         if not ok.all():
             i = int(np.flatnonzero(~ok)[0])
             if first_bad is None or lines[i] < first_bad[0]:
-                first_bad = (int(lines[i]), f"{name} must be a positive integer, got "
-                                            f"{raw.iloc[i]!r}")
+                what = (f"at most {MAX_TOKENS:,}" if np.isfinite(v[i]) and v[i] > MAX_TOKENS
+                        else "a positive integer")
+                first_bad = (int(lines[i]), f"{name} must be {what}, got {raw.iloc[i]!r}")
         bad |= ~ok
         cols[name] = np.where(ok, v, 0).astype(np.int64)
     return lines, cols, bad, first_bad

@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuner.core.workload.base import MAX_TOKENS
 from tuner.core.workload.tokens import CHAT_MESSAGE_OVERHEAD_TOKENS, chat_message_text
 
 
@@ -42,6 +43,8 @@ def _length(value: Any, name: str, *, minimum: int = 1) -> int:
         raise BadLine(f"{name} must be an integer, got {value!r}")
     if value < minimum:
         raise BadLine(f"{name} must be >= {minimum}, got {int(value)}")
+    if value > MAX_TOKENS:
+        raise BadLine(f"{name} must be at most {MAX_TOKENS:,}, got {value:.4g}")
     return int(value)
 
 
