@@ -75,6 +75,16 @@ def test_max_gpus_total_and_per_type():
         Constraints(max_gpus_per_type={"H100": 2}).check_gpus(["A10", "A40"])
 
 
+def test_max_gpus_names_follow_gpus_and_appear_once_and_limits_are_finite():
+    c = Constraints(max_gpus_per_type={"a10": 2}).check_gpus(["A10", "A40"])
+    assert c.max_gpus_per_type == {"A10": 2}
+    with pytest.raises(TunerError, match="twice"):
+        parse_max_gpus("A10=2,a10=4")
+    for kw in ({"budget_usd": float("inf")}, {"deadline_s": float("inf")}):
+        with pytest.raises(TunerError, match="--budget|--deadline"):
+            Constraints(**kw)
+
+
 def test_plan_violations_before_simulating():
     c = Constraints(max_gpus=4, max_gpus_per_type={"A40": 2})
     assert c.plan_violation("A10", 4, 16, False) is None

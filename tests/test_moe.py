@@ -235,3 +235,18 @@ def test_sglang_export_uses_ep_size_and_dp_attention():
     assert (got.tp, got.dp, got.expert_parallel) == (2, 2, True)
     _, notes = sglang_server_args(ServingConfig(gpu="H100", dp=2), MOE, g, max_model_len=8192)
     assert any("independent servers" in n for n in notes)
+
+
+def test_expert_parallel_on_a_dense_model_is_an_infeasible_config_not_a_crash():
+    """A search space offering expert_parallel on a dense model: those trials are infeasible,
+    as a TP that does not split the heads is, instead of the search dying mid-way."""
+    from tuner.core.catalog import get_model, load_gpus
+    from tuner.core.config import ServingConfig
+    from tuner.core.workload import Workload
+    from tuner.sim.simulator import InfeasibleConfig, simulate
+
+    w = Workload(prompt_tokens=np.array([100, 200]), output_tokens=np.array([10, 20]),
+                 source="t")
+    with pytest.raises(InfeasibleConfig, match="mixture-of-experts"):
+        simulate(w, get_model("llama-3-8b"), load_gpus()["A10"],
+                 ServingConfig(gpu="A10", expert_parallel=True))

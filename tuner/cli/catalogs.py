@@ -106,18 +106,20 @@ def _provider_instances(cat: dict, provider: str, as_json: bool) -> None:
     """`tuner gpus --provider NAME`: the provider's instances of every catalog GPU it offers."""
     offered = {n: g for n, g in cat.items()
                if g.billing is not None and g.billing.provider.lower() == provider.lower()}
-    if as_json:
-        print(json.dumps({n: {"billing": dataclasses_asdict(g.billing),
-                              "usd_per_gpu_h": g.price_usd_per_h, "price_source": g.price_source,
-                              "price_date": g.price_date} for n, g in offered.items()},
-                         indent=2))
-        return
     if not offered:
         from tuner.core.errors import TunerError
 
         raise TunerError(f"{provider} has no instance of a catalog GPU in the price table at "
                          "the price asked for (spot prices: add spot_usd_per_h in a --gpu-file "
                          "'providers:' section).")
+    if as_json:
+        import dataclasses
+
+        print(json.dumps({n: {"billing": dataclasses.asdict(g.billing),
+                              "usd_per_gpu_h": g.price_usd_per_h, "price_source": g.price_source,
+                              "price_date": g.price_date} for n, g in offered.items()},
+                         indent=2))
+        return
     first = next(iter(offered.values()))
     b = first.billing
     t = Table(title=f"{provider}{' spot' if b.spot else ''} instances (billed "
@@ -135,12 +137,6 @@ def _provider_instances(cat: dict, provider: str, as_json: bool) -> None:
               "the run time rounded up to the billing granularity.", markup=False)
     for n, g in offered.items():
         out.print(f"[dim]{n}: {escape(g.price_source)}[/]", highlight=False)
-
-
-def dataclasses_asdict(obj) -> dict:
-    import dataclasses
-
-    return dataclasses.asdict(obj)
 
 
 @app.command()

@@ -111,7 +111,7 @@ def search(
                              output_dist, allow_quantization=allow_quantization,
                              provider=provider, spot=spot, on_too_long=on_too_long)
     _check_entry_point(entry_point, engine_version, job.gpus)
-    limits.check_gpus(job.gpus)
+    limits = limits.check_gpus(job.gpus)  # --max-gpus a10=2 names the catalog's A10
     _check_options(n_trials=n_trials, workers=workers, exhaustive=exhaustive,
                    sample_fraction=sample_fraction, sampler=sampler, seed=seed, timeout=timeout)
     cost_model_for = job.cost_model_for(profile, profile_mode, engine_version)

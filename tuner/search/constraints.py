@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tuner.core.errors import TunerError
 from tuner.core.units import fmt_duration
@@ -67,6 +67,8 @@ def parse_max_gpus(text: str) -> tuple[int | None, dict[str, int]]:
         if not eq or not name.strip() or n < 1:
             raise TunerError(f"--max-gpus {text!r}: each entry is GPU=N with N >= 1, e.g. "
                              "A10=8,A40=4.")
+        if name.strip().lower() in {k.lower() for k in per}:
+            raise TunerError(f"--max-gpus {text!r} names {name.strip()} twice.")
         per[name.strip()] = n
     return None, per
 
@@ -83,9 +85,9 @@ class Constraints:
     quantized_model: str | None = None
 
     def __post_init__(self) -> None:
-        if self.deadline_s is not None and not self.deadline_s > 0:
+        if self.deadline_s is not None and not 0 < self.deadline_s < math.inf:
             raise TunerError(f"--deadline must be positive, got {self.deadline_s:g} s.")
-        if self.budget_usd is not None and not self.budget_usd > 0:
+        if self.budget_usd is not None and not 0 < self.budget_usd < math.inf:
             raise TunerError(f"--budget must be positive, got ${self.budget_usd:g}.")
 
     # ---- what kind --------------------------------------------------------------------------
@@ -105,11 +107,17 @@ class Constraints:
         return "cheapest" if self.deadline_s is not None or self.budget_usd is None \
             else "fastest"
 
-    def check_gpus(self, gpu_names: Iterable[str]) -> None:
-        unknown = sorted(set(self.max_gpus_per_type) - set(gpu_names))
+    def check_gpus(self, gpu_names: Iterable[str]) -> Constraints:
+        """These constraints with --max-gpus's GPU names spelled as --gpus spells them (both
+        are case-insensitive); one error line for a name not among them."""
+        names = list(gpu_names)
+        canon = {n.lower(): n for n in names}
+        unknown = sorted(k for k in self.max_gpus_per_type if k.lower() not in canon)
         if unknown:
             raise TunerError(f"--max-gpus names {', '.join(unknown)}, not among --gpus "
-                             f"{','.join(gpu_names)}.")
+                             f"{','.join(names)}.")
+        return replace(self, max_gpus_per_type={canon[k.lower()]: v
+                                                for k, v in self.max_gpus_per_type.items()})
 
     # ---- before simulating ----------------------------------------------------------------
     def plan_violation(self, gpu: str, num_gpus: int, weight_bits: int,

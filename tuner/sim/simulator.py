@@ -220,6 +220,10 @@ def scheduler_params(config: ServingConfig, capacity_blocks: int) -> sch.Schedul
 def check_feasible(workload: Workload, model: ModelSpec, gpu: GPU,
                    config: ServingConfig) -> MemoryPlan:
     """The memory plan; raises InfeasibleConfig with the numbers when the config cannot run."""
+    try:
+        check_model_config(config, model)  # e.g. expert parallelism on a dense model
+    except TunerError as exc:  # a search's trial is infeasible; `simulate` prints the line
+        raise InfeasibleConfig(str(exc)) from None
     if gpu.billing is not None:  # --provider: a tensor-parallel group must fit one instance
         try:
             choose_instances(gpu.billing, config.tp, config.dp)
@@ -363,7 +367,6 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     in `SimResult.steps`."""
     if len(workload) == 0:
         raise TunerError("The workload has no requests.")
-    check_model_config(config, model)  # e.g. expert parallelism on a dense model
     plan = check_feasible(workload, model, gpu, config)
     cost_model = cost_model or default_cost_model(model, gpu, config)
     params = scheduler_params(config, plan.kv_capacity_blocks)
