@@ -273,22 +273,27 @@ def optimize(study: optuna.Study, ev: Evaluator, settings: SearchSettings, *, sh
     callbacks = []
     if mirror is not None:
         def persist(st, trial):
+            """Copy a finished trial into the persistent study, and stop at the budget: one
+            count of the study per trial (each count reads the journal)."""
             if trial.state != optuna.trial.TrialState.COMPLETE:
                 return
-            if _count_budget(mirror) >= settings.n_trials:  # a concurrent --resume filled it
+            count = _count_budget(mirror)
+            if count >= settings.n_trials:  # a concurrent --resume filled it
                 st.stop()
                 return
             mirror.add_trial(trial)
+            if count + 1 >= settings.n_trials:
+                st.stop()
 
         callbacks.append(persist)
+    else:
+        def at_budget(st, _trial):
+            if _count_budget(counted) >= settings.n_trials:
+                st.stop()
+
+        callbacks.append(at_budget)
     if on_trial:
         callbacks.append(on_trial)
-
-    def at_budget(st, _trial):
-        if _count_budget(counted) >= settings.n_trials:
-            st.stop()
-
-    callbacks.append(at_budget)
     objective = _objective(ev, gpu_names, shared, settings.constraints,
                            n_trials=settings.n_trials if shared else None)
 
