@@ -26,13 +26,19 @@ def simulate_baseline(workload: Workload, model: ModelSpec, gpu: GPU, *, tp: int
                       dp: int = 1, entry_point: str = DEFAULT_ENTRY_POINT,
                       engine_version: str | None = None,
                       cost_model_for: Callable[[GPU, ServingConfig], CostModel] | None = None,
-                      ) -> dict:
+                      simulated: dict[ServingConfig, dict] | None = None) -> dict:
     """vLLM's defaults on `gpu` x (tp, dp), simulated: {'config', 'defaults', 'feasible',
-    'reason', 'metrics'}."""
+    'reason', 'metrics'}. `simulated`: figures the search already has ({config: metrics} of
+    feasible trials on the whole workload); the defaults are taken from there when they are
+    among them (the search's first trial per GPU is vLLM's defaults)."""
     defaults = vllm_defaults(gpu.name, gpu.memory_gib, entry_point, engine_version)
     config = defaults.config(gpu.name, tp=tp, dp=dp)
     out = {"config": config.to_dict(), "defaults": defaults.to_dict(), "feasible": False,
            "reason": "", "metrics": None}
+    if simulated and config in simulated:  # the search ran these very settings already
+        out["feasible"] = True
+        out["metrics"] = {k: simulated[config].get(k) for k in BASELINE_METRICS}
+        return out
     try:
         cm = cost_model_for(gpu, config) if cost_model_for else None
         res = simulate(workload, model, gpu, config, cm)
@@ -90,6 +96,8 @@ def attach_baselines(records: list[TrialRecord], numbers: Iterable[int], workloa
     """Set `baseline` (the defaults' simulation plus the `gain` ratios) on the records numbered
     `numbers`; one simulation per (GPU type, TP, DP). Returns the simulations by that key."""
     by_num = {r.number: r for r in records}
+    simulated = {r.serving_config(): r.metrics for r in records
+                 if r.feasible and r.metrics and r.level == "full"}
     sims: dict[tuple, dict] = {}
     for n in dict.fromkeys(numbers):
         r = by_num.get(n)
@@ -100,7 +108,7 @@ def attach_baselines(records: list[TrialRecord], numbers: Iterable[int], workloa
             sims[key] = simulate_baseline(workload, model, gpus[r.gpu], tp=key[1], dp=key[2],
                                           entry_point=entry_point,
                                           engine_version=engine_version,
-                                          cost_model_for=cost_model_for)
+                                          cost_model_for=cost_model_for, simulated=simulated)
         r.baseline = {**sims[key], "gain": gain(r.metrics, sims[key])}
     return sims
 
