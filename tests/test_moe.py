@@ -250,3 +250,16 @@ def test_expert_parallel_on_a_dense_model_is_an_infeasible_config_not_a_crash():
     with pytest.raises(InfeasibleConfig, match="mixture-of-experts"):
         simulate(w, get_model("llama-3-8b"), load_gpus()["A10"],
                  ServingConfig(gpu="A10", expert_parallel=True))
+
+
+@pytest.mark.parametrize(("tp", "dp"), [(1, 1), (2, 1), (1, 2), (2, 2)])
+@pytest.mark.parametrize("ep", [False, True])
+def test_sglang_export_round_trips_expert_parallel(tp, dp, ep):
+    from tuner.core.catalog import get_model, load_gpus
+    from tuner.core.config import ServingConfig
+    from tuner.exports.formats import parse_export, render_export
+
+    cfg = ServingConfig(gpu="H100", tp=tp, dp=dp, expert_parallel=ep)
+    text = render_export("sglang", cfg, get_model("qwen3-30b-a3b"), load_gpus()["H100"],
+                         max_model_len=4096)
+    assert parse_export("sglang", text) == cfg

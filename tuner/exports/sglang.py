@@ -179,11 +179,14 @@ def from_sglang_command(text: str, *, gpu: str | None = None) -> ServingConfig:
         base["chunk_size"] = chunk
     ep = opts.get("ep-size")
     if isinstance(ep, int):
-        base["expert_parallel"] = ep > 1
         dp = opts.get("dp-size")
         if opts.get("enable-dp-attention") and isinstance(dp, int) and dp > 1 \
                 and isinstance(opts.get("tp-size"), int):
             base["tp"] = opts["tp-size"] // dp  # DP attention: --tp-size counts every GPU
+        # on one GPU --ep-size is 1 with expert parallelism on or off (the same plan): there
+        # the tuner-config line keeps what the search chose
+        if ep > 1 or not had_line or base.get("tp", 1) * base.get("dp", 1) > 1:
+            base["expert_parallel"] = ep > 1
     if not had_line:
         _infer_without_comment(opts, chunk, base)
     return common.finish_config(base, gpu, what)
