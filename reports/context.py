@@ -16,6 +16,7 @@ out, or says why it is empty, when absent)::
     export_snippets: {"fastest" | "cheapest": {"trial": int, "formats": {format: text}}}
     validation: [{"config", "predicted_s", "measured_s", "runner", "trial" (optional),
                   "note" (optional)}]
+    deadline_s: the search's --deadline in seconds (None: none)
 
 Feasible trials carry ``metrics`` with at least ``makespan_s`` and ``cost_usd``; other metric
 keys may be absent or None (shown as "—"). ``memory`` figures are per GPU (one device of the
@@ -115,6 +116,7 @@ class ReportContext:
     importances: dict | None = None
     export_snippets: dict | None = None
     validation: list[dict] | None = None
+    deadline_s: float | None = None  # the search's --deadline (a line on the cost-vs-deadline figure)
 
     def __post_init__(self) -> None:
         by_num = self.by_number

@@ -42,6 +42,7 @@ from tuner.search.records import (
     TrialRecord,
     all_records,
     completed,
+    study_constraints,
     trial_records,
     winner_roles_of,
     winners,
@@ -403,6 +404,7 @@ def report_extras(study: optuna.Study, records: list[TrialRecord], workload: Wor
     meta = study.user_attrs.get("metadata", {}) or {}
     if workload_path is None:
         workload_path = str(meta.get("workload") or workload.source or "")
+    limits = study_constraints(study)
     extras: dict[str, Any] = {
         "timelines": winner_timelines(records, workload, model, gpus,
                                       cost_model_for=cost_model_for),
@@ -410,7 +412,8 @@ def report_extras(study: optuna.Study, records: list[TrialRecord], workload: Wor
         "export_snippets": export_snippets(
             records, model, gpus, max_model_len=max_request_tokens(workload),
             requests=len(workload), study=study.study_name, workload_path=workload_path,
-            quantized_model=(meta.get("constraints") or {}).get("quantized_model")),
+            quantized_model=limits.quantized_model),
+        "deadline_s": limits.deadline_s,
     }
     validation = load_validation(out_dir) if out_dir is not None else None
     if validation is None:

@@ -332,7 +332,7 @@ def _figures(ctx: ReportContext, trials: dict[int, TrialRecord], colors: dict[st
     """Every figure as embeddable JSON (None: the figure has nothing to show)."""
     return {
         "pareto": fig_json(figures.pareto_figure(ctx, trials, colors)),
-        "deadline": fig_json(figures.deadline_figure(trials, colors)),
+        "deadline": fig_json(figures.deadline_figure(trials, colors, ctx.deadline_s)),
         "limit": fig_json(figures.limit_figure(rows["limit"])),
         "timeline": fig_json(figures.timeline_figure(ctx.timelines or [], colors)),
         "importance": fig_json(figures.importance_figure(ctx.importances or {})),

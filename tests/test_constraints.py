@@ -17,7 +17,7 @@ from tuner.cli.main import app
 from tuner.core.catalog import load_gpus
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
-from tuner.core.workload import Workload
+from tuner.core.workload import Workload, load_workload
 from tuner.search import SearchSettings, run_search
 from tuner.search.constraints import (
     Constraints,
@@ -280,3 +280,23 @@ def test_cli_deadline_budget_max_gpus(tmp_path):
     assert isinstance(r.exception, TunerError) and "--deadline 'soon'" in str(r.exception)
     r = runner.invoke(app, [*args, "--max-gpus", "H100=2", "--out", str(tmp_path / "d")])
     assert isinstance(r.exception, TunerError) and "H100" in str(r.exception)
+
+
+def test_report_draws_the_searchs_own_deadline(tmp_path, model, gpus):
+    from reports import figures
+    from reports.outputs import study_outputs
+    from tuner.search import load_study
+
+    out = tmp_path / "a"
+    w = _jsonl(tmp_path)
+    r = runner.invoke(app, ["search", "-w", str(w), "-m", "llama-3-8b", "--gpus", "A10,A40",
+                            "--space", str(SMALL_SPACE), "--n-trials", "20",
+                            "--deadline", "90m", "--out", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    ctx = study_outputs(load_study(None, out_dir=out), load_workload(w), model, gpus,
+                        tool_version="test").context
+    assert ctx.deadline_s == 5400
+    fig = figures.deadline_figure({t.number: t for t in ctx.trials}, {"A10": "#4e79a7", "A40": "#f28e2b"},
+                                  ctx.deadline_s)
+    lines = [sh for sh in fig.to_dict()["layout"].get("shapes", []) if sh["type"] == "line"]
+    assert len(lines) == 1 and lines[0]["x0"] in (5400, 90, 1.5)  # s, min or h
