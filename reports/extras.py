@@ -137,7 +137,9 @@ def export_text(fmt: str, record: TrialRecord, model: ModelSpec, gpus: dict[str,
     if fmt in ("vllm-run-batch", "run-batch", "ray-data"):
         src, dst = batch_paths(workload_path)
         ok, served = openai_batch_info(src) if workload_path else (False, None)
-        if workload_path and not ok:
+        # vllm run-batch reads the Batch API form only; the Ray Data job's preprocess reads
+        # plain {"prompt", "max_tokens"} lines too
+        if workload_path and not ok and fmt != "ray-data":
             header += (f"\nNOTE: {src} is not an OpenAI Batch API JSONL (custom_id, method, url, "
                        "body); convert it to that form before running.")
         kw = dict(input_path=src, output_path=batch_output or dst, served_model_name=served)
@@ -288,6 +290,9 @@ def param_importances(study: optuna.Study, *, min_trials: int = MIN_IMPORTANCE_T
              for p in varying}
     rows = {t.number: _choice_indices(dists, t.params) for t in trials}
     trials = [t for t in trials if rows[t.number] is not None]  # from that space
+    if len(trials) < min_trials:  # a resumed study whose space changed: count these only
+        return skip(f"only {len(trials)} distinct feasible trial(s) in the latest search "
+                    f"space; importances need at least {min_trials} (run more trials)")
     numbers = [t.number for t in trials]
     codes = np.array([rows[t.number] for t in trials], dtype=np.int64)
     n_levels = np.array([len(dists[p].choices) for p in varying], dtype=np.int64)

@@ -184,3 +184,20 @@ def test_report_extras(setting, study, tmp_path):
     assert "not an OpenAI Batch API JSONL" in ex["export_snippets"]["fastest"]["formats"][
         "vllm-run-batch"]
     assert ex["validation"][0]["runner"] == "transformers"
+
+
+def test_importances_count_only_the_trials_of_the_latest_space(study):
+    """A study resumed with another space: the trials the latest space cannot express are
+    dropped before the minimum is checked, not after."""
+    mixed = optuna.create_study(directions=study.directions)
+    feasible = [t for t in study.trials if t.user_attrs.get("feasible")
+                and not t.user_attrs.get("duplicate")][:10]
+    mixed.add_trials(feasible)
+    last = feasible[-1]
+    dists = dict(last.distributions)
+    dists["chunk_size"] = optuna.distributions.CategoricalDistribution((123457,))
+    mixed.add_trial(optuna.trial.create_trial(
+        params={**last.params, "chunk_size": 123457}, distributions=dists,
+        values=[v * 1.01 for v in last.values], user_attrs={"feasible": True}))
+    d = param_importances(mixed)
+    assert all("latest search space" in v["skipped"] and v["n_trials"] == 1 for v in d.values())
