@@ -29,13 +29,13 @@ import optuna
 
 from predictors.protocol import CostModel
 from reports.context import Exports, ReportContext, build_report_context
-from reports.extras import max_request_tokens, report_extras, winner_header
+from reports.extras import report_extras
 from reports.html import render_html
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.io import dumps, write_atomic
 from tuner.core.workload import Workload
-from tuner.exports import EXPORT_SUFFIX, render_export, to_json
+from tuner.exports import EXPORT_SUFFIX, to_json
 from tuner.search.records import (
     GOALS,
     TrialRecord,
@@ -124,8 +124,7 @@ def study_outputs(study: optuna.Study, workload: Workload, model: ModelSpec,
     verdicts += [verdict] if verdict else []
     ctx = build_report_context(
         study_name=study.study_name, records=records, workload=workload, model=model,
-        gpus=gpus, exports=_winner_yaml(records, workload, model, gpus,
-                                        study_constraints(study).quantized_model),
+        gpus=gpus, exports=_winner_yaml(extras["export_snippets"]),
         question=(f"{Path(workload.source).name or 'workload'} ({len(workload)} requests) on "
                   f"{model.name}: which of {', '.join(gpus)} finishes fastest, and which "
                   "cheapest?"),
@@ -214,22 +213,11 @@ def constraint_verdicts(study: optuna.Study, records: list[TrialRecord]) -> list
     return out
 
 
-def _winner_yaml(records: list[TrialRecord], workload: Workload, model: ModelSpec,
-                 gpus: dict[str, GPU], quantized_model: str | None = None) -> Exports:
-    """The overall winners as `vllm serve --config` YAML (a quantized plan names its checkpoint
-    or is refused, tuner.exports.common.Deployment.check_deployable)."""
-    best, _ = winners(records)
-    by_num = {r.number: r for r in records}
-    yaml = {}
-    for goal in GOALS:
-        r = by_num[best[goal]]
-        cfg = r.serving_config()
-        yaml[goal] = render_export("vllm", cfg, model, gpus[cfg.gpu],
-                                   max_model_len=max_request_tokens(workload),
-                                   header=winner_header(goal, r, len(workload), cite_trial=False),
-                                   kv_capacity_tokens=r.metrics.get("kv_capacity_tokens"),
-                                   quantized_model=quantized_model)
-    return Exports(yaml["fastest"], yaml["cheapest"])
+def _winner_yaml(snippets: dict) -> Exports:
+    """The overall winners' `vllm serve --config` YAML: the report's snippets, rendered once
+    (:func:`reports.extras.export_snippets`; a quantized plan names its checkpoint or is
+    refused, tuner.exports.common.Deployment.check_deployable)."""
+    return Exports(*(snippets[goal]["formats"]["vllm"] for goal in ("fastest", "cheapest")))
 
 
 def output_texts(outputs: StudyOutputs, out_dir: Path) -> tuple[dict[str, str], dict]:
