@@ -690,9 +690,7 @@ def _moe_curves(moe: MoEShape, par: MoEParallel, tables: KernelTables, gpu, weig
         fields.update(log_a2a_tokens=np.log(grid), log_a2a_s=np.log(a2a))
         notes.append(f"MoE dispatch/combine: NCCL all-gather + reduce-scatter tables over "
                      f"{par.group} GPUs")
-    width = (3 * moe.shared_intermediate_size / par.tp + 3 * moe.experts_per_token
-             * moe.moe_intermediate_size / par.moe_tp * par.token_factor / par.moe_ep)
-    return fields, notes, width
+    return fields, notes, moe.activation_width(par)
 
 
 def _allreduce_curve(tables: KernelTables, tp: int, bytes_per_token: float, m: np.ndarray,

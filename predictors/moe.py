@@ -108,9 +108,12 @@ class MoEShape:
                                                         0) or 0),
                    moe_layers=moe_layers, dense_layers=model.num_layers - moe_layers)
 
-    def key(self) -> tuple:
-        return (self.hidden_size, self.moe_intermediate_size, self.num_experts,
-                self.experts_per_token, self.shared_intermediate_size, self.moe_layers)
+    def activation_width(self, par: MoEParallel) -> float:
+        """16-bit activation values per token of an MoE layer's FFN on one GPU: the shared
+        experts' (tensor-split) and the routed experts' a token visits, with every data-parallel
+        rank's tokens when they are gathered."""
+        return (3 * self.shared_intermediate_size / par.tp + 3 * self.experts_per_token
+                * self.moe_intermediate_size / par.moe_tp * par.token_factor / par.moe_ep)
 
     def expert_flops_bytes(self, tokens, par: MoEParallel, weight_bytes: float = 2.0,
                            experts_per_token: int | None = None,

@@ -191,10 +191,7 @@ class RooflineCostModel:
                 msg = tokens * par.token_factor * self.hidden_size * 2.0
                 ring = (par.group - 1) / par.group * msg / self.interconnect_bytes_per_s
                 parts["moe_dispatch"] = Lm * 2.0 * (ring + self.allreduce_latency_s) * (tokens > 0)
-            ffn_width = ffn_width + Lm * (
-                3 * self.shared_intermediate_size / self.tp
-                + 3 * self.experts_per_token * self.moe_intermediate_size / par.moe_tp
-                * par.token_factor / par.moe_ep)
+            ffn_width = ffn_width + Lm * moe.activation_width(par)
         # norms, SiLU*mul, rotary, residual adds: pure memory traffic (FFN width: layer mean)
         elementwise = tokens * 2.0 * (8 * self.hidden_size + ffn_width / L) / self._bw
         heads = self.num_heads / self.tp

@@ -149,6 +149,7 @@ def export_cmd(
     """
     from reports.extras import export_text, max_request_tokens, winner_header
     from tuner.search import load_study
+    from tuner.search.records import study_constraints
 
     _check_export_options(fmt, goal, rank, storage, out, output)
     st = load_study(study, storage, out_dir=out)
@@ -170,7 +171,7 @@ def export_cmd(
                        workload_path=batch_input or str(workload or meta.get("workload") or ""),
                        batch_output=batch_output, extra=extra,
                        quantized_model=quantized_model
-                       or (meta.get("constraints") or {}).get("quantized_model"))
+                       or study_constraints(st).quantized_model)
     from tuner.exports.formats import check_export
 
     if check_export(fmt, text) is not None:

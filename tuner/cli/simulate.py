@@ -150,8 +150,7 @@ def simulate(
     g = catalog_gpu(knobs["gpu"], load_gpu_catalog(gpu_file, price, provider, spot), provider,
                     spot)
     defaults = vllm_defaults(g.name, g.memory_gib, entry_point, engine_version)
-    engine = {"chunk_size": defaults.max_num_batched_tokens,
-              "max_running": defaults.max_num_seqs}
+    engine = {k: defaults.knobs()[k] for k in ("chunk_size", "max_running")}
     config = ServingConfig(**(knobs | {"gpu": g.name} | {
         k: v for k, v in engine.items() if knobs.get(k) is None}))
     spec = get_model(model)

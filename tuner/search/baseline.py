@@ -59,7 +59,7 @@ def engine_presets(gpus: dict[str, GPU], metadata: dict | None) -> dict[str, dic
     for name, g in gpus.items():
         d = vllm_defaults(g.name, g.memory_gib, meta.get("entry_point") or DEFAULT_ENTRY_POINT,
                           meta.get("engine_version"))
-        out[name] = {"chunk_size": d.max_num_batched_tokens, "max_running": d.max_num_seqs}
+        out[name] = {k: d.knobs()[k] for k in ("chunk_size", "max_running")}
     return out
 
 

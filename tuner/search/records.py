@@ -133,7 +133,7 @@ def trial_records(study: optuna.Study) -> list[TrialRecord]:
     configuration two workers simulated at once are left out)."""
     meta = study.user_attrs.get("metadata") or {}
     fixed = meta.get("fixed", {})
-    limits = Constraints.from_dict(meta.get("constraints"))
+    limits = study_constraints(study)
     out, seen = [], set()
     for t in completed(study):
         key = tuple(sorted(t.params.items()))

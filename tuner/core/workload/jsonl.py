@@ -29,7 +29,9 @@ from tuner.core.workload.records import SHAPE_NAMES, BadLine, Record, parse_reco
 from tuner.core.workload.tokens import (
     CHARS_PER_TOKEN,
     CHAT_MESSAGE_OVERHEAD_TOKENS,
+    ESTIMATE_TOKENIZER,
     TokenCounter,
+    estimate_tokens,
     make_counter,
     tokenizer_file,
 )
@@ -205,7 +207,7 @@ class _Reader:
         """(the `_fast_row` tuple, the Record) from parse_record (raises BadLine)."""
         rec: Record = parse_record(obj)
         texts = rec.pieces if rec.pieces else None
-        est = sum(-(-len(t) // CHARS_PER_TOKEN) + extra for t, _, extra in rec.pieces)
+        est = sum(estimate_tokens(t) + extra for t, _, extra in rec.pieces)
         known = -1 if rec.prompt_tokens is None else rec.prompt_tokens
         out = -1 if rec.output_tokens is None else rec.output_tokens
         return (SHAPES.index(rec.shape), known, est, texts, out, _FIELD_CODE[rec.output_field],
@@ -374,8 +376,8 @@ class _Reader:
                 counts = kept(self._text_counter().counts(n))
             else:
                 counts = -1 - prompt
-            tokenizer = self.counter.description if self.counter is not None \
-                else make_counter(None, None).description
+            tokenizer = (self.counter.description if self.counter is not None
+                         else ESTIMATE_TOKENIZER)
             if (~texts).any():
                 tokenizer += "; token-id prompts counted as given"
             prompt = np.where(texts, counts, prompt)
