@@ -263,3 +263,34 @@ def test_sglang_export_round_trips_expert_parallel(tp, dp, ep):
     text = render_export("sglang", cfg, get_model("qwen3-30b-a3b"), load_gpus()["H100"],
                          max_model_len=4096)
     assert parse_export("sglang", text) == cfg
+
+
+def test_mla_model_is_priced_by_the_roofline_with_its_latent_kv():
+    """The measured tables hold grouped-query attention shapes only: an MLA model (DeepSeek)
+    falls back to the roofline, whose KV per token is the memory plan's latent."""
+    from predictors.aic import table_cost_model
+    from predictors.roofline import RooflineCostModel
+    from tuner.core.catalog import get_model, load_gpus
+    from tuner.core.config import ServingConfig
+    from tuner.core.memory import kv_bytes_per_token_per_layer_rank
+    from tuner.sim.simulator import default_cost_model
+
+    d, h200 = get_model("deepseek-v3"), load_gpus()["H200"]
+    assert table_cost_model(d, h200, tp=8, weight_bits=8) is None
+    cm = default_cost_model(d, h200, ServingConfig(gpu="H200", tp=8, weight_bits=8))
+    assert isinstance(cm, RooflineCostModel) and "not measured" in str(cm.provenance)
+    assert cm.kv_bytes_per_token_per_layer == kv_bytes_per_token_per_layer_rank(d, 16, 8) == 1152
+
+
+@pytest.mark.parametrize("dp", [1, 4])
+def test_moe_weight_offload_streams_what_the_memory_plan_offloads(dp):
+    from tuner.core.catalog import get_model, load_gpus
+    from tuner.core.config import ServingConfig
+    from tuner.core.memory import plan_memory
+    from tuner.sim.offload import OffloadContext
+
+    m, l4 = get_model("qwen3-30b-a3b"), load_gpus()["L4"]
+    cfg = ServingConfig(gpu="L4", dp=dp, weight_offload_fraction=0.5)
+    ctx = OffloadContext.build(m, l4, cfg)
+    assert ctx.weight_stream_bytes_per_layer * m.num_layers == pytest.approx(
+        plan_memory(m, l4, cfg).weight_offloaded_bytes)
