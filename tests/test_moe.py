@@ -292,5 +292,15 @@ def test_moe_weight_offload_streams_what_the_memory_plan_offloads(dp):
     m, l4 = get_model("qwen3-30b-a3b"), load_gpus()["L4"]
     cfg = ServingConfig(gpu="L4", dp=dp, weight_offload_fraction=0.5)
     ctx = OffloadContext.build(m, l4, cfg)
-    assert ctx.weight_stream_bytes_per_layer * m.num_layers == pytest.approx(
-        plan_memory(m, l4, cfg).weight_offloaded_bytes)
+    offloaded = plan_memory(m, l4, cfg).weight_offloaded_bytes
+    assert ctx.weight_stream_bytes_per_layer * m.num_layers == pytest.approx(offloaded)
+    # and the exports tell the engines the same bytes per GPU
+    import math
+
+    import yaml
+
+    from tuner.core.catalog import GIB
+    from tuner.exports.formats import render_export
+
+    text = render_export("vllm", cfg, m, l4, max_model_len=4096)
+    assert yaml.safe_load(text)["cpu-offload-gb"] == math.ceil(offloaded / GIB * 10 - 1e-9) / 10

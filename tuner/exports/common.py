@@ -13,10 +13,10 @@ from typing import Any
 
 import yaml
 
-from tuner.core.catalog import GPU, ModelSpec
+from tuner.core.catalog import GIB, GPU, ModelSpec
 from tuner.core.config import DEFAULTS, KNOBS, SGLANG_SCHEDULE_POLICY, ServingConfig
 from tuner.core.errors import TunerError
-from tuner.core.memory import plan_memory
+from tuner.core.memory import plan_memory, weight_bytes_per_rank
 
 CONFIG_COMMENT_PREFIX = "# tuner-config:"
 
@@ -53,6 +53,25 @@ class Deployment:
         """4-bit weights, or 8-bit ones on a GPU without FP8: no engine quantizes them online."""
         c = self.config
         return c.weight_bits == 4 or (c.weight_bits == 8 and not self.gpu.fp8_tflops)
+
+    @property
+    def offload_gib_per_gpu(self) -> float:
+        """The weights each GPU offloads to host memory, in GiB (the memory plan's shard: an
+        MoE model at dp > 1 holds 1/dp of the experts)."""
+        return (self.config.weight_offload_fraction
+                * weight_bytes_per_rank(self.model, self.config) / GIB)
+
+    def quantized_checkpoint_notes(self, opts: dict, notes: list[str], option: str,
+                                   engine: str) -> list[str]:
+        """A plan served from the --quantized-model checkpoint: it carries its quantization
+        config, which the engine reads, so `opts` loses its online `quantization` and `notes`
+        their weight-bits advice for one line naming the checkpoint. Unchanged otherwise."""
+        if self.checkpoint == (self.model.hf_id or self.model.name):
+            return notes
+        opts.pop("quantization", None)
+        return [n for n in notes if not n.startswith("weight_bits=")] + [
+            f"{option}: {self.checkpoint} is the {self.config.weight_bits}-bit checkpoint given "
+            f"with --quantized-model; {engine} takes its quantization from the checkpoint."]
 
     @property
     def checkpoint(self) -> str:

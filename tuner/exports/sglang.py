@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tuner.core.catalog import GIB, GPU, ModelSpec
+from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import SGLANG_SCHEDULE_POLICY, ServingConfig, check_model_config
 from tuner.exports import common
 
@@ -120,16 +120,10 @@ def sglang_server_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max
     if "quantization" in opts and not gpu.fp8_tflops:  # FP8 weights need FP8 tensor cores
         del opts["quantization"]
     if "cpu-offload-gb" in opts:  # per GPU, an int in SGLang's parser
-        gib = config.weight_offload_fraction * model.weight_bytes(config.weight_bits) / config.tp
-        opts["cpu-offload-gb"] = max(1, math.ceil(gib / GIB - 1e-9))
+        opts["cpu-offload-gb"] = max(1, math.ceil(dep.offload_gib_per_gpu - 1e-9))
     opts.setdefault("schedule-policy", "fcfs")  # other orderings: sort the input (a note)
-    notes = common.notes_for(dep, _NOTES)
-    if dep.checkpoint != (model.hf_id or model.name):
-        # a pre-quantized checkpoint carries its quantization config; SGLang reads it there
-        opts.pop("quantization", None)
-        notes = [n for n in notes if not n.startswith("weight_bits=")]
-        notes.append(f"model-path: {dep.checkpoint} is the {config.weight_bits}-bit checkpoint "
-                     "given with --quantized-model; SGLang takes its quantization from it.")
+    notes = dep.quantized_checkpoint_notes(opts, common.notes_for(dep, _NOTES), "model-path",
+                                           "SGLang")
     return list(common.in_order(opts, _OPTION_ORDER).items()), notes
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from tuner.core.catalog import GIB, GPU, ModelSpec
+from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig, check_model_config
 from tuner.core.errors import TunerError
 from tuner.exports import common
@@ -34,14 +34,6 @@ _ARG_ORDER = ("model", "tensor_parallel_size", "data_parallel_size", "enable_exp
               "max_num_batched_tokens",
               "max_num_seqs", "enable_chunked_prefill", "gpu_memory_utilization", "block_size",
               "max_model_len", "kv_cache_dtype", "quantization", "cpu_offload_gb")
-
-
-def _cpu_offload_gb(config: ServingConfig, model: ModelSpec) -> float:
-    """vLLM's cpu_offload_gb is per GPU: the offloaded share of this GPU's weight shard,
-    rounded up to 0.1 GiB."""
-    per_gpu = config.weight_offload_fraction * model.weight_bytes(config.weight_bits) / config.tp
-    gib = per_gpu / GIB
-    return round(math.ceil(gib * 10.0 - 1e-9) / 10.0, 1)
 
 
 # ---- notes: what vLLM cannot be told, in the order the file lists them -------------------------
@@ -109,17 +101,11 @@ def vllm_engine_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_m
                             quantized_model)
     args = common.mapped_args(config, "vllm")
     args |= {"model": dep.checkpoint, "max_model_len": max_model_len}
-    if "cpu_offload_gb" in args:
-        args["cpu_offload_gb"] = _cpu_offload_gb(config, model)
+    if "cpu_offload_gb" in args:  # per GPU, rounded up to 0.1 GiB
+        args["cpu_offload_gb"] = round(math.ceil(dep.offload_gib_per_gpu * 10.0 - 1e-9) / 10.0, 1)
     if "quantization" in args and not gpu.fp8_tflops:  # FP8 weights need FP8 tensor cores
         del args["quantization"]
-    notes = common.notes_for(dep, _NOTES)
-    if dep.checkpoint != (model.hf_id or model.name):
-        # a pre-quantized checkpoint carries its quantization config; vLLM reads it from there
-        args.pop("quantization", None)
-        notes = [n for n in notes if not n.startswith("weight_bits=")]
-        notes.append(f"model: {dep.checkpoint} is the {config.weight_bits}-bit checkpoint given "
-                     "with --quantized-model; vLLM takes its quantization from the checkpoint.")
+    notes = dep.quantized_checkpoint_notes(args, common.notes_for(dep, _NOTES), "model", "vLLM")
     return common.in_order(args, _ARG_ORDER), notes
 
 
