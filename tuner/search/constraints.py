@@ -86,9 +86,11 @@ class Constraints:
 
     def __post_init__(self) -> None:
         if self.deadline_s is not None and not 0 < self.deadline_s < math.inf:
-            raise TunerError(f"--deadline must be positive, got {self.deadline_s:g} s.")
+            raise TunerError(f"--deadline must be a positive, finite duration, got "
+                             f"{self.deadline_s:g} s.")
         if self.budget_usd is not None and not 0 < self.budget_usd < math.inf:
-            raise TunerError(f"--budget must be positive, got ${self.budget_usd:g}.")
+            raise TunerError(f"--budget must be a positive, finite amount, got "
+                             f"${self.budget_usd:g}.")
 
     # ---- what kind --------------------------------------------------------------------------
     @property
