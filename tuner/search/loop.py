@@ -286,14 +286,16 @@ def optimize(study: optuna.Study, ev: Evaluator, settings: SearchSettings, *, sh
                 st.stop()
 
         callbacks.append(persist)
-    else:
+    if on_trial:
+        callbacks.append(on_trial)
+    if mirror is None:
+        # last, so the count is as fresh as can be when Optuna starts the next trial: several
+        # workers on one study overshoot only in the gap between this check and that start
         def at_budget(st, _trial):
             if _count_budget(counted) >= settings.n_trials:
                 st.stop()
 
         callbacks.append(at_budget)
-    if on_trial:
-        callbacks.append(on_trial)
     objective = _objective(ev, gpu_names, shared, settings.constraints,
                            n_trials=settings.n_trials if shared else None)
 
