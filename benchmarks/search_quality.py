@@ -36,6 +36,7 @@ from tuner.core.catalog import get_model, load_gpus
 from tuner.core.config import ServingConfig
 from tuner.core.workload import Workload, load_workload
 from tuner.search import SearchSettings, run_search, sampler_name, workload_digest
+from tuner.search.loop import search_space
 from tuner.search.records import all_records, rank, search_stats, trial_records
 from tuner.search.space import load_space
 from tuner.sim.simulator import simulate
@@ -57,7 +58,10 @@ def _setup(workload: str, model: str, gpus: list[str], space: str | None):
     cat = load_gpus()
     spec = get_model(model)
     w = load_workload(Path(workload), model=spec)
-    return w, spec, {g: cat[g] for g in gpus}, load_space(space)
+    chosen = {g: cat[g] for g in gpus}
+    # the space as `tuner search` runs it (auto TP/DP, vLLM's defaults offered)
+    sp, _notes = search_space(load_space(space), w, spec, chosen, SearchSettings())
+    return w, spec, chosen, sp
 
 
 def _grid_part(args) -> dict:

@@ -64,6 +64,7 @@ class ModelInfo:
     name: str
     num_params: int
     hf_id: str | None = None
+    checkpoint: str | None = None  # what the engine loads (ModelSpec.load_id); None = hf_id
 
 
 @dataclass
@@ -267,7 +268,8 @@ def build_report_context(*, study_name: str, records: list[TrialRecord], workloa
             output_source=workload.output_source,
             prompt_tokens=np.asarray(workload.prompt_tokens),
             output_tokens=np.asarray(workload.output_tokens)),
-        model=ModelInfo(name=model.name, num_params=model.num_params, hf_id=model.hf_id),
+        model=ModelInfo(name=model.name, num_params=model.num_params, hf_id=model.hf_id,
+                        checkpoint=model.load_id),
         gpus=gpu_infos(records, gpus),
         trials=records,
         pareto=pareto(records),

@@ -35,6 +35,7 @@ from predictors.protocol import CostModel
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
+from tuner.core.startup import sim_options
 from tuner.core.units import as_finite, fmt_duration
 from tuner.core.workload import Workload
 from tuner.exports import EXPORT_FORMATS, render_export
@@ -220,9 +221,12 @@ def downsample_timeline(tl: dict[str, np.ndarray], points: int = TIMELINE_POINTS
 def winner_timelines(records: list[TrialRecord], workload: Workload, model: ModelSpec,
                      gpus: dict[str, GPU], *,
                      cost_model_for: Callable[[GPU, ServingConfig], CostModel] | None = None,
-                     points: int = TIMELINE_POINTS) -> list[dict]:
+                     points: int = TIMELINE_POINTS, startup_s: float | None = None,
+                     engine_version: str | None = None) -> list[dict]:
     """Each distinct winner simulated again with its timeline (replica 0 of a data-parallel
-    deployment). An entry carries ``error`` instead of the series when it cannot be simulated."""
+    deployment; time from the engines being up, after ``startup_s``). An entry carries
+    ``error`` instead of the series when it cannot be simulated. `startup_s`,
+    `engine_version`: the study's (its start-up priced as the search did)."""
     by_num = {r.number: r for r in records}
     out = []
     for num, roles in winner_roles(records).items():
@@ -236,12 +240,14 @@ def winner_timelines(records: list[TrialRecord], workload: Workload, model: Mode
             if gpu is None:
                 raise TunerError(f"GPU {config.gpu!r} is not in the catalog")
             cm = cost_model_for(gpu, config) if cost_model_for else None
-            res = simulate(workload, model, gpu, config, cm, timeline=True)
+            res = simulate(workload, model, gpu, config, cm, timeline=True,
+                           startup_s=startup_s, engine_version=engine_version)
         except TunerError as exc:
             entry["error"] = str(exc)
             out.append(entry)
             continue
         entry["makespan_s"] = res.makespan_s
+        entry["startup_s"] = res.startup_s
         entry["iterations"] = res.iterations
         entry.update(downsample_timeline(res.timeline or {"time_s": []}, points))
         out.append(entry)
@@ -412,7 +418,7 @@ def report_extras(study: optuna.Study, records: list[TrialRecord], workload: Wor
     limits = study_constraints(study)
     extras: dict[str, Any] = {
         "timelines": winner_timelines(records, workload, model, gpus,
-                                      cost_model_for=cost_model_for),
+                                      cost_model_for=cost_model_for, **sim_options(meta)),
         "importances": param_importances(study, numbers={r.number for r in records}),
         "export_snippets": export_snippets(
             records, model, gpus, max_model_len=max_request_tokens(workload),

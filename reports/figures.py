@@ -64,6 +64,55 @@ def axis(title: str, **kw: Any) -> dict:
                 showline=True, automargin=True, **kw)
 
 
+# An axis whose (positive) values span more than this ratio is drawn in log scale: a 1-GPU and a
+# 32-GPU plan on one linear axis squeeze every fast plan into a corner.
+LOG_SPAN = 10.0
+
+
+def _finite(values: Iterable[Any]) -> list[float]:
+    return [v for v in (as_finite(x) for x in values) if v is not None]
+
+
+def spans_decades(values: Iterable[Any]) -> bool:
+    """True where the values are all positive and max / min > LOG_SPAN (a log axis can show them)."""
+    vs = _finite(values)
+    return len(vs) >= 2 and min(vs) > 0 and max(vs) / min(vs) > LOG_SPAN
+
+
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """1-2-5 ticks of a log axis from lo to hi (fewer where it spans many decades): plotly's
+    own labels every digit of a decade ('7 8 9'), and they collide on a short axis."""
+    decades = math.log10(hi / lo)
+    mantissas = (1, 2, 5) if decades <= 2.5 else (1, 3) if decades <= 4 else (1,)
+    ticks = [m * 10.0 ** k for k in range(math.floor(math.log10(lo)) - 1,
+                                           math.ceil(math.log10(hi)) + 2) for m in mantissas]
+    return [float(f"{t:.6g}") for t in ticks if lo / 3 <= t <= hi * 3]
+
+
+def usd_digits(values: Iterable[Any]) -> int:
+    """Decimals a $ axis needs: 2, or up to 4 where costs go below a dime ('$0.0025')."""
+    vs = [v for v in _finite(values) if v > 0]
+    return max(2, min(4, 1 - math.floor(math.log10(min(vs))))) if vs else 2
+
+
+def scale(values: Iterable[Any], usd: bool = False) -> dict:
+    """The axis type for these values: log where they span decades (with 1-2-5 ticks), else
+    linear from zero. usd: the ticks read '$0.05'."""
+    vs = _finite(values)
+    if not spans_decades(vs):
+        return dict(type="linear", rangemode="tozero",
+                    **(dict(tickprefix="$", tickformat=f",.{usd_digits(vs)}f") if usd else {}))
+    ticks = log_ticks(min(vs), max(vs))  # one significant digit each: '$0.05', '$0.50'
+    return dict(type="log", tickmode="array", tickvals=ticks,
+                ticktext=[f"${t:,.{max(2, -math.floor(math.log10(t)))}f}" if usd else f"{t:g}"
+                          for t in ticks])
+
+
+def on_axis(v: float, log: bool) -> float:
+    """An annotation's coordinate (plotly wants log10 of the value on a log axis)."""
+    return math.log10(v) if log else v
+
+
 def gpu_colors(names: Iterable[str]) -> dict[str, str]:
     return {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
 
@@ -121,21 +170,29 @@ def pareto_figure(ctx: ReportContext, trials: dict[int, TrialRecord],
             x=[t.metrics["makespan_s"] / div for t in front_all],
             y=[t.metrics["cost_usd"] for t in front_all],
             line=dict(color="rgba(128,128,128,0.7)", dash="dot", shape="hv", width=1.5)))
+    xs = [t.metrics["makespan_s"] / div for t in feasible]
+    ys = [t.metrics["cost_usd"] for t in feasible]
+    xlog, ylog = spans_decades(xs), spans_decades(ys)
     labels: dict[int, list[str]] = {}
     for k in ("fastest", "cheapest"):
         if winners.of(k) is not None:
             labels.setdefault(winners.of(k), []).append(k)
     for num, names in labels.items():
         t = trials[num]
+        # The fastest point is the leftmost and the cheapest the lowest: "fastest" above its
+        # point, "cheapest" to the right of its own, so the two labels never meet.
+        ax, ay = ((40, -35) if len(names) > 1 else (10, -38) if names == ["fastest"]
+                  else (55, -12))
         fig.add_annotation(
-            x=t.metrics["makespan_s"] / div, y=t.metrics["cost_usd"],
+            x=on_axis(t.metrics["makespan_s"] / div, xlog),
+            y=on_axis(t.metrics["cost_usd"], ylog),
             text=" & ".join(names), showarrow=True, arrowhead=2, arrowcolor="#888888",
-            ax=40 if "cheapest" in names else 30, ay=-35)
+            ax=ax, ay=ay)
     fig.update_layout(**base_layout(
-        xaxis=axis(f"makespan ({unit})", rangemode="tozero"),
-        yaxis=axis("job cost (USD)", tickprefix="$", tickformat=",.2f", rangemode="tozero"),
+        xaxis=axis(f"makespan ({unit})", **scale(xs)),
+        yaxis=axis("job cost (USD)", **scale(ys, usd=True)),
         legend=dict(bgcolor="rgba(0,0,0,0)", title=dict(text="GPU")),
-        height=480,
+        height=480, margin=dict(l=70, r=20, t=45, b=60),
     ))
     return fig
 
@@ -167,13 +224,18 @@ def memory_figure(rows: list[dict]) -> go.Figure | None:
     return fig
 
 
-def _histogram(values: np.ndarray) -> dict:
+def _histogram(values: np.ndarray, log: bool = False) -> dict:
+    """Bars of a histogram; log: bins of equal width on a log axis (each bar from its left
+    edge, `offset` 0, so the bars meet on either axis type)."""
     n = values.size
     bins = int(min(50, max(5, math.ceil(math.sqrt(n)))))
-    counts, edges = np.histogram(values, bins=bins)
+    if log:
+        edges = np.geomspace(values.min(), values.max(), bins + 1)
+        counts, _ = np.histogram(values, bins=edges)
+    else:
+        counts, edges = np.histogram(values, bins=bins)
     return dict(
-        x=((edges[:-1] + edges[1:]) / 2).tolist(), y=counts.tolist(),
-        width=np.diff(edges).tolist(),
+        x=edges[:-1].tolist(), offset=0, y=counts.tolist(), width=np.diff(edges).tolist(),
         customdata=np.stack([np.floor(edges[:-1]), np.floor(edges[1:])], axis=1).tolist(),
     )
 
@@ -184,17 +246,23 @@ def workload_figure(prompt: np.ndarray, output: np.ndarray) -> go.Figure | None:
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
                         subplot_titles=("prompt tokens", "output tokens"))
     # Not GPU colours (those mean a GPU everywhere else in the report).
+    fig.update_xaxes(**axis("tokens per request"))
     for col, (vals, color) in enumerate(((prompt, "#9c755f"), (output, "#b07aa1")), start=1):
         if vals.size == 0:
             continue
+        # lengths from tens to thousands of tokens: log bins on a log axis
+        x_scale = scale([vals.min(), vals.max()])
+        if x_scale["type"] == "log":  # room at the ends: the first tick clear of the y axis' 0
+            lo, hi = math.log10(vals.min()), math.log10(vals.max())
+            x_scale["range"] = [lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo)]
         fig.add_trace(go.Bar(
             showlegend=False, marker=dict(color=color),
             hovertemplate="%{customdata[0]:,}–%{customdata[1]:,} tokens: %{y:,} requests"
                           "<extra></extra>",
-            **_histogram(vals)), row=1, col=col)
+            **_histogram(vals, log=x_scale["type"] == "log")), row=1, col=col)
+        fig.update_xaxes(**x_scale, row=1, col=col)
     fig.update_layout(**base_layout(height=360, bargap=0.02,
                                      margin=dict(l=70, r=20, t=60, b=60)))
-    fig.update_xaxes(**axis("tokens per request"))
     fig.update_yaxes(**axis("requests"))
     return fig
 
@@ -316,10 +384,13 @@ def slices_figure(slices: dict[str, list[dict]], colors: dict[str, str]) -> go.F
                               "%{customdata[2]} feasible trials)<extra></extra>"),
                 row=row, col=col)
             legend_done.add(gpu)
+        # half a category of room at each end: a long value ('shortest-prompt') stays clear
+        # of the y axis' labels
         fig.update_xaxes(**axis(""), type="category", categoryorder="array",
-                         categoryarray=labels, row=row, col=col)
+                         categoryarray=labels, range=[-0.5, len(labels) - 0.5], row=row, col=col)
         fig.update_yaxes(**axis(f"best makespan ({unit})" if col == 1 else "",
-                                 rangemode="tozero"), row=row, col=col)
+                                 **scale(r["makespan_s"] / div for r in slices[knob])),
+                         row=row, col=col)
     fig.update_layout(**base_layout(
         height=90 + 270 * rows, margin=dict(l=70, r=20, t=60, b=40),
         legend=dict(orientation="h", yanchor="bottom", y=1.04, x=0, bgcolor="rgba(0,0,0,0)",
@@ -346,7 +417,8 @@ def limit_figure(rows: list[dict]) -> go.Figure | None:
         hovertemplate=f"%{{y}}: makespan %{{x:.3g}} {unit}<extra></extra>"))
     fig.update_layout(**base_layout(
         barmode="group", height=max(200, 100 + 60 * len(rows)),
-        xaxis=axis(f"time ({unit})", rangemode="tozero"),
+        xaxis=axis(f"time ({unit})", **scale(
+            v / div for r in rows for v in (r["lower_bound_s"], r["makespan_s"]))),
         yaxis=dict(autorange="reversed", automargin=True),
         legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, bgcolor="rgba(0,0,0,0)"),
         margin=dict(l=20, r=110, t=40, b=50)))
@@ -358,10 +430,13 @@ def validation_figure(rows: list[dict], colors: dict[str, str]) -> go.Figure | N
         return None
     top = max(max(r["predicted_s"], r["measured_s"]) for r in rows)
     unit, div = duration_unit(top)
+    values = [v / div for r in rows for v in (r["predicted_s"], r["measured_s"])]
+    both = scale(values)  # one scale on both axes: the diagonal stays the diagonal
+    ends = [0.9 * min(values), 1.1 * max(values)] if both["type"] == "log" else \
+        [0, 1.05 * top / div]
     fig = go.Figure()
     fig.add_trace(go.Scatter(
-        mode="lines", name="prediction = measurement", x=[0, 1.05 * top / div],
-        y=[0, 1.05 * top / div], hoverinfo="skip",
+        mode="lines", name="prediction = measurement", x=ends, y=ends, hoverinfo="skip",
         line=dict(color="rgba(128,128,128,0.7)", dash="dot")))
     for gpu in dict.fromkeys(r["gpu"] for r in rows):
         rs = [r for r in rows if r["gpu"] == gpu]
@@ -373,8 +448,8 @@ def validation_figure(rows: list[dict], colors: dict[str, str]) -> go.Figure | N
             hovertemplate="trial %{customdata[0]} (%{customdata[1]}): predicted %{x:.3g}, "
                           f"measured %{{y:.3g}} {unit}, error %{{customdata[2]}}<extra></extra>"))
     fig.update_layout(**base_layout(
-        height=420, xaxis=axis(f"predicted makespan ({unit})", rangemode="tozero"),
-        yaxis=axis(f"measured makespan ({unit})", rangemode="tozero")))
+        height=420, xaxis=axis(f"predicted makespan ({unit})", **both),
+        yaxis=axis(f"measured makespan ({unit})", **both)))
     return fig
 
 
@@ -427,13 +502,17 @@ def deadline_figure(trials: dict[int, TrialRecord], colors: dict[str, str],
             marker=dict(size=[7] * len(env) + [0], color=color),
             hovertemplate=f"deadline %{{x:.3g}} {unit}: cheapest $%{{y:.2f}}<extra>{label}"
                           "</extra>"))
+    xs = [t.metrics["makespan_s"] / div for t in feasible]
+    ys = [t.metrics["cost_usd"] for t in feasible]
     if deadline_s is not None:
-        fig.add_vline(x=deadline_s / div, line=dict(color="#e15759", dash="dash", width=1.5),
-                      annotation_text="--deadline", annotation_position="top")
+        xs.append(deadline_s / div)
+        # a shape takes the data value on a log axis, an annotation its log10: placed apart
+        fig.add_vline(x=deadline_s / div, line=dict(color="#e15759", dash="dash", width=1.5))
+        fig.add_annotation(x=on_axis(deadline_s / div, spans_decades(xs)), xref="x", y=1,
+                           yref="paper", yanchor="bottom", text="--deadline", showarrow=False)
     fig.update_layout(**base_layout(
-        xaxis=axis(f"deadline ({unit})", rangemode="tozero"),
-        yaxis=axis("cheapest job cost (USD)", tickprefix="$", tickformat=",.2f",
-                   rangemode="tozero"),
+        xaxis=axis(f"deadline ({unit})", **scale(xs)),
+        yaxis=axis("cheapest job cost (USD)", **scale(ys, usd=True)),
         legend=dict(bgcolor="rgba(0,0,0,0)", title=dict(text="GPU")),
         height=420,
     ))

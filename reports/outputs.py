@@ -16,6 +16,7 @@ previous set back.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -39,6 +40,7 @@ from tuner.exports import EXPORT_SUFFIX, to_json
 from tuner.search.records import (
     GOALS,
     TrialRecord,
+    bounds_hit,
     infeasible_summary,
     offload_verdict,
     require_feasible,
@@ -63,6 +65,8 @@ class StudyOutputs:
     files: dict[str, Path] = field(default_factory=dict)  # filled by write_outputs
     # requests longer than the context, reported as failed (--on-too-long skip)
     failed_too_long: dict | None = None
+    # {goal: where the winner sits on a bound of the search} (winner_bounds)
+    bounds: dict = field(default_factory=dict)
 
     @property
     def by_number(self) -> dict[int, TrialRecord]:
@@ -81,6 +85,7 @@ class StudyOutputs:
             "infeasible": infeasible_summary(self.records),
             "gain_over_vllm_defaults": {g: _gain_entry(by_num[ctx.winners.of(g)])
                                         for g in GOALS},
+            "bounds": self.bounds,
             "failed_too_long": self.failed_too_long,
             "importances": ctx.importances,
             "search": self.stats,
@@ -117,9 +122,16 @@ def study_outputs(study: optuna.Study, workload: Workload, model: ModelSpec,
     too_long = meta.get("too_long")
     if too_long:
         extra_notes.append(too_long_note(too_long))
+    start = startup_note(records)
+    if start:
+        extra_notes.append(start)
     extras = report_extras(study, records, workload, model, gpus, out_dir=out_dir,
                            workload_path=workload_path, cost_model_for=cost_model_for)
     verdicts = constraint_verdicts(study, records)
+    bounds = winner_bounds(study, records, gpus)
+    verdicts += defaults_verdicts(records) + [
+        f"{goal} sits on a bound of the search: {'; '.join(lines)}."
+        for goal, lines in bounds.items() if lines]
     verdict = offload_verdict(records, gpus)
     verdicts += [verdict] if verdict else []
     ctx = build_report_context(
@@ -130,7 +142,46 @@ def study_outputs(study: optuna.Study, workload: Workload, model: ModelSpec,
                   "cheapest?"),
         tool_version=tool_version, notes=_notes(workload, stats, extra_notes),
         verdicts=verdicts, extras=extras)
-    return StudyOutputs(study.study_name, records, ctx, stats, failed_too_long=too_long)
+    return StudyOutputs(study.study_name, records, ctx, stats, failed_too_long=too_long,
+                        bounds=bounds)
+
+
+def winner_bounds(study: optuna.Study, records: list[TrialRecord],
+                  gpus: dict[str, GPU]) -> dict[str, list[str]]:
+    """{goal: where the overall winner sits on a bound of the search, with the flag that
+    widens it} (tuner.search.records.bounds_hit)."""
+    meta = study.user_attrs.get("metadata") or {}
+    limits = study_constraints(study)
+    best, _ = winners(records)
+    by_num = {r.number: r for r in records}
+    out = {}
+    for goal, n in best.items():
+        r = by_num[n]
+        per = gpus[r.gpu].gpus_per_machine if r.gpu in gpus else 8
+        out[goal] = bounds_hit(r, meta.get("knobs") or {}, limits, per,
+                               Path(str(meta.get("space") or "")).name)
+    return out
+
+
+def defaults_verdicts(records: list[TrialRecord]) -> list[str]:
+    """One line per overall winner that is vLLM's own defaults (same GPUs, same precision):
+    tuning the serving knobs gains nothing there."""
+    from tuner.search.constraints import plan_label
+
+    best, _ = winners(records)
+    by_num = {r.number: r for r in records}
+    out = []
+    goals: dict[int, list[str]] = {}
+    for goal, n in best.items():
+        goals.setdefault(n, []).append(goal)
+    for n, named in goals.items():
+        r = by_num[n]
+        b = r.baseline or {}
+        if b.get("feasible") and b.get("config") == r.config:
+            out.append(f"{' and '.join(named).capitalize()}: vLLM's defaults are already the "
+                       f"best plan on {plan_label(r.config)}; only the GPU type and count are "
+                       "tuner's answer there.")
+    return out
 
 
 def _gain_entry(r: TrialRecord) -> dict | None:
@@ -161,17 +212,31 @@ def _baseline_notes(records: list[TrialRecord], workload: Workload, model: Model
     entry = meta.get("entry_point") or DEFAULT_ENTRY_POINT
     sims = attach_baselines(records, numbers, workload, model, gpus, entry_point=entry,
                             engine_version=meta.get("engine_version"),
-                            cost_model_for=cost_model_for)
+                            cost_model_for=cost_model_for, startup_s=meta.get("startup_s"))
     if not sims:
         return []
     described = "; ".join(dict.fromkeys(
         f"{g}: max_num_batched_tokens {s['defaults']['max_num_batched_tokens']:,}, "
-        f"max_num_seqs {s['defaults']['max_num_seqs']:,}" for (g, _tp, _dp), s in sims.items()))
+        f"max_num_seqs {s['defaults']['max_num_seqs']:,}" for (g, *_), s in sims.items()))
     return [f"Gain over vLLM's defaults: each winner against vLLM's own defaults for the "
             f"'{entry}' entry point ({ENTRY_POINTS[entry]}) on the same GPU type and count "
             f"({described}; gpu_memory_utilization 0.9, block 16, 16-bit, FCFS, chunked "
             "prefill), simulated on the full workload with the same cost model; ratios are "
             "winner / defaults."]
+
+
+def startup_note(records: list[TrialRecord]) -> str | None:
+    """The line on engine start-up (tuner.core.startup) the makespans and $ include, with the
+    fastest plan's breakdown; None for a study simulated before start-up was priced."""
+    best, _ = winners(records)
+    r = next((r for r in records if r.number == best.get("fastest")), None)
+    st = (r.metrics or {}).get("startup") if r is not None else None
+    if not isinstance(st, dict) or not st.get("description"):
+        return None
+    return ("Start-up: every makespan and job $ include each replica's engine start-up before "
+            "its first step (replicas start at once, and every rented GPU is paid for it); the "
+            "physical limit T_o includes the same start-up. Fastest plan (trial "
+            f"#{r.number}): {st['description']}. --startup-s S sets it (0: the schedule alone).")
 
 
 def too_long_note(info: dict) -> str:
@@ -220,6 +285,16 @@ def _winner_yaml(snippets: dict) -> Exports:
     return Exports(*(snippets[goal]["formats"]["vllm"] for goal in ("fastest", "cheapest")))
 
 
+def _export_model(ctx: ReportContext, snippets: dict) -> dict:
+    """A winner JSON's model: the JSON export's (name, HF id and the checkpoint the engine
+    loads: the one the user named, or the --quantized-model one), else the report's."""
+    doc = (snippets.get("formats") or {}).get("json")
+    if doc:
+        return json.loads(doc)["model"]
+    m = ctx.model
+    return {"name": m.name, "hf_id": m.hf_id, "checkpoint": m.checkpoint or m.hf_id or m.name}
+
+
 def output_texts(outputs: StudyOutputs, out_dir: Path) -> tuple[dict[str, str], dict]:
     """({file name: text} of the whole output set, the results.json document), rendered in
     memory; ``outputs.files`` gets each file's final path under ``out_dir``."""
@@ -230,12 +305,14 @@ def output_texts(outputs: StudyOutputs, out_dir: Path) -> tuple[dict[str, str], 
         texts[f"{goal}.vllm.yaml"] = (ctx.exports.fastest_vllm_yaml if goal == "fastest"
                                       else ctx.exports.cheapest_vllm_yaml)
         files[f"{goal}_vllm_yaml"] = out_dir / f"{goal}.vllm.yaml"
+        snippets = (ctx.export_snippets or {}).get(goal) or {}
         texts[f"{goal}.json"] = to_json(r.serving_config(), r.metrics, r.memory,
-                                        {"trial": r.number, "provenance": str(r.provenance)})
+                                        {"model": _export_model(ctx, snippets),
+                                         "machines": r.metrics.get("machines"),
+                                         "trial": r.number, "provenance": str(r.provenance)})
         files[f"{goal}_json"] = out_dir / f"{goal}.json"
         # at scale, as written: the plan's DP replicas as `vllm run-batch` over a split of the
         # workload, and the same plan as a Ray Data LLM job (rendered once, for the report)
-        snippets = (ctx.export_snippets or {}).get(goal) or {}
         for fmt in SCALE_FORMATS:
             text = (snippets.get("formats") or {}).get(fmt)
             if text is not None:

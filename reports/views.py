@@ -352,7 +352,7 @@ def _about(ctx: ReportContext, prompt: np.ndarray, output: np.ndarray,
                       output_source=wl.output_source, prompt=_lengths_stats(prompt),
                       output=_lengths_stats(output)),
         model=dict(name=model.name, params=fmt_params(model.num_params),
-                   hf_id=model.hf_id or ""),
+                   hf_id=model.hf_id or "", checkpoint=model.checkpoint or model.hf_id or ""),
         gpus=[_gpu_view(n, g, colors[n]) for n, g in ctx.gpus.items()])
 
 

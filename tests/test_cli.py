@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from tuner.search import load_study
 REPO = Path(__file__).resolve().parents[1]
 SIM_KEYS = {"makespan_s", "cost_usd", "requests", "output_tokens", "throughput_tok_s", "qps",
             "preemptions", "peak_kv_fraction", "lower_bound_s", "kv_capacity_tokens", "config",
-            "provenance"}
+            "provenance", "startup_s"}
 TIMELINE_COLUMNS = ["time_s", "running", "prefill_tokens", "decode_tokens", "kv_fraction",
                     "preemptions"]
 OUT_FILES = {"report.html", "fastest.vllm.yaml", "cheapest.vllm.yaml", "fastest.json",
@@ -142,7 +143,8 @@ def test_simulate_json_and_timeline(wl, tmp_path):
     assert len(body) == res["iterations"] > 0
     t = body[:, 0]
     assert np.all(np.diff(t) > 0)
-    assert t[-1] == pytest.approx(res["makespan_s"], rel=1e-6)
+    # the timeline runs from the engines being up: the makespan less the start-up
+    assert t[-1] == pytest.approx(res["makespan_s"] - res["startup_s"], rel=1e-6)
     assert np.all((body[:, 4] >= 0) & (body[:, 4] <= 1))
     assert body[:, 3].sum() + 40 >= res["output_tokens"]  # every output token was decoded
     assert body[:, 5].sum() == res["preemptions"]
@@ -192,7 +194,9 @@ def test_search_writes_report_and_exports(searched):
         assert results["files"][f"{which}_run_batch"] == str(out / f"{which}.run-batch.sh")
     assert "<html" in (out / "report.html").read_text()[:2000].lower()
     st = load_study(results["study"], out_dir=out)
-    assert len([t for t in st.trials if t.state.name == "COMPLETE"]) == 12
+    # --n-trials 12, plus vLLM's defaults simulated beside the winners (flagged)
+    assert len([t for t in st.trials if t.state.name == "COMPLETE"
+                and not t.user_attrs.get("vllm_defaults")]) == 12
 
 
 def test_search_again_without_resume_is_refused_and_keeps_files(searched):
@@ -419,3 +423,69 @@ def test_requests_beyond_the_context_fail_before_the_search(tmp_path):
     out = tmp_path / "out"
     r = tuner("search", "-w", wl, "-m", "llama-3-8b", "--gpus", "A10", "--out", out)
     assert_one_line_error(r, "1 of 20 requests", "8,192", "9,016", out=out)
+
+
+# ---- the summary at 100 columns --------------------------------------------------------------
+def table_rows(text: str, title: str) -> tuple[list[str], list[list[list[str]]]]:
+    """The header cells and rows (each a list of lines, each line its cells) of the rich table
+    titled `title` in `text`."""
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.strip() == title)
+    head = next(ln for ln in lines[start:] if ln.startswith("┃"))
+    header = [c.strip() for c in head.strip("┃").split("┃")]
+    rows: list[list[list[str]]] = []
+    body = lines[lines.index(head, start) + 2:]
+    for ln in body[:next(i for i, b in enumerate(body) if b.startswith("└"))]:
+        cells = [c.strip() for c in ln.strip("│").split("│")]
+        if cells[0] or not rows:
+            rows.append([])
+        rows[-1].append(cells)
+    return header, rows
+
+
+def test_search_summary_fits_100_columns(monkeypatch, tmp_path):
+    """On a 100-column terminal: no line wider, each configuration written compactly
+    ('TP4×DP8 chunk 16384 R 64 ...') in at most 2 lines of its cell; the figures that do not fit
+    beside it move to a second table."""
+    import io
+
+    from rich.console import Console
+
+    import tuner.cli.search as search_cli
+
+    buf = io.StringIO()
+    monkeypatch.setattr(search_cli, "out", Console(file=buf, width=100, emoji=False))
+    r = runner.invoke(app, ["search", "-w", str(REPO / "examples" / "arxiv.jsonl"), "-m",
+                            "llama-3-8b", "--gpus", "A10,A40", "--n-trials", "40", "--out",
+                            str(tmp_path / "o")])
+    assert r.exit_code == 0, r.output
+    text = buf.getvalue()
+    wide = [ln for ln in text.splitlines() if len(ln) > 100]
+    assert wide == [], wide
+    for title in ("Best config per GPU", "Pareto front: makespan vs $"):
+        title = next(ln.strip() for ln in text.splitlines() if ln.strip().startswith(title))
+        header, rows = table_rows(text, title)
+        col = header.index("config")
+        assert rows
+        for row in rows:
+            cfg = [cells[col] for cells in row if cells[col]]
+            assert 1 <= len(cfg) <= 2, (title, cfg)
+            assert re.match(r"TP\d+×DP\d+ .*chunk \d+ R \d+", " ".join(cfg)), cfg
+    assert "KV cap tokens" in text and "% of limit" in text  # moved, not lost
+
+
+def test_search_progress_shows_the_time_left():
+    """The progress bar of a search: elapsed time and an ETA (rich's TimeRemainingColumn)."""
+    import io
+
+    from rich.console import Console
+    from rich.progress import TimeRemainingColumn
+
+    from tuner.cli.progress import SearchProgress
+
+    buf = io.StringIO()
+    with SearchProgress(Console(file=buf, width=120), 4, disable=False) as prog:
+        assert any(isinstance(c, TimeRemainingColumn) for c in prog.prog.columns)
+        for done in range(1, 5):
+            prog.show(done)
+    assert re.search(r"4/4 \d+:\d\d:\d\d eta \d+:\d\d:\d\d", buf.getvalue()), buf.getvalue()

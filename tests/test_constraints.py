@@ -136,8 +136,9 @@ def test_round_robin_split_beats_nothing_but_lpt_beats_round_robin():
 
 def test_more_replicas_finish_sooner_and_bill_every_gpu(model, gpus):
     w = workload(96)
-    one = simulate(w, model, gpus["A40"], ServingConfig(gpu="A40", dp=1))
-    four = simulate(w, model, gpus["A40"], ServingConfig(gpu="A40", dp=4))
+    # the schedules (start-up is the same for both: tests/test_startup.py)
+    one = simulate(w, model, gpus["A40"], ServingConfig(gpu="A40", dp=1), startup_s=0)
+    four = simulate(w, model, gpus["A40"], ServingConfig(gpu="A40", dp=4), startup_s=0)
     # 4 replicas of a quarter of the job each: faster, though each batches fewer requests
     assert four.makespan_s < 0.75 * one.makespan_s
     # every GPU of the plan is billed until the slowest replica ends
@@ -208,7 +209,7 @@ def test_default_space_keeps_the_models_precision():
     sp = load_space(None)
     assert "weight_bits" not in sp.knobs and "kv_bits" not in sp.knobs
     assert sp.fixed["weight_bits"] == 16 and sp.fixed["kv_bits"] == 16
-    assert "dp" in sp.knobs and max(sp.knobs["dp"]) > 1
+    assert sp.knobs["dp"] == "auto" and sp.knobs["tp"] == "auto"  # fitted to the job's machines
     q = with_quantization(sp)
     assert q.knobs["weight_bits"] == [16, 8, 4] and q.knobs["kv_bits"] == [16, 8]
     assert "weight_bits" not in q.fixed
@@ -231,8 +232,11 @@ def test_quantization_verdict_compares_16_bit_and_quantized(model, gpus):
     from reports.views import fmt_usd
 
     text = quantization_verdict(recs, "cheapest", fmt_usd)
-    assert text.startswith("Quantization (cheapest): 16-bit best ")
-    assert "quantized best" in text
+    assert text.startswith("Quantization (cheapest): ")
+    # like for like: the quantized plan against 16-bit on the same GPU type and count
+    quant, _, full = text.partition(" against ")
+    gpus_of = [part.split(" (TP")[0].split(": ")[-1] for part in (quant, full)]
+    assert gpus_of[0] == gpus_of[1] and "-bit weights" in quant and "16-bit)" in full
 
 
 # ---- the report's cost-vs-deadline curve ------------------------------------------------------

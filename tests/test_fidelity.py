@@ -77,11 +77,12 @@ def test_simulate_replays_arrivals():
     m, g = load_models()["llama-3-8b"], load_gpus()["A40"]
     w = Workload(prompt_tokens=np.array([100, 100]), output_tokens=np.array([5, 5]),
                  arrival_s=np.array([0.0, 30.0]))
-    res = simulate(w, m, g, ServingConfig(gpu="A40"), Const(), timeline=True)
+    # arrivals count from the engine being up (as a real run is timed): no start-up
+    res = simulate(w, m, g, ServingConfig(gpu="A40"), Const(), timeline=True, startup_s=0)
     # the second request arrives at 30 s on an idle engine: 5 more 10 ms steps after it
     assert res.makespan_s == pytest.approx(30.05)
     offline = simulate(Workload(prompt_tokens=w.prompt_tokens, output_tokens=w.output_tokens),
-                       m, g, ServingConfig(gpu="A40"), Const())
+                       m, g, ServingConfig(gpu="A40"), Const(), startup_s=0)
     assert offline.makespan_s == pytest.approx(0.05)
 
 

@@ -142,7 +142,7 @@ def test_cli_refusals_and_input_errors_leave_no_journal(tmp_path):
                           for _ in range(8)))
     out = tmp_path / "out"
     r = subprocess.run([sys.executable, "-m", "tuner.cli", "search", "-w", str(wl), "-m",
-                        "llama-2-70b", "--gpus", "A10", "--out", str(out)],
+                        "llama-2-70b", "--gpus", "A10", "--max-gpus", "4", "--out", str(out)],
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert not (out / "study.journal").exists()

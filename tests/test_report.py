@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import html
 import json
+import math
 import os
 import random
 import re
@@ -108,6 +109,28 @@ def make_context(n_trials: int = 20, seed: int = 0) -> dict:
                         weight_bytes=weights, activation_bytes=acts, kv_bytes=kv,
                         kv_capacity_tokens=kv_tokens, max_concurrent_requests=kv_tokens / 1400),
         ))
+    return with_winners({
+        "title": "tuner report: arxiv.jsonl on llama-3-8b",
+        "question": "Which GPU and settings finish arxiv.jsonl fastest or cheapest?",
+        "generated_at": "2025-01-15T12:00:00+00:00",
+        "tool_version": "0.1.0",
+        "workload": {"source": "examples/arxiv.jsonl", "requests": requests,
+                     "tokenizer": "meta-llama/Meta-Llama-3-8B-Instruct tokenizer",
+                     "output_source": "max_tokens", "prompt_tokens": prompt,
+                     "output_tokens": output},
+        "model": {"name": LLAMA.name, "num_params": LLAMA.num_params, "hf_id": LLAMA.hf_id},
+        "gpus": {name: {"price_usd_per_h": g.price_usd_per_h, "price_source": g.price_source,
+                        "price_date": g.price_date, "memory_gib": g.memory_gib,
+                        "cost_model": "roofline from spec sheet (not measured)"}
+                 for name, g in GPUS.items()},
+        "trials": trials,
+        "notes": ["Output lengths assumed equal to max_tokens."],
+    })
+
+
+def with_winners(ctx: dict) -> dict:
+    """The Pareto front, winners, best per GPU and winners' YAML of ctx's trials, set in ctx."""
+    trials = ctx["trials"]
     feas = [t for t in trials if t["feasible"]]
     fastest = min(feas, key=lambda t: t["metrics"]["makespan_s"])
     cheapest = min(feas, key=lambda t: t["metrics"]["cost_usd"])
@@ -126,27 +149,12 @@ def make_context(n_trials: int = 20, seed: int = 0) -> dict:
         header = f"predicted makespan {m['makespan_s'] / 3600:.2f} h, job ${m['cost_usd']:.2f}"
         return to_vllm_yaml(cfg, LLAMA, GPUS[cfg.gpu], max_model_len=8192, header=header)
 
-    return {
-        "title": "tuner report: arxiv.jsonl on llama-3-8b",
-        "question": "Which GPU and settings finish arxiv.jsonl fastest or cheapest?",
-        "generated_at": "2025-01-15T12:00:00+00:00",
-        "tool_version": "0.1.0",
-        "workload": {"source": "examples/arxiv.jsonl", "requests": requests,
-                     "tokenizer": "meta-llama/Meta-Llama-3-8B-Instruct tokenizer",
-                     "output_source": "max_tokens", "prompt_tokens": prompt,
-                     "output_tokens": output},
-        "model": {"name": LLAMA.name, "num_params": LLAMA.num_params, "hf_id": LLAMA.hf_id},
-        "gpus": {name: {"price_usd_per_h": g.price_usd_per_h, "price_source": g.price_source,
-                        "price_date": g.price_date, "memory_gib": g.memory_gib,
-                        "cost_model": "roofline from spec sheet (not measured)"}
-                 for name, g in GPUS.items()},
-        "trials": trials,
-        "pareto": _pareto(trials),
-        "winners": {"fastest": fastest["number"], "cheapest": cheapest["number"]},
-        "best_per_gpu": best_per_gpu,
-        "exports": {"fastest_vllm_yaml": export(fastest), "cheapest_vllm_yaml": export(cheapest)},
-        "notes": ["Output lengths assumed equal to max_tokens."],
-    }
+    ctx.update(
+        pareto=_pareto(trials),
+        winners={"fastest": fastest["number"], "cheapest": cheapest["number"]},
+        best_per_gpu=best_per_gpu,
+        exports={"fastest_vllm_yaml": export(fastest), "cheapest_vllm_yaml": export(cheapest)})
+    return ctx
 
 
 def add_extras(ctx: dict, seed: int = 1) -> dict:
@@ -687,3 +695,240 @@ def test_minimal_report_in_browser(rendered, tmp_path):
     """The report without report_extras (no timeline, importances, validation) also renders."""
     path, _ = rendered
     browser_check(path, tmp_path, "minimal.png", modes=())
+
+
+# ---- reading the answer: log axes, labels that do not collide, a page that fits 1280 px -------
+# No break opportunity in it (underscores): the page must wrap it, not grow sideways.
+LONG_NAME = "customer_support_transcripts_summarisation_batch_2025_01_15_" * 3
+
+
+def spread_context(seed: int = 3) -> dict:
+    """Plans from 1 GPU to 32 (makespans span decades, $ does not), every knob set, baselines,
+    and the long strings a real study carries (a deep workload path, a long study name and
+    checkpoint): the report must still fit 1280 px and draw makespan on a log axis."""
+    ctx = make_context(n_trials=36, seed=seed)
+    rng = random.Random(seed)
+    for i, t in enumerate(ctx["trials"]):
+        tp, dp = (1, 2, 4)[i % 3], (1, 2, 4, 8)[i // 3 % 4]
+        t["config"].update(tp=tp, dp=dp, ordering=("shortest-prompt", "longest-output")[i % 2],
+                           gpu_memory_utilization=(0.85, 0.9, 0.95)[i % 3],
+                           kv_offload_layers=4 * (i % 2), weight_offload_fraction=0.25 * (i % 2))
+        if not t["feasible"]:
+            continue
+        gpu = GPUS[t["config"]["gpu"]]
+        speed = (1.0 if gpu.name == "A10" else 1.9) * tp ** 0.7 * dp ** 0.9 * rng.uniform(0.6, 1)
+        ms = 9000.0 / speed
+        cost = ms / 3600 * gpu.price_usd_per_h * tp * dp
+        t["metrics"].update(makespan_s=ms, cost_usd=cost, usd_per_1k_requests=cost / 2,
+                            qps=2000 / ms, lower_bound_s=ms * rng.uniform(0.1, 0.8))
+        t["vllm_defaults"] = {"metrics": {"makespan_s": 1.45 * ms, "cost_usd": cost / 0.69},
+                              "gain": {"speedup": 1.45, "saving_fraction": 0.31,
+                                       "cost_ratio": 0.69}}
+    ctx = add_extras(with_winners(ctx))
+    ctx["deadline_s"] = 1800.0  # a line on the cost-vs-deadline figure, on its log axis
+    ctx["workload"]["source"] = f"/data/{LONG_NAME}/requests.jsonl"
+    ctx["study"] = LONG_NAME
+    ctx["model"]["hf_id"] = f"org/{LONG_NAME}"
+    ctx["notes"].append(f"workload read from /data/{LONG_NAME}/requests.jsonl")
+    return ctx
+
+
+def close_winners_context() -> dict:
+    """The fastest and the cheapest plan a hair apart: their labels must not collide."""
+    ctx = make_context()
+    feas = sorted((t for t in ctx["trials"] if t["feasible"]),
+                  key=lambda t: t["metrics"]["makespan_s"])
+    f, c = feas[0]["metrics"], feas[1]["metrics"]
+    low = min(t["metrics"]["cost_usd"] for t in feas)
+    f["cost_usd"], c["cost_usd"] = 0.9 * low, 0.88 * low
+    c["makespan_s"] = 1.02 * f["makespan_s"]
+    ctx = with_winners(ctx)
+    assert ctx["winners"] == {"fastest": feas[0]["number"], "cheapest": feas[1]["number"]}
+    return ctx
+
+
+@pytest.fixture(scope="module")
+def spread(tmp_path_factory) -> tuple[Path, str]:
+    path = render_report(spread_context(), tmp_path_factory.mktemp("spread") / "report.html")
+    return path, path.read_text(encoding="utf-8")
+
+
+def _numbers(values) -> list[float]:
+    if isinstance(values, dict) and "bdata" in values:  # plotly's typed-array JSON
+        import base64
+
+        import numpy as np
+
+        values = np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).tolist()
+    return [float(v) for v in values or []
+            if isinstance(v, (int, float)) and not isinstance(v, bool)]
+
+
+def axis_values(fig: dict) -> dict[str, list[float]]:
+    """{'xaxis': [...], 'yaxis2': [...]}: the numbers every trace puts on each axis."""
+    out: dict[str, list[float]] = {}
+    for tr in fig["data"]:
+        for letter in ("x", "y"):
+            ref = tr.get(f"{letter}axis", letter)
+            out.setdefault(f"{letter}axis{ref[1:]}", []).extend(_numbers(tr.get(letter)))
+    return out
+
+
+# the axes of makespans, $ and token lengths: log where their values span decades (shares,
+# counts, GiB stacks and time since the start stay linear)
+PLAN_AXES = {"pareto": ("xaxis", "yaxis"), "deadline": ("xaxis", "yaxis"), "limit": ("xaxis",),
+             "validation": ("xaxis", "yaxis"), "slices": ("yaxis",), "workload": ("xaxis",)}
+
+
+def test_axes_that_span_decades_are_log(spread):
+    """Makespan from a 1-GPU to a 32-GPU plan spans > 10x: a log axis; the job $ of the same
+    plans spans less: linear from zero. Decided per axis from the data."""
+    _, text = spread
+    figs = _figures(text)
+    checked = []
+    for name, fig in figs.items():
+        for ax, values in axis_values(fig).items():
+            if name not in PLAN_AXES or not any(ax.startswith(a) for a in PLAN_AXES[name]):
+                continue
+            if not values:
+                continue
+            kind = fig["layout"].get(ax, {}).get("type")
+            span = max(values) / min(values) if min(values) > 0 else None
+            if span is not None and span > 10:
+                assert kind == "log", (name, ax, span)
+            elif name != "validation":  # there both axes share one scale
+                assert kind != "log", (name, ax, span)
+            checked.append((name, ax, kind))
+    assert ("pareto", "xaxis", "log") in checked and ("pareto", "yaxis", "linear") in checked
+    assert ("deadline", "xaxis", "log") in checked and ("limit", "xaxis", "log") in checked
+    assert ("workload", "xaxis", "log") in checked  # prompts of 200 to 12,000 tokens
+    # the winners' labels point at their dots: an annotation takes log10 on a log axis
+    ctx = spread_context()
+    trials = {t["number"]: t for t in ctx["trials"]}
+    pareto = figs["pareto"]
+    assert {a["text"] for a in pareto["layout"]["annotations"]} == {"fastest", "cheapest"}
+    _, div = duration_unit(max(t["metrics"]["makespan_s"] for t in trials.values()
+                               if t["feasible"]))
+    for a in pareto["layout"]["annotations"]:
+        m = trials[ctx["winners"][a["text"]]]["metrics"]
+        assert a["x"] == pytest.approx(math.log10(m["makespan_s"] / div))
+        assert a["y"] == pytest.approx(m["cost_usd"])
+
+
+def test_log_scale_rule():
+    assert report_figures.scale([1, 5, 9.9]) == {"type": "linear", "rangemode": "tozero"}
+    assert report_figures.scale([0.5, 50])["type"] == "log"
+    assert report_figures.scale([0, 50])["type"] == "linear"  # no log of 0
+    assert report_figures.scale([None, 2.0])["type"] == "linear"
+    assert report_figures.scale([0.0277, 0.14], usd=True)["tickformat"] == ",.3f"
+    log = report_figures.scale([0.0277, 0.44], usd=True)
+    assert log["tickvals"] == [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0]
+    assert log["ticktext"] == ["$0.01", "$0.02", "$0.05", "$0.10", "$0.20", "$0.50", "$1.00"]
+    assert report_figures.log_ticks(1, 1e6) == [1, 10, 100, 1e3, 1e4, 1e5, 1e6]
+
+
+# Injected like ERROR_HOOK: after the plots are drawn, writes into the DOM the page's width, each
+# plot's axis types and every pair of its SVG text labels whose boxes overlap, and the tables or
+# config cells wider than their box.
+LAYOUT_HOOK = """<script>
+window.addEventListener("load", function () {
+  setTimeout(function () {
+    var de = document.documentElement;
+    var res = { scrollWidth: de.scrollWidth, innerWidth: window.innerWidth, figures: {},
+                wideTables: [], wideCells: [] };
+    Array.prototype.forEach.call(document.querySelectorAll(".plot"), function (div) {
+      if (!div._fullLayout) { return; }
+      var fl = div._fullLayout, axes = {}, boxes = [], overlaps = [];
+      Object.keys(fl).forEach(function (k) {
+        if (/^[xy]axis\\d*$/.test(k)) { axes[k] = fl[k].type; }
+      });
+      Array.prototype.forEach.call(div.querySelectorAll("svg text"), function (t) {
+        var cs = getComputedStyle(t), r = t.getBoundingClientRect();
+        if (!t.textContent.trim() || cs.display === "none" || cs.visibility === "hidden" ||
+            cs.opacity === "0" || r.width < 0.5 || r.height < 0.5) { return; }
+        boxes.push({ text: t.textContent, l: r.left, t: r.top, r: r.right, b: r.bottom });
+      });
+      for (var i = 0; i < boxes.length; i++) {
+        for (var j = i + 1; j < boxes.length; j++) {
+          var a = boxes[i], b = boxes[j];
+          var w = Math.min(a.r, b.r) - Math.max(a.l, b.l);
+          var h = Math.min(a.b, b.b) - Math.max(a.t, b.t);
+          if (w > 1 && h > 1) { overlaps.push([a.text, b.text]); }
+        }
+      }
+      var rect = div.getBoundingClientRect();
+      res.figures[div.id.slice(4)] = { axes: axes, overlaps: overlaps, texts: boxes.length,
+                                       left: rect.left, right: rect.right };
+    });
+    Array.prototype.forEach.call(document.querySelectorAll(".table-wrap"), function (w) {
+      if (w.scrollWidth > w.clientWidth + 1) {
+        res.wideTables.push((w.closest("section") || {}).id + ": " + w.scrollWidth + " > " +
+                            w.clientWidth);
+      }
+    });
+    Array.prototype.forEach.call(document.querySelectorAll("td, dd, p, li"), function (c) {
+      if (c.scrollWidth > c.clientWidth + 1) {
+        res.wideCells.push(c.tagName + " " + c.textContent.slice(0, 60));
+      }
+    });
+    var dl = document.getElementById("fig-deadline");
+    var shape = dl && dl.querySelector(".shapelayer path");
+    var note = dl && dl.querySelector(".annotation");
+    if (shape && note) {
+      var s = shape.getBoundingClientRect(), n = note.getBoundingClientRect();
+      res.deadline = [s.left + s.width / 2, n.left + n.width / 2];
+    }
+    var pre = document.createElement("pre");
+    pre.id = "tuner-layout";
+    pre.hidden = true;
+    pre.textContent = JSON.stringify(res);
+    document.body.appendChild(pre);
+  }, 1000);
+});
+</script>"""
+
+
+def layout_at_1280(report: Path, tmp_path: Path) -> dict:
+    """The page at a 1280 px window in headless Chromium, measured by LAYOUT_HOOK."""
+    text = report.read_text(encoding="utf-8")
+    hooked = tmp_path / f"layout-{report.name}"
+    anchor = '<meta charset="utf-8">'
+    hooked.write_text(text.replace(anchor, anchor + LAYOUT_HOOK, 1), encoding="utf-8")
+    shot = tmp_path / "layout-1280.png"
+    r = run_chromium(["--window-size=1280,9000", f"--screenshot={shot}", "--dump-dom",
+                      hooked.as_uri()], tmp_path)
+    m = re.search(r'<pre id="tuner-layout"[^>]*>(.*?)</pre>', r.stdout, re.S)
+    assert m, "the page never finished loading"
+    with _capsys_disabled():
+        print(f"\nscreenshot (1280 px): {shot}")
+    return json.loads(html.unescape(m.group(1)))
+
+
+@pytest.mark.browser
+@needs_chromium
+@pytest.mark.parametrize("which", ["spread", "close", "full"])
+def test_report_reads_at_1280px(which, spread, full, tmp_path):
+    """At 1280 px: nothing wider than the page (long names wrap; the tables fit), axes that span
+    decades drawn in log scale, and no two text labels of a figure on top of each other."""
+    if which == "close":
+        path = render_report(close_winners_context(), tmp_path / "report.html")
+    else:
+        path = (spread if which == "spread" else full)[0]
+    figs = _figures(path.read_text(encoding="utf-8"))
+    res = layout_at_1280(path, tmp_path)
+    assert res["innerWidth"] == 1280
+    assert res["scrollWidth"] <= 1280, res["scrollWidth"]
+    assert res["wideTables"] == [] and res["wideCells"] == [], (res["wideTables"],
+                                                                res["wideCells"])
+    assert set(res["figures"]) == set(figs)
+    for name, f in res["figures"].items():
+        assert f["texts"] > 0 and f["overlaps"] == [], (name, f["overlaps"])
+        assert 0 <= f["left"] and f["right"] <= 1280, (name, f)
+        for ax, kind in f["axes"].items():  # what plotly drew is what the figure asked for
+            assert kind == figs[name]["layout"].get(ax, {}).get("type", kind), (name, ax)
+    if which == "spread":
+        assert res["figures"]["pareto"]["axes"]["xaxis"] == "log"
+        # the --deadline line and its label meet at the same x (a shape takes the value, an
+        # annotation its log10 on a log axis)
+        line, label = res["deadline"]
+        assert abs(line - label) < 2, res["deadline"]

@@ -119,7 +119,8 @@ class ConstantCost:
 def test_makespan_is_sum_of_priced_iterations():
     w = wl([100, 50, 300], [10, 5, 20])
     res = simulate(w, get_model("llama-3-8b"), get_gpu("A40", GPUS),
-                   ServingConfig(gpu="A40", chunk_size=128), ConstantCost(), timeline=True)
+                   ServingConfig(gpu="A40", chunk_size=128), ConstantCost(), timeline=True,
+                   startup_s=0)  # the schedule alone (tests/test_startup.py: with start-up)
     assert res.makespan_s == pytest.approx(0.01 * res.iterations)
     assert res.timeline["time_s"][-1] == pytest.approx(res.makespan_s)
     assert res.cost_usd == pytest.approx(res.makespan_s / 3600 * get_gpu("A40", GPUS).price_usd_per_h)
@@ -173,7 +174,7 @@ def test_makespan_never_beats_the_physical_limit(n, seed, gpu, chunk, r_max, bit
     m, g = get_model("llama-3-8b"), get_gpu(gpu, GPUS)
     cfg = ServingConfig(gpu=gpu, chunk_size=chunk, max_running=r_max, weight_bits=bits[0],
                         kv_bits=bits[1])
-    res = simulate(w, m, g, cfg)
+    res = simulate(w, m, g, cfg, startup_s=0)  # the schedule against its own limit
     assert res.lower_bound_s == pytest.approx(lower_bound_s(w, m, g, cfg))
     assert 0 < res.lower_bound_s <= res.makespan_s
     assert 0 < res.peak_kv_fraction <= 1.0

@@ -57,6 +57,11 @@ EngineVersionOpt = Annotated[str | None, typer.Option(
     "--engine-version", help="vLLM version to price kernels for (the closest measured kernel-table "
     "version, e.g. 0.19.0; default the newest).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+StartupOpt = Annotated[float | None, typer.Option(
+    "--startup-s", help="Engine start-up per replica in seconds, instead of tuner's estimate "
+    "(weights from local NVMe, torch.compile and CUDA-graph capture of --engine-version: "
+    "tuner/core/startup.py); 0 prices the schedule alone. Replicas start at once: the "
+    "makespan and every GPU's $ include it.")]
 ProviderOpt = Annotated[str | None, typer.Option("--provider", help="Price by this provider's "
                         "instances and billing (aws, gcp, lambda, runpod; `tuner gpus --provider "
                         "NAME`): whole instances, run time rounded up to its billing granularity. "

@@ -42,9 +42,9 @@ def study_setting(st, gpu_file: Path | None = None, workload: Path | None = None
         s = setup_from_study(st, workload_path=workload)
         return meta, s.model, s.gpus, s.workload
 
-    from tuner.core.catalog import apply_prices, get_model, load_gpus
+    from tuner.core.catalog import apply_prices, load_gpus
 
-    spec = get_model(meta["model"])
+    spec = stored_model(meta)
     cat = load_gpus(gpu_file or meta.get("gpu_file"))
     if meta.get("provider"):  # the search priced by a provider's instances and billing
         from tuner.core.pricing import apply_provider, get_provider, load_providers
@@ -62,6 +62,19 @@ def study_setting(st, gpu_file: Path | None = None, workload: Path | None = None
     gpus = {g: cat[g] for g in meta["gpus"]}
     w = study_workload(meta, spec, workload) if need_workload else None
     return meta, spec, gpus, w
+
+
+def stored_model(meta: dict):
+    """The study's ModelSpec: the one it stored (its checkpoint, the model the user named,
+    included), or for a study older than that, its model name looked up again."""
+    from tuner.core.catalog import ModelSpec, get_model
+
+    if isinstance(meta.get("model_spec"), dict):
+        try:
+            return ModelSpec(**meta["model_spec"])
+        except TypeError:  # written by another tuner version: look the name up again
+            pass
+    return get_model(meta["model"])
 
 
 def study_workload(meta: dict, spec, workload: Path | None):

@@ -18,12 +18,14 @@ class SearchProgress:
             Progress,
             TextColumn,
             TimeElapsedColumn,
+            TimeRemainingColumn,
         )
 
+        # elapsed, then the time left at the pace so far ('eta -:--:--' until rich has one)
         self.prog = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
-                             MofNCompleteColumn(), TimeElapsedColumn(),
-                             TextColumn("{task.fields[best]}"), console=console, transient=False,
-                             disable=disable)
+                             MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
+                             TimeRemainingColumn(), TextColumn("{task.fields[best]}"),
+                             console=console, transient=False, disable=disable)
         self.task = self.prog.add_task(label, total=total, best="")
         self.best_t = self.best_c = math.inf
         self.completed = 0

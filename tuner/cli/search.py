@@ -23,6 +23,7 @@ from tuner.cli.app import (
     ProviderOpt,
     SkipOpt,
     SpotOpt,
+    StartupOpt,
     WorkloadOpt,
     app,
     catalog_gpu,
@@ -91,8 +92,13 @@ def search(
     quantized_model: Annotated[str | None, typer.Option(help="Quantized checkpoint (HF id or "
                                "path) for plans with 4-bit or INT8 weights; without it only "
                                "FP8 that the engine quantizes online is searched.")] = None,
+    outputs_known: Annotated[bool, typer.Option(help="The workload's output lengths are what "
+                             "the job will produce (e.g. measured in an earlier run): orderings "
+                             "that sort by them (longest-output, binpack, blend) may then be "
+                             "recommended. Without it they are, only when the lengths are the "
+                             "input's own max_tokens.")] = False,
     price: PriceOpt = None, gpu_file: GpuFileOpt = None, skip_invalid: SkipOpt = False,
-    output_dist: DistOpt = None, as_json: JsonOpt = False,
+    output_dist: DistOpt = None, as_json: JsonOpt = False, startup_s: StartupOpt = None,
 ) -> None:
     """Search GPU type x serving knobs for the makespan-vs-$ Pareto front; write an HTML report
     and vLLM configs of the winners.
@@ -107,6 +113,10 @@ def search(
     from tuner.search.storage import discard_failed_study, study_metadata
 
     limits = search_constraints(deadline, budget, max_gpus, quantized_model)
+    if startup_s is not None:
+        from tuner.core.startup import check_startup_s
+
+        check_startup_s(startup_s)
     job = _SearchInputs.read(workload, model, gpus_, space, gpu_file, price, skip_invalid,
                              output_dist, allow_quantization=allow_quantization,
                              provider=provider, spot=spot, on_too_long=on_too_long)
@@ -127,7 +137,9 @@ def search(
                 "profile": str(profile.resolve()) if profile is not None else None,
                 "profile_mode": profile_mode, "engine_version": engine_version,
                 "entry_point": entry_point, "provider": provider, "spot": spot,
-                "on_too_long": on_too_long, "too_long": job.too_long}
+                "on_too_long": on_too_long, "too_long": job.too_long,
+                "outputs_known": outputs_known, "startup_s": startup_s}
+    job.fit_space(settings, metadata)
     w, spec, chosen, sp = job.workload, job.model, job.gpus, job.space
     # e.g. a study with results exists without --resume: one line, no progress
     check_study_settings(settings, study_metadata(w, spec, chosen, sp, settings, metadata))
@@ -135,9 +147,15 @@ def search(
     try:
         with SearchProgress(err, total, disable=as_json) as prog:
             if workers > 1:
+                from tuner.search.loop import check_defaults
+
                 st = prepare(w, spec, chosen, sp, settings, metadata=metadata)
                 run_local_workers(st, settings.storage, workers, n_trials=n_trials,
                                   timeout_s=timeout, seed=seed, progress=prog)
+                if not exhaustive:
+                    check_defaults(st, w, spec, chosen, sp, settings,
+                                   cost_model_for=cost_model_for,
+                                   metadata=st.user_attrs.get("metadata"))
             else:
                 st = run_search(w, spec, chosen, sp, settings, on_trial=prog.on_trial,
                                 metadata=metadata, cost_model_for=cost_model_for)
@@ -167,6 +185,7 @@ class _SearchInputs:
     gpus: dict
     space: Any
     too_long: dict | None = None  # requests beyond the context, left out (--on-too-long skip)
+    space_notes: list | None = None  # what fitting the space left out (fit_space)
 
     @classmethod
     def read(cls, workload: Path, model: str, gpus: str, space: Path | None,
@@ -176,7 +195,6 @@ class _SearchInputs:
              on_too_long: str = "fail") -> _SearchInputs:
         from tuner.core.catalog import get_model
         from tuner.core.workload import apply_on_too_long
-        from tuner.search import assert_some_gpu_fits
         from tuner.search.space import load_space
 
         cat = load_gpu_catalog(gpu_file, price, provider, spot)
@@ -196,8 +214,17 @@ class _SearchInputs:
             from tuner.search.constraints import with_quantization
 
             sp = with_quantization(sp)
-        assert_some_gpu_fits(w, spec, chosen, sp)
         return cls(w, spec, chosen, sp, too_long)
+
+    def fit_space(self, settings, metadata: dict) -> None:
+        """The space as the search runs it (tuner.search.loop.search_space), checked: some
+        GPU can run the model somewhere in it."""
+        from tuner.search import assert_some_gpu_fits
+        from tuner.search.loop import search_space
+
+        self.space, self.space_notes = search_space(self.space, self.workload, self.model,
+                                                    self.gpus, settings, metadata)
+        assert_some_gpu_fits(self.workload, self.model, self.gpus, self.space)
 
     def cost_model_for(self, profile: Path | None, profile_mode: str,
                        engine_version: str | None):
@@ -252,6 +279,8 @@ def _announce(job: _SearchInputs, settings, workload_name: str, workers: int) ->
               f"({size:,} configurations), {how}, study {escape(repr(settings.study_name))} in "
               f"{escape(settings.storage)}" + (f", {workers} workers" if workers > 1 else "")
               + _constraint_words(settings.constraints))
+    for note in job.space_notes or []:
+        err.print(f"[dim]{escape(note)}[/]")
     return size if settings.exhaustive else settings.n_trials
 
 
@@ -301,17 +330,22 @@ def usd(x: float) -> str:
 
 def print_search(outputs) -> None:
     """The study's answer on the terminal: winners, best per GPU, Pareto front, importances."""
-    from tuner.search.records import knob_columns
+    from tuner.cli.tables import varying_knobs
 
     ctx, by_num = outputs.context, outputs.by_number
-    knobs = knob_columns([r for r in outputs.records if r.feasible])
+    knobs = varying_knobs(r.config for r in outputs.records if r.feasible)
     f, c = by_num[ctx.winners.fastest], by_num[ctx.winners.cheapest]
     out.print()
     for v in ctx.verdicts:
         out.print(v, markup=False, style="bold")
-    out.print(f"[bold green]Fastest:[/] {f.gpu} — {fmt_duration(f.makespan_s)}, {usd(f.cost_usd)}.  "
-              f"[bold green]Cheapest:[/] {c.gpu} — {fmt_duration(c.makespan_s)}, {usd(c.cost_usd)}.")
+    out.print(f"[bold green]Fastest:[/] {_gpus(f)} — {fmt_duration(f.makespan_s)}, "
+              f"{usd(f.cost_usd)}.  [bold green]Cheapest:[/] {_gpus(c)} — "
+              f"{fmt_duration(c.makespan_s)}, {usd(c.cost_usd)}.")
     _print_gain(f, c)
+    start = (f.metrics or {}).get("startup")
+    if isinstance(start, dict) and start.get("description"):  # included in every makespan, $
+        out.print(f"[dim]Start-up included (every replica, at once): "
+                  f"{escape(start['description'])} for the fastest plan.[/]")
     if outputs.failed_too_long:
         from reports.outputs import too_long_note
 
@@ -329,27 +363,33 @@ def print_search(outputs) -> None:
         out.print(f"wrote {k}: {v}", markup=False)
 
 
+def _gpus(r) -> str:
+    """'32 x A40 on 4 machines' (the machines when more than one)."""
+    n = r.config.get("tp", 1) * r.config.get("dp", 1)
+    m = (r.metrics or {}).get("machines") or {}
+    on = ("" if m.get("count", 1) <= 1 else f" on {m['count']} x {m['instance']}"
+          if m.get("provider") else f" on {m['count']} machines of {m['gpus_per_machine']}")
+    return f"{n} x {r.gpu}{on}"
+
+
 def _print_gain(f, c) -> None:
     """Each overall winner against vLLM's defaults on the same GPU type and count, and its
     $ per million tokens."""
     from reports.views import usd_per_million_tokens
     from tuner.search.baseline import describe_gain
+    from tuner.search.constraints import plan_label
 
     for goal, r in (("fastest", f), ("cheapest", c)) if f.number != c.number else \
             (("fastest and cheapest", f),):
-        n = r.config.get("tp", 1) * r.config.get("dp", 1)
         b = r.baseline or {}
         base = (b.get("metrics") or {})
-        vs = (f" vs vLLM's defaults on {n} x {r.gpu} ({fmt_duration(base['makespan_s'])}, "
-              f"{usd(base['cost_usd'])}): {describe_gain(b)}" if base
-              else f"; {describe_gain(b or None)}")
+        # both sides named: the same GPU type, count and precision (tuner.search.baseline)
+        vs = (f"; vLLM's defaults on the same {plan_label(b.get('config') or r.config)}: "
+              f"{fmt_duration(base['makespan_s'])}, {usd(base['cost_usd'])}, so the plan is "
+              f"{describe_gain(b)}" if base else f"; {describe_gain(b or None)}")
         vs = vs.replace(" than vLLM's defaults", "")
-        out.print(f"  {goal}: {usd(usd_per_million_tokens(r.metrics))} per 1M tokens (input + "
-                  f"output){vs}.", markup=False, highlight=False)
-
-
-def _config_cell(knobs, cfg: dict) -> str:
-    return ", ".join(f"{title} {cell(cfg)}" for title, cell in knobs)
+        out.print(f"  {goal}: {plan_label(r.config)}, {usd(usd_per_million_tokens(r.metrics))} "
+                  f"per 1M tokens (input + output){vs}.", markup=False, highlight=False)
 
 
 def _gain_cell(r) -> str:
@@ -357,43 +397,49 @@ def _gain_cell(r) -> str:
     g = (r.baseline or {}).get("gain")
     if g is None:
         return "defaults can't run" if r.baseline else "—"
-    return f"{g['speedup']:.2f}x, {100 * (g['cost_ratio'] - 1):+.0f}% $"
+    return f"{g['speedup']:.2f}x, {round(100 * (g['cost_ratio'] - 1)):+d}% $"  # no "-0%"
 
 
-def _best_table(ctx, by_num, knobs) -> Table:
+def _best_table(ctx, by_num, knobs):
+    """'Best config per GPU', as wide as the terminal: where it is narrow, the figures that say
+    why (memory plan -> KV capacity -> concurrency) move to a second table."""
     from reports.views import usd_per_million_tokens
+    from tuner.cli.tables import Column, config_tokens, fitted_tables
 
-    t = Table(title="Best config per GPU (why: memory plan -> KV capacity -> concurrency)")
-    for col in ("GPU", "goal", "makespan", "$ job", "$/1k req", "$/1M tok", "vs vLLM dflt",
-                "config", "KV cap tokens", "max conc. req", "peak KV", "preempt", "% of limit"):
-        t.add_column(col, justify="left" if col == "config" else "right",
-                     no_wrap=col not in ("config",), ratio=1 if col == "config" else None)
-    for gpu, picks in ctx.best_per_gpu.items():
-        for goal in ("fastest", "cheapest"):
-            r = by_num[picks.of(goal)]
-            m = r.metrics
-            t.add_row(gpu, goal, fmt_duration(m["makespan_s"]), usd(m["cost_usd"]),
-                      f"{m['usd_per_1k_requests']:.3f}", usd(usd_per_million_tokens(m)),
-                      _gain_cell(r), _config_cell(knobs, r.config),
-                      f"{m['kv_capacity_tokens']:,}", f"{m['max_concurrent_requests']:.0f}",
-                      f"{100 * m['peak_kv_fraction']:.0f}%", f"{m['preemptions']:,}",
-                      f"{100 * m['limit_fraction']:.0f}%")
-    return t
+    rows = [(gpu, goal, by_num[picks.of(goal)]) for gpu, picks in ctx.best_per_gpu.items()
+            for goal in ("fastest", "cheapest")]
+    ms = [r.metrics for _, _, r in rows]
+    keys = [Column("GPU", [g for g, _, _ in rows]), Column("goal", [k for _, k, _ in rows])]
+    cols = [Column("makespan", [fmt_duration(m["makespan_s"]) for m in ms]),
+            Column("$ job", [usd(m["cost_usd"]) for m in ms]),
+            Column("$/1k req", [f"{m['usd_per_1k_requests']:.3f}" for m in ms], level=2, drop=5),
+            Column("$/1M tok", [usd(usd_per_million_tokens(m)) for m in ms], level=1, drop=2),
+            Column("vs vLLM dflt", [_gain_cell(r) for _, _, r in rows], level=1),
+            Column("KV cap tokens", [f"{m['kv_capacity_tokens']:,}" for m in ms], level=2),
+            Column("max conc. req", [f"{m['max_concurrent_requests']:.0f}" for m in ms],
+                   level=2, drop=4),
+            Column("peak KV", [f"{100 * m['peak_kv_fraction']:.0f}%" for m in ms], level=2),
+            Column("preempt", [f"{m['preemptions']:,}" for m in ms], level=2, drop=3),
+            Column("% of limit", [f"{100 * m['limit_fraction']:.0f}%" for m in ms], level=2)]
+    why = "why: memory plan -> KV capacity -> concurrency"
+    return fitted_tables(f"Best config per GPU ({why})", keys, cols,
+                         [config_tokens(r.config, knobs) for _, _, r in rows], out.width,
+                         config_at=5, split_titles=("Best config per GPU",
+                                                    f"Best config per GPU, continued ({why})"))
 
 
-def _pareto_table(ctx, by_num, knobs) -> Table:
-    p = Table(title=f"Pareto front: makespan vs $ ({len(ctx.pareto)} points)")
+def _pareto_table(ctx, by_num, knobs):
     from reports.views import usd_per_million_tokens
+    from tuner.cli.tables import Column, config_tokens, fitted_tables
 
-    for col in ("trial", "GPU", "makespan", "$ job", "$/1M tok", "vs vLLM dflt",
-                *(k for k, _ in knobs)):
-        p.add_column(col, justify="right")
-    for n in ctx.pareto:
-        r = by_num[n]
-        p.add_row(str(n), r.gpu, fmt_duration(r.makespan_s), usd(r.cost_usd),
-                  usd(usd_per_million_tokens(r.metrics)), _gain_cell(r),
-                  *(cell(r.config) for _, cell in knobs))
-    return p
+    rs = [by_num[n] for n in ctx.pareto]
+    keys = [Column("trial", [str(r.number) for r in rs]), Column("GPU", [r.gpu for r in rs])]
+    cols = [Column("makespan", [fmt_duration(r.makespan_s) for r in rs]),
+            Column("$ job", [usd(r.cost_usd) for r in rs]),
+            Column("$/1M tok", [usd(usd_per_million_tokens(r.metrics)) for r in rs], level=1),
+            Column("vs vLLM dflt", [_gain_cell(r) for r in rs], level=1)]
+    return fitted_tables(f"Pareto front: makespan vs $ ({len(ctx.pareto)} points)", keys, cols,
+                         [config_tokens(r.config, knobs) for r in rs], out.width)
 
 
 def _print_importances(imps: dict) -> None:
@@ -416,6 +462,9 @@ def _stats_line(stats: dict) -> str:
     line = (f"{stats['trials']} trials: {stats['configurations']} distinct configurations, "
             f"{stats['full_simulations']} simulated on the full workload, "
             f"{stats['duplicates']} duplicates")
+    if stats.get("vllm_defaults_checks"):
+        line += (f"; {stats['vllm_defaults_checks']} of them vLLM's defaults on a winner's GPUs "
+                 "(beyond --n-trials)")
     se = stats.get("sampling_error")
     if stats.get("screened_on_sample") or se:
         line += (f"; {stats['screened_on_sample']} judged on a "

@@ -126,12 +126,15 @@ def validate_one(w, spec, gpu, config, *, runner: str, base_cost_model, calibrat
     from tuner.sim.simulator import simulate
     from tuner.sim.steps import SAMPLED, batch_features
 
-    sim = simulate(w, spec, gpu, config, base_cost_model, return_steps=True)
+    # a real run's makespan is timed from the engine being up (its start-up is recorded apart):
+    # the schedule alone, start-up 0, compares like for like
+    sim = simulate(w, spec, gpu, config, base_cost_model, return_steps=True, startup_s=0.0)
     sim_steps = sim.steps[0]  # the first replica's, as the engine runs one
     base_dt = base_cost_model.iteration_time_s(batch_features(sim_steps))
     cal_pred = None
     if calibration is not None:
-        cal_pred = simulate(w, spec, gpu, config, calibration.apply(base_cost_model)).makespan_s
+        cal_pred = simulate(w, spec, gpu, config, calibration.apply(base_cost_model),
+                            startup_s=0.0).makespan_s
     res = _run(runner, w, spec, gpu, config, **(run_kwargs or {}))
     measured = res.makespan_s
     rec = {
@@ -306,10 +309,11 @@ def validate_cmd(
 def _validate_inputs(meta: dict, model: str | None, gpu_file: Path | None,
                      workload: Path | None):
     """(ModelSpec, GPU catalog, Workload): the options', else the study's."""
-    from tuner.cli.exports import study_workload
+    from tuner.cli.exports import stored_model, study_workload
     from tuner.core.catalog import get_model, load_gpus
 
-    spec = get_model(model or meta.get("model") or "")
+    # the study's own spec (and checkpoint) unless --model names another
+    spec = stored_model(meta) if not model and meta.get("model") else get_model(model or "")
     gpu_file = gpu_file or (Path(meta["gpu_file"]) if meta.get("gpu_file") else None)
     return spec, load_gpus(gpu_file), study_workload(meta, spec, workload)
 
@@ -358,7 +362,10 @@ def _chosen_configs(study, storage, out, top: int, pick: str, trials: str | None
         picked = pick_records(records, top, pick, want)
         if not picked:
             raise TunerError(f"Study {st.study_name!r} has no feasible completed trial.")
-        chosen = [(r.number, r.config, r.makespan_s) for r in picked]
+        # the study's schedule (its makespan less the engines' start-up), as the run is timed
+        chosen = [(r.number, r.config,
+                   r.makespan_s - float((r.metrics or {}).get("startup_s") or 0.0))
+                  for r in picked]
         out_dir = out or Path("tuner-out")
     return meta, chosen, out_dir
 

@@ -44,6 +44,10 @@ class GPU:
     # --provider: the provider's instances and billing rule (tuner.core.pricing); None = the
     # per-GPU catalog price, billed per GPU-second
     billing: Billing | None = None
+    # GPUs in one machine (server) of this type: tensor parallelism stays inside one, data-
+    # parallel replicas spread over several (tuner.core.pricing.place); with --provider, the
+    # provider's largest instance of this GPU
+    gpus_per_machine: int = 8
 
     def __post_init__(self) -> None:
         if isinstance(self.billing, dict):  # a study's stored specs (dataclasses.asdict form)
@@ -56,6 +60,10 @@ class GPU:
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise TunerError(f"GPU {self.name}: {name} must be a positive finite number, "
                                  f"got {value!r}.")
+        per = self.gpus_per_machine
+        if isinstance(per, bool) or not isinstance(per, int) or not 1 <= per <= 64:
+            raise TunerError(f"GPU {self.name}: gpus_per_machine must be a whole number of GPUs "
+                             f"from 1 to 64, got {per!r}.")
 
     @property
     def memory_bytes(self) -> int:
@@ -102,8 +110,11 @@ class ModelSpec:
     vocab_size: int
     max_position: int = 4096  # context length in tokens (after rope scaling)
     tie_embeddings: bool = False
-    hf_id: str = ""  # Hugging Face repo id, written into deploy exports
+    hf_id: str = ""  # Hugging Face repo id of the model the user named ("" for a local path)
     source: str = "catalog"
+    # what an engine loads, as the user named it (get_model): their HF id or local path, or a
+    # catalog entry's hf_id for its bare catalog name; "" = hf_id, else name (see `load_id`)
+    checkpoint: str = ""
     # --- mixture of experts -------------------------------------------------------------
     num_experts: int = 0  # routed experts (0 = dense)
     experts_per_token: int = 0  # top-k routed experts per token
@@ -120,6 +131,12 @@ class ModelSpec:
     sliding_window_layers: int = 0  # layers that use the window (Gemma-3: 5 of every 6, gpt-oss: half)
 
     # --- structure -------------------------------------------------------------------
+    @property
+    def load_id(self) -> str:
+        """The checkpoint an engine loads (every export's model): `checkpoint`, else the HF id,
+        else the name (a spec built by hand, or stored by a study older than `checkpoint`)."""
+        return self.checkpoint or self.hf_id or self.name
+
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
@@ -673,23 +690,54 @@ def hf_config_path(repo_id: str) -> Path:
                      f"Face cache{f' ({cache_dir})' if cache_dir else ''}; {how}.")
 
 
+def _catalog_repo(key: str, name: str, spec: ModelSpec) -> str:
+    """The Hugging Face repo `key` names among catalog entry `name`'s ids (its hf_id and the
+    owner/name aliases; case-insensitive, with or without the owner), as the catalog spells it;
+    the entry's hf_id for its catalog name or a nickname."""
+    raw = _load_catalog_yaml().get(name) or {}
+    repos = [spec.hf_id, *(a for a in raw.get("aliases") or [] if "/" in str(a))]
+    k = key.lower()
+    for repo in repos:
+        if repo and k in (repo.lower(), repo.rpartition("/")[2].lower()):
+            return repo
+    return spec.hf_id
+
+
+def _local_checkpoint(key: str, path: Path) -> str:
+    """What an engine loads for the local `key` (as typed, `~` expanded): the folder itself,
+    or the folder holding a config.json file."""
+    typed = str(Path(key).expanduser()) if key.startswith("~") else key
+    if path.is_dir():
+        return typed
+    return os.path.dirname(typed) or "."
+
+
 def get_model(name_or_path: str, models: dict[str, ModelSpec] | None = None) -> ModelSpec:
     """A catalog model (case-insensitive: its name, HF id, or the id without the owner), a
     path to a Hugging Face config.json or a model folder holding one, or a Hugging Face repo id
-    (its config.json fetched into the HF cache, or read from that cache offline)."""
+    (its config.json fetched into the HF cache, or read from that cache offline).
+
+    `checkpoint` (what every export tells the engine to load) is the model the user named: the
+    HF id or alias typed (a catalog entry lends its shape, never its name: -Instruct stays
+    -Instruct), the local folder (also the display name; a config's `_name_or_path` says
+    where it was copied from, not what it is), or a catalog name's hf_id."""
     models = load_models() if models is None else models
     key = name_or_path.strip()
     for name, spec in models.items():
         if name.lower() == key.lower():
-            return spec
+            return replace(spec, checkpoint=spec.hf_id)
     aliases = {a: n for a, n in model_aliases(models).items() if n in models}
     if key.lower() in aliases:
-        return models[aliases[key.lower()]]
+        name = aliases[key.lower()]
+        spec = models[name]
+        repo = _catalog_repo(key, name, spec)
+        return replace(spec, hf_id=repo, checkpoint=repo)
     p = Path(key).expanduser()
     if p.exists():
-        return model_from_hf_config(p)
+        checkpoint = _local_checkpoint(key, p)
+        return replace(model_from_hf_config(p), name=checkpoint, hf_id="", checkpoint=checkpoint)
     if _HF_ID.match(key) and not key.startswith((".", "/", "~")) and not key.endswith(".json"):
-        return model_from_hf_config(hf_config_path(key), hf_id=key)
+        return replace(model_from_hf_config(hf_config_path(key), hf_id=key), checkpoint=key)
     if key.endswith(".json") or key.startswith((".", "/", "~")):
         raise TunerError(f"Model config {key} does not exist (pass a config.json, a folder "
                          "holding one, a catalog name or a Hugging Face repo id).")

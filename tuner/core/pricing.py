@@ -144,6 +144,55 @@ def choose_instances(billing: Billing, tp: int, dp: int = 1) -> tuple[Instance, 
     return best[1], best[2]
 
 
+@dataclass(frozen=True)
+class Machines:
+    """Where a plan runs: whole machines of one shape, each tensor-parallel group inside one
+    machine, the data-parallel replicas spread over the machines (vLLM runs one engine per
+    replica; an engine does not span machines in tuner's plans)."""
+
+    instance: str  # the provider's instance name, or "<GPU> machine" without --provider
+    count: int  # machines
+    gpus_per_machine: int  # GPUs one machine holds
+    replicas_per_machine: int  # DP replicas one machine runs (its GPUs // TP, at most DP)
+    tp: int
+    dp: int
+    provider: str = ""  # "" = the catalog's machine shape (GPU.gpus_per_machine)
+
+    @property
+    def gpus_used(self) -> int:
+        return self.tp * self.dp
+
+    def describe(self) -> str:
+        """'4 x p5.48xlarge (8 x H100 each): 8 replicas of TP 1 per machine'."""
+        rep = (f"{self.replicas_per_machine} replica{'s' if self.replicas_per_machine != 1 else ''}"
+               f" of TP {self.tp} per machine")
+        return (f"{self.count} x {self.instance} ({self.gpus_per_machine} GPUs each): {rep}")
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "gpus_used": self.gpus_used,
+                "description": self.describe()}
+
+
+def place(gpu_name: str, gpus_per_machine: int, tp: int, dp: int = 1,
+          billing: Billing | None = None) -> Machines:
+    """The machines a plan of `dp` replicas of `tp` GPUs needs: with a provider, the instances
+    :func:`choose_instances` rents; else machines of `gpus_per_machine` GPUs (the catalog's
+    shape), as few as hold the replicas. TunerError when a replica does not fit one machine."""
+    if billing is not None:
+        inst, n = choose_instances(billing, tp, dp)
+        return Machines(instance=inst.name, count=n, gpus_per_machine=inst.gpus,
+                        replicas_per_machine=min(inst.gpus // tp, dp), tp=tp, dp=dp,
+                        provider=billing.provider)
+    if tp > gpus_per_machine:
+        raise TunerError(f"tensor parallel {tp} needs {tp} GPUs in one machine; a {gpu_name} "
+                         f"machine holds {gpus_per_machine} (TP stays inside a machine; "
+                         "pipeline parallelism across machines is not modelled)")
+    per = gpus_per_machine // tp
+    return Machines(instance=f"{gpu_name} machine", count=math.ceil(dp / per),
+                    gpus_per_machine=gpus_per_machine, replicas_per_machine=min(per, dp),
+                    tp=tp, dp=dp)
+
+
 def rent(runtime_s: float, billing: Billing, tp: int, dp: int = 1) -> Rental:
     inst, n = choose_instances(billing, tp, dp)
     billed = billed_seconds(runtime_s, billing.granularity_s, billing.minimum_s)
@@ -295,6 +344,7 @@ def apply_provider(gpus: dict, provider: Provider, *, spot: bool = False) -> dic
             host["host_ram_gib"] = first.ram_gib / first.gpus
         out[name] = dataclasses.replace(
             out[name], price_usd_per_h=b.per_gpu_usd_per_h, billing=b,
+            gpus_per_machine=max(i.gpus for i in b.instances),
             price_source=f"{provider.title}{' (spot)' if spot else ''}: {b.source}",
             price_date=b.date, **host)
     return out
@@ -324,7 +374,8 @@ def require_offered(gpu, provider: str | None, spot: bool = False) -> None:
                          f"(`tuner gpus --provider {provider}` lists what it has).")
 
 
-__all__ = ["Billing", "GRANULARITY_S", "Instance", "InstanceRow", "Provider", "Rental",
-           "apply_provider", "billed_seconds", "choose_instances", "get_provider",
+__all__ = ["Billing", "GRANULARITY_S", "Instance", "InstanceRow", "Machines", "Provider",
+           "Rental", "apply_provider", "billed_seconds", "choose_instances", "get_provider",
+           "place",
            "job_cost_usd", "load_providers", "rent", "reprice",
            "require_offered", "usd_per_million_tokens"]

@@ -17,6 +17,7 @@ from tuner.core.catalog import GIB, GPU, ModelSpec
 from tuner.core.config import DEFAULTS, KNOBS, SGLANG_SCHEDULE_POLICY, ServingConfig
 from tuner.core.errors import TunerError
 from tuner.core.memory import plan_memory, weight_bytes_per_rank
+from tuner.core.pricing import Machines, place
 
 CONFIG_COMMENT_PREFIX = "# tuner-config:"
 
@@ -66,7 +67,7 @@ class Deployment:
         """A plan served from the --quantized-model checkpoint: it carries its quantization
         config, which the engine reads, so `opts` loses its online `quantization` and `notes`
         their weight-bits advice for one line naming the checkpoint. Unchanged otherwise."""
-        if self.checkpoint == (self.model.hf_id or self.model.name):
+        if self.checkpoint == self.model.load_id:
             return notes
         opts.pop("quantization", None)
         return [n for n in notes if not n.startswith("weight_bits=")] + [
@@ -76,10 +77,28 @@ class Deployment:
     @property
     def checkpoint(self) -> str:
         """The checkpoint the engine loads: the quantized one for a quantized-weight plan given
-        one, else the model's own."""
+        one, else the model's own, as the user named it (ModelSpec.load_id)."""
         if self.quantized_model and self.config.weight_bits < 16:
             return self.quantized_model
-        return self.model.hf_id or self.model.name
+        return self.model.load_id
+
+    @property
+    def machines(self) -> Machines:
+        """The machines the plan runs on: TP inside a machine, the DP replicas spread over
+        whole machines of the GPU's shape (the provider's instances with --provider)."""
+        c = self.config
+        return place(self.gpu.name, self.gpu.gpus_per_machine, c.tp, c.dp, self.gpu.billing)
+
+    @property
+    def one_engine(self) -> bool:
+        """The whole plan is one engine: expert parallelism splits the experts over all TP x DP
+        GPUs (inside one machine); otherwise every DP replica is an engine of its own."""
+        return bool(self.config.expert_parallel) and self.config.dp > 1
+
+    def machines_line(self) -> str:
+        """'# Needs 4 x H100 machine (8 GPUs each): 8 replicas of TP 1 per machine (32 GPUs).'"""
+        m = self.machines
+        return f"# Needs {m.describe()} ({m.gpus_used} GPUs in use)."
 
     def check_deployable(self) -> None:
         """One TunerError for a plan whose export would not run as predicted: quantized
@@ -154,7 +173,7 @@ def in_order(args: dict[str, Any], order: Iterable[str]) -> dict[str, Any]:
 #: file lists them); a text is a template over ``c`` (the config), ``gpu``, ``model``, ``mml``
 #: (max_model_len) and ``howto`` (the ordering in words), or a function of the deployment.
 WHEN: dict[str, Callable[[Deployment], bool]] = {
-    "model_id": lambda d: not d.model.hf_id,
+    "model_id": lambda d: not (d.model.checkpoint or d.model.hf_id),
     "prefill_budget": lambda d: (not d.config.chunked_prefill
                                  and d.config.chunk_size < d.max_model_len),
     "kv_bits_4": lambda d: d.config.kv_bits == 4,

@@ -46,14 +46,16 @@ def render_document(dep: Deployment, opts: RenderOptions) -> str:
     """The export registry's entry (tuner.exports.formats): :func:`to_json` with the model, the
     GPU and the vLLM and SGLang arguments (and their notes) added."""
     model, gpu = dep.model, dep.gpu
-    kw = {"max_model_len": dep.max_model_len, "kv_capacity_tokens": dep.kv_capacity_tokens}
+    kw = {"max_model_len": dep.max_model_len, "kv_capacity_tokens": dep.kv_capacity_tokens,
+          "quantized_model": dep.quantized_model}
     vargs, vnotes = vllm_engine_args(dep.config, model, gpu, **kw)
     sopts, snotes = sglang_server_args(dep.config, model, gpu, **kw)
     doc = {
-        "model": {"name": model.name, "hf_id": model.hf_id},
+        "model": {"name": model.name, "hf_id": model.hf_id, "checkpoint": dep.checkpoint},
         "gpu": {"name": gpu.name, "price_usd_per_h": gpu.price_usd_per_h,
                 "memory_gib": gpu.memory_gib},
         "max_model_len": dep.max_model_len,
+        "machines": dep.machines.to_dict(),  # how many of which machine the plan needs
         **(opts.extra or {}),
         "vllm": {"engine_args": vargs, "notes": vnotes},
         "sglang": {"server_args": dict(sopts), "notes": snotes},

@@ -9,10 +9,13 @@ job; the split is deterministic, so every machine computes the same one), then r
 
 per replica, each on TP GPUs:
 
-- one machine with DP x TP GPUs: ``bash job.sh`` starts every replica at once (replica K on
-  GPUs K*TP .. K*TP+TP-1) and concatenates ``out-K.jsonl`` into the output file;
-- many machines: ``REPLICA=K bash job.sh`` on machine K runs replica K only (on its first TP
-  GPUs, or ``GPUS=...``); gather the ``out-K.jsonl`` files afterwards.
+- the plan's machines (tuner.core.pricing.place: TP inside a machine, the replicas spread over
+  whole machines of the GPU's shape or the provider's instance): on one machine ``bash job.sh``
+  starts every replica at once (replica K on GPUs K*TP .. K*TP+TP-1) and concatenates
+  ``out-K.jsonl`` into the output file; on several, ``MACHINE=J bash job.sh`` on machine J
+  runs that machine's replicas (each machine computes the same split), and the ``out-K.jsonl``
+  files are gathered afterwards;
+- ``REPLICA=K bash job.sh`` runs replica K alone (on its first TP GPUs, or ``GPUS=...``).
 """
 
 from __future__ import annotations
@@ -58,19 +61,27 @@ def to_run_batch_script(dep: common.Deployment, opts: common.RenderOptions) -> s
     if opts.served_model_name and opts.served_model_name != options[0][1]:
         options.append(("served-model-name", opts.served_model_name))
     options += vllm_cli_options(args)
+    m = dep.machines
+    per = m.replicas_per_machine
     title = [
         "#!/usr/bin/env bash",
         f"# Data-parallel vllm run-batch written by tuner: {c.dp} replica(s) x {c.tp} "
         f"{c.gpu} GPU(s) each ({c.num_gpus} GPUs).",
+        dep.machines_line(),
         "# Input: OpenAI Batch API JSONL (custom_id, method, url, body), one request a line.",
-        "# One machine with all the GPUs:  bash THIS_FILE   (every replica at once, outputs "
-        "merged)",
-        "# Many machines:  REPLICA=K bash THIS_FILE  on machine K (K = 0 .. "
-        f"{c.dp - 1}; its first {c.tp} GPU(s), or GPUS=...), then gather WORK/out-K.jsonl.",
+        ("# One machine:  bash THIS_FILE   (every replica at once, outputs merged)"
+         if m.count == 1 else
+         f"# On machine K (K = 0 .. {m.count - 1}):  MACHINE=K bash THIS_FILE   (its {per} "
+         "replica(s) at once, on its GPUs 0..; every machine splits the input the same way),"
+         " then gather WORK/out-*.jsonl from every machine and cat them."),
+        "# One replica alone:  REPLICA=K bash THIS_FILE  (its first "
+        f"{c.tp} GPU(s), or GPUS=...).",
         "# Results carry each request's custom_id; replicas finish in any order.",
     ]
     head = common.export_head(title, opts.header, notes, c)
-    gpus = [",".join(str(k * c.tp + i) for i in range(c.tp)) for k in range(c.dp)]
+    # replica K runs on machine K // per, on that machine's GPUs (K % per) * TP ..
+    gpus = [",".join(str((k % per) * c.tp + i) for i in range(c.tp)) for k in range(c.dp)]
+    by_machine = [list(range(j * per, min(j * per + per, c.dp))) for j in range(m.count)]
     run = common.write_command(
         [], 'vllm run-batch -i "$WORK/part-$1.jsonl" -o "$WORK/out-$1.jsonl"', options)
     run = "\n".join("  " + line for line in run.rstrip("\n").split("\n"))
@@ -95,12 +106,24 @@ def to_run_batch_script(dep: common.Deployment, opts: common.RenderOptions) -> s
         f'  replica "$REPLICA" "${{GPUS:-{gpus[0]}}}"',
         "  exit 0",
         "fi",
+        "# 3. this machine's replicas, all at once",
         "pids=()",
-        *[f'replica {k} "{g}" & pids+=($!)' for k, g in enumerate(gpus)],
+        'case "${MACHINE:-}" in',
+        *[f"  {j}) " + "; ".join(f'replica {k} "{gpus[k]}" & pids+=($!)' for k in ks) + " ;;"
+          for j, ks in enumerate(by_machine)],
+        *(['  "") echo "this plan needs ' + str(m.count) + ' machines: run MACHINE=K bash $0 on '
+           'machine K (K = 0 .. ' + str(m.count - 1) + ')" >&2; exit 2 ;;']
+          if m.count > 1 else
+          ['  "") ' + "; ".join(f'replica {k} "{gpus[k]}" & pids+=($!)' for k in by_machine[0])
+           + " ;;"]),
+        f'  *) echo "MACHINE must be 0 .. {m.count - 1}" >&2; exit 2 ;;',
+        "esac",
         'for p in "${pids[@]}"; do wait "$p"; done',
-        "# 3. merge the replicas' results",
-        "cat " + " ".join(f'"$WORK/out-{k}.jsonl"' for k in range(c.dp)) + ' > "$OUTPUT"',
-        'echo "wrote $OUTPUT"',
+        *(["# 4. merge the replicas' results",
+           "cat " + " ".join(f'"$WORK/out-{k}.jsonl"' for k in range(c.dp)) + ' > "$OUTPUT"',
+           'echo "wrote $OUTPUT"'] if m.count == 1 else
+          ['echo "machine $MACHINE done: gather $WORK/out-*.jsonl from all ' + str(m.count)
+           + ' machines into $OUTPUT"']),
     ]
     return "\n".join([*head, *body]) + "\n"
 

@@ -135,6 +135,7 @@ def to_sglang_command(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_
                                      kv_capacity_tokens=kv_capacity_tokens,
                                      quantized_model=quantized_model)
     title = [f"# SGLang server launch written by tuner for {config.gpu} x{config.num_gpus}.",
+             common.Deployment(config, model, gpu, max_model_len).machines_line(),
              "# Then submit the batch JSONL through its OpenAI-compatible API (port 30000), e.g.",
              "# the Batch API (/v1/files, /v1/batches) or an OpenAI client over the file's bodies."]
     return common.write_command(common.export_head(title, header, notes, config),

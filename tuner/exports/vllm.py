@@ -114,6 +114,24 @@ def vllm_cli_options(args: dict[str, Any]) -> list[tuple[str, Any]]:
     return [(k.replace("_", "-"), v) for k, v in args.items()]
 
 
+def _replica_lines(dep: common.Deployment, args: dict, run: str) -> list[str]:
+    """The machines the plan needs and how this one engine's file is run: one engine per
+    replica (`args` loses data_parallel_size: an engine does not span machines), or, for
+    expert parallelism over TP x DP GPUs, the whole plan as one engine in one machine."""
+    c = dep.config
+    lines = [dep.machines_line()]
+    if dep.one_engine:
+        return [*lines, f"# One engine over all {c.num_gpus} GPUs (expert parallelism): run "
+                        f"{run} once, on one machine."]
+    args.pop("data_parallel_size", None)
+    if c.dp == 1:
+        return [*lines, f"# Run: {run}"]
+    return [*lines, f"# This is ONE replica's engine ({c.tp} GPU(s)): run {run} once per replica "
+                    f"({c.dp} in all; CUDA_VISIBLE_DEVICES and --port apart on a shared "
+                    f"machine), each on its 1/{c.dp} share of the requests; the run-batch "
+                    "export splits the input and launches them machine by machine."]
+
+
 # ---- vllm serve --config YAML -----------------------------------------------------------------
 def to_vllm_yaml(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model_len: int,
                  header: str = "", kv_capacity_tokens: int | None = None,
@@ -123,7 +141,8 @@ def to_vllm_yaml(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model
         config, model, gpu, max_model_len=max_model_len, kv_capacity_tokens=kv_capacity_tokens,
         quantized_model=quantized_model)
     title = [f"# vLLM engine configuration written by tuner for {config.gpu} x{config.num_gpus}.",
-             "# Run: vllm serve --config THIS_FILE"]
+             *_replica_lines(common.Deployment(config, model, gpu, max_model_len), args,
+                             "vllm serve --config THIS_FILE")]
     body = yaml.safe_dump(dict(vllm_cli_options(args)), sort_keys=False,
                           default_flow_style=False, allow_unicode=True)
     return "\n".join(common.export_head(title, header, notes, config)) + "\n" + body
@@ -178,6 +197,8 @@ def to_vllm_run_batch(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_
         config, model, gpu, max_model_len=max_model_len, kv_capacity_tokens=kv_capacity_tokens,
         quantized_model=quantized_model)
     title = [f"# vLLM offline batch run written by tuner for {config.gpu} x{config.num_gpus}.",
+             *_replica_lines(common.Deployment(config, model, gpu, max_model_len), args,
+                             "this command"),
              "# Input: OpenAI Batch API JSONL (custom_id, method, url, body), one request a line;",
              "# results go to the output JSONL in the same order."]
     options = [("model", args.pop("model"))]

@@ -7,6 +7,7 @@ The baseline is simulated on the full workload with the search's cost model, onc
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 
 from predictors.protocol import CostModel
@@ -23,16 +24,20 @@ BASELINE_METRICS = ("makespan_s", "cost_usd", "usd_per_million_tokens", "usd_per
 
 
 def simulate_baseline(workload: Workload, model: ModelSpec, gpu: GPU, *, tp: int = 1,
-                      dp: int = 1, entry_point: str = DEFAULT_ENTRY_POINT,
+                      dp: int = 1, weight_bits: int = 16, kv_bits: int = 16,
+                      entry_point: str = DEFAULT_ENTRY_POINT,
                       engine_version: str | None = None,
                       cost_model_for: Callable[[GPU, ServingConfig], CostModel] | None = None,
-                      simulated: dict[ServingConfig, dict] | None = None) -> dict:
+                      simulated: dict[ServingConfig, dict] | None = None,
+                      startup_s: float | None = None) -> dict:
     """vLLM's defaults on `gpu` x (tp, dp), simulated: {'config', 'defaults', 'feasible',
     'reason', 'metrics'}. `simulated`: figures the search already has ({config: metrics} of
     feasible trials on the whole workload); the defaults are taken from there when they are
     among them (the search's first trial per GPU is vLLM's defaults)."""
     defaults = vllm_defaults(gpu.name, gpu.memory_gib, entry_point, engine_version)
-    config = defaults.config(gpu.name, tp=tp, dp=dp)
+    # the winner's precision: vLLM serving the same checkpoint untuned (like for like)
+    config = dataclasses.replace(defaults.config(gpu.name, tp=tp, dp=dp),
+                                 weight_bits=weight_bits, kv_bits=kv_bits)
     out = {"config": config.to_dict(), "defaults": defaults.to_dict(), "feasible": False,
            "reason": "", "metrics": None}
     if simulated and config in simulated:  # the search ran these very settings already
@@ -41,7 +46,8 @@ def simulate_baseline(workload: Workload, model: ModelSpec, gpu: GPU, *, tp: int
         return out
     try:
         cm = cost_model_for(gpu, config) if cost_model_for else None
-        res = simulate(workload, model, gpu, config, cm)
+        res = simulate(workload, model, gpu, config, cm, startup_s=startup_s,
+                       engine_version=engine_version)  # start-up as the search priced it
     except InfeasibleConfig as exc:
         out["reason"] = str(exc)
         return out
@@ -52,14 +58,18 @@ def simulate_baseline(workload: Workload, model: ModelSpec, gpu: GPU, *, tp: int
 
 
 def engine_presets(gpus: dict[str, GPU], metadata: dict | None) -> dict[str, dict]:
-    """GPU -> vLLM's batch defaults under the study's entry point (its metadata's
-    `entry_point` and `engine_version`), for the search's first preset."""
+    """GPU -> vLLM's defaults (ServingConfig knobs: batch limits, memory utilisation,
+    precision, scheduler, ordering) under the study's entry point (its metadata's
+    `entry_point` and `engine_version`): the search's first preset, and values every search
+    space offers (tuner.search.space.fit_space)."""
     meta = metadata or {}
     out = {}
     for name, g in gpus.items():
         d = vllm_defaults(g.name, g.memory_gib, meta.get("entry_point") or DEFAULT_ENTRY_POINT,
                           meta.get("engine_version"))
-        out[name] = {k: d.knobs()[k] for k in ("chunk_size", "max_running")}
+        out[name] = {k: v for k, v in d.knobs().items()
+                     if k not in ("kv_offload_layers", "weight_offload_fraction",
+                                  "attention_on_cpu")}
     return out
 
 
@@ -92,7 +102,7 @@ def attach_baselines(records: list[TrialRecord], numbers: Iterable[int], workloa
                      model: ModelSpec, gpus: dict[str, GPU], *,
                      entry_point: str = DEFAULT_ENTRY_POINT, engine_version: str | None = None,
                      cost_model_for: Callable[[GPU, ServingConfig], CostModel] | None = None,
-                     ) -> dict[tuple, dict]:
+                     startup_s: float | None = None) -> dict[tuple, dict]:
     """Set `baseline` (the defaults' simulation plus the `gain` ratios) on the records numbered
     `numbers`; one simulation per (GPU type, TP, DP). Returns the simulations by that key."""
     by_num = {r.number: r for r in records}
@@ -103,12 +113,15 @@ def attach_baselines(records: list[TrialRecord], numbers: Iterable[int], workloa
         r = by_num.get(n)
         if r is None or not r.feasible or r.gpu not in gpus:
             continue
-        key = (r.gpu, int(r.config.get("tp", 1)), int(r.config.get("dp", 1)))
+        key = (r.gpu, int(r.config.get("tp", 1)), int(r.config.get("dp", 1)),
+               int(r.config.get("weight_bits", 16)), int(r.config.get("kv_bits", 16)))
         if key not in sims:
             sims[key] = simulate_baseline(workload, model, gpus[r.gpu], tp=key[1], dp=key[2],
+                                          weight_bits=key[3], kv_bits=key[4],
                                           entry_point=entry_point,
                                           engine_version=engine_version,
-                                          cost_model_for=cost_model_for, simulated=simulated)
+                                          cost_model_for=cost_model_for, simulated=simulated,
+                                          startup_s=startup_s)
         r.baseline = {**sims[key], "gain": gain(r.metrics, sims[key])}
     return sims
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from tuner.core.errors import TunerError
 from tuner.core.units import fmt_duration
+from tuner.search.space import DEFAULT_MAX_GPUS
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$", re.IGNORECASE)
 _UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -122,6 +123,22 @@ class Constraints:
                                                 for k, v in self.max_gpus_per_type.items()})
 
     # ---- before simulating ----------------------------------------------------------------
+    def gpu_cap(self, gpu: str) -> int:
+        """Most GPUs of type `gpu` a plan may use: --max-gpus GPU=N, else --max-gpus N, else
+        tuner.search.space.DEFAULT_MAX_GPUS."""
+        per = self.max_gpus_per_type.get(gpu)
+        caps = [c for c in (per, self.max_gpus) if c is not None]
+        return min(caps) if caps else DEFAULT_MAX_GPUS
+
+    def cap_flag(self, gpu: str) -> str:
+        """How the cap on `gpu` was set, as the flag that changes it."""
+        if gpu in self.max_gpus_per_type and (self.max_gpus is None or
+                                              self.max_gpus_per_type[gpu] <= self.max_gpus):
+            return f"--max-gpus {gpu}={self.max_gpus_per_type[gpu]}"
+        if self.max_gpus is not None:
+            return f"--max-gpus {self.max_gpus}"
+        return f"the default --max-gpus {self.gpu_cap(gpu)}"
+
     def plan_violation(self, gpu: str, num_gpus: int, weight_bits: int,
                        gpu_has_fp8: bool) -> str | None:
         """Why the plan is excluded before simulating it (None: it may run)."""
@@ -130,6 +147,9 @@ class Constraints:
         cap = self.max_gpus_per_type.get(gpu)
         if cap is not None and num_gpus > cap:
             return f"uses {num_gpus} x {gpu}, more than --max-gpus {gpu}={cap}"
+        if num_gpus > self.gpu_cap(gpu):
+            return (f"uses {num_gpus} x {gpu}, more than {self.cap_flag(gpu)} (pass --max-gpus "
+                    "to allow more)")
         if self.quantized_model is None and needs_checkpoint(weight_bits, gpu_has_fp8):
             return (f"{weight_bits}-bit weights on {gpu} need a quantized checkpoint; pass "
                     "--quantized-model ID to search them")
@@ -221,20 +241,38 @@ def no_plan_line(records, constraints: Constraints, fmt_usd) -> str:
 
 
 def quantization_verdict(records, goal: str, fmt_usd) -> str | None:
-    """What quantization buys: the best 16-bit plan vs the best quantized one on ``goal``
-    (None when the records hold no plan of one kind)."""
-    feas = [r for r in records if r.feasible and getattr(r, "within", True)]
+    """What quantization buys, like for like: the best quantized plan on ``goal`` against the
+    best 16-bit plan on the same GPU type and count (None when the records hold no plan of one
+    kind). When no 16-bit plan runs on those GPUs, the line says so and names the GPUs of the
+    best 16-bit plan it compares with instead."""
+    feas = [r for r in records if r.feasible and getattr(r, "within", True)
+            and not getattr(r, "study_only", "")]
     full = [r for r in feas if not is_quantized(r.config)]
     quant = [r for r in feas if is_quantized(r.config)]
     if not full or not quant:
         return None
     key = ((lambda r: (r.cost_usd, r.makespan_s)) if goal == "cheapest"
            else (lambda r: (r.makespan_s, r.cost_usd)))
-    f, q = min(full, key=key), min(quant, key=key)
-    qc = q.config
-    return (f"Quantization ({goal}): 16-bit best {fmt_duration(f.makespan_s)}, "
-            f"{fmt_usd(f.cost_usd)} on {f.gpu}; quantized best "
-            f"({qc['weight_bits']}-bit weights, {qc['kv_bits']}-bit KV) "
-            f"{fmt_duration(q.makespan_s)}, {fmt_usd(q.cost_usd)} on {q.gpu} "
-            f"({100 * (q.makespan_s / f.makespan_s - 1):+.0f} % time, "
-            f"{100 * (q.cost_usd / f.cost_usd - 1):+.0f} % $); output quality is not simulated.")
+    q = min(quant, key=key)
+
+    def gpus_of(r) -> tuple:
+        return r.gpu, r.config["tp"] * r.config.get("dp", 1)
+
+    same = [r for r in full if gpus_of(r) == gpus_of(q)]
+    f = min(same or full, key=key)
+    other = "" if same else (f" (no 16-bit plan runs on {gpus_of(q)[1]} x {q.gpu}; compared "
+                             "with the best 16-bit plan on other GPUs)")
+    return (f"Quantization ({goal}): {plan_label(q.config)} {fmt_duration(q.makespan_s)}, "
+            f"{fmt_usd(q.cost_usd)} against {plan_label(f.config)} {fmt_duration(f.makespan_s)}, "
+            f"{fmt_usd(f.cost_usd)}{other}: "
+            f"{100 * (q.makespan_s / f.makespan_s - 1):+.0f} % time, "
+            f"{100 * (q.cost_usd / f.cost_usd - 1):+.0f} % $; output quality is not simulated.")
+
+
+def plan_label(config: dict) -> str:
+    """Both things a comparison must hold equal, named: '32 x A40 (TP 4 x DP 8, 16-bit)',
+    '1 x H100 (TP 1 x DP 1, 8-bit weights, 16-bit KV)'."""
+    tp, dp = int(config.get("tp", 1)), int(config.get("dp", 1))
+    w, kv = int(config.get("weight_bits", 16)), int(config.get("kv_bits", 16))
+    bits = f"{w}-bit" if w == kv else f"{w}-bit weights, {kv}-bit KV"
+    return f"{tp * dp} x {config['gpu']} (TP {tp} x DP {dp}, {bits})"

@@ -123,9 +123,9 @@ class Knowledge:
                 cand = (values[i], values[1 - i], key)
                 if i not in self.best or cand < self.best[i]:
                     self.best[i] = cand
-            if rec.fidelity.get("sample_makespan_s") is not None:
+            if rec.fidelity.get("sample_makespan_s") is not None:  # schedules, no start-up
                 self.pairs.append((rec.fidelity["sample_makespan_s"] * rec.fidelity["scale"],
-                                   values[0]))
+                                   values[0] - (rec.fidelity.get("startup_s") or 0.0)))
 
     def ingest(self, study: optuna.Study) -> None:
         """Trials other workers finished since the last call."""
@@ -162,9 +162,13 @@ class Evaluator:
 
     def __init__(self, workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
                  space: SearchSpace, *, sample_fraction: float | None = None,
-                 cost_model_for: Callable[[GPU, ServingConfig], CostModel] | None = None) -> None:
+                 cost_model_for: Callable[[GPU, ServingConfig], CostModel] | None = None,
+                 startup_s: float | None = None, engine_version: str | None = None) -> None:
         self.workload, self.model, self.gpus, self.space = workload, model, gpus, space
         self.cost_model_for = cost_model_for
+        # engine start-up (tuner.core.startup): the search's --startup-s, or the model for its
+        # --engine-version (tuner.core.startup.sim_options reads both from a study's metadata)
+        self.sim_options = {"startup_s": startup_s, "engine_version": engine_version}
         n = len(workload)
         self.n_sample = sample_size(n, sample_fraction)
         self.sample = None
@@ -182,7 +186,7 @@ class Evaluator:
         t0 = time.perf_counter()
         try:
             cm = self.cost_model_for(gpu, config) if self.cost_model_for else None
-            return simulate(w, self.model, gpu, config, cm)
+            return simulate(w, self.model, gpu, config, cm, **self.sim_options)
         finally:
             self.sim_s += time.perf_counter() - t0
 
@@ -195,13 +199,15 @@ class Evaluator:
             if self.sample is not None and not full:
                 s = self._simulate(self.sample, gpu, config)
                 k, eps = self.known.calibration()
-                est_s = s.makespan_s * self.scale * k
+                # the sample's schedule scales to the full workload's; start-up does not
+                est_s = s.schedule_s * self.scale * k + s.startup_s
                 # the job's bill at the estimated makespan (a provider's billing rounds it)
                 est = (est_s, job_cost_usd(est_s, gpu.price_usd_per_h, config.tp, config.dp,
                                            gpu.billing))
                 why = self._promotion(params["gpu"], est, eps, number)
                 fid = {"level": "sample", "requests": self.n_sample,
-                       "sample_makespan_s": s.makespan_s, "scale": self.scale, "k": k,
+                       "sample_makespan_s": s.schedule_s, "startup_s": s.startup_s,
+                       "scale": self.scale, "k": k,
                        "eps": eps if math.isfinite(eps) else None,
                        "estimate_makespan_s": est[0], "promoted": why}
                 if why is None:

@@ -18,13 +18,15 @@ from predictors.protocol import CostModel
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
+from tuner.core.startup import sim_options
 from tuner.core.workload import Workload
+from tuner.core.workload.base import lengths_from_input
 from tuner.search.baseline import engine_presets
 from tuner.search.constraints import Constraints
 from tuner.search.evaluator import Evaluator, config_key
 from tuner.search.records import TrialRecord
 from tuner.search.settings import SearchSettings, make_sampler
-from tuner.search.space import SearchSpace
+from tuner.search.space import SearchSpace, fit_space
 from tuner.search.storage import (
     StudyHold,
     discard_failed_study,
@@ -374,11 +376,12 @@ def run_search(workload: Workload, model: ModelSpec, gpus: dict[str, GPU], space
     """Run (or resume) the study until `n_trials` trials are complete, the timeout hits, or
     (exhaustive) every point of the space is simulated. `metadata`: extra keys for the study's
     metadata attribute (the CLI adds the workload file's path and loading options)."""
+    space, _notes = search_space(space, workload, model, gpus, settings, metadata)
     meta = study_metadata(workload, model, gpus, space, settings, metadata)
     # Everything that can fail on the inputs fails before the study exists.
     ev = evaluator or Evaluator(workload, model, gpus, space,
                                 sample_fraction=settings.sample_fraction,
-                                cost_model_for=cost_model_for)
+                                cost_model_for=cost_model_for, **sim_options(meta))
     try:
         with StudyHold(settings.storage):
             study = open_study(settings, metadata=meta, workload_tokens=workload_tokens(workload))
@@ -395,6 +398,8 @@ def run_search(workload: Workload, model: ModelSpec, gpus: dict[str, GPU], space
             if not settings.exhaustive:  # the presets not run yet (all of them when new)
                 enqueue_presets(work, space, list(gpus), engine_presets(gpus, meta))
             optimize(work, ev, settings, shared=False, on_trial=on_trial, mirror=mirror)
+            if not settings.exhaustive:
+                add_default_trials(study, ev, settings, meta)
     except BaseException as exc:
         discard_failed_study(settings, exc)  # none without results left to block the rerun
         raise
@@ -409,11 +414,91 @@ def prepare_study(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
     if settings.storage is None:
         raise TunerError("Workers need a shared storage (--storage URL); an in-memory study "
                          "cannot be shared.")
+    space, _notes = search_space(space, workload, model, gpus, settings, metadata)
     meta = study_metadata(workload, model, gpus, space, settings, metadata)
     study = open_study(settings, metadata=meta, workload_tokens=workload_tokens(workload))
     if not settings.exhaustive:  # the presets not run nor queued yet (all of them when new)
         enqueue_presets(study, space, list(gpus), engine_presets(gpus, meta))
     return study
+
+
+# ---- the space a search runs, and vLLM's defaults beside its winners -----------------------------
+def search_space(space: SearchSpace, workload: Workload, model: ModelSpec,
+                 gpus: dict[str, GPU], settings: SearchSettings,
+                 metadata: dict | None = None) -> tuple[SearchSpace, list[str]]:
+    """The space as this search runs it (tuner.search.space.fit_space: `auto` TP/DP from the
+    machines, heads and --max-gpus; every GPU's vLLM defaults offered; orderings by output
+    length only when the lengths are known), and notes on what was left out. Idempotent."""
+    meta = metadata or {}
+    known = bool(meta.get("outputs_known")) or lengths_from_input(workload.output_source)
+    caps = {g: settings.constraints.gpu_cap(g) for g in gpus}
+    return fit_space(space, model=model, gpus=gpus, gpu_caps=caps,
+                     defaults=engine_presets(gpus, meta), outputs_from_input=known)
+
+
+#: rounds of :func:`add_default_trials` (each adds the defaults beside winners that are new)
+DEFAULT_ROUNDS = 6
+
+
+def add_default_trials(study: optuna.Study, ev: Evaluator, settings: SearchSettings,
+                       metadata: dict | None = None) -> int:
+    """Simulate vLLM's defaults (tuner.search.baseline.engine_presets) on the GPU type, TP and
+    DP of every winner and Pareto point, on the full workload, as trials of the study: the
+    defaults are then candidates like any other plan, so no recommended plan is beaten on both
+    makespan and $ by vLLM untuned on the same GPUs. Repeats while that changes the winners;
+    returns the number of trials added."""
+    from tuner.search.records import pareto, trial_records, winners
+
+    engine = engine_presets(ev.gpus, metadata)
+    dists = _distributions(ev.space, list(ev.gpus))
+    added = 0
+    for _ in range(DEFAULT_ROUNDS):
+        records = trial_records(study)
+        best, per_gpu = winners(records)
+        by_num = {r.number: r for r in records}
+        picks = [*best.values(), *(n for d in per_gpu.values() for n in d.values()),
+                 *pareto(records)]
+        todo: dict[tuple, dict] = {}
+        for n in dict.fromkeys(picks):
+            r = by_num[n]
+            if r.gpu not in engine:
+                continue
+            want = {**engine[r.gpu], **{k: r.config[k] for k in
+                                        ("tp", "dp", "weight_bits", "kv_bits") if k in r.config}}
+            if any(name in want and want[name] not in values
+                   for name, values in ev.space.knobs.items()):
+                continue  # the space does not hold vLLM's defaults (a user's own space)
+            params = {"gpu": r.gpu, **{name: _preset_value(name, values, want)
+                                       for name, values in ev.space.knobs.items()}}
+            if config_key(params) not in ev.known.done:
+                todo.setdefault(config_key(params), params)
+        if not todo:
+            break
+        number = len(study.get_trials(deepcopy=False))
+        batch = []
+        for params in todo.values():
+            values, attrs = _evaluate(ev, params, number, settings.constraints, full=True)
+            attrs["vllm_defaults"] = True
+            ev.known.add(number, params, TrialRecord.from_attrs(number, params, values, attrs))
+            batch.append(optuna.trial.create_trial(
+                values=list(values), params=params, distributions=dists, user_attrs=attrs,
+                constraints=trial_constraints(values, attrs, settings.constraints)))
+            number += 1
+        study.add_trials(batch)
+        added += len(batch)
+    return added
+
+
+def check_defaults(study: optuna.Study, workload: Workload, model: ModelSpec,
+                   gpus: dict[str, GPU], space: SearchSpace, settings: SearchSettings, *,
+                   cost_model_for: Callable[[GPU, ServingConfig], CostModel] | None = None,
+                   metadata: dict | None = None) -> int:
+    """:func:`add_default_trials` for a study other processes ran (`--workers N`)."""
+    ev = Evaluator(workload, model, gpus, space, sample_fraction=settings.sample_fraction,
+                   cost_model_for=cost_model_for, **sim_options(metadata))
+    ev.known.ingest(study)
+    with StudyHold(settings.storage):
+        return add_default_trials(study, ev, settings, metadata)
 
 
 # ---- feasibility before the search -------------------------------------------------------------

@@ -19,7 +19,10 @@ from tuner.core.catalog import GPU
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
 from tuner.core.provenance import Provenance
-from tuner.search.constraints import Constraints
+from tuner.core.schedulers import SCHEDULER_PRESETS
+from tuner.core.workload.base import lengths_from_input
+from tuner.search.constraints import Constraints, plan_label
+from tuner.search.space import OUTPUT_ORDERINGS
 
 GOALS = ("fastest", "cheapest")
 # A study written before trials recorded their provenance kind: never claimed as measured.
@@ -56,6 +59,9 @@ class TrialRecord:
     # meets the study's --deadline / --budget (tuner.search.constraints); winners are picked
     # among the records that do whenever one does
     within: bool = True
+    # why no engine runs this plan as exported ("" = it can be deployed): a simulator study,
+    # shown but never a winner (study_only_reason)
+    study_only: str = ""
 
     @classmethod
     def from_trial(cls, trial: optuna.trial.FrozenTrial, fixed: dict | None = None) -> TrialRecord:
@@ -94,6 +100,8 @@ class TrialRecord:
              "provenance": str(self.provenance) if self.provenance is not None else ""}
         if self.baseline is not None:
             d["vllm_defaults"] = self.baseline
+        if self.study_only:
+            d["study_only"] = self.study_only
         return d
 
     @property
@@ -134,6 +142,9 @@ def trial_records(study: optuna.Study) -> list[TrialRecord]:
     meta = study.user_attrs.get("metadata") or {}
     fixed = meta.get("fixed", {})
     limits = study_constraints(study)
+    # a study from before the rule (no output_source) keeps its orderings
+    known = bool(meta.get("outputs_known")) or "output_source" not in meta \
+        or lengths_from_input(meta.get("output_source", ""))
     out, seen = [], set()
     for t in completed(study):
         key = tuple(sorted(t.params.items()))
@@ -145,8 +156,25 @@ def trial_records(study: optuna.Study) -> list[TrialRecord]:
         seen.add(key)
         if limits.on_figures and r.feasible:
             r.within = limits.meets(r.makespan_s, r.cost_usd)
+        r.study_only = study_only_reason(r.config, known)
         out.append(r)
     return out
+
+
+def study_only_reason(config: dict, outputs_known: bool = True) -> str:
+    """Why a plan is a simulator study rather than a recommendation ("" when the engine runs
+    it as exported): a scheduler preset no engine's flags select, or an ordering by output
+    lengths nobody knows before the run (tuner.search.space.OUTPUT_ORDERINGS)."""
+    name = config.get("scheduler", "vllm")
+    preset = SCHEDULER_PRESETS.get(name)
+    if preset is not None and not preset.engine:
+        return (f"simulator study: no engine runs the '{name}' scheduler preset as exported "
+                "(vLLM's flags select its V1 scheduler only)")
+    ordering = config.get("ordering", "fcfs")
+    if not outputs_known and ordering in OUTPUT_ORDERINGS:
+        return (f"simulator study: ordering '{ordering}' sorts by output lengths the input does "
+                "not give (pass --outputs-known when they are known)")
+    return ""
 
 
 def study_constraints(study: optuna.Study) -> Constraints:
@@ -154,10 +182,52 @@ def study_constraints(study: optuna.Study) -> Constraints:
     return Constraints.from_dict((study.user_attrs.get("metadata") or {}).get("constraints"))
 
 
+def deployable(feas: list[TrialRecord]) -> list[TrialRecord]:
+    """The records an engine runs as exported (not simulator studies), or all when none is."""
+    return [r for r in feas if not r.study_only] or feas
+
+
 def _preferred(feas: list[TrialRecord]) -> list[TrialRecord]:
-    """The records that meet the study's deadline/budget, or all when none does."""
+    """The deployable records that meet the study's deadline/budget, or all deployable ones
+    when none does."""
+    feas = deployable(feas)
     within = [r for r in feas if r.within]
     return within or feas
+
+
+#: knobs whose end of the range is no bound of the search (16-bit is the model's own precision)
+_NOT_BOUNDS = ("tp", "dp", "weight_bits", "kv_bits", "block_size")
+
+
+def bounds_hit(r: TrialRecord, knobs: dict, constraints: Constraints,
+               gpus_per_machine: int, space: str = "") -> list[str]:
+    """Where a plan sits on a bound of its search, each with the flag that widens it: the
+    GPU cap (--max-gpus), a whole machine of TP, or the end of a knob's list in the space."""
+    c = r.config
+    out = []
+    n = int(c.get("tp", 1)) * int(c.get("dp", 1))
+    cap = constraints.gpu_cap(r.gpu)
+    if n >= cap:
+        flag = (f"--max-gpus {r.gpu}={2 * cap}" if r.gpu in constraints.max_gpus_per_type
+                else f"--max-gpus {2 * cap}")
+        out.append(f"{n} x {r.gpu} is the most GPUs a plan may use ({constraints.cap_flag(r.gpu)}"
+                   f"): {flag} widens it")
+    if int(c.get("tp", 1)) >= gpus_per_machine > 1:
+        out.append(f"TP {c['tp']} fills a whole {r.gpu} machine ({gpus_per_machine} GPUs): a "
+                   "tensor-parallel group does not span machines (pipeline parallelism is not "
+                   "modelled)")
+    where = f" ({space})" if space else ""
+    for name, values in knobs.items():
+        if name in _NOT_BOUNDS or name not in c or len(values) < 2 or not all(
+                isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            continue
+        if c[name] == max(values):
+            out.append(f"{name} {c[name]:g} is the largest the space offers{where}: a --space "
+                       "listing larger values widens it")
+        elif c[name] == min(values) and min(values) > 0:
+            out.append(f"{name} {c[name]:g} is the smallest the space offers{where}: a --space "
+                       "listing smaller values widens it")
+    return out
 
 
 def rank(records: Iterable[TrialRecord], goal: str) -> list[TrialRecord]:
@@ -173,7 +243,7 @@ def rank(records: Iterable[TrialRecord], goal: str) -> list[TrialRecord]:
 def pareto(records: Iterable[TrialRecord]) -> list[int]:
     """Trial numbers not dominated in (makespan_s, cost_usd), sorted by makespan."""
     front, best_cost = [], math.inf
-    feas = [r for r in records if r.feasible]
+    feas = deployable([r for r in records if r.feasible])
     for r in sorted(feas, key=lambda r: (r.makespan_s, r.cost_usd, r.number)):
         if r.cost_usd < best_cost:
             front.append(r.number)
@@ -191,7 +261,7 @@ def winners(records: list[TrialRecord]) -> tuple[dict, dict]:
         return {goal: rank(rs, goal)[0].number for goal in GOALS}
 
     per_gpu = {gpu: pick([r for r in feas if r.gpu == gpu])
-               for gpu in dict.fromkeys(r.gpu for r in feas)}
+               for gpu in dict.fromkeys(r.gpu for r in deployable(feas))}
     return pick(feas), per_gpu
 
 
@@ -263,6 +333,9 @@ def search_stats(study: optuna.Study) -> dict:
         "full_simulations": len(full),
         "screened_on_sample": len(distinct) - len(full),
         "infeasible": sum(1 for t in distinct if not t.feasible),
+        # vLLM's defaults simulated beside the winners (tuner.search.loop.add_default_trials)
+        "vllm_defaults_checks": sum(1 for t in completed(study)
+                                    if t.user_attrs.get("vllm_defaults")),
     }
     fid0 = next((t.fidelity for t in distinct if t.fidelity.get("requests")), None)
     if fid0:
@@ -281,7 +354,8 @@ def _sampling_error(pairs: list[TrialRecord]) -> dict:
         why = str(t.fidelity.get("promoted", ""))
         reasons[why] = reasons.get(why, 0) + 1
     est = np.array([t.fidelity["sample_makespan_s"] * t.fidelity["scale"] for t in pairs])
-    fullv = np.array([t.values[0] for t in pairs])
+    # schedules against schedules: the full makespan less its start-up (not scaled)
+    fullv = np.array([t.values[0] - (t.fidelity.get("startup_s") or 0.0) for t in pairs])
     ratio = fullv / est  # full / (n_full/n_sample x sample): 1 if the sample scaled exactly
     k = float(np.median(ratio))
     err = np.abs(k / ratio - 1.0)  # |calibrated estimate / full - 1|
@@ -314,15 +388,17 @@ def offload_verdict(records: list[TrialRecord], gpus: dict[str, GPU]) -> str | N
         return None
     small, big = sizes[0][1], sizes[-1][1]
     fs, fb = rank(by_gpu[small], "fastest")[0], rank(by_gpu[big], "fastest")[0]
-    cs, cb = rank(by_gpu[small], "cheapest")[0].cost_usd, rank(by_gpu[big], "cheapest")[0].cost_usd
+    cs, cb = rank(by_gpu[small], "cheapest")[0], rank(by_gpu[big], "cheapest")[0]
     ratio = fs.makespan_s / fb.makespan_s
     verdict = "approaches" if ratio <= 1.1 else "does not approach"
     cfg = fs.config
-    text = (f"Offloading: {small} {verdict} {big} — best {small} makespan is {ratio:.2f}x "
-            f"{big}'s ({cfg.get('kv_offload_layers', 0)} KV layers and "
-            f"{100 * cfg.get('weight_offload_fraction', 0):.0f} % of weights offloaded, "
-            f"{cfg['weight_bits']}/{cfg['kv_bits']}-bit), cheapest {small} job costs "
-            f"{cs / cb:.2f}x {big}'s.")
+    # different GPU types by design: both sides named with their counts and precision
+    text = (f"Offloading: {small} {verdict} {big} — the fastest {small} plan, "
+            f"{plan_label(cfg)} with {cfg.get('kv_offload_layers', 0)} KV layers and "
+            f"{100 * cfg.get('weight_offload_fraction', 0):.0f} % of weights offloaded, takes "
+            f"{ratio:.2f}x the time of the fastest {big} plan, {plan_label(fb.config)}; the "
+            f"cheapest {small} plan, {plan_label(cs.config)}, costs {cs.cost_usd / cb.cost_usd:.2f}x "
+            f"the cheapest {big} plan, {plan_label(cb.config)}.")
     off = fs.metrics.get("offload") or {}
     parts = []
     if off.get("kv_capacity_gain"):

@@ -15,6 +15,18 @@ from tuner.core.errors import TunerError
 _FIELDS = {f.name: f for f in dataclasses.fields(ServingConfig)}
 
 
+#: `tp: auto` / `dp: auto` in a space: the values follow the GPUs' machine shape, the model's
+#: attention heads and --max-gpus (:func:`fit_space`)
+AUTO = "auto"
+AUTO_KNOBS = ("tp", "dp")
+#: GPUs a plan may use when --max-gpus is not given: four 8-GPU machines. A winner at this
+#: bound says so and names --max-gpus (:func:`tuner.search.records.bounds_hit`).
+DEFAULT_MAX_GPUS = 32
+#: orderings that read the requests' output lengths: recommended only when those lengths are
+#: known before the run (the input's max_tokens, or --outputs-known)
+OUTPUT_ORDERINGS = ("longest-output", "binpack", "blend")
+
+
 @dataclass(frozen=True)
 class SearchSpace:
     knobs: dict[str, list]  # field -> candidate values (order kept)
@@ -28,12 +40,20 @@ class SearchSpace:
 
     def grid_params(self, gpus: list[str]):
         """Every point of the space as the search's parameter dict ({'gpu': ..., knob: value})."""
+        self.size(len(gpus))  # refuses an unresolved space
         names = list(self.knobs)
         for gpu in gpus:
             for combo in itertools.product(*(self.knobs[k] for k in names)):
                 yield {"gpu": gpu, **dict(zip(names, combo, strict=True))}
 
+    @property
+    def resolved(self) -> bool:
+        return not any(v == AUTO for v in self.knobs.values())
+
     def size(self, n_gpus: int) -> int:
+        if not self.resolved:
+            raise TunerError("The search space has tp/dp 'auto': fit it to the job first "
+                             "(tuner.search.loop.search_space).")
         n = n_gpus
         for v in self.knobs.values():
             n *= len(v)
@@ -101,14 +121,18 @@ def load_space(path: str | Path | None = None) -> SearchSpace:
                 f"{path}: {name!r} is not a knob (choose from "
                 f"{', '.join(n for n in _FIELDS if n != 'gpu')}; GPUs come from --gpus).")
     for name, values in knobs.items():
+        if values == AUTO and name in AUTO_KNOBS:
+            continue  # resolved per search by fit_space (machine shape, heads, --max-gpus)
         if not isinstance(values, list) or not values:
-            raise TunerError(f"{path}: knob {name!r} needs a non-empty list of values.")
+            raise TunerError(f"{path}: knob {name!r} needs a non-empty list of values"
+                             + (" or 'auto'" if name in AUTO_KNOBS else "") + ".")
     overlap = set(knobs) & set(fixed)
     if overlap:
         raise TunerError(f"{path}: {', '.join(sorted(overlap))} both searched and fixed.")
     # Validate each value through ServingConfig so a typo fails before the search starts.
-    probe = {k: v[0] for k, v in knobs.items()} | dict(fixed)
-    checks = [(n, v) for n, vs in knobs.items() for v in vs] + list(fixed.items())
+    listed = {k: v for k, v in knobs.items() if v != AUTO}
+    probe = {k: v[0] for k, v in listed.items()} | dict(fixed)
+    checks = [(n, v) for n, vs in listed.items() for v in vs] + list(fixed.items())
     for name, v in checks:
         if not _type_ok(name, v):
             raise TunerError(f"{path}: {name}={v!r}: expected {_FIELDS[name].type}.")
@@ -133,3 +157,76 @@ def _type_ok(name: str, value: object) -> bool:
     if kind == "float":
         return isinstance(value, int | float)
     return isinstance(value, str)
+
+
+def is_shipped(space: SearchSpace) -> bool:
+    """The space is one tuner ships (search_spaces/), not a file of the user's."""
+    try:
+        return Path(space.source.split(" + ")[0]).resolve().parent == \
+            default_space_path().resolve().parent
+    except (OSError, TunerError):
+        return False
+
+
+def tp_splits_heads(tp: int, num_heads: int, num_kv_heads: int) -> bool:
+    """vLLM's rule: TP divides the attention heads; KV heads fewer than the ranks are
+    replicated, so those must divide the degree (tuner.sim.simulator.check_feasible)."""
+    return not (num_heads % tp or (num_kv_heads % tp if num_kv_heads >= tp
+                                   else tp % num_kv_heads))
+
+
+def _powers_of_two_to(n: int) -> list[int]:
+    out, v = [], 1
+    while v <= n:
+        out.append(v)
+        v *= 2
+    return out + ([n] if out[-1] != n else [])
+
+
+def _with_value(values: list, v) -> list:
+    """`values` with `v` added where missing (numbers kept in order)."""
+    if v in values:
+        return values
+    if all(isinstance(x, int | float) and not isinstance(x, bool) for x in [*values, v]):
+        return sorted([*values, v])
+    return [*values, v]
+
+
+def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int],
+              defaults: dict[str, dict], outputs_from_input: bool) -> tuple[SearchSpace, list[str]]:
+    """The space a search runs, and notes saying what was changed and why:
+
+    * ``tp: auto``: powers of two up to the largest machine among the GPUs (a TP group stays
+      inside one machine) and the GPU cap, that split the model's attention heads;
+    * ``dp: auto``: powers of two up to the largest GPU cap (--max-gpus; DEFAULT_MAX_GPUS
+      without it), and the cap itself;
+    * in a shipped space, every GPU's vLLM defaults (`defaults`: GPU -> ServingConfig knobs,
+      from tuner.core.engine_defaults) are added to the knobs it searches, so vLLM's own
+      settings are always a candidate (a space of the user's own is searched as written; its
+      winners are still compared with the defaults, tuner.search.baseline);
+    * orderings that read output lengths (OUTPUT_ORDERINGS) are left out unless
+      `outputs_from_input`: an exported job cannot sort by lengths nobody knows.
+    """
+    knobs = dict(space.knobs)
+    notes: list[str] = []
+    caps = {g: int(gpu_caps.get(g, DEFAULT_MAX_GPUS)) for g in gpus}
+    if knobs.get("tp") == AUTO:
+        top = max(min(gpus[g].gpus_per_machine, caps[g]) for g in gpus)
+        knobs["tp"] = [t for t in _powers_of_two_to(top) if (t & (t - 1)) == 0
+                       and tp_splits_heads(t, model.num_heads, model.num_kv_heads)] or [1]
+    if knobs.get("dp") == AUTO:
+        knobs["dp"] = _powers_of_two_to(max(caps.values()))
+    if is_shipped(space):  # a space of the user's own lists what the user chose
+        for g_defaults in defaults.values():
+            for name, v in g_defaults.items():
+                if name in knobs:
+                    knobs[name] = _with_value(list(knobs[name]), v)
+    if "ordering" in knobs and not outputs_from_input:
+        dropped = [o for o in knobs["ordering"] if o in OUTPUT_ORDERINGS]
+        kept = [o for o in knobs["ordering"] if o not in OUTPUT_ORDERINGS]
+        if dropped and kept:
+            knobs["ordering"] = kept
+            notes.append(f"orderings {', '.join(dropped)} left out: they sort by output "
+                         "lengths, which the input does not give (no max_tokens); pass "
+                         "--outputs-known when the lengths are what the job will produce")
+    return dataclasses.replace(space, knobs=knobs), notes

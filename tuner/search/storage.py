@@ -436,7 +436,8 @@ def discard_failed_study(settings: SearchSettings, exc: BaseException) -> bool:
 
 _SAME = {"workload_sha256": "workload", "model": "model", "gpus": "GPU types",
          "knobs": "search space", "fixed": "fixed knobs", "prices": "GPU prices",
-         "constraints": "--deadline/--budget/--max-gpus/--quantized-model"}
+         "constraints": "--deadline/--budget/--max-gpus/--quantized-model",
+         "startup_s": "--startup-s"}
 
 
 def _short(v) -> str:

@@ -22,6 +22,7 @@ from predictors.protocol import CostModel
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
+from tuner.core.startup import sim_options
 from tuner.search.evaluator import Evaluator
 from tuner.search.loop import optimize
 from tuner.search.settings import SearchSettings, make_sampler
@@ -152,7 +153,8 @@ def connect_worker(study_name: str, storage: str, *, n_trials: int | None = None
         cost_model_for = study_cost_model_for(setup.metadata, setup.model, setup.gpus,
                                               study_name=study_name, profile=profile)
     ev = Evaluator(setup.workload, setup.model, setup.gpus, setup.space,
-                   sample_fraction=settings.sample_fraction, cost_model_for=cost_model_for)
+                   sample_fraction=settings.sample_fraction, cost_model_for=cost_model_for,
+                   **sim_options(setup.metadata))
     return WorkerJob(study=study, setup=setup, settings=settings, evaluator=ev)
 
 

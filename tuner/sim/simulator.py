@@ -14,9 +14,10 @@ from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig, check_model_config
 from tuner.core.errors import TunerError
 from tuner.core.memory import MemoryPlan, plan_memory
-from tuner.core.pricing import choose_instances, job_cost_usd, rent, usd_per_million_tokens
+from tuner.core.pricing import Machines, job_cost_usd, place, rent, usd_per_million_tokens
 from tuner.core.provenance import Provenance
 from tuner.core.schedulers import SCHEDULER_PRESETS
+from tuner.core.startup import resolve_startup
 from tuner.core.workload import Workload
 from tuner.sim import offload as _offload
 from tuner.sim import scheduler as sch
@@ -53,6 +54,22 @@ class SimResult:
     steps: list[np.ndarray] | None = field(default=None, repr=False)
     # --provider: the instances rented and the billed time (tuner.core.pricing.Rental.to_dict)
     rental: dict | None = None
+    # engine start-up of every replica (tuner.core.startup), in parallel: makespan_s, cost_usd
+    # and lower_bound_s include it; `startup` is its breakdown (Startup.to_dict)
+    startup_s: float = 0.0
+    startup: dict | None = None
+    # the machines the plan runs on (tuner.core.pricing.Machines.to_dict)
+    machines: dict | None = None
+
+    @property
+    def schedule_s(self) -> float:
+        """The schedule alone: the makespan from the engines being up to the last token."""
+        return self.makespan_s - self.startup_s
+
+    @property
+    def schedule_lower_bound_s(self) -> float:
+        """BlendServe's physical limit T_o of the schedule alone (no start-up)."""
+        return self.lower_bound_s - self.startup_s
 
     @property
     def qps(self) -> float:
@@ -81,10 +98,14 @@ class SimResult:
         """Every figure as plain JSON-able data (the `tuner simulate --json` document)."""
         return {
             "makespan_s": self.makespan_s,
+            "startup_s": self.startup_s,
+            "schedule_s": self.schedule_s,
+            "startup": self.startup,
             "cost_usd": self.cost_usd,
             "usd_per_1k_requests": self.usd_per_1k_requests,
             "usd_per_million_tokens": self.usd_per_million_tokens,
             "rental": self.rental,
+            "machines": self.machines,
             "requests": self.requests,
             "prompt_tokens": self.prompt_tokens,
             "output_tokens": self.output_tokens,
@@ -97,6 +118,7 @@ class SimResult:
             "peak_kv_fraction": self.peak_kv_fraction,
             "mean_kv_fraction": self.mean_kv_fraction,
             "lower_bound_s": self.lower_bound_s,
+            "schedule_lower_bound_s": self.schedule_lower_bound_s,
             "limit_fraction": self.lower_bound_s / self.makespan_s,
             "kv_capacity_tokens": self.memory.kv_capacity_tokens,
             "max_concurrent_requests": self.memory.max_concurrent_requests,
@@ -217,6 +239,15 @@ def scheduler_params(config: ServingConfig, capacity_blocks: int) -> sch.Schedul
                       capacity_blocks=capacity_blocks)
 
 
+def machines_for(gpu: GPU, config: ServingConfig) -> Machines:
+    """The machines the plan runs on (tuner.core.pricing.place); InfeasibleConfig when a
+    tensor-parallel group does not fit one machine (or, with --provider, one instance)."""
+    try:
+        return place(gpu.name, gpu.gpus_per_machine, config.tp, config.dp, gpu.billing)
+    except TunerError as exc:
+        raise InfeasibleConfig(str(exc)) from None
+
+
 def check_feasible(workload: Workload, model: ModelSpec, gpu: GPU,
                    config: ServingConfig) -> MemoryPlan:
     """The memory plan; raises InfeasibleConfig with the numbers when the config cannot run."""
@@ -224,11 +255,6 @@ def check_feasible(workload: Workload, model: ModelSpec, gpu: GPU,
         check_model_config(config, model)  # e.g. expert parallelism on a dense model
     except TunerError as exc:  # a search's trial is infeasible; `simulate` prints the line
         raise InfeasibleConfig(str(exc)) from None
-    if gpu.billing is not None:  # --provider: a tensor-parallel group must fit one instance
-        try:
-            choose_instances(gpu.billing, config.tp, config.dp)
-        except TunerError as exc:
-            raise InfeasibleConfig(str(exc)) from None
     total = workload.prompt_tokens + workload.output_tokens
     tp = config.tp
     # vLLM shards attention heads over the TP ranks: it refuses a degree that does not divide
@@ -238,6 +264,12 @@ def check_feasible(workload: Workload, model: ModelSpec, gpu: GPU,
         raise InfeasibleConfig(
             f"tensor parallel {tp} does not split {model.name}'s {model.num_heads} attention "
             f"heads / {model.num_kv_heads} KV heads evenly (vLLM refuses it)")
+    machines = machines_for(gpu, config)  # a tensor-parallel group fits one machine
+    if config.expert_parallel and config.num_gpus > machines.gpus_per_machine:
+        raise InfeasibleConfig(
+            f"expert parallelism over {config.num_gpus} GPUs spans {machines.count} machines; "
+            "tuner models expert parallelism inside one machine only (fewer replicas, or no "
+            "expert parallelism: each replica then holds every expert)")
     plan = plan_memory(model, gpu, config, mean_request_tokens=float(total.mean()),
                        max_request_tokens=int(total.max()))
     if not plan.fits:
@@ -358,15 +390,22 @@ def _timeline(rep: _Replica, kv_frac: np.ndarray) -> dict[str, np.ndarray]:
 
 def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConfig,
              cost_model: CostModel | None = None, *, timeline: bool = False,
-             exact: bool = False, return_steps: bool = False) -> SimResult:
+             exact: bool = False, return_steps: bool = False, startup_s: float | None = None,
+             engine_version: str | None = None) -> SimResult:
     """Simulate the whole job iteration by iteration; raises InfeasibleConfig if it cannot run.
 
     exact=True runs the scheduler strictly step by step; the default skips ahead over
     decode-only stretches, which yields the same steps (tested) in less time. timeline: replica
-    0's per-step figures in `SimResult.timeline`; return_steps: every replica's step records
-    in `SimResult.steps`."""
+    0's per-step figures in `SimResult.timeline` (time from the engines being up);
+    return_steps: every replica's step records in `SimResult.steps`.
+
+    Engine start-up (tuner.core.startup: weight loading, torch.compile, CUDA graphs of vLLM
+    `engine_version`, default the newest) runs on every replica at once before the schedule:
+    the makespan, its $ and the lower bound include it. `startup_s` replaces the model (0: the
+    schedule alone, as a real run timed from the engine being up measures it)."""
     if len(workload) == 0:
         raise TunerError("The workload has no requests.")
+    start = resolve_startup(model, gpu, config, startup_s, engine_version)
     plan = check_feasible(workload, model, gpu, config)
     cost_model = cost_model or default_cost_model(model, gpu, config)
     params = scheduler_params(config, plan.kv_capacity_blocks)
@@ -395,7 +434,10 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         steps.append(st)
         if timeline and replica == 0:
             tl = _timeline(rep, kv_frac)
-    # --provider: whole instances, billed by its granularity (else per GPU-second)
+    # every replica starts its engine at once, then runs its schedule; the rented GPUs are
+    # paid from the start (--provider: whole instances, billed by its granularity, else per
+    # GPU-second)
+    makespan += start.total_s
     rental = None if gpu.billing is None else rent(makespan, gpu.billing, config.tp, config.dp)
     res = SimResult(
         config=config, makespan_s=makespan, requests=len(workload),
@@ -403,12 +445,15 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         output_tokens=int(workload.output_tokens.sum()), iterations=iterations,
         preemptions=preemptions, peak_kv_fraction=peak_kv,
         mean_kv_fraction=kv_time_integral / config.dp,
-        lower_bound_s=lower_bound_s(workload, model, gpu, config),
+        # the schedule's physical limit T_o plus the same start-up: a bound of makespan_s
+        lower_bound_s=lower_bound_s(workload, model, gpu, config) + start.total_s,
         cost_usd=(rental.cost_usd if rental is not None
                   else job_cost_usd(makespan, gpu.price_usd_per_h, config.tp, config.dp)),
         rental=None if rental is None else rental.to_dict(),
+        machines=machines_for(gpu, config).to_dict(),
         price_usd_per_h=gpu.price_usd_per_h, memory=plan, provenance=cost_model.provenance,
-        cached_prompt_tokens=cached, timeline=tl, steps=steps if return_steps else None)
+        cached_prompt_tokens=cached, timeline=tl, steps=steps if return_steps else None,
+        startup_s=start.total_s, startup=start.to_dict())
     if gpu.vasuki_usd_per_fp32_gflop_per_w:
         res.vasuki_cost_metric = res.qps / gpu.vasuki_usd_per_fp32_gflop_per_w
     if off_ctx.active:

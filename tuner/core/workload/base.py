@@ -51,6 +51,14 @@ class Workload:
         )
 
 
+def lengths_from_input(output_source: str) -> bool:
+    """The output lengths are every request's own max_tokens (Workload.output_source), so a job
+    can be sorted by them before it runs; lengths from a trace's output_tokens or from a
+    distribution are not known until the run."""
+    src = output_source or ""
+    return src.startswith(("max_tokens", "max_completion_tokens")) and " for " not in src
+
+
 @dataclass
 class RequestColumns:
     """What a reader gives for each valid request of a file, in file order, before output
