@@ -19,9 +19,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from predictors.aic import table_cost_model  # noqa: E402
-from predictors.features import BatchFeatures, sum_parts  # noqa: E402
 from tuner.core.catalog import load_gpus, load_models  # noqa: E402
+from tuner.predictors.aic import table_cost_model  # noqa: E402
+from tuner.predictors.features import BatchFeatures, sum_parts  # noqa: E402
 
 
 def steps(n: int, seed: int = 0) -> BatchFeatures:

@@ -68,10 +68,10 @@ PHASES = (
     ("search: simulations", "tuner.search.evaluator", "Evaluator", "_simulate"),
     ("search: journal writes", "optuna.study", "Study", "add_trial"),
     ("search: whole loop", "tuner.search", None, "run_search"),
-    ("outputs: records, winners, importances, timelines", "reports.outputs", None,
+    ("outputs: records, winners, importances, timelines", "tuner.reports.outputs", None,
      "study_outputs"),
-    ("outputs: report HTML", "reports.outputs", None, "render_html"),
-    ("outputs: all files, written as a set", "reports.outputs", None, "write_outputs"),
+    ("outputs: report HTML", "tuner.reports.outputs", None, "render_html"),
+    ("outputs: all files, written as a set", "tuner.reports.outputs", None, "write_outputs"),
     ("terminal tables", "tuner.cli.search", None, "print_search"),
 )
 PHASE_DRIVER = """

@@ -40,12 +40,12 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from predictors.aic import table_cost_model  # noqa: E402
-from predictors.engine_overhead import PROFILES, EngineProfile  # noqa: E402
 from tuner.core.catalog import ModelSpec, load_gpus, load_models  # noqa: E402
 from tuner.core.config import ServingConfig  # noqa: E402
 from tuner.core.memory import plan_memory  # noqa: E402
 from tuner.core.workload import Workload  # noqa: E402
+from tuner.predictors.aic import table_cost_model  # noqa: E402
+from tuner.predictors.engine_overhead import PROFILES, EngineProfile  # noqa: E402
 from tuner.sim.simulator import simulate  # noqa: E402
 
 DEFAULT_DATA = REPO.parent / "shared" / "fidelity"
@@ -254,7 +254,8 @@ def main(argv=None) -> int:
     rows = evaluate(runs, engine, gpus)
     out.update(runs=rows, summary=summarise(rows), published=PUBLISHED)
     if a.write_summary:
-        from predictors.aic import FIDELITY_FILE, data_dir
+        from tuner.predictors.aic import FIDELITY_FILE
+        from tuner.predictors.aic_tables import data_dir
 
         if not a.fit:
             print("--write-summary needs --fit (the summary stores leave-one-out errors)",

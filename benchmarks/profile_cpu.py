@@ -33,7 +33,7 @@ def _parse_args() -> argparse.Namespace:
 
 def _profile(args, model, out: Path, threads):
     """(wall seconds, ProfileSummary) of one profile into `out`."""
-    from profilers.profile import ProfileSettings, run_profile
+    from tuner.profilers.profile import ProfileSettings, run_profile
 
     t0 = time.perf_counter()
     s = run_profile(ProfileSettings(model=model, out=out, device=args.device,
@@ -43,7 +43,7 @@ def _profile(args, model, out: Path, threads):
 
 def _fit(d: Path):
     """Fit the profile in `d` (saved there), printing the time and the CV errors."""
-    from predictors.fit import fit_profile
+    from tuner.predictors.fit import fit_profile
 
     t0 = time.perf_counter()
     res = fit_profile(d)
@@ -60,11 +60,11 @@ def _fit(d: Path):
 
 def _pricing_speed(profile_dir: Path, model) -> None:
     """Time to price 500k random iterations: the fitted model vs the roofline (best of 5)."""
-    from predictors.features import BatchFeatures
-    from predictors.loader import load_cost_model
-    from predictors.roofline import RooflineCostModel
     from tuner.core.catalog import load_gpus
     from tuner.core.config import ServingConfig
+    from tuner.predictors.features import BatchFeatures
+    from tuner.predictors.loader import load_cost_model
+    from tuner.predictors.roofline import RooflineCostModel
 
     g = load_gpus()["A10"]
     cm = load_cost_model(profile_dir, model, g, ServingConfig(gpu="A10"), mode="measured")
@@ -91,10 +91,10 @@ def _pricing_speed(profile_dir: Path, model) -> None:
 
 def _transfer(args, model, root: Path, stat: str) -> None:
     """Profile again with 1 thread and print the transfer error both ways."""
-    from predictors.devices import DeviceSpecs
-    from predictors.fit import fit_profile, read_profile
-    from predictors.loader import load_fit
-    from predictors.transfer import transfer_error
+    from tuner.predictors.devices import DeviceSpecs
+    from tuner.predictors.fit import fit_profile, read_profile
+    from tuner.predictors.loader import load_fit
+    from tuner.predictors.transfer import transfer_error
 
     wall1, _ = _profile(args, model, root / "one-thread", 1)
     fit_profile(root / "one-thread").save(root / "one-thread")

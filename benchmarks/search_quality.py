@@ -35,6 +35,7 @@ import numpy as np
 from tuner.core.catalog import get_model, load_gpus
 from tuner.core.config import ServingConfig
 from tuner.core.workload import Workload, load_workload
+from tuner.predictors.sources import resolve_cost_model
 from tuner.search import SearchSettings, run_search, sampler_name, workload_digest
 from tuner.search.loop import search_space
 from tuner.search.records import all_records, rank, search_stats, trial_records
@@ -161,8 +162,9 @@ def main() -> None:
           f"python {platform.python_version()}, load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     w, spec, chosen, sp = _setup(args.workload, args.model, gpus, args.space)
-    simulate(w.take(np.arange(2)), spec, chosen[gpus[0]],
-             ServingConfig(gpu=gpus[0], **sp.fixed))  # warm-up: loads the C kernels
+    warm = ServingConfig(gpu=gpus[0], **sp.fixed)  # warm-up: loads the C kernels
+    simulate(w.take(np.arange(2)), spec, chosen[gpus[0]], warm,
+             resolve_cost_model(spec, chosen[gpus[0]], warm))
     size = sp.size(len(gpus))
     print(f"workload {Path(args.workload).name}: {len(w)} requests; model {spec.name}; "
           f"{len(gpus)} GPU types x {', '.join(f'{k}({len(v)})' for k, v in sp.knobs.items())} "

@@ -22,6 +22,7 @@ import pandas as pd
 from tuner.core.catalog import get_gpu, get_model, load_gpus
 from tuner.core.config import ServingConfig
 from tuner.core.workload import Workload
+from tuner.predictors.sources import resolve_cost_model
 from tuner.sim.simulator import simulate
 
 VIDUR_ARXIV_S = 80.7
@@ -53,19 +54,22 @@ def main() -> None:
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"python {platform.python_version()}")
     # Warm-up: loads the C kernels and the cost model's tables once.
-    simulate(Workload(np.array([10]), np.array([2])), get_model("tiny-llama"), gpus["A10"],
-             ServingConfig(gpu="A10"))
+    tiny, a10 = get_model("tiny-llama"), gpus["A10"]
+    simulate(Workload(np.array([10]), np.array([2])), tiny, a10, ServingConfig(gpu="A10"),
+             resolve_cost_model(tiny, a10, ServingConfig(gpu="A10")))
     for trace, model, gpu, kw in CASES:
         w = load(args.traces / trace)
         cfg = ServingConfig(gpu=gpu, **kw)
+        m, g = get_model(model), get_gpu(gpu, gpus)
+        cm = resolve_cost_model(m, g, cfg)  # the registry's cost model, as `tuner simulate`'s
         times = []
         for _ in range(args.repeats):
             t0 = time.perf_counter()
-            res = simulate(w, get_model(model), get_gpu(gpu, gpus), cfg)
+            res = simulate(w, m, g, cfg, cm)
             times.append(time.perf_counter() - t0)
         best = min(times)
         t0 = time.perf_counter()
-        ref = simulate(w, get_model(model), get_gpu(gpu, gpus), cfg, exact=True)
+        ref = simulate(w, m, g, cfg, cm, exact=True)
         exact_s = time.perf_counter() - t0
         diff = abs(res.makespan_s - ref.makespan_s) / ref.makespan_s
         line = (f"{'_'.join(trace.split('_')[:2])[:16]:16s} {model:12s} {gpu:9s} tp{cfg.tp} {cfg.scheduler:8s} "

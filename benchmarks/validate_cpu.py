@@ -58,7 +58,7 @@ def sh(args: list, env: dict, timeout: float = 3600) -> subprocess.CompletedProc
 
 
 def write_inputs(out: Path, n: int, seed: int, kv_mib: float) -> dict:
-    from runners.cpu_device import write_cpu_gpu_file
+    from tuner.runners.cpu_device import write_cpu_gpu_file
 
     rng = np.random.default_rng(seed)
     wl = out / "workload.jsonl"

@@ -1,8 +1,13 @@
 """Cost model from measured vLLM kernel tables (NVIDIA AIConfigurator, predictors/data/aic).
 
-    tables = KernelTables.load("H100")                    # a catalog GPU with shipped tables
+    cm = table_cost_model(model, gpu, tp=1)               # measured / transferred tables, or None
+    tables = KernelTables.load("H100")                    # or build from tables directly:
     cm = MeasuredTableCostModel.build(model, gpu, tables, tp=1)
     cm.iteration_time_s(features)                          # vectorised over many iterations
+
+Three modules: predictors.aic_tables loads the tables and looks kernels up in them,
+predictors.aic_transfer moves them to a GPU without tables, and this one prices iterations from
+them (the interpolation both use lives in predictors.tables).
 
 Where the numbers come from (all per tensor-parallel rank, per layer unless said):
   linear     measured GEMM latency at the model's shapes: QKV (n=(H+2K)d/tp, k=h), O (n=h,
@@ -19,49 +24,42 @@ Where the numbers come from (all per tensor-parallel rank, per layer unless said
              table; the routed experts from AIConfigurator's measured vLLM fused-MoE table at the
              model's (hidden, expert width, top-k, experts) and the deployment's expert split
              (moe_tp, moe_ep), at the tokens of every data-parallel rank, routing
-             MOE_DISTRIBUTION; a shape or split the table lacks is priced from the nearest
+             aic_tables.MOE_DISTRIBUTION; a shape or split the table lacks is priced from the nearest
              measured one times the roofline ratio of the two (estimated, said so in the
              provenance). With dp > 1 the all-gather and reduce-scatter of the ranks' tokens
              from the NCCL tables.
 
 Interpolation: log latency is interpolated linearly in the log of each size between measured
-points (GEMM: n and k at build time, m at run time; attention: batch and length). Beyond the
-largest measured size the last measured segment's log-log slope continues (~1, i.e. time in
-proportion to size, for throughput-bound kernels); below the smallest size the smallest
-measured time holds (a launch-bound kernel does not get faster).
+points (GEMM: n and k at build time, m at run time; attention: batch and length), the last
+measured segment's slope continued above, the smallest time held below (predictors.tables,
+log-log family).
 
 The hot path is one np.interp per curve (GEMM per layer summed into one curve over m, LM head,
 prefill attention, all-reduce) plus one bilinear lookup for decode attention: pricing 500k
 iterations takes tens of milliseconds (benchmarks/fidelity.py --speed).
 
-GPUs without tables are transferred from the measured GPU of the same architecture through
-spec-sheet ratios (`transfer_tables`): each kernel's measured time is multiplied by
-roofline(target) / roofline(source) at that kernel's own FLOPs and bytes, so a memory-bound
-decode GEMM scales with HBM bandwidth and a compute-bound prefill GEMM with tensor FLOP/s.
-The same rule applied between two measured GPUs gives its error (`transfer_check`).
+GPUs without tables are transferred from the measured GPU of their architecture through
+spec-sheet ratios (predictors.aic_transfer); the same rule applied between two measured GPUs
+gives its error (`transfer_check`, `python -m predictors.aic`).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from predictors.features import BatchFeatures, sum_parts
-from predictors.moe import MoEParallel, MoEShape
-from predictors.protocol import group_ops
 from tuner.core.provenance import Provenance
+from tuner.predictors.aic_tables import MEASURED, KernelTables, data_dir
+from tuner.predictors.aic_transfer import spec_peaks, transfer_source, transfer_tables
+from tuner.predictors.features import BatchFeatures, sum_parts
+from tuner.predictors.moe import MoEParallel, MoEShape
+from tuner.predictors.protocol import group_ops
+from tuner.predictors.tables import IntTable, UniformLogCurve, UniformLogGrid, loglog_curve
 
-# tuner catalog GPU -> AIConfigurator system whose vLLM tables measure it
-MEASURED = {"A100-80G": "a100_sxm", "H100": "h100_sxm", "H200": "h200_sxm", "L40S": "l40s",
-            "RTX-PRO-6000": "rtx_pro_6000_server"}
-# catalog GPU without tables -> measured GPU of the same architecture (transfer source)
-TRANSFER_SOURCE = {"A100-40G": "A100-80G",  # same GA100 die, less HBM bandwidth
-                   "A10": "A100-80G", "A40": "A100-80G",  # Ampere (GA102)
-                   "L4": "L40S", "RTX4090": "L40S"}  # Ada (AD104 / AD102)
 # vLLM captures CUDA graphs up to this many tokens (cudagraph_capture_sizes' maximum in the
 # resolved config of the vLLM 0.19 fidelity run); larger steps run eager
 CUDA_GRAPH_MAX_TOKENS = 512
@@ -69,309 +67,6 @@ CUDA_GRAPH_MAX_TOKENS = 512
 # ones go to NCCL
 CUSTOM_ALLREDUCE_MAX_BYTES = 8 * 1024 * 1024
 ELEMENTWISE_BW_EFFICIENCY = 0.75  # estimated, as in predictors.roofline
-# token -> expert routing of the fused-MoE table used (scripts/convert_aic_tables.py codes):
-# AIConfigurator prices its MoE models with power_law at alpha 1.01 (sdk/config.py
-# workload_distribution "power_law", the models' _power_law_alpha 1.01); balanced where a
-# table lacks it
-MOE_DISTRIBUTION = "power_law_1.01"
-MOE_DISTRIBUTION_CODES = {"balanced": 0.0, "power_law_1.01": 1.0, "power_law_1.2": 2.0}
-
-
-def data_dir() -> Path:
-    return Path(__file__).resolve().parent / "data" / "aic"
-
-
-def version_code(v: str) -> float:
-    """'0.19.0' -> 19000.0 (as scripts/convert_aic_tables.py stores table versions)."""
-    import re
-
-    parts = [int(x) for x in re.findall(r"\d+", str(v))[:3]] + [0, 0, 0]
-    return float(parts[0] * 1_000_000 + parts[1] * 1_000 + parts[2])
-
-
-def version_name(code: float) -> str:
-    c = int(code)
-    return f"{c // 1_000_000}.{c // 1_000 % 1_000}.{c % 1_000}"
-
-
-# ---- one GPU's tables --------------------------------------------------------------------
-@dataclass(frozen=True, eq=False)
-class KernelTables:
-    """Measured (or transferred) kernel latencies of one GPU, in seconds."""
-
-    gpu: str  # catalog name these tables price
-    device: str  # device the measurements were taken on
-    gemm_version: str
-    attention_version: str
-    arrays: dict = field(repr=False)
-    # transfer: None for measured tables; else (source catalog GPU, scale functions' specs)
-    transfer: dict | None = None
-    moe_version: str = ""  # vLLM version of the fused-MoE table ("" = none)
-
-    @property
-    def measured(self) -> bool:
-        return self.transfer is None
-
-    @classmethod
-    def load(cls, gpu_name: str, path: Path | None = None) -> KernelTables:
-        system = MEASURED.get(gpu_name)
-        if system is None:
-            raise KeyError(f"no measured kernel tables for {gpu_name}")
-        return _load_tables(str(path or data_dir()), system, gpu_name)
-
-    # -- GEMM ------------------------------------------------------------------------------
-    def gemm_m_grid(self, dtype: str = "bf16") -> np.ndarray:
-        return self.arrays[f"gemm_{dtype}_m"].astype(np.float64)
-
-    def gemm_s(self, n: int, k: int, dtype: str = "bf16") -> np.ndarray:
-        """Seconds of an (m x k) @ (k x n) GEMM at every m of gemm_m_grid(dtype)."""
-        logl = self.arrays[f"gemm_{dtype}_loglat"]
-        i0, i1, w, ex_n = _axis(self.arrays[f"gemm_{dtype}_n"], n)
-        j0, j1, v, ex_k = _axis(self.arrays[f"gemm_{dtype}_k"], k)
-        lat = ((1 - w) * (1 - v) * logl[:, i0, j0] + w * (1 - v) * logl[:, i1, j0]
-               + (1 - w) * v * logl[:, i0, j1] + w * v * logl[:, i1, j1])
-        t = np.exp(lat + ex_n + ex_k) * 1e-3
-        if self.transfer:
-            m = self.gemm_m_grid(dtype)
-            t = t * _roof_ratio(self.transfer, 2.0 * m * n * k, 2.0 * (m * k + n * k + m * n),
-                                "fp8" if dtype == "fp8" else "bf16")
-        return t
-
-    def has_gemm(self, dtype: str) -> bool:
-        return f"gemm_{dtype}_loglat" in self.arrays
-
-    def has_attention(self, kv_fp8: bool) -> bool:
-        flag = 1.0 if kv_fp8 else 0.0
-        return all(bool((self.arrays[t][:, 0] == flag).any()) for t in ("ctx_attn", "gen_attn"))
-
-    # -- attention -------------------------------------------------------------------------
-    def _attn_rows(self, table: str, heads: int, kv_heads: int, head_dim: int, kv_fp8: bool):
-        a = self.arrays[table]
-        a = a[a[:, 0] == (1.0 if kv_fp8 else 0.0)]
-        if not len(a):
-            raise KeyError(f"{self.gpu}: no {table} rows for {'fp8' if kv_fp8 else 'bf16'} KV")
-        hd = a[np.argmin(np.abs(np.log(a[:, 5] / head_dim))), 5]
-        a = a[a[:, 5] == hd]
-        combos = np.unique(a[:, 3:5], axis=0)
-        # nearest measured (heads, kv_heads) in log distance; scaled below when not exact
-        d = np.abs(np.log(combos[:, 0] / heads)) + np.abs(np.log(combos[:, 1] / kv_heads))
-        h, kv = combos[int(np.argmin(d))]
-        rows = a[(a[:, 3] == h) & (a[:, 4] == kv)]
-        exact = bool(h == heads and kv == kv_heads and hd == head_dim)
-        return rows, (float(h), float(kv), float(hd)), exact
-
-    def context_attention(self, heads: int, kv_heads: int, head_dim: int, kv_fp8: bool = False):
-        """(causal query-key pairs, seconds) of one sequence's prefill from the batch-1 rows;
-        a head configuration the table lacks is scaled from the nearest measured one by
-        query heads x head_dim (prefill attention is compute-bound)."""
-        rows, (h, _kv, hd), _ = self._attn_rows("ctx_attn", heads, kv_heads, head_dim, kv_fp8)
-        b1 = rows[rows[:, 1] == rows[:, 1].min()]
-        b1 = b1[np.argsort(b1[:, 2])]
-        isl = b1[:, 2]
-        pairs = b1[:, 1] * isl * (isl + 1) / 2.0
-        t = b1[:, 6] * 1e-3 * (heads * head_dim) / (h * hd)
-        if self.transfer:
-            flops = 4.0 * heads * head_dim * pairs
-            byts = 2.0 * isl * (heads + 2 * kv_heads) * head_dim * 2.0
-            t = t * _roof_ratio(self.transfer, flops, byts, "bf16")
-        return pairs, t
-
-    def generation_attention(self, heads: int, kv_heads: int, head_dim: int,
-                             kv_fp8: bool = False):
-        """(batch grid, KV-length grid, seconds[batch, length]) of one decode step's attention;
-        missing cells filled along the length axis (log-log, last slope continued); a head
-        configuration the table lacks is scaled from the nearest measured one by KV heads x
-        head_dim (decode attention is memory-bound)."""
-        rows, (_h, kv, hd), _ = self._attn_rows("gen_attn", heads, kv_heads, head_dim, kv_fp8)
-        b = np.unique(rows[:, 1])
-        s = np.unique(rows[:, 2])
-        g = np.full((len(b), len(s)), np.nan)
-        g[np.searchsorted(b, rows[:, 1]), np.searchsorted(s, rows[:, 2])] = np.log(rows[:, 6] * 1e-3)
-        g = _fill_loglog(np.log(s), g, axis=1)
-        g = _fill_loglog(np.log(b), g, axis=0)
-        t = np.exp(g) * (kv_heads * head_dim) / (kv * hd)
-        if self.transfer:
-            bb, ss = np.meshgrid(b, s, indexing="ij")
-            kvb = (1.0 if kv_fp8 else 2.0)
-            byts = bb * ss * 2.0 * kv_heads * head_dim * kvb
-            flops = 4.0 * heads * head_dim * bb * ss
-            t = t * _roof_ratio(self.transfer, flops, byts, "bf16")
-        return b, s, t
-
-    # -- all-reduce ------------------------------------------------------------------------
-    def allreduce(self, num_gpus: int, graph: bool, engine_version: str | None = None):
-        """(message bytes, seconds, table version) of vLLM's custom all-reduce on `num_gpus`,
-        from the table version closest to `engine_version` (newest when None) that has that
-        GPU count; None when no table has it."""
-        a = self.arrays["allreduce"]
-        a = a[(a[:, 2] == num_gpus) & (a[:, 1] == (1.0 if graph else 0.0))]
-        if not len(a):
-            return None
-        vers = np.unique(a[:, 0])
-        want = version_code(engine_version) if engine_version else vers.max()
-        v = vers[np.argmin(np.abs(vers - want) - 1e-9 * vers)]  # ties: the newer
-        r = a[a[:, 0] == v]
-        r = r[np.argsort(r[:, 3])]
-        t = r[:, 4] * 1e-3
-        if self.transfer:
-            t = _scale_link(t, self.transfer["link_ratio"])
-        return r[:, 3], t, version_name(v)
-
-    def nccl_allreduce(self, num_gpus: int):
-        """(message bytes, seconds) of NCCL all-reduce on `num_gpus`; None without a table."""
-        return self.nccl_collective("allreduce", num_gpus)
-
-    def nccl_collective(self, op: str, num_gpus: int):
-        """(message bytes, seconds) of NCCL `op` ("allreduce", "allgather", "reducescatter") on
-        `num_gpus`, message = the whole gathered buffer; None without a table."""
-        a = self.arrays.get(f"nccl_{op}")
-        if a is None or not len(a):
-            return None
-        r = a[a[:, 0] == num_gpus]
-        if not len(r):
-            return None
-        r = r[np.argsort(r[:, 1])]
-        t = r[:, 2] * 1e-3
-        if self.transfer:
-            t = _scale_link(t, self.transfer["link_ratio"])
-        return r[:, 1], t
-
-    # -- mixture of experts ----------------------------------------------------------------
-    def moe_experts(self, shape: MoEShape, par: MoEParallel, fp8: bool, gpu):
-        """(tokens entering the layer across the expert group, seconds of one GPU's routed
-        experts, note) from the fused-MoE table: the model's shape and the deployment's split
-        where measured, else the nearest measured (shape, split) times the roofline ratio of the
-        two on `gpu` (duck-typed tuner GPU). None without a table for this dtype."""
-        a = self.arrays.get("moe")
-        if a is None or not len(a):
-            return None
-        a = a[a[:, 0] == (1.0 if fp8 else 0.0)]
-        if not len(a):
-            return None
-        dists = np.unique(a[:, 1])
-        want = MOE_DISTRIBUTION_CODES[MOE_DISTRIBUTION]
-        dist = want if want in dists else (0.0 if 0.0 in dists else dists[0])
-        a = a[a[:, 1] == dist]
-        dist_name = next(k for k, v in MOE_DISTRIBUTION_CODES.items() if v == dist)
-        target = np.array([shape.hidden_size, shape.moe_intermediate_size,
-                           shape.experts_per_token, shape.num_experts, par.moe_tp, par.moe_ep],
-                          dtype=np.float64)
-        combos = np.unique(a[:, 2:8], axis=0)
-        dist_log = np.abs(np.log(combos / target)).sum(axis=1)
-        best = combos[int(np.argmin(dist_log))]
-        rows = a[(a[:, 2:8] == best).all(axis=1)]
-        rows = rows[np.argsort(rows[:, 8])]
-        tok, t = rows[:, 8], rows[:, 9] * 1e-3
-        exact = bool(np.array_equal(best, target))
-        h, inter, k, E, mtp, mep = (int(x) for x in best)
-        src = (f"vLLM {self.moe_version} fused-MoE table ({dist_name} routing)")
-        if exact:
-            note = f"MoE experts: measured {src} at h {h}, width {inter}, top-{k} of {E}, " \
-                   f"moe_tp {mtp}, moe_ep {mep}"
-        else:
-            wb = 1.0 if fp8 else 2.0
-            peaks = spec_peaks(gpu)
-            fpk = peaks["flops"]["fp8" if fp8 else "bf16"]
-            f1, b1 = shape.expert_flops_bytes(tok, par, weight_bytes=wb)
-            f0, b0 = shape.expert_flops_bytes(tok, _FixedSplit(mtp, mep), weight_bytes=wb,
-                                              experts_per_token=k, hidden_size=h,
-                                              moe_intermediate_size=inter, num_experts=E)
-            t = t * (np.maximum(f1 / fpk, b1 / peaks["bw"]) / np.maximum(f0 / fpk, b0 / peaks["bw"]))
-            note = (f"MoE experts estimated: the {src}'s nearest measured point (h {h}, width "
-                    f"{inter}, top-{k} of {E}, moe_tp {mtp}, moe_ep {mep}) x the roofline ratio "
-                    f"to h {shape.hidden_size}, width {shape.moe_intermediate_size}, top-"
-                    f"{shape.experts_per_token} of {shape.num_experts}, moe_tp {par.moe_tp}, "
-                    f"moe_ep {par.moe_ep}")
-        if self.transfer:
-            wb = 1.0 if fp8 else 2.0
-            fl, by = shape.expert_flops_bytes(tok, par, weight_bytes=wb)
-            t = t * _roof_ratio(self.transfer, fl, by, "fp8" if fp8 else "bf16")
-        return tok, t, note
-
-    def describe(self) -> str:
-        if self.measured:
-            return (f"measured: AIConfigurator, vLLM {self.gemm_version} kernels on {self.device}")
-        return (f"transferred to {self.gpu} from {self.transfer['source']} ({self.device}, vLLM "
-                f"{self.gemm_version} kernels) via spec-sheet ratios")
-
-
-@dataclass(frozen=True)
-class _FixedSplit:
-    """A measured table point's expert split (moe_tp, moe_ep) for MoEShape.expert_flops_bytes."""
-
-    moe_tp: int
-    moe_ep: int
-
-
-def _scale_link(t: np.ndarray, link_ratio: float) -> np.ndarray:
-    """A transferred all-reduce: the latency floor (the table's fastest call) kept, the time
-    above it scaled by the interconnect bandwidth ratio (source / target)."""
-    floor = float(t.min())
-    return floor + (t - floor) * link_ratio
-
-
-@lru_cache(maxsize=16)
-def _load_tables(path: str, system: str, gpu_name: str) -> KernelTables:
-    d = Path(path)
-    manifest = json.loads((d / "manifest.json").read_text())
-    info = manifest["gpus"][system]
-    z = np.load(d / f"{system}.npz")
-    arrays = {k: z[k] for k in z.files}
-    for dt in ("bf16", "fp8"):
-        if f"gemm_{dt}_lat_ms" in arrays:
-            logl = np.log(arrays.pop(f"gemm_{dt}_lat_ms").astype(np.float64))
-            n = arrays[f"gemm_{dt}_n"].astype(np.float64)
-            # an (n, k) column the table never measured (the 65536 x 65536 corner): from its
-            # neighbour at the next smaller n, in proportion to n
-            for j in range(1, logl.shape[1]):
-                bad = ~np.isfinite(logl[:, j, :])
-                if bad.any():
-                    logl[:, j, :] = np.where(bad, logl[:, j - 1, :] + np.log(n[j] / n[j - 1]),
-                                             logl[:, j, :])
-            arrays[f"gemm_{dt}_loglat"] = logl
-    return KernelTables(gpu=gpu_name, device=info["device"], gemm_version=info["gemm_version"],
-                        attention_version=info["attention_version"], arrays=arrays,
-                        moe_version=info.get("moe_version", ""))
-
-
-def _axis(grid, x: float):
-    """Interpolation bracket on a log axis: (i0, i1, weight, extra log) — beyond the last
-    point the extra log makes time proportional to size; below the first it holds."""
-    lg = np.log(np.asarray(grid, dtype=np.float64))
-    lx = np.log(float(x))
-    if lx <= lg[0]:
-        return 0, 0, 0.0, 0.0
-    if lx >= lg[-1]:
-        return len(lg) - 1, len(lg) - 1, 0.0, lx - lg[-1]
-    i = int(np.searchsorted(lg, lx)) - 1
-    return i, i + 1, (lx - lg[i]) / (lg[i + 1] - lg[i]), 0.0
-
-
-def _fill_loglog(lx: np.ndarray, g: np.ndarray, axis: int) -> np.ndarray:
-    """Fill NaN cells of log-latency grid g along `axis` (log coordinates lx): interpolate
-    between measured cells, continue the last segment's slope beyond them, hold below."""
-    g = np.moveaxis(g.copy(), axis, -1)
-    for idx in np.ndindex(g.shape[:-1]):
-        row = g[idx]
-        ok = np.isfinite(row)
-        if ok.all() or not ok.any():
-            continue
-        x, y = lx[ok], row[ok]
-        v = np.interp(lx, x, y)
-        if ok.sum() >= 2:
-            slope = (y[-1] - y[-2]) / (x[-1] - x[-2])
-            hi = lx > x[-1]
-            v[hi] = y[-1] + slope * (lx[hi] - x[-1])
-        g[idx] = np.where(ok, row, v)
-    return np.moveaxis(g, -1, axis)
-
-
-# ---- transfer through spec-sheet ratios ---------------------------------------------------
-def _roof_ratio(tr: dict, flops, byts, dtype: str):
-    """roofline time on the target / on the source for kernels of these FLOPs and bytes."""
-    fs, ft = tr["src_flops"][dtype], tr["dst_flops"][dtype]
-    return (np.maximum(flops / ft, byts / tr["dst_bw"])
-            / np.maximum(flops / fs, byts / tr["src_bw"]))
 
 
 def _quant_ratio(m: np.ndarray, n: int, k: int, bits: int, gpu) -> np.ndarray:
@@ -388,22 +83,6 @@ def _quant_ratio(m: np.ndarray, n: int, k: int, bits: int, gpu) -> np.ndarray:
     q = np.maximum(flops / peak, (n * k * (bits / 8.0 + 4.0 / 128.0) + act) / bw)
     b = np.maximum(flops / bf16, (n * k * 2.0 + act) / bw)
     return q / b
-
-
-def spec_peaks(gpu) -> dict:
-    """Spec-sheet peaks of a tuner GPU (duck-typed) as the transfer rule uses them."""
-    bf16 = gpu.bf16_tflops * 1e12
-    fp8 = (getattr(gpu, "fp8_tflops", None) or 0.0) * 1e12 or bf16
-    return {"flops": {"bf16": bf16, "fp8": fp8}, "bw": gpu.hbm_gbps * 1e9,
-            "link": (getattr(gpu, "nvlink_gbps", None) or gpu.host_link_gbps) * 1e9}
-
-
-def transfer_tables(source: KernelTables, source_gpu, target_gpu) -> KernelTables:
-    """`source`'s tables re-priced for `target_gpu` (both duck-typed tuner GPUs)."""
-    s, t = spec_peaks(source_gpu), spec_peaks(target_gpu)
-    tr = {"source": source.gpu, "src_flops": s["flops"], "dst_flops": t["flops"],
-          "src_bw": s["bw"], "dst_bw": t["bw"], "link_ratio": s["link"] / t["link"]}
-    return replace(source, gpu=target_gpu.name, transfer=tr)
 
 
 # ---- the cost model -----------------------------------------------------------------------
@@ -447,10 +126,10 @@ class MeasuredTableCostModel:
 
     def __post_init__(self):
         # derived lookup structures (pure functions of the fields above)
-        self._cache["gen"] = _UniformGrid.from_grid(self.log_gen_b, self.log_gen_s, self.log_gen_t)
-        self._cache["tokens"] = _IntTable.from_curve(*self._combined_token_curve())
-        self._cache["head"] = _IntTable.from_curve(self.log_m, self.log_head_s)
-        self._cache["ctx"] = _Uniform1D.from_curve(self.log_pairs, self.log_ctx_s)
+        self._cache["gen"] = UniformLogGrid.from_grid(self.log_gen_b, self.log_gen_s, self.log_gen_t)
+        self._cache["tokens"] = IntTable.from_curve(*self._combined_token_curve())
+        self._cache["head"] = IntTable.from_curve(self.log_m, self.log_head_s)
+        self._cache["ctx"] = UniformLogCurve.from_curve(self.log_pairs, self.log_ctx_s)
 
     def _combined_token_curve(self) -> tuple[np.ndarray, np.ndarray]:
         L = self.num_layers
@@ -461,19 +140,19 @@ class MeasuredTableCostModel:
             m = np.unique(np.concatenate([m, np.exp(self.log_moe_tokens),
                                           np.exp(self.log_a2a_tokens)]))
             m = m[m >= 1.0]
-        lin = _curve(m, self.log_m, self.log_linear_s)
+        lin = loglog_curve(m, self.log_m, self.log_linear_s)
         t = L * (lin + self.elementwise_s_per_token * m)
         if self.tp > 1:
-            t = t + 2.0 * L * _curve(m, self.log_ar_tokens, self.log_ar_s)
+            t = t + 2.0 * L * loglog_curve(m, self.log_ar_tokens, self.log_ar_s)
         if self.moe_layers:
             t = t + self.moe_layers * self._moe_s(m)
         return np.log(m), np.log(t)
 
     def _moe_s(self, tokens: np.ndarray) -> np.ndarray:
         """Seconds of one MoE layer's routed experts + data-parallel gather/scatter."""
-        t = _curve(tokens, self.log_moe_tokens, self.log_moe_s)
+        t = loglog_curve(tokens, self.log_moe_tokens, self.log_moe_s)
         if len(self.log_a2a_tokens):
-            t = t + _curve(tokens, self.log_a2a_tokens, self.log_a2a_s)
+            t = t + loglog_curve(tokens, self.log_a2a_tokens, self.log_a2a_s)
         return t
 
     @classmethod
@@ -563,28 +242,28 @@ class MeasuredTableCostModel:
         """Seconds of GPU work per iteration by operation group (all layers summed)."""
         L = self.num_layers
         tokens = f.prefill_tokens + f.decodes
-        linear = _curve(tokens, self.log_m, self.log_linear_s)
-        head = _curve(f.seqs_sampled, self.log_m, self.log_head_s)
+        linear = loglog_curve(tokens, self.log_m, self.log_linear_s)
+        head = loglog_curve(f.seqs_sampled, self.log_m, self.log_head_s)
         pairs = f.prefill_ctx + 0.5 * (f.prefill_sq + f.prefill_tokens)
-        ctx = _curve(pairs, self.log_pairs, self.log_ctx_s)
+        ctx = loglog_curve(pairs, self.log_pairs, self.log_ctx_s)
         gen = self._gen.time_s(f.decodes, f.decode_kv)
         if self.tp > 1:
-            allreduce = 2.0 * L * _curve(tokens, self.log_ar_tokens, self.log_ar_s)
+            allreduce = 2.0 * L * loglog_curve(tokens, self.log_ar_tokens, self.log_ar_s)
         else:
             allreduce = np.zeros_like(tokens)
         out = {"linear": L * linear, "lm_head": head, "attention_prefill": L * ctx,
                "attention_decode": L * gen, "allreduce": allreduce,
                "elementwise_estimated": L * self.elementwise_s_per_token * tokens}
         if self.moe_layers:
-            out["moe_experts"] = self.moe_layers * _curve(tokens, self.log_moe_tokens,
+            out["moe_experts"] = self.moe_layers * loglog_curve(tokens, self.log_moe_tokens,
                                                           self.log_moe_s)
             if len(self.log_a2a_tokens):
-                out["moe_dispatch"] = self.moe_layers * _curve(tokens, self.log_a2a_tokens,
+                out["moe_dispatch"] = self.moe_layers * loglog_curve(tokens, self.log_a2a_tokens,
                                                                self.log_a2a_s)
         return out
 
     @property
-    def _gen(self) -> _UniformGrid:
+    def _gen(self) -> UniformLogGrid:
         return self._cache["gen"]
 
 
@@ -685,8 +364,8 @@ def _moe_curves(moe: MoEShape, par: MoEParallel, tables: KernelTables, gpu, weig
         grid = np.unique(np.concatenate([ag[0], rs[0]])) / bytes_per_token
         grid = grid[grid >= 1.0]
         msg = grid * bytes_per_token
-        a2a = (_curve(msg, np.log(ag[0]), np.log(ag[1]))
-               + _curve(msg, np.log(rs[0]), np.log(rs[1])))
+        a2a = (loglog_curve(msg, np.log(ag[0]), np.log(ag[1]))
+               + loglog_curve(msg, np.log(rs[0]), np.log(rs[1])))
         fields.update(log_a2a_tokens=np.log(grid), log_a2a_s=np.log(a2a))
         notes.append(f"MoE dispatch/combine: NCCL all-gather + reduce-scatter tables over "
                      f"{par.group} GPUs")
@@ -707,161 +386,15 @@ def _allreduce_curve(tables: KernelTables, tp: int, bytes_per_token: float, m: n
     gt = float(CUDA_GRAPH_MAX_TOKENS)
     tok = np.unique(np.concatenate([m, [gt, gt + 1, np.floor(lim_tok), np.floor(lim_tok) + 1]]))
     msg = tok * bytes_per_token
-    graph = _curve(msg, np.log(g[0]), np.log(g[1]))
-    eager = _curve(msg, np.log(e[0]), np.log(e[1]))
+    graph = loglog_curve(msg, np.log(g[0]), np.log(g[1]))
+    eager = loglog_curve(msg, np.log(e[0]), np.log(e[1]))
     t = np.where(tok <= gt, graph, eager)
     note = f"; all-reduce: vLLM {g[2]} custom all-reduce table"
     if nccl is not None:
         t = np.where(msg > CUSTOM_ALLREDUCE_MAX_BYTES,
-                     _curve(msg, np.log(nccl[0]), np.log(nccl[1])), t)
+                     loglog_curve(msg, np.log(nccl[0]), np.log(nccl[1])), t)
         note += " (NCCL table above 8 MiB)"
     return np.log(tok), np.log(t), note
-
-
-@dataclass(frozen=True)
-class _IntTable:
-    """A curve over integer counts (tokens, sampled rows) tabulated at every integer up to
-    `n`: exact at the measured points and at the steps between them (GEMM tile boundaries
-    make time jump from one m to the next); counts beyond `n` take the curve itself."""
-
-    values: np.ndarray  # seconds at 0, 1, ..., n - 1
-    lx: np.ndarray
-    ly: np.ndarray
-
-    @classmethod
-    def from_curve(cls, lx, ly, n: int = 1 << 15) -> _IntTable:
-        return cls(_curve(np.arange(n, dtype=np.float64), lx, ly), lx, ly)
-
-    def time_s(self, x: np.ndarray) -> np.ndarray:
-        n = len(self.values)
-        xi = x.astype(np.int64)
-        t = self.values[np.minimum(xi, n - 1)]
-        big = np.flatnonzero(xi >= n)
-        if big.size:
-            t[big] = _curve(x[big], self.lx, self.ly)
-        return t
-
-
-@dataclass(frozen=True)
-class _Uniform1D:
-    """A log-log curve resampled on a uniform grid of log x, so a lookup is index arithmetic
-    (np.interp's binary search costs ~30 ns per random lookup; this ~5 ns)."""
-
-    x0: float
-    inv_dx: float
-    n: int
-    y: np.ndarray  # log seconds at x0 + i / inv_dx
-    dy: np.ndarray  # y[i + 1] - y[i] (slope of the last segment repeated at the end)
-
-    @classmethod
-    def from_curve(cls, lx, ly, points: int = 1024) -> _Uniform1D:
-        xs = np.linspace(lx[0], lx[-1], points)
-        y = np.log(_curve(np.exp(xs), lx, ly))
-        dy = np.append(np.diff(y), y[-1] - y[-2])
-        return cls(float(xs[0]), float(1.0 / (xs[1] - xs[0])), points, y, dy)
-
-    def time_s(self, x: np.ndarray) -> np.ndarray:
-        f = np.log(np.maximum(x, 1.0))
-        f -= self.x0
-        f *= self.inv_dx
-        np.maximum(f, 0.0, out=f)  # below the grid: hold the first value
-        i = np.minimum(f.astype(np.int64), self.n - 1)
-        f -= i  # beyond the grid: w > 1 continues the last segment's slope
-        t = np.exp(self.y[i] + f * self.dy[i])
-        t *= x > 0
-        return t
-
-
-@dataclass(frozen=True)
-class _UniformGrid:
-    """A log-time table on a uniform grid of (log batch, log mean length), so a lookup is
-    index arithmetic (no search): resampled from the measured grid by _bilinear."""
-
-    x0: float
-    dx: float
-    y0: float
-    dy: float
-    nx: int
-    ny: int
-    flat: np.ndarray  # log seconds, row-major [x, y]
-
-    @classmethod
-    def from_grid(cls, lb, ls, lt, points: int = 256) -> _UniformGrid:
-        xs = np.linspace(lb[0], lb[-1], points)
-        ys = np.linspace(ls[0], ls[-1], points)
-        X, Y = np.meshgrid(xs, ys, indexing="ij")
-        n = np.exp(X.ravel())
-        t = _bilinear(n, n * np.exp(Y.ravel()), lb, ls, lt).reshape(points, points)
-        return cls(float(xs[0]), float(xs[1] - xs[0]), float(ys[0]), float(ys[1] - ys[0]),
-                   points, points, np.log(t).ravel())
-
-    def time_s(self, n: np.ndarray, kv: np.ndarray) -> np.ndarray:
-        nn = np.maximum(n, 1.0)  # n counts decodes: 0 or >= 1
-        fy = np.log(np.maximum(kv / nn, 1.0))
-        fx = np.log(nn)
-        fx -= self.x0
-        fx *= 1.0 / self.dx
-        fy -= self.y0
-        fy *= 1.0 / self.dy
-        np.maximum(fx, 0.0, out=fx)  # below the grid: hold
-        np.maximum(fy, 0.0, out=fy)
-        i = np.minimum(fx.astype(np.int64), self.nx - 2)
-        j = np.minimum(fy.astype(np.int64), self.ny - 2)
-        fx -= i  # > 1 beyond the grid: the last segment continues
-        fy -= j
-        k = i * self.ny
-        k += j
-        a = self.flat[k]
-        b = self.flat[k + self.ny]
-        c = self.flat[k + 1]
-        d = self.flat[k + (self.ny + 1)]
-        d += a
-        d -= b
-        d -= c
-        d *= fx
-        d += c
-        d -= a
-        d *= fy
-        b -= a
-        b *= fx
-        a += b
-        a += d  # a + fx (b - a) + fy (c - a + fx (d - c - b + a))
-        out = np.exp(a, out=a)
-        out *= n > 0
-        return out
-
-
-def _curve(x: np.ndarray, lx: np.ndarray, ly: np.ndarray) -> np.ndarray:
-    """exp(interp(log x)) with the last segment's slope continued above the grid, the first
-    value held below it, and 0 where x <= 0 (no such work in the step). x counts tokens,
-    pairs or bytes: a positive x is >= 1."""
-    x = np.asarray(x, dtype=np.float64)
-    lgx = np.log(np.maximum(x, 1.0))
-    y = np.interp(lgx, lx, ly)
-    if len(lx) >= 2:
-        slope = (ly[-1] - ly[-2]) / (lx[-1] - lx[-2])
-        y += slope * np.maximum(lgx - lx[-1], 0.0)
-    t = np.exp(y)
-    t *= x > 0
-    return t
-
-
-def _bilinear(n: np.ndarray, kv: np.ndarray, lb: np.ndarray, ls: np.ndarray,
-              lt: np.ndarray) -> np.ndarray:
-    """Decode attention seconds for n decodes reading kv KV tokens in total: bilinear in
-    (log n, log mean length) over log time; extrapolated along the last segment above the grid,
-    held below it; 0 where n == 0."""
-    n = np.asarray(n, dtype=np.float64)
-    pos = n > 0
-    x = np.log(np.where(pos, n, 1.0))
-    y = np.log(np.maximum(np.where(pos, kv / np.where(pos, n, 1.0), 1.0), 1.0))
-    i = np.clip(np.searchsorted(lb, x) - 1, 0, len(lb) - 2)
-    j = np.clip(np.searchsorted(ls, y) - 1, 0, len(ls) - 2)
-    wx = np.maximum((x - lb[i]) / (lb[i + 1] - lb[i]), 0.0)
-    wy = np.maximum((y - ls[j]) / (ls[j + 1] - ls[j]), 0.0)
-    t = ((1 - wx) * (1 - wy) * lt[i, j] + wx * (1 - wy) * lt[i + 1, j]
-         + (1 - wx) * wy * lt[i, j + 1] + wx * wy * lt[i + 1, j + 1])
-    return np.where(pos, np.exp(t), 0.0)
 
 
 # ---- transfer error: the rule applied between two measured GPUs ----------------------------
@@ -894,7 +427,7 @@ def reference_iterations() -> BatchFeatures:
     return BatchFeatures(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4], a[:, 5])
 
 
-# ---- choosing tables for a catalog GPU ------------------------------------------------------
+# ---- shipped summaries: the transfer checks and the fidelity suite -------------------------
 TRANSFER_CHECKS_FILE = "transfer_checks.json"
 # the model whose shapes the shipped transfer checks use (a typical dense 8B decoder)
 CHECK_MODEL = "llama-3-8b"
@@ -944,20 +477,23 @@ def write_transfer_checks(gpus: dict, models: dict, path: Path | None = None) ->
     return doc
 
 
+# ---- choosing tables for a GPU --------------------------------------------------------------
 def table_cost_model(model, gpu, *, tp: int = 1, weight_bits: int = 16, kv_bits: int = 16,
                      engine_version: str | None = None, engine="default",
                      gpus: dict | None = None, dp: int = 1, expert_parallel: bool = False):
-    """MeasuredTableCostModel for a catalog GPU: its own tables where shipped, else transferred
-    from the measured GPU of its architecture (TRANSFER_SOURCE); None where neither applies or
-    the tables do not cover the config (4-bit weights, a TP size without all-reduce table).
+    """MeasuredTableCostModel for a GPU: its own tables where shipped (aic_tables.MEASURED),
+    else transferred from the measured GPU of its architecture (`gpu.architecture`,
+    aic_transfer.TRANSFER_SOURCE); None where neither applies (no architecture stated) or the
+    tables do not cover the config (4-bit weights, a TP size without all-reduce table).
     engine: an EngineProfile, None (GPU time only) or "default" (the default profile).
     dp and expert_parallel shape the expert layers of an MoE model (predictors.moe); a dense
     model's curves do not depend on them."""
     if isinstance(engine, str):
-        from predictors.engine_overhead import get_profile
+        from tuner.predictors.engine_overhead import get_profile
 
         engine = get_profile(None if engine == "default" else engine)
-    if gpu.name not in MEASURED and gpu.name not in TRANSFER_SOURCE:
+    src = None if gpu.name in MEASURED else transfer_source(gpu)
+    if gpu.name not in MEASURED and src is None:
         return None
     if getattr(model, "is_mla", False):
         return None  # the converted tables hold GQA attention shapes, not MLA's (roofline)
@@ -972,7 +508,6 @@ def table_cost_model(model, gpu, *, tp: int = 1, weight_bits: int = 16, kv_bits:
             tables = KernelTables.load(gpu.name)
             err = None
         else:
-            src = TRANSFER_SOURCE[gpu.name]
             src_gpu = gpus[src] if gpus is not None else _catalog_gpu(src)
             tables = transfer_tables(KernelTables.load(src), src_gpu, gpu)
             err = transfer_error_summary()
@@ -1000,7 +535,8 @@ def _shape_key(model) -> tuple:
 
 def _gpu_key(gpu) -> tuple:
     return tuple(getattr(gpu, k, None) for k in (
-        "name", "bf16_tflops", "fp8_tflops", "hbm_gbps", "host_link_gbps", "nvlink_gbps"))
+        "name", "architecture", "bf16_tflops", "fp8_tflops", "hbm_gbps", "host_link_gbps",
+        "nvlink_gbps"))
 
 
 @lru_cache(maxsize=8)

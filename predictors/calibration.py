@@ -46,9 +46,9 @@ from pathlib import Path
 
 import numpy as np
 
-from predictors.features import BatchFeatures
 from tuner.core.io import dumps, write_atomic
 from tuner.core.provenance import Provenance
+from tuner.predictors.features import BatchFeatures
 
 FORMAT = "tuner-calibration/1"
 TERMS = ("kernel_factor", "iteration_overhead_s", "per_sequence_s")

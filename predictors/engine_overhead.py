@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from predictors.features import BatchFeatures
+from tuner.predictors.features import BatchFeatures
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,6 @@ from __future__ import annotations
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 
-BASES = ("identity", "tokens", "prefill", "decode", "size", "threads")
-
 
 def design(X: np.ndarray, basis: str) -> np.ndarray:
     """Columns of a linear cost model (without the bias column)."""

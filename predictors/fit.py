@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from predictors.opmath import ATTENTION_OPS, COPY_OPS, ELEMENTWISE_OPS, LINEAR_OPS, QUANT_OPS
 from tuner.core.io import dumps, write_atomic
+from tuner.predictors.opmath import ATTENTION_OPS, COPY_OPS, ELEMENTWISE_OPS, LINEAR_OPS, QUANT_OPS
 
 FIT_JSON = "fit.json"
 CV_CSV = "cv_errors.csv"
@@ -33,7 +33,7 @@ FORMAT = "tuner-fit/1"
 
 def _candidates(op: str) -> tuple[list[str], str, dict[str, object]]:
     """(feature columns, linear basis, {name: estimator}) for an operation."""
-    from predictors.estimators import (
+    from tuner.predictors.estimators import (
         ForestCost,
         InterpCost,
         LinearCost,
@@ -143,7 +143,7 @@ def cv_scores(estimators: dict, X, y, folds: int = 5, seed: int = 0) -> dict[str
 
 
 def _tabulate(op: str, est, X: np.ndarray) -> dict | None:
-    from predictors.tables import Table1D, Table2D, grid_axis, token_axis
+    from tuner.predictors.tables import Table1D, Table2D, grid_axis, token_axis
 
     if X.shape[1] == 1:
         x = token_axis(X[:, 0])
@@ -177,7 +177,7 @@ def resolve_stat(stat: str, provenance: dict) -> str:
 def fit_ops(df, *, folds: int = 5, seed: int = 0, progress=None, stat: str = "median") -> list[OpFit]:
     from sklearn.base import clone
 
-    from predictors.estimators import measured_saturation_bytes
+    from tuner.predictors.estimators import measured_saturation_bytes
 
     col = f"{stat}_s"
     ok = df[(df["status"] == "ok") & (df["median_s"] > 0) & (df[col] > 0)]
@@ -298,9 +298,9 @@ MODEL_OPS = (*LINEAR_OPS, *ELEMENTWISE_OPS, "lm_head", *ATTENTION_OPS)
 def fit_profile(profile_dir: Path, *, folds: int = 5, seed: int = 0, progress=None,
                 stat: str = "auto") -> FitResult:
     """Fit every operation of a profile (no files written; FitResult.save writes them)."""
-    from predictors.devices import gpu_specs, measured_specs
-    from predictors.transfer import learn_efficiency
     from tuner.core.errors import TunerError
+    from tuner.predictors.devices import gpu_specs, measured_specs
+    from tuner.predictors.transfer import learn_efficiency
 
     t0 = time.perf_counter()
     profile_dir = Path(profile_dir)

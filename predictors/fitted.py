@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from predictors.features import BatchFeatures, sum_parts
-from predictors.opmath import ELEMENTWISE_OPS, LINEAR_OPS, TOKEN_OPS, flops_bytes
-from predictors.roofline import RooflineCostModel
-from predictors.tables import Table1D, Table2D, grid_axis, table_from_dict, token_axis
 from tuner.core.provenance import Provenance
+from tuner.predictors.features import BatchFeatures, sum_parts
+from tuner.predictors.opmath import ELEMENTWISE_OPS, LINEAR_OPS, TOKEN_OPS, flops_bytes
+from tuner.predictors.roofline import RooflineCostModel
+from tuner.predictors.tables import Table1D, Table2D, grid_axis, table_from_dict, token_axis
 
 REQUIRED_OPS = (*TOKEN_OPS, "lm_head", "attn.prefill", "attn.decode")
 _DEFAULT_OVERHEAD_S = RooflineCostModel.__dataclass_fields__["iteration_overhead_s"].default
@@ -149,23 +149,16 @@ class FittedCostModel:
 
     @property
     def transfer_model(self):
-        """predictors.transfer_model.CallableTransferModel over the measured (or transferred)
+        """tuner.predictors.transfer_model.CallableTransferModel over the measured (or transferred)
         pinned host<->device copy curves; None when the profile has none (e.g. a CPU profile),
         so the simulator keeps its spec-sheet curve."""
         h2d, d2h = self.copies.get("copy.h2d[pinned]"), self.copies.get("copy.d2h[pinned]")
         if h2d is None or d2h is None:
             return None
-        from predictors.transfer_model import CallableTransferModel
+        from tuner.predictors.transfer_model import CallableTransferModel
 
         return CallableTransferModel(h2d=h2d, d2h=d2h,
                                      name=f"{self.kind} pinned copy curves ({self.description})")
-
-    def transfer_time_s(self, nbytes, direction: str = "h2d", memory: str = "pinned") -> np.ndarray:
-        """Host<->device copy time of `nbytes` from the measured (saturating) curve."""
-        key = f"copy.{direction}[{memory}]"
-        if key not in self.copies:
-            raise KeyError(f"no measured {key} curve in this profile")
-        return self.copies[key](np.asarray(nbytes, dtype=np.float64))
 
 
 # ---- builders ------------------------------------------------------------------------------
@@ -198,8 +191,8 @@ def transferred_cost_model(fit: dict, model, target, *, description: str, tp: in
                            interconnect_bytes_per_s: float = 0.0) -> FittedCostModel:
     """Tables for `model` (per tensor-parallel rank) on a device with `target` specs
     (predictors.devices.DeviceSpecs), from the source fit's efficiency curves."""
-    from predictors.efficiency import predict_s
-    from predictors.opmath import class_peaks, efficiency_class
+    from tuner.predictors.efficiency import predict_s
+    from tuner.predictors.opmath import class_peaks, efficiency_class
 
     eff = fit.get("efficiency", {})
     need = ("gemm", "elementwise", "attn.prefill", "attn.decode")

@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from predictors.opmath import shape_dict
+from tuner.predictors.opmath import shape_dict
 
 _FIT_CACHE: dict[tuple, dict] = {}
 _MODEL_CACHE: dict[tuple, object] = {}
@@ -88,12 +88,12 @@ def load_fit(d: Path) -> dict:
             raise TunerError(f"{fit_path} is not a tuner fit (format {doc.get('format')!r}).")
         csv_path = d / "profile.csv"
         if csv_path.is_file():
-            from predictors.fit import sha256_file
+            from tuner.predictors.fit import sha256_file
 
             if sha256_file(csv_path) != doc.get("profile_sha256"):
                 doc = None  # stale: refit below
     if doc is None:
-        from predictors.fit import fit_profile
+        from tuner.predictors.fit import fit_profile
 
         doc = fit_profile(d).to_json()
         doc["fitted_in_memory"] = True
@@ -142,7 +142,7 @@ class RooflineDefaults:
 
 
 def roofline(model, gpu, config, reason: str = ""):
-    from predictors.roofline import RooflineCostModel
+    from tuner.predictors.roofline import RooflineCostModel
 
     rf = RooflineCostModel.from_specs(gpu, model, tp=config.tp, weight_bits=config.weight_bits,
                                       kv_bits=config.kv_bits)
@@ -166,12 +166,20 @@ def check_profile_mode(mode: str) -> None:
 def load_cost_model(profile_or_fit_dir, model, gpu, config, *, mode: str = "auto"):
     """CostModel for `model` on `gpu` under `config` (tp, weight_bits, kv_bits) from measured
     profiles; see the module docstring for the modes. Raises TunerError on bad input."""
+    check_profile_mode(mode)
+    return read_profiles(profile_or_fit_dir, model, gpu, config, mode)
+
+
+def read_profiles(profile_or_fit_dir, model, gpu, config, how: str):
+    """The CostModel (or None) that ``PROFILE_READERS[how]`` makes of the profiles in
+    `profile_or_fit_dir` for (model, gpu, config); cached per folder state and config. `how`:
+    a --profile-mode, or one half of `auto` (predictors.sources consults the halves as two
+    cost sources). Raises TunerError on a missing or empty folder."""
     from tuner.core.errors import TunerError
 
-    check_profile_mode(mode)
     path = Path(profile_or_fit_dir)
-    if mode in NO_PROFILE_MODES:
-        return PROFILE_MODES[mode](ProfileChoice([], model, gpu, config, path))
+    if how in NO_PROFILE_MODES:
+        return PROFILE_READERS[how](ProfileChoice([], model, gpu, config, path))
     if not path.exists():
         raise TunerError(f"Profile folder {path} does not exist (make one with `tuner profile`).")
     dirs = find_profiles(path)
@@ -179,11 +187,11 @@ def load_cost_model(profile_or_fit_dir, model, gpu, config, *, mode: str = "auto
         raise TunerError(f"{path} holds no profile (profile.csv) or fit (fit.json): run "
                          f"`tuner profile --model M --out {path}`.")
     key = (tuple((str(d.resolve()), _stamp(d)) for d in dirs), tuple(shape_dict(model).items()),
-           _gpu_key(gpu), config.tp, config.weight_bits, config.kv_bits, mode)
+           _gpu_key(gpu), config.tp, config.weight_bits, config.kv_bits, how)
     if key in _MODEL_CACHE:
         return _MODEL_CACHE[key]
     fits = [load_fit(d) for d in dirs]
-    cm = _choose(fits, model, gpu, config, mode, path)
+    cm = _choose(fits, model, gpu, config, how, path)
     _MODEL_CACHE[key] = cm
     return cm
 
@@ -228,7 +236,7 @@ class ProfileChoice:
         return f"tp={c.tp}, W{c.weight_bits}/KV{c.kv_bits}"
 
     def measured(self, f: dict, note: str = ""):
-        from predictors.fitted import measured_cost_model
+        from tuner.predictors.fitted import measured_cost_model
 
         desc = (f"measured: {_source_label(f)}, per-operation fits from {f['_dir']}; "
                 f"{_median_cv(f)}{note}")
@@ -237,9 +245,9 @@ class ProfileChoice:
     def transferred(self, f: dict, specs=None, *, dtype_bytes: float = 2.0,
                     what: str | None = None):
         """`f`'s efficiency curves on `specs` (default: this GPU's spec sheet)."""
-        from predictors.devices import gpu_specs
-        from predictors.fitted import transferred_cost_model
         from tuner.core.errors import TunerError
+        from tuner.predictors.devices import gpu_specs
+        from tuner.predictors.fitted import transferred_cost_model
 
         gpu, c = self.gpu, self.config
         specs = specs or gpu_specs(gpu, "bfloat16")
@@ -258,8 +266,8 @@ class ProfileChoice:
 
 def _mode_measured(ch: ProfileChoice):
     """The profile at this model's shapes whatever device it was taken on."""
-    from predictors.devices import DeviceSpecs
     from tuner.core.errors import TunerError
+    from tuner.predictors.devices import DeviceSpecs
 
     if not ch.same:
         have = sorted({f.get("provenance", {}).get("model", "?") for f in ch.fits})
@@ -281,18 +289,35 @@ def _mode_transfer(ch: ProfileChoice):
     return ch.transferred(_pick_source(ch.fits, ch.model, gpu_only=False))
 
 
-def _mode_auto(ch: ProfileChoice):
-    """Measured on this GPU, else transferred from a GPU profile, else the roofline."""
+def _auto_measured(ch: ProfileChoice):
+    """`auto`'s first half: a profile taken on this GPU at this model's shapes, used as
+    measured where the config is the one profiles are taken at (tp 1, 16-bit); else None."""
     on_gpu = ch.on_gpu
-    if on_gpu and ch.plain:
-        return ch.measured(on_gpu[0])
+    return ch.measured(on_gpu[0]) if on_gpu and ch.plain else None
+
+
+def _auto_transferred(ch: ProfileChoice):
+    """`auto`'s second half (after _auto_measured): this GPU's own profile carried to the
+    config's tp / bits, else a GPU profile transferred to this GPU; None where none applies."""
+    on_gpu = ch.on_gpu
     if on_gpu:
         return ch.transferred(on_gpu[0], what=f"{ch.gpu.name} at {ch.tp_bits()}")
     src = _pick_source(ch.fits, ch.model, gpu_only=True)
-    if src is not None:
-        return ch.transferred(src)
-    return roofline(ch.model, ch.gpu, ch.config,
-                    f"no GPU profile in {ch.path} applies to {ch.gpu.name}")
+    return ch.transferred(src) if src is not None else None
+
+
+def no_profile_applies(path, gpu) -> str:
+    """Why `auto` fell back to the roofline (the roofline's name says it)."""
+    return f"no GPU profile in {path} applies to {gpu.name}"
+
+
+def _mode_auto(ch: ProfileChoice):
+    """Measured on this GPU, else transferred from a GPU profile, else the roofline."""
+    for half in (_auto_measured, _auto_transferred):
+        cm = half(ch)
+        if cm is not None:
+            return cm
+    return roofline(ch.model, ch.gpu, ch.config, no_profile_applies(ch.path, ch.gpu))
 
 
 def _mode_roofline(ch: ProfileChoice):
@@ -310,13 +335,17 @@ PROFILE_MODES = {
 }
 MODES = tuple(PROFILE_MODES)
 NO_PROFILE_MODES = ("roofline",)  # modes that read no profile (no folder needed)
+#: read_profiles(how=...): the modes, and the two halves of `auto` (None where they do not
+#: apply) that predictors.sources consults as the "profile" and "transfer" cost sources
+PROFILE_READERS = {**PROFILE_MODES, "auto-measured": _auto_measured,
+                   "auto-transferred": _auto_transferred}
 
 
-def _choose(fits: list[dict], model, gpu, config, mode: str, path: Path):
+def _choose(fits: list[dict], model, gpu, config, how: str, path: Path):
     from tuner.core.errors import TunerError
 
     try:
-        return PROFILE_MODES[mode](ProfileChoice(fits, model, gpu, config, path))
+        return PROFILE_READERS[how](ProfileChoice(fits, model, gpu, config, path))
     except ValueError as exc:
         raise TunerError(f"Cannot build a cost model from {path}: {exc}.") from None
 

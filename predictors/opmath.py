@@ -31,7 +31,6 @@ ELEMENTWISE_OPS = ("norm", "activation", "rotary", "add")
 ATTENTION_OPS = ("attn.prefill", "attn.decode")
 COPY_OPS = ("copy.h2d", "copy.d2h", "copy.host")
 QUANT_OPS = ("quant", "dequant")
-CPU_OPS = ("cpu.matmul", "cpu.attn.decode")
 
 # Roofline classes an efficiency curve is learned for (predictors.transfer).
 EFFICIENCY_CLASS: dict[str, str] = {

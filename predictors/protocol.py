@@ -13,9 +13,9 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from predictors.features import BatchFeatures
-from predictors.transfer_model import TransferModel
 from tuner.core.provenance import Provenance
+from tuner.predictors.features import BatchFeatures
+from tuner.predictors.transfer_model import TransferModel
 
 #: Operation groups of `CostModel.breakdown` priced once per iteration (not per layer).
 ITERATION_GROUPS = frozenset({"lm_head", "overhead"})

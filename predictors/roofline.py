@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from predictors.features import BatchFeatures, sum_parts
-from predictors.moe import MoEParallel, MoEShape
-from predictors.protocol import group_ops
 from tuner.core.provenance import Provenance
+from tuner.predictors.features import BatchFeatures, sum_parts
+from tuner.predictors.moe import MoEParallel, MoEShape
+from tuner.predictors.protocol import group_ops
 
 
 @dataclass(frozen=True)

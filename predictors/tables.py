@@ -1,12 +1,23 @@
-"""Interpolation tables: the hot path of a fitted cost model.
+"""Interpolation tables: the hot path of every table-driven cost model. Two families:
 
-Whatever estimator wins an operation's cross-validation (linear, polynomial, forest,
-interpolation), it is evaluated once on a grid and the simulator then only interpolates —
-numpy over all iterations at once, no per-row Python and no forest on 500k rows.
-Beyond the grid a time grows with the work (tokens, or chunk x context, or batch x KV).
+Linear in time (fitted profiles, predictors.fitted): whatever estimator wins an operation's
+cross-validation (linear, polynomial, forest, interpolation), it is evaluated once on a grid and
+the simulator then only interpolates — numpy over all iterations at once, no per-row Python and
+no forest on 500k rows. Table1D / Table2D: piecewise linear (bilinear on log-style axes);
+beyond the grid a time grows with the work (tokens, or chunk x context, or batch x KV).
+
+Log-log (measured kernel tables, predictors.aic_tables and predictors.aic): log latency is
+interpolated linearly in the log of each size between measured points (loglog_curve,
+loglog_bilinear, log_bracket, fill_loglog). Beyond the largest measured size the last measured
+segment's log-log slope continues (~1, i.e. time in proportion to size, for throughput-bound
+kernels); below the smallest size the smallest measured time holds (a launch-bound kernel does
+not get faster); no work (x <= 0) costs 0. IntTable, UniformLogCurve and UniformLogGrid
+resample such curves once so a lookup is a gather or index arithmetic, not a binary search.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -168,3 +179,182 @@ def grid_axis(measured, n: int, kind: str) -> np.ndarray:
     else:  # log1p: includes 0
         extra = np.expm1(np.linspace(np.log1p(m[0]), np.log1p(m[-1]), n)) if len(m) else np.array([0.0])
     return np.unique(np.round(np.concatenate([m, extra]), 6))
+
+
+# ---- log-log family: measured kernel tables -----------------------------------------------
+def loglog_curve(x: np.ndarray, lx: np.ndarray, ly: np.ndarray) -> np.ndarray:
+    """exp(interp(log x)) with the last segment's slope continued above the grid, the first
+    value held below it, and 0 where x <= 0 (no such work in the step). x counts tokens,
+    pairs or bytes: a positive x is >= 1."""
+    x = np.asarray(x, dtype=np.float64)
+    lgx = np.log(np.maximum(x, 1.0))
+    y = np.interp(lgx, lx, ly)
+    if len(lx) >= 2:
+        slope = (ly[-1] - ly[-2]) / (lx[-1] - lx[-2])
+        y += slope * np.maximum(lgx - lx[-1], 0.0)
+    t = np.exp(y)
+    t *= x > 0
+    return t
+
+
+def loglog_bilinear(n: np.ndarray, kv: np.ndarray, lb: np.ndarray, ls: np.ndarray,
+              lt: np.ndarray) -> np.ndarray:
+    """Decode attention seconds for n decodes reading kv KV tokens in total: bilinear in
+    (log n, log mean length) over log time; extrapolated along the last segment above the grid,
+    held below it; 0 where n == 0."""
+    n = np.asarray(n, dtype=np.float64)
+    pos = n > 0
+    x = np.log(np.where(pos, n, 1.0))
+    y = np.log(np.maximum(np.where(pos, kv / np.where(pos, n, 1.0), 1.0), 1.0))
+    i = np.clip(np.searchsorted(lb, x) - 1, 0, len(lb) - 2)
+    j = np.clip(np.searchsorted(ls, y) - 1, 0, len(ls) - 2)
+    wx = np.maximum((x - lb[i]) / (lb[i + 1] - lb[i]), 0.0)
+    wy = np.maximum((y - ls[j]) / (ls[j + 1] - ls[j]), 0.0)
+    t = ((1 - wx) * (1 - wy) * lt[i, j] + wx * (1 - wy) * lt[i + 1, j]
+         + (1 - wx) * wy * lt[i, j + 1] + wx * wy * lt[i + 1, j + 1])
+    return np.where(pos, np.exp(t), 0.0)
+
+
+def log_bracket(grid, x: float):
+    """Interpolation bracket on a log axis: (i0, i1, weight, extra log) — beyond the last
+    point the extra log makes time proportional to size; below the first it holds."""
+    lg = np.log(np.asarray(grid, dtype=np.float64))
+    lx = np.log(float(x))
+    if lx <= lg[0]:
+        return 0, 0, 0.0, 0.0
+    if lx >= lg[-1]:
+        return len(lg) - 1, len(lg) - 1, 0.0, lx - lg[-1]
+    i = int(np.searchsorted(lg, lx)) - 1
+    return i, i + 1, (lx - lg[i]) / (lg[i + 1] - lg[i]), 0.0
+
+
+def fill_loglog(lx: np.ndarray, g: np.ndarray, axis: int) -> np.ndarray:
+    """Fill NaN cells of log-latency grid g along `axis` (log coordinates lx): interpolate
+    between measured cells, continue the last segment's slope beyond them, hold below."""
+    g = np.moveaxis(g.copy(), axis, -1)
+    for idx in np.ndindex(g.shape[:-1]):
+        row = g[idx]
+        ok = np.isfinite(row)
+        if ok.all() or not ok.any():
+            continue
+        x, y = lx[ok], row[ok]
+        v = np.interp(lx, x, y)
+        if ok.sum() >= 2:
+            slope = (y[-1] - y[-2]) / (x[-1] - x[-2])
+            hi = lx > x[-1]
+            v[hi] = y[-1] + slope * (lx[hi] - x[-1])
+        g[idx] = np.where(ok, row, v)
+    return np.moveaxis(g, -1, axis)
+
+
+@dataclass(frozen=True)
+class IntTable:
+    """A curve over integer counts (tokens, sampled rows) tabulated at every integer up to
+    `n`: exact at the measured points and at the steps between them (GEMM tile boundaries
+    make time jump from one m to the next); counts beyond `n` take the curve itself."""
+
+    values: np.ndarray  # seconds at 0, 1, ..., n - 1
+    lx: np.ndarray
+    ly: np.ndarray
+
+    @classmethod
+    def from_curve(cls, lx, ly, n: int = 1 << 15) -> IntTable:
+        return cls(loglog_curve(np.arange(n, dtype=np.float64), lx, ly), lx, ly)
+
+    def time_s(self, x: np.ndarray) -> np.ndarray:
+        n = len(self.values)
+        xi = x.astype(np.int64)
+        t = self.values[np.minimum(xi, n - 1)]
+        big = np.flatnonzero(xi >= n)
+        if big.size:
+            t[big] = loglog_curve(x[big], self.lx, self.ly)
+        return t
+
+
+@dataclass(frozen=True)
+class UniformLogCurve:
+    """A log-log curve resampled on a uniform grid of log x, so a lookup is index arithmetic
+    (np.interp's binary search costs ~30 ns per random lookup; this ~5 ns)."""
+
+    x0: float
+    inv_dx: float
+    n: int
+    y: np.ndarray  # log seconds at x0 + i / inv_dx
+    dy: np.ndarray  # y[i + 1] - y[i] (slope of the last segment repeated at the end)
+
+    @classmethod
+    def from_curve(cls, lx, ly, points: int = 1024) -> UniformLogCurve:
+        xs = np.linspace(lx[0], lx[-1], points)
+        y = np.log(loglog_curve(np.exp(xs), lx, ly))
+        dy = np.append(np.diff(y), y[-1] - y[-2])
+        return cls(float(xs[0]), float(1.0 / (xs[1] - xs[0])), points, y, dy)
+
+    def time_s(self, x: np.ndarray) -> np.ndarray:
+        f = np.log(np.maximum(x, 1.0))
+        f -= self.x0
+        f *= self.inv_dx
+        np.maximum(f, 0.0, out=f)  # below the grid: hold the first value
+        i = np.minimum(f.astype(np.int64), self.n - 1)
+        f -= i  # beyond the grid: w > 1 continues the last segment's slope
+        t = np.exp(self.y[i] + f * self.dy[i])
+        t *= x > 0
+        return t
+
+
+@dataclass(frozen=True)
+class UniformLogGrid:
+    """A log-time table on a uniform grid of (log batch, log mean length), so a lookup is
+    index arithmetic (no search): resampled from the measured grid by loglog_bilinear."""
+
+    x0: float
+    dx: float
+    y0: float
+    dy: float
+    nx: int
+    ny: int
+    flat: np.ndarray  # log seconds, row-major [x, y]
+
+    @classmethod
+    def from_grid(cls, lb, ls, lt, points: int = 256) -> UniformLogGrid:
+        xs = np.linspace(lb[0], lb[-1], points)
+        ys = np.linspace(ls[0], ls[-1], points)
+        X, Y = np.meshgrid(xs, ys, indexing="ij")
+        n = np.exp(X.ravel())
+        t = loglog_bilinear(n, n * np.exp(Y.ravel()), lb, ls, lt).reshape(points, points)
+        return cls(float(xs[0]), float(xs[1] - xs[0]), float(ys[0]), float(ys[1] - ys[0]),
+                   points, points, np.log(t).ravel())
+
+    def time_s(self, n: np.ndarray, kv: np.ndarray) -> np.ndarray:
+        nn = np.maximum(n, 1.0)  # n counts decodes: 0 or >= 1
+        fy = np.log(np.maximum(kv / nn, 1.0))
+        fx = np.log(nn)
+        fx -= self.x0
+        fx *= 1.0 / self.dx
+        fy -= self.y0
+        fy *= 1.0 / self.dy
+        np.maximum(fx, 0.0, out=fx)  # below the grid: hold
+        np.maximum(fy, 0.0, out=fy)
+        i = np.minimum(fx.astype(np.int64), self.nx - 2)
+        j = np.minimum(fy.astype(np.int64), self.ny - 2)
+        fx -= i  # > 1 beyond the grid: the last segment continues
+        fy -= j
+        k = i * self.ny
+        k += j
+        a = self.flat[k]
+        b = self.flat[k + self.ny]
+        c = self.flat[k + 1]
+        d = self.flat[k + (self.ny + 1)]
+        d += a
+        d -= b
+        d -= c
+        d *= fx
+        d += c
+        d -= a
+        d *= fy
+        b -= a
+        b *= fx
+        a += b
+        a += d  # a + fx (b - a) + fy (c - a + fx (d - c - b + a))
+        out = np.exp(a, out=a)
+        out *= n > 0
+        return out

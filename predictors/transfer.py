@@ -22,8 +22,8 @@ import warnings
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 
-from predictors import efficiency as _eff
-from predictors.opmath import LINK_CLASSES, class_peaks, efficiency_class  # noqa: F401
+from tuner.predictors import efficiency as _eff
+from tuner.predictors.opmath import LINK_CLASSES, class_peaks, efficiency_class  # noqa: F401
 
 
 class EfficiencyCurve(RegressorMixin, BaseEstimator):

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 def run_subprocess(inter: int, intra: list[int], model, timing, timeout_s: float = 300.0) -> dict:
     """{(operation, intra): Timing-like dict or {'error': ...}} for one inter-op thread count."""
-    from predictors.opmath import shape_dict
+    from tuner.predictors.opmath import shape_dict
 
     spec = {"inter": inter, "intra": intra,
             "model": shape_dict(model) | {"max_position": int(getattr(model, "max_position", 4096))},
@@ -31,7 +31,7 @@ def run_subprocess(inter: int, intra: list[int], model, timing, timeout_s: float
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     try:
-        r = subprocess.run([sys.executable, "-m", "profilers.cpu_threads", json.dumps(spec)],
+        r = subprocess.run([sys.executable, "-m", "tuner.profilers.cpu_threads", json.dumps(spec)],
                            capture_output=True, text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout_s:.0f} s"}
@@ -49,8 +49,8 @@ def run_subprocess(inter: int, intra: list[int], model, timing, timeout_s: float
 def _main(spec: dict) -> None:
     import torch
 
-    from profilers.plan import THREAD_TASKS
-    from profilers.timing import TimingSettings, time_cpu
+    from tuner.profilers.plan import THREAD_TASKS
+    from tuner.profilers.timing import TimingSettings, time_cpu
 
     torch.set_num_interop_threads(int(spec["inter"]))
     m = SimpleNamespace(**spec["model"])
@@ -59,7 +59,7 @@ def _main(spec: dict) -> None:
     d, nh, nkv = m.head_dim, m.num_heads, m.num_kv_heads
     t, bt, kv = 64, 8, min(1024, m.max_position)
 
-    from profilers._forked import scripted
+    from tuner.profilers._forked import scripted
 
     fork_mm, fork_attn, _how = scripted()
     x, w = torch.randn(t, h), torch.randn(2 * ffn, h)

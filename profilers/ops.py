@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from profilers.plan import GROUP_SIZE
-from profilers.quant import dequantize, quantize
-from profilers.schema import Case
+from tuner.profilers.plan import GROUP_SIZE
+from tuner.profilers.quant import dequantize, quantize
+from tuner.profilers.schema import Case
 
 
 class OpFactory:
@@ -62,7 +62,7 @@ class OpFactory:
 
     # ---- per-layer ops --------------------------------------------------------------------
     def _linear(self, case: Case):
-        from predictors.opmath import linear_dims
+        from tuner.predictors.opmath import linear_dims
 
         F = self.torch.nn.functional
         k, n = linear_dims(case.operation, self.m)

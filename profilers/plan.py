@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from predictors.opmath import LINEAR_OPS, flops_bytes, linear_dims
-from profilers.schema import Case
+from tuner.predictors.opmath import LINEAR_OPS, flops_bytes, linear_dims
+from tuner.profilers.schema import Case
 
 KIB, MIB, GIB = 1024, 1024**2, 1024**3
 GROUP_SIZE = 64  # FlexGen's default quantization group (LM-Offload, Alg. 2)
@@ -173,7 +173,7 @@ def _quant_cases(limits: PlanLimits, dtype_bytes: float) -> list[Case]:
 def thread_cases(model, limits: PlanLimits, dtype_bytes: float) -> list[Case]:
     """CPU matmul and CPU decode attention (LM-Offload's offloaded attention, §4) over
     intra-op x inter-op thread counts; each runs THREAD_TASKS independent ops at once."""
-    from predictors.opmath import flops_bytes as _fb
+    from tuner.predictors.opmath import flops_bytes as _fb
 
     cases = []
     t = 64

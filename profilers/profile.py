@@ -16,9 +16,12 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from predictors.opmath import shape_dict
-from profilers.plan import GIB, MIB, PlanLimits, build_plan
-from profilers.schema import (
+from tuner.core.errors import TunerError, ensure_writable_dir
+from tuner.core.host import cpu_name
+from tuner.core.io import dumps, write_atomic
+from tuner.predictors.opmath import shape_dict
+from tuner.profilers.plan import GIB, MIB, PlanLimits, build_plan
+from tuner.profilers.schema import (
     PROFILE_CSV,
     PROVENANCE_JSON,
     Case,
@@ -27,10 +30,7 @@ from profilers.schema import (
     read_rows,
     row_key,
 )
-from profilers.timing import Sampler, TimingSettings, measure_interleaved
-from tuner.core.errors import TunerError, ensure_writable_dir
-from tuner.core.host import cpu_name
-from tuner.core.io import dumps, write_atomic
+from tuner.profilers.timing import Sampler, TimingSettings, measure_interleaved
 
 INSTALL_HINT = 'pip install -e ".[profile]"'
 
@@ -182,8 +182,8 @@ def _is_oom(exc: BaseException) -> bool:
 
 def _provenance(torch, device: str, dtype: str, model, settings: ProfileSettings,
                 timing: TimingSettings) -> dict:
-    from predictors.devices import match_gpu
     from tuner.core.catalog import load_gpus
+    from tuner.predictors.devices import match_gpu
 
     if device == "cuda":  # pragma: no cover - GPU
         props = torch.cuda.get_device_properties(0)
@@ -330,7 +330,7 @@ def _run(torch, settings: ProfileSettings, device: str, dtype_name: str, tdtype,
         TimeRemainingColumn,
     )
 
-    from profilers.ops import OpFactory
+    from tuner.profilers.ops import OpFactory
 
     out = Path(settings.out)
     check_out_dir(out)
@@ -473,7 +473,7 @@ def _cleanup(torch, device: str) -> None:
 
 
 def _measure_threads(model, cases: list[Case], timing: TimingSettings):
-    from profilers.cpu_threads import run_subprocess
+    from tuner.profilers.cpu_threads import run_subprocess
 
     by_inter: dict[int, list[Case]] = {}
     for c in cases:

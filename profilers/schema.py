@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 COLUMNS = ["operation", "variant", "tokens", "context", "batch", "kv_len", "size_bytes", "bits",
@@ -61,9 +61,6 @@ class Case:
     @property
     def family(self) -> str:
         return self.operation.split(".")[0] if "." in self.operation else self.operation
-
-
-CASE_FIELDS = [f.name for f in fields(Case)]
 
 
 def row_key(row: dict) -> tuple[str, ...]:

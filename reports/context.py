@@ -142,7 +142,7 @@ class ReportContext:
 # ---- reading the dict form: one generic walk over the dataclasses' fields --------------------
 def _missing(where: str) -> TunerError:
     return TunerError(f"Report context is missing {where!r}; the search must pass it (see "
-                      "reports.context for the schema).")
+                      "tuner.reports.context for the schema).")
 
 
 def _wrong(where: str, want: str, value: Any) -> TunerError:

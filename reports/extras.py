@@ -31,14 +31,15 @@ from typing import Any
 import numpy as np
 import optuna
 
-from predictors.protocol import CostModel
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
-from tuner.core.startup import sim_options
 from tuner.core.units import as_finite, fmt_duration
 from tuner.core.workload import Workload
-from tuner.exports import EXPORT_FORMATS, render_export
+from tuner.exports import EXPORT_FORMATS, EXPORTERS, render_export
+from tuner.predictors.protocol import CostModel
+from tuner.predictors.sources import cost_model_for as default_cost_models
+from tuner.search.meta import study_meta
 from tuner.search.records import (
     TrialRecord,
     all_records,
@@ -127,27 +128,29 @@ def export_text(fmt: str, record: TrialRecord, model: ModelSpec, gpus: dict[str,
                 max_model_len: int, header: str, workload_path: str = "",
                 batch_output: str | None = None, extra: dict | None = None,
                 quantized_model: str | None = None) -> str:
-    """One export of a trial record (``render_export`` with the record's figures; for
-    ``vllm-run-batch`` the study's workload as input and the model name its requests use)."""
-    config = record.serving_config()
+    """One export of a trial record (``render_export`` with the record's figures; for a format
+    that runs the batch (``ExportFormat.batch``) the study's workload as input and the model
+    name its requests use)."""
+    config = record.config
     if config.gpu not in gpus:
         raise TunerError(f"GPU {config.gpu!r} of trial #{record.number} is not in the GPU "
                          "catalog; pass the --gpu-file the search used.")
-    m = record.metrics or {}
+    m, mem = record.metrics, record.memory
     kw: dict[str, Any] = {}
-    if fmt in ("vllm-run-batch", "run-batch", "ray-data"):
+    exporter = EXPORTERS.get(fmt)  # render_export refuses an unknown format
+    if exporter is not None and exporter.batch:
         src, dst = batch_paths(workload_path)
         ok, served = openai_batch_info(src) if workload_path else (False, None)
-        # vllm run-batch reads the Batch API form only; the Ray Data job's preprocess reads
-        # plain {"prompt", "max_tokens"} lines too
-        if workload_path and not ok and fmt != "ray-data":
+        if workload_path and not ok and exporter.batch_api_input:
             header += (f"\nNOTE: {src} is not an OpenAI Batch API JSONL (custom_id, method, url, "
                        "body); convert it to that form before running.")
         kw = dict(input_path=src, output_path=batch_output or dst, served_model_name=served)
     return render_export(
         fmt, config, model, gpus[config.gpu], max_model_len=max_model_len, header=header,
-        kv_capacity_tokens=m.get("kv_capacity_tokens"), metrics=record.metrics,
-        memory=record.memory, extra=extra, quantized_model=quantized_model, **kw)
+        kv_capacity_tokens=m.kv_capacity_tokens if m is not None else None,
+        metrics=m.to_dict() if m is not None else None,
+        memory=mem.to_dict() if mem is not None else None, extra=extra,
+        quantized_model=quantized_model, **kw)
 
 
 def export_snippets(records: list[TrialRecord], model: ModelSpec, gpus: dict[str, GPU], *,
@@ -231,7 +234,7 @@ def winner_timelines(records: list[TrialRecord], workload: Workload, model: Mode
     out = []
     for num, roles in winner_roles(records).items():
         r = by_num[num]
-        config = r.serving_config()
+        config = r.config
         entry: dict[str, Any] = {"trial": num, "roles": roles, "gpu": config.gpu,
                                  "study_makespan_s": r.makespan_s,
                                  "dp": config.dp}
@@ -239,7 +242,7 @@ def winner_timelines(records: list[TrialRecord], workload: Workload, model: Mode
         try:
             if gpu is None:
                 raise TunerError(f"GPU {config.gpu!r} is not in the catalog")
-            cm = cost_model_for(gpu, config) if cost_model_for else None
+            cm = (cost_model_for or default_cost_models(model))(gpu, config)
             res = simulate(workload, model, gpu, config, cm, timeline=True,
                            startup_s=startup_s, engine_version=engine_version)
         except TunerError as exc:
@@ -412,13 +415,13 @@ def report_extras(study: optuna.Study, records: list[TrialRecord], workload: Wor
                   workload_path: str | None = None, out_dir: str | Path | None = None) -> dict:
     """The optional fields of the report context (see module docstring)."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    meta = study.user_attrs.get("metadata", {}) or {}
+    meta = study_meta(study)
     if workload_path is None:
-        workload_path = str(meta.get("workload") or workload.source or "")
+        workload_path = str(meta.workload or workload.source or "")
     limits = study_constraints(study)
     extras: dict[str, Any] = {
         "timelines": winner_timelines(records, workload, model, gpus,
-                                      cost_model_for=cost_model_for, **sim_options(meta)),
+                                      cost_model_for=cost_model_for, **meta.sim_options()),
         "importances": param_importances(study, numbers={r.number for r in records}),
         "export_snippets": export_snippets(
             records, model, gpus, max_model_len=max_request_tokens(workload),

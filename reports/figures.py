@@ -20,7 +20,7 @@ from plotly.subplots import make_subplots
 from tuner.core.units import as_finite, duration_unit
 
 if TYPE_CHECKING:
-    from reports.context import ReportContext
+    from tuner.reports.context import ReportContext
     from tuner.search.records import TrialRecord
 
 GIB = 1024**3
@@ -134,15 +134,15 @@ def pareto_figure(ctx: ReportContext, trials: dict[int, TrialRecord],
 
     def points(ts: list[TrialRecord]) -> dict:
         return dict(
-            x=[t.metrics["makespan_s"] / div for t in ts],
-            y=[t.metrics["cost_usd"] for t in ts],
-            customdata=[[esc(t.config["gpu"]), t.number]
-                        + [esc(t.config.get(f, "")) for f in HOVER_FIELDS] for t in ts],
+            x=[t.makespan_s / div for t in ts],
+            y=[t.cost_usd for t in ts],
+            customdata=[[esc(t.gpu), t.number]
+                        + [esc(getattr(t.config, f, "")) for f in HOVER_FIELDS] for t in ts],
         )
 
-    gpu_names = list(dict.fromkeys([*colors, *(t.config["gpu"] for t in feasible)]))
+    gpu_names = list(dict.fromkeys([*colors, *(t.gpu for t in feasible)]))
     for name in gpu_names:
-        ts = [t for t in feasible if t.config["gpu"] == name]
+        ts = [t for t in feasible if t.gpu == name]
         if not ts:
             continue
         color = colors.get(name, PALETTE[-1])
@@ -163,15 +163,15 @@ def pareto_figure(ctx: ReportContext, trials: dict[int, TrialRecord],
                 marker=dict(color=color, size=13, opacity=1.0,
                             line=dict(color="rgba(128,128,128,0.9)", width=1.5)),
                 hovertemplate=hover, **points(front)))
-    front_all = sorted((trials[n] for n in pareto), key=lambda t: t.metrics["makespan_s"])
+    front_all = sorted((trials[n] for n in pareto), key=lambda t: t.makespan_s)
     if len(front_all) > 1:
         fig.add_trace(go.Scatter(
             mode="lines", name="Pareto front", hoverinfo="skip",
-            x=[t.metrics["makespan_s"] / div for t in front_all],
-            y=[t.metrics["cost_usd"] for t in front_all],
+            x=[t.makespan_s / div for t in front_all],
+            y=[t.cost_usd for t in front_all],
             line=dict(color="rgba(128,128,128,0.7)", dash="dot", shape="hv", width=1.5)))
-    xs = [t.metrics["makespan_s"] / div for t in feasible]
-    ys = [t.metrics["cost_usd"] for t in feasible]
+    xs = [t.makespan_s / div for t in feasible]
+    ys = [t.cost_usd for t in feasible]
     xlog, ylog = spans_decades(xs), spans_decades(ys)
     labels: dict[int, list[str]] = {}
     for k in ("fastest", "cheapest"):
@@ -184,8 +184,8 @@ def pareto_figure(ctx: ReportContext, trials: dict[int, TrialRecord],
         ax, ay = ((40, -35) if len(names) > 1 else (10, -38) if names == ["fastest"]
                   else (55, -12))
         fig.add_annotation(
-            x=on_axis(t.metrics["makespan_s"] / div, xlog),
-            y=on_axis(t.metrics["cost_usd"], ylog),
+            x=on_axis(t.makespan_s / div, xlog),
+            y=on_axis(t.cost_usd, ylog),
             text=" & ".join(names), showarrow=True, arrowhead=2, arrowcolor="#888888",
             ax=ax, ay=ay)
     fig.update_layout(**base_layout(
@@ -484,16 +484,16 @@ def deadline_figure(trials: dict[int, TrialRecord], colors: dict[str, str],
     feasible = [t for t in trials.values() if t.feasible]
     if len(feasible) < 2:
         return None
-    unit, div = duration_unit(max(t.metrics["makespan_s"] for t in feasible))
+    unit, div = duration_unit(max(t.makespan_s for t in feasible))
     fig = go.Figure()
-    groups = {name: [t for t in feasible if t.config["gpu"] == name]
-              for name in dict.fromkeys([*colors, *(t.config["gpu"] for t in feasible)])}
+    groups = {name: [t for t in feasible if t.gpu == name]
+              for name in dict.fromkeys([*colors, *(t.gpu for t in feasible)])}
     groups = {k: v for k, v in groups.items() if v}
-    end = max(t.metrics["makespan_s"] for t in feasible)
+    end = max(t.makespan_s for t in feasible)
     for label, ts, color, width in (
             *((esc(n), ts, colors.get(n, PALETTE[-1]), 2) for n, ts in groups.items()),
             ("any GPU", feasible, "rgba(128,128,128,0.9)", 3)):
-        env = deadline_envelope((t.metrics["makespan_s"], t.metrics["cost_usd"]) for t in ts)
+        env = deadline_envelope((t.makespan_s, t.cost_usd) for t in ts)
         xs = [m / div for m, _ in env] + [end / div]
         ys = [c for _, c in env] + [env[-1][1]]
         fig.add_trace(go.Scatter(
@@ -502,8 +502,8 @@ def deadline_figure(trials: dict[int, TrialRecord], colors: dict[str, str],
             marker=dict(size=[7] * len(env) + [0], color=color),
             hovertemplate=f"deadline %{{x:.3g}} {unit}: cheapest $%{{y:.2f}}<extra>{label}"
                           "</extra>"))
-    xs = [t.metrics["makespan_s"] / div for t in feasible]
-    ys = [t.metrics["cost_usd"] for t in feasible]
+    xs = [t.makespan_s / div for t in feasible]
+    ys = [t.cost_usd for t in feasible]
     if deadline_s is not None:
         xs.append(deadline_s / div)
         # a shape takes the data value on a log axis, an annotation its log10: placed apart

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import jinja2
 
-from reports.context import ReportContext
-from reports.views import view
 from tuner.core.io import write_atomic
+from tuner.reports.context import ReportContext
+from tuner.reports.views import view
 
 
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.PackageLoader("reports", "templates"),
+        loader=jinja2.PackageLoader("tuner.reports", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,

@@ -28,15 +28,16 @@ from pathlib import Path
 
 import optuna
 
-from predictors.protocol import CostModel
-from reports.context import Exports, ReportContext, build_report_context
-from reports.extras import report_extras
-from reports.html import render_html
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.io import dumps, write_atomic
 from tuner.core.workload import Workload
 from tuner.exports import EXPORT_SUFFIX, to_json
+from tuner.predictors.protocol import CostModel
+from tuner.reports.context import Exports, ReportContext, build_report_context
+from tuner.reports.extras import report_extras
+from tuner.reports.html import render_html
+from tuner.search.meta import StudyMeta, study_meta
 from tuner.search.records import (
     GOALS,
     TrialRecord,
@@ -116,10 +117,10 @@ def study_outputs(study: optuna.Study, workload: Workload, model: ModelSpec,
     records = trial_records(study)
     require_feasible(records, study.study_name)
     stats = search_stats(study)
-    meta = study.user_attrs.get("metadata") or {}
+    meta = study_meta(study)
     extra_notes = [*extra_notes, *_baseline_notes(records, workload, model, gpus, meta,
                                                   cost_model_for)]
-    too_long = meta.get("too_long")
+    too_long = meta.too_long
     if too_long:
         extra_notes.append(too_long_note(too_long))
     start = startup_note(records)
@@ -150,16 +151,15 @@ def winner_bounds(study: optuna.Study, records: list[TrialRecord],
                   gpus: dict[str, GPU]) -> dict[str, list[str]]:
     """{goal: where the overall winner sits on a bound of the search, with the flag that
     widens it} (tuner.search.records.bounds_hit)."""
-    meta = study.user_attrs.get("metadata") or {}
-    limits = study_constraints(study)
+    meta = study_meta(study)
+    limits = meta.constraints
     best, _ = winners(records)
     by_num = {r.number: r for r in records}
     out = {}
     for goal, n in best.items():
         r = by_num[n]
         per = gpus[r.gpu].gpus_per_machine if r.gpu in gpus else 8
-        out[goal] = bounds_hit(r, meta.get("knobs") or {}, limits, per,
-                               Path(str(meta.get("space") or "")).name)
+        out[goal] = bounds_hit(r, meta.knobs or {}, limits, per, Path(meta.space).name)
     return out
 
 
@@ -177,7 +177,7 @@ def defaults_verdicts(records: list[TrialRecord]) -> list[str]:
     for n, named in goals.items():
         r = by_num[n]
         b = r.baseline or {}
-        if b.get("feasible") and b.get("config") == r.config:
+        if b.get("feasible") and b.get("config") == r.config.to_dict():
             out.append(f"{' and '.join(named).capitalize()}: vLLM's defaults are already the "
                        f"best plan on {plan_label(r.config)}; only the GPU type and count are "
                        "tuner's answer there.")
@@ -190,8 +190,8 @@ def _gain_entry(r: TrialRecord) -> dict | None:
 
     if r.baseline is None:
         return None
-    return {"trial": r.number, "gpu": r.gpu, "tp": r.config.get("tp", 1),
-            "dp": r.config.get("dp", 1), **(r.baseline.get("gain") or {}),
+    return {"trial": r.number, "gpu": r.gpu, "tp": r.config.tp,
+            "dp": r.config.dp, **(r.baseline.get("gain") or {}),
             "defaults_feasible": r.baseline.get("feasible"),
             "defaults_makespan_s": (r.baseline.get("metrics") or {}).get("makespan_s"),
             "defaults_cost_usd": (r.baseline.get("metrics") or {}).get("cost_usd"),
@@ -199,7 +199,7 @@ def _gain_entry(r: TrialRecord) -> dict | None:
 
 
 def _baseline_notes(records: list[TrialRecord], workload: Workload, model: ModelSpec,
-                    gpus: dict[str, GPU], meta: dict, cost_model_for) -> list[str]:
+                    gpus: dict[str, GPU], meta: StudyMeta, cost_model_for) -> list[str]:
     """Simulate vLLM's defaults beside every winner and Pareto point (tuner.search.baseline);
     the report's note saying what the baseline is."""
     from tuner.core.engine_defaults import DEFAULT_ENTRY_POINT, ENTRY_POINTS
@@ -209,10 +209,10 @@ def _baseline_notes(records: list[TrialRecord], workload: Workload, model: Model
     best, per_gpu = winners(records)
     numbers = [*best.values(), *(n for d in per_gpu.values() for n in d.values()),
                *pareto(records)]
-    entry = meta.get("entry_point") or DEFAULT_ENTRY_POINT
+    entry = meta.entry_point or DEFAULT_ENTRY_POINT
     sims = attach_baselines(records, numbers, workload, model, gpus, entry_point=entry,
-                            engine_version=meta.get("engine_version"),
-                            cost_model_for=cost_model_for, startup_s=meta.get("startup_s"))
+                            engine_version=meta.engine_version,
+                            cost_model_for=cost_model_for, startup_s=meta.startup_s)
     if not sims:
         return []
     described = "; ".join(dict.fromkeys(
@@ -230,7 +230,7 @@ def startup_note(records: list[TrialRecord]) -> str | None:
     fastest plan's breakdown; None for a study simulated before start-up was priced."""
     best, _ = winners(records)
     r = next((r for r in records if r.number == best.get("fastest")), None)
-    st = (r.metrics or {}).get("startup") if r is not None else None
+    st = r.metrics.startup if r is not None and r.metrics is not None else None
     if not isinstance(st, dict) or not st.get("description"):
         return None
     return ("Start-up: every makespan and job $ include each replica's engine start-up before "
@@ -268,7 +268,7 @@ def constraint_verdicts(study: optuna.Study, records: list[TrialRecord]) -> list
         best = rank(records, limits.goal)[0]
         c = best.config
         out.append(f"Plan: the {limits.goal} that {limits.describe()} is "
-                   f"{c['tp'] * c.get('dp', 1)} x {best.gpu} (TP {c['tp']} x DP {c.get('dp', 1)})"
+                   f"{c.num_gpus} x {best.gpu} (TP {c.tp} x DP {c.dp})"
                    f": {fmt_duration(best.makespan_s)}, {fmt_usd(best.cost_usd)} "
                    f"(trial #{best.number}).")
     verdict = quantization_verdict(records, limits.goal if limits.on_figures else "cheapest",
@@ -306,9 +306,10 @@ def output_texts(outputs: StudyOutputs, out_dir: Path) -> tuple[dict[str, str], 
                                       else ctx.exports.cheapest_vllm_yaml)
         files[f"{goal}_vllm_yaml"] = out_dir / f"{goal}.vllm.yaml"
         snippets = (ctx.export_snippets or {}).get(goal) or {}
-        texts[f"{goal}.json"] = to_json(r.serving_config(), r.metrics, r.memory,
+        texts[f"{goal}.json"] = to_json(r.config, r.metrics.to_dict(),
+                                        r.memory.to_dict() if r.memory is not None else None,
                                         {"model": _export_model(ctx, snippets),
-                                         "machines": r.metrics.get("machines"),
+                                         "machines": r.metrics.machines,
                                          "trial": r.number, "provenance": str(r.provenance)})
         files[f"{goal}_json"] = out_dir / f"{goal}.json"
         # at scale, as written: the plan's DP replicas as `vllm run-batch` over a split of the

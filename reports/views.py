@@ -11,13 +11,14 @@ from typing import Any
 import numpy as np
 import plotly.offline
 
-from reports import figures
-from reports.context import GpuInfo, ReportContext
-from reports.figures import GIB, PALETTE, fig_json, gpu_colors, role_label, sort_key
 from tuner.core.errors import TunerError
 from tuner.core.provenance import Provenance
 from tuner.core.units import as_finite, fmt_duration
-from tuner.search.records import GOALS, TrialRecord, winner_roles_of
+from tuner.exports import EXPORTERS
+from tuner.reports import figures
+from tuner.reports.context import GpuInfo, ReportContext
+from tuner.reports.figures import GIB, PALETTE, fig_json, gpu_colors, role_label, sort_key
+from tuner.search.records import GOALS, Metrics, TrialRecord, winner_roles_of
 
 
 def fmt_usd(x: Any) -> str:
@@ -65,8 +66,11 @@ def bits_summary(cfg: dict) -> str:
     return f"{wb}-bit" if wb == kb else f"{wb}-bit weights, {kb}-bit KV"
 
 
-def config_summary(cfg: dict) -> str:
-    """'tp1, chunk 2048, R_max 256, 16-bit' (+ the non-default knobs)."""
+def config_summary(cfg) -> str:
+    """'tp1, chunk 2048, R_max 256, 16-bit' (+ the non-default knobs). `cfg`: a ServingConfig,
+    or its JSON form (a validation entry's)."""
+    if not isinstance(cfg, dict):
+        cfg = cfg.to_dict()
     parts = [f"tp{cfg.get('tp', 1)}"]
     if cfg.get("dp", 1) > 1:
         parts.append(f"dp{cfg['dp']}")
@@ -96,19 +100,19 @@ def _memory_rows(ctx: ReportContext, trials: dict[int, TrialRecord]) -> list[dic
     for num, roles in _winner_roles(ctx):
         t = trials[num]
         mem = t.memory
-        if not mem:
+        if mem is None:
             continue
-        total = as_finite(mem.get("gpu_memory_bytes")) or 0.0
-        w = as_finite(mem.get("weight_bytes")) or 0.0
-        a = as_finite(mem.get("activation_bytes")) or 0.0
-        kv = as_finite(mem.get("kv_bytes")) or 0.0
+        total = as_finite(mem.gpu_memory_bytes) or 0.0
+        w = as_finite(mem.weight_bytes) or 0.0
+        a = as_finite(mem.activation_bytes) or 0.0
+        kv = as_finite(mem.kv_bytes) or 0.0
         rows.append(dict(
-            number=num, gpu=t.config["gpu"], roles=roles,
+            number=num, gpu=t.gpu, roles=roles,
             label=f"#{num} {t.gpu} ({roles[0]})",
-            total=total, usable=as_finite(mem.get("usable_bytes")), weights=w, activations=a, kv=kv,
+            total=total, usable=as_finite(mem.usable_bytes), weights=w, activations=a, kv=kv,
             free=max(total - w - a - kv, 0.0),
-            kv_capacity_tokens=mem.get("kv_capacity_tokens"),
-            max_concurrent_requests=mem.get("max_concurrent_requests"),
+            kv_capacity_tokens=mem.kv_capacity_tokens,
+            max_concurrent_requests=mem.max_concurrent_requests,
             summary=config_summary(t.config),
         ))
     return rows
@@ -117,10 +121,10 @@ def _memory_rows(ctx: ReportContext, trials: dict[int, TrialRecord]) -> list[dic
 def _slice_knobs(feasible: list[TrialRecord]) -> list[str]:
     """ServingConfig fields (other than the GPU) that took more than one value."""
     knobs = []
-    for key in feasible[0].config if feasible else []:
+    for key in feasible[0].config.to_dict() if feasible else []:
         if key == "gpu":
             continue
-        values = {json.dumps(t.config.get(key), sort_keys=True) for t in feasible}
+        values = {json.dumps(getattr(t.config, key), sort_keys=True) for t in feasible}
         if len(values) > 1:
             knobs.append(key)
     return knobs
@@ -135,15 +139,14 @@ def _slices(trials: dict[int, TrialRecord]) -> dict[str, list[dict]]:
         best: dict[tuple, dict] = {}
         count: Counter = Counter()
         for t in feasible:
-            key = (json.dumps(t.config.get(knob), sort_keys=True), t.config["gpu"])
+            value = getattr(t.config, knob)
+            key = (json.dumps(value, sort_keys=True), t.gpu)
             count[key] += 1
-            m = t.metrics
             cur = best.get(key)
-            if cur is None or (m["makespan_s"], m["cost_usd"], t.number) < \
+            if cur is None or (t.makespan_s, t.cost_usd, t.number) < \
                     (cur["makespan_s"], cur["cost_usd"], cur["trial"]):
-                best[key] = dict(value=t.config.get(knob), gpu=t.config["gpu"],
-                                 trial=t.number, makespan_s=m["makespan_s"],
-                                 cost_usd=m["cost_usd"])
+                best[key] = dict(value=value, gpu=t.gpu, trial=t.number,
+                                 makespan_s=t.makespan_s, cost_usd=t.cost_usd)
         rows = [dict(r, n=count[k]) for k, r in best.items()]
         rows.sort(key=lambda r: (sort_key(r["value"]), r["gpu"]))
         out[knob] = rows
@@ -156,11 +159,11 @@ def _limit_rows(ctx: ReportContext, trials: dict[int, TrialRecord],
     rows = []
     for r in _winner_roles(ctx):
         t = trials[r[0]]
-        m = t.metrics or {}
-        ms, lb = as_finite(m.get("makespan_s")), as_finite(m.get("lower_bound_s"))
+        m = t.metrics or Metrics()
+        ms, lb = as_finite(m.makespan_s), as_finite(m.lower_bound_s)
         rows.append(dict(
-            number=r[0], gpu=t.config["gpu"], roles=r[1],
-            color=colors.get(t.config["gpu"], PALETTE[-1]), makespan_s=ms, lower_bound_s=lb,
+            number=r[0], gpu=t.gpu, roles=r[1],
+            color=colors.get(t.gpu, PALETTE[-1]), makespan_s=ms, lower_bound_s=lb,
             fraction=(lb / ms) if lb is not None and ms else None,
             makespan=fmt_duration(ms), limit=fmt_duration(lb),
             pct=fmt_pct(lb / ms) if lb is not None and ms else "—",
@@ -227,17 +230,6 @@ def fmt_usd_mtok(x: Any) -> str:
     return f"${v:,.2f}" if v >= 100 else f"${v:.3g}" if v >= 1 else f"${v:.4f}"
 
 
-def usd_per_million_tokens(m: dict) -> float | None:
-    """$ per million tokens (input + output) of a trial's metrics (computed from the job's
-    cost and token counts where a study predates the figure)."""
-    v = as_finite(m.get("usd_per_million_tokens"))
-    if v is not None:
-        return v
-    cost = as_finite(m.get("cost_usd"))
-    tokens = (as_finite(m.get("prompt_tokens")) or 0) + (as_finite(m.get("output_tokens")) or 0)
-    return cost / tokens * 1e6 if cost is not None and tokens > 0 else None
-
-
 def gain_text(t: TrialRecord) -> str:
     """'1.61x faster, 38 % cheaper' than vLLM's defaults on the same GPUs ('—': not run)."""
     from tuner.search.baseline import describe_gain
@@ -248,16 +240,16 @@ def gain_text(t: TrialRecord) -> str:
 
 
 def _row(t: TrialRecord, pick: str) -> dict:
-    m = t.metrics or {}
-    ms, lb = as_finite(m.get("makespan_s")), as_finite(m.get("lower_bound_s"))
-    peak = as_finite(m.get("peak_kv_fraction"))
+    m = t.metrics or Metrics()
+    ms, lb = as_finite(m.makespan_s), as_finite(m.lower_bound_s)
+    peak = as_finite(m.peak_kv_fraction)
     return dict(
-        gpu=t.config["gpu"], pick=pick, number=t.number, summary=config_summary(t.config),
-        makespan=fmt_duration(ms), cost=fmt_usd(m.get("cost_usd")),
-        usd_per_1k=fmt_usd(m.get("usd_per_1k_requests")), qps=fmt_float(m.get("qps")),
-        usd_per_mtok=fmt_usd_mtok(usd_per_million_tokens(m)), vs_defaults=gain_text(t),
-        qps_per_usd=fmt_float(m.get("qps_per_usd_per_h")),
-        tok_s=fmt_int(m.get("throughput_tok_s")), preemptions=fmt_int(m.get("preemptions")),
+        gpu=t.gpu, pick=pick, number=t.number, summary=config_summary(t.config),
+        makespan=fmt_duration(ms), cost=fmt_usd(m.cost_usd),
+        usd_per_1k=fmt_usd(m.usd_per_1k_requests), qps=fmt_float(m.qps),
+        usd_per_mtok=fmt_usd_mtok(m.cost_per_million_tokens()), vs_defaults=gain_text(t),
+        qps_per_usd=fmt_float(m.qps_per_usd_per_h),
+        tok_s=fmt_int(m.throughput_tok_s), preemptions=fmt_int(m.preemptions),
         peak_kv=fmt_pct(peak), limit=fmt_pct(lb / ms) if lb is not None and ms else "—",
     )
 
@@ -267,10 +259,10 @@ def _winner_card(trials: dict[int, TrialRecord], n: int | None) -> dict | None:
     if n is None:
         return None
     t = trials[n]
-    count = int(t.config.get("tp", 1) or 1) * int(t.config.get("dp", 1) or 1)
+    count = t.config.num_gpus
     return dict(gpu=t.gpu, number=n, label=f"{count} × {t.gpu}" if count > 1 else t.gpu,
                 makespan=fmt_duration(t.makespan_s), cost=fmt_usd(t.cost_usd),
-                usd_per_mtok=fmt_usd_mtok(usd_per_million_tokens(t.metrics or {})),
+                usd_per_mtok=fmt_usd_mtok((t.metrics or Metrics()).cost_per_million_tokens()),
                 vs_defaults=gain_text(t), summary=config_summary(t.config))
 
 
@@ -482,15 +474,11 @@ def _importance_view(importances: Any) -> dict:
     return dict(rows=rows, skipped=skipped, n_trials=n, method=method, absent=False)
 
 
-EXPORT_FORMAT_INFO = {
-    "vllm": ("vLLM config (YAML)", "Save as config.yaml; run: vllm serve --config config.yaml"),
-    "vllm-run-batch": ("vllm run-batch", "Run as is on the GPU machine: reads the batch JSONL "
-                       "and writes the results JSONL."),
-    "sglang": ("SGLang", "Starts an SGLang server with these settings; then send the batch to "
-               "it."),
-    "json": ("JSON (every figure)", "The configuration, predicted figures, memory plan and "
-             "engine arguments, for scripts."),
-}
+def _format_info(key: str) -> tuple[str, str]:
+    """(name, how to run it) of an export format, as the format states them
+    (tuner.exports.EXPORTERS)."""
+    fmt = EXPORTERS.get(key)
+    return (fmt.title or key, fmt.how) if fmt is not None else (key, "")
 
 
 def _export_view(ctx: ReportContext) -> list[dict]:
@@ -506,7 +494,7 @@ def _export_view(ctx: ReportContext) -> list[dict]:
                 continue
             fmts = []
             for key, text in (snip.get("formats") or {}).items():
-                name, how = EXPORT_FORMAT_INFO.get(key, (key, ""))
+                name, how = _format_info(key)
                 fmts.append(dict(key=key, name=name, how=how, text=str(text),
                                  id=f"export-{which}-{re.sub(r'[^a-z0-9]+', '-', key)}",
                                  open=key == "vllm"))
@@ -518,7 +506,7 @@ def _export_view(ctx: ReportContext) -> list[dict]:
     for which in ("fastest", "cheapest"):
         if same and which == "cheapest":
             continue
-        name, how = EXPORT_FORMAT_INFO["vllm"]
+        name, how = _format_info("vllm")
         blocks.append(dict(
             title="Fastest and cheapest" if same else which.capitalize(),
             trial=ctx.winners.of(which),

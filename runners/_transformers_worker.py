@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 
-from runners._vllm_worker import device_description, make_prompts, model_checkpoint, serve
+from tuner.runners._vllm_worker import device_description, make_prompts, model_checkpoint, serve
 
 
 def _start(req: dict, res: dict, cuda: bool):

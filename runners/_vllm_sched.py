@@ -1,7 +1,7 @@
 """A vLLM V1 scheduler that records what it schedules, one JSON line per engine step.
 
 Loaded by vLLM itself through the engine argument ``scheduler_cls=
-"runners._vllm_sched.RecordingScheduler"`` (vLLM's documented extension point), so it runs in
+"tuner.runners._vllm_sched.RecordingScheduler"`` (vLLM's documented extension point), so it runs in
 the engine-core process whatever the multiprocessing mode; the lines go to the file named by
 the environment variable ``TUNER_VLLM_STEPS_FILE`` (inherited by the engine-core process).
 

@@ -128,7 +128,7 @@ def model_checkpoint(req: dict) -> tuple[str, bool]:
     one of the request's shape made locally (large shapes: config only, random init)."""
     if req.get("model_path"):
         return req["model_path"], False
-    from runners.tiny_model import create_random_model, shape_hash
+    from tuner.runners.tiny_model import create_random_model, shape_hash
 
     cm = req["create_model"]
     out = None
@@ -156,7 +156,7 @@ def _engine_args(req: dict, res: dict, is_cpu: bool, steps_file: Path | None) ->
     if not is_cpu:
         args.update(req.get("gpu_only_args") or {})
     if req.get("record_steps", True) and steps_file is not None:
-        args["scheduler_cls"] = "runners._vllm_sched.RecordingScheduler"
+        args["scheduler_cls"] = "tuner.runners._vllm_sched.RecordingScheduler"
     args.setdefault("disable_log_stats", False)  # preemption counters via llm.get_metrics()
     args.setdefault("seed", int(req.get("seed", 0)))
     res["engine_args"] = {k: v for k, v in args.items() if k != "scheduler_cls"}

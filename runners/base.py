@@ -217,7 +217,7 @@ def run_worker(runner: str, python: str, request: dict, work_dir: Path, *,
     env.setdefault("HF_HUB_OFFLINE", "1")  # never download: models are local
     env.setdefault("VLLM_NO_USAGE_STATS", "1")
     env.setdefault("DO_NOT_TRACK", "1")
-    cmd = [python, "-m", f"runners._{runner}_worker", str(req_path), str(res_path)]
+    cmd = [python, "-m", f"tuner.runners._{runner}_worker", str(req_path), str(res_path)]
     t0 = time.monotonic()
     with log_path.open("w") as log:
         try:

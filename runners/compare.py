@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from runners.base import STEP_COLUMNS as ENGINE_COLUMNS
+from tuner.runners.base import STEP_COLUMNS as ENGINE_COLUMNS
 from tuner.sim.steps import DECODES, N_COLS, PREEMPTED, PREFILL_TOKENS, RUNNING, STEP_COLUMNS
 
 
 def simulated_steps(workload, model, gpu, config, cost_model=None) -> np.ndarray:
     """The simulator's step records of the first replica (requests in submission order), as
-    float64 in tuner.sim.steps columns: `simulate(..., return_steps=True)`."""
+    float64 in tuner.sim.steps columns: `simulate(..., return_steps=True)`; `cost_model`
+    default: the cost-source registry's (predictors.sources)."""
+    from tuner.predictors.sources import resolve_cost_model
     from tuner.sim.simulator import simulate
 
+    if cost_model is None:
+        cost_model = resolve_cost_model(model, gpu, config)
     sim = simulate(workload, model, gpu, config, cost_model, return_steps=True)
     return sim.steps[0].astype(np.float64)
 

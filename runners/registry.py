@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from runners import base, transformers, vllm
-from runners.base import Engine, RunResult
 from tuner.core.errors import TunerError
+from tuner.runners import base, transformers, vllm
+from tuner.runners.base import Engine, RunResult
 
 
 @dataclass(frozen=True)

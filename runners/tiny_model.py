@@ -12,8 +12,6 @@ Large shapes (an 8B-shaped model on a GPU machine) are written without weights
 (``weights=False``): config + tokenizer only, and the engine is told ``load_format="dummy"``,
 which initialises random weights in place instead of reading gigabytes from disk.
 
-A real checkpoint is used as it is when the user gives its path (:func:`resolve_checkpoint`).
-
 Needs ``torch`` and ``transformers`` only when weights are written (imported lazily); the
 tokenizer needs ``tokenizers``. The module itself imports nothing heavy, so ``tuner`` can import
 it for :func:`shape_of` / :func:`default_cache_dir`.
@@ -177,22 +175,6 @@ def is_random_model(path: str | Path) -> dict | None:
         return json.loads(marker.read_text())
     except (OSError, json.JSONDecodeError):
         return None
-
-
-def resolve_checkpoint(spec: Any, checkpoint: str | Path | None = None,
-                       cache_dir: str | Path | None = None) -> tuple[str, bool]:
-    """(model path or id to load, needs_dummy_load).
-
-    A user-given checkpoint (a local folder or a hub id already in the local cache) is used
-    as is. Otherwise a random-weight model of ``spec``'s shape is created locally."""
-    if checkpoint:
-        return str(checkpoint), False
-    shape = shape_of(spec)
-    weights = num_params(shape) <= MAX_WRITTEN_PARAMS
-    name = getattr(spec, "name", "llama")
-    out = Path(cache_dir) / f"{name}-{shape_hash(shape, 0, weights)}" if cache_dir else None
-    path = create_random_model(spec, out, weights=weights)
-    return str(path), not weights
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,11 +23,11 @@ import math
 import tempfile
 from pathlib import Path
 
-from runners.base import Engine, RunResult, engine_python, result_from_worker, run_worker
-from runners.vllm import build_job
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.workload import Workload
+from tuner.runners.base import Engine, RunResult, engine_python, result_from_worker, run_worker
+from tuner.runners.vllm import build_job
 
 # transformers: its own venv, or the vLLM venv (which has it).
 ENGINE = Engine(

@@ -36,7 +36,10 @@ from pathlib import Path
 
 import numpy as np
 
-from runners.base import (
+from tuner.core.catalog import GPU, ModelSpec
+from tuner.core.config import ServingConfig
+from tuner.core.workload import Workload
+from tuner.runners.base import (
     Engine,
     EngineRejected,
     RunnerFailed,
@@ -46,10 +49,7 @@ from runners.base import (
     result_from_worker,
     run_worker,
 )
-from runners.tiny_model import MAX_WRITTEN_PARAMS, num_params, shape_of
-from tuner.core.catalog import GPU, ModelSpec
-from tuner.core.config import ServingConfig
-from tuner.core.workload import Workload
+from tuner.runners.tiny_model import MAX_WRITTEN_PARAMS, num_params, shape_of
 
 __all__ = ["ENGINE", "EngineRejected", "RunnerFailed", "RunnerNotInstalled", "build_job",
            "run_vllm"]

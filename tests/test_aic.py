@@ -1,17 +1,20 @@
-"""Measured kernel tables (predictors.aic): interpolation, extrapolation, transfer, speed."""
+"""Measured kernel tables (predictors.aic_tables, aic_transfer, aic): interpolation,
+extrapolation, transfer across GPUs (by architecture), speed."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
-from predictors import aic
-from predictors.engine_overhead import PROFILES, EngineProfile, get_profile
-from predictors.features import BatchFeatures, sum_parts
 from tuner.core.catalog import load_gpus, load_models
 from tuner.core.config import ServingConfig
+from tuner.predictors import aic, aic_tables, aic_transfer
+from tuner.predictors.engine_overhead import PROFILES, EngineProfile, get_profile
+from tuner.predictors.features import BatchFeatures, sum_parts
+from tuner.predictors.tables import IntTable, loglog_bilinear, loglog_curve
 
 GPUS = load_gpus()
 MODELS = load_models()
@@ -31,19 +34,19 @@ def random_steps(n: int, seed: int = 0) -> BatchFeatures:
 
 
 def test_shipped_tables_cover_the_measured_gpus_with_license_and_notice():
-    d = aic.data_dir()
+    d = aic_tables.data_dir()
     manifest = json.loads((d / "manifest.json").read_text())
-    assert {v["catalog_gpu"] for v in manifest["gpus"].values()} == set(aic.MEASURED)
+    assert {v["catalog_gpu"] for v in manifest["gpus"].values()} == set(aic_tables.MEASURED)
     assert "Apache License" in (d / "LICENSE").read_text()
     assert "AIConfigurator" in (d / "NOTICE").read_text()
     assert sum(p.stat().st_size for p in d.glob("*.npz")) < 5e6  # a few MB at most
-    for gpu in aic.MEASURED:
+    for gpu in aic_tables.MEASURED:
         assert gpu in GPUS
 
 
 def test_gemm_at_a_measured_point_is_the_measurement():
-    t = aic.KernelTables.load("H100")
-    z = np.load(aic.data_dir() / "h100_sxm.npz")
+    t = aic_tables.KernelTables.load("H100")
+    z = np.load(aic_tables.data_dir() / "h100_sxm.npz")
     n, k = z["gemm_bf16_n"], z["gemm_bf16_k"]
     j, i = int(np.searchsorted(n, 4096)), int(np.searchsorted(k, 4096))
     measured = z["gemm_bf16_lat_ms"][:, j, i] * 1e-3
@@ -51,7 +54,7 @@ def test_gemm_at_a_measured_point_is_the_measurement():
 
 
 def test_gemm_interpolates_in_log_space_between_measured_sizes():
-    t = aic.KernelTables.load("H100")
+    t = aic_tables.KernelTables.load("H100")
     lo, hi = t.gemm_s(4096, 4096), t.gemm_s(5120, 4096)
     mid = t.gemm_s(int(np.sqrt(4096 * 5120)), 4096)  # geometric midpoint: geometric mean
     np.testing.assert_allclose(mid, np.sqrt(lo * hi), rtol=1e-3)
@@ -62,22 +65,22 @@ def test_gemm_interpolates_in_log_space_between_measured_sizes():
 
 def test_curve_holds_below_continues_last_slope_above_and_is_zero_for_no_work():
     lx, ly = np.log([1.0, 10.0, 100.0]), np.log([1.0, 2.0, 8.0])
-    out = aic._curve(np.array([0.0, 1.0, 10.0, 100.0, 1000.0]), lx, ly)
+    out = loglog_curve(np.array([0.0, 1.0, 10.0, 100.0, 1000.0]), lx, ly)
     slope = np.log(4.0) / np.log(10.0)
     np.testing.assert_allclose(out, [0.0, 1.0, 2.0, 8.0, 8.0 * 10 ** slope])
-    tab = aic._IntTable.from_curve(lx, ly, n=64)
+    tab = IntTable.from_curve(lx, ly, n=64)
     x = np.arange(0, 200, dtype=np.float64)
-    np.testing.assert_allclose(tab.time_s(x), aic._curve(x, lx, ly), rtol=1e-12)
+    np.testing.assert_allclose(tab.time_s(x), loglog_curve(x, lx, ly), rtol=1e-12)
 
 
 def test_decode_attention_grows_with_batch_and_length_and_uniform_grid_matches():
     cm = aic.MeasuredTableCostModel.build(MODELS["llama-3-8b"], GPUS["H100"],
-                                          aic.KernelTables.load("H100"))
+                                          aic_tables.KernelTables.load("H100"))
     n = np.array([1.0, 8, 64, 256, 256, 256])
     kv = n * np.array([512, 512, 512, 512, 2048, 8192])
     t = cm._cache["gen"].time_s(n, kv)
     assert np.all(np.diff(t) > 0)
-    ref = aic._bilinear(n, kv, cm.log_gen_b, cm.log_gen_s, cm.log_gen_t)
+    ref = loglog_bilinear(n, kv, cm.log_gen_b, cm.log_gen_s, cm.log_gen_t)
     np.testing.assert_allclose(t, ref, rtol=0.03)
 
 
@@ -116,8 +119,8 @@ def test_measured_default_for_h100_and_transferred_with_error_for_a40_a10():
 
 
 def test_transfer_to_itself_is_the_identity():
-    t = aic.KernelTables.load("L40S")
-    same = aic.transfer_tables(t, GPUS["L40S"], GPUS["L40S"])
+    t = aic_tables.KernelTables.load("L40S")
+    same = aic_transfer.transfer_tables(t, GPUS["L40S"], GPUS["L40S"])
     np.testing.assert_allclose(same.gemm_s(4096, 14336), t.gemm_s(4096, 14336), rtol=1e-12)
     b1, s1, g1 = t.generation_attention(32, 8, 128)
     b2, s2, g2 = same.generation_attention(32, 8, 128)
@@ -125,17 +128,110 @@ def test_transfer_to_itself_is_the_identity():
 
 
 def test_transfer_scales_memory_bound_work_by_bandwidth():
-    t = aic.KernelTables.load("A100-80G")
-    moved = aic.transfer_tables(t, GPUS["A100-80G"], GPUS["A100-40G"])  # same die, less HBM
+    t = aic_tables.KernelTables.load("A100-80G")
+    moved = aic_transfer.transfer_tables(t, GPUS["A100-80G"], GPUS["A100-40G"])  # same die, less HBM
     ratio = moved.gemm_s(4096, 4096)[0] / t.gemm_s(4096, 4096)[0]  # m = 1: weight-bound
     assert ratio == pytest.approx(GPUS["A100-80G"].hbm_gbps / GPUS["A100-40G"].hbm_gbps)
 
 
+# a GPU the catalog does not ship (RTX A6000: Ampere GA102; H100 PCIe: Hopper), as a --gpu-file
+# states it; `architecture` left out below to check the roofline fallback
+GPU_FILE = """
+A6000:
+  architecture: ampere
+  memory_gib: 48
+  bf16_tflops: 154.8
+  fp32_tflops: 38.7
+  hbm_gbps: 768
+  pcie_gen: 4
+  host_link_gbps: 25
+  nvlink_gbps: 56
+  host_ram_gib: 64
+  cpu_cores: 16
+  tdp_w: 300
+  price_usd_per_h: 0.49
+  price_source: test
+  price_date: "2026-11"
+H100-PCIE:
+  architecture: Hopper
+  memory_gib: 80
+  bf16_tflops: 756
+  fp32_tflops: 51
+  fp8_tflops: 1513
+  hbm_gbps: 2000
+  pcie_gen: 5
+  host_link_gbps: 50
+  host_ram_gib: 188
+  cpu_cores: 24
+  tdp_w: 350
+  price_usd_per_h: 1.99
+  price_source: test
+  price_date: "2026-11"
+"""
+
+
+def test_a_gpu_file_gpu_is_transferred_from_the_measured_gpu_of_its_architecture(tmp_path):
+    path = tmp_path / "gpus.yaml"
+    path.write_text(GPU_FILE)
+    gpus = load_gpus(path)
+    m = MODELS["llama-3-8b"]
+    assert aic_transfer.transfer_source(gpus["A6000"]) == "A100-80G"
+    assert aic_transfer.transfer_source(gpus["H100-PCIE"]) == "H100"
+    for name, src in (("A6000", "A100-80G"), ("H100-PCIE", "H100")):
+        cm = aic.table_cost_model(m, gpus[name], gpus=gpus)
+        assert cm.provenance.kind == "transferred"
+        assert f"transferred to {name} from {src}" in str(cm.provenance)
+    # the same as the source's tables moved by hand
+    moved = aic_transfer.transfer_tables(aic_tables.KernelTables.load("A100-80G"),
+                                         gpus["A100-80G"], gpus["A6000"])
+    f = random_steps(2_000)
+    by_hand = aic.MeasuredTableCostModel.build(m, gpus["A6000"], moved)
+    np.testing.assert_array_equal(aic.table_cost_model(m, gpus["A6000"], engine=None)
+                                  .iteration_time_s(f), by_hand.iteration_time_s(f))
+    # a tensor-parallel config over its (transferred) all-reduce table
+    assert aic.table_cost_model(m, gpus["A6000"], tp=2).provenance.kind == "transferred"
+
+
+def test_a_gpu_without_architecture_gets_no_tables(tmp_path):
+    """No architecture stated: no measured GPU to transfer from, so no tables (the caller's
+    roofline), as for any GPU before `architecture` existed; a measured GPU keeps its own."""
+    path = tmp_path / "gpus.yaml"
+    path.write_text(GPU_FILE.replace("  architecture: ampere\n", ""))
+    gpus = load_gpus(path)
+    assert gpus["A6000"].architecture is None
+    assert aic_transfer.transfer_source(gpus["A6000"]) is None
+    assert aic.table_cost_model(MODELS["llama-3-8b"], gpus["A6000"]) is None
+    # the cache tells a GPU apart by its architecture
+    a10 = dataclasses.replace(GPUS["A10"], architecture=None)
+    assert aic.table_cost_model(MODELS["llama-3-8b"], GPUS["A10"]) is not None
+    assert aic.table_cost_model(MODELS["llama-3-8b"], a10) is None
+    h100 = dataclasses.replace(GPUS["H100"], architecture=None)
+    assert aic.table_cost_model(MODELS["llama-3-8b"], h100).provenance.kind == "tables"
+
+
+def test_cost_cli_prices_a_gpu_file_gpu_by_its_architecture(tmp_path):
+    from typer.testing import CliRunner
+
+    from tuner.cli.main import app
+
+    def cost(text):
+        path = tmp_path / "gpus.yaml"
+        path.write_text(text)
+        r = CliRunner().invoke(app, ["cost", "-m", "llama-3-8b", "-g", "A6000", "--tokens",
+                                     "512", "--decodes", "8", "--kv-tokens", "8000",
+                                     "--gpu-file", str(path), "--json"])
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)["provenance"]
+
+    assert cost(GPU_FILE)["kind"] == "transferred"
+    assert cost(GPU_FILE.replace("  architecture: ampere\n", ""))["kind"] == "roofline"
+
+
 def test_shipped_transfer_checks_are_current():
-    shipped = json.loads((aic.data_dir() / aic.TRANSFER_CHECKS_FILE).read_text())
+    shipped = json.loads((aic_tables.data_dir() / aic.TRANSFER_CHECKS_FILE).read_text())
     s, t = "H100", "L40S"
-    now = aic.transfer_check(aic.KernelTables.load(s), aic.KernelTables.load(t), GPUS[s], GPUS[t],
-                             MODELS[aic.CHECK_MODEL])
+    load = aic_tables.KernelTables.load
+    now = aic.transfer_check(load(s), load(t), GPUS[s], GPUS[t], MODELS[aic.CHECK_MODEL])
     row = next(p for p in shipped["pairs"] if p["source"] == s and p["target"] == t)
     assert row["median_pct"] == pytest.approx(now["median_pct"], rel=1e-6)
     # the rule's error where both sides are measured stays moderate
@@ -168,7 +264,7 @@ def test_engine_overhead_adds_to_the_measured_model():
 
 
 def test_allreduce_table_version_closest_to_the_engine_version():
-    t = aic.KernelTables.load("H100")
+    t = aic_tables.KernelTables.load("H100")
     assert t.allreduce(2, True)[2] == "0.24.0"  # default: the newest
     assert t.allreduce(2, True, "0.14.0")[2] == "0.14.0"
     assert t.allreduce(2, True, "0.20.1")[2] == "0.19.0"
@@ -182,12 +278,13 @@ def test_allreduce_table_version_closest_to_the_engine_version():
 
 
 def test_search_cost_models_follow_engine_version_and_roofline_mode():
-    from tuner.sim.simulator import profile_cost_model_for
+    from tuner.predictors.sources import cost_model_for
 
     model, h100 = MODELS["llama-3-8b"], GPUS["H100"]
     cfg = ServingConfig(gpu="H100", tp=2)
-    assert profile_cost_model_for(model, None) is None  # all defaults: the simulator decides
-    old = profile_cost_model_for(model, None, engine_version="0.19.0")(h100, cfg)
+    new = cost_model_for(model)(h100, cfg)  # all defaults: the newest measured tables
+    assert new.provenance.kind == "tables" and "vLLM 0.19.0 custom" not in new.describe()
+    old = cost_model_for(model, None, engine_version="0.19.0")(h100, cfg)
     assert old.provenance.kind == "tables" and "vLLM 0.19.0 custom all-reduce" in old.describe()
-    rf = profile_cost_model_for(model, None, profile_mode="roofline")(h100, cfg)
+    rf = cost_model_for(model, None, "roofline")(h100, cfg)
     assert rf.provenance.kind == "roofline"

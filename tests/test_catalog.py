@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from tuner.core.catalog import (
+    ARCHITECTURES,
     GPU,
     ModelSpec,
     apply_prices,
@@ -93,6 +95,30 @@ def test_fp8_only_on_ada_and_hopper(gpus):
         assert gpus[name].fp8_tflops is None
     for name in ("L4", "L40S", "H100", "H200", "RTX4090"):
         assert gpus[name].fp8_tflops is not None
+
+
+def test_architectures(gpus):
+    # the measured kernel tables of one GPU price the others of its architecture
+    # (predictors.aic_transfer): the catalog states every shipped GPU's
+    want = {"A10": "ampere", "A40": "ampere", "A100-40G": "ampere", "A100-80G": "ampere",
+            "L4": "ada", "L40S": "ada", "RTX4090": "ada", "H100": "hopper", "H200": "hopper",
+            "RTX-PRO-6000": "blackwell"}
+    assert {n: g.architecture for n, g in gpus.items()} == want
+    assert set(want.values()) == set(ARCHITECTURES)
+    # FP8 tensor cores arrived with Ada / Hopper
+    assert all((g.fp8_tflops is None) == (g.architecture == "ampere") for g in gpus.values())
+
+
+def test_architecture_is_validated_and_optional(gpus):
+    base = dataclasses.asdict(gpus["A10"])
+    assert GPU(**{**base, "architecture": " Hopper "}).architecture == "hopper"
+    assert GPU(**{**base, "architecture": None}).architecture is None
+    for bad in ("volta", "", 3, "ampere,ada"):
+        with pytest.raises(TunerError, match="architecture must be one of ampere, ada, hopper"):
+            GPU(**{**base, "architecture": bad})
+    # a study's stored specs from before the field rebuild without it (not stated)
+    del base["architecture"]
+    assert GPU(**base).architecture is None
 
 
 def test_links(gpus):
@@ -264,6 +290,8 @@ gpus:
     # Fields not named in the override keep their shipped values.
     assert a10.bf16_tflops == gpus["A10"].bf16_tflops and a10.price_date == gpus["A10"].price_date
     assert merged["MYGPU"].fp8_tflops is None and merged["MYGPU"].nvlink_gbps is None
+    # a new GPU states no architecture unless its file does; an override keeps the shipped one
+    assert merged["MYGPU"].architecture is None and a10.architecture == "ampere"
     # The shipped catalog itself is untouched.
     assert load_gpus()["A10"].price_usd_per_h == gpus["A10"].price_usd_per_h
 
@@ -289,6 +317,10 @@ def test_load_gpus_extra_yaml_errors(tmp_path):
     typo.write_text("NEW:\n  memory_gb: 16\n")
     with pytest.raises(TunerError, match="unknown field"):
         load_gpus(typo)
+    bad_arch = tmp_path / "bad_arch.yaml"
+    bad_arch.write_text("A10:\n  architecture: turing\n")
+    with pytest.raises(TunerError, match="architecture must be one of"):
+        load_gpus(bad_arch)
     typo_override = tmp_path / "typo_override.yaml"
     typo_override.write_text("A10:\n  price_per_hour: 0.5\n")
     with pytest.raises(TunerError, match="unknown field"):

@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from reports.figures import deadline_envelope, deadline_figure, gpu_colors
-from reports.outputs import constraint_verdicts
+from tests.sim import simulate_default
 from tuner.cli.main import app
 from tuner.core.catalog import load_gpus
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
 from tuner.core.workload import Workload, load_workload
+from tuner.reports.figures import deadline_envelope, deadline_figure, gpu_colors
+from tuner.reports.outputs import constraint_verdicts
 from tuner.search import SearchSettings, run_search
 from tuner.search.constraints import (
     Constraints,
@@ -28,7 +29,7 @@ from tuner.search.constraints import (
 )
 from tuner.search.records import rank, trial_records, winners
 from tuner.search.space import load_space
-from tuner.sim.simulator import simulate, split_replicas
+from tuner.sim.simulator import split_replicas
 
 SMALL_SPACE = Path(__file__).parent / "spaces" / "deadline_small.yaml"
 runner = CliRunner()
@@ -137,8 +138,8 @@ def test_round_robin_split_beats_nothing_but_lpt_beats_round_robin():
 def test_more_replicas_finish_sooner_and_bill_every_gpu(model, gpus):
     w = workload(96)
     # the schedules (start-up is the same for both: tests/test_startup.py)
-    one = simulate(w, model, gpus["A40"], ServingConfig(gpu="A40", dp=1), startup_s=0)
-    four = simulate(w, model, gpus["A40"], ServingConfig(gpu="A40", dp=4), startup_s=0)
+    one = simulate_default(w, model, gpus["A40"], ServingConfig(gpu="A40", dp=1), startup_s=0)
+    four = simulate_default(w, model, gpus["A40"], ServingConfig(gpu="A40", dp=4), startup_s=0)
     # 4 replicas of a quarter of the job each: faster, though each batches fewer requests
     assert four.makespan_s < 0.75 * one.makespan_s
     # every GPU of the plan is billed until the slowest replica ends
@@ -185,12 +186,12 @@ def test_max_gpus_excludes_plans_without_simulating_them(model, gpus):
                     SearchSettings(exhaustive=True, constraints=limits, study_name="m"))
     recs = trial_records(st)
     for r in recs:
-        n = r.config["tp"] * r.config["dp"]
+        n = r.config.tp * r.config.dp
         if n > 2 or (r.gpu == "A40" and n > 1):
             assert not r.feasible and "--max-gpus" in r.reason and r.metrics is None
         elif r.feasible:
-            assert r.metrics["makespan_s"] > 0
-    assert any(r.feasible and r.gpu == "A10" and r.config["tp"] * r.config["dp"] == 2
+            assert r.metrics.makespan_s > 0
+    assert any(r.feasible and r.gpu == "A10" and r.config.tp * r.config.dp == 2
                for r in recs)
 
 
@@ -227,9 +228,9 @@ def test_quantization_verdict_compares_16_bit_and_quantized(model, gpus):
     recs = trial_records(st)
     # without --quantized-model: no 4-bit plan, and INT8 only where FP8 is missing is excluded
     for r in recs:
-        if r.config["weight_bits"] == 4 or (r.config["weight_bits"] == 8 and r.gpu == "A40"):
+        if r.config.weight_bits == 4 or (r.config.weight_bits == 8 and r.gpu == "A40"):
             assert not r.feasible and "--quantized-model" in r.reason
-    from reports.views import fmt_usd
+    from tuner.reports.views import fmt_usd
 
     text = quantization_verdict(recs, "cheapest", fmt_usd)
     assert text.startswith("Quantization (cheapest): ")
@@ -287,8 +288,8 @@ def test_cli_deadline_budget_max_gpus(tmp_path):
 
 
 def test_report_draws_the_searchs_own_deadline(tmp_path, model, gpus):
-    from reports import figures
-    from reports.outputs import study_outputs
+    from tuner.reports import figures
+    from tuner.reports.outputs import study_outputs
     from tuner.search import load_study
 
     out = tmp_path / "a"

@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from reports.outputs import study_outputs
+from tests.sim import simulate_default
 from tuner.cli.main import app
 from tuner.core.catalog import get_model, load_gpus
 from tuner.core.config import ServingConfig
 from tuner.core.engine_defaults import ENTRY_POINTS, is_large_gpu, vllm_defaults
 from tuner.core.errors import TunerError
 from tuner.core.workload import Workload
+from tuner.reports.outputs import study_outputs
 from tuner.search import SearchSettings, load_space, run_search
 from tuner.search.baseline import attach_baselines, gain, simulate_baseline
-from tuner.sim.simulator import simulate
 
 runner = CliRunner()
 GPUS = load_gpus()
@@ -54,7 +54,7 @@ def test_batch_defaults_per_gpu_and_entry_point(gpu, entry, tokens, seqs):
     d = vllm_defaults(g.name, g.memory_gib, entry)
     assert (d.max_num_batched_tokens, d.max_num_seqs) == (tokens, seqs)
     assert d.usage_context == ENTRY_POINTS[entry]
-    cfg = d.config(g.name, tp=2, dp=3)
+    cfg = ServingConfig(gpu=g.name, tp=2, dp=3, **d.knobs())
     assert (cfg.chunk_size, cfg.max_running, cfg.tp, cfg.dp) == (tokens, seqs, 2, 3)
     assert (cfg.gpu_memory_utilization, cfg.block_size, cfg.weight_bits, cfg.kv_bits,
             cfg.scheduler, cfg.ordering) == (0.9, 16, 16, 16, "vllm", "fcfs")
@@ -110,9 +110,9 @@ def test_gain_is_winner_over_defaults_on_same_gpus():
     summary = outputs.summary()
     for goal in ("fastest", "cheapest"):
         rec = outputs.by_number[outputs.context.winners.of(goal)]
-        base_cfg = ServingConfig(gpu=rec.gpu, tp=rec.config["tp"], dp=rec.config["dp"])
+        base_cfg = ServingConfig(gpu=rec.gpu, tp=rec.config.tp, dp=rec.config.dp)
         assert (base_cfg.chunk_size, base_cfg.max_running) == (8192, 256)  # A10/A40, llm
-        ref = simulate(w, m, gpus[rec.gpu], base_cfg)
+        ref = simulate_default(w, m, gpus[rec.gpu], base_cfg)
         g = summary["gain_over_vllm_defaults"][goal]
         assert g["trial"] == rec.number
         assert g["makespan_ratio"] == pytest.approx(rec.makespan_s / ref.makespan_s, rel=1e-9)

@@ -62,7 +62,7 @@ def stored_records(out: Path) -> tuple[optuna.Study, list[TrialRecord]]:
 def ranked(records: list[TrialRecord], goal: str) -> list[TrialRecord]:
     i, j = ("makespan_s", "cost_usd") if goal == "fastest" else ("cost_usd", "makespan_s")
     feas = [r for r in records if r.feasible]
-    return sorted(feas, key=lambda r: (r.metrics[i], r.metrics[j], r.number))
+    return sorted(feas, key=lambda r: (getattr(r.metrics, i), getattr(r.metrics, j), r.number))
 
 
 def export(*args: str | Path) -> str:
@@ -80,7 +80,7 @@ def test_every_format_parses_back_to_the_ranked_trial(searched, fmt, goal):
     assert order[0].number == results["winners"][goal]["number"]
     for rank in (1, 2):
         text = export("--out", out, "--format", fmt, "--goal", goal, "--rank", rank)
-        want = ServingConfig.from_dict(order[rank - 1].config)
+        want = order[rank - 1].config
         assert parse_export(fmt, text) == want
         assert f"trial #{order[rank - 1].number}" in text
 

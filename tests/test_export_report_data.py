@@ -1,4 +1,4 @@
-"""reports.extras: winners' timelines, Optuna importances and export snippets for the report."""
+"""tuner.reports.extras: winners' timelines, Optuna importances and export snippets for the report."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ import numpy as np
 import optuna
 import pytest
 
-from reports.extras import (
+from tuner.core.catalog import get_model, load_gpus
+from tuner.core.workload import Workload
+from tuner.exports import EXPORT_FORMATS, parse_export
+from tuner.reports.extras import (
     batch_paths,
     downsample_timeline,
     openai_batch_info,
@@ -17,10 +20,6 @@ from reports.extras import (
     winner_roles,
     winner_timelines,
 )
-from tuner.core.catalog import get_model, load_gpus
-from tuner.core.config import ServingConfig
-from tuner.core.workload import Workload
-from tuner.exports import EXPORT_FORMATS, parse_export
 from tuner.search import SearchSettings, run_search
 from tuner.search.records import trial_records, winners
 from tuner.search.space import SearchSpace
@@ -99,11 +98,11 @@ def test_winner_timelines_match_the_study(setting, study):
     by_num = {r.number: r for r in records}
     for t in tls:
         assert "error" not in t
-        assert t["makespan_s"] == pytest.approx(by_num[t["trial"]].metrics["makespan_s"])
+        assert t["makespan_s"] == pytest.approx(by_num[t["trial"]].metrics.makespan_s)
         # the timeline runs from the engines being up: the makespan less the start-up
         assert t["end_s"] == pytest.approx(t["makespan_s"] - t["startup_s"])
         assert len(t["time_s"]) == len(t["running"]) == len(t["kv_fraction"])
-        assert max(t["running"]) <= by_num[t["trial"]].config["max_running"]
+        assert max(t["running"]) <= by_num[t["trial"]].config.max_running
     # a GPU missing from the catalog is reported, not raised
     tls = winner_timelines(records, w, model, {"A10": gpus["A10"]})
     assert any("error" in t for t in tls)
@@ -165,7 +164,7 @@ def test_openai_batch_info(tmp_path):
 def test_report_extras(setting, study, tmp_path):
     w, model, gpus = setting
     records = trial_records(study)
-    study.set_user_attr("validation", [{"config": records[0].config, "predicted_s": 10.0,
+    study.set_user_attr("validation", [{"config": records[0].config.to_dict(), "predicted_s": 10.0,
                                         "measured_s": 11.0, "runner": "transformers"}])
     plain = tmp_path / "tiny.jsonl"
     plain.write_text(json.dumps({"prompt_tokens": 5, "output_tokens": 3}) + "\n")
@@ -176,7 +175,7 @@ def test_report_extras(setting, study, tmp_path):
     for which in ("fastest", "cheapest"):
         snip = ex["export_snippets"][which]
         assert snip["trial"] == best[which]
-        want = ServingConfig.from_dict(by_num[best[which]].config)
+        want = by_num[best[which]].config
         for fmt in EXPORT_FORMATS:
             text = snip["formats"][fmt]
             assert parse_export(fmt, text) == want

@@ -1,6 +1,6 @@
-"""The optimal-schedule MILP (tuner.sim.milp): hand-computed optima, an exhaustive search on tiny
-instances, the scheduler presets' gaps to the optimum, and InferMax §4.5 (evicting short
-requests beats the eviction-free optimum; evicting long ones does not pay)."""
+"""The optimal-schedule MILP (tests/milp_reference.py): hand-computed optima, an exhaustive
+search on tiny instances, the scheduler presets' gaps to the optimum, and InferMax §4.5
+(evicting short requests beats the eviction-free optimum; evicting long ones does not pay)."""
 
 import heapq
 import itertools
@@ -8,8 +8,8 @@ import itertools
 import numpy as np
 import pytest
 
+from tests.milp_reference import BATCHES, LinearCost, schedule_cost, solve_optimal_schedule
 from tuner.sim import scheduler as sch
-from tuner.sim.milp import BATCHES, LinearCost, schedule_cost, solve_optimal_schedule
 
 PRESETS = ("vllm-basic", "vllm-v0", "sarathi", "vllm-basic-noevict", "vllm-v0-noevict", "sarathi-noevict")
 
@@ -28,7 +28,8 @@ def run_preset(name, prompt, output, C, M, R):
 
 def brute_force(prompt, output, C, M, R, coeffs, allow_eviction):
     """Cheapest schedule by Dijkstra over the joint state ((h, q) per request), the moves as
-    defined in tuner.sim.milp's docstring: an independent check of the MILP on tiny instances."""
+    defined in tests/milp_reference.py's docstring: an independent check of the MILP on tiny
+    instances."""
     n = len(prompt)
     N = [p + o - 1 for p, o in zip(prompt, output, strict=True)]
 

@@ -10,10 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from predictors import aic
-from predictors.features import BatchFeatures
-from predictors.moe import MoEParallel, MoEShape, expected_distinct_experts
-from predictors.roofline import RooflineCostModel
+from tests.sim import simulate_default
 from tuner.core.catalog import load_gpus, load_models
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
@@ -27,7 +24,11 @@ from tuner.exports import (
     to_vllm_yaml,
     vllm_engine_args,
 )
-from tuner.sim.simulator import default_cost_model, simulate
+from tuner.predictors import aic
+from tuner.predictors.features import BatchFeatures
+from tuner.predictors.moe import MoEParallel, MoEShape, expected_distinct_experts
+from tuner.predictors.roofline import RooflineCostModel
+from tuner.predictors.sources import resolve_cost_model
 
 GPUS = load_gpus()
 MODELS = load_models()
@@ -118,7 +119,7 @@ def test_tables_say_measured_where_the_shape_is_and_estimated_where_it_is_not():
 
 def test_fast_path_prices_moe_steps_as_the_breakdown_does():
     """gpu_time_s folds the MoE curves into one token curve: it agrees with the breakdown."""
-    from predictors.features import sum_parts
+    from tuner.predictors.features import sum_parts
 
     rng = np.random.default_rng(1)
     n = 5000
@@ -154,7 +155,7 @@ def test_expert_parallel_with_data_parallel_gathers_the_replicas_tokens():
     assert rf.breakdown(decodes([64]))["moe_dispatch"][0] > 0
     # the simulator hands the deployment's knobs to the cost model
     cfg = ServingConfig(gpu="RTX-PRO-6000", dp=2, expert_parallel=True)
-    assert "moe_ep 2" in default_cost_model(MOE, g, cfg).describe()
+    assert "moe_ep 2" in resolve_cost_model(MOE, g, cfg).describe()
 
 
 def test_experts_are_resident_and_split_over_the_data_parallel_gpus():
@@ -174,14 +175,14 @@ def test_expert_parallel_on_a_dense_model_is_a_clear_error():
     w = Workload(prompt_tokens=np.array([100]), output_tokens=np.array([10]))
     cfg = ServingConfig(gpu="H100", expert_parallel=True)
     with pytest.raises(TunerError, match="mixture-of-experts models only"):
-        simulate(w, DENSE, GPUS["H100"], cfg)
+        simulate_default(w, DENSE, GPUS["H100"], cfg)
     with pytest.raises(TunerError, match="mixture-of-experts models only"):
         vllm_engine_args(cfg, DENSE, GPUS["H100"], max_model_len=4096)
     with pytest.raises(TunerError, match="mixture-of-experts models only"):
         sglang_server_args(cfg, DENSE, GPUS["H100"], max_model_len=4096)
     with pytest.raises(TunerError, match="true or false"):
         ServingConfig(gpu="H100", expert_parallel="yes")
-    assert simulate(w, MOE, GPUS["H100"], cfg).makespan_s > 0
+    assert simulate_default(w, MOE, GPUS["H100"], cfg).makespan_s > 0
 
 
 def test_cli_rejects_expert_parallel_for_a_dense_model(tmp_path):
@@ -243,13 +244,13 @@ def test_expert_parallel_on_a_dense_model_is_an_infeasible_config_not_a_crash():
     from tuner.core.catalog import get_model, load_gpus
     from tuner.core.config import ServingConfig
     from tuner.core.workload import Workload
-    from tuner.sim.simulator import InfeasibleConfig, simulate
+    from tuner.sim.simulator import InfeasibleConfig
 
     w = Workload(prompt_tokens=np.array([100, 200]), output_tokens=np.array([10, 20]),
                  source="t")
     with pytest.raises(InfeasibleConfig, match="mixture-of-experts"):
-        simulate(w, get_model("llama-3-8b"), load_gpus()["A10"],
-                 ServingConfig(gpu="A10", expert_parallel=True))
+        simulate_default(w, get_model("llama-3-8b"), load_gpus()["A10"],
+                         ServingConfig(gpu="A10", expert_parallel=True))
 
 
 @pytest.mark.parametrize(("tp", "dp"), [(1, 1), (2, 1), (1, 2), (2, 2)])
@@ -268,16 +269,15 @@ def test_sglang_export_round_trips_expert_parallel(tp, dp, ep):
 def test_mla_model_is_priced_by_the_roofline_with_its_latent_kv():
     """The measured tables hold grouped-query attention shapes only: an MLA model (DeepSeek)
     falls back to the roofline, whose KV per token is the memory plan's latent."""
-    from predictors.aic import table_cost_model
-    from predictors.roofline import RooflineCostModel
     from tuner.core.catalog import get_model, load_gpus
     from tuner.core.config import ServingConfig
     from tuner.core.memory import kv_bytes_per_token_per_layer_rank
-    from tuner.sim.simulator import default_cost_model
+    from tuner.predictors.aic import table_cost_model
+    from tuner.predictors.roofline import RooflineCostModel
 
     d, h200 = get_model("deepseek-v3"), load_gpus()["H200"]
     assert table_cost_model(d, h200, tp=8, weight_bits=8) is None
-    cm = default_cost_model(d, h200, ServingConfig(gpu="H200", tp=8, weight_bits=8))
+    cm = resolve_cost_model(d, h200, ServingConfig(gpu="H200", tp=8, weight_bits=8))
     assert isinstance(cm, RooflineCostModel) and "not measured" in str(cm.provenance)
     assert cm.kv_bytes_per_token_per_layer == kv_bytes_per_token_per_layer_rank(d, 16, 8) == 1152
 

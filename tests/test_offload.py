@@ -13,18 +13,19 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from predictors import host
-from predictors.features import BatchFeatures
-from predictors.transfer_model import SaturatingTransferModel
+from tests.sim import simulate_default
 from tuner.core.catalog import GIB, ModelSpec, get_gpu, get_model, load_gpus
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
 from tuner.core.memory import HOST_RESERVE_BYTES, host_limit_bytes, plan_memory
 from tuner.core.provenance import Provenance
 from tuner.core.workload import Workload
+from tuner.predictors import host
+from tuner.predictors.features import BatchFeatures
+from tuner.predictors.transfer_model import SaturatingTransferModel
 from tuner.sim import offload as off
 from tuner.sim.ordering import DensityModel, memory_partition
-from tuner.sim.simulator import InfeasibleConfig, simulate
+from tuner.sim.simulator import InfeasibleConfig
 
 GPUS = load_gpus()
 ROOT = Path(__file__).resolve().parents[1]
@@ -332,7 +333,7 @@ def test_host_memory_is_a_hard_limit():
     assert not plan.fits and "host memory exceeded" in plan.reason and "GiB" in plan.reason
     w = wl([100] * 4, [50] * 4)
     with pytest.raises(InfeasibleConfig, match="host memory"):
-        simulate(w, m, small, cfg)
+        simulate_default(w, m, small, cfg)
     # weights count too
     plan_w = plan_memory(m, small, ServingConfig(gpu="A10", weight_offload_fraction=1.0))
     assert plan_w.host_used_bytes == pytest.approx(m.weight_bytes(16))
@@ -388,7 +389,7 @@ def test_memory_plan_never_exceeds_gpu_or_host_memory(case):
 # ---- simulate() --------------------------------------------------------------------------------
 def test_simulate_without_offload_is_unchanged_and_has_no_breakdown():
     m, g = get_model("llama-3-8b"), get_gpu("A10", GPUS)
-    res = simulate(wl([500] * 40, [300] * 40), m, g, ServingConfig(gpu="A10"))
+    res = simulate_default(wl([500] * 40, [300] * 40), m, g, ServingConfig(gpu="A10"))
     assert res.offload is None and res.offload_stall_s == 0.0
     assert res.summary()["offload"] is None
 
@@ -396,9 +397,9 @@ def test_simulate_without_offload_is_unchanged_and_has_no_breakdown():
 def test_simulate_offload_breakdown():
     m, g = get_model("llama-3-8b"), get_gpu("A10", GPUS)
     w = wl([800] * 200, [1000] * 200)
-    base = simulate(w, m, g, ServingConfig(gpu="A10"))
-    one = simulate(w, m, g, ServingConfig(gpu="A10", kv_offload_layers=1))
-    many = simulate(w, m, g, ServingConfig(gpu="A10", kv_offload_layers=16))
+    base = simulate_default(w, m, g, ServingConfig(gpu="A10"))
+    one = simulate_default(w, m, g, ServingConfig(gpu="A10", kv_offload_layers=1))
+    many = simulate_default(w, m, g, ServingConfig(gpu="A10", kv_offload_layers=16))
     # one layer overlaps fully on this decode-heavy job: more KV capacity, no stall, faster
     assert one.memory.kv_capacity_tokens > base.memory.kv_capacity_tokens
     assert one.offload_stall_s == 0.0 and one.makespan_s < base.makespan_s
@@ -484,7 +485,7 @@ def test_blendserve_worked_numbers():
 
 
 def test_a_fitted_curve_plugs_in():
-    from predictors.transfer_model import CallableTransferModel
+    from tuner.predictors.transfer_model import CallableTransferModel
 
     tm = CallableTransferModel(h2d=lambda b: 1e-5 + b / 2e10, d2h=lambda b: 1e-5 + b / 1e10)
     assert float(tm.h2d_s(2e10)) == pytest.approx(1 + 1e-5)

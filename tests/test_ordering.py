@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.sim import simulate_default
 from tuner.core import config as tuner_config
 from tuner.core.catalog import get_gpu, get_model, load_gpus
 from tuner.core.config import ServingConfig
@@ -23,7 +24,6 @@ from tuner.sim.ordering import (
     order_requests,
 )
 from tuner.sim.simulator import order_requests as sim_order_requests
-from tuner.sim.simulator import simulate
 
 GPUS = load_gpus()
 LLAMA3_8B = get_model("llama-3-8b")
@@ -258,8 +258,8 @@ def test_simulate_runs_the_new_orderings(name):
     n = 300
     w = wl(rng.integers(10, 3000, n), rng.integers(1, 1500, n),
            prefix_ids=rng.integers(-1, 10, n), prefix_tokens=np.full(n, 256))
-    base = simulate(w, LLAMA3_8B, get_gpu("A10", GPUS), ServingConfig(gpu="A10", chunk_size=2048))
-    res = simulate(w, LLAMA3_8B, get_gpu("A10", GPUS),
-                   ServingConfig(gpu="A10", chunk_size=2048, ordering=name))
+    base = simulate_default(w, LLAMA3_8B, get_gpu("A10", GPUS), ServingConfig(gpu="A10", chunk_size=2048))
+    res = simulate_default(w, LLAMA3_8B, get_gpu("A10", GPUS),
+                           ServingConfig(gpu="A10", chunk_size=2048, ordering=name))
     assert res.output_tokens == base.output_tokens
     assert res.makespan_s >= res.lower_bound_s

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import reports.outputs as outputs_mod
-from reports.extras import fanova_importances
-from reports.outputs import write_output_set
+import tuner.reports.outputs as outputs_mod
+from tuner.reports.extras import fanova_importances
+from tuner.reports.outputs import write_output_set
 
 OLD = {"fastest.vllm.yaml": "old fastest\n", "fastest.json": "{\"old\": 1}\n",
        "report.html": "<p>old</p>\n", "results.json": "{\"old\": 2}\n"}

@@ -17,7 +17,10 @@ import pytest
 from sklearn.base import clone
 from sklearn.model_selection import KFold, cross_val_score
 
-from predictors.estimators import (
+from tuner.core.catalog import get_model, load_gpus
+from tuner.core.config import ServingConfig
+from tuner.core.errors import TunerError
+from tuner.predictors.estimators import (
     ForestCost,
     InterpCost,
     LinearCost,
@@ -25,13 +28,10 @@ from predictors.estimators import (
     SaturatingCurve,
     measured_saturation_bytes,
 )
-from predictors.features import BatchFeatures
-from predictors.tables import Table1D, Table2D, _bilinear_irregular, _fwd
-from profilers.plan import PlanLimits, build_plan
-from profilers.schema import RowWriter, make_row
-from tuner.core.catalog import get_model, load_gpus
-from tuner.core.config import ServingConfig
-from tuner.core.errors import TunerError
+from tuner.predictors.features import BatchFeatures
+from tuner.predictors.tables import Table1D, Table2D, _bilinear_irregular, _fwd
+from tuner.profilers.plan import PlanLimits, build_plan
+from tuner.profilers.schema import RowWriter, make_row
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = get_model("tiny-llama")
@@ -158,7 +158,7 @@ def synth_profile(out: Path, gpu_name: str, model=TINY, noise: float = 0.0, seed
             dt = "uint8" if c.operation.startswith("copy.") else "bfloat16"
             w.write(make_row(c, dt, median_s=t, p10_s=0.97 * t, p90_s=1.05 * t, repeats=10,
                              calls_per_sample=1))
-    from predictors.opmath import shape_dict
+    from tuner.predictors.opmath import shape_dict
 
     prov = {"format": "tuner-profile/1", "device": "cuda", "device_name": f"NVIDIA {gpu_name}",
             "gpu": gpu_name, "memory_bytes": int(g.memory_gib * 2**30), "driver": "synthetic",
@@ -174,7 +174,7 @@ def two_gpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("gpus")
     synth_profile(root / "h100", "H100", noise=0.02, seed=1)
     synth_profile(root / "a10", "A10", noise=0.02, seed=2)
-    from predictors.fit import fit_profile
+    from tuner.predictors.fit import fit_profile
 
     fit_profile(root / "a10").save(root / "a10")
     return root
@@ -182,7 +182,7 @@ def two_gpus(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def h100_fit(two_gpus):
-    from predictors.fit import fit_profile
+    from tuner.predictors.fit import fit_profile
 
     res = fit_profile(two_gpus / "h100")
     res.save(two_gpus / "h100")
@@ -213,8 +213,8 @@ def test_fit_chooses_per_op_by_cv_and_saves(h100_fit, two_gpus):
 
 
 def test_fitted_cost_model_composes_per_op_predictions(h100_fit, two_gpus):
-    from predictors.fitted import FittedCostModel
-    from predictors.loader import load_cost_model
+    from tuner.predictors.fitted import FittedCostModel
+    from tuner.predictors.loader import load_cost_model
 
     cm = load_cost_model(two_gpus / "h100", TINY, GPUS["H100"], ServingConfig(gpu="H100"))
     assert isinstance(cm, FittedCostModel) and cm.kind == "measured"
@@ -242,7 +242,7 @@ def test_fitted_cost_model_composes_per_op_predictions(h100_fit, two_gpus):
     empty = BatchFeatures.single()
     assert cm.iteration_time_s(empty)[0] == pytest.approx(cm.iteration_overhead_s)
     # per-op predictions match the synthetic truth of one projection
-    from predictors.opmath import flops_bytes
+    from tuner.predictors.opmath import flops_bytes
 
     fl, by = flops_bytes("linear.gate_up", TINY, tokens=1024.0)
     g = GPUS["H100"]
@@ -257,9 +257,9 @@ def test_fitted_cost_model_composes_per_op_predictions(h100_fit, two_gpus):
 def test_transfer_between_two_measured_gpus(tmp_path):
     """Two synthetic GPUs that follow one efficiency law at their own spec sheets: the H100's
     curves predict the A10 within a few percent where times are not launch-bound (7B shapes)."""
-    from predictors.devices import gpu_specs
-    from predictors.fit import read_profile
-    from predictors.transfer import learn_efficiency, transfer_error
+    from tuner.predictors.devices import gpu_specs
+    from tuner.predictors.fit import read_profile
+    from tuner.predictors.transfer import learn_efficiency, transfer_error
 
     m = get_model("llama-2-7b")
     synth_profile(tmp_path / "h", "H100", model=m, noise=0.02, seed=1)
@@ -284,7 +284,7 @@ def test_transfer_command_records_the_error(two_gpus, h100_fit):
     assert any(k.startswith("A10") for k in fit["transfer_checks"])
     r = tuner("transfer", two_gpus / "h100", two_gpus / "a10")
     assert r.returncode == 0 and "transfer error: H100 -> A10" in r.stdout
-    from predictors.loader import load_cost_model
+    from tuner.predictors.loader import load_cost_model
 
     l4 = load_cost_model(two_gpus / "h100", TINY, GPUS["L4"], ServingConfig(gpu="L4"))
     assert "transfer error checked against A10" in l4.describe()
@@ -293,7 +293,7 @@ def test_transfer_command_records_the_error(two_gpus, h100_fit):
 
 
 def test_loader_modes_measured_transferred_roofline(two_gpus, h100_fit, tmp_path):
-    from predictors.loader import load_cost_model, provenance_kind
+    from tuner.predictors.loader import load_cost_model, provenance_kind
 
     both = two_gpus  # a folder of profiles
     cfg = lambda g, **kw: ServingConfig(gpu=g, **kw)  # noqa: E731
@@ -329,8 +329,8 @@ def test_loader_modes_measured_transferred_roofline(two_gpus, h100_fit, tmp_path
 
 
 def test_stale_fit_is_refit_in_memory(tmp_path):
-    from predictors.fit import fit_profile
-    from predictors.loader import load_fit
+    from tuner.predictors.fit import fit_profile
+    from tuner.predictors.loader import load_fit
 
     d = synth_profile(tmp_path / "h", "H100", families=frozenset({"linear"}))
     fit_profile(d).save(d)
@@ -345,9 +345,11 @@ SHIPPED = REPO / "predictors" / "data" / "tiny-llama-cpu"
 
 
 def test_shipped_cpu_profile_loads_and_simulates():
-    from predictors.loader import load_cost_model, shipped_cost_model
+    from tests.sim import simulate_default
     from tuner.core.workload import load_workload
-    from tuner.sim.simulator import default_cost_model, simulate
+    from tuner.predictors.loader import load_cost_model, shipped_cost_model
+    from tuner.predictors.sources import resolve_cost_model
+    from tuner.sim.simulator import simulate
 
     assert (SHIPPED / "profile.csv").is_file() and (SHIPPED / "fit.json").is_file()
     prov = json.loads((SHIPPED / "provenance.json").read_text())
@@ -363,12 +365,12 @@ def test_shipped_cpu_profile_loads_and_simulates():
     auto = load_cost_model(SHIPPED, TINY, g, cfg)
     assert "roofline" in auto.describe() and "no GPU profile" in auto.describe()
     # ... but can be used as the measured model on purpose (CI's measured path)
-    cm = default_cost_model(TINY, g, cfg, SHIPPED, profile_mode="measured")
+    cm = resolve_cost_model(TINY, g, cfg, profile=SHIPPED, mode="measured")
     assert cm.kind == "measured" and "(cpu, float32" in cm.describe()
     w = load_workload(REPO / "examples" / "arxiv.jsonl", model=TINY)
     res = simulate(w, TINY, g, cfg, cost_model=cm)
     assert res.makespan_s > 0 and str(res.provenance).startswith("measured:")
-    rf = simulate(w, TINY, g, cfg)  # no profile: NVIDIA's kernel tables, A100 -> A10
+    rf = simulate_default(w, TINY, g, cfg)  # no profile: NVIDIA's kernel tables, A100 -> A10
     assert rf.provenance.kind == "transferred" and "transferred to A10" in str(rf.provenance)
     assert res.makespan_s != rf.makespan_s
 
@@ -426,8 +428,8 @@ def test_fit_command_errors(tmp_path):
 
 
 def test_fitted_model_is_fast_on_many_iterations():
-    from predictors.loader import load_cost_model
-    from predictors.roofline import RooflineCostModel
+    from tuner.predictors.loader import load_cost_model
+    from tuner.predictors.roofline import RooflineCostModel
 
     g = GPUS["A10"]
     cm = load_cost_model(SHIPPED, TINY, g, ServingConfig(gpu="A10"), mode="measured")
@@ -477,8 +479,8 @@ def test_ci_profile_fit_simulate_on_cpu(tmp_path):  # 46 s at load average 7 on 
               "--kv-tokens", "2000", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["provenance"]["kind"] == "measured"
-    from predictors.loader import load_cost_model
     from tuner.core.workload import load_workload
+    from tuner.predictors.loader import load_cost_model
     from tuner.sim.simulator import simulate
 
     cfg = ServingConfig(gpu="A10", chunk_size=1024, max_running=32)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from tests.sim import simulate_default
 from tuner.cli.app import load_gpu_catalog
 from tuner.cli.main import app
 from tuner.core.catalog import GPU, get_model, load_gpus
@@ -29,7 +30,6 @@ from tuner.core.pricing import (
     usd_per_million_tokens,
 )
 from tuner.core.workload import Workload, apply_on_too_long, drop_too_long
-from tuner.sim.simulator import simulate
 
 runner = CliRunner()
 PROVIDERS = load_providers()
@@ -109,18 +109,18 @@ def test_provider_changes_cost_as_its_billing_says():
     runpod = load_gpu_catalog(None, None, "runpod")
     for tp in (1, 2):
         cfg = ServingConfig(gpu="A10", tp=tp)
-        base = simulate(w, m, cat["A10"], cfg)
+        base = simulate_default(w, m, cat["A10"], cfg)
         assert base.rental is None
         assert base.cost_usd == pytest.approx(base.makespan_s / 3600 * 1.29 * tp)
-        res = simulate(w, m, aws["A10"], cfg)
+        res = simulate_default(w, m, aws["A10"], cfg)
         assert res.makespan_s == pytest.approx(base.makespan_s)  # same GPU, same schedule
         inst_usd_h = {1: 1.006, 2: 5.672}[tp]  # g5.xlarge / g5.12xlarge (whole instance)
         billed = max(math.ceil(res.makespan_s), 60)
         assert res.cost_usd == pytest.approx(billed / 3600 * inst_usd_h)
-        assert res.rental["instance"] == {1: "g5.xlarge", 2: "g5.12xlarge"}[tp]
+        assert res.rental.instance == {1: "g5.xlarge", 2: "g5.12xlarge"}[tp]
         assert res.summary()["rental"]["gpus_rented"] == {1: 1, 2: 4}[tp]
     # RunPod bills A40 pods per GPU, per minute
-    res = simulate(w, m, runpod["A40"], ServingConfig(gpu="A40", tp=2))
+    res = simulate_default(w, m, runpod["A40"], ServingConfig(gpu="A40", tp=2))
     assert res.cost_usd == pytest.approx(math.ceil(res.makespan_s / 60) * 60 / 3600 * 0.88)
 
 
@@ -162,7 +162,7 @@ providers:
     spot = load_gpu_catalog(f, None, "mycloud", spot=True)
     assert spot["L4"].billing.instances[0].usd_per_h == 0.3 and spot["L4"].billing.spot
     w, m = small_workload(8), get_model("llama-3-8b")
-    res = simulate(w, m, spot["L4"], ServingConfig(gpu="L4"))
+    res = simulate_default(w, m, spot["L4"], ServingConfig(gpu="L4"))
     assert res.cost_usd == pytest.approx(0.3)  # one whole hour at the spot price
     with pytest.raises(TunerError, match="needs --provider"):
         load_gpu_catalog(None, None, None, spot=True)
@@ -184,7 +184,7 @@ def test_gpus_provider_lists_instances():
 # ---- $ per million tokens -----------------------------------------------------------------------
 def test_usd_per_million_tokens_is_cost_over_tokens(tmp_path):
     w, m = small_workload(), get_model("llama-3-8b")
-    res = simulate(w, m, load_gpus()["A40"], ServingConfig(gpu="A40"))
+    res = simulate_default(w, m, load_gpus()["A40"], ServingConfig(gpu="A40"))
     tokens = int(w.prompt_tokens.sum() + w.output_tokens.sum())
     assert res.usd_per_million_tokens == pytest.approx(res.cost_usd / tokens * 1e6)
     assert res.summary()["usd_per_million_tokens"] == res.usd_per_million_tokens
@@ -259,11 +259,11 @@ def test_plan_no_instance_holds_is_infeasible_not_a_crash():
 
     gcp = load_gpu_catalog(None, None, "gcp")  # L4 only as 1-GPU g2 machines here
     with pytest.raises(InfeasibleConfig, match="no instance with 2 GPUs"):
-        simulate(small_workload(8), get_model("llama-3-8b"), gcp["L4"],
-                 ServingConfig(gpu="L4", tp=2))
-    res = simulate(small_workload(8), get_model("llama-3-8b"), gcp["L4"],
-                   ServingConfig(gpu="L4", dp=2))
-    assert res.rental["instance"] == "g2-standard-4" and res.rental["count"] == 2
+        simulate_default(small_workload(8), get_model("llama-3-8b"), gcp["L4"],
+                         ServingConfig(gpu="L4", tp=2))
+    res = simulate_default(small_workload(8), get_model("llama-3-8b"), gcp["L4"],
+                           ServingConfig(gpu="L4", dp=2))
+    assert res.rental.instance == "g2-standard-4" and res.rental.count == 2
 
 
 def test_a_gpu_file_with_only_a_providers_section(tmp_path):

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profilers.plan import FAMILIES, PlanLimits, build_plan, token_grid
-from profilers.schema import COLUMNS, Case, RowWriter, make_row, read_rows, row_key
-from profilers.timing import Sampler, TimingSettings, measure_interleaved
 from tuner.core.catalog import get_model
 from tuner.core.errors import TunerError
+from tuner.profilers.plan import FAMILIES, PlanLimits, build_plan, token_grid
+from tuner.profilers.schema import COLUMNS, Case, RowWriter, make_row, read_rows, row_key
+from tuner.profilers.timing import Sampler, TimingSettings, measure_interleaved
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = get_model("tiny-llama")
@@ -143,7 +143,7 @@ def test_sampler_and_interleaved_rounds():
 # ---- quantization (needs torch) -----------------------------------------------------------
 def test_groupwise_minmax_quantization_round_trip():
     torch = pytest.importorskip("torch")
-    from profilers.quant import dequantize, quantize
+    from tuner.profilers.quant import dequantize, quantize
 
     x = torch.randn(1000) * 3
     for bits in (8, 4):
@@ -160,7 +160,7 @@ def test_groupwise_minmax_quantization_round_trip():
 
 # ---- the profile run (CPU) ---------------------------------------------------------------------
 def _settings(out, **kw):
-    from profilers.profile import ProfileSettings
+    from tuner.profilers.profile import ProfileSettings
 
     base = {"model": TINY, "out": out, "device": "cpu", "quick": True, "repeats": 3,
             "families": frozenset({"copy"})}
@@ -169,8 +169,8 @@ def _settings(out, **kw):
 
 def test_profile_resumes_and_records_oom(tmp_path, monkeypatch):
     pytest.importorskip("torch")
-    from profilers import ops
-    from profilers.profile import run_profile
+    from tuner.profilers import ops
+    from tuner.profilers.profile import run_profile
 
     out = tmp_path / "prof"
     real = ops.OpFactory.build
@@ -209,7 +209,7 @@ def test_profile_resumes_and_records_oom(tmp_path, monkeypatch):
 
 
 def test_profile_errors_without_torch_and_cuda(tmp_path, monkeypatch):
-    from profilers import profile as prof
+    from tuner.profilers import profile as prof
 
     with monkeypatch.context() as mp:
         mp.setitem(sys.modules, "torch", None)  # import torch -> ImportError
@@ -263,7 +263,7 @@ def test_gpu_profile_copies_and_attention(tmp_path):  # pragma: no cover - GPU
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no GPU")
-    from profilers.profile import ProfileSettings, run_profile
+    from tuner.profilers.profile import ProfileSettings, run_profile
 
     s = run_profile(ProfileSettings(model=TINY, out=tmp_path / "g", device="cuda", quick=True,
                                     families=frozenset({"copy", "attention", "linear"})),

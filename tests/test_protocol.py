@@ -8,15 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import predictors
-from predictors.calibration import CalibratedCostModel, Calibration
-from predictors.features import BatchFeatures
-from predictors.protocol import CostModel
-from predictors.roofline import RooflineCostModel
+from tuner import predictors
 from tuner.core.catalog import get_gpu, get_model, load_gpus
 from tuner.core.config import ServingConfig
 from tuner.core.provenance import PROVENANCE_KINDS
-from tuner.sim.simulator import default_cost_model
+from tuner.predictors.calibration import CalibratedCostModel, Calibration
+from tuner.predictors.features import BatchFeatures
+from tuner.predictors.protocol import CostModel
+from tuner.predictors.roofline import RooflineCostModel
+from tuner.predictors.sources import resolve_cost_model
 
 GPUS = load_gpus()
 
@@ -36,15 +36,15 @@ def models():
     out = {}
     for gpu in ("H100", "A40", "A10"):  # measured tables, transferred, transferred
         g = get_gpu(gpu, GPUS)
-        out[gpu] = default_cost_model(m, g, ServingConfig(gpu=g.name), calibrated=False)
+        out[gpu] = resolve_cost_model(m, g, ServingConfig(gpu=g.name), calibrated=False)
     g = get_gpu("A10", GPUS)
     out["roofline"] = RooflineCostModel.from_specs(g, m)
     out["calibrated"] = CalibratedCostModel(out["roofline"], Calibration(
         device="A10", model=m.name, kernel_factor=1.1))
     # the shipped CPU profile of tiny-llama, used as the measured model on purpose
     shipped = Path(predictors.__file__).parent / "data" / "tiny-llama-cpu"
-    out["fitted"] = default_cost_model(get_model("tiny-llama"), g, ServingConfig(gpu="A10"),
-                                       shipped, profile_mode="measured", calibrated=False)
+    out["fitted"] = resolve_cost_model(get_model("tiny-llama"), g, ServingConfig(gpu="A10"),
+                                       profile=shipped, mode="measured", calibrated=False)
     return out
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
+from tests.sim import simulate_default
 from tuner.core.catalog import get_model, load_gpus
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
@@ -28,7 +29,7 @@ from tuner.search.constraints import Constraints, quantization_verdict
 from tuner.search.loop import search_space
 from tuner.search.records import TrialRecord, bounds_hit, pareto, trial_records, winners
 from tuner.search.space import DEFAULT_MAX_GPUS, SearchSpace, load_space
-from tuner.sim.simulator import InfeasibleConfig, check_feasible, simulate
+from tuner.sim.simulator import InfeasibleConfig, check_feasible
 
 REPO = Path(__file__).resolve().parents[1]
 CAT = load_gpus()
@@ -77,9 +78,9 @@ def test_no_winner_is_beaten_by_the_defaults_on_the_same_gpus():
     assert defaults  # simulated beside the winners, as trials of the study
     for n in picks:
         r = by_num[n]
-        same = [d for d in recs if d.gpu == r.gpu and d.config["tp"] == r.config["tp"]
-                and d.config["dp"] == r.config["dp"] and d.config["chunk_size"] == 16384
-                and d.config["max_running"] == 1024]
+        same = [d for d in recs if d.gpu == r.gpu and d.config.tp == r.config.tp
+                and d.config.dp == r.config.dp and d.config.chunk_size == 16384
+                and d.config.max_running == 1024]
         assert same, f"no vLLM-defaults trial beside winner {r.config}"
         d = same[0]
         dominated = (d.makespan_s <= r.makespan_s and d.cost_usd <= r.cost_usd
@@ -88,7 +89,7 @@ def test_no_winner_is_beaten_by_the_defaults_on_the_same_gpus():
 
 
 def test_defaults_already_best_is_one_line():
-    from reports.outputs import defaults_verdicts
+    from tuner.reports.outputs import defaults_verdicts
 
     cfg = ServingConfig(gpu="H100", tp=2, dp=4, chunk_size=16384, max_running=1024).to_dict()
     r = TrialRecord(number=3, config=cfg, feasible=True,
@@ -134,7 +135,7 @@ def test_winner_on_a_bound_names_the_flag():
 def test_tp1_dp32_on_32_h200_is_in_the_space_and_runs():
     sp, _ = fitted(("H200",))
     assert 1 in sp.knobs["tp"] and 32 in sp.knobs["dp"]
-    res = simulate(job(400), LLAMA, CAT["H200"], ServingConfig(gpu="H200", tp=1, dp=32))
+    res = simulate_default(job(400), LLAMA, CAT["H200"], ServingConfig(gpu="H200", tp=1, dp=32))
     assert res.summary()["machines"]["count"] == 4
 
 
@@ -155,7 +156,7 @@ def test_machines_tp_inside_dp_across():
     a40 = CAT["A40"].__class__(**{**CAT["A40"].__dict__, "gpus_per_machine": 4})
     with pytest.raises(InfeasibleConfig, match="machine holds 4"):
         check_feasible(job(), LLAMA, a40, ServingConfig(gpu="A40", tp=8))
-    res = simulate(job(), LLAMA, CAT["H100"], ServingConfig(gpu="H100", dp=32))
+    res = simulate_default(job(), LLAMA, CAT["H100"], ServingConfig(gpu="H100", dp=32))
     assert res.summary()["machines"]["count"] == 4
 
 
@@ -231,11 +232,11 @@ def test_a_preset_no_engine_runs_is_never_a_winner():
     st = run_search(job(64), LLAMA, {"A40": CAT["A40"]}, space,
                     SearchSettings(n_trials=12, seed=0))
     recs = trial_records(st)
-    assert any(r.config["scheduler"] == "sarathi" and r.study_only for r in recs)
+    assert any(r.config.scheduler == "sarathi" and r.study_only for r in recs)
     best, per_gpu = winners(recs)
     by_num = {r.number: r for r in recs}
     for n in [*best.values(), *per_gpu["A40"].values(), *pareto(recs)]:
-        assert by_num[n].config["scheduler"] == "vllm" and not by_num[n].study_only
+        assert by_num[n].config.scheduler == "vllm" and not by_num[n].study_only
 
 
 # ---- the CLI, end to end -------------------------------------------------------------------------

@@ -34,8 +34,8 @@ def test_output_dist_registry_is_the_validation(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_runner_registry() -> None:
-    from runners.base import Engine
-    from runners.registry import RUNNERS, find_python, get_runner
+    from tuner.runners.base import Engine
+    from tuner.runners.registry import RUNNERS, find_python, get_runner
 
     assert set(RUNNERS) == {"vllm", "transformers"}
     for name, r in RUNNERS.items():
@@ -48,9 +48,9 @@ def test_runner_registry() -> None:
 
 
 def test_profile_mode_registry(tmp_path: Path) -> None:
-    from predictors.loader import MODES, PROFILE_MODES, load_cost_model
     from tuner.core.catalog import get_model, load_gpus
     from tuner.core.config import ServingConfig
+    from tuner.predictors.loader import MODES, PROFILE_MODES, load_cost_model
 
     assert MODES == tuple(PROFILE_MODES) == ("auto", "measured", "transfer", "roofline")
     spec, gpu = get_model("llama-3-8b"), load_gpus()["A10"]
@@ -71,7 +71,7 @@ def test_search_spaces_are_package_data() -> None:
     with pytest.raises(TunerError, match="shipped spaces, by name: default, offload, quality"):
         load_space("nope")
     pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
-    assert 'search_spaces = ["*.yaml"]' in pyproject
+    assert '"tuner.search_spaces" = ["*.yaml"]' in pyproject
 
 
 def test_search_public_names() -> None:
@@ -97,3 +97,48 @@ def test_one_study_loader(tmp_path: Path) -> None:
     optuna.create_study(study_name="b", storage=make_storage(default_storage(out)))
     with pytest.raises(TunerError, match="holds 2 studies .a, b.; pass --study NAME"):
         load_study(None, out_dir=out)
+
+
+def test_vllms_defaults_have_one_owner() -> None:
+    """ServingConfig's batch defaults and the search's presets come from
+    tuner.core.engine_defaults (issue #25: knowledge with its owner)."""
+    from tuner.core.config import ServingConfig
+    from tuner.core.engine_defaults import SARATHI_PRESET, SEARCH_PRESETS, vllm_defaults
+    from tuner.search.loop import PRESETS
+
+    d = vllm_defaults("A10", 24.0)  # LLM class on a GPU under 70 GiB
+    cfg = ServingConfig(gpu="A10")
+    assert (cfg.chunk_size, cfg.max_running) == (d.max_num_batched_tokens, d.max_num_seqs)
+    assert PRESETS is SEARCH_PRESETS
+    assert PRESETS[0] == {"chunk_size": d.max_num_batched_tokens,
+                          "max_running": d.max_num_seqs, "scheduler": "vllm"}
+    assert PRESETS[1] is SARATHI_PRESET
+    assert set(d.preset()) == set(d.knobs()) - {"kv_offload_layers",
+                                                "weight_offload_fraction", "attention_on_cpu"}
+
+
+def test_memory_direction_is_on_the_knob() -> None:
+    """assert_some_gpu_fits reads each knob's memory-lenient end from its Knob."""
+    from tuner.core.config import KNOBS, Knob
+
+    ends = {name: k.lenient for name, k in KNOBS.items() if k.lenient}
+    assert ends == {"tp": "max", "chunk_size": "min", "max_running": "min",
+                    "weight_bits": "min", "kv_bits": "min", "kv_offload_layers": "max",
+                    "weight_offload_fraction": "max", "gpu_memory_utilization": "max"}
+    assert KNOBS["kv_bits"].most_lenient([16, 8, 4]) == 4
+    assert KNOBS["tp"].most_lenient([1, 2, 4]) == 4
+    assert KNOBS["ordering"].most_lenient(["blend", "fcfs"]) == "blend"  # no direction: first
+    with pytest.raises(ValueError, match="lenient"):
+        Knob(help="x", lenient="low")
+
+
+def test_export_formats_carry_their_report_text() -> None:
+    """Title, how to run it and whether it runs the batch live on the format entry."""
+    from tuner.exports import EXPORTERS
+
+    assert EXPORTERS["vllm"].title == "vLLM config (YAML)"
+    assert EXPORTERS["vllm-run-batch"].how.startswith("Run as is on the GPU machine")
+    assert {n for n, f in EXPORTERS.items() if f.batch} == {"vllm-run-batch", "run-batch",
+                                                           "ray-data"}
+    assert {n for n, f in EXPORTERS.items() if f.batch_api_input} == {"vllm-run-batch",
+                                                                     "run-batch"}

@@ -1,4 +1,4 @@
-"""reports.html: one self-contained, escaped, atomically written HTML report."""
+"""tuner.reports.html: one self-contained, escaped, atomically written HTML report."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ from pathlib import Path
 import plotly.offline
 import pytest
 
-import reports.figures as report_figures
-from reports import html as report_html
-from reports.context import ReportContext
+import tuner.reports.figures as report_figures
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
 from tuner.core.units import duration_unit, fmt_duration
 from tuner.exports import EXPORT_FORMATS, parse_export, render_export, to_vllm_yaml
+from tuner.reports import html as report_html
+from tuner.reports.context import ReportContext
 
 GIB = 1024**3
 

@@ -11,8 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runners import base
-from runners.base import (
+from tuner.core.catalog import get_model, load_gpus
+from tuner.core.config import ServingConfig
+from tuner.core.errors import TunerError
+from tuner.core.workload import Workload
+from tuner.runners import base
+from tuner.runners.base import (
     STEP_COLUMNS,
     EngineRejected,
     RunnerFailed,
@@ -21,14 +25,10 @@ from runners.base import (
     engine_reason,
     step_times,
 )
-from runners.compare import compare_schedules, real_as_sim_columns, simulated_steps
-from runners.cpu_device import cpu_entry, write_cpu_gpu_file
-from runners.registry import find_python
-from runners.tiny_model import TINY_LLAMA, hf_config, num_params, shape_hash, shape_of
-from tuner.core.catalog import get_model, load_gpus
-from tuner.core.config import ServingConfig
-from tuner.core.errors import TunerError
-from tuner.core.workload import Workload
+from tuner.runners.compare import compare_schedules, real_as_sim_columns, simulated_steps
+from tuner.runners.cpu_device import cpu_entry, write_cpu_gpu_file
+from tuner.runners.registry import find_python
+from tuner.runners.tiny_model import TINY_LLAMA, hf_config, num_params, shape_hash, shape_of
 
 
 def small_workload(n: int = 24, seed: int = 0) -> Workload:
@@ -57,7 +57,7 @@ def test_tiny_shape_matches_catalog():
 def test_tiny_model_tokenizer_only(tmp_path):
     """Without weights the folder is config + WordLevel tokenizer (no torch needed)."""
     pytest.importorskip("tokenizers")
-    from runners.tiny_model import create_random_model, is_random_model
+    from tuner.runners.tiny_model import create_random_model, is_random_model
 
     out = create_random_model(get_model("tiny-llama"), tmp_path / "m", weights=False)
     cfg = json.loads((out / "config.json").read_text())
@@ -148,7 +148,7 @@ def test_run_worker_classifies_failures(tmp_path):
 
 
 def test_vllm_request_uses_deploy_mapping(cpu_gpu):
-    from runners.vllm import vllm_request
+    from tuner.runners.vllm import vllm_request
 
     w = small_workload()
     spec = get_model("tiny-llama")
@@ -172,7 +172,7 @@ def test_vllm_request_uses_deploy_mapping(cpu_gpu):
 
 
 def test_worker_prompts_share_prefixes():
-    from runners._vllm_worker import make_prompts
+    from tuner.runners._vllm_worker import make_prompts
 
     p = make_prompts([10, 12, 8], [0, 0, -1], [6, 6, 0], 1024, 0)
     assert [len(x) for x in p] == [10, 12, 8]
@@ -216,7 +216,7 @@ def test_compare_identical_and_divergent(cpu_gpu):
 
 
 def test_scripts_run_as_modules(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "runners.cpu_device", "--out",
+    r = subprocess.run([sys.executable, "-m", "tuner.runners.cpu_device", "--out",
                         str(tmp_path / "c.yaml"), "--kv-mib", "2"], capture_output=True,
                        text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
     assert r.returncode == 0, r.stderr

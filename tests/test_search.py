@@ -56,40 +56,40 @@ def test_tiny_grid_search_front_and_winners(model, gpus):
     assert all(t.state == COMPLETE for t in study.trials)
     records = trial_records(study)
     assert records and all(r.feasible for r in records)
-    assert {r.config["gpu"] for r in records} <= {"A10", "A40"}
+    assert {r.config.gpu for r in records} <= {"A10", "A40"}
 
     front = pareto(records)
     by_num = {r.number: r for r in records}
-    pts = [(by_num[n].metrics["makespan_s"], by_num[n].metrics["cost_usd"]) for n in front]
+    pts = [(by_num[n].metrics.makespan_s, by_num[n].metrics.cost_usd) for n in front]
     assert pts == sorted(pts)  # sorted by makespan
     for n in front:  # no record dominates a front point
         m = by_num[n].metrics
         for r in records:
             o = r.metrics
-            dominates = (o["makespan_s"] <= m["makespan_s"] and o["cost_usd"] <= m["cost_usd"]
-                         and (o["makespan_s"] < m["makespan_s"] or o["cost_usd"] < m["cost_usd"]))
+            dominates = (o.makespan_s <= m.makespan_s and o.cost_usd <= m.cost_usd
+                         and (o.makespan_s < m.makespan_s or o.cost_usd < m.cost_usd))
             assert not dominates, (r.number, n)
     for r in records:  # every point off the front is dominated (or equal) by a front point
         if r.number in front:
             continue
         o = r.metrics
-        assert any(by_num[n].metrics["makespan_s"] <= o["makespan_s"]
-                   and by_num[n].metrics["cost_usd"] <= o["cost_usd"] for n in front)
+        assert any(by_num[n].metrics.makespan_s <= o.makespan_s
+                   and by_num[n].metrics.cost_usd <= o.cost_usd for n in front)
 
     best, per_gpu = winners(records)
-    assert by_num[best["fastest"]].metrics["makespan_s"] == min(
-        r.metrics["makespan_s"] for r in records)
-    assert by_num[best["cheapest"]].metrics["cost_usd"] == min(
-        r.metrics["cost_usd"] for r in records)
+    assert by_num[best["fastest"]].metrics.makespan_s == min(
+        r.metrics.makespan_s for r in records)
+    assert by_num[best["cheapest"]].metrics.cost_usd == min(
+        r.metrics.cost_usd for r in records)
     for gpu, d in per_gpu.items():
-        mine = [r for r in records if r.config["gpu"] == gpu]
-        assert by_num[d["fastest"]].metrics["makespan_s"] == min(
-            r.metrics["makespan_s"] for r in mine)
-        assert by_num[d["cheapest"]].metrics["cost_usd"] == min(
-            r.metrics["cost_usd"] for r in mine)
+        mine = [r for r in records if r.config.gpu == gpu]
+        assert by_num[d["fastest"]].metrics.makespan_s == min(
+            r.metrics.makespan_s for r in mine)
+        assert by_num[d["cheapest"]].metrics.cost_usd == min(
+            r.metrics.cost_usd for r in mine)
     # The front's ends are the two winners.
     assert front[0] == best["fastest"]
-    assert by_num[front[-1]].metrics["cost_usd"] == by_num[best["cheapest"]].metrics["cost_usd"]
+    assert by_num[front[-1]].metrics.cost_usd == by_num[best["cheapest"]].metrics.cost_usd
 
 
 def test_duplicates_are_not_resimulated(model, gpus, monkeypatch):
@@ -160,14 +160,14 @@ def test_infeasible_points_are_constraints_not_crashes(model, gpus):
     feasible = [r for r in records if r.feasible]
     assert infeasible and feasible
     for r in infeasible:
-        assert r.config["gpu_memory_utilization"] == 0.5
+        assert r.config.gpu_memory_utilization == 0.5
         assert "does not fit" in r.reason and "GiB" in r.reason
         t = study.trials[r.number]
         assert t.constraints["fits"] > 0
         assert all(math.isinf(v) for v in t.values)
-    assert all(r.config["max_running"] == 64 for r in records)  # the fixed value
+    assert all(r.config.max_running == 64 for r in records)  # the fixed value
     for r in feasible:
-        assert r.config["gpu_memory_utilization"] == 0.9
+        assert r.config.gpu_memory_utilization == 0.9
         assert study.trials[r.number].constraints["fits"] <= 0
     best, _ = winners(records)
     assert best["fastest"] in {r.number for r in feasible}
@@ -183,8 +183,8 @@ def test_records_carry_the_spaces_fixed_knobs(model, gpus):
     study = run_search(tiny_workload(), model, {"A10": gpus["A10"]}, space,
                        SearchSettings(n_trials=3))
     for r in trial_records(study):
-        assert r.config["max_running"] == 32
-        assert r.config["gpu_memory_utilization"] == 0.8
+        assert r.config.max_running == 32
+        assert r.config.gpu_memory_utilization == 0.8
 
 
 def test_assert_some_gpu_fits(model, gpus):

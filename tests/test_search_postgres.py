@@ -91,7 +91,7 @@ def test_four_workers_on_one_postgres_study_lose_and_duplicate_nothing(tmp_path)
         assert sorted(ran) == sorted(numbers)
         assert all(o["trials"] for o in outs), "a worker ran no trial: not concurrent"
         # A configuration two workers happened to simulate at once is counted once.
-        keys = [json.dumps(r.config, sort_keys=True) for r in trial_records(st)]
+        keys = [json.dumps(r.config.to_dict(), sort_keys=True) for r in trial_records(st)]
         assert len(keys) == len(set(keys))
         # The finished study re-prints from the database alone.
         r = subprocess.run([sys.executable, "-m", "tuner.cli", "results", "--study", name,

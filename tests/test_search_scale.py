@@ -147,8 +147,8 @@ def test_multi_fidelity_finds_the_grids_best(model, gpus):
     st = run_search(w, model, gpus, sp, SearchSettings(n_trials=60, seed=0, sample_fraction=0.25))
     recs = trial_records(st)
     for obj in ("makespan_s", "cost_usd"):
-        best = min(r.metrics[obj] for r in grid if r.feasible)
-        assert min(r.metrics[obj] for r in recs if r.feasible) == pytest.approx(best)
+        best = min(getattr(r.metrics, obj) for r in grid if r.feasible)
+        assert min(getattr(r.metrics, obj) for r in recs if r.feasible) == pytest.approx(best)
 
 
 # ---- exhaustive --------------------------------------------------------------------------------
@@ -169,7 +169,7 @@ def test_exhaustive_covers_the_grid_once_and_resumes(model, gpus, tmp_path, kind
     configs = [tuple(sorted(t.params.items())) for t in again.trials]
     assert len(set(configs)) == len(configs)
     assert all(t.state == COMPLETE for t in again.trials)
-    assert {r.config["gpu"] for r in trial_records(again)} == {"A10", "H100"}
+    assert {r.config.gpu for r in trial_records(again)} == {"A10", "H100"}
 
 
 # ---- polish ------------------------------------------------------------------------------------
@@ -181,14 +181,14 @@ def test_polish_enqueues_neighbours_of_the_bests(model, gpus):
                weight_bits=[16, 8, 4], kv_bits=[16, 8])
     st = run_search(w, model, gpus, sp, SearchSettings(n_trials=120, seed=5,
                                                        constraints=WITH_CHECKPOINT))
-    recs = {tuple(sorted((k, r.config[k]) for k in ("gpu", *sp.knobs))): r
+    recs = {tuple(sorted((k, getattr(r.config, k)) for k in ("gpu", *sp.knobs))): r
             for r in trial_records(st) if r.feasible}
     for obj in ("makespan_s", "cost_usd"):
-        key, best = min(recs.items(), key=lambda kv: kv[1].metrics[obj])
+        key, best = min(recs.items(), key=lambda kv: getattr(kv[1].metrics, obj))
         for nb in neighbours(key, sp, list(gpus)):
             nk = tuple(sorted(nb.items()))
             assert nk in recs, nb  # every neighbour was simulated
-            assert recs[nk].metrics[obj] >= best.metrics[obj]
+            assert getattr(recs[nk].metrics, obj) >= getattr(best.metrics, obj)
 
 
 def test_presets_include_vllm_defaults(model, gpus):
@@ -290,7 +290,7 @@ def test_cli_workers_share_one_journal_study_then_results(tmp_path, small_space)
     assert all(s == COMPLETE for s in states)  # nothing lost half-way (RUNNING / FAIL)
     assert sorted(t.number for t in st.trials) == list(range(len(st.trials)))
     recs = trial_records(st)
-    keys = [json.dumps(r.config, sort_keys=True) for r in recs]
+    keys = [json.dumps(r.config.to_dict(), sort_keys=True) for r in recs]
     assert len(keys) == len(set(keys))
     # `tuner results` prints and exports the same answer from the stored study alone.
     again = tuner_cli("results", "--out", out, "--json")

@@ -7,14 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from predictors.features import BatchFeatures
-from predictors.roofline import RooflineCostModel
+from tests.sim import simulate_default
 from tuner.core.catalog import GIB, get_gpu, get_model, load_gpus
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
 from tuner.core.memory import RUNTIME_OVERHEAD_BYTES, activation_bytes, plan_memory
 from tuner.core.provenance import Provenance
 from tuner.core.workload import Workload
+from tuner.predictors.features import BatchFeatures
+from tuner.predictors.roofline import RooflineCostModel
 from tuner.sim.simulator import InfeasibleConfig, lower_bound_s, simulate
 
 GPUS = load_gpus()
@@ -132,8 +133,8 @@ def test_data_parallel_splits_the_work():
     rng = np.random.default_rng(0)
     w = wl(rng.integers(100, 2000, 300), rng.integers(10, 300, 300))
     m, g = get_model("llama-3-8b"), get_gpu("A40", GPUS)
-    one = simulate(w, m, g, ServingConfig(gpu="A40", chunk_size=1024))
-    two = simulate(w, m, g, ServingConfig(gpu="A40", chunk_size=1024, dp=2))
+    one = simulate_default(w, m, g, ServingConfig(gpu="A40", chunk_size=1024))
+    two = simulate_default(w, m, g, ServingConfig(gpu="A40", chunk_size=1024, dp=2))
     assert two.makespan_s < 0.75 * one.makespan_s
     assert two.cost_usd == pytest.approx(two.makespan_s / 3600 * g.price_usd_per_h * 2)
 
@@ -141,19 +142,19 @@ def test_data_parallel_splits_the_work():
 def test_infeasible_configs_raise_with_reason():
     w = wl([3000], [500])
     with pytest.raises(InfeasibleConfig, match="does not fit"):
-        simulate(w, get_model("llama-2-70b"), get_gpu("A10", GPUS), ServingConfig(gpu="A10"))
+        simulate_default(w, get_model("llama-2-70b"), get_gpu("A10", GPUS), ServingConfig(gpu="A10"))
     with pytest.raises(InfeasibleConfig, match="chunked prefill"):
-        simulate(w, get_model("llama-3-8b"), get_gpu("A40", GPUS),
-                 ServingConfig(gpu="A40", scheduler="vllm-v0", chunk_size=2048))
+        simulate_default(w, get_model("llama-3-8b"), get_gpu("A40", GPUS),
+                         ServingConfig(gpu="A40", scheduler="vllm-v0", chunk_size=2048))
     with pytest.raises(TunerError):
-        simulate(wl([], []), get_model("llama-3-8b"), get_gpu("A40", GPUS), ServingConfig(gpu="A40"))
+        simulate_default(wl([], []), get_model("llama-3-8b"), get_gpu("A40", GPUS), ServingConfig(gpu="A40"))
 
 
 def test_orderings_change_only_the_order():
     rng = np.random.default_rng(2)
     w = wl(rng.integers(10, 3000, 200), rng.integers(1, 500, 200))
     m, g = get_model("llama-3-8b"), get_gpu("A10", GPUS)
-    res = {o: simulate(w, m, g, ServingConfig(gpu="A10", ordering=o, chunk_size=512))
+    res = {o: simulate_default(w, m, g, ServingConfig(gpu="A10", ordering=o, chunk_size=512))
            for o in ("fcfs", "shortest-prompt", "longest-output")}
     assert len({r.output_tokens for r in res.values()}) == 1
     assert len({round(r.makespan_s, 6) for r in res.values()}) > 1
@@ -174,26 +175,26 @@ def test_makespan_never_beats_the_physical_limit(n, seed, gpu, chunk, r_max, bit
     m, g = get_model("llama-3-8b"), get_gpu(gpu, GPUS)
     cfg = ServingConfig(gpu=gpu, chunk_size=chunk, max_running=r_max, weight_bits=bits[0],
                         kv_bits=bits[1])
-    res = simulate(w, m, g, cfg, startup_s=0)  # the schedule against its own limit
+    res = simulate_default(w, m, g, cfg, startup_s=0)  # the schedule against its own limit
     assert res.lower_bound_s == pytest.approx(lower_bound_s(w, m, g, cfg))
     assert 0 < res.lower_bound_s <= res.makespan_s
     assert 0 < res.peak_kv_fraction <= 1.0
 
 
 def test_stored_calibration_applies_to_later_predictions(tmp_path, monkeypatch):
-    from predictors.calibration import Calibration
+    from tuner.predictors.calibration import Calibration
 
     monkeypatch.setenv("TUNER_CALIBRATION_DIR", str(tmp_path))
     w = wl([500, 300], [20, 30])
     m, g = get_model("llama-3-8b"), get_gpu("A40", GPUS)
-    before = simulate(w, m, g, ServingConfig(gpu="A40"))
+    before = simulate_default(w, m, g, ServingConfig(gpu="A40"))
     Calibration(device="A40", model="llama-3-8b", kernel_factor=1.0, iteration_overhead_s=0.01,
                 per_sequence_s=0.0, runs=3, method="test").save(tmp_path)
-    after = simulate(w, m, g, ServingConfig(gpu="A40"))
+    after = simulate_default(w, m, g, ServingConfig(gpu="A40"))
     assert after.makespan_s == pytest.approx(before.makespan_s + 0.01 * after.iterations, rel=1e-6)
     assert "calibrated" in str(after.provenance)
     monkeypatch.setenv("TUNER_NO_CALIBRATION", "1")
-    assert simulate(w, m, g, ServingConfig(gpu="A40")).makespan_s == pytest.approx(before.makespan_s)
+    assert simulate_default(w, m, g, ServingConfig(gpu="A40")).makespan_s == pytest.approx(before.makespan_s)
 
 
 def test_return_steps_gives_each_replicas_schedule():
@@ -209,8 +210,8 @@ def test_return_steps_gives_each_replicas_schedule():
     w = wl([500, 300, 900, 120, 40], [20, 30, 5, 60, 9])
     m, g = get_model("llama-3-8b"), get_gpu("A40", GPUS)
     cfg = ServingConfig(gpu="A40", dp=2, chunk_size=512)
-    assert simulate(w, m, g, cfg).steps is None
-    res = simulate(w, m, g, cfg, return_steps=True)
+    assert simulate_default(w, m, g, cfg).steps is None
+    res = simulate_default(w, m, g, cfg, return_steps=True)
     assert len(res.steps) == 2 and all(s.shape[1] == N_COLS for s in res.steps)
     assert sum(len(s) for s in res.steps) == res.iterations
     assert sum(int(s[:, SAMPLED].sum()) for s in res.steps) == res.output_tokens
@@ -226,8 +227,8 @@ def test_tensor_parallel_must_split_the_heads_as_vllm_requires():
     w = wl([100, 50], [10, 5])
     qwen = get_model("qwen2.5-7b")  # 28 heads, 4 KV heads
     with pytest.raises(InfeasibleConfig, match="28 attention heads / 4 KV heads"):
-        simulate(w, qwen, get_gpu("A40", GPUS), ServingConfig(gpu="A40", tp=8))
-    assert simulate(w, qwen, get_gpu("A40", GPUS), ServingConfig(gpu="A40", tp=4)).makespan_s > 0
+        simulate_default(w, qwen, get_gpu("A40", GPUS), ServingConfig(gpu="A40", tp=8))
+    assert simulate_default(w, qwen, get_gpu("A40", GPUS), ServingConfig(gpu="A40", tp=4)).makespan_s > 0
     # 8 KV heads over 4 ranks divide; fewer KV heads than ranks are replicated
     llama = get_model("llama-3-8b")
-    assert simulate(w, llama, get_gpu("A40", GPUS), ServingConfig(gpu="A40", tp=8)).makespan_s > 0
+    assert simulate_default(w, llama, get_gpu("A40", GPUS), ServingConfig(gpu="A40", tp=8)).makespan_s > 0

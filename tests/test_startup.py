@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from tests.sim import simulate_default
 from tests.test_simulator import ConstantCost
 from tuner.cli.main import app
 from tuner.core.catalog import get_gpu, get_model, load_gpus
@@ -21,11 +22,11 @@ from tuner.core.startup import (
     V1_CAPTURE_S_PER_LAYER,
     V1_COMPILE_S_PER_LAYER,
     Startup,
-    sim_options,
     startup_for,
 )
 from tuner.core.workload import Workload
 from tuner.search.evaluator import Evaluator
+from tuner.search.meta import StudyMeta
 from tuner.search.records import TrialRecord
 from tuner.search.space import SearchSpace
 from tuner.sim.simulator import lower_bound_s, simulate
@@ -128,7 +129,7 @@ def test_makespan_cost_and_limit_include_the_startup():
     # the lower bound: the schedule's physical limit plus the same start-up
     assert res.schedule_lower_bound_s == pytest.approx(lower_bound_s(w, m, g, cfg))
     assert res.lower_bound_s == pytest.approx(bare.lower_bound_s + res.startup_s)
-    real = simulate(w, m, g, cfg)  # a physical cost model cannot beat the limit
+    real = simulate_default(w, m, g, cfg)  # a physical cost model cannot beat the limit
     assert real.startup_s == pytest.approx(res.startup_s)
     assert 0 < real.lower_bound_s <= real.makespan_s
     assert real.schedule_lower_bound_s <= real.schedule_s
@@ -147,10 +148,10 @@ def test_startup_with_a_provider_is_billed_on_the_whole_run():
     aws = load_gpu_catalog(None, None, "aws")
     w, m = workload(24), get_model("llama-3-8b")
     cfg = ServingConfig(gpu="A10")
-    bare = simulate(w, m, aws["A10"], cfg, startup_s=0)
-    res = simulate(w, m, aws["A10"], cfg)
-    assert res.rental["runtime_s"] == pytest.approx(res.makespan_s)
-    assert res.rental["runtime_s"] == pytest.approx(bare.rental["runtime_s"] + res.startup_s)
+    bare = simulate_default(w, m, aws["A10"], cfg, startup_s=0)
+    res = simulate_default(w, m, aws["A10"], cfg)
+    assert res.rental.runtime_s == pytest.approx(res.makespan_s)
+    assert res.rental.runtime_s == pytest.approx(bare.rental.runtime_s + res.startup_s)
     assert res.cost_usd > bare.cost_usd
 
 
@@ -158,14 +159,14 @@ def test_many_gpus_pay_relatively_more_startup_than_one():
     """A 32-GPU data-parallel plan finishes its schedule ~32x sooner, but every replica still
     starts its engine: start-up is a bigger share of its makespan (and of its $)."""
     w, m, g = workload(2048, seed=1), get_model("llama-3-8b"), get_gpu("H100", GPUS)
-    one = simulate(w, m, g, ServingConfig(gpu="H100", chunk_size=2048))
-    many = simulate(w, m, g, ServingConfig(gpu="H100", chunk_size=2048, dp=32))
+    one = simulate_default(w, m, g, ServingConfig(gpu="H100", chunk_size=2048))
+    many = simulate_default(w, m, g, ServingConfig(gpu="H100", chunk_size=2048, dp=32))
     assert one.startup_s == pytest.approx(many.startup_s)  # replicas start in parallel
     assert one.startup_s > 0
     assert many.startup_s / many.makespan_s > one.startup_s / one.makespan_s
     # the $ of the start-up: 32 GPUs pay it
-    assert many.cost_usd - simulate(w, m, g, ServingConfig(gpu="H100", chunk_size=2048, dp=32),
-                                    startup_s=0).cost_usd == pytest.approx(
+    assert many.cost_usd - simulate_default(w, m, g, ServingConfig(gpu="H100", chunk_size=2048, dp=32),
+                                            startup_s=0).cost_usd == pytest.approx(
         many.startup_s / 3600 * g.price_usd_per_h * 32)
 
 
@@ -214,9 +215,9 @@ def test_evaluator_prices_startup_as_the_search_asked():
     cfg = ServingConfig(gpu="A40", chunk_size=2048, max_running=64)
     for given in (None, 0.0, 100.0):
         ev = Evaluator(w, m, gpus, space, sample_fraction=1.0,
-                       **sim_options({"startup_s": given}))
+                       **StudyMeta.from_dict({"startup_s": given}).sim_options())
         (makespan, cost), attrs = ev.evaluate(params, 1)
-        ref = simulate(w, m, gpus["A40"], cfg, startup_s=given)
+        ref = simulate_default(w, m, gpus["A40"], cfg, startup_s=given)
         assert makespan == pytest.approx(ref.makespan_s) and cost == pytest.approx(ref.cost_usd)
         assert attrs["metrics"]["startup_s"] == pytest.approx(ref.startup_s)
     # a sample's schedule is scaled up to the full workload; its start-up is not
@@ -227,7 +228,7 @@ def test_evaluator_prices_startup_as_the_search_asked():
     assert fid["estimate_makespan_s"] == pytest.approx(
         fid["sample_makespan_s"] * fid["scale"] * fid["k"] + 100.0)
     assert fid["level"] == "full"  # the first trials calibrate: simulated in full as well
-    full = simulate(w, m, gpus["A40"], cfg, startup_s=100.0)
+    full = simulate_default(w, m, gpus["A40"], cfg, startup_s=100.0)
     assert values[0] == pytest.approx(full.makespan_s)
     # the calibration pair compares schedules: the full makespan less its start-up
     ev.known.add(1, params, TrialRecord.from_attrs(1, params, values, attrs))

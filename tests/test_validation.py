@@ -12,7 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from predictors.calibration import (
+from tuner.cli.validation import load_config_file, pick_records, write_validation
+from tuner.core.config import ServingConfig
+from tuner.core.errors import TunerError
+from tuner.predictors.calibration import (
     CalibratedCostModel,
     Calibration,
     append_runs,
@@ -21,10 +24,7 @@ from predictors.calibration import (
     load_calibration,
     load_runs,
 )
-from predictors.features import BatchFeatures
-from tuner.cli.validation import load_config_file, pick_records, write_validation
-from tuner.core.config import ServingConfig
-from tuner.core.errors import TunerError
+from tuner.predictors.features import BatchFeatures
 from tuner.search.records import TrialRecord
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,7 +72,7 @@ def test_fit_per_step_recovers_terms():
 def test_terms_chosen_by_leave_one_out():
     """Runs that differ by a per-run drift (a noisy machine) and have no overhead: the fit
     must not pay for terms that only fit the drift of the runs it saw."""
-    from predictors.calibration import _err, _fit_steps, _predict
+    from tuner.predictors.calibration import _err, _fit_steps, _predict
 
     runs = synthetic_runs(4, a=1.3, b=0.0, c=0.0)
     for r, drift in zip(runs, (0.85, 1.15, 1.0, 0.9), strict=True):
@@ -231,12 +231,12 @@ def test_validate_command_with_fake_engine(tmp_path, monkeypatch):
     calibrate) with the engine replaced by the simulator's own schedule and a fake clock."""
     from typer.testing import CliRunner
 
-    import runners.registry
     import tuner.cli.validation as val
-    from runners.base import STEP_COLUMNS, RunResult
-    from runners.compare import simulated_steps
-    from runners.cpu_device import write_cpu_gpu_file
+    import tuner.runners.registry as runners_registry
     from tuner.cli.main import app
+    from tuner.runners.base import STEP_COLUMNS, RunResult
+    from tuner.runners.compare import simulated_steps
+    from tuner.runners.cpu_device import write_cpu_gpu_file
     from tuner.sim.steps import PREEMPTED
     from tuner.sim.steps import STEP_COLUMNS as SIM_COLUMNS
 
@@ -272,7 +272,7 @@ def test_validate_command_with_fake_engine(tmp_path, monkeypatch):
                          step_dt_s=dt, notes=["fake engine"])
 
     monkeypatch.setattr(val, "_run", fake_run)
-    monkeypatch.setattr(runners.registry, "find_python", lambda runner, python=None: "python")
+    monkeypatch.setattr(runners_registry, "find_python", lambda runner, python=None: "python")
     store = tmp_path / "store"
     r = cli.invoke(app, ["validate", "--out", str(out), "--study", "s", "--top", "2",
                          "--pick", "spread", "--store", str(store)])

@@ -18,8 +18,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _vllm_python() -> str | None:
-    from runners.base import RunnerNotInstalled
-    from runners.registry import find_python
+    from tuner.runners.base import RunnerNotInstalled
+    from tuner.runners.registry import find_python
 
     try:
         return find_python("vllm")

@@ -36,13 +36,13 @@ def main() -> None:
     cpu_platform.CpuPlatform.check_and_update_config = classmethod(with_async)
     from vllm import LLM, SamplingParams
 
-    from runners.tiny_model import create_random_model, shape_of
     from tuner.core.catalog import get_model
+    from tuner.runners.tiny_model import create_random_model, shape_of
 
     path = create_random_model({"name": "tiny-llama", **shape_of(get_model("tiny-llama"))},
                                work / "model", weights=True)
     llm = LLM(model=str(path), max_num_batched_tokens=128, max_num_seqs=8, block_size=32,
-              max_model_len=600, scheduler_cls="runners._vllm_sched.RecordingScheduler",
+              max_model_len=600, scheduler_cls="tuner.runners._vllm_sched.RecordingScheduler",
               kv_cache_memory_bytes=64 << 20)
     rng = random.Random(0)
     prompts = [rng.randrange(20, 300) for _ in range(16)]

@@ -74,6 +74,9 @@ OnTooLongOpt = Annotated[str, typer.Option("--on-too-long", help="Requests longe
                          "model's context (prompt + output): fail (default: stop before "
                          "simulating, naming them) or skip (as vLLM does: they are reported as "
                          "failed, with their ids, and left out of the simulation).")]
+PROFILE_MODE_HELP = ("Where kernel times come from: auto | measured | transfer | roofline "
+                     "(roofline: the spec sheet even where kernel tables exist).")
+ProfileModeOpt = Annotated[str, typer.Option("--profile-mode", help=PROFILE_MODE_HELP)]
 # a stored study (`tuner export`, `report`, `results`, `validate`)
 StoredStudyOpt = Annotated[str | None, typer.Option("--study", help="Study name (default: the "
                            "only study in the storage).")]
@@ -85,6 +88,8 @@ StoredWorkloadOpt = Annotated[Path | None, typer.Option("--workload", help="Read
 StoredProfileOpt = Annotated[Path | None, typer.Option("--profile", help="A copy of the "
                              "profile/fit folder the search used (default: the path stored in "
                              "the study).")]
+StoredProfileModeOpt = Annotated[str | None, typer.Option(
+    "--profile-mode", help=f"{PROFILE_MODE_HELP} Default: the study's.")]
 
 
 def load_gpu_catalog(gpu_file: Path | None, prices: list[str] | None,

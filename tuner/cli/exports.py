@@ -2,7 +2,7 @@
 
 Both read the study from its Optuna storage (``--storage URL``, or the journal file
 ``OUT/study.journal`` that ``tuner search --out OUT`` wrote) and rebuild what the search knew from the
-study's ``metadata`` user attribute (workload path, model, GPUs, prices, fixed knobs).
+study's metadata (tuner.search.setup_from_study: workload, model, GPUs, prices, fixed knobs).
 """
 
 from __future__ import annotations
@@ -26,97 +26,31 @@ GpuFileOpt = Annotated[Path | None, typer.Option("--gpu-file", help="The --gpu-f
 # ---- what a stored study knew ----------------------------------------------------------------
 def study_setting(st, gpu_file: Path | None = None, workload: Path | None = None,
                   need_workload: bool = True):
-    """(metadata, ModelSpec, {gpu name: GPU} with the search's prices, Workload or None).
-
-    Studies whose metadata holds the model and GPU specs and the workload's token counts are
-    rebuilt from the study alone (tuner.search.setup_from_study); older ones from the catalogs
-    and the workload file."""
-    meta = st.user_attrs.get("metadata") or {}
-    if not meta.get("model") or not meta.get("gpus"):
-        raise TunerError(f"Study {st.study_name!r} has no search metadata (model, GPUs); it was "
-                         "not written by `tuner search`.")
+    """The search a stored study ran (tuner.search.setup_from_study: its metadata record, model,
+    GPUs with the search's prices, and workload, None without `need_workload`): from the study
+    alone where it holds them, else from the catalogs (`gpu_file`, else the search's) and the
+    workload file."""
     from tuner.search import setup_from_study
 
-    if meta.get("model_spec") and "knobs" in meta \
-            and (need_workload or st.user_attrs.get("workload_tokens")) and gpu_file is None:
-        s = setup_from_study(st, workload_path=workload)
-        return meta, s.model, s.gpus, s.workload
-
-    from tuner.core.catalog import apply_prices, load_gpus
-
-    spec = stored_model(meta)
-    cat = load_gpus(gpu_file or meta.get("gpu_file"))
-    if meta.get("provider"):  # the search priced by a provider's instances and billing
-        from tuner.core.pricing import apply_provider, get_provider, load_providers
-
-        cat = apply_provider(cat, get_provider(meta["provider"], load_providers(
-            gpu_file or meta.get("gpu_file"))), spot=bool(meta.get("spot")))
-    # the search's prices; only those that differ from the catalog count as overrides
-    prices = {k: float(v) for k, v in (meta.get("prices") or {}).items()
-              if k in cat and abs(float(v) - cat[k].price_usd_per_h) > 1e-9}
-    cat = apply_prices(cat, prices)
-    missing = [g for g in meta["gpus"] if g not in cat]
-    if missing:
-        raise TunerError(f"GPU(s) {', '.join(missing)} of study {st.study_name!r} are not in the "
-                         "GPU catalog; pass the --gpu-file the search used.")
-    gpus = {g: cat[g] for g in meta["gpus"]}
-    w = study_workload(meta, spec, workload) if need_workload else None
-    return meta, spec, gpus, w
-
-
-def stored_model(meta: dict):
-    """The study's ModelSpec: the one it stored (its checkpoint, the model the user named,
-    included), or for a study older than that, its model name looked up again."""
-    from tuner.core.catalog import ModelSpec, get_model
-
-    if isinstance(meta.get("model_spec"), dict):
-        try:
-            return ModelSpec(**meta["model_spec"])
-        except TypeError:  # written by another tuner version: look the name up again
-            pass
-    return get_model(meta["model"])
-
-
-def study_workload(meta: dict, spec, workload: Path | None):
-    """The study's workload file (or --workload), loaded as the search loaded it."""
-    from tuner.core.workload import load_workload
-
-    path = workload or (Path(meta["workload"]) if meta.get("workload") else None)
-    if path is None:
-        raise TunerError("The study does not record its workload; pass --workload FILE.")
-    if not path.is_file():
-        raise TunerError(f"Workload {path} of the study is not there any more; pass --workload "
-                         "FILE.")
-    w = load_workload(path, model=spec, skip_invalid=bool(meta.get("skip_invalid", False)),
-                      output_dist=meta.get("output_dist"))
-    if meta.get("on_too_long") == "skip":  # the search left these out
-        from tuner.core.workload import drop_too_long
-
-        w = drop_too_long(w, spec.max_position)[0]
-    from tuner.search import workload_digest
-
-    want = meta.get("workload_sha256")
-    if want and workload_digest(w) != want:  # exports would size max-model-len on another job
-        raise TunerError(f"Workload {path} has changed since the search ({len(w)} requests now, "
-                         f"{meta.get('workload_requests')} then, or other token counts); "
-                         "rerun the search on it, or pass --workload with the file it searched.")
-    return w
+    return setup_from_study(st, workload_path=workload, gpu_file=gpu_file,
+                            need_workload=need_workload, from_catalogs=True)
 
 
 def report_context(st, *, workload: Path | None = None, gpu_file: Path | None = None,
                    out_dir: Path | None = None, profile: Path | None = None):
     """The report context of a stored study, as `tuner search` builds it (the shared output
     pipeline, reports.outputs), with the search's cost models for the winners' timelines."""
-    from reports.outputs import study_outputs
     from tuner.cli.app import tool_version
+    from tuner.reports.outputs import study_outputs
     from tuner.search import study_cost_model_for
 
-    meta, spec, gpus, w = study_setting(st, gpu_file, workload)
-    cost_model_for = study_cost_model_for(meta, spec, gpus, study_name=st.study_name,
+    s = study_setting(st, gpu_file, workload)
+    cost_model_for = study_cost_model_for(s.meta, s.model, s.gpus, study_name=st.study_name,
                                           profile=profile)
     outputs = study_outputs(
-        st, w, spec, gpus, tool_version=tool_version(), cost_model_for=cost_model_for,
-        out_dir=out_dir, workload_path=str(workload or meta.get("workload") or ""),
+        st, s.workload, s.model, s.gpus, tool_version=tool_version(),
+        cost_model_for=cost_model_for, out_dir=out_dir,
+        workload_path=str(workload or s.meta.workload),
         extra_notes=[f"Re-rendered from the stored study {st.study_name!r} by `tuner report`."])
     return outputs.context
 
@@ -160,14 +94,13 @@ def export_cmd(
 
     Example: tuner export --out tuner-out --format vllm-run-batch --goal cheapest
     """
-    from reports.extras import export_text, max_request_tokens, winner_header
+    from tuner.reports.extras import export_text, max_request_tokens, winner_header
     from tuner.search import load_study
-    from tuner.search.records import study_constraints
 
     _check_export_options(fmt, goal, rank, storage, out, output)
     st = load_study(study, storage, out_dir=out)
-    meta, spec, gpus, w = study_setting(st, gpu_file, workload,
-                                        need_workload=max_model_len is None)
+    s = study_setting(st, gpu_file, workload, need_workload=max_model_len is None)
+    w = s.workload
     rec = _ranked_record(st, goal, rank)
     requests = None
     if w is not None:
@@ -179,12 +112,11 @@ def export_cmd(
     label = goal if rank == 1 else f"rank {rank} {goal}"
     extra = {"trial": rec.number, "goal": goal, "rank": rank, "study": st.study_name,
              "provenance": rec.provenance}
-    text = export_text(fmt, rec, spec, gpus, max_model_len=max_model_len,
+    text = export_text(fmt, rec, s.model, s.gpus, max_model_len=max_model_len,
                        header=winner_header(label, rec, requests, st.study_name),
-                       workload_path=batch_input or str(workload or meta.get("workload") or ""),
+                       workload_path=batch_input or str(workload or s.meta.workload),
                        batch_output=batch_output, extra=extra,
-                       quantized_model=quantized_model
-                       or study_constraints(st).quantized_model)
+                       quantized_model=quantized_model or s.meta.constraints.quantized_model)
     from tuner.exports.formats import check_export
 
     if check_export(fmt, text) is not None:
@@ -259,8 +191,8 @@ def report_cmd(
 
     Example: tuner report --out tuner-out --output report.html
     """
-    from reports.html import render_html
-    from reports.outputs import write_output_set
+    from tuner.reports.html import render_html
+    from tuner.reports.outputs import write_output_set
     from tuner.search import load_study
 
     target = output or (out or Path("tuner-out")) / "report.html"

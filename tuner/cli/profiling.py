@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from tuner.cli.app import EngineVersionOpt
+from tuner.cli.app import EngineVersionOpt, ProfileModeOpt
 from tuner.core.errors import TunerError
 from tuner.core.io import jsonable
 
@@ -58,8 +58,8 @@ def profile(
     """
     from rich.markup import escape
 
-    from profilers.plan import FAMILIES
     from tuner.core.catalog import get_model
+    from tuner.profilers.plan import FAMILIES
 
     spec = get_model(model)
     families = None
@@ -71,7 +71,7 @@ def profile(
                              f"{', '.join(bad) or '(none)'}; choose from {FAMILY_HELP}.")
     if device.lower() not in ("auto", "cuda", "cpu"):
         raise TunerError(f"--device must be cuda or cpu, got {device!r}.")
-    from profilers.profile import (
+    from tuner.profilers.profile import (
         ProfileSettings,
         check_out_dir,
         import_torch,
@@ -124,8 +124,8 @@ def fit(
 
     Example: tuner fit profiles/tiny-llama-cpu
     """
-    from predictors.fit import fit_profile
-    from profilers.profile import check_out_dir
+    from tuner.predictors.fit import fit_profile
+    from tuner.profilers.profile import check_out_dir
 
     if not profile_dir.is_dir():
         raise TunerError(f"Profile folder {profile_dir} does not exist (make one with "
@@ -184,7 +184,7 @@ def cost(
                          "them.")] = 0,
     profile_dir: Annotated[Path | None, typer.Option("--profile", help="Profile or fit folder "
                            "(or a folder of them); default: shipped profiles, else roofline.")] = None,
-    profile_mode: Annotated[str, typer.Option(help="auto | measured | transfer | roofline.")] = "auto",
+    profile_mode: ProfileModeOpt = "auto",
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
     weight_bits: Annotated[int, typer.Option(help="16, 8 or 4.")] = 16,
     kv_bits: Annotated[int, typer.Option(help="16, 8 or 4.")] = 16,
@@ -199,9 +199,9 @@ def cost(
 
     Example: tuner cost -m llama-3-8b -g A10 --tokens 512 --context 1024 --decodes 32 --kv-tokens 32000
     """
-    from predictors.features import BatchFeatures
-    from predictors.loader import provenance_kind
     from tuner.core.catalog import get_model
+    from tuner.predictors.features import BatchFeatures
+    from tuner.predictors.loader import provenance_kind
 
     spec = get_model(model)
     for name, v in (("--tokens", tokens), ("--context", context), ("--decodes", decodes),
@@ -235,14 +235,15 @@ def cost(
 def _cost_model(spec, gpu: str | None, profile_dir: Path | None, profile_mode: str,
                 gpu_file: Path | None, *, tp: int, weight_bits: int, kv_bits: int,
                 engine_version: str | None = None):
-    """(GPU, CostModel) of `tuner cost`: the profile's (its own device without --gpu), else
-    the shipped profiles', else the measured (or transferred) kernel tables, else the
-    roofline."""
-    from predictors.loader import check_profile_mode, load_cost_model, roofline, shipped_cost_model
+    """(GPU, CostModel) of `tuner cost`: the cost-source registry's (predictors.sources: own
+    profile -> measured tables -> transfer -> roofline), uncalibrated; without --gpu the
+    profile's own device."""
     from tuner.core.catalog import get_gpu, load_gpus
     from tuner.core.config import ServingConfig
+    from tuner.predictors.loader import check_profile_mode
+    from tuner.predictors.sources import resolve_cost_model
 
-    check_profile_mode(profile_mode)  # without --profile the mode was never looked at
+    check_profile_mode(profile_mode)  # before the profile's device is looked up
     cat = load_gpus(gpu_file)
     if gpu is None:
         if profile_dir is None:
@@ -253,15 +254,8 @@ def _cost_model(spec, gpu: str | None, profile_dir: Path | None, profile_mode: s
     else:
         g = get_gpu(gpu, cat)
     config = ServingConfig(gpu=g.name, tp=tp, weight_bits=weight_bits, kv_bits=kv_bits)
-    if profile_dir is not None:
-        return g, load_cost_model(profile_dir, spec, g, config, mode=profile_mode)
-    cm = shipped_cost_model(spec, g, config)
-    if cm is None and profile_mode != "roofline":
-        from predictors.aic import table_cost_model
-
-        cm = table_cost_model(spec, g, tp=tp, weight_bits=weight_bits, kv_bits=kv_bits,
-                              engine_version=engine_version)
-    return g, cm or roofline(spec, g, config)
+    return g, resolve_cost_model(spec, g, config, profile=profile_dir, mode=profile_mode,
+                                 engine_version=engine_version, calibrated=False)
 
 
 def _cost_operations(cm, f, L: int) -> tuple[list[dict], dict]:
@@ -305,7 +299,7 @@ def _profile_device_gpu(profile_dir: Path, spec, cat: dict):
     """The GPU a profile was taken on (catalog entry), or a stand-in named after the device."""
     import dataclasses
 
-    from predictors.loader import find_profiles, load_fit
+    from tuner.predictors.loader import find_profiles, load_fit
 
     dirs = find_profiles(profile_dir)
     if not dirs:
@@ -336,10 +330,10 @@ def transfer(
 
     Example: tuner transfer profiles/llama-3-8b-H100 profiles/llama-3-8b-A10
     """
-    from predictors.devices import DeviceSpecs
-    from predictors.fit import read_profile, resolve_stat
-    from predictors.loader import find_profiles, load_fit, record_transfer_check
-    from predictors.transfer import transfer_error
+    from tuner.predictors.devices import DeviceSpecs
+    from tuner.predictors.fit import read_profile, resolve_stat
+    from tuner.predictors.loader import find_profiles, load_fit, record_transfer_check
+    from tuner.predictors.transfer import transfer_error
 
     for p in (source, target):
         if not find_profiles(p):

@@ -20,6 +20,7 @@ from tuner.cli.app import (
     ModelOpt,
     OnTooLongOpt,
     PriceOpt,
+    ProfileModeOpt,
     ProviderOpt,
     SkipOpt,
     SpotOpt,
@@ -74,8 +75,7 @@ def search(
                        "and study.")] = Path("tuner-out"),
     profile: Annotated[Path | None, typer.Option(help="Profile or fit folder (`tuner profile`, "
                        "`tuner fit`): measured cost models instead of spec-sheet rooflines.")] = None,
-    profile_mode: Annotated[str, typer.Option(help="auto | measured | transfer | roofline "
-                            "(roofline: the spec sheet even where kernel tables exist).")] = "auto",
+    profile_mode: ProfileModeOpt = "auto",
     engine_version: EngineVersionOpt = None,
     entry_point: EntryPointOpt = "llm",
     provider: ProviderOpt = None, spot: SpotOpt = False,
@@ -107,9 +107,8 @@ def search(
 
     Example: tuner search -w examples/arxiv.jsonl -m llama-3-8b --gpus A10,A40 --deadline 2h
     """
-    from tuner.cli.progress import SearchProgress, run_local_workers
-    from tuner.search import SearchSettings, check_study_settings, default_storage, run_search
-    from tuner.search import prepare_study as prepare
+    from tuner.cli.progress import SearchProgress
+    from tuner.search import SearchSettings, check_study_settings, default_storage
     from tuner.search.storage import discard_failed_study, study_metadata
 
     limits = search_constraints(deadline, budget, max_gpus, quantized_model)
@@ -146,23 +145,32 @@ def search(
     total = _announce(job, settings, workload.name, workers)
     try:
         with SearchProgress(err, total, disable=as_json) as prog:
-            if workers > 1:
-                from tuner.search.loop import check_defaults
-
-                st = prepare(w, spec, chosen, sp, settings, metadata=metadata)
-                run_local_workers(st, settings.storage, workers, n_trials=n_trials,
-                                  timeout_s=timeout, seed=seed, progress=prog)
-                if not exhaustive:
-                    check_defaults(st, w, spec, chosen, sp, settings,
-                                   cost_model_for=cost_model_for,
-                                   metadata=st.user_attrs.get("metadata"))
-            else:
-                st = run_search(w, spec, chosen, sp, settings, on_trial=prog.on_trial,
-                                metadata=metadata, cost_model_for=cost_model_for)
+            st = _run(job, settings, metadata, workers, prog, cost_model_for)
         finish_search(st, w, spec, chosen, out_dir, as_json, cost_model_for=cost_model_for)
     except BaseException as exc:  # a failed search leaves no study without results (Ctrl-C: kept)
         discard_failed_study(settings, exc)
         raise
+
+
+def _run(job: _SearchInputs, settings, metadata: dict, workers: int, prog, cost_model_for):
+    """The study, searched in this process or by `workers` local worker processes (then
+    vLLM's defaults beside the winners are simulated here, once they are done)."""
+    from tuner.cli.progress import run_local_workers
+    from tuner.search import prepare_study, run_search
+    from tuner.search.loop import check_defaults
+    from tuner.search.meta import study_meta
+
+    w, spec, chosen, sp = job.workload, job.model, job.gpus, job.space
+    if workers <= 1:
+        return run_search(w, spec, chosen, sp, settings, on_trial=prog.on_trial,
+                          metadata=metadata, cost_model_for=cost_model_for)
+    st = prepare_study(w, spec, chosen, sp, settings, metadata=metadata)
+    run_local_workers(st, settings.storage, workers, n_trials=settings.n_trials,
+                      timeout_s=settings.timeout_s, seed=settings.seed, progress=prog)
+    if not settings.exhaustive:
+        check_defaults(st, w, spec, chosen, sp, settings, cost_model_for=cost_model_for,
+                       metadata=study_meta(st))
+    return st
 
 
 def search_constraints(deadline: str | None, budget: float | None, max_gpus: str | None,
@@ -228,12 +236,11 @@ class _SearchInputs:
 
     def cost_model_for(self, profile: Path | None, profile_mode: str,
                        engine_version: str | None):
-        from tuner.sim.simulator import profile_cost_model_for
+        from tuner.predictors.sources import cost_model_for
 
         # a bad folder fails now; workers find the folder in the study's metadata
-        return profile_cost_model_for(self.model, profile, profile_mode=profile_mode,
-                                      engine_version=engine_version,
-                                      check_gpu=next(iter(self.gpus.values())))
+        return cost_model_for(self.model, profile, profile_mode, engine_version,
+                              check_gpu=next(iter(self.gpus.values())))
 
 
 def _check_entry_point(entry_point: str, engine_version: str | None, gpus: dict) -> None:
@@ -312,7 +319,7 @@ def finish_search(st, w, spec, chosen: dict, out_dir: Path, as_json: bool, *,
                   cost_model_for=None) -> None:
     """Winners, exports, report and results.json of a finished study, then the summary on the
     terminal (`tuner search` and `tuner results` both end here)."""
-    from reports.outputs import study_outputs, write_outputs
+    from tuner.reports.outputs import study_outputs, write_outputs
 
     outputs = study_outputs(st, w, spec, chosen, tool_version=tool_version(),
                             cost_model_for=cost_model_for, out_dir=out_dir)
@@ -333,7 +340,7 @@ def print_search(outputs) -> None:
     from tuner.cli.tables import varying_knobs
 
     ctx, by_num = outputs.context, outputs.by_number
-    knobs = varying_knobs(r.config for r in outputs.records if r.feasible)
+    knobs = varying_knobs(r.config.to_dict() for r in outputs.records if r.feasible)
     f, c = by_num[ctx.winners.fastest], by_num[ctx.winners.cheapest]
     out.print()
     for v in ctx.verdicts:
@@ -342,12 +349,12 @@ def print_search(outputs) -> None:
               f"{usd(f.cost_usd)}.  [bold green]Cheapest:[/] {_gpus(c)} — "
               f"{fmt_duration(c.makespan_s)}, {usd(c.cost_usd)}.")
     _print_gain(f, c)
-    start = (f.metrics or {}).get("startup")
+    start = f.metrics.startup
     if isinstance(start, dict) and start.get("description"):  # included in every makespan, $
         out.print(f"[dim]Start-up included (every replica, at once): "
                   f"{escape(start['description'])} for the fastest plan.[/]")
     if outputs.failed_too_long:
-        from reports.outputs import too_long_note
+        from tuner.reports.outputs import too_long_note
 
         out.print(too_long_note(outputs.failed_too_long), markup=False, style="yellow")
     out.print(_best_table(ctx, by_num, knobs))
@@ -365,8 +372,8 @@ def print_search(outputs) -> None:
 
 def _gpus(r) -> str:
     """'32 x A40 on 4 machines' (the machines when more than one)."""
-    n = r.config.get("tp", 1) * r.config.get("dp", 1)
-    m = (r.metrics or {}).get("machines") or {}
+    n = r.config.num_gpus
+    m = (r.metrics.machines if r.metrics is not None else None) or {}
     on = ("" if m.get("count", 1) <= 1 else f" on {m['count']} x {m['instance']}"
           if m.get("provider") else f" on {m['count']} machines of {m['gpus_per_machine']}")
     return f"{n} x {r.gpu}{on}"
@@ -375,7 +382,6 @@ def _gpus(r) -> str:
 def _print_gain(f, c) -> None:
     """Each overall winner against vLLM's defaults on the same GPU type and count, and its
     $ per million tokens."""
-    from reports.views import usd_per_million_tokens
     from tuner.search.baseline import describe_gain
     from tuner.search.constraints import plan_label
 
@@ -388,7 +394,7 @@ def _print_gain(f, c) -> None:
               f"{fmt_duration(base['makespan_s'])}, {usd(base['cost_usd'])}, so the plan is "
               f"{describe_gain(b)}" if base else f"; {describe_gain(b or None)}")
         vs = vs.replace(" than vLLM's defaults", "")
-        out.print(f"  {goal}: {plan_label(r.config)}, {usd(usd_per_million_tokens(r.metrics))} "
+        out.print(f"  {goal}: {plan_label(r.config)}, {usd(r.metrics.cost_per_million_tokens())} "
                   f"per 1M tokens (input + output){vs}.", markup=False, highlight=False)
 
 
@@ -403,43 +409,41 @@ def _gain_cell(r) -> str:
 def _best_table(ctx, by_num, knobs):
     """'Best config per GPU', as wide as the terminal: where it is narrow, the figures that say
     why (memory plan -> KV capacity -> concurrency) move to a second table."""
-    from reports.views import usd_per_million_tokens
     from tuner.cli.tables import Column, config_tokens, fitted_tables
 
     rows = [(gpu, goal, by_num[picks.of(goal)]) for gpu, picks in ctx.best_per_gpu.items()
             for goal in ("fastest", "cheapest")]
     ms = [r.metrics for _, _, r in rows]
     keys = [Column("GPU", [g for g, _, _ in rows]), Column("goal", [k for _, k, _ in rows])]
-    cols = [Column("makespan", [fmt_duration(m["makespan_s"]) for m in ms]),
-            Column("$ job", [usd(m["cost_usd"]) for m in ms]),
-            Column("$/1k req", [f"{m['usd_per_1k_requests']:.3f}" for m in ms], level=2, drop=5),
-            Column("$/1M tok", [usd(usd_per_million_tokens(m)) for m in ms], level=1, drop=2),
+    cols = [Column("makespan", [fmt_duration(m.makespan_s) for m in ms]),
+            Column("$ job", [usd(m.cost_usd) for m in ms]),
+            Column("$/1k req", [f"{m.usd_per_1k_requests:.3f}" for m in ms], level=2, drop=5),
+            Column("$/1M tok", [usd(m.cost_per_million_tokens()) for m in ms], level=1, drop=2),
             Column("vs vLLM dflt", [_gain_cell(r) for _, _, r in rows], level=1),
-            Column("KV cap tokens", [f"{m['kv_capacity_tokens']:,}" for m in ms], level=2),
-            Column("max conc. req", [f"{m['max_concurrent_requests']:.0f}" for m in ms],
+            Column("KV cap tokens", [f"{m.kv_capacity_tokens:,}" for m in ms], level=2),
+            Column("max conc. req", [f"{m.max_concurrent_requests:.0f}" for m in ms],
                    level=2, drop=4),
-            Column("peak KV", [f"{100 * m['peak_kv_fraction']:.0f}%" for m in ms], level=2),
-            Column("preempt", [f"{m['preemptions']:,}" for m in ms], level=2, drop=3),
-            Column("% of limit", [f"{100 * m['limit_fraction']:.0f}%" for m in ms], level=2)]
+            Column("peak KV", [f"{100 * m.peak_kv_fraction:.0f}%" for m in ms], level=2),
+            Column("preempt", [f"{m.preemptions:,}" for m in ms], level=2, drop=3),
+            Column("% of limit", [f"{100 * m.limit_fraction:.0f}%" for m in ms], level=2)]
     why = "why: memory plan -> KV capacity -> concurrency"
     return fitted_tables(f"Best config per GPU ({why})", keys, cols,
-                         [config_tokens(r.config, knobs) for _, _, r in rows], out.width,
+                         [config_tokens(r.config.to_dict(), knobs) for _, _, r in rows], out.width,
                          config_at=5, split_titles=("Best config per GPU",
                                                     f"Best config per GPU, continued ({why})"))
 
 
 def _pareto_table(ctx, by_num, knobs):
-    from reports.views import usd_per_million_tokens
     from tuner.cli.tables import Column, config_tokens, fitted_tables
 
     rs = [by_num[n] for n in ctx.pareto]
     keys = [Column("trial", [str(r.number) for r in rs]), Column("GPU", [r.gpu for r in rs])]
     cols = [Column("makespan", [fmt_duration(r.makespan_s) for r in rs]),
             Column("$ job", [usd(r.cost_usd) for r in rs]),
-            Column("$/1M tok", [usd(usd_per_million_tokens(r.metrics)) for r in rs], level=1),
+            Column("$/1M tok", [usd(r.metrics.cost_per_million_tokens()) for r in rs], level=1),
             Column("vs vLLM dflt", [_gain_cell(r) for r in rs], level=1)]
     return fitted_tables(f"Pareto front: makespan vs $ ({len(ctx.pareto)} points)", keys, cols,
-                         [config_tokens(r.config, knobs) for r in rs], out.width)
+                         [config_tokens(r.config.to_dict(), knobs) for r in rs], out.width)
 
 
 def _print_importances(imps: dict) -> None:

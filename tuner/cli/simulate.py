@@ -28,6 +28,7 @@ from tuner.cli.app import (
     ModelOpt,
     OnTooLongOpt,
     PriceOpt,
+    ProfileModeOpt,
     ProviderOpt,
     SkipOpt,
     SpotOpt,
@@ -127,7 +128,7 @@ def simulate(
     knobs: dict[str, Any],  # one option per ServingConfig field (config_options)
     profile: Annotated[Path | None, typer.Option(help="Profile or fit folder (`tuner profile`, "
                        "`tuner fit`): measured cost model instead of the spec-sheet roofline.")] = None,
-    profile_mode: Annotated[str, typer.Option(help="auto | measured | transfer | roofline.")] = "auto",
+    profile_mode: ProfileModeOpt = "auto",
     engine_version: EngineVersionOpt = None,
     exact: Annotated[bool, typer.Option(help="Step-by-step scheduler (no skip-ahead); same "
                      "result, slower.")] = False,
@@ -146,7 +147,7 @@ def simulate(
     from tuner.core.catalog import get_model
     from tuner.core.engine_defaults import vllm_defaults
     from tuner.core.workload import apply_on_too_long
-    from tuner.sim.simulator import default_cost_model
+    from tuner.predictors.sources import cost_model_for
     from tuner.sim.simulator import simulate as run_sim
 
     g = catalog_gpu(knobs["gpu"], load_gpu_catalog(gpu_file, price, provider, spot), provider,
@@ -158,9 +159,8 @@ def simulate(
     spec = get_model(model)
     w, too_long = apply_on_too_long(read_workload(workload, spec, skip_invalid, output_dist),
                                     spec.max_position, spec.name, on_too_long)
-    cm = (default_cost_model(spec, g, config, profile, profile_mode=profile_mode,
-                             engine_version=engine_version)
-          if profile or profile_mode != "auto" or engine_version else None)
+    # the cost source (own profile -> measured tables -> transfer -> roofline), resolved once
+    cm = cost_model_for(spec, profile, profile_mode, engine_version)(g, config)
     if timeline is not None:  # a bad --timeline fails before the simulation, not after it
         from tuner.core.errors import ensure_writable_dir
 
@@ -188,14 +188,14 @@ def simulate(
               f"{fmt_s(res.startup_s)} start-up  (makespan is "
               f"{100 * res.lower_bound_s / res.makespan_s:.0f} % of the limit's speed)")
     t.add_row("job cost", f"${res.cost_usd:,.2f}  at " + (
-        f"${res.rental['usd_per_h']:,.2f}/h for {res.rental['count']} x "
-        f"{res.rental['instance']}" if res.rental else f"${res.price_usd_per_h:.2f}/GPU-h"))
+        f"${res.rental.usd_per_h:,.2f}/h for {res.rental.count} x "
+        f"{res.rental.instance}" if res.rental else f"${res.price_usd_per_h:.2f}/GPU-h"))
     if res.machines:
         t.add_row("machines", res.machines["description"])
     t.add_row("$ per 1k requests", f"${res.usd_per_1k_requests:.3f}")
     t.add_row("$ per 1M tokens (input + output)", f"${res.usd_per_million_tokens:.4f}")
     if res.rental:
-        t.add_row("billing", res.rental["note"])
+        t.add_row("billing", res.rental.note)
     t.add_row("throughput", f"{res.throughput_tok_s:,.0f} output tok/s, {res.qps:.2f} req/s")
     t.add_row("QPS per $/h", f"{res.qps_per_usd_per_h:.3f}")
     if res.vasuki_cost_metric is not None:

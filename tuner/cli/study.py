@@ -105,7 +105,7 @@ def results(
     st = load_study(study, storage, out_dir=out_dir)
     setup = setup_from_study(st, workload_path=workload)
     cost_model_for = study_cost_model_for(  # re-simulated winners: the search's cost models
-        setup.metadata, setup.model, setup.gpus, study_name=st.study_name, profile=profile)
+        setup.meta, setup.model, setup.gpus, study_name=st.study_name, profile=profile)
     out = out_dir or Path("tuner-out")
     check_writable(out)
     finish_search(st, setup.workload, setup.model, setup.gpus, out, as_json,

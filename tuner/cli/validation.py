@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tuner.cli.app import JsonOpt
+from tuner.cli.app import JsonOpt, StoredProfileModeOpt
 from tuner.cli.exports import GpuFileOpt, StorageOpt, StudyOpt
 from tuner.core.errors import TunerError
 from tuner.core.units import fmt_duration as fmt_s
 
 if TYPE_CHECKING:
+    from tuner.search.meta import StudyMeta
     from tuner.search.records import TrialRecord
 
 PICKS = ("fastest", "spread")
@@ -57,23 +58,22 @@ def pick_records(records: list[TrialRecord], k: int, how: str = "fastest",
         raise TunerError(f"Unknown --pick {how!r}; choose fastest or spread.")
     seen, uniq = set(), []
     for r in rank(feas, "fastest"):
-        key = json.dumps(r.config, sort_keys=True)
-        if key not in seen:
-            seen.add(key)
+        if r.config not in seen:
+            seen.add(r.config)
             uniq.append(r)
     if how == "fastest" or k <= 1:
         return uniq[:k]
 
     def dist(a: TrialRecord, b: TrialRecord) -> float:
-        return sum(abs(math.log2(a.config[n]) - math.log2(b.config[n]))
+        return sum(abs(math.log2(getattr(a.config, n)) - math.log2(getattr(b.config, n)))
                    for n in ("chunk_size", "max_running"))
 
     chosen = uniq[:1]
     while len(chosen) < min(k, len(uniq)):
         rest = [r for r in uniq if r not in chosen]
         strict = [r for r in rest if all(
-            r.config["chunk_size"] != o.config["chunk_size"]
-            and r.config["max_running"] != o.config["max_running"] for o in chosen)]
+            r.config.chunk_size != o.config.chunk_size
+            and r.config.max_running != o.config.max_running for o in chosen)]
         pool = strict or rest
         # farthest from every chosen one (log2 chunk + log2 R_max); ties: the faster
         chosen.append(max(pool, key=lambda r: (min(dist(r, o) for o in chosen),
@@ -122,7 +122,7 @@ def validate_one(w, spec, gpu, config, *, runner: str, base_cost_model, calibrat
                  run_kwargs: dict | None = None, trial: int | None = None,
                  study_predicted_s: float | None = None) -> dict:
     """Predict, run and compare one configuration; the validation record (JSON-able)."""
-    from runners.compare import compare_schedules, real_as_sim_columns
+    from tuner.runners.compare import compare_schedules, real_as_sim_columns
     from tuner.sim.simulator import simulate
     from tuner.sim.steps import SAMPLED, batch_features
 
@@ -184,13 +184,13 @@ def validate_one(w, spec, gpu, config, *, runner: str, base_cost_model, calibrat
 
 
 def _run(runner: str, w, spec, gpu, config, **kw):
-    from runners.registry import get_runner
+    from tuner.runners.registry import get_runner
 
     return get_runner(runner).run(w, spec, gpu, config, **kw)
 
 
 def summarize(records: list[dict]) -> dict:
-    from predictors.calibration import median_abs
+    from tuner.predictors.calibration import median_abs
 
     return {
         "runs": len(records),
@@ -252,8 +252,7 @@ def validate_cmd(
     gpu_file: GpuFileOpt = None,
     profile: Annotated[Path | None, typer.Option("--profile", help="Profile/fit folder for "
                        "the prediction (default: the study's, else shipped/roofline).")] = None,
-    profile_mode: Annotated[str | None, typer.Option("--profile-mode", help="auto | measured "
-                            "| transfer | roofline.")] = None,
+    profile_mode: StoredProfileModeOpt = None,
     checkpoint: Annotated[str | None, typer.Option("--checkpoint", help="Model weights to "
                           "load (default: random weights of the model's shape, made "
                           "locally).")] = None,
@@ -278,15 +277,15 @@ def validate_cmd(
 
     Example: tuner validate --out tuner-out --top 3 --runner vllm
     """
-    from predictors.calibration import append_runs
     from tuner.core.io import jsonable
+    from tuner.predictors.calibration import append_runs
 
     _check_validate_options(runner, top, repeats, warmup_passes, python)
     meta, chosen, out_dir = _chosen_configs(study, storage, out, top, pick, trials, config_files,
                                             workload, model, gpu)
     spec, cat, w = _validate_inputs(meta, model, gpu_file, workload)
-    prof = profile or meta.get("profile")
-    mode = profile_mode or meta.get("profile_mode") or "auto"
+    prof = profile or meta.profile
+    mode = profile_mode or meta.profile_mode or "auto"
     out_dir.mkdir(parents=True, exist_ok=True)
     run_kwargs = {"checkpoint": checkpoint, "python": python, "timeout_s": timeout,
                   "warmup": warmup, "repeats": repeats, "model_cache_dir": out_dir / "models",
@@ -306,22 +305,22 @@ def validate_cmd(
                       save_runs=save_runs)
 
 
-def _validate_inputs(meta: dict, model: str | None, gpu_file: Path | None,
+def _validate_inputs(meta: StudyMeta, model: str | None, gpu_file: Path | None,
                      workload: Path | None):
     """(ModelSpec, GPU catalog, Workload): the options', else the study's."""
-    from tuner.cli.exports import stored_model, study_workload
     from tuner.core.catalog import get_model, load_gpus
+    from tuner.search import stored_model, study_workload
 
     # the study's own spec (and checkpoint) unless --model names another
-    spec = stored_model(meta) if not model and meta.get("model") else get_model(model or "")
-    gpu_file = gpu_file or (Path(meta["gpu_file"]) if meta.get("gpu_file") else None)
+    spec = stored_model(meta) if not model and meta.model else get_model(model or "")
+    gpu_file = gpu_file or (Path(meta.gpu_file) if meta.gpu_file else None)
     return spec, load_gpus(gpu_file), study_workload(meta, spec, workload)
 
 
 def _check_validate_options(runner: str, top: int, repeats: int, warmup_passes: int,
                             python: Path | None) -> None:
     """Bad options and a runner that is not installed fail in one line, before anything runs."""
-    from runners.registry import RUNNERS, find_python
+    from tuner.runners.registry import RUNNERS, find_python
 
     if runner not in RUNNERS:
         raise TunerError(f"Unknown --runner {runner!r}; choose {' or '.join(RUNNERS)}.")
@@ -338,7 +337,9 @@ def _chosen_configs(study, storage, out, top: int, pick: str, trials: str | None
                     config_files: list[Path] | None, workload, model, gpu):
     """(study metadata, [(trial or None, config dict, the study's predicted makespan)], output
     folder): the --config files, or the study's trials picked by --top/--pick/--trials."""
-    meta: dict = {}
+    from tuner.search.meta import StudyMeta, study_meta
+
+    meta = StudyMeta.from_dict(None)  # --config files: no study
     chosen: list[tuple[int | None, dict, float | None]] = []
     if config_files:
         if workload is None or model is None:
@@ -351,7 +352,7 @@ def _chosen_configs(study, storage, out, top: int, pick: str, trials: str | None
         from tuner.search.records import trial_records
 
         st = load_study(study, storage, out_dir=out)
-        meta = st.user_attrs.get("metadata") or {}
+        meta = study_meta(st)
         records = trial_records(st)
         want = None
         if trials:
@@ -363,8 +364,8 @@ def _chosen_configs(study, storage, out, top: int, pick: str, trials: str | None
         if not picked:
             raise TunerError(f"Study {st.study_name!r} has no feasible completed trial.")
         # the study's schedule (its makespan less the engines' start-up), as the run is timed
-        chosen = [(r.number, r.config,
-                   r.makespan_s - float((r.metrics or {}).get("startup_s") or 0.0))
+        chosen = [(r.number, r.config.to_dict(),
+                   r.makespan_s - float(r.metrics.startup_s or 0.0))
                   for r in picked]
         out_dir = out or Path("tuner-out")
     return meta, chosen, out_dir
@@ -375,21 +376,23 @@ def _run_chosen(chosen: list, w, spec, cat: dict, *, runner: str, prof, mode: st
     """Predict, run and compare each chosen configuration (progress on stderr)."""
     from rich.console import Console
 
-    from predictors.calibration import load_calibration
-    from runners.registry import RUNNERS
     from tuner.core.catalog import get_gpu
     from tuner.core.config import ServingConfig
-    from tuner.sim.simulator import default_cost_model
+    from tuner.predictors.calibration import load_calibration
+    from tuner.predictors.sources import cost_model_for
+    from tuner.runners.registry import RUNNERS
 
     err = Console(stderr=True)
     # runner-specific options (e.g. vLLM's warm-up passes) go to that runner alone
     common = {k: v for k, v in run_kwargs.items()
               if k not in RUNNER_OPTIONS or k in RUNNERS[runner].options}
     records_out = []
+    # the uncalibrated model: validation measures its error, calibration fits its residual
+    base_cost_model = cost_model_for(spec, prof, mode, calibrated=False)
     for i, (trial, cfg_dict, study_pred) in enumerate(chosen, 1):
         config = ServingConfig.from_dict(cfg_dict)
         g = get_gpu(config.gpu, cat)
-        base = default_cost_model(spec, g, config, prof, profile_mode=mode, calibrated=False)
+        base = base_cost_model(g, config)
         cal = load_calibration(g.name, spec.name, store)
         label = f"trial {trial}" if trial is not None else f"config {i}"
         if not quiet:
@@ -432,7 +435,7 @@ def _print_validation(records_out: list[dict], summary: dict, path: Path, *, run
                   f"{r['preemptions']['sim']}/{r['preemptions']['real'] if r['preemptions']['real'] is not None else '—'}",
                   fmt_s(r["startup_s"]))
     outc.print(t)
-    from runners.compare import summary_line
+    from tuner.runners.compare import summary_line
 
     for r in records_out:
         if r.get("schedule"):
@@ -475,7 +478,7 @@ def calibrate_cmd(
 
     Example: tuner calibrate --device CPU --model tiny-llama
     """
-    from predictors.calibration import fit_calibration
+    from tuner.predictors.calibration import fit_calibration
 
     if method not in ("auto", "steps", "makespan"):
         raise TunerError(f"Unknown --method {method!r}; choose auto, steps or makespan.")
@@ -493,7 +496,7 @@ def calibrate_cmd(
 
 def _calibration_runs(runs, store, device, model, runner):
     """(runs, [device], [model]): the measured runs to fit, of one device, model and engine."""
-    from predictors.calibration import load_runs, runs_path
+    from tuner.predictors.calibration import load_runs, runs_path
 
     for p in runs or []:
         if not p.is_file():

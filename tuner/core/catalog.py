@@ -17,6 +17,9 @@ from tuner.core.errors import TunerError, close_matches_hint
 from tuner.core.pricing import Billing, reprice
 
 GIB = 1024**3
+# GPU architectures a GPU may state (`GPU.architecture`): the measured kernel tables of one GPU
+# price the others of its architecture (predictors.aic_transfer)
+ARCHITECTURES = ("ampere", "ada", "hopper", "blackwell")
 
 
 @dataclass(frozen=True)
@@ -48,10 +51,20 @@ class GPU:
     # parallel replicas spread over several (tuner.core.pricing.place); with --provider, the
     # provider's largest instance of this GPU
     gpus_per_machine: int = 8
+    # NVIDIA architecture (ARCHITECTURES): a GPU without measured kernel tables borrows those of
+    # the measured GPU of its architecture (transferred by spec-sheet ratios); None = not stated
+    # (no tables: the spec-sheet roofline)
+    architecture: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.billing, dict):  # a study's stored specs (dataclasses.asdict form)
             object.__setattr__(self, "billing", Billing.from_dict(self.billing))
+        arch = self.architecture
+        if arch is not None:
+            if not isinstance(arch, str) or arch.strip().lower() not in ARCHITECTURES:
+                raise TunerError(f"GPU {self.name}: architecture must be one of "
+                                 f"{', '.join(ARCHITECTURES)} (or left out), got {arch!r}.")
+            object.__setattr__(self, "architecture", arch.strip().lower())
         # a zero, negative or non-finite spec or price would divide by zero or turn every $
         # into nan far from where it was typed (--price, --gpu-file)
         for name in ("memory_gib", "bf16_tflops", "fp32_tflops", "hbm_gbps", "host_link_gbps",

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from tuner.core.engine_defaults import COMMON_BATCH
 from tuner.core.errors import TunerError
 from tuner.core.schedulers import SCHEDULER_PRESETS
 
@@ -58,6 +59,22 @@ class Knob:
     flags: tuple[str, ...] = ()  # CLI flags, the primary (vLLM's name) first; () -> --field-name
     vllm: EngineArg | None = None
     sglang: EngineArg | None = None
+    # which end of a space's values needs the least GPU memory ("min" | "max"; None: no
+    # direction, a space's first value): the search's early "does any GPU fit" check
+    # (tuner.search.loop.assert_some_gpu_fits) takes it
+    lenient: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.lenient not in (None, "min", "max"):
+            raise ValueError(f"Knob.lenient must be 'min', 'max' or None, got {self.lenient!r}")
+
+    def most_lenient(self, values: list) -> Any:
+        """The value of `values` that needs the least memory (see `lenient`)."""
+        if self.lenient == "min":
+            return min(values)
+        if self.lenient == "max":
+            return max(values)
+        return values[0]
 
     def rule(self) -> str:
         """The allowed values in words ('' when any value of the type is)."""
@@ -92,13 +109,15 @@ def _chunked(scheduler: str) -> bool:
 
 @dataclass(frozen=True)
 class ServingConfig:
-    """Every knob of one serving deployment. Defaults follow vLLM V1's offline defaults."""
+    """Every knob of one serving deployment. Defaults follow vLLM V1's offline defaults (the
+    batch limits: tuner.core.engine_defaults.COMMON_BATCH)."""
 
     gpu: str = _knob(help="GPU type (`tuner gpus`).", flags=("--gpu", "-g"))
     tp: int = _knob(
         1, help="Tensor-parallel degree (GPUs per replica).", unit="GPUs", choices=(1, 2, 4, 8),
         flags=("--tensor-parallel-size", "--tp"),
-        vllm=EngineArg("tensor_parallel_size"), sglang=EngineArg("tp-size"))
+        vllm=EngineArg("tensor_parallel_size"), sglang=EngineArg("tp-size"),
+        lenient="max")  # weights and KV split over more GPUs
     dp: int = _knob(
         1, help="Data-parallel replicas; the workload is split across them.", unit="replicas",
         minimum=1, flags=("--data-parallel-size", "--dp"),
@@ -114,32 +133,34 @@ class ServingConfig:
         sglang=EngineArg("enable-mixed-chunk",
                          values={s: True for s in SCHEDULERS if _chunked(s)}))
     chunk_size: int = _knob(
-        8192, help="Token budget per step (decodes + prefill chunks; the prefill chunk is the "
-        "budget).", unit="tokens", minimum=1, flags=("--max-num-batched-tokens", "--chunk-size"),
+        COMMON_BATCH[0], help="Token budget per step (decodes + prefill chunks; the prefill "
+        "chunk is the budget).", unit="tokens", minimum=1,
+        flags=("--max-num-batched-tokens", "--chunk-size"),
         vllm=EngineArg("max_num_batched_tokens"),
         # chunked: the budget; prefill-first: -1 (off) and --max-prefill-tokens
-        sglang=EngineArg("chunked-prefill-size", derived=True))
+        sglang=EngineArg("chunked-prefill-size", derived=True), lenient="min")
     max_running: int = _knob(
-        256, help="Most requests running at once (R_max).", unit="requests", minimum=1,
-        flags=("--max-num-seqs", "--max-running"),
-        vllm=EngineArg("max_num_seqs"), sglang=EngineArg("max-running-requests"))
+        COMMON_BATCH[1], help="Most requests running at once (R_max).", unit="requests",
+        minimum=1, flags=("--max-num-seqs", "--max-running"),
+        vllm=EngineArg("max_num_seqs"), sglang=EngineArg("max-running-requests"),
+        lenient="min")
     weight_bits: int = _knob(
         16, help="Weight precision (8: FP8 where the GPU has it, else INT8; 4: AWQ/GPTQ).",
         unit="bits", choices=(16, 8, 4),
         vllm=EngineArg("quantization", values={8: "fp8"}),
-        sglang=EngineArg("quantization", values={8: "fp8"}))
+        sglang=EngineArg("quantization", values={8: "fp8"}), lenient="min")
     kv_bits: int = _knob(
         16, help="KV-cache precision.", unit="bits", choices=(16, 8, 4),
         vllm=EngineArg("kv_cache_dtype", values={16: "auto", 8: "fp8"}),
-        sglang=EngineArg("kv-cache-dtype", values={16: "auto", 8: "fp8_e4m3"}))
+        sglang=EngineArg("kv-cache-dtype", values={16: "auto", 8: "fp8_e4m3"}), lenient="min")
     kv_offload_layers: int = _knob(
         0, help="KV-cache layers kept in host RAM, moved over PCIe each iteration (Vasuki).",
-        unit="layers", minimum=0)
+        unit="layers", minimum=0, lenient="max")
     weight_offload_fraction: float = _knob(
         0.0, help="Share of weights in host RAM, streamed every iteration.",
         unit="fraction", minimum=0.0, maximum=1.0,
         vllm=EngineArg("cpu_offload_gb", omit_default=True, derived=True),
-        sglang=EngineArg("cpu-offload-gb", omit_default=True, derived=True))
+        sglang=EngineArg("cpu-offload-gb", omit_default=True, derived=True), lenient="max")
     cpu_threads_intra: int = _knob(
         0, help="CPU intra-op threads (0: LM-Offload's Alg. 3 chooses).", unit="threads",
         minimum=0)
@@ -153,7 +174,8 @@ class ServingConfig:
     gpu_memory_utilization: float = _knob(
         0.9, help="Share of GPU memory the engine may use.", unit="fraction",
         exclusive_minimum=0.0, maximum=1.0,
-        vllm=EngineArg("gpu_memory_utilization"), sglang=EngineArg("mem-fraction-static"))
+        vllm=EngineArg("gpu_memory_utilization"), sglang=EngineArg("mem-fraction-static"),
+        lenient="max")
     block_size: int = _knob(
         16, help="KV block (page) size.", unit="tokens", minimum=1,
         vllm=EngineArg("block_size"), sglang=EngineArg("page-size"))

@@ -32,9 +32,9 @@ guessed (the scalar ``max_num_seqs`` of older releases gave run-batch 256, not 1
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
 
 #: --entry-point choices -> vLLM's UsageContext
@@ -56,6 +56,31 @@ HUGE_GPU_GIB = 160.0  # PR #51726's tier
 HUGE_TIER_SINCE = (0, 32, 0)  # the release checked to have it (see the module docstring)
 SOURCE = ("vLLM vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (0.11: "
           "_set_default_args) and vllm/config/scheduler.py SchedulerConfig defaults")
+#: (max_num_batched_tokens, max_num_seqs) by entry point and GPU tier, the table above: "huge"
+#: >= HUGE_GPU_GIB (from HUGE_TIER_SINCE on), "large" >= LARGE_GPU_GIB other than A100, "other"
+BATCH_DEFAULTS: dict[str, dict[str, tuple[int, int]]] = {
+    "llm": {"huge": (16384, 1024), "large": (16384, 1024), "other": (8192, 256)},
+    "serve": {"huge": (16384, 1024), "large": (8192, 1024), "other": (2048, 256)},
+    # OPENAI_BATCH_RUNNER is in neither table: SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS /
+    # DEFAULT_MAX_NUM_SEQS on every GPU
+    "run-batch": {"huge": (2048, 128), "large": (2048, 128), "other": (2048, 128)},
+}
+#: vLLM's defaults under the default entry point on a GPU of the common tier (under 70 GiB, or
+#: an A100): ServingConfig's chunk_size / max_running defaults
+COMMON_BATCH = BATCH_DEFAULTS[DEFAULT_ENTRY_POINT]["other"]
+#: EngineDefaults.knobs() a search preset leaves to the space: offloading, off by default
+_OFFLOAD_KNOBS = ("kv_offload_layers", "weight_offload_fraction", "attention_on_cpu")
+
+# ---- the search's reference presets (tuner.search.loop.enqueue_presets) ----
+#: vLLM's defaults where the search knows no GPU's own (those replace it: EngineDefaults.preset)
+VLLM_PRESET = {"chunk_size": COMMON_BATCH[0], "max_running": COMMON_BATCH[1], "scheduler": "vllm"}
+#: Sarathi-Serve's operating point: a 512-token chunk (Sarathi-Serve, OSDI 2024, §5) and at most
+#: 128 running requests, as Vidur runs its Sarathi scheduler by default (vidur/config/config.py:
+#: SarathiSchedulerConfig chunk_size 512, BaseReplicaSchedulerConfig batch_size_cap 128)
+SARATHI_PRESET = {"chunk_size": 512, "max_running": 128, "scheduler": "sarathi"}
+#: Enqueued first, in this order, so the front always holds the engines' own settings. Knobs a
+#: preset does not name take ServingConfig's default (vLLM's) where the space offers it.
+SEARCH_PRESETS = (VLLM_PRESET, SARATHI_PRESET)
 
 
 @dataclass(frozen=True)
@@ -85,8 +110,10 @@ class EngineDefaults:
                 "kv_offload_layers": 0, "weight_offload_fraction": 0.0,
                 "attention_on_cpu": False}
 
-    def config(self, gpu: str, *, tp: int = 1, dp: int = 1) -> ServingConfig:
-        return ServingConfig(gpu=gpu, tp=tp, dp=dp, **self.knobs())
+    def preset(self) -> dict:
+        """The knobs a search enqueues as these defaults, and every shipped space offers
+        (tuner.search.space.fit_space): knobs() but offloading, which a space searches."""
+        return {k: v for k, v in self.knobs().items() if k not in _OFFLOAD_KNOBS}
 
     def describe(self) -> str:
         release = ("the newest release" if self.engine_version == "newest"
@@ -139,17 +166,22 @@ def vllm_defaults(gpu_name: str, memory_gib: float, entry_point: str = DEFAULT_E
     large = is_large_gpu(gpu_name, memory_gib)
     huge = memory_gib >= HUGE_GPU_GIB and (
         engine_version is None or _version_tuple(engine_version) >= HUGE_TIER_SINCE)
-    if entry_point == "llm":
-        tokens, seqs = (16384, 1024) if (huge or large) else (8192, 256)
-    elif entry_point == "serve":
-        tokens, seqs = (16384, 1024) if huge else (8192, 1024) if large else (2048, 256)
-    else:  # run-batch: not in either table -> SchedulerConfig.DEFAULT_*
-        tokens, seqs = 2048, 128
+    tokens, seqs = BATCH_DEFAULTS[entry_point]["huge" if huge else "large" if large else "other"]
     return EngineDefaults(entry_point=entry_point, usage_context=ENTRY_POINTS[entry_point],
                           max_num_batched_tokens=tokens, max_num_seqs=seqs,
                           large_gpu=large or huge,
                           engine_version=engine_version or "newest")
 
 
-__all__ = ["DEFAULT_ENTRY_POINT", "ENTRY_POINTS", "ENTRY_POINT_HELP", "EngineDefaults",
-           "check_entry_point", "is_large_gpu", "vllm_defaults"]
+def presets_by_gpu(gpus: Mapping[str, object], entry_point: str = DEFAULT_ENTRY_POINT,
+                   engine_version: str | None = None) -> dict[str, dict]:
+    """GPU name -> vLLM's defaults on it as a search preset (EngineDefaults.preset); `gpus`:
+    name -> catalog GPU (its name and memory_gib)."""
+    return {name: vllm_defaults(g.name, g.memory_gib, entry_point, engine_version).preset()
+            for name, g in gpus.items()}
+
+
+__all__ = ["BATCH_DEFAULTS", "COMMON_BATCH", "DEFAULT_ENTRY_POINT", "ENTRY_POINTS",
+           "ENTRY_POINT_HELP", "SARATHI_PRESET", "SEARCH_PRESETS", "VLLM_PRESET",
+           "EngineDefaults", "check_entry_point", "is_large_gpu", "presets_by_gpu",
+           "vllm_defaults"]

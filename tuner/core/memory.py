@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
 from tuner.core.catalog import GIB, GPU, ModelSpec
@@ -66,6 +65,19 @@ class MemoryPlan:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> MemoryPlan:
+        """A stored plan (:meth:`to_dict`: a trial's, results.json's, a report context's). A
+        field it lacks (an older or a hand-written plan) takes its default, or None where it
+        has none (readers show None as unknown); keys it does not know are dropped."""
+        kw = {}
+        for f in dataclasses.fields(cls):
+            if f.name in d:
+                kw[f.name] = d[f.name]
+            elif f.default is dataclasses.MISSING:
+                kw[f.name] = None
+        return cls(**kw)
 
 
 def activation_bytes(model: ModelSpec, config: ServingConfig) -> float:
@@ -228,6 +240,3 @@ def offload_staging_bytes(model: ModelSpec, offloaded_bytes: float) -> float:
         return 0.0
     return 2.0 * offloaded_bytes / model.num_layers
 
-
-def blocks_for(tokens: int, block_size: int) -> int:
-    return math.ceil(tokens / block_size)

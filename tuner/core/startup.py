@@ -227,12 +227,5 @@ def resolve_startup(model: ModelSpec, gpu: GPU | None, config: ServingConfig,
     return startup_for(model, gpu, config, engine_version)
 
 
-def sim_options(metadata: dict | None) -> dict:
-    """simulate()'s start-up keywords from a study's metadata (its --startup-s and
-    --engine-version), so every re-simulation of a study prices start-up as its search did."""
-    meta = metadata or {}
-    return {"startup_s": meta.get("startup_s"), "engine_version": meta.get("engine_version")}
-
-
 __all__ = ["DEFAULT_STORAGE", "PROVIDER_STORAGE", "STORAGES", "Startup", "Storage",
-           "check_startup_s", "resolve_startup", "sim_options", "startup_for", "storage_for"]
+           "check_startup_s", "resolve_startup", "startup_for", "storage_for"]

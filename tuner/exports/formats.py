@@ -21,21 +21,40 @@ class ExportFormat:
     # the vLLM engine argument lists the export holds (text -> [argv]), checked against the
     # installed vLLM's own parser (check_export); None: not a vLLM export
     engine_argv: Callable[[str], list[list[str]]] | None = None
+    title: str = ""  # its name in the report ('' -> the format's name)
+    how: str = ""  # how to run it, one line under the title in the report
+    # runs the batch itself: written with the job's input and results paths (and the model
+    # name the requests use)
+    batch: bool = False
+    # its input must be OpenAI Batch API JSONL (vllm run-batch reads no other form); a batch
+    # export of another input says to convert it
+    batch_api_input: bool = False
 
 
 #: Formats of ``tuner export --format``, in the order the CLI lists them.
 EXPORTERS: dict[str, ExportFormat] = {
-    "vllm": ExportFormat(".vllm.yaml", vllm.render_yaml, vllm.from_vllm_yaml,
-                         vllm.yaml_engine_argv),
-    "vllm-run-batch": ExportFormat(".vllm-run-batch.sh", vllm.render_run_batch,
-                                   vllm.from_vllm_run_batch, vllm.run_batch_engine_argv),
-    "sglang": ExportFormat(".sglang.sh", sglang.render_command, sglang.from_sglang_command),
-    "json": ExportFormat(".json", json_doc.render_document, json_doc.from_json),
+    "vllm": ExportFormat(
+        ".vllm.yaml", vllm.render_yaml, vllm.from_vllm_yaml, vllm.yaml_engine_argv,
+        title="vLLM config (YAML)",
+        how="Save as config.yaml; run: vllm serve --config config.yaml"),
+    "vllm-run-batch": ExportFormat(
+        ".vllm-run-batch.sh", vllm.render_run_batch, vllm.from_vllm_run_batch,
+        vllm.run_batch_engine_argv, title="vllm run-batch",
+        how="Run as is on the GPU machine: reads the batch JSONL and writes the results JSONL.",
+        batch=True, batch_api_input=True),
+    "sglang": ExportFormat(
+        ".sglang.sh", sglang.render_command, sglang.from_sglang_command, title="SGLang",
+        how="Starts an SGLang server with these settings; then send the batch to it."),
+    "json": ExportFormat(
+        ".json", json_doc.render_document, json_doc.from_json, title="JSON (every figure)",
+        how="The configuration, predicted figures, memory plan and engine arguments, for "
+        "scripts."),
     # at scale: the plan's DP replicas over a split of the workload, and a Ray Data LLM job
+    # (whose preprocess reads plain {"prompt", "max_tokens"} lines too)
     "run-batch": ExportFormat(".run-batch.sh", run_batch.render, run_batch.from_run_batch_script,
-                              run_batch.engine_argv),
+                              run_batch.engine_argv, batch=True, batch_api_input=True),
     "ray-data": ExportFormat(".ray-data.py", ray_data.render, ray_data.from_ray_data_script,
-                             ray_data.engine_argv),
+                             ray_data.engine_argv, batch=True),
 }
 EXPORT_FORMATS = tuple(EXPORTERS)
 #: File name suffix of each format.

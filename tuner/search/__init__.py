@@ -60,7 +60,8 @@ from tuner.search.loop import (
     prepare_study,
     run_search,
 )
-from tuner.search.records import TrialRecord, pareto, rank, trial_records, winners
+from tuner.search.meta import STUDY_META_VERSION, StoredSearch, StudyMeta, study_meta
+from tuner.search.records import Metrics, TrialRecord, pareto, rank, trial_records, winners
 from tuner.search.settings import (
     OBJECTIVES,
     SAMPLERS,
@@ -79,7 +80,9 @@ from tuner.search.storage import (
     resolve_storage,
     setup_from_study,
     storage_url,
+    stored_model,
     study_metadata,
+    study_workload,
     workload_digest,
     workload_tokens,
 )
@@ -87,11 +90,11 @@ from tuner.search.workers import WorkerJob, connect_worker, study_cost_model_for
 
 __all__ = [
     "AUDIT_EVERY", "MIN_SAMPLE", "N_CALIBRATE", "OBJECTIVES", "POLISH_AT", "PRESETS",
-    "SAMPLERS", "SAMPLE_FRACTION", "Evaluator", "Knowledge", "SearchSettings", "SearchSpace",
-    "StudySetup", "TrialRecord", "WorkerJob", "assert_some_gpu_fits", "check_study_settings", "config_key",
+    "SAMPLERS", "SAMPLE_FRACTION", "STUDY_META_VERSION", "Evaluator", "Knowledge", "Metrics",
+    "SearchSettings", "SearchSpace", "StoredSearch", "StudyMeta", "StudySetup", "TrialRecord", "WorkerJob", "assert_some_gpu_fits", "check_study_settings", "config_key",
     "connect_worker", "default_space_path", "default_storage", "load_space", "load_study",
     "make_sampler", "make_storage", "neighbours", "open_study", "optimize", "pareto", "prepare_study", "rank",
     "resolve_storage", "run_search", "sample_size", "sampler_name", "setup_from_study",
-    "stratified_sample", "storage_url", "study_cost_model_for", "study_metadata",
-    "trial_records", "winners", "workload_digest", "workload_tokens",
+    "stratified_sample", "storage_url", "stored_model", "study_cost_model_for", "study_meta",
+    "study_metadata", "study_workload", "trial_records", "winners", "workload_digest", "workload_tokens",
 ]

@@ -7,15 +7,16 @@ The baseline is simulated on the full workload with the search's cost model, onc
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable
 
-from predictors.protocol import CostModel
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
-from tuner.core.engine_defaults import DEFAULT_ENTRY_POINT, vllm_defaults
+from tuner.core.engine_defaults import DEFAULT_ENTRY_POINT, presets_by_gpu, vllm_defaults
 from tuner.core.workload import Workload
-from tuner.search.records import TrialRecord
+from tuner.predictors.protocol import CostModel
+from tuner.predictors.sources import cost_model_for as default_cost_models
+from tuner.search.meta import StudyMeta
+from tuner.search.records import Metrics, TrialRecord
 from tuner.sim.simulator import InfeasibleConfig, simulate
 
 #: SimResult.summary() figures a baseline keeps
@@ -28,7 +29,7 @@ def simulate_baseline(workload: Workload, model: ModelSpec, gpu: GPU, *, tp: int
                       entry_point: str = DEFAULT_ENTRY_POINT,
                       engine_version: str | None = None,
                       cost_model_for: Callable[[GPU, ServingConfig], CostModel] | None = None,
-                      simulated: dict[ServingConfig, dict] | None = None,
+                      simulated: dict[ServingConfig, Metrics] | None = None,
                       startup_s: float | None = None) -> dict:
     """vLLM's defaults on `gpu` x (tp, dp), simulated: {'config', 'defaults', 'feasible',
     'reason', 'metrics'}. `simulated`: figures the search already has ({config: metrics} of
@@ -36,16 +37,16 @@ def simulate_baseline(workload: Workload, model: ModelSpec, gpu: GPU, *, tp: int
     among them (the search's first trial per GPU is vLLM's defaults)."""
     defaults = vllm_defaults(gpu.name, gpu.memory_gib, entry_point, engine_version)
     # the winner's precision: vLLM serving the same checkpoint untuned (like for like)
-    config = dataclasses.replace(defaults.config(gpu.name, tp=tp, dp=dp),
-                                 weight_bits=weight_bits, kv_bits=kv_bits)
+    config = ServingConfig(gpu=gpu.name, tp=tp, dp=dp, **{
+        **defaults.knobs(), "weight_bits": weight_bits, "kv_bits": kv_bits})
     out = {"config": config.to_dict(), "defaults": defaults.to_dict(), "feasible": False,
            "reason": "", "metrics": None}
     if simulated and config in simulated:  # the search ran these very settings already
         out["feasible"] = True
-        out["metrics"] = {k: simulated[config].get(k) for k in BASELINE_METRICS}
+        out["metrics"] = {k: getattr(simulated[config], k) for k in BASELINE_METRICS}
         return out
     try:
-        cm = cost_model_for(gpu, config) if cost_model_for else None
+        cm = (cost_model_for or default_cost_models(model))(gpu, config)
         res = simulate(workload, model, gpu, config, cm, startup_s=startup_s,
                        engine_version=engine_version)  # start-up as the search priced it
     except InfeasibleConfig as exc:
@@ -57,20 +58,14 @@ def simulate_baseline(workload: Workload, model: ModelSpec, gpu: GPU, *, tp: int
     return out
 
 
-def engine_presets(gpus: dict[str, GPU], metadata: dict | None) -> dict[str, dict]:
+def engine_presets(gpus: dict[str, GPU],
+                   metadata: StudyMeta | dict | None) -> dict[str, dict]:
     """GPU -> vLLM's defaults (ServingConfig knobs: batch limits, memory utilisation,
     precision, scheduler, ordering) under the study's entry point (its metadata's
     `entry_point` and `engine_version`): the search's first preset, and values every search
     space offers (tuner.search.space.fit_space)."""
-    meta = metadata or {}
-    out = {}
-    for name, g in gpus.items():
-        d = vllm_defaults(g.name, g.memory_gib, meta.get("entry_point") or DEFAULT_ENTRY_POINT,
-                          meta.get("engine_version"))
-        out[name] = {k: v for k, v in d.knobs().items()
-                     if k not in ("kv_offload_layers", "weight_offload_fraction",
-                                  "attention_on_cpu")}
-    return out
+    meta = StudyMeta.of(metadata)
+    return presets_by_gpu(gpus, meta.entry_point or DEFAULT_ENTRY_POINT, meta.engine_version)
 
 
 def gain(metrics: dict, baseline: dict) -> dict | None:
@@ -106,15 +101,15 @@ def attach_baselines(records: list[TrialRecord], numbers: Iterable[int], workloa
     """Set `baseline` (the defaults' simulation plus the `gain` ratios) on the records numbered
     `numbers`; one simulation per (GPU type, TP, DP). Returns the simulations by that key."""
     by_num = {r.number: r for r in records}
-    simulated = {r.serving_config(): r.metrics for r in records
+    simulated = {r.config: r.metrics for r in records
                  if r.feasible and r.metrics and r.level == "full"}
     sims: dict[tuple, dict] = {}
     for n in dict.fromkeys(numbers):
         r = by_num.get(n)
         if r is None or not r.feasible or r.gpu not in gpus:
             continue
-        key = (r.gpu, int(r.config.get("tp", 1)), int(r.config.get("dp", 1)),
-               int(r.config.get("weight_bits", 16)), int(r.config.get("kv_bits", 16)))
+        c = r.config
+        key = (r.gpu, int(c.tp), int(c.dp), int(c.weight_bits), int(c.kv_bits))
         if key not in sims:
             sims[key] = simulate_baseline(workload, model, gpus[r.gpu], tp=key[1], dp=key[2],
                                           weight_bits=key[3], kv_bits=key[4],
@@ -122,7 +117,7 @@ def attach_baselines(records: list[TrialRecord], numbers: Iterable[int], workloa
                                           engine_version=engine_version,
                                           cost_model_for=cost_model_for, simulated=simulated,
                                           startup_s=startup_s)
-        r.baseline = {**sims[key], "gain": gain(r.metrics, sims[key])}
+        r.baseline = {**sims[key], "gain": gain(r.metrics.to_dict(), sims[key])}
     return sims
 
 

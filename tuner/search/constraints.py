@@ -218,8 +218,9 @@ def with_quantization(space):
                    source=f"{space.source} + --allow-quantization")
 
 
-def is_quantized(config: dict) -> bool:
-    return config.get("weight_bits", 16) < 16 or config.get("kv_bits", 16) < 16
+def is_quantized(config) -> bool:
+    """A ServingConfig with weights or KV cache below 16 bits."""
+    return config.weight_bits < 16 or config.kv_bits < 16
 
 
 def no_plan_line(records, constraints: Constraints, fmt_usd) -> str:
@@ -235,8 +236,7 @@ def no_plan_line(records, constraints: Constraints, fmt_usd) -> str:
         best = min(feas, key=lambda r: (r.cost_usd, r.makespan_s))
         lead = f"no plan costs at most {fmt_usd(constraints.budget_usd)}"
         what = "cheapest"
-    c = best.config
-    return (f"{lead}; {what} is {fmt_duration(best.makespan_s)} on {c['tp'] * c.get('dp', 1)}"
+    return (f"{lead}; {what} is {fmt_duration(best.makespan_s)} on {best.config.num_gpus}"
             f" x {best.gpu} for {fmt_usd(best.cost_usd)} (trial #{best.number}).")
 
 
@@ -256,7 +256,7 @@ def quantization_verdict(records, goal: str, fmt_usd) -> str | None:
     q = min(quant, key=key)
 
     def gpus_of(r) -> tuple:
-        return r.gpu, r.config["tp"] * r.config.get("dp", 1)
+        return r.gpu, r.config.num_gpus
 
     same = [r for r in full if gpus_of(r) == gpus_of(q)]
     f = min(same or full, key=key)
@@ -269,9 +269,12 @@ def quantization_verdict(records, goal: str, fmt_usd) -> str | None:
             f"{100 * (q.cost_usd / f.cost_usd - 1):+.0f} % $; output quality is not simulated.")
 
 
-def plan_label(config: dict) -> str:
+def plan_label(config) -> str:
     """Both things a comparison must hold equal, named: '32 x A40 (TP 4 x DP 8, 16-bit)',
-    '1 x H100 (TP 1 x DP 1, 8-bit weights, 16-bit KV)'."""
+    '1 x H100 (TP 1 x DP 1, 8-bit weights, 16-bit KV)'. `config`: a ServingConfig, or its
+    JSON form (e.g. a stored baseline's)."""
+    if not isinstance(config, dict):
+        config = config.to_dict()
     tp, dp = int(config.get("tp", 1)), int(config.get("dp", 1))
     w, kv = int(config.get("weight_bits", 16)), int(config.get("kv_bits", 16))
     bits = f"{w}-bit" if w == kv else f"{w}-bit weights, {kv}-bit KV"

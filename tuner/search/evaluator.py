@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import optuna
 
-from predictors.protocol import CostModel
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.pricing import job_cost_usd
 from tuner.core.workload import Workload
+from tuner.predictors.protocol import CostModel
+from tuner.predictors.sources import cost_model_for as default_cost_models
 from tuner.search.records import TrialRecord
 from tuner.search.space import SearchSpace
 from tuner.sim.simulator import InfeasibleConfig, simulate
@@ -165,9 +166,10 @@ class Evaluator:
                  cost_model_for: Callable[[GPU, ServingConfig], CostModel] | None = None,
                  startup_s: float | None = None, engine_version: str | None = None) -> None:
         self.workload, self.model, self.gpus, self.space = workload, model, gpus, space
-        self.cost_model_for = cost_model_for
+        # the command's cost models (resolved once by the CLI), else the registry's default
+        self.cost_model_for = cost_model_for or default_cost_models(model)
         # engine start-up (tuner.core.startup): the search's --startup-s, or the model for its
-        # --engine-version (tuner.core.startup.sim_options reads both from a study's metadata)
+        # --engine-version (tuner.search.meta.StudyMeta.sim_options: both from a study's metadata)
         self.sim_options = {"startup_s": startup_s, "engine_version": engine_version}
         n = len(workload)
         self.n_sample = sample_size(n, sample_fraction)
@@ -185,8 +187,8 @@ class Evaluator:
     def _simulate(self, w: Workload, gpu: GPU, config: ServingConfig):
         t0 = time.perf_counter()
         try:
-            cm = self.cost_model_for(gpu, config) if self.cost_model_for else None
-            return simulate(w, self.model, gpu, config, cm, **self.sim_options)
+            return simulate(w, self.model, gpu, config, self.cost_model_for(gpu, config),
+                            **self.sim_options)
         finally:
             self.sim_s += time.perf_counter() - t0
 

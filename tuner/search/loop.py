@@ -14,16 +14,17 @@ import numpy as np
 import optuna
 from optuna.distributions import CategoricalDistribution
 
-from predictors.protocol import CostModel
 from tuner.core.catalog import GPU, ModelSpec
-from tuner.core.config import ServingConfig
+from tuner.core.config import KNOBS, ServingConfig
+from tuner.core.engine_defaults import SEARCH_PRESETS
 from tuner.core.errors import TunerError
-from tuner.core.startup import sim_options
 from tuner.core.workload import Workload
 from tuner.core.workload.base import lengths_from_input
+from tuner.predictors.protocol import CostModel
 from tuner.search.baseline import engine_presets
 from tuner.search.constraints import Constraints
 from tuner.search.evaluator import Evaluator, config_key
+from tuner.search.meta import StudyMeta
 from tuner.search.records import TrialRecord
 from tuner.search.settings import SearchSettings, make_sampler
 from tuner.search.space import SearchSpace, fit_space
@@ -38,12 +39,9 @@ from tuner.sim.simulator import InfeasibleConfig, check_feasible
 
 GRID_CHECK_LIMIT = 20_000  # assert_some_gpu_fits checks every point of spaces up to this size
 # Reference points enqueued first so the front always contains the engines' own defaults:
-# vLLM V1's offline defaults (LLM class: max_num_batched_tokens 8192, max_num_seqs 256; per GPU
-# and entry point from tuner.core.engine_defaults when the search knows them) and
-# Sarathi-Serve's chunk 512 (§5). Knobs a preset does not name take ServingConfig's
-# default (vLLM's) when the space offers it.
-PRESETS = ({"chunk_size": 8192, "max_running": 256, "scheduler": "vllm"},
-           {"chunk_size": 512, "max_running": 128, "scheduler": "sarathi"})
+# vLLM's (per GPU and entry point when the search knows them) and Sarathi-Serve's; their one
+# statement, with sources, is tuner.core.engine_defaults.SEARCH_PRESETS.
+PRESETS = SEARCH_PRESETS
 
 POLISH_AT = 0.8  # share of n_trials the sampler proposes before the neighbourhood polish
 
@@ -154,7 +152,7 @@ def _objective(ev: Evaluator, gpu_names: list[str], shared: bool,
         values, attrs = _evaluate(ev, params, trial.number, constraints)
         _set_attrs(trial, values, attrs, constraints)
         ev.known.add(trial.number, params,
-                     TrialRecord.from_attrs(trial.number, params, values, attrs))
+                     TrialRecord.from_attrs(trial.number, ev.config(params), values, attrs))
         return values
 
     return objective
@@ -358,7 +356,8 @@ def _exhaustive(study: optuna.Study, ev: Evaluator, settings: SearchSettings,
             break
         values, attrs = _evaluate(ev, params, number, settings.constraints, full=True)
         # add_trials numbers them in order
-        ev.known.add(number, params, TrialRecord.from_attrs(number, params, values, attrs))
+        ev.known.add(number, params,
+                     TrialRecord.from_attrs(number, ev.config(params), values, attrs))
         batch.append(optuna.trial.create_trial(
             values=list(values), params=params, distributions=dists, user_attrs=attrs,
             constraints=trial_constraints(values, attrs, settings.constraints)))
@@ -375,13 +374,14 @@ def run_search(workload: Workload, model: ModelSpec, gpus: dict[str, GPU], space
                metadata: dict | None = None, evaluator: Evaluator | None = None) -> optuna.Study:
     """Run (or resume) the study until `n_trials` trials are complete, the timeout hits, or
     (exhaustive) every point of the space is simulated. `metadata`: extra keys for the study's
-    metadata attribute (the CLI adds the workload file's path and loading options)."""
+    metadata (tuner.search.meta.StudyMeta; the CLI adds the workload file's path and loading
+    options)."""
     space, _notes = search_space(space, workload, model, gpus, settings, metadata)
     meta = study_metadata(workload, model, gpus, space, settings, metadata)
     # Everything that can fail on the inputs fails before the study exists.
     ev = evaluator or Evaluator(workload, model, gpus, space,
                                 sample_fraction=settings.sample_fraction,
-                                cost_model_for=cost_model_for, **sim_options(meta))
+                                cost_model_for=cost_model_for, **meta.sim_options())
     try:
         with StudyHold(settings.storage):
             study = open_study(settings, metadata=meta, workload_tokens=workload_tokens(workload))
@@ -425,12 +425,14 @@ def prepare_study(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
 # ---- the space a search runs, and vLLM's defaults beside its winners -----------------------------
 def search_space(space: SearchSpace, workload: Workload, model: ModelSpec,
                  gpus: dict[str, GPU], settings: SearchSettings,
-                 metadata: dict | None = None) -> tuple[SearchSpace, list[str]]:
+                 metadata: StudyMeta | dict | None = None) -> tuple[SearchSpace, list[str]]:
     """The space as this search runs it (tuner.search.space.fit_space: `auto` TP/DP from the
     machines, heads and --max-gpus; every GPU's vLLM defaults offered; orderings by output
-    length only when the lengths are known), and notes on what was left out. Idempotent."""
-    meta = metadata or {}
-    known = bool(meta.get("outputs_known")) or lengths_from_input(workload.output_source)
+    length only when the lengths are known), and notes on what was left out. Idempotent.
+    `metadata`: the study's, or the extra keys the CLI stores (--outputs-known,
+    --entry-point ...)."""
+    meta = StudyMeta.of(metadata)
+    known = meta.outputs_known or lengths_from_input(workload.output_source)
     caps = {g: settings.constraints.gpu_cap(g) for g in gpus}
     return fit_space(space, model=model, gpus=gpus, gpu_caps=caps,
                      defaults=engine_presets(gpus, meta), outputs_from_input=known)
@@ -441,7 +443,7 @@ DEFAULT_ROUNDS = 6
 
 
 def add_default_trials(study: optuna.Study, ev: Evaluator, settings: SearchSettings,
-                       metadata: dict | None = None) -> int:
+                       metadata: StudyMeta | dict | None = None) -> int:
     """Simulate vLLM's defaults (tuner.search.baseline.engine_presets) on the GPU type, TP and
     DP of every winner and Pareto point, on the full workload, as trials of the study: the
     defaults are then candidates like any other plan, so no recommended plan is beaten on both
@@ -463,8 +465,8 @@ def add_default_trials(study: optuna.Study, ev: Evaluator, settings: SearchSetti
             r = by_num[n]
             if r.gpu not in engine:
                 continue
-            want = {**engine[r.gpu], **{k: r.config[k] for k in
-                                        ("tp", "dp", "weight_bits", "kv_bits") if k in r.config}}
+            want = {**engine[r.gpu], **{k: getattr(r.config, k) for k in
+                                        ("tp", "dp", "weight_bits", "kv_bits")}}
             if any(name in want and want[name] not in values
                    for name, values in ev.space.knobs.items()):
                 continue  # the space does not hold vLLM's defaults (a user's own space)
@@ -479,7 +481,8 @@ def add_default_trials(study: optuna.Study, ev: Evaluator, settings: SearchSetti
         for params in todo.values():
             values, attrs = _evaluate(ev, params, number, settings.constraints, full=True)
             attrs["vllm_defaults"] = True
-            ev.known.add(number, params, TrialRecord.from_attrs(number, params, values, attrs))
+            ev.known.add(number, params,
+                         TrialRecord.from_attrs(number, ev.config(params), values, attrs))
             batch.append(optuna.trial.create_trial(
                 values=list(values), params=params, distributions=dists, user_attrs=attrs,
                 constraints=trial_constraints(values, attrs, settings.constraints)))
@@ -492,10 +495,11 @@ def add_default_trials(study: optuna.Study, ev: Evaluator, settings: SearchSetti
 def check_defaults(study: optuna.Study, workload: Workload, model: ModelSpec,
                    gpus: dict[str, GPU], space: SearchSpace, settings: SearchSettings, *,
                    cost_model_for: Callable[[GPU, ServingConfig], CostModel] | None = None,
-                   metadata: dict | None = None) -> int:
+                   metadata: StudyMeta | dict | None = None) -> int:
     """:func:`add_default_trials` for a study other processes ran (`--workers N`)."""
+    metadata = StudyMeta.of(metadata)
     ev = Evaluator(workload, model, gpus, space, sample_fraction=settings.sample_fraction,
-                   cost_model_for=cost_model_for, **sim_options(metadata))
+                   cost_model_for=cost_model_for, **metadata.sim_options())
     ev.known.ingest(study)
     with StudyHold(settings.storage):
         return add_default_trials(study, ev, settings, metadata)
@@ -505,15 +509,9 @@ def check_defaults(study: optuna.Study, workload: Workload, model: ModelSpec,
 def assert_some_gpu_fits(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
                          space: SearchSpace) -> None:
     """Fail fast, with the numbers, when the model fits on none of the GPUs at the most
-    memory-lenient point of the space (fewest bits, smallest budget, largest TP)."""
-    lenient = {}
-    for name, values in space.knobs.items():
-        if name in ("weight_bits", "kv_bits", "chunk_size", "max_running", "gpu_memory_utilization"):
-            lenient[name] = max(values) if name == "gpu_memory_utilization" else min(values)
-        elif name in ("tp", "kv_offload_layers", "weight_offload_fraction"):
-            lenient[name] = max(values)
-        else:
-            lenient[name] = values[0]
+    memory-lenient point of the space (each knob's Knob.lenient end: fewest bits, smallest
+    budget, largest TP ...)."""
+    lenient = {name: KNOBS[name].most_lenient(values) for name, values in space.knobs.items()}
     reasons = []
     for gpu in gpus.values():
         config = ServingConfig(gpu=gpu.name, **space.fixed, **lenient)

@@ -2,12 +2,14 @@
 
 :meth:`TrialRecord.from_trial` is the only reader of a trial's Optuna ``user_attrs`` (what the
 evaluator stored: feasible, reason, metrics, memory, provenance, fidelity, duplicate); everything
-after it passes TrialRecords. ``TrialRecord.to_dict()`` is the record's JSON form (results.json,
-``--json``), with the keys it always had.
+after it passes TrialRecords, typed: the configuration a :class:`ServingConfig`, the figures a
+:class:`Metrics`, the memory plan a :class:`MemoryPlan`. ``TrialRecord.to_dict()`` is the
+record's JSON form (results.json, ``--json``), with the keys it always had.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -16,12 +18,15 @@ import numpy as np
 import optuna
 
 from tuner.core.catalog import GPU
-from tuner.core.config import ServingConfig
+from tuner.core.config import KNOBS, ServingConfig
 from tuner.core.errors import TunerError
+from tuner.core.memory import MemoryPlan
+from tuner.core.pricing import usd_per_million_tokens
 from tuner.core.provenance import Provenance
 from tuner.core.schedulers import SCHEDULER_PRESETS
-from tuner.core.workload.base import lengths_from_input
+from tuner.core.units import as_finite
 from tuner.search.constraints import Constraints, plan_label
+from tuner.search.meta import study_meta
 from tuner.search.space import OUTPUT_ORDERINGS
 
 GOALS = ("fastest", "cheapest")
@@ -39,16 +44,92 @@ def provenance_from_attrs(value, kind: str | None) -> Provenance | None:
     return Provenance(kind or LEGACY_PROVENANCE_KIND, str(value))
 
 
+@dataclass(frozen=True)
+class Metrics:
+    """The simulated figures a trial stores: :meth:`SimResult.summary` less its memory plan,
+    config and provenance (tuner.search.evaluator). Every figure is optional: a study written
+    before a figure existed, or a hand-written report context, lacks it (None), and
+    :meth:`to_dict` writes back exactly the keys it was read with."""
+
+    makespan_s: float | None = None
+    startup_s: float | None = None
+    schedule_s: float | None = None
+    startup: dict | None = None  # tuner.core.startup.Startup.to_dict
+    cost_usd: float | None = None
+    usd_per_1k_requests: float | None = None
+    usd_per_million_tokens: float | None = None
+    rental: dict | None = None  # tuner.core.pricing.Rental.to_dict (--provider)
+    machines: dict | None = None  # tuner.core.pricing.Machines.to_dict
+    requests: int | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    throughput_tok_s: float | None = None
+    qps: float | None = None
+    qps_per_usd_per_h: float | None = None
+    iterations: int | None = None
+    preemptions: int | None = None
+    cached_prompt_tokens: int | None = None
+    peak_kv_fraction: float | None = None
+    mean_kv_fraction: float | None = None
+    lower_bound_s: float | None = None
+    schedule_lower_bound_s: float | None = None
+    limit_fraction: float | None = None
+    kv_capacity_tokens: int | None = None
+    max_concurrent_requests: float | None = None
+    vasuki_cost_metric: float | None = None
+    offload_stall_s: float | None = None
+    offload: dict | None = None  # tuner.sim.offload.OffloadTotals.summary
+    extra: dict = field(default_factory=dict, repr=False)  # keys this version does not know
+    # the keys read by from_dict, in their order (None: every figure): to_dict writes these
+    keys: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Metrics:
+        return cls(**{k: v for k, v in d.items() if k in _METRIC_NAMES},
+                   extra={k: v for k, v in d.items() if k not in _METRIC_NAMES},
+                   keys=tuple(d))
+
+    def to_dict(self) -> dict:
+        keys = self.keys if self.keys is not None else (*_METRIC_FIELDS, *self.extra)
+        return {k: self.extra[k] if k in self.extra else getattr(self, k) for k in keys}
+
+    def cost_per_million_tokens(self) -> float | None:
+        """$ per million tokens (input + output): the stored figure, or for a study that
+        predates it the job's cost over its token counts (None when unknown)."""
+        v = as_finite(self.usd_per_million_tokens)
+        if v is not None:
+            return v
+        cost = as_finite(self.cost_usd)
+        prompt, output = as_finite(self.prompt_tokens) or 0, as_finite(self.output_tokens) or 0
+        if cost is None or prompt + output <= 0:
+            return None
+        return usd_per_million_tokens(cost, prompt, output)
+
+
+_METRIC_FIELDS = tuple(f.name for f in dataclasses.fields(Metrics) if f.name not in
+                       ("extra", "keys"))
+_METRIC_NAMES = frozenset(_METRIC_FIELDS)
+
+
+def config_from_dict(d: dict) -> ServingConfig:
+    """The ServingConfig of a stored configuration (a trial's params over the space's fixed
+    knobs, results.json's ``config``); keys of knobs this version does not have are dropped."""
+    return ServingConfig(**{k: v for k, v in d.items() if k in KNOBS})
+
+
 @dataclass
 class TrialRecord:
-    """One completed trial: its configuration and, when feasible, the simulated figures."""
+    """One completed trial: its configuration and, when feasible, the simulated figures. The
+    JSON forms (a config, metrics or memory dict) are accepted for the typed fields too."""
 
     number: int
-    config: dict  # ServingConfig.to_dict() (plain, as results.json holds it)
+    # the full configuration: the trial's params over the space's fixed knobs; None for a
+    # record read without them (all_records(with_config=False), the search's bookkeeping)
+    config: ServingConfig | None
     feasible: bool
     reason: str = ""  # why infeasible
-    metrics: dict | None = None  # SimResult.summary() figures (makespan_s, cost_usd, ...)
-    memory: dict | None = None  # MemoryPlan.to_dict() per GPU
+    metrics: Metrics | None = None  # the simulated figures (makespan_s, cost_usd, ...)
+    memory: MemoryPlan | None = None  # per GPU of a replica
     provenance: Provenance | None = None  # where the cost model's figures come from
     values: tuple[float, ...] | None = None  # the study's objectives (makespan_s, cost_usd)
     fidelity: dict = field(default_factory=dict)  # multi-fidelity: level, sample figures
@@ -63,16 +144,24 @@ class TrialRecord:
     # shown but never a winner (study_only_reason)
     study_only: str = ""
 
+    def __post_init__(self) -> None:
+        if isinstance(self.config, dict):  # {}: none, as None
+            self.config = config_from_dict(self.config) if self.config else None
+        if isinstance(self.metrics, dict):  # {}: none, as None
+            self.metrics = Metrics.from_dict(self.metrics) if self.metrics else None
+        if isinstance(self.memory, dict):
+            self.memory = MemoryPlan.from_dict(self.memory) if self.memory else None
+
     @classmethod
     def from_trial(cls, trial: optuna.trial.FrozenTrial, fixed: dict | None = None) -> TrialRecord:
         """The record of an Optuna trial; ``fixed``: the space's fixed knobs (the study's
-        metadata) to complete the configuration (without them, config holds the params)."""
-        config = (ServingConfig(**fixed, **trial.params).to_dict() if fixed is not None
-                  else dict(trial.params))
+        metadata) to complete the configuration (without them, the record has none)."""
+        config = ServingConfig(**fixed, **trial.params) if fixed is not None else None
         return cls.from_attrs(trial.number, config, trial.values, trial.user_attrs)
 
     @classmethod
-    def from_attrs(cls, number: int, config: dict, values, attrs: dict) -> TrialRecord:
+    def from_attrs(cls, number: int, config: ServingConfig | dict | None, values,
+                   attrs: dict) -> TrialRecord:
         """The record of the user attributes the evaluator stores on a trial (the evaluator's
         own bookkeeping reads its fresh results through this too)."""
         return cls(number=number, config=config,
@@ -95,8 +184,12 @@ class TrialRecord:
                    baseline=d.get("vllm_defaults"))
 
     def to_dict(self) -> dict:
-        d = {"number": self.number, "config": self.config, "feasible": self.feasible,
-             "reason": self.reason, "metrics": self.metrics, "memory": self.memory,
+        d = {"number": self.number,
+             "config": self.config.to_dict() if self.config is not None else {},
+             "feasible": self.feasible,
+             "reason": self.reason,
+             "metrics": self.metrics.to_dict() if self.metrics is not None else None,
+             "memory": self.memory.to_dict() if self.memory is not None else None,
              "provenance": str(self.provenance) if self.provenance is not None else ""}
         if self.baseline is not None:
             d["vllm_defaults"] = self.baseline
@@ -111,18 +204,19 @@ class TrialRecord:
 
     @property
     def gpu(self) -> str:
-        return self.config["gpu"]
+        return self.config.gpu
 
     @property
     def makespan_s(self) -> float:
-        return self.metrics["makespan_s"]
+        return self.metrics.makespan_s
 
     @property
     def cost_usd(self) -> float:
-        return self.metrics["cost_usd"]
+        return self.metrics.cost_usd
 
     def serving_config(self) -> ServingConfig:
-        return ServingConfig.from_dict(self.config)
+        """The configuration (:attr:`config`, typed; kept for earlier callers)."""
+        return self.config
 
 
 def completed(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
@@ -131,7 +225,7 @@ def completed(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 
 def all_records(study: optuna.Study, *, with_config: bool = True) -> list[TrialRecord]:
     """Every completed trial as a record (duplicates and sample-only ones included)."""
-    fixed = (study.user_attrs.get("metadata") or {}).get("fixed", {}) if with_config else None
+    fixed = study_meta(study).fixed if with_config else None
     return [TrialRecord.from_trial(t, fixed) for t in completed(study)]
 
 
@@ -139,12 +233,11 @@ def trial_records(study: optuna.Study) -> list[TrialRecord]:
     """One record per distinct configuration simulated on the full workload (completed trials;
     duplicates, configurations only screened on the workload's sample, and a repeat of a
     configuration two workers simulated at once are left out)."""
-    meta = study.user_attrs.get("metadata") or {}
-    fixed = meta.get("fixed", {})
-    limits = study_constraints(study)
+    meta = study_meta(study)
+    fixed = meta.fixed
+    limits = meta.constraints
     # a study from before the rule (no output_source) keeps its orderings
-    known = bool(meta.get("outputs_known")) or "output_source" not in meta \
-        or lengths_from_input(meta.get("output_source", ""))
+    known = meta.outputs_recommendable
     out, seen = [], set()
     for t in completed(study):
         key = tuple(sorted(t.params.items()))
@@ -161,16 +254,16 @@ def trial_records(study: optuna.Study) -> list[TrialRecord]:
     return out
 
 
-def study_only_reason(config: dict, outputs_known: bool = True) -> str:
+def study_only_reason(config: ServingConfig, outputs_known: bool = True) -> str:
     """Why a plan is a simulator study rather than a recommendation ("" when the engine runs
     it as exported): a scheduler preset no engine's flags select, or an ordering by output
     lengths nobody knows before the run (tuner.search.space.OUTPUT_ORDERINGS)."""
-    name = config.get("scheduler", "vllm")
+    name = config.scheduler
     preset = SCHEDULER_PRESETS.get(name)
     if preset is not None and not preset.engine:
         return (f"simulator study: no engine runs the '{name}' scheduler preset as exported "
                 "(vLLM's flags select its V1 scheduler only)")
-    ordering = config.get("ordering", "fcfs")
+    ordering = config.ordering
     if not outputs_known and ordering in OUTPUT_ORDERINGS:
         return (f"simulator study: ordering '{ordering}' sorts by output lengths the input does "
                 "not give (pass --outputs-known when they are known)")
@@ -179,7 +272,7 @@ def study_only_reason(config: dict, outputs_known: bool = True) -> str:
 
 def study_constraints(study: optuna.Study) -> Constraints:
     """The --deadline / --budget / --max-gpus a study was searched under."""
-    return Constraints.from_dict((study.user_attrs.get("metadata") or {}).get("constraints"))
+    return study_meta(study).constraints
 
 
 def deployable(feas: list[TrialRecord]) -> list[TrialRecord]:
@@ -205,27 +298,28 @@ def bounds_hit(r: TrialRecord, knobs: dict, constraints: Constraints,
     GPU cap (--max-gpus), a whole machine of TP, or the end of a knob's list in the space."""
     c = r.config
     out = []
-    n = int(c.get("tp", 1)) * int(c.get("dp", 1))
+    n = c.num_gpus
     cap = constraints.gpu_cap(r.gpu)
     if n >= cap:
         flag = (f"--max-gpus {r.gpu}={2 * cap}" if r.gpu in constraints.max_gpus_per_type
                 else f"--max-gpus {2 * cap}")
         out.append(f"{n} x {r.gpu} is the most GPUs a plan may use ({constraints.cap_flag(r.gpu)}"
                    f"): {flag} widens it")
-    if int(c.get("tp", 1)) >= gpus_per_machine > 1:
-        out.append(f"TP {c['tp']} fills a whole {r.gpu} machine ({gpus_per_machine} GPUs): a "
+    if c.tp >= gpus_per_machine > 1:
+        out.append(f"TP {c.tp} fills a whole {r.gpu} machine ({gpus_per_machine} GPUs): a "
                    "tensor-parallel group does not span machines (pipeline parallelism is not "
                    "modelled)")
     where = f" ({space})" if space else ""
     for name, values in knobs.items():
-        if name in _NOT_BOUNDS or name not in c or len(values) < 2 or not all(
+        if name in _NOT_BOUNDS or name not in KNOBS or len(values) < 2 or not all(
                 isinstance(v, int | float) and not isinstance(v, bool) for v in values):
             continue
-        if c[name] == max(values):
-            out.append(f"{name} {c[name]:g} is the largest the space offers{where}: a --space "
+        value = getattr(c, name)
+        if value == max(values):
+            out.append(f"{name} {value:g} is the largest the space offers{where}: a --space "
                        "listing larger values widens it")
-        elif c[name] == min(values) and min(values) > 0:
-            out.append(f"{name} {c[name]:g} is the smallest the space offers{where}: a --space "
+        elif value == min(values) and min(values) > 0:
+            out.append(f"{name} {value:g} is the smallest the space offers{where}: a --space "
                        "listing smaller values widens it")
     return out
 
@@ -310,7 +404,7 @@ _KNOB_TITLES = {"chunk_size": "chunk", "max_running": "R_max", "tp": "TP", "dp":
 def knob_columns(records: list[TrialRecord]) -> list[tuple[str, Callable[[dict], str]]]:
     """(column title, cell of a config) for the tables: every knob that varies among the
     records, plus the weight/KV bits."""
-    configs = [r.config for r in records]
+    configs = [r.config.to_dict() for r in records]
     varying = [k for k in (configs[0] if configs else {})
                if k not in ("gpu", "weight_bits", "kv_bits")
                and len({str(c[k]) for c in configs}) > 1]
@@ -377,8 +471,7 @@ def offload_verdict(records: list[TrialRecord], gpus: dict[str, GPU]) -> str | N
     memory-stretching knobs, approach the largest one? None when the space has no offload knob
     or fewer than two GPU sizes."""
     feas = [r for r in records if r.feasible]
-    if not any(r.config.get("kv_offload_layers") or r.config.get("weight_offload_fraction")
-               for r in feas):
+    if not any(r.config.kv_offload_layers or r.config.weight_offload_fraction for r in feas):
         return None
     by_gpu: dict[str, list[TrialRecord]] = {}
     for r in feas:
@@ -394,12 +487,12 @@ def offload_verdict(records: list[TrialRecord], gpus: dict[str, GPU]) -> str | N
     cfg = fs.config
     # different GPU types by design: both sides named with their counts and precision
     text = (f"Offloading: {small} {verdict} {big} — the fastest {small} plan, "
-            f"{plan_label(cfg)} with {cfg.get('kv_offload_layers', 0)} KV layers and "
-            f"{100 * cfg.get('weight_offload_fraction', 0):.0f} % of weights offloaded, takes "
+            f"{plan_label(cfg)} with {cfg.kv_offload_layers} KV layers and "
+            f"{100 * cfg.weight_offload_fraction:.0f} % of weights offloaded, takes "
             f"{ratio:.2f}x the time of the fastest {big} plan, {plan_label(fb.config)}; the "
             f"cheapest {small} plan, {plan_label(cs.config)}, costs {cs.cost_usd / cb.cost_usd:.2f}x "
             f"the cheapest {big} plan, {plan_label(cb.config)}.")
-    off = fs.metrics.get("offload") or {}
+    off = fs.metrics.offload or {}
     parts = []
     if off.get("kv_capacity_gain"):
         parts.append(f"KV capacity x{off['kv_capacity_gain']:.2f}")

@@ -67,7 +67,7 @@ def shipped_space_path(name: str) -> Path:
 
     fname = name if name.endswith((".yaml", ".yml")) else f"{name}.yaml"
     # The package is installed as files (not zipped), so its resources are plain paths.
-    path = Path(str(files("search_spaces") / fname))
+    path = Path(str(files("tuner.search_spaces") / fname))
     if not path.is_file():
         raise TunerError(f"No search space {fname!r} is shipped with tuner (shipped: "
                          f"{', '.join(shipped_space_names())}); pass --space FILE.")
@@ -77,7 +77,7 @@ def shipped_space_path(name: str) -> Path:
 def shipped_space_names() -> list[str]:
     from importlib.resources import files
 
-    return sorted(p.name for p in files("search_spaces").iterdir() if p.name.endswith(".yaml"))
+    return sorted(p.name for p in files("tuner.search_spaces").iterdir() if p.name.endswith(".yaml"))
 
 
 def default_space_path() -> Path:
@@ -86,16 +86,33 @@ def default_space_path() -> Path:
 
 
 def load_space(path: str | Path | None = None) -> SearchSpace:
-    """A search space from a YAML file, or a shipped one by name ("offload"); None: the default."""
+    """A search space from a YAML file, or a shipped one by name ("offload"); None: the default.
+    Every check runs before the search starts, each failing with one TunerError that names the
+    file: the YAML, its sections, the knob names, the knob lists, then each value."""
+    path = _space_file(path)
+    knobs, fixed = _sections(path, _read_yaml(path))
+    _check_names(path, knobs, fixed)
+    _check_knob_lists(path, knobs)
+    _check_overlap(path, knobs, fixed)
+    _check_values(path, knobs, fixed)
+    return SearchSpace(knobs=dict(knobs), fixed=dict(fixed), source=str(path))
+
+
+def _space_file(path: str | Path | None) -> Path:
+    """The file of a space: `path`, a shipped space by bare name, or the default."""
     if path is None:
-        path = default_space_path()
+        return default_space_path()
     path = Path(path)
-    if not path.is_file():
-        if path.parent == Path(".") and path.stem in {Path(n).stem for n in shipped_space_names()}:
-            path = shipped_space_path(path.name)
-        else:
-            raise TunerError(f"Search space {path} does not exist (shipped spaces, by name: "
-                             f"{', '.join(Path(n).stem for n in shipped_space_names())}).")
+    if path.is_file():
+        return path
+    if path.parent == Path(".") and path.stem in {Path(n).stem for n in shipped_space_names()}:
+        return shipped_space_path(path.name)
+    raise TunerError(f"Search space {path} does not exist (shipped spaces, by name: "
+                     f"{', '.join(Path(n).stem for n in shipped_space_names())}).")
+
+
+def _read_yaml(path: Path) -> dict:
+    """The file's top-level mapping (not empty, no section but 'knobs:' and 'fixed:')."""
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
@@ -109,27 +126,48 @@ def load_space(path: str | Path | None = None) -> SearchSpace:
     if unknown:
         raise TunerError(f"{path}: unknown section(s) {', '.join(map(repr, sorted(unknown)))}; "
                          "a search space has only 'knobs:' and 'fixed:'.")
+    return raw
+
+
+def _sections(path: Path, raw: dict) -> tuple[dict, dict]:
+    """(knobs, fixed): both mappings (an absent or empty section is {})."""
     knobs = raw.get("knobs") or {}
     fixed = raw.get("fixed") or {}
     for section, value in (("knobs", knobs), ("fixed", fixed)):
         if not isinstance(value, dict):
             raise TunerError(f"{path}: '{section}:' must be a mapping of knob names to "
                              f"{'lists of values' if section == 'knobs' else 'values'}.")
+    return knobs, fixed
+
+
+def _check_names(path: Path, knobs: dict, fixed: dict) -> None:
+    """Every name is a ServingConfig field other than the GPU (which --gpus gives)."""
     for name in list(knobs) + list(fixed):
         if name not in _FIELDS or name == "gpu":
             raise TunerError(
                 f"{path}: {name!r} is not a knob (choose from "
                 f"{', '.join(n for n in _FIELDS if n != 'gpu')}; GPUs come from --gpus).")
+
+
+def _check_knob_lists(path: Path, knobs: dict) -> None:
+    """Each searched knob lists values (or is `auto`, where the knob may be)."""
     for name, values in knobs.items():
         if values == AUTO and name in AUTO_KNOBS:
             continue  # resolved per search by fit_space (machine shape, heads, --max-gpus)
         if not isinstance(values, list) or not values:
             raise TunerError(f"{path}: knob {name!r} needs a non-empty list of values"
                              + (" or 'auto'" if name in AUTO_KNOBS else "") + ".")
+
+
+def _check_overlap(path: Path, knobs: dict, fixed: dict) -> None:
     overlap = set(knobs) & set(fixed)
     if overlap:
         raise TunerError(f"{path}: {', '.join(sorted(overlap))} both searched and fixed.")
-    # Validate each value through ServingConfig so a typo fails before the search starts.
+
+
+def _check_values(path: Path, knobs: dict, fixed: dict) -> None:
+    """Each value through ServingConfig (its type, then its rule, beside the other knobs'
+    first values), so a typo fails before the search starts."""
     listed = {k: v for k, v in knobs.items() if v != AUTO}
     probe = {k: v[0] for k, v in listed.items()} | dict(fixed)
     checks = [(n, v) for n, vs in listed.items() for v in vs] + list(fixed.items())
@@ -141,7 +179,6 @@ def load_space(path: str | Path | None = None) -> SearchSpace:
             ServingConfig(gpu="probe", **(probe | {name: v}))
         except (TunerError, TypeError) as exc:
             raise TunerError(f"{path}: {name}={v!r}: {exc}") from None
-    return SearchSpace(knobs=dict(knobs), fixed=dict(fixed), source=str(path))
 
 
 def _type_ok(name: str, value: object) -> bool:
@@ -208,25 +245,42 @@ def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int]
       `outputs_from_input`: an exported job cannot sort by lengths nobody knows.
     """
     knobs = dict(space.knobs)
-    notes: list[str] = []
     caps = {g: int(gpu_caps.get(g, DEFAULT_MAX_GPUS)) for g in gpus}
     if knobs.get("tp") == AUTO:
-        top = max(min(gpus[g].gpus_per_machine, caps[g]) for g in gpus)
-        knobs["tp"] = [t for t in _powers_of_two_to(top) if (t & (t - 1)) == 0
-                       and tp_splits_heads(t, model.num_heads, model.num_kv_heads)] or [1]
+        knobs["tp"] = _auto_tp(model, gpus, caps)
     if knobs.get("dp") == AUTO:
         knobs["dp"] = _powers_of_two_to(max(caps.values()))
     if is_shipped(space):  # a space of the user's own lists what the user chose
-        for g_defaults in defaults.values():
-            for name, v in g_defaults.items():
-                if name in knobs:
-                    knobs[name] = _with_value(list(knobs[name]), v)
+        _offer_defaults(knobs, defaults)
+    notes: list[str] = []
     if "ordering" in knobs and not outputs_from_input:
-        dropped = [o for o in knobs["ordering"] if o in OUTPUT_ORDERINGS]
-        kept = [o for o in knobs["ordering"] if o not in OUTPUT_ORDERINGS]
-        if dropped and kept:
-            knobs["ordering"] = kept
-            notes.append(f"orderings {', '.join(dropped)} left out: they sort by output "
-                         "lengths, which the input does not give (no max_tokens); pass "
-                         "--outputs-known when the lengths are what the job will produce")
+        notes += _drop_output_orderings(knobs)
     return dataclasses.replace(space, knobs=knobs), notes
+
+
+def _auto_tp(model, gpus: dict, caps: dict[str, int]) -> list[int]:
+    """`tp: auto`: powers of two up to the largest machine (capped) that split the heads."""
+    top = max(min(gpus[g].gpus_per_machine, caps[g]) for g in gpus)
+    return [t for t in _powers_of_two_to(top) if (t & (t - 1)) == 0
+            and tp_splits_heads(t, model.num_heads, model.num_kv_heads)] or [1]
+
+
+def _offer_defaults(knobs: dict[str, list], defaults: dict[str, dict]) -> None:
+    """Add every GPU's vLLM defaults to the knobs searched (in place)."""
+    for g_defaults in defaults.values():
+        for name, v in g_defaults.items():
+            if name in knobs:
+                knobs[name] = _with_value(list(knobs[name]), v)
+
+
+def _drop_output_orderings(knobs: dict[str, list]) -> list[str]:
+    """Leave out the orderings that read output lengths (in place) when others remain; the
+    note saying so ([] when nothing was left out)."""
+    dropped = [o for o in knobs["ordering"] if o in OUTPUT_ORDERINGS]
+    kept = [o for o in knobs["ordering"] if o not in OUTPUT_ORDERINGS]
+    if not (dropped and kept):
+        return []
+    knobs["ordering"] = kept
+    return [f"orderings {', '.join(dropped)} left out: they sort by output "
+            "lengths, which the input does not give (no max_tokens); pass "
+            "--outputs-known when the lengths are what the job will produce"]

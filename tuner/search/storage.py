@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from tuner.core.catalog import GPU, ModelSpec
+from tuner.core.catalog import GPU, ModelSpec, load_gpus
 from tuner.core.errors import TunerError
 from tuner.core.interrupts import is_interrupt
 from tuner.core.workload import Workload, pack_lengths, unpack_lengths
-from tuner.search.constraints import Constraints
+from tuner.search.meta import STUDY_META_VERSION, StoredSearch, StudyMeta, study_meta
 from tuner.search.settings import SearchSettings, make_sampler
 from tuner.search.space import SearchSpace
 
@@ -291,7 +291,9 @@ def fail_stale_trials(study: optuna.Study, alone: bool | None) -> int:
 
 # ---- creating, resuming, replacing a study -------------------------------------------------------
 def _differs(old: dict | None, new: dict | None) -> str | None:
-    """What makes `new` another search than the study's `old` metadata, or None."""
+    """What makes `new` another search than the study's `old` metadata, or None (both in the
+    stored form: a key only one of them has is no difference, as for a study an older version
+    wrote)."""
     for key, what in _SAME.items():
         if old and new and key in old and key in new and old[key] != new[key]:
             return f"another {what} ({_short(old[key])} vs now {_short(new[key])})"
@@ -320,7 +322,7 @@ def _drop_study(storage, url: str, name: str, names: list[str]) -> bool:
 
 
 def _settle_existing(settings: SearchSettings, storage, alone: bool | None,
-                     metadata: dict | None):
+                     metadata: StudyMeta | None):
     """Decide what happens to an existing study of this name before the search opens it:
     resume it (failing its stale RUNNING trials), replace it (no feasible result and no other
     process holds it: a failed, refused or killed run left it), or refuse with one line that
@@ -333,7 +335,8 @@ def _settle_existing(settings: SearchSettings, storage, alone: bool | None,
     if name not in names:
         return storage
     study = optuna.load_study(study_name=name, storage=storage)
-    differs = _differs(study.user_attrs.get("metadata"), metadata)
+    differs = _differs(study.user_attrs.get("metadata"),
+                       metadata.to_dict() if metadata is not None else None)
     if settings.resume and not differs:
         fail_stale_trials(study, alone)
         return storage
@@ -356,7 +359,7 @@ def _settle_existing(settings: SearchSettings, storage, alone: bool | None,
                      f"continue it, or start a new one with {_new_study_hint(url)}.")
 
 
-def check_study_settings(settings: SearchSettings, metadata: dict | None = None) -> None:
+def check_study_settings(settings: SearchSettings, metadata: StudyMeta | None = None) -> None:
     """Fail early (before any progress output) on a bad sampler, an unreachable storage, or a
     study of this name that the search may not reuse (see _settle_existing; `metadata`: the
     search's, to refuse --resume of another search before the progress output)."""
@@ -372,7 +375,7 @@ def check_study_settings(settings: SearchSettings, metadata: dict | None = None)
         _settle_existing(settings, storage, hold.alone, metadata)
 
 
-def open_study(settings: SearchSettings, *, metadata: dict | None = None,
+def open_study(settings: SearchSettings, *, metadata: StudyMeta | None = None,
                workload_tokens: dict | None = None) -> optuna.Study:
     """Create the study, or load it with --resume (its stale RUNNING trials failed first);
     replaces a study of this name that holds no result; refuses to silently mix two
@@ -392,14 +395,15 @@ def open_study(settings: SearchSettings, *, metadata: dict | None = None,
                 load_if_exists=settings.resume)
         except Exception as exc:  # noqa: BLE001
             raise TunerError(f"Cannot create study in {settings.storage}: {exc}") from None
-        old = study.user_attrs.get("metadata")
-        if metadata and not old:
+        old = study.user_attrs.get("metadata")  # the stored form, as the study holds it
+        new = metadata.to_dict() if metadata is not None else None
+        if new and not old:
             if workload_tokens is not None:
                 study.set_user_attr("workload_tokens", workload_tokens)
-            study.set_user_attr("metadata", metadata)  # last: a worker waits for it
-        elif metadata and old and old.get("search") != metadata.get("search"):
-            # e.g. more --n-trials: workers follow
-            study.set_user_attr("metadata", {**old, "search": metadata.get("search")})
+            study.set_user_attr("metadata", new)  # last: a worker waits for it
+        elif new and old and old.get("search") != new["search"]:
+            # e.g. more --n-trials: workers follow (the rest as the study stored it)
+            study.set_user_attr("metadata", {**old, "search": new["search"]})
         hold.share()
     return study
 
@@ -463,10 +467,12 @@ def workload_tokens(w: Workload) -> dict:
 
 
 def study_metadata(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
-                   space: SearchSpace, settings: SearchSettings, extra: dict | None = None) -> dict:
-    """The study's ``metadata`` user attribute. Keys read elsewhere: workload, model, gpus,
-    prices, fixed, gpu_file, skip_invalid, output_dist (tuner.cli.exports)."""
-    return {
+                   space: SearchSpace, settings: SearchSettings,
+                   extra: dict | None = None) -> StudyMeta:
+    """The study's metadata record (stored as the ``metadata`` user attribute by
+    :func:`open_study`): the search's inputs, with `extra` (the CLI's keys: the workload file's
+    path and loading options, --profile, --entry-point ...; see :class:`StudyMeta`) over them."""
+    return StudyMeta.from_dict({
         "workload": workload.source,
         "model": model.name,
         "gpus": list(gpus),
@@ -480,83 +486,169 @@ def study_metadata(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
         "workload_sha256": workload_digest(workload),
         "tokenizer": workload.tokenizer,
         "output_source": workload.output_source,
-        "search": {"sampler": settings.sampler, "seed": settings.seed,
-                   "n_trials": settings.n_trials, "timeout_s": settings.timeout_s,
-                   "exhaustive": settings.exhaustive,
-                   "sample_fraction": settings.sample_fraction},
+        "search": StoredSearch.from_settings(settings).to_dict(),
         "constraints": settings.constraints.to_dict(),  # tuner.search.constraints
+        "version": STUDY_META_VERSION,
         **(extra or {}),
-    }
+    })
 
 
 @dataclass
 class StudySetup:
-    """What a search needs, rebuilt from a study's user attributes."""
+    """What a search needs, rebuilt from a study's metadata (:func:`setup_from_study`)."""
 
-    workload: Workload
+    workload: Workload | None  # None: not asked for (need_workload=False)
     model: ModelSpec
     gpus: dict[str, GPU]
     space: SearchSpace
     settings: SearchSettings
-    metadata: dict
+    meta: StudyMeta
 
 
-def setup_from_study(study: optuna.Study, *, workload_path: str | Path | None = None) -> StudySetup:
-    """Workload, model, GPUs (with the search's prices), space and settings of a study written
-    by :func:`run_search`; raises TunerError when the study has no such metadata."""
-    meta = study.user_attrs.get("metadata") or {}
-    if not meta.get("gpus") or "knobs" not in meta or not meta.get("model_spec"):
-        raise TunerError(f"Study {study.study_name!r} has no complete search metadata (model, "
-                         "GPUs, knobs); it was not written by this version of `tuner search`.")
-    model = ModelSpec(**meta["model_spec"])
-    try:
-        gpus = {n: GPU(**d) for n, d in meta["gpu_specs"].items()}
-    except TypeError as exc:
-        raise TunerError(f"Study {study.study_name!r}: GPU specs written by another tuner "
-                         f"version ({exc}).") from None
-    space = SearchSpace(knobs={k: list(v) for k, v in meta["knobs"].items()},
-                        fixed=dict(meta.get("fixed") or {}), source=str(meta.get("space", "")))
-    tokens = study.user_attrs.get("workload_tokens")
-    if workload_path is not None or not tokens:
-        from tuner.core.workload import load_workload
+def stored_model(meta: StudyMeta) -> ModelSpec:
+    """The study's ModelSpec: the one it stored (its checkpoint, the model the user named,
+    included), or for a study older than that (or written by another tuner version), its model
+    name looked up again in the catalog."""
+    if meta.model_spec is not None:
+        try:
+            return ModelSpec(**meta.model_spec)
+        except TypeError:  # written by another tuner version: look the name up again
+            pass
+    from tuner.core.catalog import get_model
 
-        path = workload_path or meta.get("workload")
-        if not path or not Path(path).is_file():
-            raise TunerError(f"Workload {path} of study {study.study_name!r} is not stored in "
-                             "the study nor on this machine; pass --workload FILE.")
-        w = load_workload(Path(path), model=model, skip_invalid=bool(meta.get("skip_invalid")),
-                          output_dist=meta.get("output_dist"))
-        if meta.get("on_too_long") == "skip":  # the search left these out (--on-too-long skip)
-            from tuner.core.workload import drop_too_long
+    return get_model(meta.model)
 
-            w = drop_too_long(w, model.max_position)[0]
-    else:
-        def arr(k):
-            try:
-                return unpack_lengths(tokens.get(k))  # packed, or a list (older studies)
-            except (ValueError, TypeError, KeyError) as exc:
-                raise TunerError(f"Study {study.study_name!r}: stored workload {k} unreadable "
-                                 f"({exc}); pass --workload FILE.") from None
 
-        w = Workload(prompt_tokens=arr("prompt_tokens"), output_tokens=arr("output_tokens"),
-                     prefix_ids=arr("prefix_ids"), prefix_tokens=arr("prefix_tokens"),
-                     source=str(meta.get("workload", "")), tokenizer=meta.get("tokenizer", ""),
-                     output_source=meta.get("output_source", ""))
-    want = meta.get("workload_sha256")
+def _catalog_gpus(meta: StudyMeta, gpu_file: str | Path | None, study_name: str) -> dict[str, GPU]:
+    """The study's GPUs from the catalogs (`gpu_file`, else the search's --gpu-file), priced as
+    the search priced them (its --provider billing, then its prices where they differ)."""
+    from tuner.core.catalog import apply_prices, load_gpus
+
+    cat = load_gpus(gpu_file or meta.gpu_file)
+    if meta.provider:  # the search priced by a provider's instances and billing
+        from tuner.core.pricing import apply_provider, get_provider, load_providers
+
+        cat = apply_provider(cat, get_provider(meta.provider, load_providers(
+            gpu_file or meta.gpu_file)), spot=meta.spot)
+    # the search's prices; only those that differ from the catalog count as overrides
+    prices = {k: float(v) for k, v in meta.prices.items()
+              if k in cat and abs(float(v) - cat[k].price_usd_per_h) > 1e-9}
+    cat = apply_prices(cat, prices)
+    missing = [g for g in meta.gpus if g not in cat]
+    if missing:
+        raise TunerError(f"GPU(s) {', '.join(missing)} of study {study_name!r} are not in the "
+                         "GPU catalog; pass the --gpu-file the search used.")
+    return {g: cat[g] for g in meta.gpus}
+
+
+def study_workload(meta: StudyMeta, model: ModelSpec, workload_path: str | Path | None = None,
+                   *, study_name: str | None = None) -> Workload:
+    """The study's workload file (or `workload_path`, e.g. --workload), loaded as the search
+    loaded it (--skip-invalid, --output-dist, --on-too-long skip) and checked against the
+    token counts the study searched."""
+    from tuner.core.workload import drop_too_long, load_workload
+
+    of = f"study {study_name!r}" if study_name else "the study"
+    path = workload_path or meta.workload
+    if not path:
+        raise TunerError(f"{of[0].upper()}{of[1:]} does not record its workload; pass "
+                         "--workload FILE.")
+    if not Path(path).is_file():
+        raise TunerError(f"Workload {path} of {of} is not stored in the study nor on this "
+                         "machine; pass --workload FILE.")
+    w = load_workload(Path(path), model=model, skip_invalid=meta.skip_invalid,
+                      output_dist=meta.output_dist)
+    if meta.skips_too_long:  # the search left these out (--on-too-long skip)
+        w = drop_too_long(w, model.max_position)[0]
+    want = meta.workload_sha256
     if want and workload_digest(w) != want:
-        raise TunerError(f"Workload {w.source} does not match the one study "
-                         f"{study.study_name!r} searched ({len(w)} vs "
-                         f"{meta.get('workload_requests')} requests, or other token counts); "
-                         "workers must simulate the same job.")
-    s = meta.get("search") or {}
-    settings = SearchSettings(n_trials=int(s.get("n_trials", 300)), timeout_s=s.get("timeout_s"),
-                              seed=int(s.get("seed", 0)), sampler=s.get("sampler", "auto"),
-                              study_name=study.study_name, resume=True,
-                              exhaustive=bool(s.get("exhaustive", False)),
-                              sample_fraction=s.get("sample_fraction"),
-                              constraints=Constraints.from_dict(meta.get("constraints")))
+        if workload_path is not None:  # another file than the study's
+            raise TunerError(f"Workload {path} does not match the one {of} searched ({len(w)} "
+                             f"vs {meta.workload_requests} requests, or other token counts); "
+                             "pass --workload with the file it searched.")
+        # exports would size max-model-len on another job, workers simulate another one
+        raise TunerError(f"Workload {path} has changed since the search ({len(w)} requests "
+                         f"now, {meta.workload_requests} then, or other token counts); rerun "
+                         "the search on it, or pass --workload with the file it searched.")
+    return w
+
+
+def _stored_workload(study: optuna.Study, meta: StudyMeta, tokens: dict) -> Workload:
+    """The workload whose token counts the study stores (:func:`workload_tokens`)."""
+    def arr(k):
+        try:
+            return unpack_lengths(tokens.get(k))  # packed, or a list (older studies)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise TunerError(f"Study {study.study_name!r}: stored workload {k} unreadable "
+                             f"({exc}); pass --workload FILE.") from None
+
+    return Workload(prompt_tokens=arr("prompt_tokens"), output_tokens=arr("output_tokens"),
+                    prefix_ids=arr("prefix_ids"), prefix_tokens=arr("prefix_tokens"),
+                    source=meta.workload, tokenizer=meta.tokenizer,
+                    output_source=meta.output_source or "")
+
+
+def _with_catalog_architecture(name: str, spec: dict) -> dict:
+    """A GPU's stored specs; a study stored before GPUs stated their architecture gets the
+    shipped catalog's (same name), so its transferred kernel tables price it as they did."""
+    if spec.get("architecture") is not None or "architecture" in spec:
+        return spec
+    shipped = load_gpus().get(name)
+    return {**spec, "architecture": shipped.architecture} if shipped is not None else spec
+
+
+def setup_from_study(study: optuna.Study, *, workload_path: str | Path | None = None,
+                     gpu_file: str | Path | None = None, need_workload: bool = True,
+                     from_catalogs: bool = False) -> StudySetup:
+    """Workload, model, GPUs (with the search's prices), space and settings of a study written
+    by :func:`run_search`: the one rebuild of a search from its study (workers, `tuner
+    results`, `tuner report`, `tuner export`, `tuner validate`).
+
+    A study whose metadata is complete (:attr:`StudyMeta.complete`) is rebuilt from the study
+    alone (the workload from its stored token counts unless `workload_path` is given); else,
+    or with `gpu_file`, only when `from_catalogs` allows it: the model and GPUs from the
+    catalogs (`gpu_file`, else the search's), the workload from its file (None without
+    `need_workload`). Raises TunerError when the study holds no such metadata."""
+    meta = study_meta(study)
+    name = study.study_name
+    tokens = study.user_attrs.get("workload_tokens")
+    own = meta.complete and gpu_file is None and (need_workload or bool(tokens))
+    if not own and not from_catalogs:
+        raise TunerError(f"Study {name!r} has no complete search metadata (model, GPUs, "
+                         "knobs); it was not written by this version of `tuner search`.")
+    if not meta.has_search:
+        raise TunerError(f"Study {name!r} has no search metadata (model, GPUs); it was not "
+                         "written by `tuner search`.")
+    if own:
+        model = ModelSpec(**meta.model_spec)
+        try:
+            gpus = {n: GPU(**_with_catalog_architecture(n, d))
+                    for n, d in meta.gpu_specs.items()}
+        except TypeError as exc:
+            raise TunerError(f"Study {name!r}: GPU specs written by another tuner version "
+                             f"({exc}).") from None
+        if workload_path is not None or not tokens:
+            w = study_workload(meta, model, workload_path, study_name=name)
+        else:
+            w = _stored_workload(study, meta, tokens)
+            want = meta.workload_sha256
+            if want and workload_digest(w) != want:
+                raise TunerError(f"Study {name!r}: its stored workload does not match the one "
+                                 "it searched; pass --workload FILE.")
+    else:
+        model = stored_model(meta)
+        gpus = _catalog_gpus(meta, gpu_file, name)
+        w = study_workload(meta, model, workload_path, study_name=name) if need_workload \
+            else None
+    space = SearchSpace(knobs=dict(meta.knobs or {}), fixed=dict(meta.fixed),
+                        source=meta.space)
+    s = meta.search
+    settings = SearchSettings(n_trials=s.n_trials, timeout_s=s.timeout_s, seed=s.seed,
+                              sampler=s.sampler, study_name=name, resume=True,
+                              exhaustive=s.exhaustive, sample_fraction=s.sample_fraction,
+                              constraints=meta.constraints)
     return StudySetup(workload=w, model=model, gpus=gpus, space=space, settings=settings,
-                      metadata=meta)
+                      meta=meta)
 
 
 def default_storage(out_dir: Path) -> str:

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import optuna
 
-from predictors.protocol import CostModel
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
-from tuner.core.startup import sim_options
+from tuner.predictors.protocol import CostModel
 from tuner.search.evaluator import Evaluator
 from tuner.search.loop import optimize
+from tuner.search.meta import StudyMeta, study_meta
 from tuner.search.settings import SearchSettings, make_sampler
 from tuner.search.storage import (
     StudyHold,
@@ -97,22 +97,21 @@ class WorkerJob:
         return self.study
 
 
-def study_cost_model_for(meta: dict, model: ModelSpec, gpus: dict[str, GPU], *,
+def study_cost_model_for(meta: StudyMeta | dict, model: ModelSpec, gpus: dict[str, GPU], *,
                          study_name: str, profile: str | Path | None = None,
                          profile_mode: str | None = None):
-    """The cost models a study was searched with: its `--profile` folder (stored in the
-    metadata; `profile` overrides the path, e.g. a copy on another machine), or None for the
-    default (shipped profile or roofline)."""
-    from tuner.sim.simulator import profile_cost_model_for
+    """The cost models a study was searched with (predictors.sources.cost_model_for): its
+    `--profile` folder (stored in the metadata; `profile` overrides the path, e.g. a copy on
+    another machine), --profile-mode and --engine-version."""
+    from tuner.predictors.sources import cost_model_for
 
-    path = profile or meta.get("profile")
+    meta = StudyMeta.of(meta)
+    path = profile or meta.profile
     if path is not None and profile is None and not Path(path).exists():
         raise TunerError(f"Study {study_name!r} was searched with the profile folder {path}, "
                          "which is not on this machine; pass --profile DIR with a copy of it.")
-    return profile_cost_model_for(model, path,
-                                  profile_mode=profile_mode or meta.get("profile_mode") or "auto",
-                                  engine_version=meta.get("engine_version"),
-                                  check_gpu=next(iter(gpus.values())))
+    return cost_model_for(model, path, profile_mode or meta.profile_mode or "auto",
+                          meta.engine_version, check_gpu=next(iter(gpus.values())))
 
 
 def connect_worker(study_name: str, storage: str, *, n_trials: int | None = None,
@@ -129,7 +128,7 @@ def connect_worker(study_name: str, storage: str, *, n_trials: int | None = None
     while True:
         try:
             study = load_study(study_name, storage)
-            if study.user_attrs.get("metadata"):
+            if study_meta(study).has_search:
                 break
             problem = TunerError(f"Study {study_name!r} in {storage} has no search metadata; "
                                  "create it with `tuner search --storage URL --study NAME`.")
@@ -150,11 +149,11 @@ def connect_worker(study_name: str, storage: str, *, n_trials: int | None = None
                                    timeout_s=timeout_s if timeout_s is not None else s.timeout_s)
     study.sampler = make_sampler(settings)
     if cost_model_for is None:  # the search's own measured profile, if it had one
-        cost_model_for = study_cost_model_for(setup.metadata, setup.model, setup.gpus,
+        cost_model_for = study_cost_model_for(setup.meta, setup.model, setup.gpus,
                                               study_name=study_name, profile=profile)
     ev = Evaluator(setup.workload, setup.model, setup.gpus, setup.space,
                    sample_fraction=settings.sample_fraction, cost_model_for=cost_model_for,
-                   **sim_options(setup.metadata))
+                   **setup.meta.sim_options())
     return WorkerJob(study=study, setup=setup, settings=settings, evaluator=ev)
 
 

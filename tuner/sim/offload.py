@@ -47,15 +47,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from predictors.features import BatchFeatures
-from predictors.host import (
-    CPUModel,
-    QuantCostModel,
-    ThreadChoice,
-    threads_for,
-)
-from predictors.protocol import CostModel
-from predictors.transfer_model import SaturatingTransferModel, TransferModel
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.memory import (
@@ -63,6 +54,15 @@ from tuner.core.memory import (
     kv_bytes_per_token_per_layer_rank,
     weight_bytes_per_rank,
 )
+from tuner.predictors.features import BatchFeatures
+from tuner.predictors.host import (
+    CPUModel,
+    QuantCostModel,
+    ThreadChoice,
+    threads_for,
+)
+from tuner.predictors.protocol import CostModel
+from tuner.predictors.transfer_model import SaturatingTransferModel, TransferModel
 
 # Vasuki writes the whole offloaded layer back each iteration (Alg. 1-2 line 8).
 KV_WRITEBACK_FULL = True

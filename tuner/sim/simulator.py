@@ -1,24 +1,25 @@
-"""simulate(): one ServingConfig on one workload -> SimResult (makespan, $, memory, timeline)."""
+"""simulate(): one ServingConfig on one workload -> SimResult (makespan, $, memory, timeline).
+
+The caller gives the cost model (predictors.sources resolves it: own profile -> measured
+tables -> transfer -> roofline); this module reads no files and chooses no source."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from predictors.protocol import CostModel
-from predictors.roofline import RooflineCostModel
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig, check_model_config
 from tuner.core.errors import TunerError
 from tuner.core.memory import MemoryPlan, plan_memory
-from tuner.core.pricing import Machines, job_cost_usd, place, rent, usd_per_million_tokens
+from tuner.core.pricing import Machines, Rental, job_cost_usd, place, rent, usd_per_million_tokens
 from tuner.core.provenance import Provenance
 from tuner.core.schedulers import SCHEDULER_PRESETS
 from tuner.core.startup import resolve_startup
 from tuner.core.workload import Workload
+from tuner.predictors.protocol import CostModel
 from tuner.sim import offload as _offload
 from tuner.sim import scheduler as sch
 from tuner.sim.kernels import library
@@ -52,8 +53,8 @@ class SimResult:
     offload: dict | None = None  # tuner.sim.offload breakdown (memory, transfer vs budget, stalls)
     # simulate(return_steps=True): each replica's step records (tuner.sim.steps.STEP_COLUMNS)
     steps: list[np.ndarray] | None = field(default=None, repr=False)
-    # --provider: the instances rented and the billed time (tuner.core.pricing.Rental.to_dict)
-    rental: dict | None = None
+    # --provider: the instances rented and the billed time
+    rental: Rental | None = None
     # engine start-up of every replica (tuner.core.startup), in parallel: makespan_s, cost_usd
     # and lower_bound_s include it; `startup` is its breakdown (Startup.to_dict)
     startup_s: float = 0.0
@@ -85,7 +86,7 @@ class SimResult:
 
     @property
     def qps_per_usd_per_h(self) -> float:
-        hourly = (self.rental["usd_per_h"] if self.rental
+        hourly = (self.rental.usd_per_h if self.rental is not None
                   else self.price_usd_per_h * self.config.num_gpus)
         return self.qps / hourly
 
@@ -104,7 +105,7 @@ class SimResult:
             "cost_usd": self.cost_usd,
             "usd_per_1k_requests": self.usd_per_1k_requests,
             "usd_per_million_tokens": self.usd_per_million_tokens,
-            "rental": self.rental,
+            "rental": self.rental.to_dict() if self.rental is not None else None,
             "machines": self.machines,
             "requests": self.requests,
             "prompt_tokens": self.prompt_tokens,
@@ -165,72 +166,6 @@ def lower_bound_s(workload: Workload, model: ModelSpec, gpu: GPU, config: Servin
     mem = ((p * d + 0.5 * d * d) * h_kv * model.num_layers * 2 * config.kv_bits / 8).sum()
     n = config.num_gpus
     return float(max(comp / (peak * n), mem / (gpu.hbm_bytes_per_s * n)))
-
-
-def default_cost_model(model: ModelSpec, gpu: GPU, config: ServingConfig,
-                       cost_model_dir: str | Path | None = None, *,
-                       profile_mode: str = "auto",
-                       engine_version: str | None = None,
-                       calibrated: bool = True) -> CostModel:
-    """The cost model for (model, gpu, config).
-
-    cost_model_dir (a profile/fit folder, or a folder of them; `--profile DIR`): measured where
-    it holds a profile of this GPU at this model's shapes, transferred from a measured GPU
-    otherwise, roofline where nothing applies (predictors.loader.load_cost_model, `profile_mode`
-    auto | measured | transfer | roofline). Without it: a profile shipped in predictors/data
-    taken on this GPU at this model's shapes; else NVIDIA AIConfigurator's measured vLLM kernel
-    tables (predictors.aic: this GPU's own, or transferred from the measured GPU of its
-    architecture; the table version closest to `engine_version`, default the newest) plus the
-    default engine-overhead profile; else the spec-sheet roofline (4-bit weights, GPUs of no
-    measured architecture). A stored calibration for (gpu, model) wraps the result
-    (predictors.calibration) unless `calibrated` is False (validation compares against the
-    uncalibrated model)."""
-    from predictors.calibration import apply_stored
-    from predictors.loader import check_profile_mode
-
-    check_profile_mode(profile_mode)
-    if cost_model_dir is not None:
-        from predictors.loader import load_cost_model
-
-        cm = load_cost_model(cost_model_dir, model, gpu, config, mode=profile_mode)
-    else:
-        from predictors.loader import shipped_cost_model
-
-        cm = shipped_cost_model(model, gpu, config)
-        if cm is None and profile_mode != "roofline":
-            from predictors.aic import table_cost_model
-
-            cm = table_cost_model(model, gpu, tp=config.tp, weight_bits=config.weight_bits,
-                                  kv_bits=config.kv_bits, engine_version=engine_version,
-                                  dp=config.dp, expert_parallel=config.expert_parallel)
-        if cm is None:
-            cm = RooflineCostModel.from_specs(gpu, model, tp=config.tp,
-                                              weight_bits=config.weight_bits,
-                                              kv_bits=config.kv_bits, dp=config.dp,
-                                              expert_parallel=config.expert_parallel)
-    # A fit from `tuner calibrate` (measured runs on this device and model) corrects the residual
-    # of every later prediction there; its provenance then says so (TUNER_NO_CALIBRATION=1: off).
-    return apply_stored(cm, gpu.name, model.name) if calibrated else cm
-
-
-def profile_cost_model_for(model: ModelSpec, profile: str | Path | None, *,
-                           profile_mode: str = "auto", engine_version: str | None = None,
-                           check_gpu: GPU | None = None):
-    """`(gpu, config) -> CostModel` from a profile/fit folder (`--profile DIR`), a profile mode
-    (`roofline` forces the spec sheet) and the targeted vLLM version of the kernel tables; None
-    when all are defaults (the simulator then picks `default_cost_model` itself). With
-    `check_gpu`, the model is built once now, so a bad folder fails before a search starts (one
-    TunerError) rather than in its first trial."""
-    if profile is None and profile_mode == "auto" and engine_version is None:
-        return None
-
-    def cost_model_for(gpu: GPU, config: ServingConfig) -> CostModel:
-        return default_cost_model(model, gpu, config, profile, profile_mode=profile_mode,
-                                  engine_version=engine_version)
-
-    if check_gpu is not None:
-        cost_model_for(check_gpu, ServingConfig(gpu=check_gpu.name))
-    return cost_model_for
 
 
 def scheduler_params(config: ServingConfig, capacity_blocks: int) -> sch.SchedulerParams:
@@ -389,10 +324,12 @@ def _timeline(rep: _Replica, kv_frac: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConfig,
-             cost_model: CostModel | None = None, *, timeline: bool = False,
+             cost_model: CostModel, *, timeline: bool = False,
              exact: bool = False, return_steps: bool = False, startup_s: float | None = None,
              engine_version: str | None = None) -> SimResult:
-    """Simulate the whole job iteration by iteration; raises InfeasibleConfig if it cannot run.
+    """Simulate the whole job iteration by iteration, each step priced by `cost_model`
+    (predictors.sources.resolve_cost_model / cost_model_for give the registry's); raises
+    InfeasibleConfig if it cannot run.
 
     exact=True runs the scheduler strictly step by step; the default skips ahead over
     decode-only stretches, which yields the same steps (tested) in less time. timeline: replica
@@ -407,7 +344,6 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         raise TunerError("The workload has no requests.")
     start = resolve_startup(model, gpu, config, startup_s, engine_version)
     plan = check_feasible(workload, model, gpu, config)
-    cost_model = cost_model or default_cost_model(model, gpu, config)
     params = scheduler_params(config, plan.kv_capacity_blocks)
     order = _submission_order(workload, model, gpu, config, plan)
     # a fitted CostModel may carry its measured host<->device curve (predictors.transfer_model)
@@ -449,7 +385,7 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         lower_bound_s=lower_bound_s(workload, model, gpu, config) + start.total_s,
         cost_usd=(rental.cost_usd if rental is not None
                   else job_cost_usd(makespan, gpu.price_usd_per_h, config.tp, config.dp)),
-        rental=None if rental is None else rental.to_dict(),
+        rental=rental,
         machines=machines_for(gpu, config).to_dict(),
         price_usd_per_h=gpu.price_usd_per_h, memory=plan, provenance=cost_model.provenance,
         cached_prompt_tokens=cached, timeline=tl, steps=steps if return_steps else None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from predictors.features import BatchFeatures
+from tuner.predictors.features import BatchFeatures
 
 STEP_COLUMNS = (
     "prefill_tokens",  # prompt (or recompute) tokens computed in the step

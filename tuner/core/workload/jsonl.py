@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import json.scanner
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,28 +81,39 @@ def _chat_estimate(messages: list) -> int | None:
 
 
 def _fast_row(obj: Any, want_text: bool) -> tuple | None:
-    """(shape, known, est, texts, output, field, cid) of a common record, or None."""
+    """(shape, known, est, texts, output, field, cid) of a common record, or None (the general
+    path, :func:`.records.parse_record`, then decides and words any error)."""
     if type(obj) is not dict or "prefix_id" in obj or "prefix_tokens" in obj:
         return None  # (a null prefix_id is valid: the general path reads it)
     if "body" in obj:
-        holder = obj["body"]
-        if type(holder) is not dict:
+        body = obj["body"]
+        if type(body) is not dict:
             return None
-        shape, keys, cid = 0, _BATCH_OUT, obj.get("custom_id")
-    elif "prompt_tokens" in obj:
-        known = obj["prompt_tokens"]
-        if type(known) is not int or not 1 <= known <= MAX_TOKENS:
-            return None
-        out = obj.get("output_tokens")
-        if out is None:
-            return 2, known, 0, None, -1, 0, None
-        if type(out) is not int or not 1 <= out <= MAX_TOKENS:
-            return None
-        return 2, known, 0, None, out, 3, None
-    elif "prompt" in obj or "messages" in obj:
-        holder, shape, keys, cid = obj, 1, _PROMPT_OUT, None
-    else:
+        return _fast_text_row(body, 0, _BATCH_OUT, obj.get("custom_id"), want_text)
+    if "prompt_tokens" in obj:
+        return _fast_tokens_row(obj)
+    if "prompt" in obj or "messages" in obj:
+        return _fast_text_row(obj, 1, _PROMPT_OUT, None, want_text)
+    return None
+
+
+def _fast_tokens_row(obj: dict) -> tuple | None:
+    """The row of a {"prompt_tokens", "output_tokens"} record (shape 2)."""
+    known = obj["prompt_tokens"]
+    if type(known) is not int or not 1 <= known <= MAX_TOKENS:
         return None
+    out = obj.get("output_tokens")
+    if out is None:
+        return 2, known, 0, None, -1, 0, None
+    if type(out) is not int or not 1 <= out <= MAX_TOKENS:
+        return None
+    return 2, known, 0, None, out, 3, None
+
+
+def _fast_text_row(holder: dict, shape: int, keys: tuple[str, ...], cid: Any,
+                   want_text: bool) -> tuple | None:
+    """The row of a record whose prompt is text (`holder`: a Batch API request's body, or the
+    record itself); `keys`: the output fields, in parse_record's order for the shape."""
     messages = holder.get("messages")
     texts = None
     if messages is not None:
@@ -111,8 +123,7 @@ def _fast_row(obj: Any, want_text: bool) -> tuple | None:
         if est is None:
             return None
         if want_text:
-            texts = [(f"{m.get('role', '')}\n{m.get('content') or ''}", False,
-                      CHAT_MESSAGE_OVERHEAD_TOKENS) for m in messages]
+            texts = _chat_texts(messages)
     else:
         prompt = holder.get("prompt")
         if type(prompt) is not str:
@@ -127,6 +138,12 @@ def _fast_row(obj: Any, want_text: bool) -> tuple | None:
                 return None
             return shape, -1, est, texts, out, _FIELD_CODE[key], cid
     return shape, -1, est, texts, -1, 0, cid
+
+
+def _chat_texts(messages: list) -> list[tuple[str, bool, int]]:
+    """The (text, special, extra) pieces a tokenizer counts of a plain chat."""
+    return [(f"{m.get('role', '')}\n{m.get('content') or ''}", False,
+             CHAT_MESSAGE_OVERHEAD_TOKENS) for m in messages]
 
 
 class _Columns:
@@ -235,78 +252,88 @@ class _Reader:
 
     # ---- the pass ----
     def read(self) -> None:
+        try:
+            # newline="" keeps U+2028 and friends inside JSON strings from splitting a record.
+            with self.path.open(encoding="utf-8-sig", newline="") as fh:
+                self._read_records(self._objects(fh))
+        except UnicodeDecodeError as exc:
+            raise TunerError(f"{self.path}: not UTF-8 text ({exc.reason} at byte "
+                             f"{exc.start}).") from None
+        except OSError as exc:
+            raise TunerError(f"{self.path}: cannot read ({one_line(exc)}).") from None
+
+    def _objects(self, fh) -> Iterator[tuple[int, Any]]:
+        """(line number, JSON value) of each line but blank ones; a line that is not one JSON
+        value is a bad line (:meth:`_bad`). The C scanner reads common lines; json.loads words
+        the error of the others."""
         decoder = json.JSONDecoder()
         scan_once = (json.scanner.c_make_scanner or json.scanner.py_make_scanner)(decoder)
+        for lineno, line in enumerate(fh, start=1):
+            try:
+                obj, end = scan_once(line, 0)
+                if end == len(line) or not line[end:].strip(_JSON_WS):
+                    yield lineno, obj
+                    continue
+            except (StopIteration, ValueError, RecursionError):
+                pass
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                self._bad(lineno, BadLine(f"invalid JSON ({exc.msg} at column {exc.colno})"))
+                continue
+            yield lineno, obj
+
+    def _read_records(self, objects: Iterator[tuple[int, Any]]) -> None:
+        """Every record into the columns (a bad one through :meth:`_bad`)."""
         cols = self.cols.bufs
         app_line, app_prompt = cols["line"].append, cols["prompt"].append
         app_out, app_field, app_cid = cols["output"].append, cols["field"].append, \
             cols["cid"].append
         fast, want_text = _fast_row, self.want_text
         n, file_shape, chunk = 0, None, CHUNK_RECORDS
-        try:
-            # newline="" keeps U+2028 and friends inside JSON strings from splitting a record.
-            with self.path.open(encoding="utf-8-sig", newline="") as fh:
-                for lineno, line in enumerate(fh, start=1):
-                    try:
-                        obj, end = scan_once(line, 0)
-                        if end != len(line) and line[end:].strip(_JSON_WS):
-                            obj = _SLOW
-                    except (StopIteration, ValueError, RecursionError):
-                        obj = _SLOW
-                    rec = None
-                    try:
-                        if obj is _SLOW:
-                            if not line.strip():
-                                continue
-                            try:
-                                obj = json.loads(line)
-                            except json.JSONDecodeError as exc:
-                                raise BadLine(f"invalid JSON ({exc.msg} at column "
-                                              f"{exc.colno})") from None
-                        row = fast(obj, want_text)
-                        if row is None:
-                            row, rec = self._general(obj)
-                        shape = row[0]
-                        if shape != file_shape:
-                            self._check_shape(shape)
-                        group = self._check_prefix(rec) if rec is not None \
-                            and rec.prefix_key is not None else -1
-                    except BadLine as exc:
-                        self._bad(lineno, exc)
-                        continue
-                    if file_shape is None:
-                        file_shape = self.shape = shape
-                        self.first_line = lineno
-                    _, known, est, texts, out, field, cid = row
-                    app_line(lineno)
-                    app_prompt(known if known >= 0 else -1 - est)
-                    app_out(out)
-                    app_field(field)
-                    if cid is None:
-                        app_cid(NO_ID)
-                    else:
-                        try:
-                            app_cid(hash(cid))
-                        except TypeError:
-                            app_cid(_id_digest(cid))
-                    if texts is not None and want_text:
-                        counter = self.counter or self._text_counter()
-                        for text, special, extra in texts:
-                            counter.add(n, text, special=special, extra=extra)
-                    if group >= 0:
-                        self.pref.bufs["req"].append(n)
-                        self.pref.bufs["group"].append(group)
-                        self.pref.bufs["tokens"].append(rec.prefix_tokens)
-                    n += 1
-                    if n % chunk == 0:
-                        self.cols.flush()
-                        self.pref.flush()
-                self.n = n
-        except UnicodeDecodeError as exc:
-            raise TunerError(f"{self.path}: not UTF-8 text ({exc.reason} at byte "
-                             f"{exc.start}).") from None
-        except OSError as exc:
-            raise TunerError(f"{self.path}: cannot read ({one_line(exc)}).") from None
+        for lineno, obj in objects:
+            rec = None  # the general path's Record
+            try:
+                row = fast(obj, want_text)
+                if row is None:
+                    row, rec = self._general(obj)
+                if row[0] != file_shape:
+                    self._check_shape(row[0])
+                group = -1 if rec is None or rec.prefix_key is None else self._check_prefix(rec)
+            except BadLine as exc:
+                self._bad(lineno, exc)
+                continue
+            if file_shape is None:
+                file_shape = self.shape = row[0]
+                self.first_line = lineno
+            _, known, est, texts, out, field, cid = row
+            app_line(lineno)
+            app_prompt(known if known >= 0 else -1 - est)
+            app_out(out)
+            app_field(field)
+            app_cid(NO_ID if cid is None else _id_digest(cid))
+            if texts is not None and want_text:
+                self._count_texts(n, texts)
+            if group >= 0:
+                self._add_prefix(n, group, rec.prefix_tokens)
+            n += 1
+            if n % chunk == 0:
+                self.cols.flush()
+                self.pref.flush()
+        self.n = n
+
+    def _count_texts(self, n: int, texts: list[tuple[str, bool, int]]) -> None:
+        counter = self.counter or self._text_counter()
+        for text, special, extra in texts:
+            counter.add(n, text, special=special, extra=extra)
+
+    def _add_prefix(self, n: int, group: int, tokens: int) -> None:
+        bufs = self.pref.bufs
+        bufs["req"].append(n)
+        bufs["group"].append(group)
+        bufs["tokens"].append(tokens)
 
     # ---- custom_id uniqueness ----
     def _check_ids(self, before: int | None = None) -> np.ndarray:

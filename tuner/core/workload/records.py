@@ -69,14 +69,7 @@ def _prompt_into(rec: Record, holder: dict, where: str) -> None:
     messages = holder.get("messages")
     prompt = holder.get("prompt")
     if messages is not None:
-        if not isinstance(messages, list) or not messages:
-            raise BadLine(f"{where}messages must be a non-empty list")
-        for i, m in enumerate(messages):
-            if not isinstance(m, dict):
-                raise BadLine(f"{where}messages[{i}] must be an object with role and content")
-            role = m.get("role", "")
-            text = chat_message_text(str(role), _message_content(m.get("content"), i))
-            rec.pieces.append((text, False, CHAT_MESSAGE_OVERHEAD_TOKENS))
+        _chat_into(rec, messages, where)
     elif isinstance(prompt, str):
         rec.pieces.append((prompt, True, 0))
     elif (
@@ -96,6 +89,18 @@ def _prompt_into(rec: Record, holder: dict, where: str) -> None:
         raise BadLine(f"{where}prompt must be a string")
 
 
+def _chat_into(rec: Record, messages: Any, where: str) -> None:
+    """Fill rec's prompt from a chat: one piece per message."""
+    if not isinstance(messages, list) or not messages:
+        raise BadLine(f"{where}messages must be a non-empty list")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise BadLine(f"{where}messages[{i}] must be an object with role and content")
+        role = m.get("role", "")
+        text = chat_message_text(str(role), _message_content(m.get("content"), i))
+        rec.pieces.append((text, False, CHAT_MESSAGE_OVERHEAD_TOKENS))
+
+
 def _output_into(rec: Record, holder: dict, keys: tuple[str, ...]) -> None:
     for key in keys:
         if holder.get(key) is not None:
@@ -105,8 +110,16 @@ def _output_into(rec: Record, holder: dict, keys: tuple[str, ...]) -> None:
 
 
 def parse_record(obj: Any) -> Record:
+    """The record of one JSON line (raises BadLine, worded for 'path:lineno: message')."""
     if not isinstance(obj, dict):
         raise BadLine(f"expected a JSON object, got {type(obj).__name__}")
+    rec = _shaped_record(obj)
+    _prefix_into(rec, obj)
+    return rec
+
+
+def _shaped_record(obj: dict) -> Record:
+    """The record of a line by its shape (SHAPE_NAMES): prompt and output filled."""
     if "body" in obj:
         body = obj["body"]
         if not isinstance(body, dict):
@@ -128,17 +141,22 @@ def parse_record(obj: Any) -> Record:
             '{"custom_id", "method", "url", "body"}, {"prompt", "max_tokens"} or '
             '{"prompt_tokens", "output_tokens"}'
         )
+    return rec
+
+
+def _prefix_into(rec: Record, obj: dict) -> None:
+    """Fill rec's shared prefix (prefix_id and prefix_tokens, given together or not at all)."""
     has_id, has_len = obj.get("prefix_id") is not None, obj.get("prefix_tokens") is not None
     if has_id != has_len:
         raise BadLine("prefix_id and prefix_tokens must be given together")
-    if has_id:
-        key = obj["prefix_id"]
-        if isinstance(key, bool) or not isinstance(key, str | int):
-            raise BadLine("prefix_id must be a string or an integer")
-        rec.prefix_key = key
-        rec.prefix_tokens = _length(obj["prefix_tokens"], "prefix_tokens")
-        if rec.prompt_tokens is not None and rec.prefix_tokens > rec.prompt_tokens:
-            raise BadLine(
-                f"prefix_tokens ({rec.prefix_tokens}) exceeds prompt_tokens ({rec.prompt_tokens})"
-            )
-    return rec
+    if not has_id:
+        return
+    key = obj["prefix_id"]
+    if isinstance(key, bool) or not isinstance(key, str | int):
+        raise BadLine("prefix_id must be a string or an integer")
+    rec.prefix_key = key
+    rec.prefix_tokens = _length(obj["prefix_tokens"], "prefix_tokens")
+    if rec.prompt_tokens is not None and rec.prefix_tokens > rec.prompt_tokens:
+        raise BadLine(
+            f"prefix_tokens ({rec.prefix_tokens}) exceeds prompt_tokens ({rec.prompt_tokens})"
+        )

@@ -1,6 +1,7 @@
 """InferMax's optimal schedule (§3.3) as a MILP for tiny instances, solved by HiGHS
 through `scipy.optimize.milp`. A yardstick for the scheduler presets, not a scheduler: a few
-requests of a few tokens each, a horizon of tens of batches.
+requests of a few tokens each, a horizon of tens of batches. Test-only (tests/test_milp.py):
+scipy comes with scikit-learn, not as a dependency of tuner's own.
 
 What is scheduled (offline: every request is present at batch 1). Request i has I_i prompt and
 O_i output tokens, so N_i = I_i + O_i - 1 tokens pass through the model (the last output is

@@ -1,0 +1,291 @@
+"""NVIDIA AIConfigurator's measured vLLM kernel tables (predictors/data/aic): loading and lookup.
+
+    tables = KernelTables.load("H100")                    # a catalog GPU with shipped tables
+    tables.gemm_s(n=4096, k=4096)                          # seconds over the table's m grid
+
+One `.npz` per measured GPU (scripts/convert_aic_tables.py wrote them; manifest.json says which
+device and vLLM version each table measured). All latencies are per tensor-parallel rank:
+  GEMM                   BF16 / FP8 latency over (m, n, k); n and k interpolated here (log-log,
+                         predictors.tables.log_bracket), m left to the caller
+  context attention      prefill of one sequence by length (batch 1 rows), per head config
+  generation attention   one decode step by (batch, KV length); missing cells filled log-log
+  all-reduce             vLLM custom all-reduce per table version, CUDA graph / eager; NCCL
+                         all-reduce, all-gather and reduce-scatter
+  fused MoE              the routed experts by (shape, moe_tp, moe_ep, routing, tokens)
+A head configuration, MoE shape or split the table lacks is scaled from the nearest measured
+one (said so in the note a lookup returns). A transferred table (predictors.aic_transfer)
+carries the spec-sheet ratios to another GPU and applies them at every lookup.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from tuner.predictors.aic_transfer import roof_ratio, scale_link, spec_peaks
+from tuner.predictors.moe import MoEParallel, MoEShape
+from tuner.predictors.tables import fill_loglog, log_bracket
+
+# tuner catalog GPU -> AIConfigurator system whose vLLM tables measure it
+MEASURED = {"A100-80G": "a100_sxm", "H100": "h100_sxm", "H200": "h200_sxm", "L40S": "l40s",
+            "RTX-PRO-6000": "rtx_pro_6000_server"}
+# token -> expert routing of the fused-MoE table used (scripts/convert_aic_tables.py codes):
+# AIConfigurator prices its MoE models with power_law at alpha 1.01 (sdk/config.py
+# workload_distribution "power_law", the models' _power_law_alpha 1.01); balanced where a
+# table lacks it
+MOE_DISTRIBUTION = "power_law_1.01"
+MOE_DISTRIBUTION_CODES = {"balanced": 0.0, "power_law_1.01": 1.0, "power_law_1.2": 2.0}
+
+
+def data_dir() -> Path:
+    return Path(__file__).resolve().parent / "data" / "aic"
+
+
+def version_code(v: str) -> float:
+    """'0.19.0' -> 19000.0 (as scripts/convert_aic_tables.py stores table versions)."""
+    import re
+
+    parts = [int(x) for x in re.findall(r"\d+", str(v))[:3]] + [0, 0, 0]
+    return float(parts[0] * 1_000_000 + parts[1] * 1_000 + parts[2])
+
+
+def version_name(code: float) -> str:
+    c = int(code)
+    return f"{c // 1_000_000}.{c // 1_000 % 1_000}.{c % 1_000}"
+
+
+# ---- one GPU's tables --------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class KernelTables:
+    """Measured (or transferred) kernel latencies of one GPU, in seconds."""
+
+    gpu: str  # catalog name these tables price
+    device: str  # device the measurements were taken on
+    gemm_version: str
+    attention_version: str
+    arrays: dict = field(repr=False)
+    # transfer: None for measured tables; else (source catalog GPU, scale functions' specs)
+    transfer: dict | None = None
+    moe_version: str = ""  # vLLM version of the fused-MoE table ("" = none)
+
+    @property
+    def measured(self) -> bool:
+        return self.transfer is None
+
+    @classmethod
+    def load(cls, gpu_name: str, path: Path | None = None) -> KernelTables:
+        system = MEASURED.get(gpu_name)
+        if system is None:
+            raise KeyError(f"no measured kernel tables for {gpu_name}")
+        return _load_tables(str(path or data_dir()), system, gpu_name)
+
+    # -- GEMM ------------------------------------------------------------------------------
+    def gemm_m_grid(self, dtype: str = "bf16") -> np.ndarray:
+        return self.arrays[f"gemm_{dtype}_m"].astype(np.float64)
+
+    def gemm_s(self, n: int, k: int, dtype: str = "bf16") -> np.ndarray:
+        """Seconds of an (m x k) @ (k x n) GEMM at every m of gemm_m_grid(dtype)."""
+        logl = self.arrays[f"gemm_{dtype}_loglat"]
+        i0, i1, w, ex_n = log_bracket(self.arrays[f"gemm_{dtype}_n"], n)
+        j0, j1, v, ex_k = log_bracket(self.arrays[f"gemm_{dtype}_k"], k)
+        lat = ((1 - w) * (1 - v) * logl[:, i0, j0] + w * (1 - v) * logl[:, i1, j0]
+               + (1 - w) * v * logl[:, i0, j1] + w * v * logl[:, i1, j1])
+        t = np.exp(lat + ex_n + ex_k) * 1e-3
+        if self.transfer:
+            m = self.gemm_m_grid(dtype)
+            t = t * roof_ratio(self.transfer, 2.0 * m * n * k, 2.0 * (m * k + n * k + m * n),
+                                "fp8" if dtype == "fp8" else "bf16")
+        return t
+
+    def has_gemm(self, dtype: str) -> bool:
+        return f"gemm_{dtype}_loglat" in self.arrays
+
+    def has_attention(self, kv_fp8: bool) -> bool:
+        flag = 1.0 if kv_fp8 else 0.0
+        return all(bool((self.arrays[t][:, 0] == flag).any()) for t in ("ctx_attn", "gen_attn"))
+
+    # -- attention -------------------------------------------------------------------------
+    def _attn_rows(self, table: str, heads: int, kv_heads: int, head_dim: int, kv_fp8: bool):
+        a = self.arrays[table]
+        a = a[a[:, 0] == (1.0 if kv_fp8 else 0.0)]
+        if not len(a):
+            raise KeyError(f"{self.gpu}: no {table} rows for {'fp8' if kv_fp8 else 'bf16'} KV")
+        hd = a[np.argmin(np.abs(np.log(a[:, 5] / head_dim))), 5]
+        a = a[a[:, 5] == hd]
+        combos = np.unique(a[:, 3:5], axis=0)
+        # nearest measured (heads, kv_heads) in log distance; scaled below when not exact
+        d = np.abs(np.log(combos[:, 0] / heads)) + np.abs(np.log(combos[:, 1] / kv_heads))
+        h, kv = combos[int(np.argmin(d))]
+        rows = a[(a[:, 3] == h) & (a[:, 4] == kv)]
+        exact = bool(h == heads and kv == kv_heads and hd == head_dim)
+        return rows, (float(h), float(kv), float(hd)), exact
+
+    def context_attention(self, heads: int, kv_heads: int, head_dim: int, kv_fp8: bool = False):
+        """(causal query-key pairs, seconds) of one sequence's prefill from the batch-1 rows;
+        a head configuration the table lacks is scaled from the nearest measured one by
+        query heads x head_dim (prefill attention is compute-bound)."""
+        rows, (h, _kv, hd), _ = self._attn_rows("ctx_attn", heads, kv_heads, head_dim, kv_fp8)
+        b1 = rows[rows[:, 1] == rows[:, 1].min()]
+        b1 = b1[np.argsort(b1[:, 2])]
+        isl = b1[:, 2]
+        pairs = b1[:, 1] * isl * (isl + 1) / 2.0
+        t = b1[:, 6] * 1e-3 * (heads * head_dim) / (h * hd)
+        if self.transfer:
+            flops = 4.0 * heads * head_dim * pairs
+            byts = 2.0 * isl * (heads + 2 * kv_heads) * head_dim * 2.0
+            t = t * roof_ratio(self.transfer, flops, byts, "bf16")
+        return pairs, t
+
+    def generation_attention(self, heads: int, kv_heads: int, head_dim: int,
+                             kv_fp8: bool = False):
+        """(batch grid, KV-length grid, seconds[batch, length]) of one decode step's attention;
+        missing cells filled along the length axis (log-log, last slope continued); a head
+        configuration the table lacks is scaled from the nearest measured one by KV heads x
+        head_dim (decode attention is memory-bound)."""
+        rows, (_h, kv, hd), _ = self._attn_rows("gen_attn", heads, kv_heads, head_dim, kv_fp8)
+        b = np.unique(rows[:, 1])
+        s = np.unique(rows[:, 2])
+        g = np.full((len(b), len(s)), np.nan)
+        g[np.searchsorted(b, rows[:, 1]), np.searchsorted(s, rows[:, 2])] = np.log(rows[:, 6] * 1e-3)
+        g = fill_loglog(np.log(s), g, axis=1)
+        g = fill_loglog(np.log(b), g, axis=0)
+        t = np.exp(g) * (kv_heads * head_dim) / (kv * hd)
+        if self.transfer:
+            bb, ss = np.meshgrid(b, s, indexing="ij")
+            kvb = (1.0 if kv_fp8 else 2.0)
+            byts = bb * ss * 2.0 * kv_heads * head_dim * kvb
+            flops = 4.0 * heads * head_dim * bb * ss
+            t = t * roof_ratio(self.transfer, flops, byts, "bf16")
+        return b, s, t
+
+    # -- all-reduce ------------------------------------------------------------------------
+    def allreduce(self, num_gpus: int, graph: bool, engine_version: str | None = None):
+        """(message bytes, seconds, table version) of vLLM's custom all-reduce on `num_gpus`,
+        from the table version closest to `engine_version` (newest when None) that has that
+        GPU count; None when no table has it."""
+        a = self.arrays["allreduce"]
+        a = a[(a[:, 2] == num_gpus) & (a[:, 1] == (1.0 if graph else 0.0))]
+        if not len(a):
+            return None
+        vers = np.unique(a[:, 0])
+        want = version_code(engine_version) if engine_version else vers.max()
+        v = vers[np.argmin(np.abs(vers - want) - 1e-9 * vers)]  # ties: the newer
+        r = a[a[:, 0] == v]
+        r = r[np.argsort(r[:, 3])]
+        t = r[:, 4] * 1e-3
+        if self.transfer:
+            t = scale_link(t, self.transfer["link_ratio"])
+        return r[:, 3], t, version_name(v)
+
+    def nccl_allreduce(self, num_gpus: int):
+        """(message bytes, seconds) of NCCL all-reduce on `num_gpus`; None without a table."""
+        return self.nccl_collective("allreduce", num_gpus)
+
+    def nccl_collective(self, op: str, num_gpus: int):
+        """(message bytes, seconds) of NCCL `op` ("allreduce", "allgather", "reducescatter") on
+        `num_gpus`, message = the whole gathered buffer; None without a table."""
+        a = self.arrays.get(f"nccl_{op}")
+        if a is None or not len(a):
+            return None
+        r = a[a[:, 0] == num_gpus]
+        if not len(r):
+            return None
+        r = r[np.argsort(r[:, 1])]
+        t = r[:, 2] * 1e-3
+        if self.transfer:
+            t = scale_link(t, self.transfer["link_ratio"])
+        return r[:, 1], t
+
+    # -- mixture of experts ----------------------------------------------------------------
+    def moe_experts(self, shape: MoEShape, par: MoEParallel, fp8: bool, gpu):
+        """(tokens entering the layer across the expert group, seconds of one GPU's routed
+        experts, note) from the fused-MoE table: the model's shape and the deployment's split
+        where measured, else the nearest measured (shape, split) times the roofline ratio of the
+        two on `gpu` (duck-typed tuner GPU). None without a table for this dtype."""
+        a = self.arrays.get("moe")
+        if a is None or not len(a):
+            return None
+        a = a[a[:, 0] == (1.0 if fp8 else 0.0)]
+        if not len(a):
+            return None
+        dists = np.unique(a[:, 1])
+        want = MOE_DISTRIBUTION_CODES[MOE_DISTRIBUTION]
+        dist = want if want in dists else (0.0 if 0.0 in dists else dists[0])
+        a = a[a[:, 1] == dist]
+        dist_name = next(k for k, v in MOE_DISTRIBUTION_CODES.items() if v == dist)
+        target = np.array([shape.hidden_size, shape.moe_intermediate_size,
+                           shape.experts_per_token, shape.num_experts, par.moe_tp, par.moe_ep],
+                          dtype=np.float64)
+        combos = np.unique(a[:, 2:8], axis=0)
+        dist_log = np.abs(np.log(combos / target)).sum(axis=1)
+        best = combos[int(np.argmin(dist_log))]
+        rows = a[(a[:, 2:8] == best).all(axis=1)]
+        rows = rows[np.argsort(rows[:, 8])]
+        tok, t = rows[:, 8], rows[:, 9] * 1e-3
+        exact = bool(np.array_equal(best, target))
+        h, inter, k, E, mtp, mep = (int(x) for x in best)
+        src = (f"vLLM {self.moe_version} fused-MoE table ({dist_name} routing)")
+        if exact:
+            note = f"MoE experts: measured {src} at h {h}, width {inter}, top-{k} of {E}, " \
+                   f"moe_tp {mtp}, moe_ep {mep}"
+        else:
+            wb = 1.0 if fp8 else 2.0
+            peaks = spec_peaks(gpu)
+            fpk = peaks["flops"]["fp8" if fp8 else "bf16"]
+            f1, b1 = shape.expert_flops_bytes(tok, par, weight_bytes=wb)
+            f0, b0 = shape.expert_flops_bytes(tok, _FixedSplit(mtp, mep), weight_bytes=wb,
+                                              experts_per_token=k, hidden_size=h,
+                                              moe_intermediate_size=inter, num_experts=E)
+            t = t * (np.maximum(f1 / fpk, b1 / peaks["bw"]) / np.maximum(f0 / fpk, b0 / peaks["bw"]))
+            note = (f"MoE experts estimated: the {src}'s nearest measured point (h {h}, width "
+                    f"{inter}, top-{k} of {E}, moe_tp {mtp}, moe_ep {mep}) x the roofline ratio "
+                    f"to h {shape.hidden_size}, width {shape.moe_intermediate_size}, top-"
+                    f"{shape.experts_per_token} of {shape.num_experts}, moe_tp {par.moe_tp}, "
+                    f"moe_ep {par.moe_ep}")
+        if self.transfer:
+            wb = 1.0 if fp8 else 2.0
+            fl, by = shape.expert_flops_bytes(tok, par, weight_bytes=wb)
+            t = t * roof_ratio(self.transfer, fl, by, "fp8" if fp8 else "bf16")
+        return tok, t, note
+
+    def describe(self) -> str:
+        if self.measured:
+            return (f"measured: AIConfigurator, vLLM {self.gemm_version} kernels on {self.device}")
+        return (f"transferred to {self.gpu} from {self.transfer['source']} ({self.device}, vLLM "
+                f"{self.gemm_version} kernels) via spec-sheet ratios")
+
+
+@dataclass(frozen=True)
+class _FixedSplit:
+    """A measured table point's expert split (moe_tp, moe_ep) for MoEShape.expert_flops_bytes."""
+
+    moe_tp: int
+    moe_ep: int
+
+
+@lru_cache(maxsize=16)
+def _load_tables(path: str, system: str, gpu_name: str) -> KernelTables:
+    d = Path(path)
+    manifest = json.loads((d / "manifest.json").read_text())
+    info = manifest["gpus"][system]
+    z = np.load(d / f"{system}.npz")
+    arrays = {k: z[k] for k in z.files}
+    for dt in ("bf16", "fp8"):
+        if f"gemm_{dt}_lat_ms" in arrays:
+            logl = np.log(arrays.pop(f"gemm_{dt}_lat_ms").astype(np.float64))
+            n = arrays[f"gemm_{dt}_n"].astype(np.float64)
+            # an (n, k) column the table never measured (the 65536 x 65536 corner): from its
+            # neighbour at the next smaller n, in proportion to n
+            for j in range(1, logl.shape[1]):
+                bad = ~np.isfinite(logl[:, j, :])
+                if bad.any():
+                    logl[:, j, :] = np.where(bad, logl[:, j - 1, :] + np.log(n[j] / n[j - 1]),
+                                             logl[:, j, :])
+            arrays[f"gemm_{dt}_loglat"] = logl
+    return KernelTables(gpu=gpu_name, device=info["device"], gemm_version=info["gemm_version"],
+                        attention_version=info["attention_version"], arrays=arrays,
+                        moe_version=info.get("moe_version", ""))

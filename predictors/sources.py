@@ -1,0 +1,240 @@
+"""Where a cost model comes from: one ordered registry of cost sources and its resolver.
+
+    COST_SOURCES    profile -> tables -> transfer -> roofline (the order of preference of
+                    tuner.core.provenance.PROVENANCE_KINDS)
+    cost_model_for(model, profile=None, mode="auto", engine_version=None)
+                    -> (gpu, config) -> CostModel      what a command resolves once, passes down
+    resolve(model, gpu, config, ...) -> Resolution     the model, the source that priced it and
+                                                       why each source before it could not
+
+Each source prices (model, GPU, config) or declines with a reason; the resolver walks the
+registry in order and takes the first price. Sources:
+
+  profile   a profile measured on this GPU at this model's shapes (tp 1, 16-bit): the --profile
+            folder's (predictors.loader), or without one a profile shipped in predictors/data
+  tables    NVIDIA AIConfigurator's measured vLLM kernel tables of this GPU (predictors.aic; the
+            table version closest to --engine-version, default the newest) plus the default
+            engine-overhead profile (predictors.engine_overhead)
+  transfer  measurements carried to this GPU / config: the --profile folder's efficiency curves
+            (its own GPU at another tp / precision, or a GPU profile on this GPU's spec sheet),
+            or without a folder the kernel tables of the measured GPU of its architecture
+  roofline  the spec sheet (never declines)
+
+--profile-mode restricts the registry (SOURCES_BY_MODE). A --profile folder stands in for the
+shipped measurements: with one, `auto` consults profile -> transfer -> roofline (no kernel
+tables; the roofline then names why the folder did not apply), `measured` only the profile
+source (the folder's profile at this model's shapes, whatever device it was taken on; an error
+where it has none), `transfer` only the transfer source (always transfer, even from a CPU
+profile). `roofline` is the spec sheet, folder or not. Without a folder `measured` and
+`transfer` have nothing to restrict and consult the whole registry, as `auto` does.
+
+A stored calibration for (GPU, model) wraps the chosen model (predictors.calibration) unless
+`calibrated` is False (`tuner validate`, `tuner cost` compare against the uncalibrated model).
+The simulator takes the resulting CostModel and neither reads files nor chooses a source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tuner.predictors.loader import check_profile_mode
+from tuner.predictors.protocol import CostModel
+
+if TYPE_CHECKING:
+    from tuner.core.catalog import GPU, ModelSpec
+    from tuner.core.config import ServingConfig
+
+#: (gpu, config) -> CostModel: what a command resolves once and passes down
+CostModelFor = Callable[["GPU", "ServingConfig"], CostModel]
+
+
+@dataclass(frozen=True)
+class CostQuery:
+    """What a source is asked to price, and the options it is asked under."""
+
+    model: ModelSpec
+    gpu: GPU
+    config: ServingConfig
+    profile: Path | None = None  # --profile folder
+    mode: str = "auto"  # --profile-mode
+    engine_version: str | None = None  # --engine-version (kernel-table version)
+
+    def shapes(self) -> str:
+        c = self.config
+        return f"{self.model.name} on {self.gpu.name} at tp={c.tp}, W{c.weight_bits}/KV{c.kv_bits}"
+
+
+@dataclass(frozen=True)
+class Declined:
+    """A source's answer where it cannot price the query: why (kept in Resolution.declined)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class CostSource:
+    name: str
+    summary: str
+    # (query, the (source, reason) of each source that declined before it) -> a model or why not
+    price: Callable[[CostQuery, tuple[tuple[str, str], ...]], CostModel | Declined]
+
+
+# ---- the sources ------------------------------------------------------------------------------
+def _profile(q: CostQuery, declined) -> CostModel | Declined:
+    from tuner.predictors.loader import read_profiles, shipped_cost_model
+
+    if q.profile is None:
+        cm = shipped_cost_model(q.model, q.gpu, q.config)
+        return cm if cm is not None else Declined(
+            f"no profile shipped in predictors/data was taken on {q.gpu.name} at "
+            f"{q.model.name}'s shapes (tp 1, 16-bit)")
+    # `measured`: the folder's profile at this model's shapes on any device (never None: an
+    # error where it has none); `auto`: only one taken on this GPU, at the config profiled
+    cm = read_profiles(q.profile, q.model, q.gpu, q.config,
+                       "measured" if q.mode == "measured" else "auto-measured")
+    return cm if cm is not None else Declined(
+        f"no profile in {q.profile} measures {q.shapes()}")
+
+
+def _table_model(q: CostQuery):
+    from tuner.predictors.aic import table_cost_model
+
+    c = q.config
+    return table_cost_model(q.model, q.gpu, tp=c.tp, weight_bits=c.weight_bits,
+                            kv_bits=c.kv_bits, engine_version=q.engine_version, dp=c.dp,
+                            expert_parallel=c.expert_parallel)
+
+
+def _tables(q: CostQuery, declined) -> CostModel | Declined:
+    cm = _table_model(q)  # cached: the transfer source asks again at no cost
+    if cm is None:
+        return Declined(f"no measured kernel tables cover {q.shapes()}")
+    if cm.provenance.kind != "tables":
+        return Declined(f"{q.gpu.name} has no measured kernel tables of its own")
+    return cm
+
+
+def _transfer(q: CostQuery, declined) -> CostModel | Declined:
+    if q.profile is not None:
+        from tuner.predictors.loader import no_profile_applies, read_profiles
+
+        # `transfer`: always, from the folder's best source (never None); `auto`: a GPU profile
+        cm = read_profiles(q.profile, q.model, q.gpu, q.config,
+                           "transfer" if q.mode == "transfer" else "auto-transferred")
+        return cm if cm is not None else Declined(no_profile_applies(q.profile, q.gpu))
+    cm = _table_model(q)
+    if cm is None or cm.provenance.kind != "transferred":
+        return Declined(f"no measured GPU's kernel tables transfer to {q.shapes()}")
+    return cm
+
+
+def _roofline(q: CostQuery, declined) -> CostModel:
+    c = q.config
+    if q.profile is not None:
+        from tuner.predictors.loader import roofline
+
+        # priced as predictors.loader has always priced a folder's fallback (tp and bits; its
+        # name says why the folder did not apply)
+        return roofline(q.model, q.gpu, c, declined[-1][1] if declined else "")
+    from tuner.predictors.roofline import RooflineCostModel
+
+    return RooflineCostModel.from_specs(q.gpu, q.model, tp=c.tp, weight_bits=c.weight_bits,
+                                        kv_bits=c.kv_bits, dp=c.dp,
+                                        expert_parallel=c.expert_parallel)
+
+
+#: The cost sources in order of preference; the first that prices a query is used. Adding a
+#: source is one function and one entry (and its place in SOURCES_BY_MODE).
+COST_SOURCES: tuple[CostSource, ...] = (
+    CostSource("profile", "a profile measured on this GPU at this model's shapes", _profile),
+    CostSource("tables", "this GPU's measured vLLM kernel tables (AIConfigurator)", _tables),
+    CostSource("transfer", "measurements carried to this GPU and config", _transfer),
+    CostSource("roofline", "the spec-sheet roofline", _roofline),
+)
+SOURCE_NAMES = tuple(s.name for s in COST_SOURCES)
+
+#: --profile-mode -> the sources consulted, in registry order: (with a --profile folder,
+#: without one). Keys: predictors.loader.PROFILE_MODES.
+SOURCES_BY_MODE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "auto": (("profile", "transfer", "roofline"), SOURCE_NAMES),
+    "measured": (("profile",), SOURCE_NAMES),
+    "transfer": (("transfer",), SOURCE_NAMES),
+    "roofline": (("roofline",), ("roofline",)),
+}
+
+
+def sources_for(mode: str = "auto", *, profile: bool = False) -> tuple[CostSource, ...]:
+    """The registry's sources `mode` consults (with or without a --profile folder), in order."""
+    check_profile_mode(mode)
+    names = SOURCES_BY_MODE[mode][0 if profile else 1]
+    return tuple(s for s in COST_SOURCES if s.name in names)
+
+
+# ---- the resolver -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Resolution:
+    cost_model: CostModel  # calibrated where a stored calibration applies
+    source: str  # the COST_SOURCES entry that priced it
+    declined: tuple[tuple[str, str], ...]  # (source, reason) of each source consulted before
+
+    def trail(self) -> str:
+        """'tables: no measured kernel tables cover ...; transfer: ...; priced by roofline'."""
+        return "; ".join([f"{s}: {r}" for s, r in self.declined]
+                         + [f"priced by {self.source}"])
+
+
+def resolve(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
+            profile: str | Path | None = None, mode: str = "auto",
+            engine_version: str | None = None, calibrated: bool = True) -> Resolution:
+    """Walk the registry (as `mode` restricts it) for (model, gpu, config); TunerError on a bad
+    mode or folder, or where the restricted registry cannot price it."""
+    q = CostQuery(model, gpu, config, None if profile is None else Path(profile), mode,
+                  engine_version)
+    declined: list[tuple[str, str]] = []
+    for src in sources_for(mode, profile=q.profile is not None):
+        out = src.price(q, tuple(declined))
+        if isinstance(out, Declined):
+            declined.append((src.name, out.reason))
+            continue
+        if calibrated:
+            # a fit from `tuner calibrate` (measured runs on this device and model) corrects
+            # the residual of every later prediction there (TUNER_NO_CALIBRATION=1: off)
+            from tuner.predictors.calibration import apply_stored
+
+            out = apply_stored(out, gpu.name, model.name)
+        return Resolution(out, src.name, tuple(declined))
+    from tuner.core.errors import TunerError
+
+    raise TunerError(f"No cost source prices {q.shapes()} under --profile-mode {mode}: "
+                     + "; ".join(f"{s}: {r}" for s, r in declined) + ".")
+
+
+def resolve_cost_model(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
+                       profile: str | Path | None = None, mode: str = "auto",
+                       engine_version: str | None = None, calibrated: bool = True) -> CostModel:
+    """The registry's CostModel for (model, gpu, config): resolve(...).cost_model."""
+    return resolve(model, gpu, config, profile=profile, mode=mode,
+                   engine_version=engine_version, calibrated=calibrated).cost_model
+
+
+def cost_model_for(model: ModelSpec, profile: str | Path | None = None, mode: str = "auto",
+                   engine_version: str | None = None, *, calibrated: bool = True,
+                   check_gpu: GPU | None = None) -> CostModelFor:
+    """`(gpu, config) -> CostModel` under a command's --profile / --profile-mode /
+    --engine-version: what it resolves once and passes down. A bad mode fails now; with
+    `check_gpu` a --profile folder is read now, so a bad one fails before a search starts (one
+    TunerError) rather than in its first trial."""
+    check_profile_mode(mode)
+
+    def for_config(gpu: GPU, config: ServingConfig) -> CostModel:
+        return resolve_cost_model(model, gpu, config, profile=profile, mode=mode,
+                                  engine_version=engine_version, calibrated=calibrated)
+
+    if check_gpu is not None and profile is not None:
+        from tuner.core.config import ServingConfig
+
+        for_config(check_gpu, ServingConfig(gpu=check_gpu.name))
+    return for_config
