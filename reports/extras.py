@@ -35,7 +35,7 @@ from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
 from tuner.core.units import as_finite, fmt_duration
-from tuner.core.workload import Workload
+from tuner.core.workload import STDIN_NAME, Workload
 from tuner.exports import EXPORT_FORMATS, EXPORTERS, render_export
 from tuner.predictors.protocol import CostModel
 from tuner.predictors.sources import cost_model_for as default_cost_models
@@ -119,8 +119,8 @@ def openai_batch_info(path: str | Path, max_lines: int = 50) -> tuple[bool, str 
 
 def batch_paths(workload_path: str) -> tuple[str, str]:
     """(input, output) paths for ``vllm run-batch``: the study's workload and STEM.results.jsonl
-    beside it."""
-    p = Path(workload_path or "INPUT.jsonl")
+    beside it (INPUT.jsonl for none, or one read from standard input)."""
+    p = Path(workload_path if workload_path not in ("", STDIN_NAME) else "INPUT.jsonl")
     return str(p), str(p.with_name(f"{p.stem}.results.jsonl"))
 
 
@@ -141,7 +141,11 @@ def export_text(fmt: str, record: TrialRecord, model: ModelSpec, gpus: dict[str,
     if exporter is not None and exporter.batch:
         src, dst = batch_paths(workload_path)
         ok, served = openai_batch_info(src) if workload_path else (False, None)
-        if workload_path and not ok and exporter.batch_api_input:
+        if workload_path == STDIN_NAME:  # `tuner search -w -`: no file to name
+            header += ("\nNOTE: the search read its workload from standard input; set the "
+                       "input to the job's file before running (tuner export --batch-input "
+                       "FILE, or INPUT=FILE for a script).")
+        elif workload_path and not ok and exporter.batch_api_input:
             header += (f"\nNOTE: {src} is not an OpenAI Batch API JSONL (custom_id, method, url, "
                        "body); convert it to that form before running.")
         kw = dict(input_path=src, output_path=batch_output or dst, served_model_name=served)

@@ -358,7 +358,7 @@ def _cases(draw):
                       intermediate_size=draw(st.integers(1024, 30000)),
                       vocab_size=draw(st.integers(1000, 160000)))
     gpu = replace(get_gpu(draw(st.sampled_from(sorted(GPUS))), GPUS),
-                  memory_gib=draw(st.floats(4, 200)), host_ram_gib=draw(st.floats(0, 512)))
+                  memory_gib=draw(st.floats(4, 200)), host_ram_gib=draw(st.floats(1, 512)))
     cfg = ServingConfig(
         gpu=gpu.name, tp=draw(st.sampled_from([1, 2, 4, 8])),
         chunk_size=draw(st.sampled_from([256, 2048, 16384])),

@@ -41,7 +41,8 @@ def tool_version() -> str:
 
 # ---- shared option types --------------------------------------------------------------------
 WorkloadOpt = Annotated[Path, typer.Option("--workload", "-w", help="JSONL (OpenAI batch, "
-                        "{prompt,max_tokens} or {prompt_tokens,output_tokens}) or CSV trace.")]
+                        "{prompt,max_tokens} or {prompt_tokens,output_tokens}) or CSV trace; "
+                        "- reads standard input.")]
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalog name (`tuner models`) or "
                      "path to a Hugging Face config.json.")]
 PriceOpt = Annotated[list[str] | None, typer.Option("--price", help="Override a GPU's $/h, "
@@ -118,6 +119,22 @@ def catalog_gpu(name: str, cat: dict, provider: str | None, spot: bool = False):
     g = get_gpu(name, cat)
     require_offered(g, provider, spot)
     return g
+
+
+def workload_ref(path: Path) -> str:
+    """What a study stores as its workload: the resolved file, or for a stream (``-``,
+    /dev/stdin, a FIFO, ``<(cmd)``) its name (tuner.core.workload.STDIN_NAME for stdin): it
+    cannot be read again, so later commands ask for --workload."""
+    from tuner.core.workload import is_stream, stream_name
+
+    return stream_name(path) if is_stream(path) else str(path.resolve())
+
+
+def workload_stem(path: Path) -> str:
+    """The workload's name in a default study name ("stdin" for standard input)."""
+    from tuner.core.workload import STDIN_NAME, stream_name
+
+    return "stdin" if stream_name(path) == STDIN_NAME else path.stem
 
 
 def read_workload(path: Path, model, skip_invalid: bool, output_dist: str | None):

@@ -94,12 +94,18 @@ def export_cmd(
 
     Example: tuner export --out tuner-out --format vllm-run-batch --goal cheapest
     """
+    from tuner.core.catalog import check_checkpoint_ref
     from tuner.reports.extras import export_text, max_request_tokens, winner_header
     from tuner.search import load_study
 
     _check_export_options(fmt, goal, rank, storage, out, output)
+    check_checkpoint_ref(quantized_model)
     st = load_study(study, storage, out_dir=out)
     s = study_setting(st, gpu_file, workload, need_workload=max_model_len is None)
+    if max_model_len is not None and max_model_len > s.model.max_position:
+        raise TunerError(f"--max-model-len {max_model_len} is beyond {s.model.name}'s context "
+                         f"of {s.model.max_position} tokens (max_position); pass at most "
+                         f"{s.model.max_position}.")
     w = s.workload
     rec = _ranked_record(st, goal, rank)
     requests = None

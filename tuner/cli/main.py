@@ -19,6 +19,7 @@ from tuner.cli import exports, profiling, study, validation
 from tuner.cli.app import app, err
 from tuner.core import interrupts
 from tuner.core.errors import TunerError
+from tuner.core.secrets import mask_secrets
 
 for _module in (exports, profiling, study, validation):
     _module.register(app)
@@ -26,7 +27,7 @@ for _module in (exports, profiling, study, validation):
 
 def _error_line(message: str) -> None:
     """`error: MESSAGE` as one line: never wrapped, no markup, inner newlines folded."""
-    message = " ".join(message.split())
+    message = mask_secrets(" ".join(message.split()))  # never a password (storage URLs)
     err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 

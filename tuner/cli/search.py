@@ -33,9 +33,12 @@ from tuner.cli.app import (
     out,
     read_workload,
     tool_version,
+    workload_ref,
+    workload_stem,
 )
 from tuner.core.errors import TunerError
 from tuner.core.io import dumps
+from tuner.core.secrets import mask_secrets
 from tuner.core.units import fmt_duration
 
 
@@ -123,14 +126,15 @@ def search(
     limits = limits.check_gpus(job.gpus)  # --max-gpus a10=2 names the catalog's A10
     _check_options(n_trials=n_trials, workers=workers, exhaustive=exhaustive,
                    sample_fraction=sample_fraction, sampler=sampler, seed=seed, timeout=timeout)
+    workers = cap_workers(workers)
     cost_model_for = job.cost_model_for(profile, profile_mode, engine_version)
     check_writable(out_dir)
     settings = SearchSettings(n_trials=n_trials, timeout_s=timeout, seed=seed, sampler=sampler,
                               storage=storage or default_storage(out_dir),
-                              study_name=study or f"{workload.stem}-{job.model.name}",
+                              study_name=study or f"{workload_stem(workload)}-{job.model.name}",
                               resume=resume, exhaustive=exhaustive,
                               sample_fraction=sample_fraction, constraints=limits)
-    metadata = {"workload": str(workload.resolve()),
+    metadata = {"workload": workload_ref(workload),
                 "gpu_file": str(gpu_file.resolve()) if gpu_file else None,
                 "skip_invalid": skip_invalid, "output_dist": output_dist,
                 "profile": str(profile.resolve()) if profile is not None else None,
@@ -142,7 +146,7 @@ def search(
     w, spec, chosen, sp = job.workload, job.model, job.gpus, job.space
     # e.g. a study with results exists without --resume: one line, no progress
     check_study_settings(settings, study_metadata(w, spec, chosen, sp, settings, metadata))
-    total = _announce(job, settings, workload.name, workers)
+    total = _announce(job, settings, Path(workload_ref(workload)).name, workers)
     try:
         with SearchProgress(err, total, disable=as_json) as prog:
             st = _run(job, settings, metadata, workers, prog, cost_model_for)
@@ -176,8 +180,10 @@ def _run(job: _SearchInputs, settings, metadata: dict, workers: int, prog, cost_
 def search_constraints(deadline: str | None, budget: float | None, max_gpus: str | None,
                        quantized_model: str | None):
     """The Constraints of --deadline / --budget / --max-gpus / --quantized-model."""
+    from tuner.core.catalog import check_checkpoint_ref
     from tuner.search.constraints import Constraints, parse_duration_s, parse_max_gpus
 
+    check_checkpoint_ref(quantized_model)
     total, per_type = parse_max_gpus(max_gpus) if max_gpus is not None else (None, {})
     return Constraints(deadline_s=parse_duration_s(deadline) if deadline is not None else None,
                        budget_usd=budget, max_gpus=total, max_gpus_per_type=per_type,
@@ -270,6 +276,29 @@ def _check_options(*, n_trials: int, workers: int, exhaustive: bool,
     make_sampler(SearchSettings(sampler=sampler, seed=seed))  # bad --sampler: fail before --out
 
 
+def cpu_count() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    import os
+
+    if hasattr(os, "sched_getaffinity"):
+        try:
+            return max(1, len(os.sched_getaffinity(0)))
+        except OSError:
+            pass
+    return max(1, os.cpu_count() or 1)
+
+
+def cap_workers(workers: int) -> int:
+    """--workers capped at this machine's CPUs (each worker process simulates on one core; a
+    thousand of them only thrash), with one line saying so."""
+    cpus = cpu_count()
+    if workers <= cpus:
+        return workers
+    err.print(f"--workers {workers} capped at {cpus} (this machine's CPUs: each worker "
+              "simulates on one core)", highlight=False, soft_wrap=True)
+    return cpus
+
+
 def _announce(job: _SearchInputs, settings, workload_name: str, workers: int) -> int:
     """Print what is searched and how; return the number of trials the progress bar counts."""
     from tuner.search import sample_size, sampler_name
@@ -284,7 +313,7 @@ def _announce(job: _SearchInputs, settings, workload_name: str, workers: int) ->
     err.print(f"[bold]Searching[/] {n} requests of {escape(workload_name)} on "
               f"{job.model.name}: {', '.join(job.gpus)} x {', '.join(job.space.knobs)} "
               f"({size:,} configurations), {how}, study {escape(repr(settings.study_name))} in "
-              f"{escape(settings.storage)}" + (f", {workers} workers" if workers > 1 else "")
+              f"{escape(mask_secrets(settings.storage))}" + (f", {workers} workers" if workers > 1 else "")
               + _constraint_words(settings.constraints))
     for note in job.space_notes or []:
         err.print(f"[dim]{escape(note)}[/]")

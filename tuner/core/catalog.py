@@ -22,6 +22,47 @@ GIB = 1024**3
 ARCHITECTURES = ("ampere", "ada", "hopper", "blackwell")
 
 
+# plausible ranges of a GPU's figures (GPU.__post_init__): field -> (low, high, unit, whole
+# number, may be null); low is exclusive for a float (> 0), inclusive for a whole number
+MAX_PRICE_USD_PER_H = 10_000.0  # $/GPU-h: a price above is a typo (--price, --gpu-file)
+GPU_FIELD_RANGES: dict[str, tuple[float, float, str, bool, bool]] = {
+    "memory_gib": (1, 1024, "GiB", False, False),
+    "bf16_tflops": (0, 100_000, "TFLOP/s", False, False),
+    "fp32_tflops": (0, 100_000, "TFLOP/s", False, False),
+    "fp8_tflops": (0, 100_000, "TFLOP/s", False, True),
+    "int8_tops": (0, 100_000, "TOP/s", False, True),
+    "hbm_gbps": (1, 100_000, "GB/s", False, False),
+    "pcie_gen": (1, 7, "", True, False),
+    "host_link_gbps": (0, 10_000, "GB/s", False, False),
+    "nvlink_gbps": (0, 100_000, "GB/s", False, True),
+    "host_ram_gib": (0, 1_048_576, "GiB", False, False),
+    "cpu_cores": (1, 100_000, "cores", True, False),
+    "tdp_w": (0, 100_000, "W", False, False),
+    "price_usd_per_h": (0, MAX_PRICE_USD_PER_H, "$/GPU-h", False, False),
+    "vasuki_usd_per_fp32_gflop_per_w": (0, 1e9, "$ per FP32 GFLOP/s per W", False, True),
+}
+
+
+def _check_gpu_figure(gpu: str, name: str, value, low: float, high: float, unit: str,
+                      whole: bool, optional: bool) -> None:
+    """One TunerError naming the GPU, field and value unless `value` lies in its range."""
+    if value is None and optional:
+        return
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if whole:
+        ok = isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+        want = f"a whole number from {low:g} to {high:g}"
+    else:
+        ok = number and math.isfinite(value) and (low < value if low == 0 else low <= value) \
+            and value <= high
+        want = (f"a positive finite number up to {high:g}" if low == 0
+                else f"a finite number from {low:g} to {high:g}")
+    if not ok:
+        unit_text = f" {unit}" if unit else ""
+        null = " (or null)" if optional else ""
+        raise TunerError(f"GPU {gpu}: {name} must be {want}{unit_text}{null}, got {value!r}.")
+
+
 @dataclass(frozen=True)
 class GPU:
     """Spec-sheet figures of one GPU type plus its on-demand price (with source and date)."""
@@ -65,14 +106,12 @@ class GPU:
                 raise TunerError(f"GPU {self.name}: architecture must be one of "
                                  f"{', '.join(ARCHITECTURES)} (or left out), got {arch!r}.")
             object.__setattr__(self, "architecture", arch.strip().lower())
-        # a zero, negative or non-finite spec or price would divide by zero or turn every $
-        # into nan far from where it was typed (--price, --gpu-file)
-        for name in ("memory_gib", "bf16_tflops", "fp32_tflops", "hbm_gbps", "host_link_gbps",
-                     "price_usd_per_h"):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-                raise TunerError(f"GPU {self.name}: {name} must be a positive finite number, "
-                                 f"got {value!r}.")
+        # a zero, negative, non-finite or absurd spec or price would divide by zero, turn
+        # every $ into nan or make a plan look 1000x faster far from where it was typed
+        # (--price, --gpu-file): each figure positive, finite and within a plausible range
+        for name, (low, high, unit, whole, optional) in GPU_FIELD_RANGES.items():
+            _check_gpu_figure(self.name, name, getattr(self, name), low, high, unit, whole,
+                              optional)
         per = self.gpus_per_machine
         if isinstance(per, bool) or not isinstance(per, int) or not 1 <= per <= 64:
             raise TunerError(f"GPU {self.name}: gpus_per_machine must be a whole number of GPUs "
@@ -329,6 +368,8 @@ def _gpu_from_dict(name: str, d: dict, where: str) -> GPU:
         return GPU(name=name, **{k: v for k, v in d.items() if k != "name"})
     except TypeError as exc:
         raise TunerError(f"{where}: GPU {name!r} is missing fields ({exc}).") from None
+    except TunerError as exc:  # a figure out of range: say which file it came from
+        raise TunerError(f"{where}: {exc}") from None
 
 
 def load_gpus(extra_yaml: str | Path | None = None) -> dict[str, GPU]:
@@ -373,9 +414,10 @@ def parse_price_overrides(items: list[str] | None) -> dict[str, float]:
                 price = float(value)
             except ValueError:
                 price = -1.0
-            if not sep or not (math.isfinite(price) and price > 0):
-                raise TunerError(f"--price expects GPU=USD_PER_HOUR with a positive price "
-                                 f"(e.g. A10=0.75), got {part!r}.")
+            if not sep or not (math.isfinite(price) and 0 < price <= MAX_PRICE_USD_PER_H):
+                raise TunerError(f"--price expects GPU=USD_PER_HOUR with a price above 0 and up "
+                                 f"to {MAX_PRICE_USD_PER_H:,.0f} $/GPU-h (e.g. A10=0.75), got "
+                                 f"{part!r}.")
             out[name.strip()] = price
     return out
 
@@ -389,6 +431,24 @@ def apply_prices(gpus: dict[str, GPU], prices: dict[str, float]) -> dict[str, GP
         out[gpu.name] = replace(gpu, price_usd_per_h=price, price_source="user override (--price)",
                                 price_date="", billing=billing)
     return out
+
+
+def check_checkpoint_ref(value: str | None, option: str = "--quantized-model") -> None:
+    """One TunerError unless `value` (a checkpoint an export names: --quantized-model) is a
+    Hugging Face repo id (owner/name) or a path that exists: a path that does not would be
+    written into every export and fail only when the engine starts."""
+    if not value:
+        return
+    looks_like_path = value.startswith(("/", "./", "../", "~", ".\\")) or value in (".", "..")
+    if not looks_like_path and _HF_ID.match(value):
+        return
+    if Path(value).expanduser().exists():
+        return
+    if looks_like_path or "/" in value or os.sep in value:
+        raise TunerError(f"{option} {value}: no such file or folder (pass an existing "
+                         "checkpoint path or a Hugging Face repo id, owner/name).")
+    raise TunerError(f"{option} {value!r} is neither an existing checkpoint path nor a Hugging "
+                     "Face repo id (owner/name).")
 
 
 def get_gpu(name: str, gpus: dict[str, GPU]) -> GPU:
@@ -762,7 +822,8 @@ def get_model(name_or_path: str, models: dict[str, ModelSpec] | None = None) -> 
 
 
 __all__ = [
-    "GPU", "GIB", "ModelSpec", "apply_prices", "get_gpu", "get_model", "hf_config_path",
+    "GPU", "GIB", "GPU_FIELD_RANGES", "MAX_PRICE_USD_PER_H", "ModelSpec", "apply_prices",
+    "check_checkpoint_ref", "get_gpu", "get_model", "hf_config_path",
     "load_gpus", "load_models", "model_aliases", "model_from_config_dict", "model_from_hf_config",
     "parse_price_overrides",
 ]

@@ -275,6 +275,25 @@ class Provider:
                        date=", ".join(dict.fromkeys(r.date for r in rows)))
 
 
+# $/GPU-h above which a price is a typo (tuner.core.catalog.MAX_PRICE_USD_PER_H: catalog imports
+# this module, so the figure is repeated here)
+MAX_PRICE_USD_PER_H = 10_000.0
+
+
+def _plausible_row(row: InstanceRow) -> bool:
+    """GPUs a whole number 1..64; every price per GPU-hour finite, > 0 and <= the maximum."""
+    gpus = row.gpus
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= 64:
+        return False
+    prices = [row.usd_per_h] + ([] if row.spot_usd_per_h is None else [row.spot_usd_per_h])
+    for price in prices:
+        if isinstance(price, bool) or not isinstance(price, int | float):
+            return False
+        if not (math.isfinite(price) and 0 < price / gpus <= MAX_PRICE_USD_PER_H):
+            return False
+    return True
+
+
 def _provider(name: str, d: dict, where: str) -> Provider:
     try:
         bill = d.get("billing") or {}
@@ -285,9 +304,12 @@ def _provider(name: str, d: dict, where: str) -> Provider:
         rows = []
         for iname, r in (d.get("instances") or {}).items():
             row = InstanceRow(name=str(iname), **r)
-            if row.gpus < 1 or not (row.usd_per_h > 0) or (
-                    row.spot_usd_per_h is not None and not row.spot_usd_per_h > 0):
-                raise TunerError(f"{where}: {name} {iname}: gpus must be >= 1 and prices > 0.")
+            if not _plausible_row(row):
+                raise TunerError(f"{where}: {name} {iname}: gpus must be a whole number from 1 "
+                                 "to 64 and prices above 0 and up to "
+                                 f"{MAX_PRICE_USD_PER_H:,.0f} $/GPU-h, got gpus={row.gpus!r}, "
+                                 f"usd_per_h={row.usd_per_h!r}, "
+                                 f"spot_usd_per_h={row.spot_usd_per_h!r}.")
             rows.append(row)
         return Provider(name=name, title=str(d.get("title", name)),
                         granularity_s=GRANULARITY_S[gran],

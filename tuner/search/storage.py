@@ -18,6 +18,7 @@ import optuna
 from tuner.core.catalog import GPU, ModelSpec, load_gpus
 from tuner.core.errors import TunerError
 from tuner.core.interrupts import is_interrupt
+from tuner.core.secrets import mask_secrets
 from tuner.core.workload import Workload, pack_lengths, unpack_lengths
 from tuner.search.meta import STUDY_META_VERSION, StoredSearch, StudyMeta, study_meta
 from tuner.search.settings import SearchSettings, make_sampler
@@ -126,11 +127,31 @@ def storage_url(url: str) -> str:
     return url
 
 
+def _driver_hint(url: str) -> str:
+    """Which package to install for the database driver of `url` (its scheme)."""
+    scheme = url.split("://", 1)[0].lower()
+    dialect, _, driver = scheme.partition("+")
+    if dialect in ("postgresql", "postgres"):
+        return "PostgreSQL: pip install 'tuner[postgres]'"
+    if dialect in ("mysql", "mariadb"):
+        if driver == "pymysql":
+            return "MySQL: pip install pymysql"
+        if driver in ("", "mysqldb"):
+            return (f"MySQL: pip install pymysql and use {dialect}+pymysql://..., or pip install "
+                    f"mysqlclient for {scheme}://")
+        return f"MySQL: install the {driver} package, or pip install pymysql and use " \
+               f"{dialect}+pymysql://..."
+    return f"install the Python driver SQLAlchemy uses for {scheme}://"
+
+
 def _storage_error(url: str, exc: BaseException) -> TunerError:
+    """One line for a storage that does not open; the URL's password (and any in the driver's
+    message) masked."""
+    shown = mask_secrets(url)
     if isinstance(exc, ImportError):
-        return TunerError(f"Cannot open storage {url}: its database driver is not installed "
-                          "(PostgreSQL: pip install 'tuner[postgres]').")
-    return TunerError(f"Cannot open storage {url}: {' '.join(str(exc).split())}")
+        return TunerError(f"Cannot open storage {shown}: its database driver is not installed "
+                          f"({_driver_hint(url)}).")
+    return TunerError(f"Cannot open storage {shown}: {mask_secrets(' '.join(str(exc).split()))}")
 
 
 def make_storage(url: str | None) -> optuna.storages.BaseStorage | None:
@@ -321,6 +342,29 @@ def _drop_study(storage, url: str, name: str, names: list[str]) -> bool:
     return False
 
 
+def _n_results(study: optuna.Study) -> int:
+    """How many finished trials of `study` are results: a feasible plan on the full workload
+    that meets the study's own --deadline / --budget. A study with none (e.g. every plan
+    missed `--deadline 1s`: "no plan finishes within 1 s") holds nothing worth keeping; the
+    rerun with another constraint replaces it instead of being refused."""
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    try:
+        limits = study_meta(study).constraints
+    except Exception:  # noqa: BLE001 - unreadable metadata: count feasible plans only
+        limits = None
+    n = 0
+    for t in done:
+        if not t.user_attrs.get("feasible"):
+            continue
+        if (t.user_attrs.get("fidelity") or {}).get("level", "full") != "full":
+            continue
+        if limits is not None and limits.on_figures and t.values is not None \
+                and not limits.meets(*t.values[:2]):
+            continue
+        n += 1
+    return n
+
+
 def _settle_existing(settings: SearchSettings, storage, alone: bool | None,
                      metadata: StudyMeta | None):
     """Decide what happens to an existing study of this name before the search opens it:
@@ -328,6 +372,7 @@ def _settle_existing(settings: SearchSettings, storage, alone: bool | None,
     process holds it: a failed, refused or killed run left it), or refuse with one line that
     says exactly what to pass. Returns the storage to open."""
     url, name = settings.storage, settings.study_name
+    shown = mask_secrets(url)
     try:
         names = optuna.study.get_all_study_names(storage)
     except Exception as exc:  # noqa: BLE001 - storage URLs fail in many driver-specific ways
@@ -342,20 +387,20 @@ def _settle_existing(settings: SearchSettings, storage, alone: bool | None,
         return storage
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     n_feasible = sum(1 for t in done if t.user_attrs.get("feasible"))
-    if alone and n_feasible == 0 and local_file(url) is not None:
+    if alone and _n_results(study) == 0 and local_file(url) is not None:
         # nothing in it worth keeping
         return make_storage(url) if _drop_study(storage, url, name, names) else storage
     if alone is False:
         raise TunerError(
-            f"Study {name!r} in {url} is being searched by another process right now; "
+            f"Study {name!r} in {shown} is being searched by another process right now; "
             + (f"it was searched with {differs}; start a new one with "
                if differs else "pass --resume to join it (--n-trials is their total), or "
                "start a new one with ") + _new_study_hint(url) + ".")
     have = f"{len(done)} finished trial(s), {n_feasible} feasible"
     if differs:
-        raise TunerError(f"Study {name!r} in {url} was searched with {differs} and has {have}; "
+        raise TunerError(f"Study {name!r} in {shown} was searched with {differs} and has {have}; "
                          f"start a new one with {_new_study_hint(url)}.")
-    raise TunerError(f"Study {name!r} already exists in {url} with {have}; pass --resume to "
+    raise TunerError(f"Study {name!r} already exists in {shown} with {have}; pass --resume to "
                      f"continue it, or start a new one with {_new_study_hint(url)}.")
 
 
@@ -394,7 +439,8 @@ def open_study(settings: SearchSettings, *, metadata: StudyMeta | None = None,
                 directions=["minimize", "minimize"], sampler=sampler,
                 load_if_exists=settings.resume)
         except Exception as exc:  # noqa: BLE001
-            raise TunerError(f"Cannot create study in {settings.storage}: {exc}") from None
+            raise TunerError(f"Cannot create study in {mask_secrets(settings.storage)}: "
+                             f"{mask_secrets(str(exc))}") from None
         old = study.user_attrs.get("metadata")  # the stored form, as the study holds it
         new = metadata.to_dict() if metadata is not None else None
         if new and not old:
@@ -409,8 +455,8 @@ def open_study(settings: SearchSettings, *, metadata: StudyMeta | None = None,
 
 
 def discard_failed_study(settings: SearchSettings, exc: BaseException) -> bool:
-    """After a search failed with `exc`: remove its study when it holds no feasible result
-    and no other process holds it, so the corrected rerun is not refused ("already exists")
+    """After a search failed with `exc`: remove its study when it holds no result (no feasible
+    plan, or none within its --deadline / --budget: _n_results) and no other process holds it, so the corrected rerun is not refused ("already exists")
     nor misled on --resume ("another workload"); True when removed. Kept: a study with
     results (the rerun's message says to pass --resume) and an interrupted one (Ctrl-C:
     --resume continues it)."""
@@ -429,8 +475,7 @@ def discard_failed_study(settings: SearchSettings, exc: BaseException) -> bool:
             if name not in names:
                 return False
             study = optuna.load_study(study_name=name, storage=storage)
-            done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-            if any(t.user_attrs.get("feasible") for t in done):
+            if _n_results(study):  # results within its --deadline / --budget: kept
                 return False
             _drop_study(storage, url, name, names)
             return True
@@ -546,13 +591,16 @@ def study_workload(meta: StudyMeta, model: ModelSpec, workload_path: str | Path 
     """The study's workload file (or `workload_path`, e.g. --workload), loaded as the search
     loaded it (--skip-invalid, --output-dist, --on-too-long skip) and checked against the
     token counts the study searched."""
-    from tuner.core.workload import drop_too_long, load_workload
+    from tuner.core.workload import STDIN_NAME, drop_too_long, load_workload
 
     of = f"study {study_name!r}" if study_name else "the study"
     path = workload_path or meta.workload
     if not path:
         raise TunerError(f"{of[0].upper()}{of[1:]} does not record its workload; pass "
                          "--workload FILE.")
+    if str(path) == STDIN_NAME:
+        raise TunerError(f"{of[0].upper()}{of[1:]} read its workload from standard input; "
+                         "give it again with --workload FILE.")
     if not Path(path).is_file():
         raise TunerError(f"Workload {path} of {of} is not stored in the study nor on this "
                          "machine; pass --workload FILE.")
@@ -695,16 +743,17 @@ def load_study(study_name: str | None, storage: str | None = None, *,
             raise _storage_error(url, exc) from None
     if study_name is None:
         if len(names) != 1:
-            raise TunerError(f"Storage {url} holds {len(names)} studies"
+            raise TunerError(f"Storage {mask_secrets(url)} holds {len(names)} studies"
                              + (f" ({', '.join(sorted(names))})" if names else "")
                              + "; pass --study NAME.")
         study_name = names[0]
     if study_name not in names:
-        raise TunerError(f"No study {study_name!r} in {url}"
+        raise TunerError(f"No study {study_name!r} in {mask_secrets(url)}"
                          + (f"; it has {', '.join(sorted(names))}." if names else
                             "; it holds no study (create it with `tuner search --storage URL "
                             "--study NAME`)."))
     try:
         return optuna.load_study(study_name=study_name, storage=st)
     except Exception as exc:  # noqa: BLE001
-        raise TunerError(f"Cannot load study {study_name!r} from {url}: {exc}") from None
+        raise TunerError(f"Cannot load study {study_name!r} from {mask_secrets(url)}: "
+                         f"{mask_secrets(str(exc))}") from None

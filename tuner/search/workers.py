@@ -21,6 +21,7 @@ import optuna
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
+from tuner.core.secrets import mask_secrets
 from tuner.predictors.protocol import CostModel
 from tuner.search.evaluator import Evaluator
 from tuner.search.loop import optimize
@@ -130,7 +131,7 @@ def connect_worker(study_name: str, storage: str, *, n_trials: int | None = None
             study = load_study(study_name, storage)
             if study_meta(study).has_search:
                 break
-            problem = TunerError(f"Study {study_name!r} in {storage} has no search metadata; "
+            problem = TunerError(f"Study {study_name!r} in {mask_secrets(storage)} has no search metadata; "
                                  "create it with `tuner search --storage URL --study NAME`.")
         except TunerError as exc:
             problem = exc

@@ -26,7 +26,7 @@ from tuner.core.workload.base import (
     unpack_lengths,
 )
 from tuner.core.workload.lengths import OUTPUT_DISTS, parse_output_dist
-from tuner.core.workload.readers import load_workload
+from tuner.core.workload.readers import STDIN_NAME, is_stream, load_workload, stream_name
 from tuner.core.workload.stats import (
     ON_TOO_LONG,
     apply_on_too_long,
@@ -57,6 +57,9 @@ __all__ = [
     "drop_too_long",
     "estimate_tokens",
     "load_workload",
+    "STDIN_NAME",
+    "is_stream",
+    "stream_name",
     "pack_lengths",
     "parse_output_dist",
     "unpack_lengths",

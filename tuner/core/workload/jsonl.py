@@ -49,6 +49,8 @@ _FIELD_CODE = {name: i for i, name in enumerate(OUTPUT_FIELDS)}
 _BATCH_OUT = ("max_completion_tokens", "max_tokens")  # parse_record's order per shape
 _PROMPT_OUT = ("max_tokens", "max_completion_tokens", "output_tokens")
 _SLOW = object()  # "take the general path" marker
+_N_GROUP = object()  # prefix-group key of a request's n completions: (_N_GROUP, line number)
+WHOLE_PROMPT = -1  # prefix tokens column: the whole prompt (counted after the pass)
 _JSON_WS = " \t\n\r"
 
 
@@ -87,14 +89,23 @@ def _fast_row(obj: Any, want_text: bool) -> tuple | None:
         return None  # (a null prefix_id is valid: the general path reads it)
     if "body" in obj:
         body = obj["body"]
-        if type(body) is not dict:
+        if type(body) is not dict or not _single(body):
             return None
         return _fast_text_row(body, 0, _BATCH_OUT, obj.get("custom_id"), want_text)
+    if not _single(obj):
+        return None
     if "prompt_tokens" in obj:
         return _fast_tokens_row(obj)
     if "prompt" in obj or "messages" in obj:
         return _fast_text_row(obj, 1, _PROMPT_OUT, None, want_text)
     return None
+
+
+def _single(holder: dict) -> bool:
+    """Whether the request asks for one completion (``n`` absent, null or 1); any other ``n``
+    takes the general path (parse_record checks it; the reader expands it into n requests)."""
+    n = holder.get("n")
+    return n is None or (type(n) is int and n == 1)
 
 
 def _fast_tokens_row(obj: dict) -> tuple | None:
@@ -186,8 +197,9 @@ class _Reader:
     """One streaming pass over a JSONL file (see the module docstring)."""
 
     def __init__(self, path: Path, skip_invalid: bool, tokenizer_path: str | Path | None,
-                 model: ModelSpec | None) -> None:
+                 model: ModelSpec | None, name: str | Path | None = None) -> None:
         self.path, self.skip_invalid = path, skip_invalid
+        self.name = path if name is None else name  # in error messages
         self.tokenizer_path, self.model = tokenizer_path, model
         try:
             self.want_text = tokenizer_file(tokenizer_path, model)[0] is not None
@@ -248,7 +260,7 @@ class _Reader:
             self.skipped += 1
             return
         self._check_ids(before=lineno)  # a repeated id on an earlier line is the first error
-        raise TunerError(f"{self.path}:{lineno}: {exc}") from None
+        raise TunerError(f"{self.name}:{lineno}: {exc}") from None
 
     # ---- the pass ----
     def read(self) -> None:
@@ -257,10 +269,10 @@ class _Reader:
             with self.path.open(encoding="utf-8-sig", newline="") as fh:
                 self._read_records(self._objects(fh))
         except UnicodeDecodeError as exc:
-            raise TunerError(f"{self.path}: not UTF-8 text ({exc.reason} at byte "
+            raise TunerError(f"{self.name}: not UTF-8 text ({exc.reason} at byte "
                              f"{exc.start}).") from None
         except OSError as exc:
-            raise TunerError(f"{self.path}: cannot read ({one_line(exc)}).") from None
+            raise TunerError(f"{self.name}: cannot read ({one_line(exc)}).") from None
 
     def _objects(self, fh) -> Iterator[tuple[int, Any]]:
         """(line number, JSON value) of each line but blank ones; a line that is not one JSON
@@ -309,19 +321,29 @@ class _Reader:
                 file_shape = self.shape = row[0]
                 self.first_line = lineno
             _, known, est, texts, out, field, cid = row
-            app_line(lineno)
-            app_prompt(known if known >= 0 else -1 - est)
-            app_out(out)
-            app_field(field)
-            app_cid(NO_ID if cid is None else _id_digest(cid))
-            if texts is not None and want_text:
-                self._count_texts(n, texts)
-            if group >= 0:
-                self._add_prefix(n, group, rec.prefix_tokens)
-            n += 1
-            if n % chunk == 0:
-                self.cols.flush()
-                self.pref.flush()
+            copies, ptoks = 1, 0 if rec is None else rec.prefix_tokens
+            if rec is not None and rec.n > 1:
+                copies = rec.n
+                if group < 0:  # the n sequences share their whole prompt (see records.py)
+                    group = self.prefix_index.setdefault((_N_GROUP, lineno),
+                                                         len(self.prefix_index))
+                    ptoks = known if known >= 0 else WHOLE_PROMPT
+            digest = NO_ID if cid is None else _id_digest(cid)
+            for _ in range(copies):
+                app_line(lineno)
+                app_prompt(known if known >= 0 else -1 - est)
+                app_out(out)
+                app_field(field)
+                app_cid(digest)
+                digest = NO_ID  # one custom_id per request line, not per completion
+                if texts is not None and want_text:
+                    self._count_texts(n, texts)
+                if group >= 0:
+                    self._add_prefix(n, group, ptoks)
+                n += 1
+                if n % chunk == 0:
+                    self.cols.flush()
+                    self.pref.flush()
         self.n = n
 
     def _count_texts(self, n: int, texts: list[tuple[str, bool, int]]) -> None:
@@ -361,7 +383,7 @@ class _Reader:
             line0 = first.setdefault(key, int(lines[i]))
             if line0 != int(lines[i]):
                 if not self.skip_invalid:
-                    raise TunerError(f"{self.path}:{int(lines[i])}: duplicate custom_id "
+                    raise TunerError(f"{self.name}:{int(lines[i])}: duplicate custom_id "
                                      f"{value!r} (first on line {line0}); the OpenAI Batch "
                                      "API requires unique ids")
                 repeats.append(i)
@@ -385,8 +407,11 @@ class _Reader:
             raise self.counter_error
         n = self.n
         keep = np.ones(n, dtype=bool)
+        if drop.size:  # a repeated line's n completions go with it (one line skipped)
+            all_lines = self.cols.array("line")
+            self.skipped += int(np.unique(all_lines[drop]).size)
+            drop = np.flatnonzero(np.isin(all_lines, all_lines[drop]))
         keep[drop] = False
-        self.skipped += int(drop.size)
 
         def kept(a: np.ndarray) -> np.ndarray:
             return a[keep] if drop.size else a
@@ -420,6 +445,7 @@ class _Reader:
             pids[req] = self.pref.array("group")
             ptoks[req] = self.pref.array("tokens")
             pids, ptoks = kept(pids), kept(ptoks)
+            ptoks = np.where(ptoks == WHOLE_PROMPT, prompt, ptoks)
         return RequestColumns(lines, prompt, output, label, pids, ptoks, tokenizer, self.skipped)
 
 
@@ -432,8 +458,9 @@ def _hashable(value: Any) -> bool:
 
 
 def read_jsonl(path: Path, skip_invalid: bool, tokenizer_path: str | Path | None,
-               model: ModelSpec | None) -> RequestColumns:
-    """The per-request columns of a JSONL job file (see the module docstring)."""
-    reader = _Reader(path, skip_invalid, tokenizer_path, model)
+               model: ModelSpec | None, *, name: str | Path | None = None) -> RequestColumns:
+    """The per-request columns of a JSONL job file (see the module docstring); `name`: how
+    errors name the file (default its path; a spooled stream's is not the user's)."""
+    reader = _Reader(path, skip_invalid, tokenizer_path, model, name)
     reader.read()
     return reader.columns()

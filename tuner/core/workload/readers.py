@@ -4,6 +4,11 @@ lengths and final checks."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import stat
+import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +30,59 @@ if TYPE_CHECKING:
     from tuner.core.catalog import ModelSpec
 
 
+#: The workload "path" of a job read from standard input (``--workload -`` or /dev/stdin):
+#: what a study stores, so later commands ask for the file again instead of re-reading it.
+STDIN_NAME = "<stdin>"
+
+
+def is_stream(path: str | Path) -> bool:
+    """Whether `path` is ``-`` (standard input) or names something that can be read only once:
+    a pipe, FIFO, /dev/stdin, /dev/fd/N (``<(cmd)``), a character device."""
+    if str(path) == "-":
+        return True
+    try:
+        mode = os.stat(Path(path).expanduser()).st_mode
+    except (OSError, ValueError):
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+def stream_name(path: str | Path) -> str:
+    """How a workload read from `path` is named (STDIN_NAME for standard input)."""
+    if str(path) in ("-", "/dev/stdin"):
+        return STDIN_NAME
+    return str(path)
+
+
+def _spool(path: Path) -> Path:
+    """Copy a stream (``-``: standard input) into a temporary file, read once; the caller
+    deletes it. The file keeps the stream's suffix (``.csv``/``.tsv`` pick the CSV reader)."""
+    if str(path) == "-":
+        if sys.stdin is None or sys.stdin.isatty():
+            raise TunerError("--workload -: standard input is a terminal; pipe the workload in "
+                             "(e.g. cat jobs.jsonl | tuner ... --workload -).")
+        src = sys.stdin.buffer
+        suffix = ""
+    else:
+        try:
+            src = path.open("rb")
+        except OSError as exc:
+            raise TunerError(f"{path}: cannot read ({one_line(exc)}).") from None
+        suffix = path.suffix if path.suffix.lower() in (".csv", ".tsv", ".jsonl", ".json",
+                                                        ".ndjson") else ""
+    fd, name = tempfile.mkstemp(prefix="tuner-workload-", suffix=suffix)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            shutil.copyfileobj(src, out, 1 << 20)
+    except OSError as exc:
+        Path(name).unlink(missing_ok=True)
+        raise TunerError(f"{stream_name(path)}: cannot read ({one_line(exc)}).") from None
+    finally:
+        if src is not getattr(sys.stdin, "buffer", None):
+            src.close()
+    return Path(name)
+
+
 def _check_file(path: Path) -> None:
     if not path.exists():
         raise TunerError(f"{path}: no such file.")
@@ -32,7 +90,7 @@ def _check_file(path: Path) -> None:
         raise TunerError(f"{path}: is a directory; expected a JSONL or CSV workload file.")
 
 
-def _looks_like_csv(path: Path) -> bool:
+def _looks_like_csv(path: Path, name: str | Path | None = None) -> bool:
     if path.suffix.lower() in (".csv", ".tsv"):
         return True
     if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
@@ -43,7 +101,7 @@ def _looks_like_csv(path: Path) -> bool:
                 if line.strip():
                     return not line.lstrip().startswith(("{", "[")) and CSV_PROMPT_COLUMN in line
     except OSError as exc:
-        raise TunerError(f"{path}: cannot read ({one_line(exc)}).") from None
+        raise TunerError(f"{name or path}: cannot read ({one_line(exc)}).") from None
     return False
 
 
@@ -76,8 +134,12 @@ def _csv_chunk(df, wanted: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]
     return lines, cols, bad, first_bad
 
 
-def _load_csv(path: Path, skip_invalid: bool, need_output: bool) -> RequestColumns:
+def _load_csv(path: Path, skip_invalid: bool, need_output: bool,
+              name: str | Path | None = None) -> RequestColumns:
+    """The columns of a CSV trace at `path` (`name`: how errors name it; default the path)."""
     import pandas as pd
+
+    shown = name or path
 
     sep = "\t" if path.suffix.lower() == ".tsv" else ","
     try:
@@ -91,7 +153,7 @@ def _load_csv(path: Path, skip_invalid: bool, need_output: bool) -> RequestColum
         ]
         if missing:
             raise TunerError(
-                f"{path}: CSV is missing column(s) {', '.join(missing)} (found: "
+                f"{shown}: CSV is missing column(s) {', '.join(missing)} (found: "
                 f"{', '.join(columns) or 'none'}); "
                 f"expected {CSV_PROMPT_COLUMN},{CSV_OUTPUT_COLUMN}."
             )
@@ -104,15 +166,15 @@ def _load_csv(path: Path, skip_invalid: bool, need_output: bool) -> RequestColum
                 if chunks[-1][3] is not None and not skip_invalid:
                     break  # the first bad row is the error
     except pd.errors.EmptyDataError:
-        raise TunerError(f"{path}: no requests (empty file).") from None
+        raise TunerError(f"{shown}: no requests (empty file).") from None
     except UnicodeDecodeError as exc:
-        raise TunerError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}).") from None
+        raise TunerError(f"{shown}: not UTF-8 text ({exc.reason} at byte {exc.start}).") from None
     except (OSError, ValueError, pd.errors.ParserError) as exc:
-        raise TunerError(f"{path}: not a valid CSV ({one_line(exc)}).") from None
+        raise TunerError(f"{shown}: not a valid CSV ({one_line(exc)}).") from None
 
     first_bad = next((c[3] for c in chunks if c[3] is not None), None)
     if first_bad is not None and not skip_invalid:
-        raise TunerError(f"{path}:{first_bad[0]}: {first_bad[1]}")
+        raise TunerError(f"{shown}:{first_bad[0]}: {first_bad[1]}")
 
     def joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
         return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
@@ -178,6 +240,14 @@ def _fill_outputs(data: RequestColumns, dist: tuple[str, Sampler] | None, seed: 
     return output, f"{data.output_label} for {n - n_missing} requests; {label} for {n_missing}"
 
 
+def _read_file(path: Path, name: str, skip_invalid: bool, tokenizer_path: str | Path | None,
+               model: ModelSpec | None, dist: tuple[str, Sampler] | None) -> RequestColumns:
+    """The columns of the regular file `path` (`name`: how errors name it)."""
+    if _looks_like_csv(path, name):
+        return _load_csv(path, skip_invalid, need_output=dist is None, name=name)
+    return read_jsonl(path, skip_invalid, tokenizer_path, model, name=name)
+
+
 def load_workload(
     path: str | Path,
     *,
@@ -203,17 +273,27 @@ def load_workload(
     one draw from `output_dist` (``fixed:N``, ``uniform:LO:HI``, ``normal:MEAN:STD``,
     ``lognormal:MEDIAN:SIGMA``, ``trace:FILE.csv``; see `parse_output_dist`) with `seed`.
 
+    `path` may be ``-`` (standard input) or a pipe, FIFO or /dev/fd/N: such a stream is read
+    once, into a temporary file deleted after reading; the workload's source is then
+    `STDIN_NAME` for standard input, else the path given.
+
     Errors raise `TunerError` with a one-line message, ``path:lineno: ...`` when a line is at
     fault. With `skip_invalid`, bad lines are dropped and counted in ``Workload.skipped``.
     ``Workload.tokenizer`` and ``Workload.output_source`` say how the lengths were obtained.
     """
     path = Path(path).expanduser()
     dist = parse_output_dist(output_dist) if output_dist is not None else None
-    _check_file(path)
-    if _looks_like_csv(path):
-        data = _load_csv(path, skip_invalid, need_output=dist is None)
+    if is_stream(path):  # read once: spooled to a temporary file (the readers open it twice)
+        name = stream_name(path)
+        spooled = _spool(path)
+        try:
+            data = _read_file(spooled, name, skip_invalid, tokenizer_path, model, dist)
+        finally:
+            spooled.unlink(missing_ok=True)
+        path = Path(name)
     else:
-        data = read_jsonl(path, skip_invalid, tokenizer_path, model)
+        _check_file(path)
+        data = _read_file(path, str(path), skip_invalid, tokenizer_path, model, dist)
 
     _drop_bad_prompts(data, path, skip_invalid)
     n = data.prompt.size

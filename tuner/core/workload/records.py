@@ -1,5 +1,9 @@
 """One JSONL line of a job file to a record: OpenAI Batch API requests, plain
-{"prompt", "max_tokens"} records and {"prompt_tokens", "output_tokens"} records."""
+{"prompt", "max_tokens"} records and {"prompt_tokens", "output_tokens"} records.
+
+``n`` (completions per prompt, any of the three shapes; in a Batch API request, in its body)
+is read as vLLM runs it: n sequences of one prompt, i.e. n requests whose whole prompt is one
+shared prefix (prefilled once with prefix caching on), each decoding its own output."""
 
 from __future__ import annotations
 
@@ -10,6 +14,10 @@ from typing import Any
 
 from tuner.core.workload.base import MAX_TOKENS
 from tuner.core.workload.tokens import CHAT_MESSAGE_OVERHEAD_TOKENS, chat_message_text
+
+#: Most completions one request may ask for (``n``): vLLM runs them as n sequences of one
+#: prompt; a larger n is far more likely a mistake than a job.
+MAX_N = 128
 
 
 class BadLine(Exception):
@@ -26,6 +34,7 @@ class Record:
     prefix_key: Any = None
     prefix_tokens: int | None = None
     custom_id: Any = None  # OpenAI Batch API: how results are matched back to requests
+    n: int = 1  # completions asked for: n requests of this prompt, sharing it as a prefix
 
 
 SHAPE_NAMES = {
@@ -46,6 +55,20 @@ def _length(value: Any, name: str, *, minimum: int = 1) -> int:
     if value > MAX_TOKENS:
         raise BadLine(f"{name} must be at most {MAX_TOKENS:,}, got {value:.4g}")
     return int(value)
+
+
+def parse_n(value: Any, where: str = "") -> int:
+    """The ``n`` of a request (completions per prompt): absent/null is 1, else an integer in
+    1..MAX_N (raises BadLine)."""
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadLine(f"{where}n must be an integer (completions per prompt), got "
+                      f"{json.dumps(value)[:40]}")
+    if not 1 <= value <= MAX_N:
+        raise BadLine(f"{where}n must be between 1 and {MAX_N} (completions per prompt), "
+                      f"got {value}")
+    return value
 
 
 def _message_content(content: Any, i: int) -> str:
@@ -127,13 +150,16 @@ def _shaped_record(obj: dict) -> Record:
         rec = Record("batch", custom_id=obj.get("custom_id"))
         _prompt_into(rec, body, "body ")
         _output_into(rec, body, ("max_completion_tokens", "max_tokens"))
+        rec.n = parse_n(body.get("n"), "body ")
     elif "prompt_tokens" in obj:
         rec = Record("tokens", prompt_tokens=_length(obj["prompt_tokens"], "prompt_tokens"))
         _output_into(rec, obj, ("output_tokens",))
+        rec.n = parse_n(obj.get("n"))
     elif "prompt" in obj or "messages" in obj:
         rec = Record("prompt")
         _prompt_into(rec, obj, "")
         _output_into(rec, obj, ("max_tokens", "max_completion_tokens", "output_tokens"))
+        rec.n = parse_n(obj.get("n"))
     else:
         keys = ", ".join(sorted(map(str, obj))) or "none"
         raise BadLine(
