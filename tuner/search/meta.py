@@ -93,6 +93,11 @@ class StudyMeta:
     too_long: dict | None = None  # what --on-too-long skip left out
     outputs_known: bool = False
     startup_s: float | None = None  # --startup-s; None: modelled from --engine-version
+    # digests of what a trial's figures depend on (tuner.search.storage.input_digests): each
+    # GPU's specs, the model shape, the cost-model source, the start-up override; None: a study
+    # older than that (--resume checks only what _SAME lists)
+    digests: dict | None = None
+    workload_file_sha256: str | None = None  # the workload file's bytes; None: not a file
     # ---- the record itself -----------------------------------------------------------------
     version: int = STUDY_META_VERSION
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know
@@ -134,6 +139,8 @@ class StudyMeta:
             too_long=d.get("too_long"),
             outputs_known=bool(d.get("outputs_known", False)),
             startup_s=d.get("startup_s"),
+            digests=d.get("digests") if isinstance(d.get("digests"), dict) else None,
+            workload_file_sha256=d.get("workload_file_sha256") or None,
             version=int(d.get("version", 1)),
             extra={k: v for k, v in d.items() if k not in _STORED},
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import hashlib
+import json
 import os
 import warnings
 from dataclasses import dataclass
@@ -382,7 +383,9 @@ def _settle_existing(settings: SearchSettings, storage, alone: bool | None,
     study = optuna.load_study(study_name=name, storage=storage)
     differs = _differs(study.user_attrs.get("metadata"),
                        metadata.to_dict() if metadata is not None else None)
-    if settings.resume and not differs:
+    changed = None if differs else _inputs_changed(
+        study.user_attrs.get("metadata"), metadata.to_dict() if metadata is not None else None)
+    if settings.resume and not differs and not changed:
         fail_stale_trials(study, alone)
         return storage
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
@@ -390,6 +393,9 @@ def _settle_existing(settings: SearchSettings, storage, alone: bool | None,
     if alone and _n_results(study) == 0 and local_file(url) is not None:
         # nothing in it worth keeping
         return make_storage(url) if _drop_study(storage, url, name, names) else storage
+    if changed and settings.resume:  # trials priced with the old inputs would mix in
+        raise TunerError(f"Study {name!r} was searched with {changed[0]}; rerun without "
+                         f"--resume in a new --out (or --study NAME), or {changed[1]}.")
     if alone is False:
         raise TunerError(
             f"Study {name!r} in {shown} is being searched by another process right now; "
@@ -511,12 +517,94 @@ def workload_tokens(w: Workload) -> dict:
             "prefix_ids": pack_lengths(w.prefix_ids), "prefix_tokens": pack_lengths(w.prefix_tokens)}
 
 
+#: GPU fields that only price a trial (checked as "prices" on --resume), left out of its digest
+_PRICE_FIELDS = frozenset({"price_usd_per_h", "price_source", "price_date", "notes"})
+
+
+def _sha(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _gpu_fields(spec: dict) -> dict:
+    return {k: v for k, v in spec.items() if k not in _PRICE_FIELDS}
+
+
+def _cost_source(meta: StudyMeta) -> dict:
+    return {"profile": meta.profile, "profile_mode": meta.profile_mode or "auto",
+            "engine_version": meta.engine_version}
+
+
+def input_digests(meta: StudyMeta) -> dict:
+    """Digests of everything a trial's figures depend on besides the workload, the space and
+    the prices (checked on their own): each GPU's specs, the model shape, the cost-model source
+    (--profile folder, --profile-mode, --engine-version) and the start-up override."""
+    return {"gpus": {n: _sha(_gpu_fields(d)) for n, d in meta.gpu_specs.items()},
+            "model": _sha(meta.model_spec), "cost_model": _sha(_cost_source(meta)),
+            "startup": _sha(meta.startup_s)}
+
+
+def file_digest(path: str | Path) -> str | None:
+    """sha256 of a regular file's bytes; None for a stream, a label or a missing file."""
+    try:
+        p = Path(path)
+        if not path or not p.is_file():
+            return None
+        h = hashlib.sha256()
+        with p.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        return h.hexdigest()
+    except OSError:
+        return None
+
+
+def _changes(old: dict, new: dict) -> str:
+    keys = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    shown = ", ".join(f"{k} {_short(old.get(k))} -> {_short(new.get(k))}" for k in keys[:3])
+    return shown + (f", +{len(keys) - 3} more" if len(keys) > 3 else "")
+
+
+def _inputs_changed(old: dict | None, new: dict | None) -> str | None:
+    """What of the digested inputs (:func:`input_digests`) differs between the study's stored
+    metadata `old` and this search's `new`, or None (also for a study without digests)."""
+    if not old or not new or not isinstance(old.get("digests"), dict) \
+            or not isinstance(new.get("digests"), dict):
+        return None
+    a, b = StudyMeta.from_dict(old), StudyMeta.from_dict(new)
+    da, db = a.digests, b.digests
+    for g, dg in (da.get("gpus") or {}).items():
+        if g in (db.get("gpus") or {}) and db["gpus"][g] != dg:
+            what = _changes(_gpu_fields(a.gpu_specs.get(g) or {}),
+                            _gpu_fields(b.gpu_specs.get(g) or {}))
+            return (f"other GPU specs for {g} ({what})", "restore the GPU file")
+    if da.get("model") != db.get("model"):
+        return (f"another model shape ({_changes(a.model_spec or {}, b.model_spec or {})})",
+                "restore the model's config")
+    if da.get("cost_model") != db.get("cost_model"):
+        return (f"another cost model ({_changes(_cost_source(a), _cost_source(b))})",
+                "pass the search's --profile, --profile-mode and --engine-version")
+    if da.get("startup") != db.get("startup"):
+        return (f"another --startup-s ({a.startup_s} -> {b.startup_s})",
+                "pass the search's --startup-s")
+    return None
+
+
 def study_metadata(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
                    space: SearchSpace, settings: SearchSettings,
                    extra: dict | None = None) -> StudyMeta:
     """The study's metadata record (stored as the ``metadata`` user attribute by
     :func:`open_study`): the search's inputs, with `extra` (the CLI's keys: the workload file's
-    path and loading options, --profile, --entry-point ...; see :class:`StudyMeta`) over them."""
+    path and loading options, --profile, --entry-point ...; see :class:`StudyMeta`) over them,
+    plus the digests of what the trials' figures depend on (:func:`input_digests`) and of the
+    workload file's bytes."""
+    meta = _study_metadata(workload, model, gpus, space, settings, extra)
+    return dataclasses.replace(meta, digests=input_digests(meta),
+                               workload_file_sha256=file_digest(meta.workload))
+
+
+def _study_metadata(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
+                    space: SearchSpace, settings: SearchSettings,
+                    extra: dict | None = None) -> StudyMeta:
     return StudyMeta.from_dict({
         "workload": workload.source,
         "model": model.name,
@@ -615,10 +703,43 @@ def study_workload(meta: StudyMeta, model: ModelSpec, workload_path: str | Path 
                              f"vs {meta.workload_requests} requests, or other token counts); "
                              "pass --workload with the file it searched.")
         # exports would size max-model-len on another job, workers simulate another one
-        raise TunerError(f"Workload {path} has changed since the search ({len(w)} requests "
-                         f"now, {meta.workload_requests} then, or other token counts); rerun "
-                         "the search on it, or pass --workload with the file it searched.")
+        raise TunerError(_changed_since(path, meta, f"{meta.workload_requests} requests then, "
+                                                    f"{len(w)} now" + (
+                                                        ", other token counts"
+                                                        if len(w) == meta.workload_requests
+                                                        else "")))
     return w
+
+
+def _changed_since(path, meta: StudyMeta, how: str) -> str:
+    return (f"{path} has changed since the search ({how}); search again, or pass --workload "
+            "with the file as it was.")
+
+
+def check_workload_file(meta: StudyMeta, model: ModelSpec, study_name: str) -> None:
+    """Refuse (one line naming the file) when the workload file a study stores as its workload
+    is still there but no longer holds the requests the study searched: its exports, report and
+    results would be sized and priced on the old ones. Nothing to check for a study that read
+    standard input or whose file is gone (its stored token counts are used). Cheap when the
+    file's bytes are unchanged (:attr:`StudyMeta.workload_file_sha256`); else the file is loaded
+    as the search loaded it and its token counts compared."""
+    from tuner.core.workload import STDIN_NAME
+
+    path = meta.workload
+    if not path or path == STDIN_NAME or not meta.workload_sha256 or not Path(path).is_file():
+        return
+    if meta.workload_file_sha256 and file_digest(path) == meta.workload_file_sha256:
+        return
+    try:
+        study_workload(meta, model, study_name=study_name)
+    except TunerError as exc:
+        if "has changed since the search" in str(exc):
+            raise
+        if meta.workload_file_sha256:  # other bytes, and they no longer load
+            raise TunerError(_changed_since(path, meta, f"{meta.workload_requests} requests "
+                                            f"then; it no longer loads: {exc}")) from None
+        # a study older than the file digest whose file cannot be re-read here (e.g. no
+        # tokenizer): its stored token counts, as before
 
 
 def _stored_workload(study: optuna.Study, meta: StudyMeta, tokens: dict) -> Workload:
@@ -678,6 +799,7 @@ def setup_from_study(study: optuna.Study, *, workload_path: str | Path | None = 
         if workload_path is not None or not tokens:
             w = study_workload(meta, model, workload_path, study_name=name)
         else:
+            check_workload_file(meta, model, name)
             w = _stored_workload(study, meta, tokens)
             want = meta.workload_sha256
             if want and workload_digest(w) != want:
