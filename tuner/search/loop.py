@@ -330,6 +330,18 @@ def optimize(study: optuna.Study, ev: Evaluator, settings: SearchSettings, *, sh
     run(settings.n_trials)
 
 
+def _finished_trial(ev: Evaluator, params: dict, number: int, settings: SearchSettings,
+                    dists: dict, extra: dict | None = None) -> optuna.trial.FrozenTrial:
+    """`params` simulated on the full workload as finished trial `number` (for add_trials),
+    known to the evaluator; `extra`: user attributes added to the evaluator's."""
+    values, attrs = _evaluate(ev, params, number, settings.constraints, full=True)
+    attrs.update(extra or {})
+    ev.known.add(number, params, TrialRecord.from_attrs(number, ev.config(params), values, attrs))
+    return optuna.trial.create_trial(
+        values=list(values), params=params, distributions=dists, user_attrs=attrs,
+        constraints=trial_constraints(values, attrs, settings.constraints))
+
+
 def _exhaustive(study: optuna.Study, ev: Evaluator, settings: SearchSettings,
                 on_trial: Callable | None) -> None:
     """Every point of the space at full fidelity, added as finished trials (no sampler: Optuna's
@@ -354,13 +366,8 @@ def _exhaustive(study: optuna.Study, ev: Evaluator, settings: SearchSettings,
             continue
         if t_end is not None and time.monotonic() > t_end:
             break
-        values, attrs = _evaluate(ev, params, number, settings.constraints, full=True)
         # add_trials numbers them in order
-        ev.known.add(number, params,
-                     TrialRecord.from_attrs(number, ev.config(params), values, attrs))
-        batch.append(optuna.trial.create_trial(
-            values=list(values), params=params, distributions=dists, user_attrs=attrs,
-            constraints=trial_constraints(values, attrs, settings.constraints)))
+        batch.append(_finished_trial(ev, params, number, settings, dists))
         number += 1
         if len(batch) >= 500 or time.monotonic() - last_flush > 1.0:
             flush()
@@ -479,13 +486,8 @@ def add_default_trials(study: optuna.Study, ev: Evaluator, settings: SearchSetti
         number = len(study.get_trials(deepcopy=False))
         batch = []
         for params in todo.values():
-            values, attrs = _evaluate(ev, params, number, settings.constraints, full=True)
-            attrs["vllm_defaults"] = True
-            ev.known.add(number, params,
-                         TrialRecord.from_attrs(number, ev.config(params), values, attrs))
-            batch.append(optuna.trial.create_trial(
-                values=list(values), params=params, distributions=dists, user_attrs=attrs,
-                constraints=trial_constraints(values, attrs, settings.constraints)))
+            batch.append(_finished_trial(ev, params, number, settings, dists,
+                                         {"vllm_defaults": True}))
             number += 1
         study.add_trials(batch)
         added += len(batch)
