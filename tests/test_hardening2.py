@@ -121,3 +121,13 @@ def test_a_deadline_nothing_meets_does_not_block_the_rerun(resume: bool, tmp_pat
     code, out, err = _run(argv, tmp_path, capfd)
     assert code == 0, (out[-2000:], err[-3000:])
     assert (tmp_path / "out" / "results.json").is_file()
+
+
+def test_a_failed_storage_leaves_no_empty_out_folder(tmp_path: Path, capfd) -> None:
+    """--out is made for the outputs; a search refused before writing any (its --storage cannot
+    be opened) takes the empty folder away again, and keeps a folder that was already there."""
+    _one_error(*_run([*SEARCH, "--storage", PG], tmp_path, capfd))
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "out").mkdir()
+    _one_error(*_run([*SEARCH, "--storage", PG], tmp_path, capfd))
+    assert (tmp_path / "out").is_dir()

@@ -128,31 +128,37 @@ def search(
                    sample_fraction=sample_fraction, sampler=sampler, seed=seed, timeout=timeout)
     workers = cap_workers(workers)
     cost_model_for = job.cost_model_for(profile, profile_mode, engine_version)
+    new_out = not out_dir.exists()
     check_writable(out_dir)
-    settings = SearchSettings(n_trials=n_trials, timeout_s=timeout, seed=seed, sampler=sampler,
-                              storage=storage or default_storage(out_dir),
-                              study_name=study or f"{workload_stem(workload)}-{job.model.name}",
-                              resume=resume, exhaustive=exhaustive,
-                              sample_fraction=sample_fraction, constraints=limits)
-    metadata = {"workload": workload_ref(workload),
-                "gpu_file": str(gpu_file.resolve()) if gpu_file else None,
-                "skip_invalid": skip_invalid, "output_dist": output_dist,
-                "profile": str(profile.resolve()) if profile is not None else None,
-                "profile_mode": profile_mode, "engine_version": engine_version,
-                "entry_point": entry_point, "provider": provider, "spot": spot,
-                "on_too_long": on_too_long, "too_long": job.too_long,
-                "outputs_known": outputs_known, "startup_s": startup_s}
-    job.fit_space(settings, metadata)
-    w, spec, chosen, sp = job.workload, job.model, job.gpus, job.space
-    # e.g. a study with results exists without --resume: one line, no progress
-    check_study_settings(settings, study_metadata(w, spec, chosen, sp, settings, metadata))
-    total = _announce(job, settings, Path(workload_ref(workload)).name, workers)
     try:
-        with SearchProgress(err, total, disable=as_json) as prog:
-            st = _run(job, settings, metadata, workers, prog, cost_model_for)
-        finish_search(st, w, spec, chosen, out_dir, as_json, cost_model_for=cost_model_for)
-    except BaseException as exc:  # a failed search leaves no study without results (Ctrl-C: kept)
-        discard_failed_study(settings, exc)
+        settings = SearchSettings(n_trials=n_trials, timeout_s=timeout, seed=seed, sampler=sampler,
+                                  storage=storage or default_storage(out_dir),
+                                  study_name=study or f"{workload_stem(workload)}-{job.model.name}",
+                                  resume=resume, exhaustive=exhaustive,
+                                  sample_fraction=sample_fraction, constraints=limits)
+        metadata = {"workload": workload_ref(workload),
+                    "gpu_file": str(gpu_file.resolve()) if gpu_file else None,
+                    "skip_invalid": skip_invalid, "output_dist": output_dist,
+                    "profile": str(profile.resolve()) if profile is not None else None,
+                    "profile_mode": profile_mode, "engine_version": engine_version,
+                    "entry_point": entry_point, "provider": provider, "spot": spot,
+                    "on_too_long": on_too_long, "too_long": job.too_long,
+                    "outputs_known": outputs_known, "startup_s": startup_s}
+        job.fit_space(settings, metadata)
+        w, spec, chosen, sp = job.workload, job.model, job.gpus, job.space
+        # e.g. a study with results exists without --resume: one line, no progress
+        check_study_settings(settings, study_metadata(w, spec, chosen, sp, settings, metadata))
+        total = _announce(job, settings, Path(workload_ref(workload)).name, workers)
+        try:
+            with SearchProgress(err, total, disable=as_json) as prog:
+                st = _run(job, settings, metadata, workers, prog, cost_model_for)
+            finish_search(st, w, spec, chosen, out_dir, as_json, cost_model_for=cost_model_for)
+        except BaseException as exc:  # a failed search leaves no study without results (Ctrl-C: kept)
+            discard_failed_study(settings, exc)
+            raise
+    except BaseException:  # an --out this command made stays only if something is in it
+        if new_out and out_dir.is_dir() and not any(out_dir.iterdir()):
+            out_dir.rmdir()
         raise
 
 
