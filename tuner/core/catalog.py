@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from tuner.core.errors import TunerError, close_matches_hint
-from tuner.core.pricing import Billing, reprice
+from tuner.core.pricing import MAX_PRICE_USD_PER_H, Billing, reprice
 
 GIB = 1024**3
 # GPU architectures a GPU may state (`GPU.architecture`): the measured kernel tables of one GPU
@@ -24,7 +24,6 @@ ARCHITECTURES = ("ampere", "ada", "hopper", "blackwell")
 
 # plausible ranges of a GPU's figures (GPU.__post_init__): field -> (low, high, unit, whole
 # number, may be null); low is exclusive for a float (> 0), inclusive for a whole number
-MAX_PRICE_USD_PER_H = 10_000.0  # $/GPU-h: a price above is a typo (--price, --gpu-file)
 GPU_FIELD_RANGES: dict[str, tuple[float, float, str, bool, bool]] = {
     "memory_gib": (1, 1024, "GiB", False, False),
     "bf16_tflops": (0, 100_000, "TFLOP/s", False, False),

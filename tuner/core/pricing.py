@@ -275,8 +275,8 @@ class Provider:
                        date=", ".join(dict.fromkeys(r.date for r in rows)))
 
 
-# $/GPU-h above which a price is a typo (tuner.core.catalog.MAX_PRICE_USD_PER_H: catalog imports
-# this module, so the figure is repeated here)
+# $/GPU-h above which a price is a typo (--price, --gpu-file, a provider table); the catalog's
+# GPU checks use the same figure
 MAX_PRICE_USD_PER_H = 10_000.0
 
 
