@@ -19,8 +19,10 @@ maximum is that command's own):
 * ``tuner workload stats`` on both files,
 * ``tuner simulate`` (llama-3-8b on an A40, default settings) on ``batch.jsonl``,
 * ``tuner search --n-trials 3`` (A10, A40) on ``batch.jsonl``,
+* ``tuner simulate`` and ``tuner search --n-trials 20`` (A10, A40) on ``tokens.jsonl``
+  (2 M lines of token counts, 91 MB: issue #26's job),
 
-and prints a table against the targets of issue #17. Run::
+and prints a table against the targets of issues #17 and #26. Run::
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/big_workload.py
 
@@ -44,8 +46,11 @@ import numpy as np
 
 REQUESTS = 2_000_000
 SEED = 17
-# Targets of issue #17 for 2 M requests: (seconds, MiB of peak RSS); None: report only.
-TARGETS = {"workload stats": (10.0, 300.0), "simulate": (None, None), "search": (None, 1024.0)}
+# Targets for 2 M requests: (seconds, MiB of peak RSS); None: report only. Issue #17: workload
+# stats, the 3-trial search on Batch API lines; issue #26 (item 11): the token-count file's
+# default simulate and 20-trial search.
+TARGETS = {"workload stats": (10.0, 300.0), "simulate": (None, None), "search": (None, 1024.0),
+           "simulate tokens": (None, 300.0), "search 20 trials": (60.0, 1024.0)}
 WORDS = ("the of and to in is that for it as was with be by on not he this are or his from "
          "at which but have an they you were her she there been one all we their has would "
          "when if so no model paper result data method table figure section we propose show "
@@ -62,6 +67,21 @@ def _lengths(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
     chars = np.clip(rng.lognormal(np.log(60), 1.0, n), 1, 6000).astype(np.int64)
     max_tokens = np.clip(rng.lognormal(np.log(100), 0.8, n), 8, 1024).astype(np.int64)
     return chars, max_tokens
+
+
+def generate_tokens(folder: Path, n_requests: int, seed: int = SEED) -> Path:
+    """tokens.jsonl: `{"prompt_tokens", "output_tokens"}` lines (91 MB for 2 M), prompts
+    lognormal around 300 tokens (4-7,000), outputs around 200 (1-1,000)."""
+    rng = np.random.default_rng(seed)
+    path = folder / "tokens.jsonl"
+    with path.open("w") as fh:
+        for start in range(0, n_requests, _CHUNK_LINES):
+            n = min(_CHUNK_LINES, n_requests - start)
+            p = np.clip(rng.lognormal(np.log(300), 1.0, n), 4, 7000).astype(np.int64)
+            o = np.clip(rng.lognormal(np.log(200), 0.9, n), 1, 1000).astype(np.int64)
+            fh.writelines(f'{{"prompt_tokens": {a}, "output_tokens": {b}}}\n'
+                          for a, b in zip(p.tolist(), o.tolist(), strict=True))
+    return path
 
 
 def generate(folder: Path, n_requests: int, seed: int = SEED) -> tuple[Path, Path]:
@@ -147,18 +167,23 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     try:
         batch, plain = folder / "batch.jsonl", folder / "plain.jsonl"
+        tokens = folder / "tokens.jsonl"
         marker = folder / f"generated-{args.requests}"
         if not marker.exists():
             t0 = time.perf_counter()
             batch, plain = generate(folder, args.requests)
+            generate_tokens(folder, args.requests)
             marker.touch()
+        if not (folder / "tokens.jsonl").exists():  # a folder kept by an older version
+            generate_tokens(folder, args.requests)
             print(f"generated {args.requests:,} + {args.requests:,} lines in "
                   f"{time.perf_counter() - t0:.1f} s: {batch.stat().st_size / 1e6:.0f} MB, "
                   f"{plain.stat().st_size / 1e6:.0f} MB in {folder}", flush=True)
         tuner = [args.python, "-c", _RUN_FROM.format(source=str(Path(args.source).resolve())),
                  "tuner"] if args.source else [args.python, "-m", "tuner.cli.main"]
-        out = folder / "search-out"
+        out, out20 = folder / "search-out", folder / "search20-out"
         shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(out20, ignore_errors=True)
         runs = [
             ("workload stats", "stats", "batch.jsonl",
              [*tuner, "workload", "stats", str(batch), "--json"]),
@@ -169,6 +194,11 @@ def main() -> None:
             ("search", "search", "batch.jsonl",
              [*tuner, "search", "-w", str(batch), "-m", "llama-3-8b", "--gpus", "A10,A40",
               "--n-trials", "3", "--out", str(out), "--json"]),
+            ("simulate tokens", "simulate", "tokens.jsonl",
+             [*tuner, "simulate", "-w", str(tokens), "-m", "llama-3-8b", "-g", "A40", "--json"]),
+            ("search 20 trials", "search", "tokens.jsonl",
+             [*tuner, "search", "-w", str(tokens), "-m", "llama-3-8b", "--gpus", "A10,A40",
+              "--n-trials", "20", "--out", str(out20), "--json"]),
         ]
         only = set(args.only.split(",")) if args.only else None
         print(f"\n{'command':<16} {'file':<12} {'rc':>3} {'wall s':>8} {'CPU s':>8} "

@@ -234,3 +234,26 @@ def test_engine_step_record_names_the_simulators_columns():
                   if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "STEP_FIELDS")
     assert tuple(fields) == STEP_COLUMNS
     assert set(SIM_COLUMNS) - set(STEP_COLUMNS) == {"kv_blocks"}
+
+
+@pytest.mark.parametrize("kv_dtype, factor", [(None, 2), ("fp8", 1)])
+def test_cpu_runs_are_float32_like_cpu_profiles(monkeypatch, kv_dtype, factor):
+    """A CPU profile is float32 (profilers.profile.resolve_dtype); the random model's config
+    says bfloat16, which an AVX2-only CPU runs ~7x slower through a fallback. The worker runs
+    the CPU engine in float32, and a float32 KV cache gets twice the plan's 16-bit bytes (the
+    same tokens); an fp8 cache keeps its bytes; a user's checkpoint keeps its dtype."""
+    from tuner.runners import _vllm_worker as worker
+
+    monkeypatch.setattr(worker, "model_checkpoint", lambda req: (req.get("model_path")
+                                                                  or "/models/tiny", False))
+    engine = {"max_num_seqs": 8} | ({"kv_cache_dtype": kv_dtype} if kv_dtype else {})
+    req = {"engine_args": engine, "cpu_kv_cache_bytes": 1000}
+    res: dict = {}
+    args = worker._engine_args(req, res, True, None)
+    assert args["dtype"] == "float32"
+    assert args["kv_cache_memory_bytes"] == 1000 * factor
+    assert any("float32" in n for n in res["notes"])
+    own = worker._engine_args({**req, "model_path": "/my/ckpt"}, {}, True, None)
+    assert "dtype" not in own and own["kv_cache_memory_bytes"] == 1000
+    gpu = worker._engine_args({"engine_args": {"max_num_seqs": 8}}, {}, False, None)
+    assert "dtype" not in gpu

@@ -232,3 +232,63 @@ def test_tensor_parallel_must_split_the_heads_as_vllm_requires():
     # 8 KV heads over 4 ranks divide; fewer KV heads than ranks are replicated
     llama = get_model("llama-3-8b")
     assert simulate_default(w, llama, get_gpu("A40", GPUS), ServingConfig(gpu="A40", tp=8)).makespan_s > 0
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(1, 120),
+    seed=st.integers(0, 10_000),
+    rows=st.sampled_from([1, 3, 64]),
+    chunk=st.sampled_from([64, 512, 4096]),
+    r_max=st.sampled_from([2, 16, 256]),
+    dp=st.sampled_from([1, 3]),
+    offload=st.sampled_from([0, 4]),
+)
+def test_streamed_steps_price_like_kept_ones(n, seed, rows, chunk, r_max, dp, offload):
+    """Steps priced as the scheduler hands them on in slices of `rows` (then dropped) give the
+    figures of the whole record priced at once: makespan, iterations, preemptions, KV use and
+    the offload breakdown. A small A10 KV makes long runs preempt."""
+    from tuner.sim import scheduler
+
+    rng = np.random.default_rng(seed)
+    w = wl(rng.integers(1, 3000, n), rng.integers(1, 600, n))
+    m, g = get_model("llama-3-8b"), get_gpu("A10", GPUS)
+    cfg = ServingConfig(gpu="A10", chunk_size=chunk, max_running=r_max, dp=dp,
+                        gpu_memory_utilization=0.8, kv_offload_layers=offload)
+    kept = simulate_default(w, m, g, cfg, startup_s=0, return_steps=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(scheduler, "STREAM_ROWS", rows)
+        streamed = simulate_default(w, m, g, cfg, startup_s=0)
+    assert streamed.steps is None
+    assert streamed.iterations == kept.iterations == sum(len(s) for s in kept.steps)
+    assert streamed.preemptions == kept.preemptions
+    assert streamed.makespan_s == pytest.approx(kept.makespan_s, rel=1e-12)
+    assert streamed.peak_kv_fraction == kept.peak_kv_fraction
+    assert streamed.mean_kv_fraction == pytest.approx(kept.mean_kv_fraction, rel=1e-12)
+    if offload:
+        a, b = streamed.offload, kept.offload
+        assert a.keys() == b.keys()
+        for k, v in a.items():
+            if isinstance(v, float):
+                assert v == pytest.approx(b[k], rel=1e-9, abs=1e-15), k
+            else:
+                assert v == b[k], k
+
+
+def test_streamed_timeline_is_the_kept_one():
+    """The report's timeline without step records (streamed, compact columns) equals the one
+    built from the kept record, step for step, across several streamed slices."""
+    from tuner.sim import scheduler
+
+    rng = np.random.default_rng(5)
+    w = wl(rng.integers(1, 3000, 200), rng.integers(1, 600, 200))
+    m, g = get_model("llama-3-8b"), get_gpu("A10", GPUS)
+    cfg = ServingConfig(gpu="A10", chunk_size=256, max_running=32, gpu_memory_utilization=0.8)
+    kept = simulate_default(w, m, g, cfg, timeline=True, return_steps=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(scheduler, "STREAM_ROWS", 7)
+        streamed = simulate_default(w, m, g, cfg, timeline=True)
+    assert streamed.steps is None and kept.preemptions > 0
+    assert list(kept.timeline) == list(streamed.timeline)  # the CSV's column order
+    for k, v in kept.timeline.items():
+        np.testing.assert_allclose(streamed.timeline[k], v, rtol=1e-12, err_msg=k)

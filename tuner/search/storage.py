@@ -168,7 +168,7 @@ def make_storage(url: str | None) -> optuna.storages.BaseStorage | None:
             return _journal_storage(path)
         except Exception as exc:  # noqa: BLE001 - missing folder, no access, unreadable log
             raise _storage_error(url, exc) from None
-    url = storage_url(url)
+    typed, url = url, storage_url(url)
     engine_kwargs: dict = {}
     sqlite = url.startswith("sqlite")
     if sqlite:
@@ -184,7 +184,7 @@ def make_storage(url: str | None) -> optuna.storages.BaseStorage | None:
                                                  heartbeat_interval=HEARTBEAT_S,
                                                  grace_period=2 * HEARTBEAT_S)
     except Exception as exc:  # noqa: BLE001 - storage URLs fail in many driver-specific ways
-        raise _storage_error(url, exc) from None
+        raise _storage_error(typed, exc) from None  # the URL as the user typed it
     if sqlite:
         _serialize_sqlite(storage.engine)
     return storage

@@ -14,6 +14,10 @@
 #include <string.h>
 
 typedef int64_t i64;
+/* Per-request state (req, grp, q) is 32-bit: 52 bytes a request instead of 104, the bulk of a
+ * multi-million-request simulation's memory. Token counts, blocks and step numbers fit (the
+ * caller caps the steps below 2^31); CACHED_BEHIND is read modulo 2^32 (see admit_waiting). */
+typedef int32_t i32;
 
 /* step record columns (tuner/sim/steps.py) */
 enum { PREFILL_TOKENS, PREFILL_SQ, PREFILL_CTX, DECODES, DECODE_KV, SAMPLED, KV_BLOCKS,
@@ -26,14 +30,17 @@ enum { PROMPT, OUTPUT, GROUP, PREFIX_BLOCKS, COMPUTED, GENERATED, BLOCKS, SHARED
        ARRIVAL_STEP, FIRST_STEP, CACHED_BLOCKS, CACHED_BEHIND, N_REQ_COLS };
 /* grp[g * N_GRP_COLS + col] */
 enum { G_REF, G_READY, G_OWNER, G_BLOCKS, N_GRP_COLS };
-/* q[row * n + i] */
-enum { Q_RUNNING, Q_WAITING, Q_BATCH_REQ, Q_BATCH_NEW, Q_BATCH_PREFILL, N_Q_COLS };
+/* q[row * w + i]: the first four rows hold w = min(n, R_max) entries (no step runs or
+ * batches more requests than R_max), the waiting deque, last, all n */
+enum { Q_RUNNING, Q_BATCH_REQ, Q_BATCH_NEW, Q_BATCH_PREFILL, Q_WAITING, N_Q_COLS };
 /* scheduler parameters kp[] (SchedulerParams' field order) */
 enum { K_TOKEN_BUDGET, K_PREFILL_BUDGET, K_MAX_RUNNING, K_BLOCK_SIZE, K_CAPACITY_BLOCKS,
        K_PREFILL_FIRST, K_CHUNKED_PREFILL, K_DECODES_FIRST, K_UPFRONT_PROMPT_ALLOC,
        K_RESERVE_FULL, K_ADMIT_FULL_SEQUENCE, K_CACHE_PREEMPTED, N_PARAMS };
 /* how a call of tk_run ended */
 enum { STATUS_OK, STATUS_STUCK, STATUS_MAX_STEPS, STATUS_FULL, STATUS_PAUSED };
+/* the functions' argument lists: raised whenever one changes, so a stale build is refused */
+enum { ABI_VERSION = 3 };
 
 /* The numbers above in one array, so the loader can check them against the Python side. */
 i64 tk_layout(i64 *out, i64 size) {
@@ -41,7 +48,7 @@ i64 tk_layout(i64 *out, i64 size) {
                       SAMPLED, KV_BLOCKS, PREEMPTED, RUNNING, N_SLOTS, N_REQ_COLS, N_GRP_COLS,
                       N_Q_COLS, N_PARAMS, PROMPT, OUTPUT, GROUP, PREFIX_BLOCKS, FINISH_STEP,
                       ARRIVAL_STEP, FIRST_STEP, CACHED_TOKENS, N_WAITING, FREE_BLOCKS, G_OWNER,
-                      Q_WAITING, STATUS_FULL, STATUS_PAUSED };
+                      Q_WAITING, STATUS_FULL, STATUS_PAUSED, ABI_VERSION };
     i64 n = (i64)(sizeof v / sizeof v[0]);
     for (i64 i = 0; i < n && i < size; i++) out[i] = v[i];
     return n;
@@ -49,13 +56,14 @@ i64 tk_layout(i64 *out, i64 size) {
 
 typedef struct {
     const i64 *k;
-    i64 *req, *grp, *q, *c;
-    i64 n;
+    i32 *req, *grp, *q;
+    i64 *c;
+    i64 n, w;
 } State;
 
 #define REQ(r, col) s->req[(r) * N_REQ_COLS + (col)]
 #define GRP(g, col) s->grp[(g) * N_GRP_COLS + (col)]
-#define Q(row, i) s->q[(row) * s->n + (i)]
+#define Q(row, i) s->q[(row) * s->w + (i)]
 #define C(slot) s->c[slot]
 #define K(p) s->k[p]
 
@@ -112,7 +120,7 @@ static i64 evict_last(State *s) {
     C(N_RUNNING) -= 1;
     i64 victim = Q(Q_RUNNING, C(N_RUNNING));
     REQ(victim, CACHED_BLOCKS) = REQ(victim, BLOCKS);
-    REQ(victim, CACHED_BEHIND) = C(ALLOCATED) + C(FREE_BLOCKS);
+    REQ(victim, CACHED_BEHIND) = (i32)(uint32_t)(C(ALLOCATED) + C(FREE_BLOCKS));
     release(s, victim);
     REQ(victim, COMPUTED) = 0;
     C(WAIT_HEAD) = (C(WAIT_HEAD) - 1 + n) % n;
@@ -156,7 +164,11 @@ static void admit_waiting(State *s, i64 step) {
         if (K(K_CACHE_PREEMPTED) && REQ(r, CACHED_BLOCKS) > 0 && sh == 0) {
             /* a recompute skips the blocks the LRU free queue has not reused yet (vLLM frees a
              * sequence's blocks tail first, so what survives is its prefix) */
-            i64 left = REQ(r, CACHED_BLOCKS) - max64(C(ALLOCATED) - REQ(r, CACHED_BEHIND), 0);
+            /* blocks allocated since its preemption; CACHED_BEHIND holds the low 32 bits of
+             * a running count, so the difference is taken modulo 2^32 (exact: a preempted
+             * request is first in the queue long before 2^31 more blocks are allocated) */
+            i64 since = (i64)(i32)((uint32_t)C(ALLOCATED) - (uint32_t)REQ(r, CACHED_BEHIND));
+            i64 left = REQ(r, CACHED_BLOCKS) - max64(since, 0);
             if (left > 0)
                 hit = max64(hit, min64(left * B, REQ(r, PROMPT) + REQ(r, GENERATED) - 1));
         }
@@ -311,7 +323,8 @@ static int record_step(State *s, i64 *row, i64 step) {
  * by one token of context per request per step. Write those rows directly (as many as free KV
  * and the record's capacity allow: the rest runs step by step, to the same rows) and advance
  * the requests; returns the new step. inc: scratch of at least max(output) + 1 entries. */
-static i64 skip_decodes(State *s, i64 *rec, i64 cap, i64 step, i64 max_steps, i64 *inc) {
+static i64 skip_decodes(State *s, i64 *rec, i64 base, i64 cap, i64 step, i64 max_steps,
+                        i64 *inc) {
     i64 B = K(K_BLOCK_SIZE), nrun = C(N_RUNNING);
     i64 m = REQ(Q(Q_RUNNING, 0), OUTPUT) - REQ(Q(Q_RUNNING, 0), GENERATED);
     for (i64 i = 1; i < nrun; i++) {
@@ -325,7 +338,7 @@ static i64 skip_decodes(State *s, i64 *rec, i64 cap, i64 step, i64 max_steps, i6
         i64 head_arrival = REQ(Q(Q_WAITING, C(WAIT_HEAD)), ARRIVAL_STEP);
         if (head_arrival >= step) kmax = min64(kmax, head_arrival - step);
     }
-    kmax = min64(kmax, cap - step);
+    kmax = min64(kmax, base + cap - step);
     if (kmax <= 0) return step;
     /* inc[j]: blocks allocated at skipped step j (1-based), when c_r + j crosses r's holding */
     memset(inc, 0, (size_t)(kmax + 1) * sizeof(i64));
@@ -347,7 +360,7 @@ static i64 skip_decodes(State *s, i64 *rec, i64 cap, i64 step, i64 max_steps, i6
     acc = 0;
     for (i64 j = 1; j <= n_skip; j++) {
         acc += inc[j];
-        i64 *row = rec + (step + j - 1) * N_COLS;
+        i64 *row = rec + (step + j - 1 - base) * N_COLS;
         memset(row, 0, N_COLS * sizeof(i64));
         row[DECODES] = nrun;
         row[DECODE_KV] = sum_c + nrun * j;
@@ -368,17 +381,20 @@ static i64 skip_decodes(State *s, i64 *rec, i64 cap, i64 step, i64 max_steps, i6
 }
 
 /* Steps from *step_io until every request finished (STATUS_OK), the loop is stuck or out of
- * steps, the record `rec` (cap rows) is full (STATUS_FULL: grow it and call again) or the step
- * reaches pause_step (STATUS_PAUSED: call again; lets the caller handle Ctrl-C). The whole state
- * lives in the arrays, so a call resumes exactly where the last one stopped. */
-i64 tk_run(const i64 *kp, i64 *req, i64 n, i64 *grp, i64 *q, i64 *c, i64 *rec, i64 cap,
-           i64 *step_io, i64 fast, i64 max_steps, i64 pause_step, i64 *inc) {
-    State st = { kp, req, grp, q, c, n };
+ * steps, the record `rec` is full (STATUS_FULL: grow it, or hand its rows on and reuse it, and
+ * call again) or the step reaches pause_step (STATUS_PAUSED: call again; lets the caller handle
+ * Ctrl-C). `rec` holds steps base .. base + cap - 1 (row step - base), so a caller may price
+ * and drop the rows of finished steps between calls. The whole state lives in the arrays, so a
+ * call resumes exactly where the last one stopped. */
+i64 tk_run(const i64 *kp, i32 *req, i64 n, i32 *grp, i32 *q, i64 w, i64 *c, i64 *rec,
+           i64 base, i64 cap, i64 *step_io, i64 fast, i64 max_steps, i64 pause_step,
+           i64 *inc) {
+    State st = { kp, req, grp, q, c, n, w };
     State *s = &st;
     i64 step = *step_io, status = STATUS_OK;
     while (C(DONE) < n) {
         if (step >= max_steps) { status = STATUS_MAX_STEPS; break; }
-        if (step >= cap) { status = STATUS_FULL; break; }
+        if (step - base >= cap) { status = STATUS_FULL; break; }
         if (step >= pause_step) { status = STATUS_PAUSED; break; }
         begin_step(s);
         i64 nrun_start = C(N_RUNNING);
@@ -388,12 +404,12 @@ i64 tk_run(const i64 *kp, i64 *req, i64 n, i64 *grp, i64 *q, i64 *c, i64 *rec, i
             if (C(N_PREEMPTED) == 0 && !K(K_PREFILL_FIRST)) admit_waiting(s, step);
         }
         if (C(N_BATCH) == 0) { status = STATUS_STUCK; break; }
-        i64 *row = rec + step * N_COLS;
+        i64 *row = rec + (step - base) * N_COLS;
         int any_done = record_step(s, row, step);
         step++;
         if (fast && row[PREFILL_TOKENS] == 0 && C(N_PREEMPTED) == 0 && !any_done
                 && C(N_BATCH) == nrun_start && C(N_RUNNING) > 0)
-            step = skip_decodes(s, rec, cap, step, max_steps, inc);
+            step = skip_decodes(s, rec, base, cap, step, max_steps, inc);
     }
     *step_io = step;
     return status;

@@ -25,6 +25,7 @@ from tuner.core.errors import TunerError
 _HERE = Path(__file__).resolve().parent
 _SOURCE = _HERE / "_kernels.c"
 _I64P = np.ctypeslib.ndpointer(dtype=np.int64, flags="C_CONTIGUOUS")
+_I32P = np.ctypeslib.ndpointer(dtype=np.int32, flags="C_CONTIGUOUS")
 _F64P = np.ctypeslib.ndpointer(dtype=np.float64, flags="C_CONTIGUOUS")
 _I8P = np.ctypeslib.ndpointer(dtype=np.int8, flags="C_CONTIGUOUS")
 _I64 = ctypes.c_int64
@@ -88,8 +89,8 @@ def library() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path))
     lib.tk_layout.argtypes = [_I64P, _I64]
     lib.tk_layout.restype = _I64
-    lib.tk_run.argtypes = [_I64P, _I64P, _I64, _I64P, _I64P, _I64P, _I64P, _I64, _I64P, _I64,
-                           _I64, _I64, _I64P]
+    lib.tk_run.argtypes = [_I64P, _I32P, _I64, _I32P, _I32P, _I64, _I64P, _I64P, _I64, _I64,
+                           _I64P, _I64, _I64, _I64, _I64P]
     lib.tk_run.restype = _I64
     lib.tk_first_fit.argtypes = [_I64P, _I64, _I64, _I64, _I64, _I64P, _I64P, _I64P]
     lib.tk_first_fit.restype = None

@@ -45,6 +45,10 @@ STATUS_MAX_STEPS = 2  # the step limit ran out
 STATUS_FULL = 3  # the step record is full: grown, then the loop resumes
 STATUS_PAUSED = 4  # a slice of steps is done: Python runs its signal handlers (Ctrl-C), resumes
 _PAUSE_EVERY_STEPS = 1 << 16  # ~10-50 ms of steps between chances to react to Ctrl-C
+_ABI_VERSION = 3  # the C functions' argument lists (tk_layout reports the library's)
+#: rows of the step record handed on at a time when the caller streams them (on_steps): 4.5 MiB
+#: of int64, so a job of millions of steps never holds its whole record
+STREAM_ROWS = 1 << 16
 
 # Slots of the loop's scalar state `c`.
 N_RUNNING = 0  # running requests
@@ -94,8 +98,10 @@ def preset(scheduler: str, *, token_budget: int, max_running: int, block_size: i
                            bool(switches.admit_full_sequence), bool(switches.cache_preempted))
 
 
-# The loop's state lives in four int64 arrays with named columns (req, grp, q, c) that the
-# helpers share (the C file indexes them with the same numbers, checked when it is loaded).
+# The loop's state lives in four arrays with named columns (req, grp, q, c) that the helpers
+# share (the C file indexes them with the same numbers, checked when it is loaded). Per-request
+# state (req, grp, q) is int32: half the memory of a multi-million-request job; steps are
+# capped below 2^31 (MAX_STEPS) so step numbers fit.
 # `req`: one row per request (inputs, then progress).
 PROMPT = 0
 OUTPUT = 1
@@ -119,30 +125,36 @@ G_READY = 1  # 1: the prefix is computed (later requests may skip it)
 G_OWNER = 2  # the request that computes it
 G_BLOCKS = 3  # its blocks (set by the owner)
 N_GRP_COLS = 4
-# `q`: one row per list (running requests, the waiting deque, the current step's batch).
-Q_RUNNING = 0  # running requests in admission order, q[Q_RUNNING, :c[N_RUNNING]]
-Q_WAITING = 1  # circular deque of waiting requests, front at c[WAIT_HEAD]
-Q_BATCH_REQ = 2  # the step's batch, q[Q_BATCH_*, :c[N_BATCH]]
-Q_BATCH_NEW = 3  # tokens scheduled for it
-Q_BATCH_PREFILL = 4  # 1: a prefill chunk (else one decode token)
+# `q`: one row per list, flat: the first four rows hold w = min(n, R_max) entries (no step
+# runs or batches more than R_max requests), the waiting deque, last, all n.
+Q_RUNNING = 0  # running requests in admission order, q[Q_RUNNING * w:][:c[N_RUNNING]]
+Q_BATCH_REQ = 1  # the step's batch, q[Q_BATCH_* * w:][:c[N_BATCH]]
+Q_BATCH_NEW = 2  # tokens scheduled for it
+Q_BATCH_PREFILL = 3  # 1: a prefill chunk (else one decode token)
+Q_WAITING = 4  # circular deque of waiting requests, front at c[WAIT_HEAD]
 N_Q_COLS = 5
+MAX_STEPS = 2**31 - 1  # step numbers are int32 in the request state
 
 
 def _new_state(prompt, output, gid, prefix_blocks, n_groups: int, capacity_blocks: int,
-               arrival_step):
-    """(req, grp, q, c) at step 0: every request waiting, in the given order."""
+               arrival_step, width: int):
+    """(req, grp, q, c) at step 0: every request waiting, in the given order; `width`: the
+    length of q's short rows (min(n, R_max)); gid, prefix_blocks, arrival_step None: no group,
+    no prefix, every request there at step 0 (no n-long temporaries for the common case)."""
     n = prompt.shape[0]
-    req = np.zeros((n, N_REQ_COLS), dtype=np.int64)
+    req = np.zeros((n, N_REQ_COLS), dtype=np.int32)
     req[:, PROMPT] = prompt
     req[:, OUTPUT] = output
-    req[:, GROUP] = gid
-    req[:, PREFIX_BLOCKS] = prefix_blocks
-    req[:, ARRIVAL_STEP] = arrival_step
+    req[:, GROUP] = -1 if gid is None else gid
+    if prefix_blocks is not None:
+        req[:, PREFIX_BLOCKS] = prefix_blocks
+    if arrival_step is not None:
+        req[:, ARRIVAL_STEP] = arrival_step
     req[:, FINISH_STEP] = req[:, FIRST_STEP] = -1
-    grp = np.zeros((max(n_groups, 1), N_GRP_COLS), dtype=np.int64)
+    grp = np.zeros((max(n_groups, 1), N_GRP_COLS), dtype=np.int32)
     grp[:, G_OWNER] = -1
-    q = np.zeros((N_Q_COLS, n), dtype=np.int64)
-    q[Q_WAITING] = np.arange(n)
+    q = np.zeros(Q_WAITING * width + n, dtype=np.int32)
+    q[Q_WAITING * width:] = np.arange(n)
     c = np.zeros(N_SLOTS, dtype=np.int64)
     c[N_WAITING] = n
     c[FREE_BLOCKS] = capacity_blocks
@@ -183,35 +195,49 @@ def _kernel():
                        steps.PREEMPTED, steps.RUNNING, N_SLOTS, N_REQ_COLS, N_GRP_COLS,
                        N_Q_COLS, len(SchedulerParams._fields), PROMPT, OUTPUT, GROUP,
                        PREFIX_BLOCKS, FINISH_STEP, ARRIVAL_STEP, FIRST_STEP, CACHED_TOKENS,
-                       N_WAITING, FREE_BLOCKS, G_OWNER, Q_WAITING, STATUS_FULL, STATUS_PAUSED])
+                       N_WAITING, FREE_BLOCKS, G_OWNER, Q_WAITING, STATUS_FULL, STATUS_PAUSED,
+                       _ABI_VERSION])
     return lib
 
 
-def _run(k: SchedulerParams, req, grp, q, c, fast: bool, max_steps: int):
-    """The C loop until the schedule ends: grows the step record when full (doubling, as a list
-    would) and returns to Python every _PAUSE_EVERY_STEPS steps so a Ctrl-C lands promptly.
-    Returns (records, status, prompt tokens served from the prefix cache)."""
+def _run(k: SchedulerParams, req, grp, q, width: int, c, fast: bool, max_steps: int,
+         on_steps=None):
+    """The C loop until the schedule ends; returns to Python every _PAUSE_EVERY_STEPS steps so
+    a Ctrl-C lands promptly. With `on_steps` None the step record grows when full (doubling, as
+    a list would) and is returned whole; else every STREAM_ROWS steps are handed to
+    on_steps(rows) (a view, reused afterwards) and the record returned is empty: the memory
+    stays flat however many steps the job takes. Returns (records, status, prompt tokens
+    served from the prefix cache)."""
     lib = _kernel()
     kp = np.array(k, dtype=np.int64)
     n = req.shape[0]
-    rec = np.zeros((1024, N_COLS), dtype=np.int64)
+    rec = np.zeros((STREAM_ROWS if on_steps is not None else 1024, N_COLS), dtype=np.int64)
     inc = np.zeros(int(req[:, OUTPUT].max(initial=0)) + 2, dtype=np.int64)  # skip scratch
     step = np.zeros(1, dtype=np.int64)
+    base = 0  # the step in rec's first row
     while True:
-        status = lib.tk_run(kp, req, n, grp, q, c, rec, rec.shape[0], step, int(fast),
-                            max_steps, int(step[0]) + _PAUSE_EVERY_STEPS, inc)
-        if status == STATUS_FULL:
+        status = lib.tk_run(kp, req, n, grp, q, width, c, rec, base, rec.shape[0], step,
+                            int(fast), max_steps, int(step[0]) + _PAUSE_EVERY_STEPS, inc)
+        if status == STATUS_FULL and on_steps is not None:
+            on_steps(rec)
+            base = int(step[0])
+        elif status == STATUS_FULL:
             grown = np.zeros((rec.shape[0] * 2, N_COLS), dtype=np.int64)
             grown[: rec.shape[0]] = rec
             rec = grown
         elif status != STATUS_PAUSED:
-            return rec[: int(step[0])], int(status), int(c[CACHED_TOKENS])
+            done = rec[: int(step[0]) - base]
+            if on_steps is None:
+                return done, int(status), int(c[CACHED_TOKENS])
+            if len(done):
+                on_steps(done)
+            return rec[:0], int(status), int(c[CACHED_TOKENS])
 
 
 def run_schedule(prompt_tokens: np.ndarray, output_tokens: np.ndarray, params: SchedulerParams,
                  *, prefix_ids: np.ndarray | None = None, prefix_tokens: np.ndarray | None = None,
                  fast: bool = True, max_steps: int | None = None,
-                 arrival_step: np.ndarray | None = None) -> Schedule:
+                 arrival_step: np.ndarray | None = None, on_steps=None) -> Schedule:
     """Run the unified scheduler over requests queued in the given order.
 
     prefix_ids/prefix_tokens: requests of one group share a prompt prefix. Its full KV blocks are
@@ -221,21 +247,24 @@ def run_schedule(prompt_tokens: np.ndarray, output_tokens: np.ndarray, params: S
     fast: skip ahead over decode-only stretches (same result as fast=False, step for step).
     arrival_step: replaying arrivals, the first step at which each request may be admitted (the
     queue is in arrival order); None: every request is there at step 0.
+    on_steps: called with consecutive slices of the step record (in step order, views reused
+    after the call) instead of keeping it; Schedule.steps is then empty.
     """
-    prompt = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
-    output = np.ascontiguousarray(output_tokens, dtype=np.int64)
-    gid, pblocks, n_groups = _prefix_groups(prefix_ids, prefix_tokens, prompt.shape[0],
-                                            params.block_size)
+    prompt, output = np.asarray(prompt_tokens), np.asarray(output_tokens)
+    gid, pblocks, n_groups = None, None, 0
+    if prefix_ids is not None:
+        gid, pblocks, n_groups = _prefix_groups(prefix_ids, prefix_tokens, prompt.shape[0],
+                                                params.block_size)
     if max_steps is None:
         # Every step makes progress on at least one token; recompute after preemption can at
         # most repeat work, so this bound is generous without being unbounded.
-        max_steps = int(4 * (prompt.sum() + output.sum()) + 1000)
+        max_steps = int(4 * (prompt.sum(dtype=np.int64) + output.sum(dtype=np.int64)) + 1000)
+    max_steps = min(int(max_steps), MAX_STEPS)
     k = SchedulerParams(*(int(v) for v in params[:5]), *(bool(v) for v in params[5:]))
-    arrivals = (np.zeros(prompt.shape[0], dtype=np.int64) if arrival_step is None
-                else np.ascontiguousarray(arrival_step, dtype=np.int64))
+    width = max(min(prompt.shape[0], k.max_running), 1)
     req, grp, q, c = _new_state(prompt, output, gid, pblocks, n_groups, k.capacity_blocks,
-                                arrivals)
-    rec, status, cached = _run(k, req, grp, q, c, bool(fast), int(max_steps))
-    return Schedule(steps=rec, finish_step=req[:, FINISH_STEP].copy(),
-                    first_step=req[:, FIRST_STEP].copy(), status=int(status),
+                                arrival_step, width)
+    rec, status, cached = _run(k, req, grp, q, width, c, bool(fast), max_steps, on_steps)
+    return Schedule(steps=rec, finish_step=req[:, FINISH_STEP].astype(np.int64),
+                    first_step=req[:, FIRST_STEP].astype(np.int64), status=int(status),
                     cached_tokens=int(cached))

@@ -238,13 +238,17 @@ def arrival_clock(dt: np.ndarray, first_step: np.ndarray, arrival_s: np.ndarray)
 
 @dataclass
 class _Replica:
-    """One data-parallel replica's schedule, priced."""
+    """One data-parallel replica's schedule, priced: sums over its steps, and (when kept) the
+    step records, step times and end times."""
 
-    schedule: sch.Schedule
-    dt_s: np.ndarray  # time of each step
-    end_s: np.ndarray  # when each step ends
+    schedule: sch.Schedule  # steps empty when they were streamed
     span_s: float  # the replica's makespan
-    priced: dict | None  # tuner.sim.offload breakdown (offload knobs only)
+    iterations: int = 0
+    preemptions: int = 0
+    peak_kv_blocks: int = 0
+    kv_block_s: float = 0.0  # KV blocks held, integrated over time (blocks x s)
+    dt_s: np.ndarray | None = None  # time of each step (kept steps only)
+    end_s: np.ndarray | None = None  # when each step ends (kept steps only)
 
 
 def _submission_order(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConfig,
@@ -276,6 +280,62 @@ def split_replicas(workload: Workload, order: np.ndarray, dp: int) -> list[np.nd
     return [order[owner == r] for r in range(dp)]
 
 
+class _StepTotals:
+    """Running sums over priced step records (streamed in slices, or whole)."""
+
+    def __init__(self, cost_model: CostModel, off_ctx: _offload.OffloadContext,
+                 off_totals: _offload.OffloadTotals):
+        self.cost_model, self.off_ctx, self.off_totals = cost_model, off_ctx, off_totals
+        self.time_s = self.kv_block_s = 0.0
+        self.iterations = self.preemptions = self.peak_kv_blocks = 0
+
+    def price(self, steps: np.ndarray) -> np.ndarray:
+        """Price `steps`, add them to the sums; their times."""
+        dt, priced = _price(steps, self.cost_model, self.off_ctx)
+        self.add(steps, dt, priced)
+        return dt
+
+    def add(self, steps: np.ndarray, dt: np.ndarray, priced: dict | None) -> None:
+        if priced is not None:
+            self.off_totals.add(priced)
+        kv = steps[:, KV_BLOCKS]
+        self.iterations += len(dt)
+        self.time_s += float(dt.sum())
+        self.preemptions += int(steps[:, PREEMPTED].sum())
+        self.peak_kv_blocks = max(self.peak_kv_blocks, int(kv.max(initial=0)))
+        self.kv_block_s += float(kv @ dt)
+
+
+class _TimelineTotals(_StepTotals):
+    """Running sums that also keep the timeline's columns of every step, compact (int32 and
+    the step times): 28 bytes a step instead of the 72 of a kept record that grows by
+    doubling."""
+
+    COLUMNS = ((RUNNING, "running"), (PREFILL_TOKENS, "prefill_tokens"),
+               (DECODES, "decode_tokens"), (KV_BLOCKS, "kv_blocks"),
+               (PREEMPTED, "preemptions"))
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.parts: dict[str, list[np.ndarray]] = {"dt_s": []}
+        for _, name in self.COLUMNS:
+            self.parts[name] = []
+
+    def add(self, steps: np.ndarray, dt: np.ndarray, priced: dict | None) -> None:
+        super().add(steps, dt, priced)
+        self.parts["dt_s"].append(dt)
+        for col, name in self.COLUMNS:
+            self.parts[name].append(steps[:, col].astype(np.int32))
+
+    def timeline(self, capacity_blocks: int) -> dict[str, np.ndarray]:
+        cols = {k: np.concatenate(v) if v else np.zeros(0) for k, v in self.parts.items()}
+        # _timeline's keys, in its order (the CSV's columns)
+        return {"time_s": np.cumsum(cols["dt_s"]), "running": cols["running"],
+                "prefill_tokens": cols["prefill_tokens"], "decode_tokens": cols["decode_tokens"],
+                "kv_fraction": cols["kv_blocks"] / max(capacity_blocks, 1),
+                "preemptions": cols["preemptions"]}
+
+
 def _price(steps: np.ndarray, cost_model: CostModel, off_ctx: _offload.OffloadContext):
     """(time of each step, offload breakdown or None)."""
     feats = batch_features(steps)
@@ -286,38 +346,61 @@ def _price(steps: np.ndarray, cost_model: CostModel, off_ctx: _offload.OffloadCo
     return priced["dt_s"], priced  # CPU attention, (de)quantization
 
 
+def _schedule(workload: Workload, idx: np.ndarray, params: sch.SchedulerParams, exact: bool,
+              plan: MemoryPlan, arrival_step=None, on_steps=None) -> sch.Schedule:
+    s = sch.run_schedule(
+        workload.prompt_tokens[idx], workload.output_tokens[idx], params, fast=not exact,
+        prefix_ids=None if workload.prefix_ids is None else workload.prefix_ids[idx],
+        prefix_tokens=None if workload.prefix_tokens is None else workload.prefix_tokens[idx],
+        arrival_step=arrival_step, on_steps=on_steps)
+    if s.status != sch.STATUS_OK:
+        why = "stuck" if s.status == sch.STATUS_STUCK else "step limit"
+        raise InfeasibleConfig(
+            f"scheduler made no progress ({why}) with KV capacity "
+            f"{plan.kv_capacity_tokens} tokens; a request cannot be placed")
+    return s
+
+
 def _simulate_replica(workload: Workload, idx: np.ndarray, params: sch.SchedulerParams,
-                      cost_model: CostModel, off_ctx: _offload.OffloadContext,
-                      plan: MemoryPlan, exact: bool) -> _Replica:
-    """Schedule and price the requests `idx` (in submission order) on one replica. Replaying
-    arrivals, the schedule depends on when requests arrive in step terms and the step times on
-    the schedule: iterate to a fixed point."""
+                      totals: _StepTotals, plan: MemoryPlan, exact: bool,
+                      keep_steps: bool) -> _Replica:
+    """Schedule and price the requests `idx` (in submission order) on one replica, adding its
+    steps to `totals` (fresh per replica). Unless `keep_steps`, the steps are priced as the
+    scheduler hands them on and then dropped (memory flat in the job's length). Replaying
+    arrivals, the schedule depends on when requests arrive in step terms and the step times
+    on the schedule: iterate to a fixed point (steps kept)."""
+    def replica(s: sch.Schedule, span_s: float, dt=None, end_s=None) -> _Replica:
+        return _Replica(s, span_s, totals.iterations, totals.preemptions,
+                        totals.peak_kv_blocks, totals.kv_block_s, dt, end_s)
+
     arrivals = None if workload.arrival_s is None else workload.arrival_s[idx]
+    if arrivals is None and not keep_steps:
+        s = _schedule(workload, idx, params, exact, plan, on_steps=totals.price)
+        return replica(s, totals.time_s)
+    if arrivals is None:
+        s = _schedule(workload, idx, params, exact, plan)
+        # priced in slices all the same: a cost model's temporaries over millions of steps
+        # at once took GiBs (the report's timelines of a 2 M-request job)
+        rows = sch.STREAM_ROWS
+        dt = np.concatenate([totals.price(s.steps[i:i + rows])
+                             for i in range(0, len(s.steps), rows)] or [np.zeros(0)])
+        return replica(s, float(dt.sum()), dt, np.cumsum(dt))
     arrival_step = None
-    for _ in range(ARRIVAL_ITERATIONS if arrivals is not None else 1):
-        s = sch.run_schedule(
-            workload.prompt_tokens[idx], workload.output_tokens[idx], params, fast=not exact,
-            prefix_ids=None if workload.prefix_ids is None else workload.prefix_ids[idx],
-            prefix_tokens=None if workload.prefix_tokens is None else workload.prefix_tokens[idx],
-            arrival_step=arrival_step)
-        if s.status != sch.STATUS_OK:
-            why = "stuck" if s.status == sch.STATUS_STUCK else "step limit"
-            raise InfeasibleConfig(
-                f"scheduler made no progress ({why}) with KV capacity "
-                f"{plan.kv_capacity_tokens} tokens; a request cannot be placed")
-        dt, priced = _price(s.steps, cost_model, off_ctx)
-        if arrivals is None:
-            return _Replica(s, dt, np.cumsum(dt), float(dt.sum()), priced)
+    for _ in range(ARRIVAL_ITERATIONS):
+        s = _schedule(workload, idx, params, exact, plan, arrival_step)
+        dt, priced = _price(s.steps, totals.cost_model, totals.off_ctx)
         end_s = arrival_clock(dt, s.first_step, arrivals)
         nxt = np.searchsorted(end_s - dt, arrivals, side="left")
         if arrival_step is not None and np.array_equal(nxt, arrival_step):
             break  # the schedule and its clock agree on every arrival
         arrival_step = nxt
-    return _Replica(s, dt, end_s, float(end_s[-1]), priced)
+    totals.add(s.steps, dt, priced)
+    return replica(s, float(end_s[-1]), dt, end_s)
 
 
-def _timeline(rep: _Replica, kv_frac: np.ndarray) -> dict[str, np.ndarray]:
+def _timeline(rep: _Replica, capacity_blocks: int) -> dict[str, np.ndarray]:
     st = rep.schedule.steps
+    kv_frac = st[:, KV_BLOCKS].astype(np.float64) / max(capacity_blocks, 1)
     return {"time_s": rep.end_s, "running": st[:, RUNNING], "prefill_tokens": st[:, PREFILL_TOKENS],
             "decode_tokens": st[:, DECODES], "kv_fraction": kv_frac,
             "preemptions": st[:, PREEMPTED]}
@@ -353,23 +436,30 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     makespan = kv_time_integral = peak_kv = 0.0
     iterations = preemptions = cached = 0
     tl, steps = None, []
+    cap = max(plan.kv_capacity_blocks, 1)
     for replica, idx in enumerate(split_replicas(workload, order, config.dp)):
         if idx.size == 0:
             continue
-        rep = _simulate_replica(workload, idx, params, cost_model, off_ctx, plan, exact)
-        st = rep.schedule.steps
-        if rep.priced is not None:
-            off_totals.add(rep.priced)
-        kv_frac = st[:, KV_BLOCKS].astype(np.float64) / max(plan.kv_capacity_blocks, 1)
+        want_tl = timeline and replica == 0
+        # a timeline without the step records (the report's): streamed, its columns kept
+        # compact; replaying arrivals keeps the steps (the clock needs them)
+        stream_tl = want_tl and not return_steps and workload.arrival_s is None
+        totals = (_TimelineTotals if stream_tl else _StepTotals)(cost_model, off_ctx,
+                                                                 off_totals)
+        rep = _simulate_replica(workload, idx, params, totals, plan, exact,
+                                keep_steps=return_steps or (want_tl and not stream_tl))
         makespan = max(makespan, rep.span_s)
-        iterations += len(rep.dt_s)
-        preemptions += int(st[:, PREEMPTED].sum())
+        iterations += rep.iterations
+        preemptions += rep.preemptions
         cached += rep.schedule.cached_tokens
-        peak_kv = max(peak_kv, float(kv_frac.max()))
-        kv_time_integral += float((kv_frac * rep.dt_s).sum()) / max(rep.span_s, 1e-12)
-        steps.append(st)
-        if timeline and replica == 0:
-            tl = _timeline(rep, kv_frac)
+        peak_kv = max(peak_kv, rep.peak_kv_blocks / cap)
+        kv_time_integral += rep.kv_block_s / cap / max(rep.span_s, 1e-12)
+        if return_steps:
+            steps.append(rep.schedule.steps)
+        if stream_tl:
+            tl = totals.timeline(plan.kv_capacity_blocks)
+        elif want_tl:
+            tl = _timeline(rep, plan.kv_capacity_blocks)
     # every replica starts its engine at once, then runs its schedule; the rented GPUs are
     # paid from the start (--provider: whole instances, billed by its granularity, else per
     # GPU-second)
