@@ -5,4 +5,4 @@ ctypes, so it needs no Python headers and works with any Python 3 ABI."""
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("tuner.sim._kernels", ["tuner/sim/_kernels.c"],
-                             extra_compile_args=["-O2"])])
+                             extra_compile_args=["-O3"])])

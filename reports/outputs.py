@@ -100,8 +100,9 @@ def _notes(workload: Workload, stats: dict, extra_notes: list[str]) -> list[str]
     if err:
         notes.append(
             f"Multi-fidelity: {stats['screened_on_sample']} of {stats['configurations']} "
-            f"configurations were judged on a {stats.get('sample_requests')}-request stratified "
-            f"sample only; the sample's estimate was within "
+            f"configurations were judged on a stratified sample only (one replica's share of "
+            f"the job, up to {stats.get('sample_requests')} requests); the sample's estimate "
+            f"was within "
             f"{100 * err['relative_error']['max']:.1f} % of the full simulation on all "
             f"{err['pairs']} configurations simulated both ways.")
     return notes + list(extra_notes)

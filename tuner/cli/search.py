@@ -499,15 +499,19 @@ def _print_importances(imps: dict) -> None:
 
 def _stats_line(stats: dict) -> str:
     line = (f"{stats['trials']} trials: {stats['configurations']} distinct configurations, "
-            f"{stats['full_simulations']} simulated on the full workload, "
-            f"{stats['duplicates']} duplicates")
+            f"{stats['full_simulations']} simulated on the full workload")
+    if stats.get("final_candidates"):
+        line += (f" ({stats['final_candidates']} of them at the end, beyond --n-trials: screened on "
+                 "the sample, "
+                 "still within its error of a front)")
+    line += f", {stats['duplicates']} duplicates"
     if stats.get("vllm_defaults_checks"):
-        line += (f"; {stats['vllm_defaults_checks']} of them vLLM's defaults on a winner's GPUs "
-                 "(beyond --n-trials)")
+        line += (f"; vLLM's defaults on a winner's GPUs: {stats['vllm_defaults_checks']} more "
+                 "full simulations (beyond --n-trials)")
     se = stats.get("sampling_error")
     if stats.get("screened_on_sample") or se:
-        line += (f"; {stats['screened_on_sample']} judged on a "
-                 f"{stats.get('sample_requests')}-request sample")
+        line += (f"; {stats['screened_on_sample']} judged on a stratified sample (up to "
+                 f"{stats.get('sample_requests')} requests: one replica's share)")
     if se:
         e = se["relative_error"]
         line += (f" (sample estimate vs full on {se['pairs']} configurations: median "

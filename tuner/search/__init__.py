@@ -10,16 +10,20 @@ tuner composes Optuna's study / sampler / storage and writes no search algorithm
   values).
 * **Multi-fidelity** (:mod:`.evaluator`): a proposed configuration is first simulated on a
   stratified sample of the workload (fixed seed; strata = prompt x output length quantiles; the
-  longest request always in, so memory feasibility is the full workload's). Its sample makespan,
-  scaled by n_full / n_sample and a calibration factor, estimates the full makespan. It is
-  *promoted* to the full workload unless a configuration of the same GPU type already simulated
-  in full beats the estimate on both objectives by more than the sampling error ``eps``
-  (epsilon-dominance). ``eps`` is measured, not assumed: every promoted trial yields an
-  (estimate, full) pair and every AUDIT_EVERY-th trial is promoted regardless, so the error is
-  also measured on configurations the rule would have dropped. A configuration is dropped only
-  when, within the measured error, it is dominated; the winners are always full-workload
-  simulations. (Optuna's pruners cannot do this: ``Trial.report`` / ``should_prune`` refuse
-  multi-objective studies.)
+  longest request always in, so memory feasibility is the full workload's): one replica of the
+  plan on min(sample size, n / dp) requests, its makespan scaled by (n / dp) / that and a
+  calibration factor (a dp-replica plan's replicas each serve n / dp requests: one replica's
+  own share is their real load, at 1/dp of the cost). A configuration of the same GPU type
+  already simulated in full that beats the estimate on both objectives by more than the
+  sampling error ``eps`` drops it (epsilon-dominance); one within ``eps`` of the front is a
+  *candidate*: it keeps its estimate, and at the end (:func:`.loop.add_final_candidates`) every
+  candidate that no other configuration of its GPU beats beyond the error is simulated on the
+  full workload, so winners and Pareto points are always full-workload simulations. ``eps`` is
+  measured, not assumed (1.5 x the largest error seen, at least 0.5 %): the first N_CALIBRATE
+  configurations and every AUDIT_EVERY-th trial are simulated both ways, and so is every final
+  candidate. (Optuna's pruners cannot do this: ``Trial.report`` / ``should_prune`` refuse
+  multi-objective studies.) With --deadline / --budget a candidate is promoted at once (the
+  best plan within them is judged on full figures as the search goes).
 * **Polish** (:mod:`.loop`): after most of the budget, the configurations one knob away from
   the fastest and the cheapest so far are simulated one trial at a time (its parameters fixed
   with Optuna's ``PartialFixedSampler``), following each improvement, until every neighbour of

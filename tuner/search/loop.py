@@ -18,6 +18,7 @@ from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import KNOBS, ServingConfig
 from tuner.core.engine_defaults import SEARCH_PRESETS
 from tuner.core.errors import TunerError
+from tuner.core.pricing import job_cost_usd
 from tuner.core.workload import Workload
 from tuner.core.workload.base import lengths_from_input
 from tuner.predictors.protocol import CostModel
@@ -388,7 +389,9 @@ def run_search(workload: Workload, model: ModelSpec, gpus: dict[str, GPU], space
     # Everything that can fail on the inputs fails before the study exists.
     ev = evaluator or Evaluator(workload, model, gpus, space,
                                 sample_fraction=settings.sample_fraction,
-                                cost_model_for=cost_model_for, **meta.sim_options())
+                                cost_model_for=cost_model_for,
+                                defer=not settings.constraints.on_figures,
+                                **meta.sim_options())
     try:
         with StudyHold(settings.storage):
             study = open_study(settings, metadata=meta, workload_tokens=workload_tokens(workload))
@@ -406,6 +409,7 @@ def run_search(workload: Workload, model: ModelSpec, gpus: dict[str, GPU], space
                 enqueue_presets(work, space, list(gpus), engine_presets(gpus, meta))
             optimize(work, ev, settings, shared=False, on_trial=on_trial, mirror=mirror)
             if not settings.exhaustive:
+                add_final_candidates(study, ev, settings)
                 add_default_trials(study, ev, settings, meta)
     except BaseException as exc:
         discard_failed_study(settings, exc)  # none without results left to block the rerun
@@ -443,6 +447,72 @@ def search_space(space: SearchSpace, workload: Workload, model: ModelSpec,
     caps = {g: settings.constraints.gpu_cap(g) for g in gpus}
     return fit_space(space, model=model, gpus=gpus, gpu_caps=caps,
                      defaults=engine_presets(gpus, meta), outputs_from_input=known)
+
+
+def final_candidates(ev: Evaluator) -> list[tuple[dict, TrialRecord]]:
+    """The deferred configurations (screened on the sample, within its error of a front) that
+    can still be on their GPU's front: no other configuration of that GPU dominates them on
+    both figures beyond the sampling error eps (a full simulation by a factor 1 + eps, an
+    estimate by (1 + eps)^2: both may err). Estimates re-scaled with the calibration as it
+    stands now. (params, the sample trial's record) each, in trial order."""
+    k, eps = ev.known.calibration()
+    if not math.isfinite(eps):
+        return []
+    points: dict[str, list[tuple[float, float, int, int]]] = {}  # gpu -> (s, $, margin, trial)
+    deferred = []
+    for key, (values, rec, number) in ev.known.done.items():
+        if not rec.feasible or not all(math.isfinite(v) for v in values):
+            continue
+        params = dict(key)
+        if rec.level == "full":
+            points.setdefault(params["gpu"], []).append((values[0], values[1], 1, number))
+            continue
+        fid = rec.fidelity
+        if not fid.get("candidate"):
+            continue
+        config = ev.config(params)
+        gpu = ev.gpus[params["gpu"]]
+        est_s = fid["sample_makespan_s"] * fid["scale"] * k + (fid.get("startup_s") or 0.0)
+        est = (est_s, job_cost_usd(est_s, gpu.price_usd_per_h, config.tp, config.dp,
+                                   gpu.billing))
+        points.setdefault(params["gpu"], []).append((*est, 2, number))
+        deferred.append((number, params, rec, est))
+    out = []
+    for number, params, rec, est in sorted(deferred, key=lambda d: d[0]):
+        # the candidate's own error (1 + eps) and the other point's ((1 + eps) once more for
+        # an estimate)
+        beaten = any(m * (1 + eps) ** margin <= est[0] and c * (1 + eps) ** margin <= est[1]
+                     for m, c, margin, other in points[params["gpu"]] if other != number)
+        if not beaten:
+            out.append((params, rec))
+    return out
+
+
+def add_final_candidates(study: optuna.Study, ev: Evaluator, settings: SearchSettings) -> int:
+    """Simulate on the full workload, as trials of the study, the deferred configurations
+    that can still be on a front (:func:`final_candidates`): the search's winners and Pareto
+    points are full simulations, while configurations that only came near a front on the way
+    cost a sample simulation. Each carries its sample estimate (another measured pair of the
+    sampling error). Returns the number of trials added."""
+    if not ev.defer:
+        return 0
+    todo = final_candidates(ev)
+    if not todo:
+        return 0
+    dists = _distributions(ev.space, list(ev.gpus))
+    number = len(study.get_trials(deepcopy=False))
+    batch = []
+    for params, rec in todo:
+        fid = rec.fidelity
+        sample = {k: fid[k] for k in ("requests", "replicas", "sample_makespan_s", "startup_s",
+                                      "scale", "k", "eps", "estimate_makespan_s")
+                  if k in fid}
+        batch.append(_finished_trial(ev, params, number, settings, dists, {
+            "final_candidate": True,
+            "fidelity": {"level": "full", **sample, "promoted": "final candidate"}}))
+        number += 1
+    study.add_trials(batch)
+    return len(batch)
 
 
 #: rounds of :func:`add_default_trials` (each adds the defaults beside winners that are new)
@@ -501,10 +571,12 @@ def check_defaults(study: optuna.Study, workload: Workload, model: ModelSpec,
     """:func:`add_default_trials` for a study other processes ran (`--workers N`)."""
     metadata = StudyMeta.of(metadata)
     ev = Evaluator(workload, model, gpus, space, sample_fraction=settings.sample_fraction,
-                   cost_model_for=cost_model_for, **metadata.sim_options())
+                   cost_model_for=cost_model_for, defer=not settings.constraints.on_figures,
+                   **metadata.sim_options())
     ev.known.ingest(study)
     with StudyHold(settings.storage):
-        return add_default_trials(study, ev, settings, metadata)
+        return (add_final_candidates(study, ev, settings)
+                + add_default_trials(study, ev, settings, metadata))
 
 
 # ---- feasibility before the search -------------------------------------------------------------

@@ -418,7 +418,16 @@ def search_stats(study: optuna.Study) -> dict:
     estimates: every trial simulated on both the sample and the full workload gives one
     relative error |estimate / full - 1| (estimate = calibrated, scaled sample makespan)."""
     trials = all_records(study, with_config=False)
-    distinct = [t for t in trials if not t.duplicate]
+    # one record per configuration: a deferred candidate's full simulation at the end
+    # (tuner.search.loop.add_final_candidates) stands for its sample screening
+    by_key: dict[tuple, TrialRecord] = {}
+    for t, ft in zip(trials, completed(study), strict=True):
+        if t.duplicate:
+            continue
+        key = tuple(sorted(ft.params.items()))
+        if key not in by_key or (by_key[key].level != "full" and t.level == "full"):
+            by_key[key] = t
+    distinct = list(by_key.values())
     full = [t for t in distinct if t.level == "full"]
     stats: dict = {
         "trials": len(trials),
@@ -430,8 +439,14 @@ def search_stats(study: optuna.Study) -> dict:
         # vLLM's defaults simulated beside the winners (tuner.search.loop.add_default_trials)
         "vllm_defaults_checks": sum(1 for t in completed(study)
                                     if t.user_attrs.get("vllm_defaults")),
+        # configurations screened on the sample, simulated in full at the end as candidates
+        "final_candidates": sum(1 for t in completed(study)
+                                if t.user_attrs.get("final_candidate")),
     }
-    fid0 = next((t.fidelity for t in distinct if t.fidelity.get("requests")), None)
+    # a dp-replica plan is screened on one replica's share (Evaluator.replica_sample): the
+    # largest sample is the single-replica plans'
+    fid0 = max((t.fidelity for t in distinct if t.fidelity.get("requests")),
+               key=lambda f: f["requests"], default=None)
     if fid0:
         stats["sample_requests"] = fid0["requests"]
         stats["sample_scale"] = fid0["scale"]

@@ -232,7 +232,10 @@ static void schedule_running(State *s) {
                                                   : (remaining <= lim ? remaining : 0);
                 if (new_tokens <= 0) continue;
             }
-            i64 need = ceil_div(REQ(r, COMPUTED) + new_tokens, B) - REQ(r, SHARED) - REQ(r, BLOCKS);
+            /* blocks to add: none while the tokens fit what it holds (no division on the
+             * common path: a decode inside its last block), else ceil(overflow / B) */
+            i64 over = REQ(r, COMPUTED) + new_tokens - (REQ(r, BLOCKS) + REQ(r, SHARED)) * B;
+            i64 need = over > 0 ? ceil_div(over, B) : 0;
             if (need > free_blocks) {
                 C(FREE_BLOCKS) = free_blocks;
                 C(ALLOCATED) += allocated;

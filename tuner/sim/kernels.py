@@ -60,7 +60,7 @@ def _compile_into_cache() -> Path:
     fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".so")
     os.close(fd)
     try:
-        subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", tmp, str(_SOURCE)], check=True,
+        subprocess.run([cc, "-O3", "-shared", "-fPIC", "-o", tmp, str(_SOURCE)], check=True,
                        capture_output=True, text=True)
         os.replace(tmp, target)  # whole or not at all: concurrent processes may race here
     except subprocess.CalledProcessError as exc:

@@ -303,7 +303,7 @@ class _StepTotals:
         self.time_s += float(dt.sum())
         self.preemptions += int(steps[:, PREEMPTED].sum())
         self.peak_kv_blocks = max(self.peak_kv_blocks, int(kv.max(initial=0)))
-        self.kv_block_s += float(kv @ dt)
+        self.kv_block_s += float((kv * dt).sum())  # not `@`: BLAS threads spin on 2 cores
 
 
 class _TimelineTotals(_StepTotals):
