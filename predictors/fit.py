@@ -13,7 +13,6 @@ are learned from the same rows. Outputs in FIT_DIR (default: the profile directo
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 import warnings
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tuner.core.io import dumps, write_atomic
+from tuner.core.io import dumps, sha256_file, write_atomic
 from tuner.predictors.opmath import ATTENTION_OPS, COPY_OPS, ELEMENTWISE_OPS, LINEAR_OPS, QUANT_OPS
 
 FIT_JSON = "fit.json"
@@ -110,14 +109,6 @@ def read_profile(profile_dir: Path):
     except (OSError, json.JSONDecodeError) as exc:
         raise TunerError(f"Cannot read {prov_path}: {exc}.") from None
     return df, prov
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with Path(path).open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def cv_scores(estimators: dict, X, y, folds: int = 5, seed: int = 0) -> dict[str, float]:

@@ -88,7 +88,7 @@ def load_fit(d: Path) -> dict:
             raise TunerError(f"{fit_path} is not a tuner fit (format {doc.get('format')!r}).")
         csv_path = d / "profile.csv"
         if csv_path.is_file():
-            from tuner.predictors.fit import sha256_file
+            from tuner.core.io import sha256_file
 
             if sha256_file(csv_path) != doc.get("profile_sha256"):
                 doc = None  # stale: refit below

@@ -83,12 +83,17 @@ def resolve_device(torch, device: str) -> str:
     return device
 
 
+#: the element type a CPU is profiled in (`--dtype auto`); the vLLM runner runs a CPU engine in
+#: it too (runners/_vllm_worker.py): many CPUs (AVX2, no AVX-512) have no fast bfloat16
+CPU_DTYPE = "float32"
+
+
 def resolve_dtype(torch, device: str, dtype: str):
     names = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
     if dtype in (None, "", "auto"):
         if device == "cuda":  # pragma: no cover - GPU
             return "bfloat16" if torch.cuda.is_bf16_supported() else "float16", None
-        return "float32", None
+        return CPU_DTYPE, None
     if dtype not in names:
         raise TunerError(f"--dtype must be auto, float16, bfloat16 or float32, got {dtype!r}.")
     return dtype, names[dtype]

@@ -156,17 +156,19 @@ def _engine_args(req: dict, res: dict, is_cpu: bool, steps_file: Path | None) ->
     if not is_cpu:
         args.update(req.get("gpu_only_args") or {})
     elif not req.get("model_path") and "dtype" not in args:
-        # tuner profiles a CPU in float32 (profilers.profile.resolve_dtype); the random model's
-        # config says bfloat16, which a CPU without AVX512-BF16 runs through a slow fallback
-        # (~7x float32 on 500-token prefills, measured on an AVX2 EPYC): run what was profiled
-        args["dtype"] = "float32"
-        note = ("dtype float32 on the CPU, as tuner profiles a CPU (the random model's config "
-                "says bfloat16)")
+        # run what tuner profiles a CPU in; the random model's config says bfloat16, which a
+        # CPU without AVX512-BF16 runs through a slow fallback (~7x float32 on 500-token
+        # prefills, measured on an AVX2 EPYC)
+        from tuner.profilers.profile import CPU_DTYPE
+
+        args["dtype"] = CPU_DTYPE
+        note = (f"dtype {CPU_DTYPE} on the CPU, as tuner profiles a CPU (the random model's "
+                "config says bfloat16)")
         if args.get("kv_cache_dtype", "auto") == "auto" and "kv_cache_memory_bytes" in args:
             # the KV cache follows the model's dtype: twice the bytes a 16-bit plan gave it,
             # so it holds the tokens the plan counted
             args["kv_cache_memory_bytes"] *= 2
-            note += "; its float32 KV cache given twice the plan's 16-bit bytes (same tokens)"
+            note += f"; its {CPU_DTYPE} KV cache given twice the plan's 16-bit bytes (same tokens)"
         res.setdefault("notes", []).append(note)
     if req.get("record_steps", True) and steps_file is not None:
         args["scheduler_cls"] = "tuner.runners._vllm_sched.RecordingScheduler"

@@ -20,6 +20,20 @@ def gpus():
     return {"A10": cat["A10"], "A40": cat["A40"]}
 
 
+@pytest.fixture(scope="module")
+def study_out(tmp_path_factory):
+    """A finished 4-trial search of tests/test_bad_inputs.py's w.jsonl (its out/ folder), for
+    the CLI-level input checks that need a study (test_bad_inputs, test_hardening_inputs)."""
+    import shlex
+
+    from tests.test_bad_inputs import SEARCH, W, main_in_process
+
+    base = tmp_path_factory.mktemp("study")
+    (base / "w.jsonl").write_text(W)
+    assert main_in_process(shlex.split(SEARCH), base) == 0
+    return base / "out"
+
+
 @pytest.fixture(autouse=True)
 def _isolated_calibration_store(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("TUNER_CALIBRATION_DIR", str(tmp_path_factory.getbasetemp() / "calibration"))

@@ -426,15 +426,6 @@ ROWS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def study_out(tmp_path_factory) -> Path:
-    """A finished 4-trial search of w.jsonl (its out/ folder)."""
-    base = tmp_path_factory.mktemp("study")
-    (base / "w.jsonl").write_text(W)
-    assert main_in_process(shlex.split(SEARCH), base) == 0
-    return base / "out"
-
-
 @pytest.mark.parametrize("row", [pytest.param(r, id=r.id, marks=r.marks) for r in ROWS])
 def test_bad_input(row: Row, tmp_path: Path, request, capfd) -> None:
     (tmp_path / "w.jsonl").write_text(W)

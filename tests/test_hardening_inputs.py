@@ -117,15 +117,6 @@ ROWS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def study_out(tmp_path_factory) -> Path:
-    """A finished 4-trial search of w.jsonl (its out/ folder)."""
-    base = tmp_path_factory.mktemp("study")
-    (base / "w.jsonl").write_text(W)
-    assert main_in_process(shlex.split(SEARCH), base) == 0
-    return base / "out"
-
-
 def run_row(argv: list[str], tmp_path: Path, capfd) -> subprocess.CompletedProcess:
     capfd.readouterr()  # the setup's output
     code = main_in_process(argv, tmp_path)

@@ -9,6 +9,7 @@ and arrays unwrapped, non-finite floats written as null (JSON has no NaN), paths
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -17,6 +18,12 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+
+def sha256_file(path: str | Path) -> str:
+    """sha256 of a file's bytes, read in chunks (raises OSError)."""
+    with Path(path).open("rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def jsonable(obj: Any) -> Any:

@@ -42,8 +42,8 @@ AUDIT_EVERY = 20
 # 100k-request job is 0.3 % median, 0.6 % max (92 pairs, 21 of them audits); the old fixed 2 %
 # floor then promoted 63 configurations near a front of nearly equal costs for nothing.
 EPS_FLOOR = 0.005
-NEAR_FRONT = "within the sampling error of the front"
 EPS_MARGIN = 1.5
+NEAR_FRONT = "within the sampling error of the front"  # the promotion a candidate defers
 
 
 # ---- multi-fidelity: the sample -----------------------------------------------------------------
@@ -184,10 +184,7 @@ class Evaluator:
                  startup_s: float | None = None, engine_version: str | None = None,
                  defer: bool = True) -> None:
         self.workload, self.model, self.gpus, self.space = workload, model, gpus, space
-        # defer: a configuration within the sampling error of a front keeps its estimate and
-        # is simulated in full at the end if it can still be on a front then
-        # (tuner.search.loop.add_final_candidates); else it is promoted at once (a search
-        # with --deadline / --budget, whose best-within plan is judged on full figures)
+        # defer: SearchSettings.defer_candidates
         self.defer = defer
         # the command's cost models (resolved once by the CLI), else the registry's default
         self.cost_model_for = cost_model_for or default_cost_models(model)
@@ -196,12 +193,8 @@ class Evaluator:
         self.sim_options = {"startup_s": startup_s, "engine_version": engine_version}
         n = len(workload)
         self.n_sample = sample_size(n, sample_fraction)
-        self.sample = None
-        self.scale = 1.0
+        self.sampled = self.n_sample < n  # multi-fidelity on
         self._samples: dict[int, Workload] = {}  # stratified samples by size
-        if self.n_sample < n:
-            self.sample = self._sample_of(self.n_sample)
-            self.scale = n / self.n_sample
         self.known = Knowledge()
         self.sim_s = 0.0  # time spent simulating
 
@@ -225,6 +218,16 @@ class Evaluator:
         m = min(self.n_sample, math.ceil(share))
         return self._sample_of(m), share / m
 
+    def estimate(self, config: ServingConfig, sample_makespan_s: float, scale: float,
+                 startup_s: float, k: float) -> tuple[float, float]:
+        """(makespan, $) of the whole job estimated from a sample's schedule: scaled by
+        `scale` and the calibration factor `k` (start-up is not scaled); the bill at that
+        makespan (a provider's billing rounds it)."""
+        gpu = self.gpus[config.gpu]
+        est_s = sample_makespan_s * scale * k + startup_s
+        return est_s, job_cost_usd(est_s, gpu.price_usd_per_h, config.tp, config.dp,
+                                   gpu.billing)
+
     def _simulate(self, w: Workload, gpu: GPU, config: ServingConfig):
         t0 = time.perf_counter()
         try:
@@ -239,20 +242,16 @@ class Evaluator:
         gpu = self.gpus[params["gpu"]]
         fid: dict = {"level": "full"}
         try:
-            if self.sample is not None and not full:
+            if self.sampled and not full:
                 sample, scale = self.replica_sample(config.dp)
                 s = self._simulate(sample, gpu, dataclasses.replace(config, dp=1))
                 k, eps = self.known.calibration()
-                # the sample's schedule scales to the full workload's; start-up does not
-                est_s = s.schedule_s * scale * k + s.startup_s
-                # the job's bill at the estimated makespan (a provider's billing rounds it)
-                est = (est_s, job_cost_usd(est_s, gpu.price_usd_per_h, config.tp, config.dp,
-                                           gpu.billing))
+                est = self.estimate(config, s.schedule_s, scale, s.startup_s, k)
                 why = self._promotion(params["gpu"], est, eps, number)
                 candidate = why == NEAR_FRONT and self.defer
                 if candidate:
                     why = None
-                fid = {"level": "sample", "requests": len(sample), "replicas": 1,
+                fid = {"level": "sample", "requests": len(sample),
                        "sample_makespan_s": s.schedule_s, "startup_s": s.startup_s,
                        "scale": scale, "k": k,
                        "eps": eps if math.isfinite(eps) else None,

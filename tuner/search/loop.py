@@ -18,7 +18,6 @@ from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import KNOBS, ServingConfig
 from tuner.core.engine_defaults import SEARCH_PRESETS
 from tuner.core.errors import TunerError
-from tuner.core.pricing import job_cost_usd
 from tuner.core.workload import Workload
 from tuner.core.workload.base import lengths_from_input
 from tuner.predictors.protocol import CostModel
@@ -390,7 +389,7 @@ def run_search(workload: Workload, model: ModelSpec, gpus: dict[str, GPU], space
     ev = evaluator or Evaluator(workload, model, gpus, space,
                                 sample_fraction=settings.sample_fraction,
                                 cost_model_for=cost_model_for,
-                                defer=not settings.constraints.on_figures,
+                                defer=settings.defer_candidates,
                                 **meta.sim_options())
     try:
         with StudyHold(settings.storage):
@@ -470,11 +469,8 @@ def final_candidates(ev: Evaluator) -> list[tuple[dict, TrialRecord]]:
         fid = rec.fidelity
         if not fid.get("candidate"):
             continue
-        config = ev.config(params)
-        gpu = ev.gpus[params["gpu"]]
-        est_s = fid["sample_makespan_s"] * fid["scale"] * k + (fid.get("startup_s") or 0.0)
-        est = (est_s, job_cost_usd(est_s, gpu.price_usd_per_h, config.tp, config.dp,
-                                   gpu.billing))
+        est = ev.estimate(ev.config(params), fid["sample_makespan_s"], fid["scale"],
+                          fid.get("startup_s") or 0.0, k)
         points.setdefault(params["gpu"], []).append((*est, 2, number))
         deferred.append((number, params, rec, est))
     out = []
@@ -504,8 +500,8 @@ def add_final_candidates(study: optuna.Study, ev: Evaluator, settings: SearchSet
     batch = []
     for params, rec in todo:
         fid = rec.fidelity
-        sample = {k: fid[k] for k in ("requests", "replicas", "sample_makespan_s", "startup_s",
-                                      "scale", "k", "eps", "estimate_makespan_s")
+        sample = {k: fid[k] for k in ("requests", "sample_makespan_s", "startup_s", "scale", "k",
+                                      "eps", "estimate_makespan_s")
                   if k in fid}
         batch.append(_finished_trial(ev, params, number, settings, dists, {
             "final_candidate": True,
@@ -571,7 +567,7 @@ def check_defaults(study: optuna.Study, workload: Workload, model: ModelSpec,
     """:func:`add_default_trials` for a study other processes ran (`--workers N`)."""
     metadata = StudyMeta.of(metadata)
     ev = Evaluator(workload, model, gpus, space, sample_fraction=settings.sample_fraction,
-                   cost_model_for=cost_model_for, defer=not settings.constraints.on_figures,
+                   cost_model_for=cost_model_for, defer=settings.defer_candidates,
                    **metadata.sim_options())
     ev.known.ingest(study)
     with StudyHold(settings.storage):

@@ -38,6 +38,13 @@ class SearchSettings:
         if not 0 <= self.seed < 2**32:  # numpy's and Optuna's seed range
             raise TunerError(f"--seed must be in [0, 2**32 - 1], got {self.seed}.")
 
+    @property
+    def defer_candidates(self) -> bool:
+        """Configurations near a front keep their sample estimate until the end
+        (tuner.search.loop.add_final_candidates); with --deadline / --budget they are promoted
+        at once (the best plan within them is judged on full figures as the search goes)."""
+        return not self.constraints.on_figures
+
 
 def sampler_name(settings: SearchSettings) -> str:
     if settings.sampler == "auto":

@@ -19,6 +19,7 @@ import optuna
 from tuner.core.catalog import GPU, ModelSpec, load_gpus
 from tuner.core.errors import TunerError
 from tuner.core.interrupts import is_interrupt
+from tuner.core.io import sha256_file
 from tuner.core.secrets import mask_secrets
 from tuner.core.workload import Workload, pack_lengths, unpack_lengths
 from tuner.search.meta import STUDY_META_VERSION, StoredSearch, StudyMeta, study_meta
@@ -546,14 +547,7 @@ def input_digests(meta: StudyMeta) -> dict:
 def file_digest(path: str | Path) -> str | None:
     """sha256 of a regular file's bytes; None for a stream, a label or a missing file."""
     try:
-        p = Path(path)
-        if not path or not p.is_file():
-            return None
-        h = hashlib.sha256()
-        with p.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        return h.hexdigest()
+        return sha256_file(path) if path and Path(path).is_file() else None
     except OSError:
         return None
 

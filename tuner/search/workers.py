@@ -154,7 +154,7 @@ def connect_worker(study_name: str, storage: str, *, n_trials: int | None = None
                                               study_name=study_name, profile=profile)
     ev = Evaluator(setup.workload, setup.model, setup.gpus, setup.space,
                    sample_fraction=settings.sample_fraction, cost_model_for=cost_model_for,
-                   defer=not settings.constraints.on_figures, **setup.meta.sim_options())
+                   defer=settings.defer_candidates, **setup.meta.sim_options())
     return WorkerJob(study=study, setup=setup, settings=settings, evaluator=ev)
 
 

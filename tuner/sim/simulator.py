@@ -238,17 +238,11 @@ def arrival_clock(dt: np.ndarray, first_step: np.ndarray, arrival_s: np.ndarray)
 
 @dataclass
 class _Replica:
-    """One data-parallel replica's schedule, priced: sums over its steps, and (when kept) the
-    step records, step times and end times."""
+    """One data-parallel replica's schedule, priced."""
 
     schedule: sch.Schedule  # steps empty when they were streamed
     span_s: float  # the replica's makespan
-    iterations: int = 0
-    preemptions: int = 0
-    peak_kv_blocks: int = 0
-    kv_block_s: float = 0.0  # KV blocks held, integrated over time (blocks x s)
-    dt_s: np.ndarray | None = None  # time of each step (kept steps only)
-    end_s: np.ndarray | None = None  # when each step ends (kept steps only)
+    end_s: np.ndarray | None = None  # when each step ends (replayed arrivals only)
 
 
 def _submission_order(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConfig,
@@ -308,8 +302,7 @@ class _StepTotals:
 
 class _TimelineTotals(_StepTotals):
     """Running sums that also keep the timeline's columns of every step, compact (int32 and
-    the step times): 28 bytes a step instead of the 72 of a kept record that grows by
-    doubling."""
+    the step times): 28 bytes a step, whether or not the step records are kept."""
 
     COLUMNS = ((RUNNING, "running"), (PREFILL_TOKENS, "prefill_tokens"),
                (DECODES, "decode_tokens"), (KV_BLOCKS, "kv_blocks"),
@@ -327,10 +320,13 @@ class _TimelineTotals(_StepTotals):
         for col, name in self.COLUMNS:
             self.parts[name].append(steps[:, col].astype(np.int32))
 
-    def timeline(self, capacity_blocks: int) -> dict[str, np.ndarray]:
+    def timeline(self, capacity_blocks: int, end_s: np.ndarray | None = None
+                 ) -> dict[str, np.ndarray]:
+        """The per-step series, in the CSV's column order; `end_s`: when each step ends
+        (replayed arrivals, whose clock waits for them), else the running sum of step times."""
         cols = {k: np.concatenate(v) if v else np.zeros(0) for k, v in self.parts.items()}
-        # _timeline's keys, in its order (the CSV's columns)
-        return {"time_s": np.cumsum(cols["dt_s"]), "running": cols["running"],
+        return {"time_s": np.cumsum(cols["dt_s"]) if end_s is None else end_s,
+                "running": cols["running"],
                 "prefill_tokens": cols["prefill_tokens"], "decode_tokens": cols["decode_tokens"],
                 "kv_fraction": cols["kv_blocks"] / max(capacity_blocks, 1),
                 "preemptions": cols["preemptions"]}
@@ -369,22 +365,17 @@ def _simulate_replica(workload: Workload, idx: np.ndarray, params: sch.Scheduler
     scheduler hands them on and then dropped (memory flat in the job's length). Replaying
     arrivals, the schedule depends on when requests arrive in step terms and the step times
     on the schedule: iterate to a fixed point (steps kept)."""
-    def replica(s: sch.Schedule, span_s: float, dt=None, end_s=None) -> _Replica:
-        return _Replica(s, span_s, totals.iterations, totals.preemptions,
-                        totals.peak_kv_blocks, totals.kv_block_s, dt, end_s)
-
     arrivals = None if workload.arrival_s is None else workload.arrival_s[idx]
     if arrivals is None and not keep_steps:
         s = _schedule(workload, idx, params, exact, plan, on_steps=totals.price)
-        return replica(s, totals.time_s)
+        return _Replica(s, totals.time_s)
     if arrivals is None:
         s = _schedule(workload, idx, params, exact, plan)
         # priced in slices all the same: a cost model's temporaries over millions of steps
         # at once took GiBs (the report's timelines of a 2 M-request job)
-        rows = sch.STREAM_ROWS
-        dt = np.concatenate([totals.price(s.steps[i:i + rows])
-                             for i in range(0, len(s.steps), rows)] or [np.zeros(0)])
-        return replica(s, float(dt.sum()), dt, np.cumsum(dt))
+        for i in range(0, len(s.steps), sch.STREAM_ROWS):
+            totals.price(s.steps[i:i + sch.STREAM_ROWS])
+        return _Replica(s, totals.time_s)
     arrival_step = None
     for _ in range(ARRIVAL_ITERATIONS):
         s = _schedule(workload, idx, params, exact, plan, arrival_step)
@@ -395,15 +386,7 @@ def _simulate_replica(workload: Workload, idx: np.ndarray, params: sch.Scheduler
             break  # the schedule and its clock agree on every arrival
         arrival_step = nxt
     totals.add(s.steps, dt, priced)
-    return replica(s, float(end_s[-1]), dt, end_s)
-
-
-def _timeline(rep: _Replica, capacity_blocks: int) -> dict[str, np.ndarray]:
-    st = rep.schedule.steps
-    kv_frac = st[:, KV_BLOCKS].astype(np.float64) / max(capacity_blocks, 1)
-    return {"time_s": rep.end_s, "running": st[:, RUNNING], "prefill_tokens": st[:, PREFILL_TOKENS],
-            "decode_tokens": st[:, DECODES], "kv_fraction": kv_frac,
-            "preemptions": st[:, PREEMPTED]}
+    return _Replica(s, float(end_s[-1]), end_s)
 
 
 def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConfig,
@@ -441,25 +424,19 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         if idx.size == 0:
             continue
         want_tl = timeline and replica == 0
-        # a timeline without the step records (the report's): streamed, its columns kept
-        # compact; replaying arrivals keeps the steps (the clock needs them)
-        stream_tl = want_tl and not return_steps and workload.arrival_s is None
-        totals = (_TimelineTotals if stream_tl else _StepTotals)(cost_model, off_ctx,
-                                                                 off_totals)
+        totals = (_TimelineTotals if want_tl else _StepTotals)(cost_model, off_ctx, off_totals)
         rep = _simulate_replica(workload, idx, params, totals, plan, exact,
-                                keep_steps=return_steps or (want_tl and not stream_tl))
+                                keep_steps=return_steps)
         makespan = max(makespan, rep.span_s)
-        iterations += rep.iterations
-        preemptions += rep.preemptions
+        iterations += totals.iterations
+        preemptions += totals.preemptions
         cached += rep.schedule.cached_tokens
-        peak_kv = max(peak_kv, rep.peak_kv_blocks / cap)
-        kv_time_integral += rep.kv_block_s / cap / max(rep.span_s, 1e-12)
+        peak_kv = max(peak_kv, totals.peak_kv_blocks / cap)
+        kv_time_integral += totals.kv_block_s / cap / max(rep.span_s, 1e-12)
         if return_steps:
             steps.append(rep.schedule.steps)
-        if stream_tl:
-            tl = totals.timeline(plan.kv_capacity_blocks)
-        elif want_tl:
-            tl = _timeline(rep, plan.kv_capacity_blocks)
+        if want_tl:
+            tl = totals.timeline(plan.kv_capacity_blocks, rep.end_s)
     # every replica starts its engine at once, then runs its schedule; the rented GPUs are
     # paid from the start (--provider: whole instances, billed by its granularity, else per
     # GPU-second)
