@@ -10,6 +10,12 @@ not copied into the repository):
                    requests. Replayed with their arrivals. Three dense models and one mixture
                    of experts (Qwen3-30B-A3B-Instruct-2507, TP1 DP2 with expert parallelism:
                    predictors.moe).
+  lambda-a100/*    eleven real vLLM 0.6.0 runs on A100-80GB-SXM from LambdaLabsML/vllm-benchmark
+                   (OpenAI API server, streaming, --num-scheduler-steps 10, every request at
+                   t = 0; per-request lengths). Llama-3-8B/70B, Mistral-7B, Mistral-Nemo-12B,
+                   TP 1-8, 160-1,280 requests. Simulated as V0 (prefill-first batches, chunked
+                   prefill off) with the engine profile `vllm-v0-multistep`. The source's runs
+                   on other GPUs are kept out of the project (its README): never read here.
 For each: predicted vs measured makespan (first arrival -> last token), KV capacity vs vLLM's
 measured block count where the run has it, and the running-requests curve (mean |difference|
 per second). Per GPU: median and worst |makespan error|.
@@ -21,6 +27,13 @@ non-overlapped time per step) on the dense runs and reports the leave-one-out er
 predicted by the profile fitted on the others (the MoE run is never in the fit: it is always
 predicted by the profile fitted on the dense runs); --fit --write-summary stores the per-GPU
 leave-one-out errors that the measured cost model's provenance cites.
+
+--fit also fits the V0 profile's host terms on the A100 runs (host work between GPU steps, so
+predicted makespan = GPU-only schedule + the terms x their step features, linear): every set
+of terms (per step, per running sequence, per sampled token, per new request, per prefill
+chunk, per extra TP rank) is fitted by least squares on predicted / measured makespan, sets with a negative term
+are dropped as unphysical, and the set with the lowest leave-one-out median error is kept;
+the table of sets is printed so the choice can be checked.
 
 Published figures (SGLang's vLLM 0.6.0 benchmark, MLPerf v5.1 vLLM) have no per-request
 lengths; they are listed with the reason they are not re-simulated.
@@ -40,7 +53,12 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tuner.core.catalog import ModelSpec, load_gpus, load_models  # noqa: E402
+from tuner.core.catalog import (  # noqa: E402
+    ModelSpec,
+    load_gpus,
+    load_models,
+    model_from_hf_config,  # noqa: E402
+)
 from tuner.core.config import ServingConfig  # noqa: E402
 from tuner.core.memory import plan_memory  # noqa: E402
 from tuner.core.workload import Workload  # noqa: E402
@@ -57,7 +75,7 @@ QWEN3_32B = ModelSpec(name="qwen3-32b", num_layers=64, hidden_size=5120, num_hea
                       num_kv_heads=8, head_dim=128, intermediate_size=25600, vocab_size=151936,
                       max_position=40960, hf_id="Qwen/Qwen3-32B", source="Qwen/Qwen3-32B config.json")
 # folder GPU prefix -> tuner catalog GPU
-GPU_OF = {"RTX4090": "RTX4090", "RTXPRO6000": "RTX-PRO-6000"}
+GPU_OF = {"RTX4090": "RTX4090", "RTXPRO6000": "RTX-PRO-6000", "A100-80G": "A100-80G"}
 
 
 def model_spec(hf_id: str) -> ModelSpec | None:
@@ -82,6 +100,121 @@ class Run:
     measured_kv_blocks: int | None
     timeline: dict | None  # t, running (1-second ticks)
     moe: bool
+    engine_version: str = "0.19.0"
+    suite: str = "llmservingsim"
+    model: ModelSpec | None = None  # where the run ships its own config.json
+    engine: EngineProfile | None = None  # the profile of its engine, where not the suite's
+
+
+#: catalog GPU of a run-index `gpu` cell (LambdaLabsML names GPUs like "A100-80G", "H100")
+def catalog_gpu_name(cell: str, gpus: dict) -> str | None:
+    import re
+
+    name = GPU_OF.get(cell, cell)
+    if name in gpus:
+        return name
+    base = re.sub(r"[-_ ]?(SXM\d?|PCIE|NVL|HBM3E?)$", "", name, flags=re.I)
+    for cand in (base, re.sub(r"[-_ ]?80G(B)?$", "", base, flags=re.I)):
+        hit = next((g for g in gpus if g.lower() == cand.lower()), None)
+        if hit:
+            return hit
+    return None
+
+
+def index_model(row: dict, base: Path, catalog: dict) -> ModelSpec | None:
+    """The model of a run-index row: a catalog name, a config.json beside the index, or the
+    catalog entry whose Hugging Face id is the row's (an FP8 checkpoint's base model)."""
+    m = row.get("model", "")
+    if m in catalog:
+        return catalog[m]
+    if m.endswith(".json") and (base / m).is_file():
+        return model_from_hf_config(base / m, hf_id=row.get("hf_model", ""))
+    import re
+
+    def norm(ref: str) -> str:
+        # "meta-llama/Meta-Llama-3.1-8B-Instruct-FP8" -> "llama-3.1-8b": the base model's name
+        n = ref.lower().rsplit("/", 1)[-1]
+        n = re.sub(r"-fp8(-dynamic)?$", "", n)
+        n = re.sub(r"-(instruct|chat|hf)(-[\w.]+)?$", "", n)
+        return re.sub(r"-v\d+(\.\d+)*$", "", n.removeprefix("meta-"))
+
+    from tuner.core.catalog import model_aliases
+
+    hf = re.sub(r"-fp8(-dynamic)?$", "", row.get("hf_model") or "", flags=re.I)
+    alias = {k.lower(): v for k, v in model_aliases(catalog).items()}.get(hf.lower())
+    if alias in catalog:
+        return catalog[alias]
+    want = norm(hf)
+    # exact base name, else a fine-tune named after its base (Hermes-3-Llama-3.1-405B)
+    return next((s for k, s in catalog.items() if want and (norm(s.hf_id or "") == want
+                                                             or k == want)), None) or next(
+        (s for k, s in catalog.items() if want and want.endswith("-" + k)), None)
+
+
+def _scheduler_steps(row: dict) -> int:
+    import re
+
+    if row.get("num_scheduler_steps"):
+        return int(row["num_scheduler_steps"])
+    hit = re.search(r"num_scheduler_steps\s*=\s*(\d+)", row.get("notes", ""))
+    return int(hit.group(1)) if hit else 1
+
+
+def load_index_runs(root: Path, folder: str) -> list[Run]:
+    """Runs of a folder in lambda-a100's form (index.csv + one lengths CSV each), simulated with
+    the engine profile of their vLLM version, API server and scheduler steps. The folder's
+    README says where they come from."""
+    import csv
+
+    from tuner.predictors.engine_overhead import profile_for
+
+    base = root / folder
+    if not (base / "index.csv").is_file():
+        return []
+    catalog, gpus = load_models(), gpus_catalog()
+    runs = []
+    with (base / "index.csv").open(newline="") as fh:
+        for row in csv.DictReader(fh):
+            a = np.genfromtxt(base / row["file"], delimiter=",", names=True, dtype=np.int64)
+            wl = Workload(prompt_tokens=np.atleast_1d(a["num_prefill_tokens"]),
+                          output_tokens=np.atleast_1d(a["num_decode_tokens"]),
+                          source=str(base / row["file"]), tokenizer="measured (vLLM)",
+                          output_source="measured (vLLM)")
+            spec = index_model(row, base, catalog)
+            gpu = catalog_gpu_name(row["gpu"], gpus) or row["gpu"]
+            fp8 = "fp8" in (row.get("hf_model", "") + row.get("model", "")).lower()
+            version = row.get("vllm_version", "").split()[0] or "0.6.0"
+            steps = _scheduler_steps(row)
+            cfg = ServingConfig(gpu=gpu, tp=int(row["tp"]), scheduler=row["scheduler"],
+                                chunk_size=int(row["max_num_batched_tokens"]),
+                                max_running=int(row["max_num_seqs"]),
+                                gpu_memory_utilization=float(row["gpu_memory_utilization"]),
+                                weight_bits=8 if fp8 else 16)
+            runs.append(Run(name=row["file"].removesuffix(".csv"),
+                            source=f"{folder}: {row.get('source_path', row['file'])}, vLLM "
+                                   f"{row.get('vllm_version', '?')}",
+                            gpu=gpu, model_id=row.get("hf_model") or row.get("model", ""),
+                            config=cfg, workload=wl,
+                            measured_makespan_s=float(row["measured_duration_s"]),
+                            measured_kv_blocks=None, timeline=None, moe=False,
+                            engine_version=version, suite=folder, model=spec,
+                            engine=profile_for(version, "serve", steps)))
+    return runs
+
+
+def load_lambda_a100(root: Path) -> list[Run]:
+    """The A100 runs of ../shared/fidelity/lambda-a100 (index.csv + one lengths CSV each)."""
+    return load_index_runs(root, "lambda-a100")
+
+
+def load_all(root: Path) -> list[Run]:
+    """Every public run under `root`: LLMServingSim's, and every folder in the run-index form
+    (lambda-a100, or another source's runs laid out the same way)."""
+    runs = load_llmservingsim(root) if (root / "llmservingsim").is_dir() else []
+    for d in sorted(p for p in root.iterdir() if p.is_dir()):
+        if d.name != "llmservingsim":
+            runs += load_index_runs(root, d.name)
+    return runs
 
 
 def load_llmservingsim(root: Path) -> list[Run]:
@@ -120,12 +253,19 @@ def load_llmservingsim(root: Path) -> list[Run]:
     return runs
 
 
+#: what the suite says of start-up (issue #24 item 6: reported apart where a run measures it)
+STARTUP_NOTE = ("no run here measures the engine's start-up: LLMServingSim's are timed from the "
+                "first request queued, LambdaLabs' from the first request sent, both with the "
+                "engine up; predictions are compared without start-up (simulate(startup_s=0)), "
+                "and tuner's start-up model (tuner/core/startup.py) is not checked by them")
+
 PUBLISHED = [
     {"what": "SGLang benchmark of vLLM 0.6.0, Llama-3.1-8B-Instruct, 1x A100-80G, 5,000 ShareGPT "
              "prompts, --num-scheduler-steps 10: 21.27 req/s, 4,132 output tok/s",
      "source": "sgl-project/sglang benchmark/benchmark_vllm_060/README.md",
-     "status": "not re-simulated: per-request lengths not published (ShareGPT sample of "
-               "bench_serving), and V0 multi-step has no fitted engine profile"},
+     "status": "not re-simulated: per-request lengths not published (bench_serving's own "
+               "ShareGPT sample); the A100 runs here use vLLM's sampler, whose outputs stop at "
+               "EOS, so they do not rebuild it"},
     {"what": "SGLang benchmark of vLLM 0.6.0, Llama-3.1-70B-Instruct, 4x H100 TP4: 19.04 req/s, "
              "3,701 output tok/s", "source": "sgl-project/sglang benchmark/benchmark_vllm_060",
      "status": "not re-simulated: per-request lengths not published"},
@@ -135,25 +275,133 @@ PUBLISHED = [
 ]
 
 
-def simulate_run(run: Run, engine: EngineProfile, gpus: dict, *, timeline: bool = False):
-    model = model_spec(run.model_id)
+def run_model(run: Run) -> ModelSpec | None:
+    return run.model if run.model is not None else model_spec(run.model_id)
+
+
+def simulate_run(run: Run, engine: EngineProfile | None, gpus: dict, *, timeline: bool = False,
+                 return_steps: bool = False):
+    model = run_model(run)
     gpu = gpus[run.gpu]
-    cm = table_cost_model(model, gpu, tp=run.config.tp, engine_version="0.19.0", engine=engine,
-                          gpus=gpus, dp=run.config.dp, expert_parallel=run.config.expert_parallel)
+    cm = table_cost_model(model, gpu, tp=run.config.tp, engine_version=run.engine_version,
+                          engine=engine, gpus=gpus, dp=run.config.dp,
+                          expert_parallel=run.config.expert_parallel)
     if cm is None:
         raise RuntimeError(f"no measured or transferred tables for {run.gpu}")
     # the real runs' makespans are timed after the engine is up: the schedule alone
-    res = simulate(run.workload, model, gpu, run.config, cm, timeline=timeline, startup_s=0.0)
+    res = simulate(run.workload, model, gpu, run.config, cm, timeline=timeline, startup_s=0.0,
+                   return_steps=return_steps)
     return res, cm
 
 
-def evaluate(runs: list[Run], engine: EngineProfile, gpus: dict, *, timeline: bool = True) -> list[dict]:
+# ---- the V0 host-cost fit (lambda-a100) --------------------------------------------------------
+#: EngineProfile host terms and the step feature each multiplies (EngineProfile.host_s)
+HOST_TERMS = ("fixed_s", "per_seq_s", "per_token_s", "per_new_request_s", "per_chunk_s",
+              "per_tp_rank_s")
+
+
+def host_features(run: Run) -> tuple[float, dict[str, float]]:
+    """(GPU-only makespan, each host term's summed step feature): with host work between GPU
+    steps and every request at t = 0 the schedule does not depend on time, so the makespan
+    under any host terms is the GPU-only one + sum(term * feature)."""
+    from tuner.predictors.engine_overhead import EngineProfile as EP
+    from tuner.sim.steps import batch_features
+
+    res, _ = simulate_run(run, None, gpus_catalog(), return_steps=True)
+    f = batch_features(np.concatenate(res.steps))
+    feats = {}
+    for term in HOST_TERMS:
+        unit = EP(name="unit", entry_point="", generation="", overlapped=False, **{term: 1.0})
+        feats[term] = float(unit.host_s(f, run.config.tp).sum())
+    return res.makespan_s, feats
+
+
+_GPUS: dict = {}
+
+
+def gpus_catalog() -> dict:
+    if not _GPUS:
+        _GPUS.update(load_gpus())
+    return _GPUS
+
+
+def fit_host_terms(rows: list[tuple[float, dict, float]], terms: tuple[str, ...]) -> dict | None:
+    """Least squares of predicted / measured - 1 over (gpu-only makespan, features, measured)
+    rows; None where a term comes out negative (unphysical)."""
+    X = np.array([[f[t] / m for t in terms] for _, f, m in rows])
+    y = np.array([1.0 - b / m for b, _, m in rows])
+    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+    if np.any(coef < 0):
+        return None
+    return dict(zip(terms, map(float, coef), strict=True))
+
+
+def predict_host(row: tuple[float, dict, float], coef: dict) -> float:
+    base, f, _ = row
+    return base + sum(c * f[t] for t, c in coef.items())
+
+
+def fit_v0(runs: list[Run]) -> dict:
+    """Every non-empty set of HOST_TERMS (up to 3 terms) fitted and scored by leave-one-out;
+    the kept set: the lowest leave-one-out median |error| among sets with no negative term.
+    A term whose step feature equals an earlier term's on every run (e.g. per sampled token
+    and per running sequence under prefill-first batches) cannot be told apart from it: it is
+    named in `aliases` and left out of the sets."""
+    import itertools
+
+    rows = [(*host_features(r), r.measured_makespan_s) for r in runs]
+    aliases, terms_used = {}, []
+    for t in HOST_TERMS:
+        same = next((u for u in terms_used
+                     if np.allclose([f[t] for _, f, _ in rows], [f[u] for _, f, _ in rows])),
+                    None)
+        if same is None:
+            terms_used.append(t)
+        else:
+            aliases[t] = same
+    table = []
+    for k in (1, 2, 3):
+        for terms in itertools.combinations(terms_used, k):
+            coef = fit_host_terms(rows, terms)
+            if coef is None:
+                table.append({"terms": terms, "status": "a negative term: dropped"})
+                continue
+            ins = [100 * (predict_host(r, coef) / r[2] - 1) for r in rows]
+            loo = []
+            for i, r in enumerate(rows):
+                c = fit_host_terms(rows[:i] + rows[i + 1:], terms)
+                loo.append(None if c is None else 100 * (predict_host(r, c) / r[2] - 1))
+            if any(x is None for x in loo):
+                table.append({"terms": terms, "status": "negative in a leave-one-out fit"})
+                continue
+            table.append({"terms": terms, "status": "ok", "coef": coef,
+                          "in_sample_median_abs_pct": float(np.median(np.abs(ins))),
+                          "loo_median_abs_pct": float(np.median(np.abs(loo))),
+                          "loo_worst_abs_pct": float(np.max(np.abs(loo))),
+                          "loo": dict(zip([r.name for r in runs], loo, strict=True)),
+                          "in_sample": dict(zip([r.name for r in runs], ins, strict=True))})
+    ok = [t for t in table if t["status"] == "ok"]
+    best = min(ok, key=lambda t: t["loo_median_abs_pct"])
+    return {"table": table, "best": best, "aliases": aliases}
+
+
+def evaluate(runs: list[Run], engines: dict[str, EngineProfile | None], gpus: dict, *,
+             timeline: bool = True) -> list[dict]:
+    """`engines`: suite -> the engine profile its runs are simulated with (None: GPU time
+    only)."""
     rows = []
     for run in runs:
+        engine = engines[run.suite] if run.suite in engines else run.engine
+        if run.gpu not in gpus:
+            rows.append({"run": run.name, "gpu": run.gpu, "suite": run.suite,
+                         "measured_makespan_s": run.measured_makespan_s,
+                         "status": f"skipped: GPU {run.gpu} is not in the catalog"})
+            continue
         row = {"run": run.name, "gpu": run.gpu, "model": run.model_id, "source": run.source,
-               "tp": run.config.tp, "dp": run.config.dp,
+               "tp": run.config.tp, "dp": run.config.dp, "suite": run.suite,
+               "engine": engine.name if engine is not None else "GPU time only",
                "measured_makespan_s": run.measured_makespan_s}
-        model = model_spec(run.model_id)
+        model = run_model(run)
         if model is None:
             row["status"] = f"skipped: {run.model_id} is not in the catalog"
             rows.append(row)
@@ -188,7 +436,7 @@ def fit_engine(runs: list[Run], gpus: dict, base: EngineProfile) -> EngineProfil
     stay at the profile's values: under max(GPU, host) these runs cannot identify them (their
     GPU steps are longer than any plausible host time). MoE runs are left out: the parameter
     is the dense runs' (so the MoE run is a prediction, not a fit)."""
-    ok = [r for r in runs if model_spec(r.model_id) is not None and not r.moe]
+    ok = [r for r in runs if run_model(r) is not None and not r.moe]
 
     def loss(exposed):
         e = base.with_params(exposed_s=float(exposed))
@@ -227,32 +475,52 @@ def main(argv=None) -> int:
                     help="store the per-GPU errors in predictors/data/aic/fidelity_summary.json "
                          "(cited by the measured cost model's provenance)")
     a = ap.parse_args(argv)
-    if not (a.data / "llmservingsim").is_dir():
+    if not a.data.is_dir():
         print(f"no public runs at {a.data} (pass --data)", file=sys.stderr)
         return 2
     gpus = load_gpus()
-    runs = load_llmservingsim(a.data)
+    every = load_all(a.data)
+    if not every:
+        print(f"no public runs at {a.data} (pass --data)", file=sys.stderr)
+        return 2
+    runs = [r for r in every if r.suite == "llmservingsim"]
+    v0_runs = [r for r in every if r.suite == "lambda-a100"]
+    other = [r for r in every if r.suite not in ("llmservingsim", "lambda-a100")]
     engine = PROFILES[a.engine]
-    out = {"engine": engine.describe()}
+    v0_engine = PROFILES["vllm-v0-multistep"]
+    out = {"engine": engine.describe(), "v0_engine": v0_engine.describe()}
     if a.fit:
         fitted = fit_engine(runs, gpus, engine)
         out["fitted"] = {"exposed_s": fitted.exposed_s}
         loo = []
-        ok = [r for r in runs if model_spec(r.model_id) is not None and not r.moe]
+        ok = [r for r in runs if run_model(r) is not None and not r.moe]
         for i, r in enumerate(ok):
             e = fit_engine(ok[:i] + ok[i + 1:], gpus, engine)
             res, _ = simulate_run(r, e, gpus)
-            loo.append({"run": r.name, "gpu": r.gpu, "exposed_s": e.exposed_s,
+            loo.append({"run": r.name, "gpu": r.gpu, "engine": engine.name,
+                        "term": f"exposed {1e3 * e.exposed_s:.2f} ms/step",
                         "error_pct": 100.0 * (res.makespan_s / r.measured_makespan_s - 1.0)})
         for r in runs:  # MoE runs: never in the fit, so the fitted profile predicts them
-            if r.moe and model_spec(r.model_id) is not None:
+            if r.moe and run_model(r) is not None:
                 res, _ = simulate_run(r, fitted, gpus)
-                loo.append({"run": r.name, "gpu": r.gpu, "exposed_s": fitted.exposed_s,
+                loo.append({"run": r.name, "gpu": r.gpu, "engine": engine.name,
+                            "term": f"exposed {1e3 * fitted.exposed_s:.2f} ms/step",
                             "error_pct": 100.0 * (res.makespan_s / r.measured_makespan_s - 1.0)})
-        out["leave_one_out"] = loo
         engine = fitted
-    rows = evaluate(runs, engine, gpus)
-    out.update(runs=rows, summary=summarise(rows), published=PUBLISHED)
+        if v0_runs:
+            v0 = fit_v0(v0_runs)
+            out["v0_fit"] = v0
+            best = v0["best"]
+            v0_engine = v0_engine.with_params(**{t: 0.0 for t in HOST_TERMS} | best["coef"])
+            for r in v0_runs:
+                loo.append({"run": r.name, "gpu": r.gpu, "engine": v0_engine.name,
+                            "term": "terms fitted on the other 10",
+                            "error_pct": best["loo"][r.name]})
+        out["leave_one_out"] = loo
+    rows = evaluate(runs + v0_runs + other, {"llmservingsim": engine, "lambda-a100": v0_engine},
+                    gpus)
+    out.update(runs=rows, summary=summarise(rows), published=PUBLISHED,
+               startup=STARTUP_NOTE)
     if a.write_summary:
         from tuner.predictors.aic import FIDELITY_FILE
         from tuner.predictors.aic_tables import data_dir
@@ -261,18 +529,23 @@ def main(argv=None) -> int:
             print("--write-summary needs --fit (the summary stores leave-one-out errors)",
                   file=sys.stderr)
             return 2
-        loo_rows = [{"run": x["run"], "gpu": x["gpu"], "status": "ok",
+        loo_rows = [{"run": x["run"], "gpu": x["gpu"], "status": "ok", "engine": x["engine"],
                      "makespan_error_pct": x["error_pct"]} for x in out["leave_one_out"]]
+        per_gpu = summarise(loo_rows)["per_gpu"]
+        for g, v in per_gpu.items():  # the engine profile each GPU's runs check
+            v["engine"] = next(x["engine"] for x in out["leave_one_out"] if x["gpu"] == g)
         doc = {"what": "benchmarks/fidelity.py --fit: leave-one-out |predicted / measured "
                        "makespan - 1| per GPU (engine profile fitted on the other runs)",
-               "engine": engine.name, "per_gpu": summarise(loo_rows)["per_gpu"],
-               "runs": [{k: r[k] for k in ("run", "gpu", "makespan_error_pct")}
+               "engines": sorted({x["engine"] for x in out["leave_one_out"]}),
+               "per_gpu": per_gpu,
+               "runs": [{k: r[k] for k in ("run", "gpu", "engine", "makespan_error_pct")}
                         for r in loo_rows]}
         (data_dir() / FIDELITY_FILE).write_text(json.dumps(doc, indent=1) + "\n")
     if a.json:
         print(json.dumps(out, indent=1, default=float))
         return 0
-    print(f"engine overhead: {engine.describe()}\n")
+    print(f"engine overhead (LLMServingSim runs): {engine.describe()}")
+    print(f"engine overhead (A100 runs): {v0_engine.describe()}\n")
     print(f"{'run':<42} {'measured':>9} {'predicted':>9} {'error':>7}  {'KV blocks (sim/vLLM)':>21}  running |diff|")
     for r in rows:
         if r.get("status") != "ok":
@@ -295,11 +568,30 @@ def main(argv=None) -> int:
     for r in rows:
         if r.get("status") == "ok":
             print(f"  {r['run']}: {r['provenance']}")
+    if "v0_fit" in out:
+        print("\nV0 host terms fitted on the A100 runs (leave-one-out over 11 runs):")
+        print(f"  {'terms':<44} {'fitted':<40} {'in-sample':>9} {'LOO med':>8} {'LOO worst':>9}")
+        for t in out["v0_fit"]["table"]:
+            name = " + ".join(t["terms"])
+            if t["status"] != "ok":
+                print(f"  {name:<44} {t['status']}")
+                continue
+            coef = ", ".join(f"{1e3 * v:.3f} ms" for v in t["coef"].values())
+            mark = "  <- kept" if t is out["v0_fit"]["best"] else ""
+            print(f"  {name:<44} {coef:<40} {t['in_sample_median_abs_pct']:8.1f}% "
+                  f"{t['loo_median_abs_pct']:7.1f}% {t['loo_worst_abs_pct']:8.1f}%{mark}")
+        for t, u in out["v0_fit"]["aliases"].items():
+            print(f"  {t}: the same step feature as {u} on these runs (not separable; left out)")
     if "leave_one_out" in out:
         print("\nleave-one-out (profile fitted on the other runs):")
         for x in out["leave_one_out"]:
-            print(f"  {x['run']:<40} {x['error_pct']:+6.1f} %  (exposed "
-                  f"{1e3 * x['exposed_s']:.2f} ms/step fitted on the others)")
+            print(f"  {x['run']:<40} {x['error_pct']:+6.1f} %  ({x['engine']}: {x['term']})")
+        s_loo = summarise([{"gpu": x["gpu"], "status": "ok", "makespan_error_pct": x["error_pct"]}
+                           for x in out["leave_one_out"]])
+        for g, v in s_loo["per_gpu"].items():
+            print(f"  {g:<14} runs {v['runs']}  leave-one-out median |error| "
+                  f"{v['median_abs_pct']:.1f} %  worst {v['worst_abs_pct']:.1f} %")
+    print(f"\nstart-up: {STARTUP_NOTE}")
     print("\npublished figures:")
     for p in PUBLISHED:
         print(f"  {p['what']} [{p['source']}] -- {p['status']}")

@@ -17,6 +17,11 @@ Prints one row per run and a summary; exits 1 when any run fails a check.
 
     python benchmarks/sigint_check.py                 # 20 runs (about 8 minutes on 2 cores)
     python benchmarks/sigint_check.py --runs 3 --seed 1
+    # issue #26 item 8: NSGA-II over 2,000 trials, killed (SIGKILL) or interrupted (SIGINT)
+    python benchmarks/sigint_check.py --runs 6 --n-trials 2000 --signal KILL
+
+With --signal KILL the process cannot answer: the exit is -9 and stderr is not checked (the
+journal and the outputs still are, and --resume must give the reference's front).
 """
 
 from __future__ import annotations
@@ -43,10 +48,15 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # a child of an ignoring parent still hears it
 
 
+#: extra search options of this check (--n-trials)
+EXTRA: list[str] = []
+
+
 def search(out: Path, *extra: str, timeout_s: float = 600) -> tuple[subprocess.CompletedProcess,
                                                                      float]:
     t0 = time.monotonic()
-    r = subprocess.run([*SEARCH, "--out", str(out), *extra], capture_output=True, text=True,
+    r = subprocess.run([*SEARCH, *EXTRA, "--out", str(out), *extra], capture_output=True,
+                       text=True,
                        timeout=timeout_s, cwd=ROOT, preexec_fn=_default_sigint)
     return r, time.monotonic() - t0
 
@@ -112,26 +122,29 @@ class Run:
     resume_s: float = 0.0
     same_front: bool = False
     stderr_tail: str = ""  # the end of stderr when it is not right
+    expected_exit: int = 130  # SIGINT: 130; SIGKILL: -9
 
     @property
     def ok(self) -> bool:
-        return (self.exit_code == 130 and self.stderr_problem is None
+        return (self.exit_code == self.expected_exit and self.stderr_problem is None
                 and self.output_problem is None and self.resume_exit == 0 and self.same_front)
 
 
-def interrupt_once(run: Run, out: Path, ref_front: list,
-                   complete_set: set[str]) -> tuple[Run | None, float]:
+def interrupt_once(run: Run, out: Path, ref_front: list, complete_set: set[str],
+                   sig: signal.Signals = signal.SIGINT) -> tuple[Run | None, float]:
     """One interrupted search and its --resume, and the search's wall time; None when the
     search finished first."""
     t0 = time.monotonic()
-    proc = subprocess.Popen([*SEARCH, "--out", str(out)], cwd=ROOT, stdin=subprocess.DEVNULL,
+    run.expected_exit = 130 if sig == signal.SIGINT else -int(sig)
+    proc = subprocess.Popen([*SEARCH, *EXTRA, "--out", str(out)], cwd=ROOT,
+                            stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=_default_sigint)
     try:
         time.sleep(run.delay_s)
         sent = proc.poll() is None
         if sent:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(sig)
         _stdout, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
@@ -141,7 +154,8 @@ def interrupt_once(run: Run, out: Path, ref_front: list,
     run.exit_code = proc.returncode
     if proc.returncode == 0 and output_problem(out, complete_set) is None:
         return None, wall_s  # done before the signal (or ignored it while exiting)
-    run.stderr_problem = stderr_problem(stderr) if sent else "signal not sent"
+    run.stderr_problem = (("signal not sent" if not sent else None) if sig != signal.SIGINT
+                          else stderr_problem(stderr) if sent else "signal not sent")
     run.stderr_tail = "\n".join(stderr.splitlines()[-15:]) if run.stderr_problem else ""
     run.output_problem = output_problem(out, complete_set)
     run.trials_done = complete_trials(out)
@@ -157,7 +171,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="seed of the random moments")
     ap.add_argument("--min-delay", type=float, default=0.5, help="earliest SIGINT, seconds")
     ap.add_argument("--keep", type=Path, default=None, help="keep the run folders here")
+    ap.add_argument("--n-trials", type=int, default=None,
+                    help="the search's --n-trials (default the README search's)")
+    ap.add_argument("--signal", choices=("INT", "KILL"), default="INT")
     args = ap.parse_args(argv)
+    EXTRA[:] = [] if args.n_trials is None else ["--n-trials", str(args.n_trials)]
+    sig = signal.SIGINT if args.signal == "INT" else signal.SIGKILL
     rng = random.Random(args.seed)
     root = args.keep or Path(tempfile.mkdtemp(prefix="sigint-check-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -172,9 +191,9 @@ def main(argv: list[str] | None = None) -> int:
         ref_front = pareto_front(ref)
         complete_set = {p.name for p in ref.iterdir()}
         print(f"reference: {ref_s:.1f} s, {complete_trials(ref)} trials, Pareto front of "
-              f"{len(ref_front)} points; SIGINT between {args.min_delay:.1f} s and "
+              f"{len(ref_front)} points; SIG{args.signal} between {args.min_delay:.1f} s and "
               f"{0.95 * ref_s:.1f} s")
-        print(f"{'run':>3} {'SIGINT at':>9} {'exit':>4} {'trials':>6}  {'stderr':<22} "
+        print(f"{'run':>3} {'SIG' + args.signal + ' at':>9} {'exit':>4} {'trials':>6}  {'stderr':<22} "
               f"{'outputs':<22} {'resume':>6} {'resume s':>8}  same front")
         runs, late = [], 0
         end_s = ref_s  # how long a search takes now (the machine's load changes it)
@@ -183,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
             while True:  # a search that finished before its signal is drawn again (counted)
                 shutil.rmtree(out, ignore_errors=True)
                 delay_s = rng.uniform(args.min_delay, max(args.min_delay, 0.95 * end_s))
-                run, wall_s = interrupt_once(Run(i, delay_s), out, ref_front, complete_set)
+                run, wall_s = interrupt_once(Run(i, delay_s), out, ref_front, complete_set,
+                                             sig)
                 if run is not None:
                     break
                 late += 1
@@ -197,12 +217,13 @@ def main(argv: list[str] | None = None) -> int:
             if run.stderr_tail:
                 print("    " + run.stderr_tail.replace("\n", "\n    "), flush=True)
         n = len(runs)
-        print(f"summary: exit 130 in {sum(r.exit_code == 130 for r in runs)}/{n}; one line, no "
+        print(f"summary: exit {runs[0].expected_exit if runs else 130} in "
+              f"{sum(r.exit_code == r.expected_exit for r in runs)}/{n}; one line, no "
               f"traceback in {sum(r.stderr_problem is None for r in runs)}/{n}; no half-written "
               f"output in {sum(r.output_problem is None for r in runs)}/{n}; --resume exit 0 in "
               f"{sum(r.resume_exit == 0 for r in runs)}/{n}; same Pareto front in "
               f"{sum(r.same_front for r in runs)}/{n}; interrupted after 0-"
-              f"{max(r.trials_done for r in runs)} of 300 trials; {late} draw(s) after the "
+              f"{max(r.trials_done for r in runs)} trials; {late} draw(s) after the "
               "search had finished drawn again")
         return 0 if all(r.ok for r in runs) else 1
     finally:

@@ -222,6 +222,7 @@ class MeasuredTableCostModel:
         ew_bytes = 2.0 * (2 * 4 * h + 2 * (Hr + Kr) * d + ffn_width)
         ew = ew_bytes / (gpu.hbm_gbps * 1e9 * ELEMENTWISE_BW_EFFICIENCY)
         prov = tables.describe() + ar_note
+        prov += _older_engine_note(engine_version, tables.gemm_version)
         if tables.transfer and transfer_error:
             prov += (f"; transfer error {transfer_error['median_pct']:.1f} % (median over "
                      f"{transfer_error['pairs']} pairs of measured GPUs, worst pair "
@@ -301,16 +302,24 @@ class MeasuredTableCostModel:
         """kind "tables" (measured AIConfigurator kernels) or "transferred"; error_pct: the
         fidelity suite's median |makespan error| on this GPU where it has runs, else (for a
         transfer) the transfer rule's median error over the measured GPU pairs."""
-        err = (self.fidelity or {}).get("median_abs_pct")
+        fid = self.fidelity or {}
+        # a GPU's runs check the engine profile they were simulated with, not another one
+        checked = fid.get("engine")
+        same = bool(fid) and (checked is None or self.engine is None
+                              or checked == self.engine.name)
+        err = fid.get("median_abs_pct") if same else None
         if err is None and self.transfer_error:
             err = self.transfer_error.get("median_pct")
         detail = self.describe()
-        if not self.fidelity:
+        if not fid:
             detail += "; no public end-to-end run on this GPU checks it yet"
-        if self.fidelity:
-            detail += (f"; fidelity suite on {self.fidelity['gpu']}: {self.fidelity['runs']} "
-                       f"run(s), median |makespan error| {self.fidelity['median_abs_pct']:.1f} %, "
-                       f"worst {self.fidelity['worst_abs_pct']:.1f} %")
+        elif same:
+            detail += (f"; fidelity suite on {fid['gpu']}: {fid['runs']} run(s), leave-one-out "
+                       f"median |makespan error| {fid['median_abs_pct']:.1f} %, "
+                       f"worst {fid['worst_abs_pct']:.1f} %")
+        else:
+            detail += (f"; the public runs on {fid['gpu']} check the {checked} engine profile, "
+                       "not this one")
         return Provenance(self.kind, detail, None if err is None else float(err))
 
     @property
@@ -425,6 +434,19 @@ def reference_iterations() -> BatchFeatures:
         rows.append((512, 512 * 512, 512 * 1024, n, n * 1024, n + 1))
     a = np.array(rows, dtype=np.float64)
     return BatchFeatures(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4], a[:, 5])
+
+
+def _older_engine_note(engine_version: str | None, table_version: str) -> str:
+    """What pricing an older release with newer kernel tables means ("" when not older)."""
+    from tuner.core.engines import parse_version
+
+    asked, measured = parse_version(engine_version), parse_version(table_version)
+    if asked is None or measured is None or asked >= measured:
+        return ""
+    return (f"; vLLM {engine_version} priced with the {table_version} kernels (the closest "
+            "version shipped for this GPU): kernel changes between the releases are not "
+            "modelled; the engine profile's host terms, fitted on that generation's runs where "
+            "it is fitted, absorb what its public runs show")
 
 
 # ---- shipped summaries: the transfer checks and the fidelity suite -------------------------

@@ -10,11 +10,13 @@ depends on the engine generation:
   overlapped V1 with asynchronous scheduling prepares step k+1 while the GPU runs step k:
              step = max(gpu, host) + exposed, where `exposed` is what never overlaps
 
-    host = fixed + per_seq * running + per_token * sampled + per_chunk * prefill chunks
-           + per_tp_rank * (tp - 1)
+    host = fixed + per_seq * running + per_token * sampled + per_new_request * admitted
+           + per_chunk * prefill chunks + per_tp_rank * (tp - 1)
 
 `running` is the step's decodes plus its prefill chunks; prefill chunks are not in
 BatchFeatures and are counted as max(1, prefills completed) in a step with prefill tokens.
+`admitted` is the prefills completed in the step (sampled - decodes where the step has prefill
+tokens): once per request (and per recompute after a preemption), its intake cost.
 
 PROFILES holds the named profiles. Their numbers are FITTED (on the public runs of
 benchmarks/fidelity.py, with the leave-one-out error it prints) or ESTIMATED (from published
@@ -41,19 +43,23 @@ class EngineProfile:
     per_token_s: float = 0.0
     per_chunk_s: float = 0.0
     per_tp_rank_s: float = 0.0
+    per_new_request_s: float = 0.0
     exposed_s: float = 0.0  # overlapped engines: per-step time that never overlaps
     source: str = "estimated"  # "fitted on ..." | "estimated: ..."
-    estimated: bool = False  # True: the terms are estimates, not fitted on runs
+    # True only where a fit on public runs moved a term; False for estimates and for terms a
+    # fit left at zero (describe/summary say which)
+    fitted: bool = False
 
     def host_s(self, f: BatchFeatures, tp: int = 1) -> np.ndarray:
-        chunks = np.where(f.prefill_tokens > 0, np.maximum(f.seqs_sampled - f.decodes, 1.0), 0.0)
+        prefilling = f.prefill_tokens > 0
+        admitted = np.where(prefilling, np.maximum(f.seqs_sampled - f.decodes, 0.0), 0.0)
+        chunks = np.where(prefilling, np.maximum(admitted, 1.0), 0.0)
         return (self.fixed_s + self.per_seq_s * (f.decodes + chunks)
                 + self.per_token_s * f.seqs_sampled + self.per_chunk_s * chunks
-                + self.per_tp_rank_s * (tp - 1))
+                + self.per_new_request_s * admitted + self.per_tp_rank_s * (tp - 1))
 
     def step_time_s(self, gpu_s: np.ndarray, f: BatchFeatures, tp: int = 1) -> np.ndarray:
-        if not (self.fixed_s or self.per_seq_s or self.per_token_s or self.per_chunk_s
-                or self.per_tp_rank_s):  # no host terms: skip the array work
+        if not self.has_host_terms:  # skip the array work
             return gpu_s + self.exposed_s if self.overlapped else gpu_s.copy()
         host = self.host_s(f, tp)
         if self.overlapped:
@@ -73,6 +79,8 @@ class EngineProfile:
             host.append(f"{1e6 * self.per_token_s:.0f} us/sampled token")
         if self.per_chunk_s:
             host.append(f"{1e6 * self.per_chunk_s:.0f} us/prefill chunk")
+        if self.per_new_request_s:
+            host.append(f"{1e3 * self.per_new_request_s:.2f} ms/new request")
         if self.per_tp_rank_s:
             host.append(f"{1e3 * self.per_tp_rank_s:.2f} ms/extra TP rank")
         terms = [f"host {' + '.join(host)}" if host else "no host terms"]
@@ -84,22 +92,46 @@ class EngineProfile:
 
     def summary(self) -> str:
         """One short clause for a provenance line (`describe` has the whole profile)."""
-        return f"{self.name} ({'estimated' if self.estimated else 'fitted on public runs'})"
+        if self.fitted:
+            return f"{self.name} (fitted on public runs)"
+        if not self.has_host_terms and not self.exposed_s:
+            return f"{self.name} (no host terms: GPU time only, not fitted)"
+        return f"{self.name} (estimated, not fitted)"
+
+    @property
+    def has_host_terms(self) -> bool:
+        return bool(self.fixed_s or self.per_seq_s or self.per_token_s or self.per_chunk_s
+                    or self.per_tp_rank_s or self.per_new_request_s)
 
 
 # Fitted by `python benchmarks/fidelity.py --fit` on the three dense vLLM 0.19 runs of
 # ../shared/fidelity/llmservingsim (V1, async scheduling on); see benchmarks/RESULTS.md for the
 # fit and its leave-one-out error. Update both together.
-EXPOSED_FIT_S = 0.0  # set from `python benchmarks/fidelity.py --fit`
+EXPOSED_FIT_S = 0.0  # the fit's answer: no exposed time (so the profile is not "fitted")
 V1_ASYNC = EngineProfile(
-    name="vllm-v1-async", entry_point="LLM engine, requests added as they arrive",
+    name="vllm-v1-async", entry_point="OpenAI API server (AsyncLLM)",
     generation="V1 async scheduling", overlapped=True,
     fixed_s=0.0, per_seq_s=0.0, exposed_s=EXPOSED_FIT_S,
-    # Only `exposed_s` is fitted: in these runs every GPU step (15-350 ms) outlasts any
-    # plausible host time, so async scheduling hides the host terms and the runs cannot
-    # identify them; they stay 0 until a run with short steps (small model, fast GPU) is public
-    source="exposed time fitted on 3 public vLLM 0.19 runs (benchmarks/fidelity.py --fit), "
-           "host terms not identifiable from them")
+    # Only `exposed_s` is fitted, and the fit leaves it at 0: in these runs every GPU step
+    # (15-350 ms) outlasts any plausible host time, so async scheduling hides the host terms
+    # and the runs cannot identify them
+    source="GPU time only: the exposed time fitted on 3 public vLLM 0.19 runs is 0 "
+           "(benchmarks/fidelity.py --fit); host terms not identifiable from them")
+
+# Fitted by `python benchmarks/fidelity.py --fit` on the 11 public vLLM 0.6.0 A100-80GB runs of
+# ../shared/fidelity/lambda-a100 (OpenAI API server, streaming, --num-scheduler-steps 10, every
+# request at t = 0): least squares on predicted / measured makespan; of every set of up to
+# three host terms, the one with the lowest leave-one-out median error and no negative term
+# (the table is in benchmarks/RESULTS.md). Update both together.
+V0_MULTISTEP_FIXED_S = 1.286e-3
+V0_MULTISTEP_PER_NEW_REQUEST_S = 10.38e-3
+V0_MULTISTEP_SOURCE = ("fitted on 11 public vLLM 0.6.0 A100 runs (API server, "
+                       "--num-scheduler-steps 10; benchmarks/fidelity.py --fit: leave-one-out "
+                       "median |makespan error| 1.1 %, worst 4.7 %)")
+V0_MULTISTEP = EngineProfile(
+    name="vllm-v0-multistep", entry_point="OpenAI API server (streaming)",
+    generation="V0 multi-step", overlapped=False, fixed_s=V0_MULTISTEP_FIXED_S,
+    per_new_request_s=V0_MULTISTEP_PER_NEW_REQUEST_S, fitted=True, source=V0_MULTISTEP_SOURCE)
 
 PROFILES: dict[str, EngineProfile] = {
     "vllm-v1-async": V1_ASYNC,
@@ -107,18 +139,22 @@ PROFILES: dict[str, EngineProfile] = {
     # (vLLM >= 0.11); no public offline run with per-request data was found to fit it apart
     "vllm-v1-offline": replace(V1_ASYNC, name="vllm-v1-offline", entry_point="LLM.generate",
                                source=V1_ASYNC.source + ", as vllm-v1-async"),
-    # V0 single-step (vLLM <= 0.6 without multi-step): host work serial with the GPU; issue 14
-    # records 8-16 ms per step of unexplained time on 0.5.x (ESTIMATE, not fitted)
+    # V1 before asynchronous scheduling (0.8 - 0.10): host work between GPU steps; no public
+    # run of it with per-request lengths is in ../shared/fidelity (ESTIMATE)
+    "vllm-v1-sync": EngineProfile(
+        name="vllm-v1-sync", entry_point="any", generation="V1 sync scheduling",
+        overlapped=False, fixed_s=1.5e-3, per_seq_s=2e-6,
+        source="estimated: the spec-sheet roofline's V1 step overhead (1.5 ms + 2 us per "
+               "request), no public V1-sync run to fit"),
+    "vllm-v0-multistep": V0_MULTISTEP,
+    # V0 single-step: the scheduler runs every step. The per-request term is the multi-step
+    # fit's; the fixed term is the low end of the 8-16 ms per step observed on vLLM 0.5.x
+    # (issue 14), where multi-step spreads the scheduler call over N steps (ESTIMATE)
     "vllm-v0": EngineProfile(
-        name="vllm-v0", entry_point="LLM.generate", generation="V0 single-step",
-        overlapped=False, fixed_s=8e-3, estimated=True,
-        source="estimated: the low end of the 8-16 ms per step observed on vLLM 0.5.x "
-               "(issue 14), not fitted"),
-    # V0 multi-step (--num-scheduler-steps N): host work amortised over N GPU steps (ESTIMATE)
-    "vllm-v0-multistep": EngineProfile(
-        name="vllm-v0-multistep", entry_point="LLM.generate / benchmark_throughput",
-        generation="V0 multi-step (10 steps)", overlapped=False, fixed_s=0.8e-3, estimated=True,
-        source="estimated: vllm-v0's 8 ms divided over --num-scheduler-steps 10, not fitted"),
+        name="vllm-v0", entry_point="any", generation="V0 single-step",
+        overlapped=False, fixed_s=8e-3, per_new_request_s=V0_MULTISTEP_PER_NEW_REQUEST_S,
+        source="estimated: 8 ms per step (the low end of the 8-16 ms observed on vLLM 0.5.x, "
+               "issue 14) + the multi-step fit's per-request term; no single-step run to fit"),
 }
 DEFAULT_PROFILE = "vllm-v1-offline"
 
@@ -128,3 +164,29 @@ def get_profile(name: str | None = None) -> EngineProfile:
     if name not in PROFILES:
         raise KeyError(f"unknown engine profile {name!r}; known: {', '.join(sorted(PROFILES))}")
     return PROFILES[name]
+
+
+def profile_for(engine_version: str | None = None, entry_point: str = "llm",
+                num_scheduler_steps: int = 1) -> EngineProfile:
+    """The host-cost profile of a release (tuner.core.engines generation), entry point
+    (tuner.core.engine_defaults.ENTRY_POINTS) and --num-scheduler-steps. Where the profile was
+    fitted under another entry point or step count, its `source` says so."""
+    from tuner.core.engines import check_scheduler_steps, generation_of
+
+    release = generation_of(engine_version)
+    steps = check_scheduler_steps(release, num_scheduler_steps)
+    key = release.generation.key
+    if key == "v0":
+        if steps == 1:
+            return PROFILES["vllm-v0"]
+        p = PROFILES["vllm-v0-multistep"]
+        notes = []
+        if steps != 10:
+            notes.append(f"fitted at 10 scheduler steps, used for {steps}")
+        if entry_point != "serve":
+            notes.append(f"fitted under the API server, used for {entry_point}, which does not "
+                         "stream (likely an overestimate)")
+        return replace(p, source=p.source + ("; " + "; ".join(notes) if notes else ""))
+    if key == "v1-sync":
+        return PROFILES["vllm-v1-sync"]
+    return PROFILES["vllm-v1-async" if entry_point == "serve" else DEFAULT_PROFILE]

@@ -13,8 +13,9 @@ registry in order and takes the first price. Sources:
   profile   a profile measured on this GPU at this model's shapes (tp 1, 16-bit): the --profile
             folder's (predictors.loader), or without one a profile shipped in predictors/data
   tables    NVIDIA AIConfigurator's measured vLLM kernel tables of this GPU (predictors.aic; the
-            table version closest to --engine-version, default the newest) plus the default
-            engine-overhead profile (predictors.engine_overhead)
+            table version closest to --engine-version, default the newest) plus the
+            engine-overhead profile of --engine-version's generation, --entry-point and
+            --num-scheduler-steps (predictors.engine_overhead.profile_for)
   transfer  measurements carried to this GPU / config: the --profile folder's efficiency curves
             (its own GPU at another tp / precision, or a GPU profile on this GPU's spec sheet),
             or without a folder the kernel tables of the measured GPU of its architecture
@@ -60,7 +61,9 @@ class CostQuery:
     config: ServingConfig
     profile: Path | None = None  # --profile folder
     mode: str = "auto"  # --profile-mode
-    engine_version: str | None = None  # --engine-version (kernel-table version)
+    engine_version: str | None = None  # --engine-version (kernel tables, engine generation)
+    entry_point: str = "llm"  # --entry-point (the engine-overhead profile)
+    num_scheduler_steps: int = 1  # --num-scheduler-steps (V0 multi-step)
 
     def shapes(self) -> str:
         c = self.config
@@ -101,11 +104,13 @@ def _profile(q: CostQuery, declined) -> CostModel | Declined:
 
 def _table_model(q: CostQuery):
     from tuner.predictors.aic import table_cost_model
+    from tuner.predictors.engine_overhead import profile_for
 
     c = q.config
+    engine = profile_for(q.engine_version, q.entry_point, q.num_scheduler_steps)
     return table_cost_model(q.model, q.gpu, tp=c.tp, weight_bits=c.weight_bits,
-                            kv_bits=c.kv_bits, engine_version=q.engine_version, dp=c.dp,
-                            expert_parallel=c.expert_parallel)
+                            kv_bits=c.kv_bits, engine_version=q.engine_version, engine=engine,
+                            dp=c.dp, expert_parallel=c.expert_parallel)
 
 
 def _tables(q: CostQuery, declined) -> CostModel | Declined:
@@ -188,11 +193,12 @@ class Resolution:
 
 def resolve(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
             profile: str | Path | None = None, mode: str = "auto",
-            engine_version: str | None = None, calibrated: bool = True) -> Resolution:
+            engine_version: str | None = None, calibrated: bool = True,
+            entry_point: str = "llm", num_scheduler_steps: int = 1) -> Resolution:
     """Walk the registry (as `mode` restricts it) for (model, gpu, config); TunerError on a bad
     mode or folder, or where the restricted registry cannot price it."""
     q = CostQuery(model, gpu, config, None if profile is None else Path(profile), mode,
-                  engine_version)
+                  engine_version, entry_point, num_scheduler_steps)
     declined: list[tuple[str, str]] = []
     for src in sources_for(mode, profile=q.profile is not None):
         out = src.price(q, tuple(declined))
@@ -214,24 +220,32 @@ def resolve(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
 
 def resolve_cost_model(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
                        profile: str | Path | None = None, mode: str = "auto",
-                       engine_version: str | None = None, calibrated: bool = True) -> CostModel:
+                       engine_version: str | None = None, calibrated: bool = True,
+                       entry_point: str = "llm", num_scheduler_steps: int = 1) -> CostModel:
     """The registry's CostModel for (model, gpu, config): resolve(...).cost_model."""
     return resolve(model, gpu, config, profile=profile, mode=mode,
-                   engine_version=engine_version, calibrated=calibrated).cost_model
+                   engine_version=engine_version, calibrated=calibrated,
+                   entry_point=entry_point, num_scheduler_steps=num_scheduler_steps).cost_model
 
 
 def cost_model_for(model: ModelSpec, profile: str | Path | None = None, mode: str = "auto",
                    engine_version: str | None = None, *, calibrated: bool = True,
-                   check_gpu: GPU | None = None) -> CostModelFor:
+                   check_gpu: GPU | None = None, entry_point: str = "llm",
+                   num_scheduler_steps: int = 1) -> CostModelFor:
     """`(gpu, config) -> CostModel` under a command's --profile / --profile-mode /
     --engine-version: what it resolves once and passes down. A bad mode fails now; with
     `check_gpu` a --profile folder is read now, so a bad one fails before a search starts (one
     TunerError) rather than in its first trial."""
     check_profile_mode(mode)
+    from tuner.predictors.engine_overhead import profile_for
+
+    profile_for(engine_version, entry_point, num_scheduler_steps)  # a bad engine fails now
 
     def for_config(gpu: GPU, config: ServingConfig) -> CostModel:
         return resolve_cost_model(model, gpu, config, profile=profile, mode=mode,
-                                  engine_version=engine_version, calibrated=calibrated)
+                                  engine_version=engine_version, calibrated=calibrated,
+                                  entry_point=entry_point,
+                                  num_scheduler_steps=num_scheduler_steps)
 
     if check_gpu is not None and profile is not None:
         from tuner.core.config import ServingConfig

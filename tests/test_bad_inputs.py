@@ -336,6 +336,16 @@ ROWS = [
     Row("weight-offload-above-one", f"{SIM} --weight-offload-fraction 2", None,
         "weight_offload_fraction"),
     Row("cost-negative-tokens", "cost -m llama-3-8b -g A10 --tokens -5", None, "--tokens"),
+    # --- replay (a real run's file)
+    Row("replay-missing-file", "replay nosuch.json -m llama-3-8b -g A10", None,
+        ("nosuch.json", "no such file")),
+    Row("replay-not-a-bench-result", "replay r.json -m llama-3-8b -g A10",
+        files(r_DOT_json='{"hello": 1}'), "not a `vllm bench serve"),
+    Row("replay-v1-multistep", "replay r.json -m llama-3-8b -g A10 --num-scheduler-steps 8",
+        files(r_DOT_json='{"duration": 2, "input_lens": [10], "output_lens": [5]}'),
+        "needs a V0 engine"),
+    Row("replay-engine-too-old", "replay r.json -m llama-3-8b -g A10 --engine-version 0.4.1",
+        files(r_DOT_json='{"duration": 2, "input_lens": [10], "output_lens": [5]}'), "0.5.0"),
     Row("cost-empty-iteration", "cost -m llama-3-8b -g A10", None, "--tokens"),
     # --- where the outputs go
     Row("out-is-a-file", f"{SEARCH.replace('--out out', '--out afile')}",

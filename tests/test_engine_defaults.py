@@ -69,9 +69,13 @@ def test_large_gpu_rule_is_memory_and_name():
 def test_bad_entry_point_and_old_version_are_refused():
     with pytest.raises(TunerError, match="--entry-point"):
         vllm_defaults("A10", 24, "offline")
-    with pytest.raises(TunerError, match="0.11.0"):
-        vllm_defaults("A10", 24, "llm", "0.8.5")
+    with pytest.raises(TunerError, match="0.5.0"):
+        vllm_defaults("A10", 24, "llm", "0.4.2")
     assert vllm_defaults("A10", 24, "llm", "0.24.0").engine_version == "0.24.0"
+    # V1 before the table (0.8 - 0.10): 0.11's, the closest known, and the source says so
+    old = vllm_defaults("H100", 80, "llm", "0.8.5")
+    assert (old.max_num_batched_tokens, old.max_num_seqs) == (16384, 1024)
+    assert "closest known" in old.source and old.scheduler == "vllm"
 
 
 # ---- tuner simulate with no knobs ---------------------------------------------------------------
@@ -82,12 +86,12 @@ def test_simulate_without_knobs_uses_vllm_defaults(tmp_path):
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert (d["config"]["chunk_size"], d["config"]["max_running"]) == (16384, 1024)
-    assert d["defaulted"] == ["chunk_size", "max_running"]
+    assert d["defaulted"] == ["chunk_size", "max_running", "scheduler"]
     r = runner.invoke(app, ["simulate", "-w", str(wl), "-m", "llama-3-8b", "-g", "H100",
                             "--entry-point", "serve", "--max-num-seqs", "64", "--json"])
     d = json.loads(r.stdout)
     assert (d["config"]["chunk_size"], d["config"]["max_running"]) == (8192, 64)
-    assert d["defaulted"] == ["chunk_size"]
+    assert d["defaulted"] == ["chunk_size", "scheduler"]
     r = runner.invoke(app, ["simulate", "-w", str(wl), "-m", "llama-3-8b", "-g", "A10",
                             "--chunk-size", "512", "--json"])
     d = json.loads(r.stdout)
@@ -238,3 +242,102 @@ def test_table_equals_the_installed_vllms_get_batch_defaults():
             for name, gib in devices.items()}
     assert ours == theirs
     assert theirs["B200"]["OPENAI_API_SERVER"] == [16384, 1024]  # the tier is exercised
+
+
+# ---- engine generations (tuner.core.engines) -----------------------------------------------------
+def test_generations_by_release():
+    from tuner.core.engines import generation_of
+
+    assert generation_of("0.5.4").generation.key == "v0"
+    assert generation_of("0.7.3").generation.key == "v0"
+    assert generation_of("0.8.0").generation.key == "v1-sync"
+    assert generation_of("0.10.2").generation.key == "v1-sync"
+    assert generation_of("0.11.0").generation.key == "v1-async"
+    assert generation_of(None).generation.key == "v1-async"
+    assert generation_of("0.6.0").known and not generation_of("0.6.3").known
+    assert "not seen by tuner" in generation_of("0.6.3").describe()
+    with pytest.raises(TunerError, match="0.5.0"):
+        generation_of("0.4.3")
+    with pytest.raises(TunerError, match="not a version"):
+        generation_of("latest-ish")
+
+
+def test_v0_defaults_follow_its_scalar_rules():
+    # chunked prefill off: the whole prompt in one step, so the budget covers the context
+    d = vllm_defaults("A100-80G", 80, "serve", "0.6.0", max_model_len=8192)
+    assert (d.max_num_batched_tokens, d.max_num_seqs, d.scheduler) == (8192, 256, "vllm-v0")
+    assert vllm_defaults("A10", 24, "llm", "0.6.0", 1024).max_num_batched_tokens == 2048
+    # over 32K context V0 turns chunked prefill on: 512 tokens, decodes first (Sarathi-style)
+    d = vllm_defaults("H100", 80, "llm", "0.6.0", max_model_len=131072)
+    assert (d.max_num_batched_tokens, d.scheduler) == (512, "sarathi")
+    assert "V0" in d.describe()
+
+
+def test_engine_profile_follows_generation_entry_point_and_steps():
+    from tuner.predictors.engine_overhead import profile_for
+
+    assert profile_for("0.6.0", "serve", 10).name == "vllm-v0-multistep"
+    assert profile_for("0.6.0", "serve", 10).fitted
+    assert "fitted at 10 scheduler steps, used for 4" in profile_for("0.6.0", "serve", 4).source
+    assert "does not stream" in profile_for("0.6.0", "llm", 10).source
+    single = profile_for("0.5.4", "llm", 1)
+    assert single.name == "vllm-v0" and not single.fitted
+    assert "estimated" in single.summary()
+    assert profile_for("0.9.2").name == "vllm-v1-sync"
+    assert profile_for(None, "llm").name == "vllm-v1-offline"
+    # the V1 fit left every term at 0: not labelled as fitted
+    assert "not fitted" in profile_for(None, "serve").summary()
+    with pytest.raises(TunerError, match="V0 engine"):
+        profile_for("0.19.0", "llm", 10)
+    with pytest.raises(TunerError, match="1 to 64"):
+        profile_for("0.6.0", "llm", 0)
+
+
+def test_v0_host_terms_lengthen_the_schedule(tmp_path):
+    """The same job on the same GPU under vLLM 0.6.0 (API server, multi-step) takes longer
+    than under the newest vLLM: V0's host work sits between GPU steps."""
+    wl = write_workload(tmp_path / "w.jsonl", [(300, 200)] * 200)
+    base = ["simulate", "-w", str(wl), "-m", "llama-3-8b", "-g", "A100-80G", "--startup-s", "0",
+            "--max-num-batched-tokens", "2048", "--max-num-seqs", "256", "--json"]
+    new = json.loads(runner.invoke(app, base).stdout)
+    r = runner.invoke(app, base + ["--engine-version", "0.6.0", "--entry-point", "serve",
+                                   "--num-scheduler-steps", "10"])
+    assert r.exit_code == 0, r.output
+    old = json.loads(r.stdout)
+    assert old["config"]["scheduler"] == "vllm-v0" and new["config"]["scheduler"] == "vllm"
+    assert old["makespan_s"] > 1.1 * new["makespan_s"]
+    assert "vllm-v0-multistep" in old["engine"]["overhead"]
+
+
+@pytest.mark.parametrize(("args", "match"), [
+    (["--engine-version", "0.4.0"], "0.5.0"),
+    (["--num-scheduler-steps", "10"], "needs a V0 engine"),
+    (["--engine-version", "0.6.0", "--num-scheduler-steps", "0"], "1 to 64"),
+])
+def test_engine_errors_are_one_line(tmp_path, capsys, args, match):
+    from tests.test_bad_inputs import main_in_process
+
+    wl = write_workload(tmp_path / "w.jsonl", [(300, 20)] * 4)
+    for cmd in (["simulate", "-g", "A100-80G"],
+                ["search", "--gpus", "A100-80G", "--n-trials", "2", "--out",
+                 str(tmp_path / "o")]):
+        code = main_in_process([*cmd, "-w", str(wl), "-m", "llama-3-8b", *args], tmp_path)
+        text = capsys.readouterr().err
+        assert code == 2, text
+        assert match in " ".join(text.split()) and "Traceback" not in text
+        assert not (tmp_path / "o").exists()
+
+
+def test_a_v0_search_recommends_what_v0_runs(tmp_path):
+    wl = write_workload(tmp_path / "w.jsonl", [(300, 60)] * 64)
+    out = tmp_path / "o"
+    r = runner.invoke(app, ["search", "-w", str(wl), "-m", "llama-3-8b", "--gpus", "A100-80G",
+                            "--engine-version", "0.6.0", "--entry-point", "serve",
+                            "--num-scheduler-steps", "10", "--n-trials", "12", "--out",
+                            str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads((out / "results.json").read_text())
+    front = d["pareto"]
+    assert front and {t["config"]["scheduler"] for t in front} == {"vllm-v0"}
+    assert not any(t.get("study_only") for t in front)
+    assert "vllm-v0-multistep (fitted on public runs)" in front[0]["provenance"]

@@ -90,7 +90,8 @@ def test_simulate_replays_arrivals():
 def test_fidelity_suite_meets_its_bounds():
     gpus = load_gpus()
     runs = fidelity.load_llmservingsim(DATA)
-    rows = fidelity.evaluate(runs, fidelity.PROFILES["vllm-v1-async"], gpus, timeline=False)
+    rows = fidelity.evaluate(runs, {"llmservingsim": fidelity.PROFILES["vllm-v1-async"]}, gpus,
+                             timeline=False)
     ok = [r for r in rows if r["status"] == "ok"]
     assert len(ok) == len(rows) == 4  # the mixture-of-experts run too
     err = np.abs([r["makespan_error_pct"] for r in ok])
@@ -113,7 +114,8 @@ def test_moe_expert_parallel_run_is_predicted_from_the_measured_moe_tables():
     run = next(r for r in fidelity.load_llmservingsim(DATA) if r.moe)
     assert run.config.dp == 2 and run.config.expert_parallel and run.config.tp == 1
     assert run.measured_makespan_s == pytest.approx(64.0, abs=0.05)
-    row = fidelity.evaluate([run], fidelity.PROFILES["vllm-v1-async"], gpus, timeline=True)[0]
+    row = fidelity.evaluate([run], {"llmservingsim": fidelity.PROFILES["vllm-v1-async"]}, gpus,
+                            timeline=True)[0]
     assert row["status"] == "ok" and row["kind"] == "tables"
     assert "fused-MoE table" in row["provenance"] and "moe_ep 2" in row["provenance"]
     assert "NCCL all-gather + reduce-scatter" in row["provenance"]
@@ -143,3 +145,124 @@ def test_engine_fit_leave_one_out_stays_within_bounds():
         res, _ = fidelity.simulate_run(r, e, gpus)
         errs.append(abs(res.makespan_s / r.measured_makespan_s - 1.0) * 100)
     assert np.median(errs) <= 10.0 and max(errs) <= 25.0
+
+
+# ---- V0 (vLLM 0.6.0) on A100: ../shared/fidelity/lambda-a100 ----------------------------------
+needs_a100 = pytest.mark.skipif(not (DATA / "lambda-a100" / "index.csv").is_file(),
+                                reason=f"A100 runs not at {DATA}")
+
+
+@needs_a100
+def test_a100_runs_load_as_v0_multistep_api_server_jobs():
+    runs = fidelity.load_lambda_a100(DATA)
+    assert len(runs) == 11
+    assert {r.config.scheduler for r in runs} == {"vllm-v0"}
+    assert {(r.config.chunk_size, r.config.max_running) for r in runs} == {(2048, 1024)}
+    nemo = next(r for r in runs if "nemo" in r.name)
+    assert nemo.model.num_layers == 40 and nemo.model.hidden_size == 5120  # its config.json
+    assert all(len(r.workload) in (160, 320, 640, 1279, 1280) for r in runs)
+
+
+@needs_a100
+def test_v0_host_terms_fit_meets_the_bar_and_is_what_ships():
+    """The fit over every set of host terms (leave-one-out): the kept set has no negative
+    term, meets the issue's bar (A100 development runs median <= 7 %), and its terms are the
+    shipped profile's (a refit that moves them must update predictors/engine_overhead.py)."""
+    fit = fidelity.fit_v0(fidelity.load_lambda_a100(DATA))
+    best = fit["best"]
+    assert all(v >= 0 for v in best["coef"].values())
+    assert best["loo_median_abs_pct"] <= 7.0 and best["loo_worst_abs_pct"] <= 10.0
+    shipped = fidelity.PROFILES["vllm-v0-multistep"]
+    assert shipped.fitted
+    for term, value in best["coef"].items():
+        assert getattr(shipped, term) == pytest.approx(value, rel=0.01), term
+    # the GPU-only simulation is too short on every run (the pattern the terms explain)
+    rows = fidelity.evaluate(fidelity.load_lambda_a100(DATA), {"lambda-a100": None},
+                             load_gpus(), timeline=False)
+    assert all(r["makespan_error_pct"] < -5.0 for r in rows)
+
+
+@needs_a100
+def test_a100_runs_through_the_cli_as_a_user_checks_one():
+    """`tuner simulate` of one run with the flags its README states: vLLM 0.6.0, API server,
+    multi-step 10, the run's batch limits: within 5 % of the measured 60.7 s."""
+    from typer.testing import CliRunner
+
+    from tuner.cli.main import app
+
+    f = DATA / "lambda-a100" / "A100-80G_llama-3-8b_tp1_len2000_n1280.csv"
+    r = CliRunner().invoke(app, [
+        "simulate", "-w", str(f), "-m", "llama-3-8b", "-g", "A100-80G", "--engine-version",
+        "0.6.0", "--entry-point", "serve", "--num-scheduler-steps", "10",
+        "--max-num-batched-tokens", "2048", "--max-num-seqs", "1024",
+        "--gpu-memory-utilization", "0.95", "--startup-s", "0", "--json"])
+    assert r.exit_code == 0, r.output
+    import json
+
+    d = json.loads(r.stdout)
+    assert d["config"]["scheduler"] == "vllm-v0"  # V0's batching without --scheduler
+    assert d["engine"]["generation"] == "v0"
+    assert "vllm-v0-multistep (fitted on public runs)" in d["engine"]["overhead"]
+    assert d["makespan_s"] == pytest.approx(60.68, rel=0.05)
+
+
+def test_a_folder_in_the_run_index_form_is_read_like_the_a100_runs(tmp_path):
+    """Another source's runs laid out as lambda-a100 (an index.csv and one lengths CSV per run)
+    are read and simulated with the engine profile of their version and scheduler steps; an
+    FP8 checkpoint is priced with 8-bit weights; GPU names like "H100-80G" map to the catalog."""
+    d = tmp_path / "other-h100"
+    d.mkdir()
+    (d / "r1.csv").write_text("num_prefill_tokens,num_decode_tokens\n100,50\n200,80\n")
+    (d / "r2.csv").write_text("num_prefill_tokens,num_decode_tokens\n300,20\n")
+    head = ("file,gpu,model,hf_model,tp,num_prompts,measured_duration_s,vllm_version,scheduler,"
+            "max_num_seqs,max_num_batched_tokens,gpu_memory_utilization,notes\n")
+    (d / "index.csv").write_text(
+        head + 'r1.csv,H100-80G,x,meta-llama/Meta-Llama-3-8B-Instruct-FP8,1,2,3.0,0.6.0 '
+        '(inferred),vllm-v0,1024,2048,0.95,"V0 multi-step (num_scheduler_steps=10, ...)"\n'
+        'r2.csv,H100,llama-3-70b,meta-llama/Meta-Llama-3-70B-Instruct,4,1,2.0,0.6.0,vllm-v0,'
+        '256,2048,0.9,single step\n')
+    runs = fidelity.load_all(tmp_path)
+    assert [r.suite for r in runs] == ["other-h100", "other-h100"]
+    a, b = runs
+    assert a.gpu == b.gpu == "H100"
+    assert a.model.name == "llama-3-8b" and a.config.weight_bits == 8
+    assert a.engine.name == "vllm-v0-multistep" and b.engine.name == "vllm-v0"
+    assert b.config.tp == 4 and len(b.workload) == 1
+    rows = fidelity.evaluate(runs, {}, load_gpus(), timeline=False)
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    assert rows[0]["engine"] == "vllm-v0-multistep"
+
+
+def test_a_bench_serve_result_becomes_a_run_the_suite_reads(tmp_path):
+    """benchmarks/bench_to_index.py (what on_gpu.sh keeps of an API-server run) writes the
+    run-index form; the suite reads and re-simulates it with the release's engine profile."""
+    import json
+
+    import bench_to_index
+
+    res = tmp_path / "serve_40.json"
+    res.write_text(json.dumps({"duration": 9.5, "request_rate": "inf", "num_prompts": 41,
+                               "input_lens": [512] * 40 + [512],
+                               "output_lens": [256] * 40 + [0]}))  # one failed request
+    csv_path = bench_to_index.convert(res, tmp_path / "runs" / "H100-serve", gpu="H100",
+                                      model="llama-3-8b", vllm_version="0.11.0")
+    assert csv_path.read_text().count("\n") == 41  # header + 40 requests
+    runs = fidelity.load_all(tmp_path / "runs")
+    assert len(runs) == 1 and len(runs[0].workload) == 40
+    assert runs[0].engine.name == "vllm-v1-async" and runs[0].config.scheduler == "vllm"
+    row = fidelity.evaluate(runs, {}, load_gpus(), timeline=False)[0]
+    assert row["status"] == "ok" and row["measured_makespan_s"] == 9.5
+
+
+def test_on_gpu_script_parses_and_dry_runs(tmp_path):
+    import subprocess
+
+    script = REPO / "benchmarks" / "on_gpu.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60,
+                       env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "out"),
+                            "DRY_RUN": "1"})
+    assert r.returncode == 0, r.stderr
+    for step in ("profile", "validate", "bench_1600", "index_1600", "replay_400", "fidelity"):
+        assert f"== {step}" in r.stdout
+    assert "vllm bench serve" in r.stdout and "bench_to_index.py" in r.stdout

@@ -48,6 +48,9 @@ PUBLISHED_TOTALS = [
     ("llama-3.1-8b", 8.03e9, "Meta Llama 3.1 model card / HF safetensors total"),
     ("llama-3.1-70b", 70.6e9, "Meta Llama 3.1 model card / HF safetensors total"),
     ("llama-3.3-70b", 70.6e9, "Meta Llama 3.3 model card / HF safetensors total"),
+    ("llama-3.1-405b", 405.9e9, "Meta Llama 3.1 model card (405B) / HF safetensors total"),
+    ("mistral-large-2407", 123e9, "Mistral Large 2 announcement: 123 billion parameters"),
+    ("mixtral-8x22b", 141e9, "Mistral AI Mixtral 8x22B announcement: 141B total"),
     ("llama-3.2-1b", 1.24e9, "Meta Llama 3.2 model card (1.23B) / HF safetensors 1.24B"),
     ("llama-3.2-3b", 3.21e9, "Meta Llama 3.2 model card"),
     # Qwen2.5 model cards (huggingface.co/Qwen/Qwen2.5-*: "Number of Parameters")
@@ -90,6 +93,7 @@ PUBLISHED_TOTALS = [
 # (catalog name, published active parameters per token, source)
 PUBLISHED_ACTIVE = [
     ("mixtral-8x7b", 12.9e9, "Mistral AI Mixtral announcement"),
+    ("mixtral-8x22b", 39e9, "Mistral AI Mixtral 8x22B announcement: 39B active"),
     ("qwen3-30b-a3b", 3.3e9, "Qwen3-30B-A3B model card: 3.3B activated"),
     ("qwen3-235b-a22b", 22e9, "Qwen3-235B-A22B model card: 22B activated"),
     ("deepseek-v3", 37e9, "DeepSeek-V3 tech report §1: 37B activated"),
@@ -107,7 +111,8 @@ NEW_FAMILIES = {
     "qwen2.5-7b", "qwen2.5-14b", "qwen2.5-32b", "qwen2.5-72b", "qwen3-8b", "qwen3-14b",
     "qwen3-32b", "qwen3-30b-a3b", "qwen3-30b-a3b-instruct-2507", "qwen3-235b-a22b",
     "mixtral-8x7b", "mistral-nemo-12b", "gemma-3-4b", "gemma-3-12b", "gemma-3-27b", "phi-4",
-    "gpt-oss-20b", "gpt-oss-120b", "deepseek-v3",
+    "gpt-oss-20b", "gpt-oss-120b", "deepseek-v3", "llama-3.1-405b", "mistral-large-2407",
+    "mixtral-8x22b",
 }
 
 

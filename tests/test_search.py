@@ -330,3 +330,62 @@ def test_sigkill_then_resume(tmp_path):
     for name in ("report.html", "fastest.vllm.yaml", "cheapest.vllm.yaml", "results.json"):
         assert (out / name).is_file()
     assert summary["winners"]["fastest"]["config"]["gpu"] in {"A10", "A40"}
+
+
+@pytest.mark.parametrize(("sampler", "n_trials", "stops"), [("nsga2", 240, (50, 131)),
+                                                            ("tpe", 120, (37,))])
+def test_an_interrupted_search_resumed_gives_the_uninterrupted_front(model, gpus, tmp_path,
+                                                                     sampler, n_trials, stops):
+    """Issue 26 item 8: a Ctrl-C between trials (here in the middle of an NSGA-II generation,
+    population 20), then --resume, proposes the very trials the uninterrupted search does:
+    the same configurations in the same order and the same Pareto front."""
+    w = tiny_workload(n=200, seed=3)
+    space = load_space(None)
+
+    def search(name: str, stop_at: int | None = None, resume: bool = False):
+        s = SearchSettings(n_trials=n_trials, seed=0, sampler=sampler, resume=resume,
+                           storage=f"journal:{tmp_path / name}.journal", study_name=name)
+        seen = [0]
+
+        def on_trial(_study, _trial):
+            seen[0] += 1
+            if stop_at is not None and seen[0] >= stop_at:
+                raise KeyboardInterrupt  # what Ctrl-C raises between trials
+
+        try:
+            return run_search(w, model, gpus, space, s, on_trial=on_trial)
+        except KeyboardInterrupt:
+            return None
+
+    def trials(study):
+        return [(t.number, t.params, t.values) for t in complete(study)]
+
+    def front(study):
+        recs = trial_records(study)
+        keep = set(pareto(recs))
+        return sorted((r.makespan_s, r.cost_usd, str(r.config)) for r in recs if r.number in keep)
+
+    ref = search("ref")
+    for k in stops:
+        assert search(f"cut{k}", stop_at=k) is None
+        resumed = search(f"cut{k}", resume=True)
+        assert trials(resumed) == trials(ref)
+        assert front(resumed) == front(ref)
+
+
+def test_nsga2_parent_population_is_in_trial_order_computed_or_cached():
+    from tuner.search.settings import OrderedNSGAII
+
+    study = optuna.create_study(directions=["minimize", "minimize"],
+                                sampler=OrderedNSGAII(seed=0, population_size=4))
+    rng = np.random.default_rng(0)
+    study.optimize(lambda t: (t.suggest_float("x", 0, 1) + rng.random(),
+                              t.suggest_float("y", 0, 1) + rng.random()), n_trials=12)
+    s = study.sampler
+    fresh = s.get_parent_population(study, 2)  # cached by the search: read back
+    numbers = [t.number for t in fresh]
+    assert numbers == sorted(numbers) and len(numbers) == 4
+    study2 = optuna.create_study(directions=["minimize", "minimize"])
+    study2.add_trials(study.get_trials(deepcopy=False))  # no cache: computed afresh
+    recomputed = OrderedNSGAII(seed=0, population_size=4).get_parent_population(study2, 2)
+    assert [t.number for t in recomputed] == numbers

@@ -129,3 +129,19 @@ def test_an_explicit_other_workload_keeps_its_message(searched: Path, capfd) -> 
         fh.write(json.dumps({"prompt_tokens": 300, "output_tokens": 20}) + "\n")
     line = _one_error(*_run([*READERS[0], "--workload", "w2.jsonl"], searched, capfd))
     assert "w2.jsonl" in line and "does not match" in line, line
+
+
+def test_resume_refuses_other_engine_settings(tmp_path: Path, capfd) -> None:
+    """Under vLLM 0.6.0 the engine profile follows --num-scheduler-steps and --entry-point: a
+    resume with others would mix trials priced under two profiles."""
+    _setup(tmp_path)
+    v0 = [*SEARCH, "--engine-version", "0.6.0", "--num-scheduler-steps", "10"]
+    code, _out, err = _run(v0, tmp_path, capfd)
+    assert code == 0, err[-3000:]
+    line = _one_error(*_run([*SEARCH, "--engine-version", "0.6.0", "--resume"], tmp_path,
+                            capfd))
+    assert "another cost model" in line and "num_scheduler_steps" in line, line
+    line = _one_error(*_run([*v0, "--entry-point", "serve", "--resume"], tmp_path, capfd))
+    assert "entry_point" in line, line
+    code, _out, err = _run([*v0, "--resume", "--n-trials", "5"], tmp_path, capfd)
+    assert code == 0, err[-3000:]

@@ -55,8 +55,15 @@ DistOpt = Annotated[str | None, typer.Option("--output-dist", help="Output lengt
                     "without max_tokens: fixed:256, uniform:64:512, normal:MEAN:SD, lognormal:MEDIAN:SIGMA, "
                     "trace:FILE.csv.")]
 EngineVersionOpt = Annotated[str | None, typer.Option(
-    "--engine-version", help="vLLM version to price kernels for (the closest measured kernel-table "
-    "version, e.g. 0.19.0; default the newest).")]
+    "--engine-version", help="vLLM release the job runs on, 0.5.0 or later (default the "
+    "newest): its generation sets the batching, the defaults and the host cost per step "
+    "(0.5-0.7 V0: prefill-first, synchronous; 0.8-0.10 V1 synchronous; 0.11+ V1 asynchronous "
+    "scheduling); kernels are priced from the closest measured kernel-table version. A "
+    "release tuner has not seen gets its generation's behaviour, and the output says so.")]
+SchedulerStepsOpt = Annotated[int, typer.Option(
+    "--num-scheduler-steps", help="V0 multi-step scheduling (vLLM 0.6-0.7 "
+    "--num-scheduler-steps): decode steps per scheduler call; the host cost per step is the "
+    "profile fitted on public multi-step runs. 1 (vLLM's default) is single-step.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 StartupOpt = Annotated[float | None, typer.Option(
     "--startup-s", help="Engine start-up per replica in seconds, instead of tuner's estimate "

@@ -13,6 +13,7 @@ import typer
 from rich.markup import escape
 
 import tuner.cli.catalogs  # noqa: F401  (registers gpus, models, workload stats)
+import tuner.cli.replay  # noqa: F401  (registers replay)
 import tuner.cli.search  # noqa: F401  (registers search)
 import tuner.cli.simulate  # noqa: F401  (registers simulate)
 from tuner.cli import exports, profiling, study, validation

@@ -22,6 +22,7 @@ from tuner.cli.app import (
     PriceOpt,
     ProfileModeOpt,
     ProviderOpt,
+    SchedulerStepsOpt,
     SkipOpt,
     SpotOpt,
     StartupOpt,
@@ -80,6 +81,7 @@ def search(
                        "`tuner fit`): measured cost models instead of spec-sheet rooflines.")] = None,
     profile_mode: ProfileModeOpt = "auto",
     engine_version: EngineVersionOpt = None,
+    num_scheduler_steps: SchedulerStepsOpt = 1,
     entry_point: EntryPointOpt = "llm",
     provider: ProviderOpt = None, spot: SpotOpt = False,
     on_too_long: OnTooLongOpt = "fail",
@@ -122,12 +124,13 @@ def search(
     job = _SearchInputs.read(workload, model, gpus_, space, gpu_file, price, skip_invalid,
                              output_dist, allow_quantization=allow_quantization,
                              provider=provider, spot=spot, on_too_long=on_too_long)
-    _check_entry_point(entry_point, engine_version, job.gpus)
+    _check_entry_point(entry_point, engine_version, job.gpus, num_scheduler_steps)
     limits = limits.check_gpus(job.gpus)  # --max-gpus a10=2 names the catalog's A10
     _check_options(n_trials=n_trials, workers=workers, exhaustive=exhaustive,
                    sample_fraction=sample_fraction, sampler=sampler, seed=seed, timeout=timeout)
     workers = cap_workers(workers)
-    cost_model_for = job.cost_model_for(profile, profile_mode, engine_version)
+    cost_model_for = job.cost_model_for(profile, profile_mode, engine_version, entry_point,
+                                        num_scheduler_steps)
     new_out = not out_dir.exists()
     check_writable(out_dir)
     try:
@@ -141,7 +144,8 @@ def search(
                     "skip_invalid": skip_invalid, "output_dist": output_dist,
                     "profile": str(profile.resolve()) if profile is not None else None,
                     "profile_mode": profile_mode, "engine_version": engine_version,
-                    "entry_point": entry_point, "provider": provider, "spot": spot,
+                    "entry_point": entry_point, "num_scheduler_steps": num_scheduler_steps,
+                    "provider": provider, "spot": spot,
                     "on_too_long": on_too_long, "too_long": job.too_long,
                     "outputs_known": outputs_known, "startup_s": startup_s}
         job.fit_space(settings, metadata)
@@ -247,19 +251,24 @@ class _SearchInputs:
         assert_some_gpu_fits(self.workload, self.model, self.gpus, self.space)
 
     def cost_model_for(self, profile: Path | None, profile_mode: str,
-                       engine_version: str | None):
+                       engine_version: str | None, entry_point: str = "llm",
+                       num_scheduler_steps: int = 1):
         from tuner.predictors.sources import cost_model_for
 
         # a bad folder fails now; workers find the folder in the study's metadata
         return cost_model_for(self.model, profile, profile_mode, engine_version,
-                              check_gpu=next(iter(self.gpus.values())))
+                              check_gpu=next(iter(self.gpus.values())), entry_point=entry_point,
+                              num_scheduler_steps=num_scheduler_steps)
 
 
-def _check_entry_point(entry_point: str, engine_version: str | None, gpus: dict) -> None:
-    """A bad --entry-point, or an --engine-version whose defaults tuner does not know: one
-    line, before anything is written."""
+def _check_entry_point(entry_point: str, engine_version: str | None, gpus: dict,
+                       num_scheduler_steps: int = 1) -> None:
+    """A bad --entry-point, an --engine-version tuner does not model, or
+    --num-scheduler-steps on an engine without it: one line, before anything is written."""
     from tuner.core.engine_defaults import vllm_defaults
+    from tuner.core.engines import check_scheduler_steps, generation_of
 
+    check_scheduler_steps(generation_of(engine_version), num_scheduler_steps)
     for g in gpus.values():
         vllm_defaults(g.name, g.memory_gib, entry_point, engine_version)
 

@@ -30,6 +30,7 @@ from tuner.cli.app import (
     PriceOpt,
     ProfileModeOpt,
     ProviderOpt,
+    SchedulerStepsOpt,
     SkipOpt,
     SpotOpt,
     StartupOpt,
@@ -64,16 +65,18 @@ def _option_help(knob: Knob) -> str:
     return " ".join(parts)
 
 
-#: knobs whose default is vLLM's own for the GPU and entry point (tuner.core.engine_defaults)
-ENGINE_DEFAULTED = ("chunk_size", "max_running")
+#: knobs whose default is vLLM's own for the GPU, entry point and engine version
+#: (tuner.core.engine_defaults): the batch limits, and the scheduler (V0 batches differently)
+ENGINE_DEFAULTED = ("chunk_size", "max_running", "scheduler")
 
 
 def _knob_parameter(name: str, knob: Knob, kind: type) -> inspect.Parameter:
     required = name not in DEFAULTS
     engine = name in ENGINE_DEFAULTED
     option = typer.Option(*(knob.flags or (f"--{name.replace('_', '-')}",)),
-                          help=_option_help(knob) + (" Default: vLLM's for the GPU and "
-                                                     "--entry-point." if engine else ""),
+                          help=_option_help(knob) + (" Default: vLLM's for the GPU, "
+                                                     "--entry-point and --engine-version."
+                                                     if engine else ""),
                           rich_help_panel=None if required else CONFIG_PANEL,
                           show_default=not engine)
     default = inspect.Parameter.empty if required else None if engine else DEFAULTS[name]
@@ -130,6 +133,7 @@ def simulate(
                        "`tuner fit`): measured cost model instead of the spec-sheet roofline.")] = None,
     profile_mode: ProfileModeOpt = "auto",
     engine_version: EngineVersionOpt = None,
+    num_scheduler_steps: SchedulerStepsOpt = 1,
     exact: Annotated[bool, typer.Option(help="Step-by-step scheduler (no skip-ahead); same "
                      "result, slower.")] = False,
     timeline: Annotated[Path | None, typer.Option(help="Write a per-iteration timeline CSV.")] = None,
@@ -152,15 +156,17 @@ def simulate(
 
     g = catalog_gpu(knobs["gpu"], load_gpu_catalog(gpu_file, price, provider, spot), provider,
                     spot)
-    defaults = vllm_defaults(g.name, g.memory_gib, entry_point, engine_version)
-    engine = {k: defaults.knobs()[k] for k in ("chunk_size", "max_running")}
+    spec = get_model(model)
+    defaults = vllm_defaults(g.name, g.memory_gib, entry_point, engine_version,
+                             spec.max_position)
+    engine = {k: defaults.knobs()[k] for k in ENGINE_DEFAULTED}
     config = ServingConfig(**(knobs | {"gpu": g.name} | {
         k: v for k, v in engine.items() if knobs.get(k) is None}))
-    spec = get_model(model)
     w, too_long = apply_on_too_long(read_workload(workload, spec, skip_invalid, output_dist),
                                     spec.max_position, spec.name, on_too_long)
     # the cost source (own profile -> measured tables -> transfer -> roofline), resolved once
-    cm = cost_model_for(spec, profile, profile_mode, engine_version)(g, config)
+    cm = cost_model_for(spec, profile, profile_mode, engine_version, entry_point=entry_point,
+                        num_scheduler_steps=num_scheduler_steps)(g, config)
     if timeline is not None:  # a bad --timeline fails before the simulation, not after it
         from tuner.core.errors import ensure_writable_dir
 
@@ -171,6 +177,11 @@ def simulate(
         _write_timeline(timeline, res.timeline)
     summary = res.summary()
     summary["vllm_defaults"] = defaults.to_dict()
+    summary["engine"] = {"release": defaults.release.describe(),
+                         "generation": defaults.release.generation.key,
+                         "entry_point": entry_point, "num_scheduler_steps": num_scheduler_steps,
+                         "overhead": cm.describe().rpartition("engine overhead: ")[2]
+                         if "engine overhead: " in cm.describe() else None}
     summary["defaulted"] = [k for k in ENGINE_DEFAULTED if knobs.get(k) is None]
     summary["failed_too_long"] = too_long
     if as_json:
@@ -208,8 +219,12 @@ def simulate(
     if summary.get("offload"):
         out.print(_offload_table(summary["offload"], g.name))
     out.print(f"cost model: {res.provenance}", style="dim", markup=False)
+    out.print(f"engine: {defaults.release.describe()}, entry point {entry_point}"
+              + (f", {num_scheduler_steps} scheduler steps" if num_scheduler_steps > 1 else ""),
+              style="dim", markup=False)
     if summary["defaulted"]:
-        out.print(f"batch limits not given: {defaults.describe()}", style="dim", markup=False)
+        out.print(f"not given ({', '.join(summary['defaulted'])}): {defaults.describe()}",
+                  style="dim", markup=False)
     if too_long:
         out.print(f"{too_long['count']} request(s) longer than {spec.name}'s context of "
                   f"{too_long['context_tokens']:,} tokens failed (as vLLM rejects them) and are "

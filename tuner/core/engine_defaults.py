@@ -26,8 +26,14 @@ auto (16-bit for a 16-bit checkpoint), FCFS scheduling, chunked prefill and pref
 (newer releases, off by default) would double both batch figures; it is not modelled.
 
 Read from vLLM's source as of release 0.11 (arg_utils.py, the dict form of both tables) and the
-``get_batch_defaults`` refactor that followed it; releases before 0.11 are refused rather than
-guessed (the scalar ``max_num_seqs`` of older releases gave run-batch 256, not 128).
+``get_batch_defaults`` refactor that followed it. Older releases (tuner.core.engines):
+
+* V1 before 0.11 (0.8 - 0.10) take 0.11's table, the closest known, and say so.
+* V0 (0.5 - 0.7) has one scalar default for every entry point (vLLM 0.6.0
+  ``EngineArgs``/``SchedulerConfig``): ``max_num_seqs`` 256, chunked prefill off unless the
+  context exceeds 32K tokens, and then ``max_num_batched_tokens`` = max(max_model_len, 2,048)
+  (the whole prompt in one step); with chunked prefill on, 512 tokens and Sarathi-style batches
+  (running decodes first, then prefill chunks, V0's block manager: the ``sarathi`` preset).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tuner.core.engines import EngineRelease, generation_of
 from tuner.core.errors import TunerError
 
 #: --entry-point choices -> vLLM's UsageContext
@@ -49,8 +56,16 @@ ENTRY_POINT_HELP = ("Which vLLM entry point the job runs under; vLLM's defaults 
                     "OPENAI_BATCH_RUNNER context is in neither table, so it gets "
                     "SchedulerConfig's fallback 2,048 / 128 on every GPU).")
 DEFAULT_ENTRY_POINT = "llm"
-#: the oldest vLLM release whose defaults this module states (see the module docstring)
-MIN_VERSION = (0, 11, 0)
+#: the oldest vLLM release whose batch table this module states (see the module docstring)
+TABLE_SINCE = (0, 11, 0)
+#: V0's scalar defaults (vLLM 0.6.0 EngineArgs / SchedulerConfig)
+V0_MAX_NUM_SEQS = 256
+V0_MIN_BATCHED_TOKENS = 2048  # max(max_model_len, 2048) without chunked prefill
+V0_CHUNKED_BATCHED_TOKENS = 512
+V0_LONG_CONTEXT = 32768  # chunked prefill on by default above this max_model_len
+V0_SOURCE = ("vLLM 0.6.0 vllm/engine/arg_utils.py EngineArgs (max_num_seqs 256, chunked prefill "
+             "on by default only above 32K context) and vllm/config.py SchedulerConfig "
+             "(max_num_batched_tokens max(max_model_len, 2048), 512 with chunked prefill)")
 LARGE_GPU_GIB = 70.0
 HUGE_GPU_GIB = 160.0  # PR #51726's tier
 HUGE_TIER_SINCE = (0, 32, 0)  # the release checked to have it (see the module docstring)
@@ -100,6 +115,7 @@ class EngineDefaults:
     scheduler: str = "vllm"  # V1: chunked prefill + prefix caching, FCFS
     ordering: str = "fcfs"
     source: str = SOURCE
+    release: EngineRelease | None = None  # the generation (None: the newest)
 
     def knobs(self) -> dict:
         """The ServingConfig fields these defaults set (tp, dp and the GPU are the plan's)."""
@@ -118,27 +134,26 @@ class EngineDefaults:
     def describe(self) -> str:
         release = ("the newest release" if self.engine_version == "newest"
                    else f"release {self.engine_version}")
+        if self.scheduler == "vllm":
+            batching = "chunked prefill and prefix caching on"
+        elif self.scheduler == "sarathi":
+            batching = "V0 chunked prefill (decodes first, then prefill chunks)"
+        else:
+            batching = "V0 prefill-first batches, chunked prefill off"
+        gen = "" if self.release is None else f"; {self.release.describe()}"
         return (f"vLLM's defaults ({release}) for {self.entry_point} "
                 f"({self.usage_context}): max_num_batched_tokens {self.max_num_batched_tokens:,}, "
                 f"max_num_seqs {self.max_num_seqs:,}, gpu_memory_utilization "
-                f"{self.gpu_memory_utilization:g}, block {self.block_size}, 16-bit, FCFS, chunked "
-                "prefill and prefix caching on")
+                f"{self.gpu_memory_utilization:g}, block {self.block_size}, 16-bit, FCFS, "
+                f"{batching}{gen}")
 
     def to_dict(self) -> dict:
         return {"entry_point": self.entry_point, "usage_context": self.usage_context,
                 "max_num_batched_tokens": self.max_num_batched_tokens,
                 "max_num_seqs": self.max_num_seqs, "large_gpu": self.large_gpu,
-                "engine_version": self.engine_version, "source": self.source,
-                "description": self.describe()}
-
-
-def _version_tuple(version: str) -> tuple[int, int, int]:
-    import re
-
-    parts = [int(x) for x in re.findall(r"\d+", str(version))[:3]]
-    if not parts:
-        raise TunerError(f"--engine-version {version!r} is not a version like 0.11.0.")
-    return tuple((parts + [0, 0, 0])[:3])  # type: ignore[return-value]
+                "engine_version": self.engine_version, "scheduler": self.scheduler,
+                "generation": None if self.release is None else self.release.generation.key,
+                "source": self.source, "description": self.describe()}
 
 
 def check_entry_point(entry_point: str) -> str:
@@ -155,29 +170,46 @@ def is_large_gpu(gpu_name: str, memory_gib: float) -> bool:
 
 
 def vllm_defaults(gpu_name: str, memory_gib: float, entry_point: str = DEFAULT_ENTRY_POINT,
-                  engine_version: str | None = None) -> EngineDefaults:
-    """vLLM's batch defaults (and the rest) for one GPU type under one entry point."""
+                  engine_version: str | None = None,
+                  max_model_len: int | None = None) -> EngineDefaults:
+    """vLLM's batch defaults (and the rest) for one GPU type under one entry point, as release
+    `engine_version` (None: the newest) sets them. `max_model_len` (the model's context unless
+    the job caps it) matters only to V0, whose token budget without chunked prefill is
+    max(max_model_len, 2048); None there means 2,048."""
     check_entry_point(entry_point)
-    if engine_version is not None and _version_tuple(engine_version) < MIN_VERSION:
-        raise TunerError(
-            f"vLLM's defaults are known to tuner from {'.'.join(map(str, MIN_VERSION))} on, not "
-            f"{engine_version}; pass --max-num-batched-tokens and --max-num-seqs as that "
-            "release sets them.")
+    release = generation_of(engine_version)
+    version = engine_version or "newest"
+    if release.generation.key == "v0":
+        ctx = int(max_model_len or 0)
+        chunked = ctx > V0_LONG_CONTEXT
+        tokens = V0_CHUNKED_BATCHED_TOKENS if chunked else max(ctx, V0_MIN_BATCHED_TOKENS)
+        return EngineDefaults(entry_point=entry_point, usage_context=ENTRY_POINTS[entry_point],
+                              max_num_batched_tokens=tokens, max_num_seqs=V0_MAX_NUM_SEQS,
+                              large_gpu=False, engine_version=version,
+                              scheduler="sarathi" if chunked else release.generation.scheduler,
+                              source=V0_SOURCE, release=release)
+    from tuner.core.engines import parse_version
+
+    v = parse_version(engine_version)
     large = is_large_gpu(gpu_name, memory_gib)
-    huge = memory_gib >= HUGE_GPU_GIB and (
-        engine_version is None or _version_tuple(engine_version) >= HUGE_TIER_SINCE)
+    huge = memory_gib >= HUGE_GPU_GIB and (v is None or v >= HUGE_TIER_SINCE)
     tokens, seqs = BATCH_DEFAULTS[entry_point]["huge" if huge else "large" if large else "other"]
+    source = SOURCE if v is None or v >= TABLE_SINCE else (
+        SOURCE + f"; {engine_version} is older than the table (0.11): 0.11's, the closest known")
     return EngineDefaults(entry_point=entry_point, usage_context=ENTRY_POINTS[entry_point],
                           max_num_batched_tokens=tokens, max_num_seqs=seqs,
-                          large_gpu=large or huge,
-                          engine_version=engine_version or "newest")
+                          large_gpu=large or huge, engine_version=version,
+                          scheduler=release.generation.scheduler, source=source,
+                          release=release)
 
 
 def presets_by_gpu(gpus: Mapping[str, object], entry_point: str = DEFAULT_ENTRY_POINT,
-                   engine_version: str | None = None) -> dict[str, dict]:
+                   engine_version: str | None = None,
+                   max_model_len: int | None = None) -> dict[str, dict]:
     """GPU name -> vLLM's defaults on it as a search preset (EngineDefaults.preset); `gpus`:
     name -> catalog GPU (its name and memory_gib)."""
-    return {name: vllm_defaults(g.name, g.memory_gib, entry_point, engine_version).preset()
+    return {name: vllm_defaults(g.name, g.memory_gib, entry_point, engine_version,
+                                max_model_len).preset()
             for name, g in gpus.items()}
 
 

@@ -69,11 +69,11 @@ set-up, the memory-profiling run, downloading the checkpoint, provisioning the i
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, dataclass
 
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
+from tuner.core.engines import GENERATIONS, parse_version
 from tuner.core.errors import TunerError
 
 GB = 1e9
@@ -105,7 +105,7 @@ DEFAULT_STORAGE = "nvme"
 PROVIDER_STORAGE: dict[str, str] = {}
 
 #: V1 (vLLM >= 0.8.0): cold torch.compile and piecewise CUDA-graph capture, s per decoder layer
-V1_SINCE = (0, 8, 0)
+V1_SINCE = GENERATIONS[1].since  # tuner.core.engines: V1 the default engine
 V1_COMPILE_S_PER_LAYER = 0.80
 V1_CAPTURE_S_PER_LAYER = 0.60
 V0_CAPTURE_S_PER_LAYER = 0.31  # V0: no torch.compile by default
@@ -174,15 +174,6 @@ def check_startup_s(seconds: float) -> float:
     return s
 
 
-def _version(engine_version: str | None) -> tuple[int, int, int] | None:
-    if engine_version is None or str(engine_version).strip().lower() in ("", "newest"):
-        return None
-    parts = [int(x) for x in re.findall(r"\d+", str(engine_version))[:3]]
-    if not parts:
-        raise TunerError(f"--engine-version {engine_version!r} is not a version like 0.11.0.")
-    return tuple((parts + [0, 0, 0])[:3])  # type: ignore[return-value]
-
-
 def storage_for(provider: str | None = None, storage: str | None = None) -> Storage:
     """The storage a replica loads its checkpoint from: `storage` when given, else the
     provider's where :data:`PROVIDER_STORAGE` knows it, else :data:`DEFAULT_STORAGE`."""
@@ -203,7 +194,7 @@ def startup_for(model: ModelSpec, gpu: GPU | None, config: ServingConfig,
     st = storage_for(provider, storage)
     nbytes = float(model.weight_bytes(config.weight_bits))
     load_s = nbytes / st.bytes_per_s
-    v = _version(engine_version)
+    v = parse_version(engine_version)
     layers = model.num_layers
     if v is not None and v < V1_SINCE:
         engine, capture_s, compile_s, csrc = "V0", V0_CAPTURE_S_PER_LAYER * layers, 0.0, V0_SOURCE

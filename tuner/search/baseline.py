@@ -35,7 +35,8 @@ def simulate_baseline(workload: Workload, model: ModelSpec, gpu: GPU, *, tp: int
     'reason', 'metrics'}. `simulated`: figures the search already has ({config: metrics} of
     feasible trials on the whole workload); the defaults are taken from there when they are
     among them (the search's first trial per GPU is vLLM's defaults)."""
-    defaults = vllm_defaults(gpu.name, gpu.memory_gib, entry_point, engine_version)
+    defaults = vllm_defaults(gpu.name, gpu.memory_gib, entry_point, engine_version,
+                             model.max_position)
     # the winner's precision: vLLM serving the same checkpoint untuned (like for like)
     config = ServingConfig(gpu=gpu.name, tp=tp, dp=dp, **{
         **defaults.knobs(), "weight_bits": weight_bits, "kv_bits": kv_bits})
@@ -65,7 +66,8 @@ def engine_presets(gpus: dict[str, GPU],
     `entry_point` and `engine_version`): the search's first preset, and values every search
     space offers (tuner.search.space.fit_space)."""
     meta = StudyMeta.of(metadata)
-    return presets_by_gpu(gpus, meta.entry_point or DEFAULT_ENTRY_POINT, meta.engine_version)
+    return presets_by_gpu(gpus, meta.entry_point or DEFAULT_ENTRY_POINT, meta.engine_version,
+                          meta.max_model_len)
 
 
 def gain(metrics: dict, baseline: dict) -> dict | None:

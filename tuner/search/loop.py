@@ -445,7 +445,8 @@ def search_space(space: SearchSpace, workload: Workload, model: ModelSpec,
     known = meta.outputs_known or lengths_from_input(workload.output_source)
     caps = {g: settings.constraints.gpu_cap(g) for g in gpus}
     return fit_space(space, model=model, gpus=gpus, gpu_caps=caps,
-                     defaults=engine_presets(gpus, meta), outputs_from_input=known)
+                     defaults=engine_presets(gpus, meta), outputs_from_input=known,
+                     engine_schedulers=meta.engine_schedulers)
 
 
 def final_candidates(ev: Evaluator) -> list[tuple[dict, TrialRecord]]:

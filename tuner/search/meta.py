@@ -87,6 +87,7 @@ class StudyMeta:
     profile_mode: str | None = None  # None: "auto"
     engine_version: str | None = None
     entry_point: str | None = None  # None: tuner.core.engine_defaults.DEFAULT_ENTRY_POINT
+    num_scheduler_steps: int = 1  # --num-scheduler-steps (V0 multi-step)
     provider: str | None = None  # priced by a provider's instances and billing
     spot: bool = False
     on_too_long: str = "fail"  # "skip": requests beyond the context were left out
@@ -133,6 +134,7 @@ class StudyMeta:
             profile_mode=d.get("profile_mode"),
             engine_version=d.get("engine_version"),
             entry_point=d.get("entry_point"),
+            num_scheduler_steps=int(d.get("num_scheduler_steps") or 1),
             provider=d.get("provider"),
             spot=bool(d.get("spot", False)),
             on_too_long=d.get("on_too_long") or "fail",
@@ -177,6 +179,22 @@ class StudyMeta:
         or the input's own), or the study predates the rule."""
         return (self.outputs_known or self.output_source is None
                 or bool(lengths_from_input(self.output_source)))
+
+    @property
+    def engine_schedulers(self) -> tuple[str, ...] | None:
+        """The scheduler presets --engine-version's flags select (tuner.core.engines); None
+        without one (the newest vLLM: the presets marked with an engine)."""
+        if self.engine_version is None:
+            return None
+        from tuner.core.engines import generation_of
+
+        return generation_of(self.engine_version).generation.schedulers
+
+    @property
+    def max_model_len(self) -> int | None:
+        """The model's context (V0's default token budget depends on it)."""
+        spec = self.model_spec or {}
+        return spec.get("max_position")
 
     @property
     def skips_too_long(self) -> bool:

@@ -238,6 +238,7 @@ def trial_records(study: optuna.Study) -> list[TrialRecord]:
     limits = meta.constraints
     # a study from before the rule (no output_source) keeps its orderings
     known = meta.outputs_recommendable
+    engine_schedulers = meta.engine_schedulers
     out, seen = [], set()
     for t in completed(study):
         key = tuple(sorted(t.params.items()))
@@ -249,18 +250,25 @@ def trial_records(study: optuna.Study) -> list[TrialRecord]:
         seen.add(key)
         if limits.on_figures and r.feasible:
             r.within = limits.meets(r.makespan_s, r.cost_usd)
-        r.study_only = study_only_reason(r.config, known)
+        r.study_only = study_only_reason(r.config, known, engine_schedulers)
         out.append(r)
     return out
 
 
-def study_only_reason(config: ServingConfig, outputs_known: bool = True) -> str:
+def study_only_reason(config: ServingConfig, outputs_known: bool = True,
+                      engine_schedulers: tuple[str, ...] | None = None) -> str:
     """Why a plan is a simulator study rather than a recommendation ("" when the engine runs
-    it as exported): a scheduler preset no engine's flags select, or an ordering by output
-    lengths nobody knows before the run (tuner.search.space.OUTPUT_ORDERINGS)."""
+    it as exported): a scheduler preset the engine's flags do not select (`engine_schedulers`:
+    its generation's, tuner.core.engines; None: the newest vLLM's, the presets marked with an
+    engine), or an ordering by output lengths nobody knows before the run
+    (tuner.search.space.OUTPUT_ORDERINGS)."""
     name = config.scheduler
     preset = SCHEDULER_PRESETS.get(name)
-    if preset is not None and not preset.engine:
+    if engine_schedulers is not None:
+        if name not in engine_schedulers:
+            return (f"simulator study: the engine version searched does not run the '{name}' "
+                    f"scheduler preset (its flags select {', '.join(engine_schedulers)})")
+    elif preset is not None and not preset.engine:
         return (f"simulator study: no engine runs the '{name}' scheduler preset as exported "
                 "(vLLM's flags select its V1 scheduler only)")
     ordering = config.ordering

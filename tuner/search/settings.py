@@ -52,6 +52,18 @@ def sampler_name(settings: SearchSettings) -> str:
     return settings.sampler
 
 
+class OrderedNSGAII(optuna.samplers.NSGAIISampler):
+    """NSGA-II whose parent population is always in trial order. Optuna's returns it in its
+    elite-selection order when it computes it (the first trial of a generation) and in trial
+    order when it reads its cache (every later trial of the generation); children are drawn by
+    index from it, so a search resumed in the middle of a generation (whose in-memory study
+    recomputes the parents) proposed other children than the uninterrupted one. One order
+    makes the proposals depend only on the trials (and the per-trial seed)."""
+
+    def get_parent_population(self, study, generation: int):
+        return sorted(super().get_parent_population(study, generation), key=lambda t: t.number)
+
+
 def make_sampler(settings: SearchSettings) -> optuna.samplers.BaseSampler:
     name = sampler_name(settings)
     if name == "tpe":
@@ -63,7 +75,6 @@ def make_sampler(settings: SearchSettings) -> optuna.samplers.BaseSampler:
         # repeat is a wasted trial (measured on the default space, 6 GPUs, 1,500 trials: ~1,000
         # distinct configurations at the default, ~1,350 at 0.3, both reaching the grid's best).
         pop = int(min(100, max(20, settings.n_trials // 15)))
-        return optuna.samplers.NSGAIISampler(seed=settings.seed, population_size=pop,
-                                             mutation_prob=0.3)
+        return OrderedNSGAII(seed=settings.seed, population_size=pop, mutation_prob=0.3)
     raise TunerError(f"Unknown sampler {settings.sampler!r}; choose auto, tpe or nsga2.")
 

@@ -230,7 +230,8 @@ def _with_value(values: list, v) -> list:
 
 
 def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int],
-              defaults: dict[str, dict], outputs_from_input: bool) -> tuple[SearchSpace, list[str]]:
+              defaults: dict[str, dict], outputs_from_input: bool,
+              engine_schedulers: tuple[str, ...] | None = None) -> tuple[SearchSpace, list[str]]:
     """The space a search runs, and notes saying what was changed and why:
 
     * ``tp: auto``: powers of two up to the largest machine among the GPUs (a TP group stays
@@ -242,7 +243,10 @@ def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int]
       settings are always a candidate (a space of the user's own is searched as written; its
       winners are still compared with the defaults, tuner.search.baseline);
     * orderings that read output lengths (OUTPUT_ORDERINGS) are left out unless
-      `outputs_from_input`: an exported job cannot sort by lengths nobody knows.
+      `outputs_from_input`: an exported job cannot sort by lengths nobody knows;
+    * under an older engine (`engine_schedulers`: the presets its flags select, first its
+      default; tuner.core.engines), a shipped space's scheduler becomes the engine's (V0 runs
+      prefill-first batches, not V1's).
     """
     knobs = dict(space.knobs)
     caps = {g: int(gpu_caps.get(g, DEFAULT_MAX_GPUS)) for g in gpus}
@@ -253,9 +257,18 @@ def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int]
     if is_shipped(space):  # a space of the user's own lists what the user chose
         _offer_defaults(knobs, defaults)
     notes: list[str] = []
+    fixed = dict(space.fixed)
+    if (engine_schedulers and is_shipped(space)
+            and fixed.get("scheduler") not in (None, *engine_schedulers)):
+        notes.append(f"scheduler: {engine_schedulers[0]} (the engine version's own batching) "
+                     f"in place of the space's {fixed['scheduler']}")
+        fixed["scheduler"] = engine_schedulers[0]
+    if engine_schedulers and "scheduler" in knobs and is_shipped(space):
+        kept = [s for s in knobs["scheduler"] if s in engine_schedulers]
+        knobs["scheduler"] = kept or [engine_schedulers[0]]
     if "ordering" in knobs and not outputs_from_input:
         notes += _drop_output_orderings(knobs)
-    return dataclasses.replace(space, knobs=knobs), notes
+    return dataclasses.replace(space, knobs=knobs, fixed=fixed), notes
 
 
 def _auto_tp(model, gpus: dict, caps: dict[str, int]) -> list[int]:

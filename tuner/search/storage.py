@@ -531,14 +531,23 @@ def _gpu_fields(spec: dict) -> dict:
 
 
 def _cost_source(meta: StudyMeta) -> dict:
-    return {"profile": meta.profile, "profile_mode": meta.profile_mode or "auto",
-            "engine_version": meta.engine_version}
+    d = {"profile": meta.profile, "profile_mode": meta.profile_mode or "auto",
+         "engine_version": meta.engine_version}
+    # the engine-overhead profile follows the entry point under an older engine and the
+    # scheduler steps (predictors.engine_overhead.profile_for); keys only where they can
+    # matter, so a study from before them keeps its digest
+    if meta.engine_version is not None:
+        d["entry_point"] = meta.entry_point or "llm"
+    if meta.num_scheduler_steps != 1:
+        d["num_scheduler_steps"] = meta.num_scheduler_steps
+    return d
 
 
 def input_digests(meta: StudyMeta) -> dict:
     """Digests of everything a trial's figures depend on besides the workload, the space and
     the prices (checked on their own): each GPU's specs, the model shape, the cost-model source
-    (--profile folder, --profile-mode, --engine-version) and the start-up override."""
+    (--profile folder, --profile-mode, --engine-version and, under an older engine,
+    --entry-point and --num-scheduler-steps) and the start-up override."""
     return {"gpus": {n: _sha(_gpu_fields(d)) for n, d in meta.gpu_specs.items()},
             "model": _sha(meta.model_spec), "cost_model": _sha(_cost_source(meta)),
             "startup": _sha(meta.startup_s)}
@@ -576,7 +585,8 @@ def _inputs_changed(old: dict | None, new: dict | None) -> str | None:
                 "restore the model's config")
     if da.get("cost_model") != db.get("cost_model"):
         return (f"another cost model ({_changes(_cost_source(a), _cost_source(b))})",
-                "pass the search's --profile, --profile-mode and --engine-version")
+                "pass the search's --profile, --profile-mode, --engine-version, "
+                "--entry-point and --num-scheduler-steps")
     if da.get("startup") != db.get("startup"):
         return (f"another --startup-s ({a.startup_s} -> {b.startup_s})",
                 "pass the search's --startup-s")

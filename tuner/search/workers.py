@@ -20,6 +20,7 @@ import optuna
 
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
+from tuner.core.engine_defaults import DEFAULT_ENTRY_POINT
 from tuner.core.errors import TunerError
 from tuner.core.secrets import mask_secrets
 from tuner.predictors.protocol import CostModel
@@ -112,7 +113,9 @@ def study_cost_model_for(meta: StudyMeta | dict, model: ModelSpec, gpus: dict[st
         raise TunerError(f"Study {study_name!r} was searched with the profile folder {path}, "
                          "which is not on this machine; pass --profile DIR with a copy of it.")
     return cost_model_for(model, path, profile_mode or meta.profile_mode or "auto",
-                          meta.engine_version, check_gpu=next(iter(gpus.values())))
+                          meta.engine_version, check_gpu=next(iter(gpus.values())),
+                          entry_point=meta.entry_point or DEFAULT_ENTRY_POINT,
+                          num_scheduler_steps=meta.num_scheduler_steps)
 
 
 def connect_worker(study_name: str, storage: str, *, n_trials: int | None = None,

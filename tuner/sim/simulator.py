@@ -162,10 +162,27 @@ def lower_bound_s(workload: Workload, model: ModelSpec, gpu: GPU, config: Servin
             saved = (x[has] * gemm_params * 2 + x[has] ** 2 * model.hidden_size * model.num_layers * 4)
             comp -= saved.sum() - saved[first].sum()
     peak = gpu.fp8_tflops * 1e12 if (config.weight_bits == 8 and gpu.fp8_tflops) else gpu.peak_flops
-    h_kv = model.num_kv_heads * model.head_dim
-    mem = ((p * d + 0.5 * d * d) * h_kv * model.num_layers * 2 * config.kv_bits / 8).sum()
+    mem = _decode_kv_read_bytes(model, p, d, config.kv_bits)
     n = config.num_gpus
     return float(max(comp / (peak * n), mem / (gpu.hbm_bytes_per_s * n)))
+
+
+def _decode_kv_read_bytes(model: ModelSpec, p: np.ndarray, d: np.ndarray, kv_bits: int) -> float:
+    """KV bytes the decode steps read, summed over the job: the prefill samples a request's
+    first token, then its decode step t (1 .. d - 1) reads its p + t cached tokens in each
+    full-attention layer and at most the window in a sliding-window layer, at the bytes per
+    token and layer the cache holds (an MLA model: its latent,
+    ModelSpec.kv_bytes_per_token_per_layer)."""
+    per_layer = model.kv_bytes_per_token_per_layer(kv_bits)
+    steps = np.maximum(d - 1.0, 0.0)
+    windowed = model.num_window_layers
+    full = (p * steps + 0.5 * steps * (steps + 1)).sum() * per_layer * (model.num_layers - windowed)
+    if not windowed:
+        return float(full)
+    w = float(model.sliding_window)
+    below = np.clip(w - p, 0.0, steps)  # steps whose context p + t is still within the window
+    reads = below * p + 0.5 * below * (below + 1) + (steps - below) * w
+    return float(full + reads.sum() * per_layer * windowed)
 
 
 def scheduler_params(config: ServingConfig, capacity_blocks: int) -> sch.SchedulerParams:

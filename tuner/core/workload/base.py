@@ -14,6 +14,9 @@ import numpy as np
 MAX_TOKENS = 2**40
 CSV_PROMPT_COLUMN = "num_prefill_tokens"
 CSV_OUTPUT_COLUMN = "num_decode_tokens"
+#: optional CSV columns giving each request's arrival in seconds (Vidur's trace CSV names it
+#: arrived_at): the run is replayed with them
+CSV_ARRIVAL_COLUMNS = ("arrived_at", "arrival_s")
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class RequestColumns:
     prefix_tokens: np.ndarray | None
     tokenizer: str  # how prompt lengths were obtained
     skipped: int  # invalid lines skipped
+    arrival_s: np.ndarray | None = None  # seconds after the first arrival; None: all at t = 0
 
 
 def one_line(exc: BaseException) -> str:

@@ -16,6 +16,7 @@ import numpy as np
 
 from tuner.core.errors import TunerError
 from tuner.core.workload.base import (
+    CSV_ARRIVAL_COLUMNS,
     CSV_OUTPUT_COLUMN,
     CSV_PROMPT_COLUMN,
     MAX_TOKENS,
@@ -109,9 +110,14 @@ def _looks_like_csv(path: Path, name: str | Path | None = None) -> bool:
 CSV_CHUNK_ROWS = 262_144
 
 
-def _csv_chunk(df, wanted: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray,
-                                               tuple[int, str] | None]:
-    """(line numbers, int64 columns, bad rows, first bad (line, message)) of one CSV chunk."""
+#: latest arrival accepted (a year): a larger figure is a unit mistake (e.g. milliseconds)
+MAX_ARRIVAL_S = 365 * 86400.0
+
+
+def _csv_chunk(df, wanted: list[str], arrival: str | None = None
+               ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray, tuple[int, str] | None]:
+    """(line numbers, columns, bad rows, first bad (line, message)) of one CSV chunk: the
+    token columns as int64, the `arrival` column (seconds) as float64."""
     import pandas as pd
 
     df.columns = [str(c).strip() for c in df.columns]
@@ -119,6 +125,16 @@ def _csv_chunk(df, wanted: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]
     bad = np.zeros(len(df), dtype=bool)
     cols: dict[str, np.ndarray] = {}
     first_bad: tuple[int, str] | None = None
+    if arrival is not None:
+        raw = df[arrival]
+        v = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
+        ok = np.isfinite(v) & (v >= 0) & (v <= MAX_ARRIVAL_S)
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            first_bad = (int(lines[i]), f"{arrival} must be a time in seconds >= 0 (at most "
+                                        f"{MAX_ARRIVAL_S:,.0f}), got {raw.iloc[i]!r}")
+        bad |= ~ok
+        cols[arrival] = np.where(ok, v, 0.0)
     for name in wanted:
         raw = df[name]
         v = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
@@ -146,6 +162,11 @@ def _load_csv(path: Path, skip_invalid: bool, need_output: bool,
         header = pd.read_csv(path, sep=sep, nrows=0, skipinitialspace=True)
         columns = {str(c).strip(): c for c in header.columns}
         wanted = [c for c in (CSV_PROMPT_COLUMN, CSV_OUTPUT_COLUMN) if c in columns]
+        arrivals = [c for c in CSV_ARRIVAL_COLUMNS if c in columns]
+        if len(arrivals) > 1:
+            raise TunerError(f"{shown}: CSV has both {' and '.join(arrivals)}; give one "
+                             "arrival column.")
+        arrival = arrivals[0] if arrivals else None
         missing = [
             c
             for c in (CSV_PROMPT_COLUMN, CSV_OUTPUT_COLUMN)
@@ -158,11 +179,12 @@ def _load_csv(path: Path, skip_invalid: bool, need_output: bool,
                 f"expected {CSV_PROMPT_COLUMN},{CSV_OUTPUT_COLUMN}."
             )
         chunks = []
-        with pd.read_csv(path, sep=sep, usecols=[columns[c] for c in wanted], dtype=str,
+        used = wanted + ([arrival] if arrival else [])
+        with pd.read_csv(path, sep=sep, usecols=[columns[c] for c in used], dtype=str,
                          skipinitialspace=True, keep_default_na=False,
                          chunksize=CSV_CHUNK_ROWS) as reader:
             for df in reader:
-                chunks.append(_csv_chunk(df, wanted))
+                chunks.append(_csv_chunk(df, wanted, arrival))
                 if chunks[-1][3] is not None and not skip_invalid:
                     break  # the first bad row is the error
     except pd.errors.EmptyDataError:
@@ -182,6 +204,11 @@ def _load_csv(path: Path, skip_invalid: bool, need_output: bool,
     keep = ~joined([c[2] for c in chunks], bool)
     cols = {name: joined([c[1][name] for c in chunks], np.int64)[keep] for name in wanted}
     output = cols.get(CSV_OUTPUT_COLUMN, np.full(int(keep.sum()), -1, np.int64))
+    arrival_s = None
+    if arrival is not None:
+        arrival_s = joined([c[1][arrival] for c in chunks], np.float64)[keep]
+        # replayed from the first arrival: the makespan runs from it to the last token
+        arrival_s = arrival_s - arrival_s.min() if arrival_s.size else arrival_s
     return RequestColumns(
         joined([c[0] for c in chunks], np.int64)[keep],
         cols[CSV_PROMPT_COLUMN],
@@ -191,6 +218,7 @@ def _load_csv(path: Path, skip_invalid: bool, need_output: bool,
         None,
         f"given: {CSV_PROMPT_COLUMN} column (the trace's own tokenizer)",
         int((~keep).sum()),
+        arrival_s,
     )
 
 
@@ -212,6 +240,8 @@ def _drop_bad_prompts(data: RequestColumns, path: Path, skip_invalid: bool) -> N
         raise TunerError(f"{path}:{data.lines[i]}: {msg}")
     keep = ~bad
     data.lines, data.prompt, data.output = data.lines[keep], data.prompt[keep], data.output[keep]
+    if data.arrival_s is not None:
+        data.arrival_s = data.arrival_s[keep]
     if data.prefix_ids is not None:
         data.prefix_ids, data.prefix_tokens = data.prefix_ids[keep], data.prefix_tokens[keep]
     data.skipped += int(bad.sum())
@@ -313,4 +343,5 @@ def load_workload(
         tokenizer=data.tokenizer,
         output_source=output_source,
         skipped=data.skipped,
+        arrival_s=data.arrival_s,
     )

@@ -1,0 +1,91 @@
+"""Turn a `vllm bench serve --save-result` JSON into the run-index form the fidelity suite reads.
+
+    python benchmarks/bench_to_index.py RESULT.json --out DIR --gpu H100 --model llama-3-8b \
+        [--hf-model ID] [--tp 1] [--max-num-seqs 256] [--max-num-batched-tokens 8192] \
+        [--gpu-memory-utilization 0.9] [--vllm-version 0.11.0] [--num-scheduler-steps 1]
+
+Appends one row to DIR/index.csv and writes the run's per-request lengths beside it
+(num_prefill_tokens, num_decode_tokens), the layout of ../shared/fidelity/lambda-a100, so that
+`python benchmarks/fidelity.py --data PARENT_OF_DIR` re-simulates it (benchmarks/on_gpu.sh uses
+it to keep a GPU session's API-server runs). The engine settings are not in the result file:
+they are the ones the server was started with, given here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+COLUMNS = ("file", "source_path", "gpu", "model", "hf_model", "tp", "num_prompts", "completed",
+           "measured_duration_s", "total_input_tokens", "total_output_tokens", "vllm_version",
+           "scheduler", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization",
+           "num_scheduler_steps", "notes")
+
+
+def convert(result: Path, out: Path, *, gpu: str, model: str, hf_model: str = "", tp: int = 1,
+            max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
+            gpu_memory_utilization: float = 0.9, vllm_version: str = "",
+            num_scheduler_steps: int = 1) -> Path:
+    doc = json.loads(result.read_text())
+    for key in ("input_lens", "output_lens", "duration"):
+        if key not in doc:
+            raise SystemExit(f"{result}: no {key!r}: not a `vllm bench serve --save-result` file")
+    pairs = [(int(p), int(o)) for p, o in zip(doc["input_lens"], doc["output_lens"], strict=True)
+             if int(p) > 0 and int(o) > 0]  # a failed request has no output: left out
+    out.mkdir(parents=True, exist_ok=True)
+    name = f"{gpu}_{model}_tp{tp}_n{len(pairs)}_{result.stem}.csv"
+    with (out / name).open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(("num_prefill_tokens", "num_decode_tokens"))
+        w.writerows(pairs)
+    index = out / "index.csv"
+    new = not index.is_file()
+    version = vllm_version or str(doc.get("vllm_version") or "")
+    scheduler = "vllm-v0" if version.startswith(("0.5", "0.6", "0.7")) else "vllm"
+    row = {"file": name, "source_path": str(result), "gpu": gpu, "model": model,
+           "hf_model": hf_model or doc.get("model_id", ""), "tp": tp,
+           "num_prompts": doc.get("num_prompts", len(pairs)), "completed": len(pairs),
+           "measured_duration_s": float(doc["duration"]),
+           "total_input_tokens": sum(p for p, _ in pairs),
+           "total_output_tokens": sum(o for _, o in pairs), "vllm_version": version,
+           "scheduler": scheduler, "max_num_seqs": max_num_seqs,
+           "max_num_batched_tokens": max_num_batched_tokens,
+           "gpu_memory_utilization": gpu_memory_utilization,
+           "num_scheduler_steps": num_scheduler_steps,
+           "notes": f"vllm bench serve, request rate {doc.get('request_rate', 'inf')}, "
+                    f"{len(doc['input_lens']) - len(pairs)} failed request(s) left out"}
+    with index.open("a", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=COLUMNS)
+        if new:
+            w.writeheader()
+        w.writerow(row)
+    return out / name
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("result", type=Path)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--gpu", required=True, help="catalog GPU name")
+    ap.add_argument("--model", required=True, help="catalog model name")
+    ap.add_argument("--hf-model", default="")
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--max-num-seqs", type=int, default=256)
+    ap.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    ap.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    ap.add_argument("--vllm-version", default="")
+    ap.add_argument("--num-scheduler-steps", type=int, default=1)
+    a = ap.parse_args(argv)
+    path = convert(a.result, a.out, gpu=a.gpu, model=a.model, hf_model=a.hf_model, tp=a.tp,
+                   max_num_seqs=a.max_num_seqs, max_num_batched_tokens=a.max_num_batched_tokens,
+                   gpu_memory_utilization=a.gpu_memory_utilization,
+                   vllm_version=a.vllm_version, num_scheduler_steps=a.num_scheduler_steps)
+    print(f"wrote {path} and a row of {a.out / 'index.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

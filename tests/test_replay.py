@@ -1,0 +1,153 @@
+"""Replaying a real run (issue 24 item 5): arrival times in CSV workloads, and `tuner replay`
+of a `vllm bench serve --save-result` JSON or a per-request file with timestamps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.test_bad_inputs import main_in_process
+from tuner.core.errors import TunerError
+from tuner.core.workload import load_workload
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "fidelity"
+
+
+def _csv(path: Path, rows: list[tuple], header: str) -> Path:
+    path.write_text(header + "\n" + "".join(",".join(map(str, r)) + "\n" for r in rows))
+    return path
+
+
+def test_csv_arrivals_are_read_from_the_first_one(tmp_path):
+    f = _csv(tmp_path / "t.csv", [(10.5, 100, 20), (12.0, 50, 5), (11.0, 70, 9)],
+             "arrived_at,num_prefill_tokens,num_decode_tokens")
+    w = load_workload(f)
+    np.testing.assert_allclose(w.arrival_s, [0.0, 1.5, 0.5])
+    assert list(w.prompt_tokens) == [100, 50, 70]
+    # no arrival column: an offline job, all at t = 0
+    g = _csv(tmp_path / "o.csv", [(100, 20)], "num_prefill_tokens,num_decode_tokens")
+    assert load_workload(g).arrival_s is None
+
+
+@pytest.mark.parametrize(("value", "match"), [("-1", "arrival_s must be a time"),
+                                              ("nan", "arrival_s must be a time"),
+                                              ("1e12", "at most")])
+def test_bad_arrivals_name_their_line(tmp_path, value, match):
+    f = _csv(tmp_path / "t.csv", [(0, 100, 20), (value, 50, 5)],
+             "arrival_s,num_prefill_tokens,num_decode_tokens")
+    with pytest.raises(TunerError, match=f"t.csv:3: .*{match}"):
+        load_workload(f)
+    w = load_workload(f, skip_invalid=True)
+    assert len(w) == 1 and w.skipped == 1 and list(w.arrival_s) == [0.0]
+
+
+def test_simulate_replays_csv_arrivals(tmp_path, capsys):
+    """Two requests 100 s apart: the makespan runs from the first arrival to the last token,
+    so it is at least the gap."""
+    f = _csv(tmp_path / "t.csv", [(0, 200, 20), (100, 200, 20)],
+             "arrived_at,num_prefill_tokens,num_decode_tokens")
+    code = main_in_process(["simulate", "-w", str(f), "-m", "llama-3-8b", "-g", "A40",
+                            "--startup-s", "0", "--json"], tmp_path)
+    assert code == 0
+    d = json.loads(capsys.readouterr().out)
+    assert 100.0 < d["makespan_s"] < 102.0
+
+
+def _bench(path: Path, prompt, output, duration, **extra) -> Path:
+    path.write_text(json.dumps({"duration": duration, "input_lens": [int(x) for x in prompt],
+                                "output_lens": [int(x) for x in output], **extra}))
+    return path
+
+
+def test_replay_of_a_bench_result_matches_simulate(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    p, o = rng.integers(50, 800, 200), rng.integers(20, 300, 200)
+    f = _bench(tmp_path / "r.json", p, o, 30.0, request_rate="inf")
+    code = main_in_process(["replay", str(f), "-m", "llama-3-8b", "-g", "A100-80G",
+                            "--max-num-seqs", "256", "--json"], tmp_path)
+    assert code == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["read_as"] == "vllm bench serve result" and d["requests"] == 200
+    assert d["measured_makespan_s"] == 30.0
+    assert d["makespan_error_pct"] == pytest.approx(
+        100 * (d["predicted_makespan_s"] / 30.0 - 1))
+    # the same job through `tuner simulate` (no start-up: the run was timed with the engine up)
+    w = _csv(tmp_path / "w.csv", list(zip(p, o, strict=True)),
+             "num_prefill_tokens,num_decode_tokens")
+    code = main_in_process(["simulate", "-w", str(w), "-m", "llama-3-8b", "-g", "A100-80G",
+                            "--entry-point", "serve", "--max-num-seqs", "256", "--startup-s",
+                            "0", "--json"], tmp_path)
+    assert code == 0
+    s = json.loads(capsys.readouterr().out)
+    assert d["predicted_makespan_s"] == pytest.approx(s["makespan_s"], rel=1e-9)
+
+
+def test_replay_with_a_request_rate_spaces_arrivals_and_says_so(tmp_path, capsys):
+    f = _bench(tmp_path / "r.json", [100] * 50, [10] * 50, 60.0, request_rate=1.0)
+    assert main_in_process(["replay", str(f), "-m", "llama-3-8b", "-g", "A40", "--json"],
+                           tmp_path) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert "evenly spaced" in d["note"]
+    assert d["predicted_makespan_s"] > 49.0  # the last request arrives at 49 s
+
+
+def test_replay_records_a_run_that_calibrate_fits(tmp_path, capsys):
+    store = tmp_path / "store"
+    rng = np.random.default_rng(1)
+    for i, dur in enumerate((20.0, 24.0, 31.0)):
+        n = 100 * (i + 1)
+        f = _bench(tmp_path / f"r{i}.json", rng.integers(50, 500, n), rng.integers(20, 200, n),
+                   dur)
+        assert main_in_process(["replay", str(f), "-m", "llama-3-8b", "-g", "A40", "--record",
+                                "--store", str(store), "--json"], tmp_path) == 0
+        assert "recorded_in" in json.loads(capsys.readouterr().out)
+    code = main_in_process(["calibrate", "--store", str(store), "--method", "makespan",
+                            "--json"], tmp_path)
+    text = capsys.readouterr()
+    assert code == 0, text.err
+    cal = json.loads(text.out)
+    assert cal["runs"] == 3 and cal["model"] == "llama-3-8b"
+
+
+@pytest.mark.parametrize(("content", "match"), [
+    ('{"duration": 3}', "no 'input_lens'"),
+    ('{"duration": -3, "input_lens": [1], "output_lens": [1]}', "duration must be"),
+    ('{"duration": 3, "input_lens": [1, 2], "output_lens": [1]}', "2 entries"),
+    ('{"hello": 1}', "not a `vllm bench serve"),
+    ('{"prompt_tokens": 5, "output_tokens": 3}\n', "arrival column"),
+    ('{"prompt_tokens": 5, "output_tokens": 3, "arrival_s": 2, "finished_s": 1}\n',
+     "finishes (1) before it arrives (2)"),
+    ("input_toks,output_toks,queued_ts,last_token_ts\n5,3,x,2\n", "queued_ts must be a number"),
+])
+def test_bad_run_files_are_one_line(tmp_path, capsys, content, match):
+    f = tmp_path / ("r.json" if content.startswith("{") else "r.csv")
+    f.write_text(content)
+    code = main_in_process(["replay", str(f), "-m", "llama-3-8b", "-g", "A40"], tmp_path)
+    text = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and match in text and "Traceback" not in text
+
+
+@pytest.mark.skipif(not (DATA / "llmservingsim").is_dir(), reason="public runs not here")
+def test_replay_of_a_public_per_request_file_agrees_with_the_fidelity_suite(tmp_path, capsys):
+    """LLMServingSim's requests.jsonl (queued_ts -> last_token_ts) read as a per-request file
+    gives the fidelity suite's makespan for that run."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import fidelity
+
+    run = next(r for r in fidelity.load_llmservingsim(DATA)
+               if r.name == "RTXPRO6000_Llama-3.1-8B")
+    row = fidelity.evaluate([run], {"llmservingsim": fidelity.PROFILES["vllm-v1-async"]},
+                            fidelity.load_gpus(), timeline=False)[0]
+    f = DATA / "llmservingsim" / run.name / "requests.jsonl"
+    assert main_in_process(["replay", str(f), "-m", "llama-3.1-8b", "-g", "RTX-PRO-6000",
+                            "--engine-version", "0.19.0", "--entry-point", "serve",
+                            "--max-num-seqs", "128", "--max-num-batched-tokens", "2048",
+                            "--json"], tmp_path) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["measured_makespan_s"] == pytest.approx(run.measured_makespan_s)
+    assert d["predicted_makespan_s"] == pytest.approx(row["predicted_makespan_s"], rel=1e-6)

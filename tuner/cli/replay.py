@@ -1,0 +1,343 @@
+"""`tuner replay`: a real run of one's own, re-simulated and compared (predicted vs measured).
+
+Reads what a real run left behind:
+
+* a ``vllm bench serve --save-result`` JSON (or vLLM's older benchmarks/benchmark_serving.py
+  result): ``input_lens``, ``output_lens``, ``duration`` (first request sent -> last response),
+  ``request_rate``; the engine's settings are not in it, so they are given as options;
+* a per-request file, CSV or JSONL, one row per request: prompt and output token counts and
+  when it arrived and when its last token came (column names below).
+
+and prints predicted vs measured makespan and output throughput, with the KV capacity the
+plan gives (and the engine's where the file records it). ``--record`` appends the comparison
+to the calibration store, where ``tuner calibrate --method makespan`` fits on it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.table import Table
+
+from tuner.cli.app import (
+    EngineVersionOpt,
+    EntryPointOpt,
+    GpuFileOpt,
+    JsonOpt,
+    ModelOpt,
+    PriceOpt,
+    ProfileModeOpt,
+    SchedulerStepsOpt,
+    app,
+    catalog_gpu,
+    fmt_s,
+    load_gpu_catalog,
+    out,
+)
+from tuner.cli.simulate import ENGINE_DEFAULTED, config_options
+from tuner.core.config import ServingConfig
+from tuner.core.errors import TunerError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+#: per-request file columns, first match wins: (prompt tokens, output tokens, arrival, finish)
+PROMPT_KEYS = ("prompt_tokens", "input_toks", "input_len", "num_prefill_tokens")
+OUTPUT_KEYS = ("output_tokens", "output_toks", "output_len", "num_decode_tokens")
+ARRIVAL_KEYS = ("arrival_s", "arrived_at", "queued_ts", "sent_s", "start_s")
+FINISH_KEYS = ("finished_s", "completed_at", "last_token_ts", "end_s", "finish_s")
+#: KV capacity the engine reported, where a file carries it (tokens, or blocks x block size)
+KV_TOKEN_KEYS = ("kv_capacity_tokens", "num_gpu_kv_tokens")
+KV_BLOCK_KEYS = ("num_gpu_blocks",)
+
+
+@dataclass
+class MeasuredRun:
+    """A real run's requests and what it measured."""
+
+    prompt: np.ndarray
+    output: np.ndarray
+    arrival_s: np.ndarray | None  # None: every request at t = 0
+    measured_s: float  # first arrival -> last token
+    kind: str  # how the file was read
+    note: str = ""  # what is approximated
+    kv_tokens: int | None = None  # the engine's KV capacity, where recorded
+
+
+def _fail(path: Path, msg: str) -> TunerError:
+    return TunerError(f"{path}: {msg}")
+
+
+def _positive_ints(values: Any, name: str, path: Path) -> np.ndarray:
+    import numpy as np
+
+    try:
+        a = np.asarray(values, dtype=float)
+    except (TypeError, ValueError):
+        raise _fail(path, f"{name} must be a list of token counts.") from None
+    if a.ndim != 1 or a.size == 0:
+        raise _fail(path, f"{name} must be a non-empty list of token counts.")
+    if not np.all(np.isfinite(a)) or np.any(a < 0) or np.any(a != np.floor(a)):
+        i = int(np.flatnonzero(~(np.isfinite(a) & (a >= 0) & (a == np.floor(a))))[0])
+        raise _fail(path, f"{name}[{i}] must be a whole number of tokens >= 0, got {a[i]!r}.")
+    return a.astype(np.int64)
+
+
+def read_bench_result(path: Path, doc: dict) -> MeasuredRun:
+    """A vllm bench serve / benchmark_serving.py --save-result JSON."""
+    import numpy as np
+
+    for key in ("input_lens", "output_lens", "duration"):
+        if key not in doc:
+            raise _fail(path, f"no {key!r}: not a `vllm bench serve --save-result` file "
+                              "(it needs input_lens, output_lens and duration).")
+    prompt = _positive_ints(doc["input_lens"], "input_lens", path)
+    output = _positive_ints(doc["output_lens"], "output_lens", path)
+    if prompt.size != output.size:
+        raise _fail(path, f"input_lens has {prompt.size} entries but output_lens {output.size}.")
+    duration = doc["duration"]
+    if isinstance(duration, bool) or not isinstance(duration, int | float) or not (
+            math.isfinite(duration) and duration > 0):
+        raise _fail(path, f"duration must be a positive number of seconds, got {duration!r}.")
+    # a failed request has output 0 in the file (and no tokens to simulate): left out
+    ok = (prompt > 0) & (output > 0)
+    note = ""
+    if not ok.all():
+        note = f"{int((~ok).sum())} request(s) with no prompt or no output left out; "
+    rate = doc.get("request_rate", "inf")
+    try:
+        rate_f = float(rate)
+    except (TypeError, ValueError):
+        rate_f = math.inf
+    arrival = None
+    if math.isfinite(rate_f) and rate_f > 0:
+        # bench serve draws send times (Poisson or gamma) and does not save them: the mean
+        # spacing is what the file allows
+        arrival = np.arange(int(ok.sum()), dtype=np.float64) / rate_f
+        note += (f"arrivals approximated as evenly spaced at the run's {rate_f:g} req/s (the "
+                 "file does not keep send times); ")
+    if doc.get("max_concurrency"):
+        note += (f"the client capped concurrency at {doc['max_concurrency']}: pass "
+                 "--max-num-seqs at most that; ")
+    return MeasuredRun(prompt[ok], output[ok], arrival, float(duration), "vllm bench serve result",
+                       note.rstrip("; "))
+
+
+def _first(row: dict, keys: tuple[str, ...]) -> str | None:
+    return next((k for k in keys if k in row), None)
+
+
+def read_per_request(path: Path, rows: list[dict]) -> MeasuredRun:
+    """A per-request CSV or JSONL with token counts, arrival and finish times."""
+    import numpy as np
+
+    if not rows:
+        raise _fail(path, "no requests.")
+    head = rows[0]
+    cols = {name: _first(head, keys) for name, keys in (
+        ("prompt", PROMPT_KEYS), ("output", OUTPUT_KEYS), ("arrival", ARRIVAL_KEYS),
+        ("finish", FINISH_KEYS))}
+    missing = [n for n, c in cols.items() if c is None]
+    if missing:
+        want = {"prompt": PROMPT_KEYS, "output": OUTPUT_KEYS, "arrival": ARRIVAL_KEYS,
+                "finish": FINISH_KEYS}
+        raise _fail(path, "per-request file needs " + "; ".join(
+            f"a {n} column ({' | '.join(want[n])})" for n in missing) + ".")
+
+    def column(name: str, kind: type) -> np.ndarray:
+        key = cols[name]
+        vals = []
+        for i, r in enumerate(rows):
+            try:
+                v = float(r[key])
+            except (KeyError, TypeError, ValueError):
+                raise _fail(path, f"request {i + 1}: {key} must be a number, got "
+                                  f"{r.get(key)!r}.") from None
+            if not math.isfinite(v) or v < 0:
+                raise _fail(path, f"request {i + 1}: {key} must be a finite number >= 0, got "
+                                  f"{r.get(key)!r}.")
+            vals.append(v)
+        return np.asarray(vals, dtype=kind)
+
+    prompt, output = column("prompt", np.int64), column("output", np.int64)
+    arrival, finish = column("arrival", np.float64), column("finish", np.float64)
+    bad = np.flatnonzero(finish < arrival)
+    if bad.size:
+        raise _fail(path, f"request {int(bad[0]) + 1} finishes ({finish[bad[0]]:g}) before it "
+                          f"arrives ({arrival[bad[0]]:g}).")
+    ok = (prompt > 0) & (output > 0)
+    note = "" if ok.all() else f"{int((~ok).sum())} request(s) with no prompt or output left out"
+    t0 = float(arrival.min())
+    kv = None
+    for key in KV_TOKEN_KEYS:
+        if key in head:
+            kv = int(float(head[key]))
+    return MeasuredRun(prompt[ok], output[ok], arrival[ok] - t0, float(finish.max() - t0),
+                       f"per-request file ({cols['arrival']} -> {cols['finish']})", note, kv)
+
+
+def read_run(path: Path) -> MeasuredRun:
+    """A real run's file, by content: a bench result JSON, or per-request CSV / JSONL."""
+    if not path.is_file():
+        raise TunerError(f"{path}: no such file.")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError:
+            doc = None  # JSONL: one object a line
+        if isinstance(doc, dict):
+            if "input_lens" in doc or "duration" in doc:
+                return read_bench_result(path, doc)
+            if _first(doc, PROMPT_KEYS):  # a per-request file of one request
+                return read_per_request(path, [doc])
+            raise _fail(path, "a JSON object without input_lens/output_lens/duration: not a "
+                              "`vllm bench serve --save-result` file.")
+        rows = []
+        for i, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise _fail(path, f"line {i}: not JSON ({exc.msg}).") from None
+            if not isinstance(obj, dict):
+                raise _fail(path, f"line {i}: expected a JSON object per request.")
+            rows.append(obj)
+        return read_per_request(path, rows)
+    import csv
+
+    rows = list(csv.DictReader(text.splitlines()))
+    rows = [{(k or "").strip(): v for k, v in r.items()} for r in rows]
+    return read_per_request(path, rows)
+
+
+@app.command()
+@config_options
+def replay(
+    run: Annotated[Path, typer.Argument(help="The run: a `vllm bench serve --save-result` "
+                   "JSON, or a per-request CSV/JSONL with prompt and output tokens, arrival "
+                   "and finish times.", show_default=False)],
+    model: ModelOpt,
+    knobs: dict[str, Any],  # one option per ServingConfig field (config_options)
+    profile: Annotated[Path | None, typer.Option(help="Profile or fit folder (`tuner "
+                       "profile`): measured cost model of this device.")] = None,
+    profile_mode: ProfileModeOpt = "auto",
+    engine_version: EngineVersionOpt = None,
+    num_scheduler_steps: SchedulerStepsOpt = 1,
+    entry_point: EntryPointOpt = "serve",
+    price: PriceOpt = None, gpu_file: GpuFileOpt = None,
+    record: Annotated[bool, typer.Option(help="Append the comparison to the calibration store "
+                      "(`tuner calibrate --method makespan` fits on it).")] = False,
+    store: Annotated[Path | None, typer.Option(help="Calibration store for --record (default "
+                     "$TUNER_CALIBRATION_DIR or ~/.cache/tuner/calibration).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check tuner against a real run of your own: re-simulate it with the run's engine
+    settings and print predicted vs measured makespan and throughput. The engine was already
+    up when the run was timed, so no start-up is added. The settings are vLLM's defaults for
+    --engine-version and --entry-point (default serve, as `vllm bench serve` drives) unless
+    given.
+
+    Example: tuner replay result.json -m llama-3-8b -g A100-80G --engine-version 0.6.0 --num-scheduler-steps 10 --max-num-seqs 1024
+    """
+    import numpy as np
+
+    from tuner.core.catalog import get_model
+    from tuner.core.engine_defaults import vllm_defaults
+    from tuner.core.workload import Workload
+    from tuner.predictors.sources import cost_model_for
+    from tuner.sim.simulator import simulate as run_sim
+
+    g = catalog_gpu(knobs["gpu"], load_gpu_catalog(gpu_file, price), None)
+    spec = get_model(model)
+    m = read_run(run)
+    defaults = vllm_defaults(g.name, g.memory_gib, entry_point, engine_version,
+                             spec.max_position)
+    engine = {k: defaults.knobs()[k] for k in ENGINE_DEFAULTED}
+    config = ServingConfig(**(knobs | {"gpu": g.name} | {
+        k: v for k, v in engine.items() if knobs.get(k) is None}))
+    too_long = np.flatnonzero(m.prompt + m.output > spec.max_position)
+    if too_long.size:
+        raise TunerError(f"{run}: request {int(too_long[0]) + 1} has {int(m.prompt[too_long[0]])}"
+                         f" + {int(m.output[too_long[0]])} tokens, beyond {spec.name}'s context "
+                         f"of {spec.max_position:,}: is --model the run's model?")
+    w = Workload(prompt_tokens=m.prompt, output_tokens=m.output, source=str(run),
+                 tokenizer="measured (the run's)", output_source="measured (the run's)",
+                 arrival_s=m.arrival_s)
+    for_config = cost_model_for(spec, profile, profile_mode, engine_version,
+                                entry_point=entry_point, num_scheduler_steps=num_scheduler_steps,
+                                calibrated=False)
+    cm = for_config(g, config)
+    res = run_sim(w, spec, g, config, cm, startup_s=0.0, engine_version=engine_version)
+    out_tokens = float(m.output.sum())
+    err_pct = 100.0 * (res.makespan_s / m.measured_s - 1.0)
+    doc = {
+        "run": str(run), "read_as": m.kind, "note": m.note, "requests": int(m.prompt.size),
+        "config": config.to_dict(), "engine": defaults.release.describe(),
+        "entry_point": entry_point, "num_scheduler_steps": num_scheduler_steps,
+        "output_tokens": int(out_tokens),
+        "measured_makespan_s": m.measured_s, "predicted_makespan_s": res.makespan_s,
+        "makespan_error_pct": err_pct,
+        "measured_output_tok_s": out_tokens / m.measured_s,
+        "predicted_output_tok_s": out_tokens / res.makespan_s,
+        "kv_capacity_tokens": {"plan": res.memory.kv_capacity_tokens, "engine": m.kv_tokens},
+        "preemptions": res.preemptions, "iterations": res.iterations,
+        "provenance": res.provenance,
+    }
+    if record:
+        doc["recorded_in"] = str(_record(doc, res, cm, spec, g, config, store))
+    if as_json:
+        from tuner.core.io import jsonable
+
+        print(json.dumps(jsonable(doc), indent=2))
+        return
+    t = Table(title=f"{run.name}: {m.prompt.size:,} requests, {spec.name} on {g.name} "
+                    f"x{config.num_gpus}")
+    for col in ("figure", "measured", "predicted", "error"):
+        t.add_column(col, justify="right" if col != "figure" else "left")
+    t.add_row("makespan", fmt_s(m.measured_s), fmt_s(res.makespan_s), f"{err_pct:+.1f} %")
+    t.add_row("output tok/s", f"{doc['measured_output_tok_s']:,.0f}",
+              f"{doc['predicted_output_tok_s']:,.0f}",
+              f"{100.0 * (m.measured_s / res.makespan_s - 1.0):+.1f} %")
+    kv_eng = m.kv_tokens
+    t.add_row("KV capacity (tokens)", f"{kv_eng:,}" if kv_eng else "not recorded",
+              f"{res.memory.kv_capacity_tokens:,}",
+              f"{100.0 * (res.memory.kv_capacity_tokens / kv_eng - 1.0):+.1f} %"
+              if kv_eng else "")
+    t.add_row("preemptions (simulated)", "", f"{res.preemptions:,}", "")
+    out.print(t)
+    out.print(f"read as: {m.kind}" + (f"; {m.note}" if m.note else ""), style="dim",
+              markup=False)
+    out.print(f"engine: {defaults.release.describe()}, entry point {entry_point}"
+              + (f", {num_scheduler_steps} scheduler steps" if num_scheduler_steps > 1 else ""),
+              style="dim", markup=False)
+    out.print(f"cost model: {res.provenance}", style="dim", markup=False)
+    if "recorded_in" in doc:
+        out.print(f"recorded in {doc['recorded_in']} (fit with: tuner calibrate --device "
+                  f"{g.name} --model {spec.name} --runner replay --method makespan)",
+                  markup=False)
+
+
+def _record(doc: dict, res, cm, spec, g, config, store: Path | None) -> Path:
+    """Append a calibration record (predictors.calibration.fit_calibration's fields)."""
+    from datetime import UTC, datetime
+
+    from tuner.predictors.calibration import append_runs
+
+    return append_runs([{
+        "config": config.to_dict(), "predicted_s": doc["predicted_makespan_s"],
+        "measured_s": doc["measured_makespan_s"], "runner": "replay",
+        "device_name": g.name, "model": spec.name, "measured_device": g.name,
+        "engine": doc["engine"], "base_provenance": cm.describe(),
+        "error_pct": doc["makespan_error_pct"], "requests": doc["requests"],
+        "sim": {"base_time_s": res.schedule_s, "iterations": res.iterations,
+                "sampled": doc["output_tokens"]},
+        "source": doc["run"], "created": datetime.now(UTC).isoformat(timespec="seconds"),
+    }], store)

