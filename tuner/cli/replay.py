@@ -39,8 +39,7 @@ from tuner.cli.app import (
     load_gpu_catalog,
     out,
 )
-from tuner.cli.simulate import ENGINE_DEFAULTED, config_options
-from tuner.core.config import ServingConfig
+from tuner.cli.simulate import config_options, engine_config, engine_line
 from tuner.core.errors import TunerError
 
 if TYPE_CHECKING:
@@ -250,7 +249,6 @@ def replay(
     import numpy as np
 
     from tuner.core.catalog import get_model
-    from tuner.core.engine_defaults import vllm_defaults
     from tuner.core.workload import Workload
     from tuner.predictors.sources import cost_model_for
     from tuner.sim.simulator import simulate as run_sim
@@ -258,11 +256,7 @@ def replay(
     g = catalog_gpu(knobs["gpu"], load_gpu_catalog(gpu_file, price), None)
     spec = get_model(model)
     m = read_run(run)
-    defaults = vllm_defaults(g.name, g.memory_gib, entry_point, engine_version,
-                             spec.max_position)
-    engine = {k: defaults.knobs()[k] for k in ENGINE_DEFAULTED}
-    config = ServingConfig(**(knobs | {"gpu": g.name} | {
-        k: v for k, v in engine.items() if knobs.get(k) is None}))
+    config, defaults = engine_config(knobs, g, entry_point, engine_version, spec.max_position)
     too_long = np.flatnonzero(m.prompt + m.output > spec.max_position)
     if too_long.size:
         raise TunerError(f"{run}: request {int(too_long[0]) + 1} has {int(m.prompt[too_long[0]])}"
@@ -315,9 +309,8 @@ def replay(
     out.print(t)
     out.print(f"read as: {m.kind}" + (f"; {m.note}" if m.note else ""), style="dim",
               markup=False)
-    out.print(f"engine: {defaults.release.describe()}, entry point {entry_point}"
-              + (f", {num_scheduler_steps} scheduler steps" if num_scheduler_steps > 1 else ""),
-              style="dim", markup=False)
+    out.print(engine_line(defaults, entry_point, num_scheduler_steps), style="dim",
+              markup=False)
     out.print(f"cost model: {res.provenance}", style="dim", markup=False)
     if "recorded_in" in doc:
         out.print(f"recorded in {doc['recorded_in']} (fit with: tuner calibrate --device "

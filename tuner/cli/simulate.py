@@ -108,6 +108,26 @@ def config_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return with_knobs
 
 
+def engine_config(knobs: dict[str, Any], gpu, entry_point: str, engine_version: str | None,
+                  max_model_len: int):
+    """(ServingConfig, EngineDefaults): the knobs given, the rest (ENGINE_DEFAULTED) vLLM's
+    defaults for the GPU, entry point and engine version."""
+    from tuner.core.engine_defaults import vllm_defaults
+
+    defaults = vllm_defaults(gpu.name, gpu.memory_gib, entry_point, engine_version,
+                             max_model_len)
+    engine = {k: defaults.knobs()[k] for k in ENGINE_DEFAULTED}
+    config = ServingConfig(**(knobs | {"gpu": gpu.name} | {
+        k: v for k, v in engine.items() if knobs.get(k) is None}))
+    return config, defaults
+
+
+def engine_line(defaults, entry_point: str, num_scheduler_steps: int) -> str:
+    """'engine: vLLM 0.6.0: vLLM V0 (...), entry point serve, 10 scheduler steps'."""
+    return (f"engine: {defaults.release.describe()}, entry point {entry_point}"
+            + (f", {num_scheduler_steps} scheduler steps" if num_scheduler_steps > 1 else ""))
+
+
 # ---- simulate ---------------------------------------------------------------------------------
 def _memory_table(plan, gpu_name: str, title: str) -> Table:
     t = Table(title=title)
@@ -149,7 +169,6 @@ def simulate(
     Example: tuner simulate -w examples/arxiv.jsonl -m llama-3-8b -g A10 --max-num-batched-tokens 2048
     """
     from tuner.core.catalog import get_model
-    from tuner.core.engine_defaults import vllm_defaults
     from tuner.core.workload import apply_on_too_long
     from tuner.predictors.sources import cost_model_for
     from tuner.sim.simulator import simulate as run_sim
@@ -157,11 +176,7 @@ def simulate(
     g = catalog_gpu(knobs["gpu"], load_gpu_catalog(gpu_file, price, provider, spot), provider,
                     spot)
     spec = get_model(model)
-    defaults = vllm_defaults(g.name, g.memory_gib, entry_point, engine_version,
-                             spec.max_position)
-    engine = {k: defaults.knobs()[k] for k in ENGINE_DEFAULTED}
-    config = ServingConfig(**(knobs | {"gpu": g.name} | {
-        k: v for k, v in engine.items() if knobs.get(k) is None}))
+    config, defaults = engine_config(knobs, g, entry_point, engine_version, spec.max_position)
     w, too_long = apply_on_too_long(read_workload(workload, spec, skip_invalid, output_dist),
                                     spec.max_position, spec.name, on_too_long)
     # the cost source (own profile -> measured tables -> transfer -> roofline), resolved once
@@ -219,9 +234,8 @@ def simulate(
     if summary.get("offload"):
         out.print(_offload_table(summary["offload"], g.name))
     out.print(f"cost model: {res.provenance}", style="dim", markup=False)
-    out.print(f"engine: {defaults.release.describe()}, entry point {entry_point}"
-              + (f", {num_scheduler_steps} scheduler steps" if num_scheduler_steps > 1 else ""),
-              style="dim", markup=False)
+    out.print(engine_line(defaults, entry_point, num_scheduler_steps), style="dim",
+              markup=False)
     if summary["defaulted"]:
         out.print(f"not given ({', '.join(summary['defaulted'])}): {defaults.describe()}",
                   style="dim", markup=False)
