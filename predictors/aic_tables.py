@@ -32,7 +32,8 @@ from tuner.predictors.tables import fill_loglog, log_bracket
 
 # tuner catalog GPU -> AIConfigurator system whose vLLM tables measure it
 MEASURED = {"A100-80G": "a100_sxm", "H100": "h100_sxm", "H200": "h200_sxm", "L40S": "l40s",
-            "RTX-PRO-6000": "rtx_pro_6000_server"}
+            "RTX-PRO-6000": "rtx_pro_6000_server", "B200": "b200_sxm", "B300": "b300_sxm",
+            "GB200": "gb200"}
 # token -> expert routing of the fused-MoE table used (scripts/convert_aic_tables.py codes):
 # AIConfigurator prices its MoE models with power_law at alpha 1.01 (sdk/config.py
 # workload_distribution "power_law", the models' _power_law_alpha 1.01); balanced where a

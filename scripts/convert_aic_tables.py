@@ -8,7 +8,7 @@ Needs pandas + pyarrow (the wheel stores parquet); tuner itself does not: it rea
 
 Why convert instead of depending on the package: the wheel is 82 MB (plus pyarrow, scipy and
 pandas), most of it TensorRT-LLM / SGLang tables and Blackwell data-centre parts tuner does not
-use; the vLLM tables of the five GPUs below, kept at the shapes a decoder uses (dense GEMMs,
+use; the vLLM tables of the eight GPUs below, kept at the shapes a decoder uses (dense GEMMs,
 attention, collectives, fused-MoE experts), fit in ~4 MB and load in milliseconds with numpy.
 
 What is kept (vLLM framework tables only, newest version of each op per GPU):
@@ -54,13 +54,20 @@ GPUS = {
     "h200_sxm": "H200",
     "l40s": "L40S",
     "rtx_pro_6000_server": "RTX-PRO-6000",
+    "b200_sxm": "B200",
+    "b300_sxm": "B300",
+    "gb200": "GB200",
 }
 BF16_GEMM = ("torch.nn.functional.linear", "vllm_default")
 FP8_GEMM = ("CutlassFP8ScaledMMLinearKernel",)
 # the kernel vLLM picks for bf16 attention on each architecture (what the table measured);
 # fp8 KV uses whatever kernel the table has for it
-BF16_ATTN = ("vllm_flash_attn_fa3", "vllm_flash_attn_fa2", "vllm_flash_attn")
-FP8_ATTN = ("vllm_flash_attn_fa3", "vllm_flashinfer_fiprefill", "vllm_flashinfer_fidecode")
+# (data-centre Blackwell, sm_100/103: FlashInfer with TensorRT-LLM's prefill / decode kernels,
+# what vLLM runs there; the context table has the prefill one, the generation table the decode)
+BF16_ATTN = ("vllm_flash_attn_fa3", "vllm_flash_attn_fa2", "vllm_flash_attn",
+             "vllm_flashinfer_trtllmprefill", "vllm_flashinfer_trtllmdecode")
+FP8_ATTN = ("vllm_flash_attn_fa3", "vllm_flashinfer_fiprefill", "vllm_flashinfer_fidecode",
+            "vllm_flashinfer_trtllmprefill", "vllm_flashinfer_trtllmdecode")
 # token -> expert routing the MoE table was measured under -> code stored in the `moe` rows
 MOE_DISTRIBUTIONS = {"balanced": 0.0, "power_law_1.01": 1.0, "power_law_1.2": 2.0}
 # moe_dtype values kept: bf16 (the unquantized fused-MoE kernel) and per-tensor FP8 (one kernel

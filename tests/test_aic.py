@@ -39,7 +39,7 @@ def test_shipped_tables_cover_the_measured_gpus_with_license_and_notice():
     assert {v["catalog_gpu"] for v in manifest["gpus"].values()} == set(aic_tables.MEASURED)
     assert "Apache License" in (d / "LICENSE").read_text()
     assert "AIConfigurator" in (d / "NOTICE").read_text()
-    assert sum(p.stat().st_size for p in d.glob("*.npz")) < 5e6  # a few MB at most
+    assert sum(p.stat().st_size for p in d.glob("*.npz")) < 8e6  # under 1 MB a GPU
     for gpu in aic_tables.MEASURED:
         assert gpu in GPUS
 

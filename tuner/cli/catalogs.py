@@ -54,13 +54,25 @@ def gpus(gpu_file: GpuFileOpt = None, price: PriceOpt = None, provider: Provider
     for i, g in enumerate(cat.values(), 1):
         t.add_row(g.name, f"{g.memory_gib:g}", f"{g.bf16_tflops:g}",
                   f"{g.fp8_tflops:g}" if g.fp8_tflops else "—", f"{g.hbm_gbps:g}",
-                  f"PCIe{g.pcie_gen} {g.host_link_gbps:g}",
+                  _host_link(g),
                   f"{g.nvlink_gbps:g}" if g.nvlink_gbps else "—", f"{g.price_usd_per_h:.2f}",
                   g.price_date or "—", f"[{i}]",
                   f"${g.vasuki_usd_per_fp32_gflop_per_w:g}" if g.vasuki_usd_per_fp32_gflop_per_w else "—")
     out.print(t)
     for i, g in enumerate(cat.values(), 1):
         out.print(f"[dim][{i}] {g.name}: {g.price_source}[/]", highlight=False)
+
+
+#: one-way GB/s of a x16 link by PCIe generation (2 x per generation from Gen4's 32)
+_PCIE_X16_GBPS = {4: 32.0, 5: 64.0, 6: 128.0}
+
+
+def _host_link(g) -> str:
+    """'PCIe5 50', or 'C2C 450' where the host link is faster than any PCIe x16 of its
+    generation (GB200's NVLink-C2C to its Grace CPU)."""
+    if g.host_link_gbps > _PCIE_X16_GBPS.get(g.pcie_gen, float("inf")):
+        return f"C2C {g.host_link_gbps:g}"
+    return f"PCIe{g.pcie_gen} {g.host_link_gbps:g}"
 
 
 def _fmt_count(n: float) -> str:
