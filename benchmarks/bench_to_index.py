@@ -28,7 +28,7 @@ COLUMNS = ("file", "source_path", "gpu", "model", "hf_model", "tp", "num_prompts
 def convert(result: Path, out: Path, *, gpu: str, model: str, hf_model: str = "", tp: int = 1,
             max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
             gpu_memory_utilization: float = 0.9, vllm_version: str = "",
-            num_scheduler_steps: int = 1) -> Path:
+            num_scheduler_steps: int | None = None) -> Path:
     doc = json.loads(result.read_text())
     for key in ("input_lens", "output_lens", "duration"):
         if key not in doc:
@@ -54,7 +54,7 @@ def convert(result: Path, out: Path, *, gpu: str, model: str, hf_model: str = ""
            "scheduler": scheduler, "max_num_seqs": max_num_seqs,
            "max_num_batched_tokens": max_num_batched_tokens,
            "gpu_memory_utilization": gpu_memory_utilization,
-           "num_scheduler_steps": num_scheduler_steps,
+           "num_scheduler_steps": "" if num_scheduler_steps is None else num_scheduler_steps,
            "notes": f"vllm bench serve, request rate {doc.get('request_rate', 'inf')}, "
                     f"{len(doc['input_lens']) - len(pairs)} failed request(s) left out"}
     with index.open("a", newline="") as fh:
@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-num-batched-tokens", type=int, default=8192)
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     ap.add_argument("--vllm-version", default="")
-    ap.add_argument("--num-scheduler-steps", type=int, default=1)
+    ap.add_argument("--num-scheduler-steps", type=int, default=None,
+                    help="V0 servers only: the --num-scheduler-steps the server ran")
     a = ap.parse_args(argv)
     path = convert(a.result, a.out, gpu=a.gpu, model=a.model, hf_model=a.hf_model, tp=a.tp,
                    max_num_seqs=a.max_num_seqs, max_num_batched_tokens=a.max_num_batched_tokens,

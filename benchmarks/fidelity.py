@@ -151,13 +151,14 @@ def index_model(row: dict, base: Path, catalog: dict) -> ModelSpec | None:
         (s for k, s in catalog.items() if want and want.endswith("-" + k)), None)
 
 
-def _scheduler_steps(row: dict) -> int:
+def _scheduler_steps(row: dict) -> int | None:
+    """The run's --num-scheduler-steps: its column, else its notes; None when neither says."""
     import re
 
     if row.get("num_scheduler_steps"):
         return int(row["num_scheduler_steps"])
     hit = re.search(r"num_scheduler_steps\s*=\s*(\d+)", row.get("notes", ""))
-    return int(hit.group(1)) if hit else 1
+    return int(hit.group(1)) if hit else None
 
 
 def load_index_runs(root: Path, folder: str) -> list[Run]:

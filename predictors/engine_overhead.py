@@ -167,10 +167,13 @@ def get_profile(name: str | None = None) -> EngineProfile:
 
 
 def profile_for(engine_version: str | None = None, entry_point: str = "llm",
-                num_scheduler_steps: int = 1) -> EngineProfile:
+                num_scheduler_steps: int | None = None) -> EngineProfile:
     """The host-cost profile of a release (tuner.core.engines generation), entry point
     (tuner.core.engine_defaults.ENTRY_POINTS) and --num-scheduler-steps. Where the profile was
-    fitted under another entry point or step count, its `source` says so."""
+    fitted under another entry point or step count, its `source` says so. V0 without
+    --num-scheduler-steps: the fitted multi-step profile, the only V0 profile fitted on runs
+    (every public V0 run here used multi-step, as vLLM 0.6's throughput guidance did), and the
+    source says that vLLM's own default is single-step."""
     from tuner.core.engines import check_scheduler_steps, generation_of
 
     release = generation_of(engine_version)
@@ -181,7 +184,11 @@ def profile_for(engine_version: str | None = None, entry_point: str = "llm",
             return PROFILES["vllm-v0"]
         p = PROFILES["vllm-v0-multistep"]
         notes = []
-        if steps != 10:
+        if steps is None:
+            notes.append("--num-scheduler-steps not given: priced as the multi-step (10) runs "
+                         "it was fitted on; vLLM's own default is 1 (pass "
+                         "--num-scheduler-steps 1 for the single-step estimate)")
+        elif steps != 10:
             notes.append(f"fitted at 10 scheduler steps, used for {steps}")
         if entry_point != "serve":
             notes.append(f"fitted under the API server, used for {entry_point}, which does not "

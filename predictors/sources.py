@@ -63,7 +63,7 @@ class CostQuery:
     mode: str = "auto"  # --profile-mode
     engine_version: str | None = None  # --engine-version (kernel tables, engine generation)
     entry_point: str = "llm"  # --entry-point (the engine-overhead profile)
-    num_scheduler_steps: int = 1  # --num-scheduler-steps (V0 multi-step)
+    num_scheduler_steps: int | None = None  # --num-scheduler-steps (V0 multi-step)
 
     def shapes(self) -> str:
         c = self.config
@@ -194,7 +194,7 @@ class Resolution:
 def resolve(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
             profile: str | Path | None = None, mode: str = "auto",
             engine_version: str | None = None, calibrated: bool = True,
-            entry_point: str = "llm", num_scheduler_steps: int = 1) -> Resolution:
+            entry_point: str = "llm", num_scheduler_steps: int | None = None) -> Resolution:
     """Walk the registry (as `mode` restricts it) for (model, gpu, config); TunerError on a bad
     mode or folder, or where the restricted registry cannot price it."""
     q = CostQuery(model, gpu, config, None if profile is None else Path(profile), mode,
@@ -221,7 +221,8 @@ def resolve(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
 def resolve_cost_model(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
                        profile: str | Path | None = None, mode: str = "auto",
                        engine_version: str | None = None, calibrated: bool = True,
-                       entry_point: str = "llm", num_scheduler_steps: int = 1) -> CostModel:
+                       entry_point: str = "llm",
+                       num_scheduler_steps: int | None = None) -> CostModel:
     """The registry's CostModel for (model, gpu, config): resolve(...).cost_model."""
     return resolve(model, gpu, config, profile=profile, mode=mode,
                    engine_version=engine_version, calibrated=calibrated,
@@ -231,7 +232,7 @@ def resolve_cost_model(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
 def cost_model_for(model: ModelSpec, profile: str | Path | None = None, mode: str = "auto",
                    engine_version: str | None = None, *, calibrated: bool = True,
                    check_gpu: GPU | None = None, entry_point: str = "llm",
-                   num_scheduler_steps: int = 1) -> CostModelFor:
+                   num_scheduler_steps: int | None = None) -> CostModelFor:
     """`(gpu, config) -> CostModel` under a command's --profile / --profile-mode /
     --engine-version: what it resolves once and passes down. A bad mode fails now; with
     `check_gpu` a --profile folder is read now, so a bad one fails before a search starts (one

@@ -277,6 +277,9 @@ def test_engine_profile_follows_generation_entry_point_and_steps():
     from tuner.predictors.engine_overhead import profile_for
 
     assert profile_for("0.6.0", "serve", 10).name == "vllm-v0-multistep"
+    # not given: the fitted multi-step profile, saying that vLLM's own default is single-step
+    unsaid = profile_for("0.6.0", "serve")
+    assert unsaid.name == "vllm-v0-multistep" and "not given" in unsaid.source
     assert profile_for("0.6.0", "serve", 10).fitted
     assert "fitted at 10 scheduler steps, used for 4" in profile_for("0.6.0", "serve", 4).source
     assert "does not stream" in profile_for("0.6.0", "llm", 10).source

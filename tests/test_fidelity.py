@@ -220,7 +220,7 @@ def test_a_folder_in_the_run_index_form_is_read_like_the_a100_runs(tmp_path):
         head + 'r1.csv,H100-80G,x,meta-llama/Meta-Llama-3-8B-Instruct-FP8,1,2,3.0,0.6.0 '
         '(inferred),vllm-v0,1024,2048,0.95,"V0 multi-step (num_scheduler_steps=10, ...)"\n'
         'r2.csv,H100,llama-3-70b,meta-llama/Meta-Llama-3-70B-Instruct,4,1,2.0,0.6.0,vllm-v0,'
-        '256,2048,0.9,single step\n')
+        '256,2048,0.9,single step (num_scheduler_steps=1)\n')
     runs = fidelity.load_all(tmp_path)
     assert [r.suite for r in runs] == ["other-h100", "other-h100"]
     a, b = runs

@@ -60,10 +60,11 @@ EngineVersionOpt = Annotated[str | None, typer.Option(
     "(0.5-0.7 V0: prefill-first, synchronous; 0.8-0.10 V1 synchronous; 0.11+ V1 asynchronous "
     "scheduling); kernels are priced from the closest measured kernel-table version. A "
     "release tuner has not seen gets its generation's behaviour, and the output says so.")]
-SchedulerStepsOpt = Annotated[int, typer.Option(
+SchedulerStepsOpt = Annotated[int | None, typer.Option(
     "--num-scheduler-steps", help="V0 multi-step scheduling (vLLM 0.6-0.7 "
-    "--num-scheduler-steps): decode steps per scheduler call; the host cost per step is the "
-    "profile fitted on public multi-step runs. 1 (vLLM's default) is single-step.")]
+    "--num-scheduler-steps): decode steps per scheduler call. Not given: V0 is priced with "
+    "the host cost fitted on public multi-step (10) runs, and the output says so; 1 (vLLM's "
+    "own default) is single-step, whose host cost is an estimate.", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 StartupOpt = Annotated[float | None, typer.Option(
     "--startup-s", help="Engine start-up per replica in seconds, instead of tuner's estimate "

@@ -229,7 +229,7 @@ def replay(
                        "profile`): measured cost model of this device.")] = None,
     profile_mode: ProfileModeOpt = "auto",
     engine_version: EngineVersionOpt = None,
-    num_scheduler_steps: SchedulerStepsOpt = 1,
+    num_scheduler_steps: SchedulerStepsOpt = None,
     entry_point: EntryPointOpt = "serve",
     price: PriceOpt = None, gpu_file: GpuFileOpt = None,
     record: Annotated[bool, typer.Option(help="Append the comparison to the calibration store "

@@ -81,7 +81,7 @@ def search(
                        "`tuner fit`): measured cost models instead of spec-sheet rooflines.")] = None,
     profile_mode: ProfileModeOpt = "auto",
     engine_version: EngineVersionOpt = None,
-    num_scheduler_steps: SchedulerStepsOpt = 1,
+    num_scheduler_steps: SchedulerStepsOpt = None,
     entry_point: EntryPointOpt = "llm",
     provider: ProviderOpt = None, spot: SpotOpt = False,
     on_too_long: OnTooLongOpt = "fail",
@@ -252,7 +252,7 @@ class _SearchInputs:
 
     def cost_model_for(self, profile: Path | None, profile_mode: str,
                        engine_version: str | None, entry_point: str = "llm",
-                       num_scheduler_steps: int = 1):
+                       num_scheduler_steps: int | None = None):
         from tuner.predictors.sources import cost_model_for
 
         # a bad folder fails now; workers find the folder in the study's metadata
@@ -262,7 +262,7 @@ class _SearchInputs:
 
 
 def _check_entry_point(entry_point: str, engine_version: str | None, gpus: dict,
-                       num_scheduler_steps: int = 1) -> None:
+                       num_scheduler_steps: int | None = None) -> None:
     """A bad --entry-point, an --engine-version tuner does not model, or
     --num-scheduler-steps on an engine without it: one line, before anything is written."""
     from tuner.core.engine_defaults import vllm_defaults

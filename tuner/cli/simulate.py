@@ -122,10 +122,14 @@ def engine_config(knobs: dict[str, Any], gpu, entry_point: str, engine_version: 
     return config, defaults
 
 
-def engine_line(defaults, entry_point: str, num_scheduler_steps: int) -> str:
+def engine_line(defaults, entry_point: str, num_scheduler_steps: int | None) -> str:
     """'engine: vLLM 0.6.0: vLLM V0 (...), entry point serve, 10 scheduler steps'."""
-    return (f"engine: {defaults.release.describe()}, entry point {entry_point}"
-            + (f", {num_scheduler_steps} scheduler steps" if num_scheduler_steps > 1 else ""))
+    steps = (f", {num_scheduler_steps} scheduler step(s)" if num_scheduler_steps else "")
+    if num_scheduler_steps is None and defaults.release.generation.multi_step:
+        steps = (", --num-scheduler-steps not given: priced as multi-step (10), the V0 host "
+                 "cost fitted on public runs (vLLM's own default is 1: pass "
+                 "--num-scheduler-steps 1 for single-step)")
+    return f"engine: {defaults.release.describe()}, entry point {entry_point}{steps}"
 
 
 # ---- simulate ---------------------------------------------------------------------------------
@@ -153,7 +157,7 @@ def simulate(
                        "`tuner fit`): measured cost model instead of the spec-sheet roofline.")] = None,
     profile_mode: ProfileModeOpt = "auto",
     engine_version: EngineVersionOpt = None,
-    num_scheduler_steps: SchedulerStepsOpt = 1,
+    num_scheduler_steps: SchedulerStepsOpt = None,
     exact: Annotated[bool, typer.Option(help="Step-by-step scheduler (no skip-ahead); same "
                      "result, slower.")] = False,
     timeline: Annotated[Path | None, typer.Option(help="Write a per-iteration timeline CSV.")] = None,

@@ -108,8 +108,11 @@ def generation_of(engine_version: str | None) -> EngineRelease:
     return EngineRelease(str(engine_version), gen, KNOWN.get(v, ""))
 
 
-def check_scheduler_steps(release: EngineRelease, steps: int) -> int:
-    """--num-scheduler-steps: an integer from 1 to 64, above 1 only on V0 (V1 dropped it)."""
+def check_scheduler_steps(release: EngineRelease, steps: int | None) -> int | None:
+    """--num-scheduler-steps: an integer from 1 to 64, above 1 only on V0 (V1 dropped it);
+    None (not given) passes."""
+    if steps is None:
+        return None
     if not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= 64:
         raise TunerError(f"--num-scheduler-steps must be an integer from 1 to 64, got {steps!r}.")
     if steps > 1 and not release.generation.multi_step:

@@ -87,7 +87,7 @@ class StudyMeta:
     profile_mode: str | None = None  # None: "auto"
     engine_version: str | None = None
     entry_point: str | None = None  # None: tuner.core.engine_defaults.DEFAULT_ENTRY_POINT
-    num_scheduler_steps: int = 1  # --num-scheduler-steps (V0 multi-step)
+    num_scheduler_steps: int | None = None  # --num-scheduler-steps (V0 multi-step)
     provider: str | None = None  # priced by a provider's instances and billing
     spot: bool = False
     on_too_long: str = "fail"  # "skip": requests beyond the context were left out
@@ -134,7 +134,8 @@ class StudyMeta:
             profile_mode=d.get("profile_mode"),
             engine_version=d.get("engine_version"),
             entry_point=d.get("entry_point"),
-            num_scheduler_steps=int(d.get("num_scheduler_steps") or 1),
+            num_scheduler_steps=(None if d.get("num_scheduler_steps") is None
+                                 else int(d["num_scheduler_steps"])),
             provider=d.get("provider"),
             spot=bool(d.get("spot", False)),
             on_too_long=d.get("on_too_long") or "fail",

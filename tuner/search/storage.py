@@ -538,7 +538,7 @@ def _cost_source(meta: StudyMeta) -> dict:
     # matter, so a study from before them keeps its digest
     if meta.engine_version is not None:
         d["entry_point"] = meta.entry_point or "llm"
-    if meta.num_scheduler_steps != 1:
+    if meta.num_scheduler_steps is not None:
         d["num_scheduler_steps"] = meta.num_scheduler_steps
     return d
 
