@@ -161,7 +161,7 @@ def _scheduler_steps(row: dict) -> int | None:
     return int(hit.group(1)) if hit else None
 
 
-def load_index_runs(root: Path, folder: str) -> list[Run]:
+def load_index_runs(root: Path, folder: str, gpus: dict | None = None) -> list[Run]:
     """Runs of a folder in lambda-a100's form (index.csv + one lengths CSV each), simulated with
     the engine profile of their vLLM version, API server and scheduler steps. The folder's
     README says where they come from."""
@@ -172,7 +172,7 @@ def load_index_runs(root: Path, folder: str) -> list[Run]:
     base = root / folder
     if not (base / "index.csv").is_file():
         return []
-    catalog, gpus = load_models(), gpus_catalog()
+    catalog, gpus = load_models(), gpus or load_gpus()
     runs = []
     with (base / "index.csv").open(newline="") as fh:
         for row in csv.DictReader(fh):
@@ -208,13 +208,13 @@ def load_lambda_a100(root: Path) -> list[Run]:
     return load_index_runs(root, "lambda-a100")
 
 
-def load_all(root: Path) -> list[Run]:
+def load_all(root: Path, gpus: dict | None = None) -> list[Run]:
     """Every public run under `root`: LLMServingSim's, and every folder in the run-index form
     (lambda-a100, or another source's runs laid out the same way)."""
     runs = load_llmservingsim(root) if (root / "llmservingsim").is_dir() else []
     for d in sorted(p for p in root.iterdir() if p.is_dir()):
         if d.name != "llmservingsim":
-            runs += load_index_runs(root, d.name)
+            runs += load_index_runs(root, d.name, gpus)
     return runs
 
 
@@ -301,29 +301,20 @@ HOST_TERMS = ("fixed_s", "per_seq_s", "per_token_s", "per_new_request_s", "per_c
               "per_tp_rank_s")
 
 
-def host_features(run: Run) -> tuple[float, dict[str, float]]:
+def host_features(run: Run, gpus: dict) -> tuple[float, dict[str, float]]:
     """(GPU-only makespan, each host term's summed step feature): with host work between GPU
     steps and every request at t = 0 the schedule does not depend on time, so the makespan
     under any host terms is the GPU-only one + sum(term * feature)."""
     from tuner.predictors.engine_overhead import EngineProfile as EP
     from tuner.sim.steps import batch_features
 
-    res, _ = simulate_run(run, None, gpus_catalog(), return_steps=True)
+    res, _ = simulate_run(run, None, gpus, return_steps=True)
     f = batch_features(np.concatenate(res.steps))
     feats = {}
     for term in HOST_TERMS:
         unit = EP(name="unit", entry_point="", generation="", overlapped=False, **{term: 1.0})
         feats[term] = float(unit.host_s(f, run.config.tp).sum())
     return res.makespan_s, feats
-
-
-_GPUS: dict = {}
-
-
-def gpus_catalog() -> dict:
-    if not _GPUS:
-        _GPUS.update(load_gpus())
-    return _GPUS
 
 
 def fit_host_terms(rows: list[tuple[float, dict, float]], terms: tuple[str, ...]) -> dict | None:
@@ -342,7 +333,7 @@ def predict_host(row: tuple[float, dict, float], coef: dict) -> float:
     return base + sum(c * f[t] for t, c in coef.items())
 
 
-def fit_v0(runs: list[Run]) -> dict:
+def fit_v0(runs: list[Run], gpus: dict | None = None) -> dict:
     """Every non-empty set of HOST_TERMS (up to 3 terms) fitted and scored by leave-one-out;
     the kept set: the lowest leave-one-out median |error| among sets with no negative term.
     A term whose step feature equals an earlier term's on every run (e.g. per sampled token
@@ -350,7 +341,8 @@ def fit_v0(runs: list[Run]) -> dict:
     named in `aliases` and left out of the sets."""
     import itertools
 
-    rows = [(*host_features(r), r.measured_makespan_s) for r in runs]
+    gpus = gpus or load_gpus()
+    rows = [(*host_features(r, gpus), r.measured_makespan_s) for r in runs]
     aliases, terms_used = {}, []
     for t in HOST_TERMS:
         same = next((u for u in terms_used
@@ -480,7 +472,7 @@ def main(argv=None) -> int:
         print(f"no public runs at {a.data} (pass --data)", file=sys.stderr)
         return 2
     gpus = load_gpus()
-    every = load_all(a.data)
+    every = load_all(a.data, gpus)
     if not every:
         print(f"no public runs at {a.data} (pass --data)", file=sys.stderr)
         return 2
@@ -509,7 +501,7 @@ def main(argv=None) -> int:
                             "error_pct": 100.0 * (res.makespan_s / r.measured_makespan_s - 1.0)})
         engine = fitted
         if v0_runs:
-            v0 = fit_v0(v0_runs)
+            v0 = fit_v0(v0_runs, gpus)
             out["v0_fit"] = v0
             best = v0["best"]
             v0_engine = v0_engine.with_params(**{t: 0.0 for t in HOST_TERMS} | best["coef"])

@@ -122,6 +122,13 @@ def engine_config(knobs: dict[str, Any], gpu, entry_point: str, engine_version: 
     return config, defaults
 
 
+def _overhead(cm) -> str | None:
+    """The engine-overhead profile pricing `cm` (a stored calibration wraps it as `base`);
+    None where the cost source carries its own step overhead (profile, roofline)."""
+    engine = getattr(getattr(cm, "base", cm), "engine", None)
+    return None if engine is None else engine.summary()
+
+
 def engine_line(defaults, entry_point: str, num_scheduler_steps: int | None) -> str:
     """'engine: vLLM 0.6.0: vLLM V0 (...), entry point serve, 10 scheduler steps'."""
     steps = (f", {num_scheduler_steps} scheduler step(s)" if num_scheduler_steps else "")
@@ -199,8 +206,7 @@ def simulate(
     summary["engine"] = {"release": defaults.release.describe(),
                          "generation": defaults.release.generation.key,
                          "entry_point": entry_point, "num_scheduler_steps": num_scheduler_steps,
-                         "overhead": cm.describe().rpartition("engine overhead: ")[2]
-                         if "engine overhead: " in cm.describe() else None}
+                         "overhead": _overhead(cm)}
     summary["defaulted"] = [k for k in ENGINE_DEFAULTED if knobs.get(k) is None]
     summary["failed_too_long"] = too_long
     if as_json:

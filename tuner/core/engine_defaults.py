@@ -41,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tuner.core.engines import EngineRelease, generation_of
+from tuner.core.engines import EngineRelease, generation_of, parse_version
 from tuner.core.errors import TunerError
 
 #: --entry-point choices -> vLLM's UsageContext
@@ -188,8 +188,6 @@ def vllm_defaults(gpu_name: str, memory_gib: float, entry_point: str = DEFAULT_E
                               large_gpu=False, engine_version=version,
                               scheduler="sarathi" if chunked else release.generation.scheduler,
                               source=V0_SOURCE, release=release)
-    from tuner.core.engines import parse_version
-
     v = parse_version(engine_version)
     large = is_large_gpu(gpu_name, memory_gib)
     huge = memory_gib >= HUGE_GPU_GIB and (v is None or v >= HUGE_TIER_SINCE)

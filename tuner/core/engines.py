@@ -27,35 +27,39 @@ class EngineGeneration:
     key: str  # "v0" | "v1-sync" | "v1-async"
     label: str
     since: Version  # the first release of the generation
-    scheduler: str  # its default scheduler preset (tuner.core.schedulers)
-    schedulers: tuple[str, ...]  # the presets its flags select (what a search may recommend)
-    async_scheduling: bool  # host work of step k+1 overlaps the GPU's step k
+    # the scheduler presets (tuner.core.schedulers) its flags select, its default first: what
+    # a search may recommend under it
+    schedulers: tuple[str, ...]
     multi_step: bool  # --num-scheduler-steps N exists (V0 only; V1 removed it)
-    note: str
+
+    @property
+    def scheduler(self) -> str:
+        """Its default scheduler preset."""
+        return self.schedulers[0]
 
 
 #: Oldest first. The boundaries: V1 the default engine from 0.8.0 (VLLM_USE_V1=1 default,
 #: vLLM 0.8.0 release notes); asynchronous scheduling on by default from 0.11 (its V1 engine
-#: core as ../shared/fidelity/llmservingsim's 0.19 runs resolve it).
+#: core as ../shared/fidelity/llmservingsim's 0.19 runs resolve it). Whether host work sits
+#: between GPU steps or hides under them is the generation's engine profile's
+#: (predictors.engine_overhead.profile_for).
 GENERATIONS: tuple[EngineGeneration, ...] = (
-    EngineGeneration(
-        "v0", "vLLM V0", (0, 5, 0), "vllm-v0", ("vllm-v0", "sarathi"),
-        async_scheduling=False, multi_step=True,
-        note="synchronous engine: scheduling, input preparation and output processing sit "
-             "between GPU steps; prefill-first batches without chunked prefill (on by default "
-             "only for contexts over 32K); --num-scheduler-steps N (0.6+) runs N decode steps "
-             "per scheduler call"),
-    EngineGeneration(
-        "v1-sync", "vLLM V1, synchronous scheduling", (0, 8, 0), "vllm", ("vllm",),
-        async_scheduling=False, multi_step=False,
-        note="V1 engine core (one token budget for decodes and prefill chunks, prefix caching) "
-             "with host work between GPU steps"),
-    EngineGeneration(
-        "v1-async", "vLLM V1, asynchronous scheduling", (0, 11, 0), "vllm", ("vllm",),
-        async_scheduling=True, multi_step=False,
-        note="V1 engine core preparing step k+1 while the GPU runs step k"),
+    # synchronous engine: scheduling, input preparation and output processing sit between GPU
+    # steps; prefill-first batches without chunked prefill (on by default only for contexts
+    # over 32K: Sarathi-style batches); --num-scheduler-steps N (0.6+) runs N decode steps
+    # per scheduler call
+    EngineGeneration("v0", "vLLM V0", (0, 5, 0), ("vllm-v0", "sarathi"),
+                     multi_step=True),
+    # V1 engine core (one token budget for decodes and prefill chunks, prefix caching), host
+    # work between GPU steps
+    EngineGeneration("v1-sync", "vLLM V1, synchronous scheduling", (0, 8, 0), ("vllm",),
+                     multi_step=False),
+    # V1 engine core preparing step k+1 while the GPU runs step k
+    EngineGeneration("v1-async", "vLLM V1, asynchronous scheduling", (0, 11, 0), ("vllm",),
+                     multi_step=False),
 )
 OLDEST: Version = GENERATIONS[0].since
+NEWEST: EngineGeneration = GENERATIONS[-1]
 #: releases whose behaviour tuner has from public runs or from reading their source
 KNOWN: dict[Version, str] = {
     (0, 6, 0): "11 public A100 runs (../shared/fidelity/lambda-a100)",
@@ -100,7 +104,7 @@ def generation_of(engine_version: str | None) -> EngineRelease:
     (tuner has no data on them); a release tuner has not seen gets its generation's behaviour."""
     v = parse_version(engine_version)
     if v is None:
-        return EngineRelease("newest", GENERATIONS[-1], "")
+        return EngineRelease("newest", NEWEST, "")
     if v < OLDEST:
         raise TunerError(f"--engine-version {engine_version} is older than vLLM {_dotted(OLDEST)}, "
                          "the oldest release tuner models; give 0.5.0 or later.")
@@ -122,5 +126,5 @@ def check_scheduler_steps(release: EngineRelease, steps: int | None) -> int | No
     return steps
 
 
-__all__ = ["GENERATIONS", "KNOWN", "OLDEST", "EngineGeneration", "EngineRelease",
+__all__ = ["GENERATIONS", "KNOWN", "NEWEST", "OLDEST", "EngineGeneration", "EngineRelease",
            "check_scheduler_steps", "generation_of", "parse_version"]

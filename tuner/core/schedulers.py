@@ -27,10 +27,8 @@ class SchedulerPreset:
     # vLLM V1 prefix caching (on by default): a preempted request's freed blocks stay cached
     # until the LRU free queue reuses them, so its recompute skips what survived
     cache_preempted: bool = False
-    # the engine that runs this preset as tuner exports it ("" = none: a simulator study,
-    # never recommended as a plan); vLLM's flags cannot select Sarathi's decodes-first order,
-    # V0's block manager or an eviction-free reservation
-    engine: str = ""
+    # Which presets an engine runs as exported (the others are simulator studies, never
+    # recommended) is the engine generation's: tuner.core.engines.EngineGeneration.schedulers
 
 
 _BASE = {
@@ -39,7 +37,7 @@ _BASE = {
     # admission order, KV allocated as tokens are computed, full-sequence admission
     # (scheduler_reserve_full_isl) and prefix caching, which lets a preempted request's
     # recompute skip its still-cached blocks. The preset benchmarks/fidelity.py validates.
-    "vllm": SchedulerPreset(admit_full_sequence=True, cache_preempted=True, engine="vllm"),
+    "vllm": SchedulerPreset(admit_full_sequence=True, cache_preempted=True),
     # The same batching without those two refinements: the plain vLLM form of InferMax's
     # unified scheduler, which its MILP optimum reproduces (a reference, not an engine default)
     "vllm-basic": SchedulerPreset(),
@@ -52,6 +50,6 @@ _BASE = {
 #: Every preset by name; "-noevict" variants reserve prompt + output at admission.
 SCHEDULER_PRESETS: dict[str, SchedulerPreset] = {
     **_BASE,
-    **{f"{name}-noevict": dataclasses.replace(p, reserve_full=True, engine="")
+    **{f"{name}-noevict": dataclasses.replace(p, reserve_full=True)
        for name, p in _BASE.items()},
 }

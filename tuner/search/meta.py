@@ -182,11 +182,9 @@ class StudyMeta:
                 or bool(lengths_from_input(self.output_source)))
 
     @property
-    def engine_schedulers(self) -> tuple[str, ...] | None:
-        """The scheduler presets --engine-version's flags select (tuner.core.engines); None
-        without one (the newest vLLM: the presets marked with an engine)."""
-        if self.engine_version is None:
-            return None
+    def engine_schedulers(self) -> tuple[str, ...]:
+        """The scheduler presets --engine-version's flags select (tuner.core.engines; without
+        one, the newest vLLM's), its default first."""
         from tuner.core.engines import generation_of
 
         return generation_of(self.engine_version).generation.schedulers

@@ -19,11 +19,11 @@ import optuna
 
 from tuner.core.catalog import GPU
 from tuner.core.config import KNOBS, ServingConfig
+from tuner.core.engines import NEWEST
 from tuner.core.errors import TunerError
 from tuner.core.memory import MemoryPlan
 from tuner.core.pricing import usd_per_million_tokens
 from tuner.core.provenance import Provenance
-from tuner.core.schedulers import SCHEDULER_PRESETS
 from tuner.core.units import as_finite
 from tuner.search.constraints import Constraints, plan_label
 from tuner.search.meta import study_meta
@@ -256,21 +256,15 @@ def trial_records(study: optuna.Study) -> list[TrialRecord]:
 
 
 def study_only_reason(config: ServingConfig, outputs_known: bool = True,
-                      engine_schedulers: tuple[str, ...] | None = None) -> str:
+                      engine_schedulers: tuple[str, ...] = NEWEST.schedulers) -> str:
     """Why a plan is a simulator study rather than a recommendation ("" when the engine runs
     it as exported): a scheduler preset the engine's flags do not select (`engine_schedulers`:
-    its generation's, tuner.core.engines; None: the newest vLLM's, the presets marked with an
-    engine), or an ordering by output lengths nobody knows before the run
-    (tuner.search.space.OUTPUT_ORDERINGS)."""
+    its generation's, tuner.core.engines; default the newest vLLM's), or an ordering by output
+    lengths nobody knows before the run (tuner.search.space.OUTPUT_ORDERINGS)."""
     name = config.scheduler
-    preset = SCHEDULER_PRESETS.get(name)
-    if engine_schedulers is not None:
-        if name not in engine_schedulers:
-            return (f"simulator study: the engine version searched does not run the '{name}' "
-                    f"scheduler preset (its flags select {', '.join(engine_schedulers)})")
-    elif preset is not None and not preset.engine:
-        return (f"simulator study: no engine runs the '{name}' scheduler preset as exported "
-                "(vLLM's flags select its V1 scheduler only)")
+    if name not in engine_schedulers:
+        return (f"simulator study: the vLLM release searched does not run the '{name}' "
+                f"scheduler preset as exported (its flags select {', '.join(engine_schedulers)})")
     ordering = config.ordering
     if not outputs_known and ordering in OUTPUT_ORDERINGS:
         return (f"simulator study: ordering '{ordering}' sorts by output lengths the input does "

@@ -244,9 +244,11 @@ def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int]
       winners are still compared with the defaults, tuner.search.baseline);
     * orderings that read output lengths (OUTPUT_ORDERINGS) are left out unless
       `outputs_from_input`: an exported job cannot sort by lengths nobody knows;
-    * under an older engine (`engine_schedulers`: the presets its flags select, first its
-      default; tuner.core.engines), a shipped space's scheduler becomes the engine's (V0 runs
-      prefill-first batches, not V1's).
+    * a shipped space's fixed scheduler that the engine version does not run becomes its
+      default (`engine_schedulers`: the presets its flags select, first its default;
+      tuner.core.engines): V0 runs prefill-first batches, not V1's. A searched scheduler list
+      already holds the default (the defaults above); presets the engine does not run are
+      kept as simulator studies (tuner.search.records.study_only_reason).
     """
     knobs = dict(space.knobs)
     caps = {g: int(gpu_caps.get(g, DEFAULT_MAX_GPUS)) for g in gpus}
@@ -263,9 +265,6 @@ def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int]
         notes.append(f"scheduler: {engine_schedulers[0]} (the engine version's own batching) "
                      f"in place of the space's {fixed['scheduler']}")
         fixed["scheduler"] = engine_schedulers[0]
-    if engine_schedulers and "scheduler" in knobs and is_shipped(space):
-        kept = [s for s in knobs["scheduler"] if s in engine_schedulers]
-        knobs["scheduler"] = kept or [engine_schedulers[0]]
     if "ordering" in knobs and not outputs_from_input:
         notes += _drop_output_orderings(knobs)
     return dataclasses.replace(space, knobs=knobs, fixed=fixed), notes
