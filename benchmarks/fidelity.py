@@ -35,8 +35,13 @@ chunk, per extra TP rank) is fitted by least squares on predicted / measured mak
 are dropped as unphysical, and the set with the lowest leave-one-out median error is kept;
 the table of sets is printed so the choice can be checked.
 
-Published figures (SGLang's vLLM 0.6.0 benchmark, MLPerf v5.1 vLLM) have no per-request
-lengths; they are listed with the reason they are not re-simulated.
+Published figures have no per-request lengths. SGLang's benchmark of vLLM 0.6.0 (offline,
+5,000 ShareGPT prompts; sgl-project/sglang benchmark/benchmark_vllm_060/README.md) is rebuilt
+from its stated length distribution (published_workload: ShareGPT lengths resampled from the
+lambda-a100 Llama-3-8B run, outputs rescaled to the published output tok/s / req/s) and
+simulated with the settings its commands state; predicted vs published req/s and output tok/s.
+These figures are never fitted on. MLPerf v5.1's vLLM figure is listed with the reason it is
+not re-simulated.
 """
 
 from __future__ import annotations
@@ -260,20 +265,173 @@ STARTUP_NOTE = ("no run here measures the engine's start-up: LLMServingSim's are
                 "engine up; predictions are compared without start-up (simulate(startup_s=0)), "
                 "and tuner's start-up model (tuner/core/startup.py) is not checked by them")
 
+#: SGLang's benchmark of vLLM 0.6.0 (sgl-project/sglang benchmark/benchmark_vllm_060/README.md,
+#: "Offline benchmark results"): the vLLM server started as its "Offline benchmarks" commands
+#: state, driven by `python3 -m sglang.bench_serving --backend vllm --dataset-name sharegpt
+#: --num-prompts 5000` (no --request-rate: inf, every request at t = 0; bench_serving's vllm
+#: backend posts to the OpenAI completions endpoint, streaming, with ignore_eos true unless
+#: --disable-ignore-eos, so each output is its ShareGPT completion's length; python/sglang/
+#: bench_serving.py, async_request_openai_completions). The README states no input tok/s.
+SGLANG_060 = "sgl-project/sglang benchmark/benchmark_vllm_060/README.md (offline benchmark results)"
+SGLANG_SERVER = ("python -m vllm.entrypoints.openai.api_server --model {hf} --disable-log-requests "
+                 "--num-scheduler-steps 10{tp} --max_model_len 4096")
+SGLANG_CLIENT = "python3 -m sglang.bench_serving --backend vllm --dataset-name sharegpt --num-prompts 5000"
+PUBLISHED_RUNS = [
+    {"name": "sglang-vllm060_llama-3.1-8b_a100_tp1_n5000",
+     "what": "SGLang benchmark of vLLM 0.6.0, Llama-3.1-8B-Instruct, 1x A100-80G, 5,000 ShareGPT "
+             "prompts, offline: 21.27 req/s, 4,132.37 output tok/s",
+     "hf_model": "meta-llama/Llama-3.1-8B-Instruct", "model": "llama-3.1-8b", "gpu": "A100-80G",
+     "tp": 1, "num_prompts": 5000, "req_s": 21.27, "output_tok_s": 4132.37},
+    {"name": "sglang-vllm060_llama-3.1-70b_h100_tp4_n5000",
+     "what": "SGLang benchmark of vLLM 0.6.0, Llama-3.1-70B-Instruct, 4x H100 80G TP4, 5,000 "
+             "ShareGPT prompts, offline: 19.04 req/s, 3,700.64 output tok/s",
+     "hf_model": "meta-llama/Llama-3.1-70B-Instruct", "model": "llama-3.1-70b", "gpu": "H100",
+     "tp": 4, "num_prompts": 5000, "req_s": 19.04, "output_tok_s": 3700.64},
+]
+#: the engine settings both commands state (vLLM 0.6.0's defaults for the rest: max_num_seqs
+#: 256, chunked prefill off under 32K context, token budget max(max_model_len, 2048);
+#: gpu_memory_utilization 0.9, which the README's notes say vLLM kept at TP 1 and TP 4)
+SGLANG_ENGINE = {"engine_version": "0.6.0", "entry_point": "serve", "num_scheduler_steps": 10,
+                 "max_model_len": 4096}
+#: the fixed seed of the resample (both figures: the same 5,000 requests, as bench_serving's
+#: seeded ShareGPT sample with the Llama-3.1 tokenizer is the same for both models)
+PUBLISHED_SEED = 0
+#: the rebuild's assumption, stated with every row and in RESULTS.md
+PUBLISHED_ASSUMPTION = (
+    "workload rebuilt, not published: {n:,} (prompt, output) pairs resampled with replacement "
+    "(numpy default_rng({seed})) from the {pool:,} distinct ShareGPT requests of the lambda-a100 "
+    "Llama-3-8B runs (vLLM's ShareGPT sampler, Llama-3 tokenizer; a run that is a prefix of "
+    "a larger one holds the same requests and is counted once); those outputs stop at EOS "
+    "while bench_serving ignores EOS, so the outputs are rescaled (largest-remainder rounding) "
+    "to mean {mean:.2f} tokens = the published output tok/s / req/s: an assumption that "
+    "ShareGPT's completion lengths have the shape of the EOS-stopped ones")
+
 PUBLISHED = [
-    {"what": "SGLang benchmark of vLLM 0.6.0, Llama-3.1-8B-Instruct, 1x A100-80G, 5,000 ShareGPT "
-             "prompts, --num-scheduler-steps 10: 21.27 req/s, 4,132 output tok/s",
-     "source": "sgl-project/sglang benchmark/benchmark_vllm_060/README.md",
-     "status": "not re-simulated: per-request lengths not published (bench_serving's own "
-               "ShareGPT sample); the A100 runs here use vLLM's sampler, whose outputs stop at "
-               "EOS, so they do not rebuild it"},
-    {"what": "SGLang benchmark of vLLM 0.6.0, Llama-3.1-70B-Instruct, 4x H100 TP4: 19.04 req/s, "
-             "3,701 output tok/s", "source": "sgl-project/sglang benchmark/benchmark_vllm_060",
-     "status": "not re-simulated: per-request lengths not published"},
     {"what": "MLPerf Inference v5.1 open, vLLM 0.9.2, Llama-3.1-70B FP8 offline, 8x H100 "
              "TP2 DP4: 22,820 tok/s; 8x H200: 30,893 tok/s", "source": "MLPerf Inference v5.1 results",
      "status": "not re-simulated: the OpenOrca sample's lengths are not in ../shared/fidelity"},
 ]
+
+
+def sharegpt_pool(root: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(prompt, output) lengths of the distinct ShareGPT requests in lambda-a100's Llama-3-8B
+    runs, and the files they come from. vLLM's sampler takes the first N of one seeded shuffle,
+    so a run whose prompt lengths are a prefix of a larger run's holds the same requests: it is
+    left out rather than counted twice."""
+    runs = sorted((r for r in load_lambda_a100(root)
+                   if r.model_id == "meta-llama/Meta-Llama-3-8B-Instruct"),
+                  key=lambda r: -len(r.workload))
+    kept: list[Run] = []
+    for r in runs:
+        p = r.workload.prompt_tokens
+        if not any(np.array_equal(k.workload.prompt_tokens[:len(p)], p) for k in kept):
+            kept.append(r)
+    if not kept:
+        raise FileNotFoundError(f"no Llama-3-8B runs in {root / 'lambda-a100'}")
+    prompt = np.concatenate([k.workload.prompt_tokens for k in kept]).astype(np.int64)
+    output = np.concatenate([k.workload.output_tokens for k in kept]).astype(np.int64)
+    return prompt, output, [Path(k.workload.source).name for k in kept]
+
+
+def rescale_to_total(x: np.ndarray, total: int) -> np.ndarray:
+    """`x` scaled to sum exactly `total`, each entry >= 1 (largest-remainder rounding)."""
+    y = x.astype(float) * (total / float(x.sum()))
+    out = np.maximum(np.floor(y), 1.0).astype(np.int64)
+    short = int(total - out.sum())
+    order = np.argsort(-(y - np.floor(y)), kind="stable")
+    if short > 0:
+        out[order[:short]] += 1
+    while short < 0:  # only where the floor of 1 pushed the sum over: take from the largest
+        order = np.argsort(-out, kind="stable")
+        take = order[out[order] > 1][:-short]
+        if not len(take):
+            raise ValueError(f"a total of {total} cannot give {len(x)} entries >= 1")
+        out[take] -= 1
+        short += len(take)
+    return out
+
+
+def published_workload(root: Path, fig: dict, seed: int = PUBLISHED_SEED) -> Workload:
+    """A published figure's workload rebuilt from its stated length distribution (see
+    PUBLISHED_ASSUMPTION): `num_prompts` ShareGPT requests, every one at t = 0, outputs with
+    the published mean (output tok/s / req/s)."""
+    prompt, output, files = sharegpt_pool(root)
+    n = int(fig["num_prompts"])
+    idx = np.random.default_rng(seed).integers(0, len(prompt), n)
+    mean = fig["output_tok_s"] / fig["req_s"]
+    out = rescale_to_total(output[idx], int(round(n * mean)))
+    what = PUBLISHED_ASSUMPTION.format(n=n, seed=seed, pool=len(prompt), mean=mean)
+    return Workload(prompt_tokens=prompt[idx].copy(), output_tokens=out,
+                    source=f"{root / 'lambda-a100'} ({', '.join(files)}): {what}",
+                    tokenizer="measured (vLLM, Llama-3 tokenizer)",
+                    output_source="measured (vLLM, EOS-stopped), rescaled to the published mean")
+
+
+def published_run(root: Path, fig: dict, gpus: dict) -> Run:
+    """A published figure as a Run: its rebuilt workload on vLLM 0.6.0's defaults under the
+    API server, with the settings its commands state (SGLANG_ENGINE), simulated with the
+    engine profile profile_for(0.6.0, serve, 10) gives."""
+    from tuner.core.engine_defaults import vllm_defaults
+    from tuner.predictors.engine_overhead import profile_for
+
+    e, gpu = SGLANG_ENGINE, gpus[fig["gpu"]]
+    d = vllm_defaults(gpu.name, gpu.memory_gib, e["entry_point"], e["engine_version"],
+                      max_model_len=e["max_model_len"])
+    cfg = ServingConfig(gpu=fig["gpu"], tp=int(fig["tp"]), **d.knobs())
+    n = int(fig["num_prompts"])
+    return Run(name=fig["name"], source=SGLANG_060, gpu=fig["gpu"], model_id=fig["hf_model"],
+               config=cfg, workload=published_workload(root, fig),
+               measured_makespan_s=n / fig["req_s"], measured_kv_blocks=None, timeline=None,
+               moe=False, engine_version=e["engine_version"], suite="published",
+               model=load_models().get(fig["model"]),
+               engine=profile_for(e["engine_version"], e["entry_point"],
+                                  e["num_scheduler_steps"]))
+
+
+def evaluate_published(root: Path, gpus: dict, engine: EngineProfile | None = None) -> list[dict]:
+    """Predicted vs published req/s and output tok/s of every PUBLISHED_RUNS figure (signed
+    error %: predicted / published - 1). `engine`: the V0 profile (default: the run's own,
+    profile_for(0.6.0, serve, 10)). Nothing here is fitted on these figures."""
+    rows = []
+    for fig in PUBLISHED_RUNS:
+        tp = "" if fig["tp"] == 1 else f" --tensor {fig['tp']}"
+        row = {"run": fig["name"], "what": fig["what"], "source": SGLANG_060,
+               "gpu": fig["gpu"], "tp": fig["tp"], "model": fig["hf_model"],
+               "command": SGLANG_SERVER.format(hf=fig["hf_model"], tp=tp) + "; " + SGLANG_CLIENT,
+               "published_req_s": fig["req_s"], "published_output_tok_s": fig["output_tok_s"]}
+        if not (root / "lambda-a100" / "index.csv").is_file():
+            rows.append(row | {"status": "not re-simulated: ../shared/fidelity/lambda-a100 (the "
+                                         "ShareGPT lengths it is rebuilt from) is absent"})
+            continue
+        run = published_run(root, fig, gpus)
+        if run.model is None:
+            rows.append(row | {"status": f"skipped: {fig['model']} is not in the catalog"})
+            continue
+        eng = engine if engine is not None else run.engine
+        res, cm = simulate_run(run, eng, gpus)
+        wl, n = run.workload, len(run.workload)
+        req_s = n / res.makespan_s
+        out_s = float(wl.output_tokens.sum()) / res.makespan_s
+        row.update(
+            status="ok", engine=eng.name if eng is not None else "GPU time only",
+            config=(f"vLLM {run.engine_version}, API server, --num-scheduler-steps "
+                    f"{SGLANG_ENGINE['num_scheduler_steps']}, max_model_len "
+                    f"{SGLANG_ENGINE['max_model_len']}, TP {run.config.tp}, scheduler "
+                    f"{run.config.scheduler}, max_num_seqs {run.config.max_running}, "
+                    f"max_num_batched_tokens {run.config.chunk_size}, gpu_memory_utilization "
+                    f"{run.config.gpu_memory_utilization:g}, every request at t = 0, no start-up"),
+            workload=wl.source.split(": ", 1)[1], num_prompts=n,
+            mean_prompt_tokens=float(wl.prompt_tokens.mean()),
+            mean_output_tokens=float(wl.output_tokens.mean()),
+            predicted_makespan_s=res.makespan_s, published_makespan_s=run.measured_makespan_s,
+            predicted_req_s=req_s, req_s_error_pct=100.0 * (req_s / fig["req_s"] - 1.0),
+            predicted_output_tok_s=out_s,
+            output_tok_s_error_pct=100.0 * (out_s / fig["output_tok_s"] - 1.0),
+            predicted_input_tok_s=float(wl.prompt_tokens.sum()) / res.makespan_s,
+            kv_capacity_blocks=plan_memory(run.model, gpus[run.gpu], run.config).kv_capacity_blocks,
+            preemptions=res.preemptions, provenance=cm.describe(), kind=cm.kind)
+        rows.append(row)
+    return rows
 
 
 def run_model(run: Run) -> ModelSpec | None:
@@ -512,7 +670,8 @@ def main(argv=None) -> int:
         out["leave_one_out"] = loo
     rows = evaluate(runs + v0_runs + other, {"llmservingsim": engine, "lambda-a100": v0_engine},
                     gpus)
-    out.update(runs=rows, summary=summarise(rows), published=PUBLISHED,
+    published = evaluate_published(a.data, gpus, v0_engine)
+    out.update(runs=rows, summary=summarise(rows), published=published + PUBLISHED,
                startup=STARTUP_NOTE)
     if a.write_summary:
         from tuner.predictors.aic import FIDELITY_FILE
@@ -585,7 +744,27 @@ def main(argv=None) -> int:
             print(f"  {g:<14} runs {v['runs']}  leave-one-out median |error| "
                   f"{v['median_abs_pct']:.1f} %  worst {v['worst_abs_pct']:.1f} %")
     print(f"\nstart-up: {STARTUP_NOTE}")
-    print("\npublished figures:")
+    print("\npublished figures (rebuilt workloads, never fitted on):")
+    print(f"  {'run':<44} {'req/s pub':>9} {'pred':>7} {'error':>7}  {'out tok/s pub':>13} "
+          f"{'pred':>7} {'error':>7}")
+    for p in published:
+        if p["status"] != "ok":
+            print(f"  {p['run']:<44} {p['published_req_s']:9.2f} {'':>7} {'':>7}  "
+                  f"{p['published_output_tok_s']:13.2f}  {p['status']}")
+            continue
+        print(f"  {p['run']:<44} {p['published_req_s']:9.2f} {p['predicted_req_s']:7.2f} "
+              f"{p['req_s_error_pct']:+6.1f}%  {p['published_output_tok_s']:13.2f} "
+              f"{p['predicted_output_tok_s']:7.0f} {p['output_tok_s_error_pct']:+6.1f}%")
+    for p in published:
+        print(f"  {p['run']}: {p['what']} [{p['source']}]; {p['command']}")
+        if p["status"] == "ok":
+            print(f"    {p['config']}; engine {p['engine']}; {p['num_prompts']:,} requests, mean "
+                  f"prompt {p['mean_prompt_tokens']:.1f}, mean output {p['mean_output_tokens']:.2f}"
+                  f" tokens; makespan {p['predicted_makespan_s']:.1f} s predicted, "
+                  f"{p['published_makespan_s']:.1f} s published (prompts / req/s); "
+                  f"{p['preemptions']} preemptions")
+            print(f"    {p['workload']}")
+            print(f"    cost model: {p['provenance']}")
     for p in PUBLISHED:
         print(f"  {p['what']} [{p['source']}] -- {p['status']}")
     return 0

@@ -121,11 +121,23 @@ class MeasuredTableCostModel:
     log_moe_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
     log_a2a_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0))
     log_a2a_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # MLA (DeepSeek): the layer's whole attention block from the measured module tables,
+    # projections included (log_linear_s then holds none of them): decode in log_gen_* (by
+    # batch and KV length), prefill by (chunks, chunk length) in log_mla_ctx_*, attention to
+    # a chunk's earlier context at mla_pair_s per query-key pair; empty for a GQA model
+    log_mla_ctx_b: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    log_mla_ctx_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    log_mla_ctx_t: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    mla_pair_s: float = 0.0
+    sparse_topk: int = 0  # DeepSeek sparse attention: query-key pairs per token at most
     name: str = "measured kernel tables"
     _cache: dict = field(default_factory=dict, repr=False, init=False, compare=False)
 
     def __post_init__(self):
         # derived lookup structures (pure functions of the fields above)
+        if len(self.log_mla_ctx_b):
+            self._cache["mla_ctx"] = UniformLogGrid.from_grid(
+                self.log_mla_ctx_b, self.log_mla_ctx_s, self.log_mla_ctx_t)
         self._cache["gen"] = UniformLogGrid.from_grid(self.log_gen_b, self.log_gen_s, self.log_gen_t)
         self._cache["tokens"] = IntTable.from_curve(*self._combined_token_curve())
         self._cache["head"] = IntTable.from_curve(self.log_m, self.log_head_s)
@@ -172,7 +184,10 @@ class MeasuredTableCostModel:
         Hr, Kr = max(1, H // tp), max(1, K // tp)  # KV heads replicate when fewer than tp
         moe = MoEShape.of(model)
         L = model.num_layers
-        attn_shapes = [((Hr + 2 * Kr) * d, h), (h, Hr * d)]
+        mla = _mla_fields(model, tables, tp, weight_bits, kv_bits) \
+            if getattr(model, "is_mla", False) else None
+        # an MLA model's attention projections are priced inside its module tables
+        attn_shapes = [] if mla else [((Hr + 2 * Kr) * d, h), (h, Hr * d)]
         ffn_shapes = [(2 * inter // tp, h), (h, inter // tp)]
         m = tables.gemm_m_grid(dtype)
 
@@ -200,9 +215,14 @@ class MeasuredTableCostModel:
         hm = tables.gemm_m_grid("bf16")
         head = np.exp(np.interp(np.log(m), np.log(hm), np.log(head)))
         kv_fp8 = kv_bits == 8 and tables.has_attention(kv_fp8=True)
-        pairs, ctx = tables.context_attention(Hr, Kr, d, kv_fp8)
-        b, s, gen = tables.generation_attention(Hr, Kr, d, kv_fp8)
-        if kv_bits < 16 and not kv_fp8:
+        if mla:
+            pairs, ctx = np.array([1.0, 2.0]), np.array([1e-9, 2e-9])  # unused: the module's
+            b, s, gen = mla.pop("gen")
+            notes.append(mla.pop("note"))
+        else:
+            pairs, ctx = tables.context_attention(Hr, Kr, d, kv_fp8)
+            b, s, gen = tables.generation_attention(Hr, Kr, d, kv_fp8)
+        if kv_bits < 16 and not kv_fp8 and not mla:
             # decode attention reads the KV cache: memory-bound, in proportion to its bytes
             gen = gen * (kv_bits / 16.0)
             notes.append(f"KV{kv_bits} decode attention estimated from measured BF16 by bytes")
@@ -215,8 +235,14 @@ class MeasuredTableCostModel:
         moe_fields = {}
         if moe is not None:
             par = MoEParallel(tp, dp, expert_parallel)
+            # the table's FP8 experts are per-tensor FP8: a block-quantized checkpoint
+            # (DeepSeek's 128x128 blocks) runs vLLM's block-FP8 kernels, not those
+            block = "blocks" in getattr(model, "checkpoint_quantization", "")
             moe_fields, moe_notes, moe_width = _moe_curves(moe, par, tables, gpu, weight_bits,
-                                                            fp8)
+                                                            fp8 and not block)
+            if fp8 and block:
+                moe_notes.append("the table's FP8 experts are per-tensor FP8, not the "
+                                 "checkpoint's block-FP8 kernels: priced as above")
             notes.extend(moe_notes)
             ffn_width = (moe.dense_layers * ffn_width + moe.moe_layers * moe_width) / L
         ew_bytes = 2.0 * (2 * 4 * h + 2 * (Hr + Kr) * d + ffn_width)
@@ -236,7 +262,7 @@ class MeasuredTableCostModel:
                    elementwise_s_per_token=ew, tp=tp,
                    source_note=prov, kind="tables" if tables.measured else "transferred",
                    engine=engine, transfer_error=transfer_error,
-                   fidelity=fidelity_summary().get(gpu.name), **moe_fields)
+                   fidelity=fidelity_summary().get(gpu.name), **moe_fields, **(mla or {}))
 
     # ---- pricing -------------------------------------------------------------------------
     def gpu_breakdown(self, f: BatchFeatures) -> dict[str, np.ndarray]:
@@ -245,8 +271,11 @@ class MeasuredTableCostModel:
         tokens = f.prefill_tokens + f.decodes
         linear = loglog_curve(tokens, self.log_m, self.log_linear_s)
         head = loglog_curve(f.seqs_sampled, self.log_m, self.log_head_s)
-        pairs = f.prefill_ctx + 0.5 * (f.prefill_sq + f.prefill_tokens)
-        ctx = loglog_curve(pairs, self.log_pairs, self.log_ctx_s)
+        if "mla_ctx" in self._cache:
+            ctx = self._mla_prefill_s(f)
+        else:
+            pairs = f.prefill_ctx + 0.5 * (f.prefill_sq + f.prefill_tokens)
+            ctx = loglog_curve(pairs, self.log_pairs, self.log_ctx_s)
         gen = self._gen.time_s(f.decodes, f.decode_kv)
         if self.tp > 1:
             allreduce = 2.0 * L * loglog_curve(tokens, self.log_ar_tokens, self.log_ar_s)
@@ -267,6 +296,18 @@ class MeasuredTableCostModel:
     def _gen(self) -> UniformLogGrid:
         return self._cache["gen"]
 
+    def _mla_prefill_s(self, f: BatchFeatures) -> np.ndarray:
+        """One layer's MLA block over the step's prefill chunks: the module table at (chunks,
+        mean chunk length), chunks = tokens^2 / sum of squares (exact for equal chunks), plus
+        attention to the chunks' earlier context (under sparse attention at most top-k pairs
+        per token) at the table's per-pair time."""
+        tokens = f.prefill_tokens
+        chunks = np.where(tokens > 0, tokens * tokens / np.maximum(f.prefill_sq, 1.0), 0.0)
+        before = f.prefill_ctx
+        if self.sparse_topk:
+            before = np.minimum(before, tokens * self.sparse_topk)
+        return self._cache["mla_ctx"].time_s(chunks, tokens) + self.mla_pair_s * before
+
 
     def gpu_time_s(self, f: BatchFeatures) -> np.ndarray:
         """Sum of gpu_breakdown, fast: everything that depends on the step's token count alone
@@ -276,7 +317,9 @@ class MeasuredTableCostModel:
         t = c["tokens"].time_s(f.prefill_tokens + f.decodes)
         t += c["head"].time_s(f.seqs_sampled)
         pf = np.flatnonzero(f.prefill_tokens > 0)
-        if pf.size:
+        if pf.size and "mla_ctx" in c:
+            t += self.num_layers * self._mla_prefill_s(f)
+        elif pf.size:
             pairs = f.prefill_ctx[pf] + 0.5 * (f.prefill_sq[pf] + f.prefill_tokens[pf])
             t[pf] += self.num_layers * c["ctx"].time_s(pairs)
         t += self.num_layers * c["gen"].time_s(f.decodes, f.decode_kv)
@@ -336,6 +379,43 @@ class MeasuredTableCostModel:
 
     def decode_attention_layer_s(self, f: BatchFeatures) -> np.ndarray:
         return self.gpu_breakdown(f)["attention_decode"] / self.num_layers
+
+
+def _mla_fields(model, tables: KernelTables, tp: int, weight_bits: int, kv_bits: int) -> dict:
+    """The MLA fields of MeasuredTableCostModel from the GPU's measured module tables (DeepSeek
+    sparse attention's "dsa" tables for a model with an indexer, else "mla"), plus "gen" (the
+    decode grid) and "note" (provenance); ValueError where the tables do not cover the model
+    (a GPU without them, a transferred table, 4-bit weights or KV): the roofline prices it."""
+    kind = "dsa" if getattr(model, "index_topk", 0) else "mla"
+    if weight_bits not in (16, 8) or kv_bits not in (16, 8):
+        raise ValueError(f"no {kind} module table at {weight_bits}-bit weights / {kv_bits}-bit KV")
+    kv_fp8, gemm_fp8 = kv_bits == 8, weight_bits == 8
+    if not tables.has_mla(kind, kv_fp8, gemm_fp8):
+        raise ValueError(f"{tables.gpu}: no measured {kind} module table")
+    heads = max(1, model.num_heads // tp)
+    gb, gs, gt, exact_g = tables.mla_module(kind, "gen", heads, kv_fp8, gemm_fp8)
+    cb, cs, ct, exact_c = tables.mla_module(kind, "ctx", heads, kv_fp8, gemm_fp8)
+    # attention to earlier context: the per-pair time of the prefill grid, fitted as
+    # t = a + b * tokens + c * pairs over its cells of >= 512 tokens (relative error weights)
+    B, S = np.meshgrid(cb, cs, indexing="ij")
+    tokens, pairs, t = (B * S).ravel(), (B * S * (S + 1) / 2.0).ravel(), ct.ravel()
+    big = tokens >= 512
+    X = np.column_stack([np.ones(big.sum()), tokens[big], pairs[big]]) / t[big, None]
+    coef = np.linalg.lstsq(X, np.ones(big.sum()), rcond=None)[0] if big.sum() >= 3 \
+        else np.zeros(3)
+    info = tables.modules.get(kind, {})
+    back = info.get("backends", {}).get("fp8" if kv_fp8 else "bf16", {})
+    label = "DeepSeek sparse attention (indexer included)" if kind == "dsa" else "MLA"
+    note = (f"{label} attention block (projections included) from AIConfigurator's measured "
+            f"vLLM {info.get('version', '?')} module tables: {back.get('generation', '?')} "
+            f"decode, {back.get('context', '?')} prefill, {'FP8' if kv_fp8 else 'BF16'} KV, "
+            f"{'FP8-block' if gemm_fp8 else 'BF16'} projections")
+    if not (exact_g and exact_c):
+        note += f" ({heads} local heads scaled from the nearest measured count)"
+    return {"gen": (gb, gs, gt), "note": note,
+            "log_mla_ctx_b": np.log(cb), "log_mla_ctx_s": np.log(cs), "log_mla_ctx_t": np.log(ct),
+            "mla_pair_s": float(max(coef[2], 0.0)),
+            "sparse_topk": int(getattr(model, "index_topk", 0))}
 
 
 def _moe_curves(moe: MoEShape, par: MoEParallel, tables: KernelTables, gpu, weight_bits: int,
@@ -517,8 +597,6 @@ def table_cost_model(model, gpu, *, tp: int = 1, weight_bits: int = 16, kv_bits:
     src = None if gpu.name in MEASURED else transfer_source(gpu)
     if gpu.name not in MEASURED and src is None:
         return None
-    if getattr(model, "is_mla", False):
-        return None  # the converted tables hold GQA attention shapes, not MLA's (roofline)
     # a search asks for the same (model, GPU, config) many times: build once (~50 ms)
     moe = MoEShape.of(model) is not None
     key = (_shape_key(model), _gpu_key(gpu), tp, weight_bits, kv_bits, engine_version, engine,
@@ -552,7 +630,8 @@ def _shape_key(model) -> tuple:
     return tuple(getattr(model, k, None) for k in (
         "num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
         "intermediate_size", "vocab_size", "num_experts", "experts_per_token",
-        "moe_intermediate_size", "shared_expert_intermediate_size", "first_k_dense_layers"))
+        "moe_intermediate_size", "shared_expert_intermediate_size", "first_k_dense_layers",
+        "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim", "index_topk"))
 
 
 def _gpu_key(gpu) -> tuple:

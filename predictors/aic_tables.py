@@ -72,6 +72,9 @@ class KernelTables:
     # transfer: None for measured tables; else (source catalog GPU, scale functions' specs)
     transfer: dict | None = None
     moe_version: str = ""  # vLLM version of the fused-MoE table ("" = none)
+    # "mla" / "dsa" module tables: {kind: {"version": vLLM version, "backends": {kv dtype:
+    # {phase: attention backend}}}} (scripts/convert_aic_tables.py's manifest)
+    modules: dict = field(default_factory=dict)
 
     @property
     def measured(self) -> bool:
@@ -162,6 +165,38 @@ class KernelTables:
             flops = 4.0 * heads * head_dim * bb * ss
             t = t * roof_ratio(self.transfer, flops, byts, "bf16")
         return b, s, t
+
+    # -- MLA / DeepSeek sparse attention modules ---------------------------------------------
+    def has_mla(self, kind: str, kv_fp8: bool, gemm_fp8: bool) -> bool:
+        """Whether measured `kind` ("mla" | "dsa") module tables cover this KV and weight
+        precision in both phases (a transferred table carries none: their kernels differ by
+        architecture, so no spec-sheet ratio moves them)."""
+        if self.transfer:
+            return False
+        want = (1.0 if kv_fp8 else 0.0, 1.0 if gemm_fp8 else 0.0)
+        for phase in ("ctx", "gen"):
+            a = self.arrays.get(f"{kind}_{phase}")
+            if a is None or not ((a[:, 0] == want[0]) & (a[:, 1] == want[1])).any():
+                return False
+        return True
+
+    def mla_module(self, kind: str, phase: str, heads: int, kv_fp8: bool, gemm_fp8: bool):
+        """(batch grid, length grid, seconds[batch, length], exact) of one layer's whole MLA
+        attention block on one rank with `heads` local heads: phase "ctx" is a prefill of
+        batch x isl tokens, "gen" one decode step of batch requests at a KV length; missing
+        cells filled log-log (length axis, then batch). Heads the table lacks are scaled from
+        the nearest measured count in proportion (exact False)."""
+        a = self.arrays[f"{kind}_{phase}"]
+        a = a[(a[:, 0] == (1.0 if kv_fp8 else 0.0)) & (a[:, 1] == (1.0 if gemm_fp8 else 0.0))]
+        measured = np.unique(a[:, 2])
+        h = measured[int(np.argmin(np.abs(np.log(measured / heads))))]
+        rows = a[a[:, 2] == h]
+        b, s = np.unique(rows[:, 3]), np.unique(rows[:, 4])
+        g = np.full((len(b), len(s)), np.nan)
+        g[np.searchsorted(b, rows[:, 3]), np.searchsorted(s, rows[:, 4])] = np.log(rows[:, 5] * 1e-3)
+        g = fill_loglog(np.log(s), g, axis=1)
+        g = fill_loglog(np.log(b), g, axis=0)
+        return b, s, np.exp(g) * (heads / h), bool(h == heads)
 
     # -- all-reduce ------------------------------------------------------------------------
     def allreduce(self, num_gpus: int, graph: bool, engine_version: str | None = None):
@@ -289,4 +324,7 @@ def _load_tables(path: str, system: str, gpu_name: str) -> KernelTables:
             arrays[f"gemm_{dt}_loglat"] = logl
     return KernelTables(gpu=gpu_name, device=info["device"], gemm_version=info["gemm_version"],
                         attention_version=info["attention_version"], arrays=arrays,
-                        moe_version=info.get("moe_version", ""))
+                        moe_version=info.get("moe_version", ""),
+                        modules={k: {"version": info[f"{k}_version"],
+                                     "backends": info.get(f"{k}_backends", {})}
+                                 for k in ("mla", "dsa") if f"{k}_version" in info})

@@ -67,6 +67,12 @@ class RooflineCostModel:
     attention_params: float = 0.0  # Q, K, V, O weights of one layer (0: from the GQA shape)
     # KV bytes one token holds in one layer on one rank (0: from the GQA shape; MLA: a latent)
     kv_bytes_per_token: float = 0.0
+    # DeepSeek sparse attention (0 = dense): attention reads at most sparse_topk cached tokens
+    # per query, after an FP8 indexer of index_flops_per_pair FLOPs per query-key pair has
+    # read every cached key (index_bytes_per_token of the per-token KV bytes above)
+    sparse_topk: int = 0
+    index_bytes_per_token: float = 0.0
+    index_flops_per_pair: float = 0.0
     dp: int = 1
     expert_parallel: bool = False
     name: str = "roofline"
@@ -92,6 +98,7 @@ class RooflineCostModel:
             kv_bits=kv_bits,
             name=f"roofline from {gpu.name} spec sheet (not measured)",
             kv_bytes_per_token=_kv_bytes_per_token(model, kv_bits, tp),
+            **_sparse_fields(model),
             **_moe_fields(model),
             **overrides,
         )
@@ -195,11 +202,17 @@ class RooflineCostModel:
         # norms, SiLU*mul, rotary, residual adds: pure memory traffic (FFN width: layer mean)
         elementwise = tokens * 2.0 * (8 * self.hidden_size + ffn_width / L) / self._bw
         heads = self.num_heads / self.tp
-        attn_flops_p = 4.0 * heads * self.head_dim * (f.prefill_ctx + 0.5 * f.prefill_sq)
+        pairs, read = f.prefill_ctx + 0.5 * f.prefill_sq, f.decode_kv
+        if self.sparse_topk:  # each query attends to its top-k: at most k pairs per token
+            pairs = np.minimum(pairs, f.prefill_tokens * self.sparse_topk)
+            read = np.minimum(read, f.decodes * self.sparse_topk)
+        idx_b, idx_f = self.index_bytes_per_token, self.index_flops_per_pair
+        attn_flops_p = (4.0 * heads * self.head_dim * pairs
+                        + idx_f * (f.prefill_ctx + 0.5 * f.prefill_sq))
         attn_prefill = attn_flops_p / (self.peak_flops * self.attention_efficiency)
         kvb = self.kv_bytes_per_token_per_layer
-        attn_decode = np.maximum(f.decode_kv * kvb / self._bw,
-                                 4.0 * heads * self.head_dim * f.decode_kv
+        attn_decode = np.maximum((read * (kvb - idx_b) + f.decode_kv * idx_b) / self._bw,
+                                 (4.0 * heads * self.head_dim * read + idx_f * f.decode_kv)
                                  / (self.peak_flops * self.attention_efficiency))
         if self.tp > 1:
             msg = tokens * self.hidden_size * 2.0
@@ -250,6 +263,15 @@ class RooflineCostModel:
     def decode_attention_layer_s(self, f: BatchFeatures) -> np.ndarray:
         """Seconds of ONE layer's decode attention per iteration (what CPU attention replaces)."""
         return self.breakdown(f)["attention_decode"] / self.num_layers
+
+
+def _sparse_fields(model) -> dict:
+    """RooflineCostModel's sparse-attention fields for a tuner ModelSpec ({} when dense)."""
+    if not getattr(model, "index_topk", 0):
+        return {}
+    return {"sparse_topk": model.index_topk,
+            "index_bytes_per_token": model.index_bytes_per_token_per_layer,
+            "index_flops_per_pair": 2.0 * model.index_n_heads * model.index_head_dim}
 
 
 def _kv_bytes_per_token(model, kv_bits: int, tp: int) -> float:

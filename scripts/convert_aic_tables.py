@@ -33,6 +33,11 @@ What is kept (vLLM framework tables only, newest version of each op per GPU):
               latency is one GPU's kernel time for its num_experts / moe_ep experts at
               moe_inter / moe_tp (AIConfigurator's collector, collector/vllm/collect_moe.py);
               distribution codes in MOE_DISTRIBUTIONS
+  mla_ctx, mla_gen  MLA attention module (DeepSeek-V3: the layer's whole attention block,
+              projections included), prefill by (batch, isl) and decode by (batch, KV length):
+              rows of (kv_fp8, gemm_fp8, num_heads, batch, isl | step, latency_ms), the
+              backend per KV dtype in the manifest (_mla_module)
+  dsa_ctx, dsa_gen  the same for DeepSeek sparse attention (DeepSeek-V3.2, indexer included)
 """
 
 from __future__ import annotations
@@ -147,6 +152,44 @@ def _attn(df, pos_col: str) -> np.ndarray:
     return np.concatenate(parts).astype(np.float64) if parts else np.zeros((0, 7))
 
 
+def _pick_source(rows_by_source: dict[str, tuple]) -> str | None:
+    """The kernel source (vLLM attention backend) a table is read for: the one with the
+    largest (coverage, rows) key (ties: alphabetical); None when no source has rows."""
+    if not rows_by_source:
+        return None
+    return max(sorted(rows_by_source), key=lambda k: rows_by_source[k])
+
+
+def _mla_module(ctx, gen) -> tuple[np.ndarray, np.ndarray, dict]:
+    """AIConfigurator's vLLM MLA (or DeepSeek sparse attention) module tables: the whole
+    attention block of one layer (q/kv down- and up-projections, rope, the attention kernel,
+    o_proj) per rank, by local heads. Per KV dtype: for decode the backend with the most rows;
+    for prefill the one measured to the longest prompt (vLLM's MLA backends prefill through
+    FlashAttention's varlen kernel; their own context rows stop at short prompts), then the
+    most rows. Rows of (kv_fp8, gemm_fp8, num_heads, batch, isl | step, latency_ms),
+    duplicates reduced to their median; and {kv dtype: {phase: backend}}."""
+    out_ctx, out_gen, picked = [], [], {}
+    for fp8, kv in ((0, "bfloat16"), (1, "fp8")):
+        g = gen[(gen["kv_cache_dtype"] == kv) & gen["gemm_type"].isin(["bfloat16", "fp8_block"])]
+        c = ctx[(ctx["kv_cache_dtype"] == kv) & ctx["gemm_type"].isin(["bfloat16", "fp8_block"])
+                & (ctx["step"] == 0)]
+        gsrc = _pick_source({k: (len(v),) for k, v in g.groupby("kernel_source")})
+        csrc = _pick_source({k: (v["isl"].max(), len(v)) for k, v in c.groupby("kernel_source")})
+        if gsrc is None or csrc is None:
+            continue
+        picked["fp8" if fp8 else "bf16"] = {"context": csrc, "generation": gsrc}
+        for d, src, pos, dest in ((c, csrc, "isl", out_ctx), (g, gsrc, "step", out_gen)):
+            d = d[d["kernel_source"] == src]
+            d = d.groupby(["gemm_type", "num_heads", "batch_size", pos],
+                          as_index=False)["latency"].median()
+            dest.append(np.column_stack([np.full(len(d), fp8),
+                                         (d["gemm_type"] == "fp8_block").astype(float),
+                                         d["num_heads"], d["batch_size"], d[pos], d["latency"]]))
+    cat = lambda parts: (np.concatenate(parts).astype(np.float64) if parts  # noqa: E731
+                         else np.zeros((0, 6)))
+    return cat(out_ctx), cat(out_gen), picked
+
+
 def _moe(df) -> np.ndarray:
     """The fused-MoE rows kept (see the module docstring), duplicates reduced to their median."""
     d = df[df["moe_dtype"].isin(list(MOE_DTYPES)) & df["distribution"].isin(list(MOE_DISTRIBUTIONS))]
@@ -243,6 +286,18 @@ def convert(wheel: Path, out: Path) -> dict:
         if mv:
             info["moe_version"] = mv[-1]
             info["moe_rows"] = int(len(arrays["moe"]))
+        # MLA (DeepSeek-V3) and DeepSeek sparse attention (V3.2) module tables
+        for kind, op, pre in (("mla", "mla", "mla"), ("dsa", "sparse_attention", "dsa")):
+            v = versions(sysname, op, f"{pre}_generation_module_perf.parquet")
+            if not v:
+                continue
+            base = f"{root}{sysname}/{op}/vllm/{v[-1]}/{pre}"
+            mctx, mgen, picked = _mla_module(read(f"{base}_context_module_perf.parquet"),
+                                             read(f"{base}_generation_module_perf.parquet"))
+            if len(mctx) and len(mgen):
+                arrays[f"{kind}_ctx"], arrays[f"{kind}_gen"] = mctx, mgen
+                info[f"{kind}_version"] = v[-1]
+                info[f"{kind}_backends"] = picked
         np.savez_compressed(out / f"{sysname}.npz", **arrays)
         manifest["gpus"][sysname] = info
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")

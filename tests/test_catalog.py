@@ -34,6 +34,8 @@ SHIPPED_MODELS = {
     "gpt-oss-120b", "deepseek-v3",
     # the models of the public vLLM benchmark runs (issue #24; counts in test_models_catalog)
     "llama-3.1-405b", "mistral-large-2407", "mixtral-8x22b",
+    # DeepSeek sparse attention (issue #24 item 3)
+    "deepseek-v3.2",
 }
 
 

@@ -103,7 +103,8 @@ def test_resolver_walks_the_sources_in_order_and_keeps_each_reason(monkeypatch):
 
 def test_default_registry_without_a_profile():
     """Measured tables on a measured GPU, transferred tables on another of its architecture,
-    the roofline where no table applies (MLA) or --profile-mode roofline asks for it."""
+    the roofline where no table applies (MLA on a GPU without AIConfigurator's MLA tables) or
+    --profile-mode roofline asks for it."""
     h100 = resolve(LLAMA, GPUS["H100"], ServingConfig(gpu="H100"), calibrated=False)
     assert h100.source == "tables" and h100.cost_model.provenance.kind == "tables"
     assert [s for s, _ in h100.declined] == ["profile"]
@@ -111,11 +112,11 @@ def test_default_registry_without_a_profile():
     assert a40.source == "transfer" and a40.cost_model.provenance.kind == "transferred"
     assert [s for s, _ in a40.declined] == ["profile", "tables"]
     assert "A40 has no measured kernel tables of its own" in a40.declined[1][1]
-    mla = resolve(get_model("deepseek-v3"), GPUS["H200"],
-                  ServingConfig(gpu="H200", tp=8, weight_bits=8), calibrated=False)
+    mla = resolve(get_model("deepseek-v3"), GPUS["A100-80G"],
+                  ServingConfig(gpu="A100-80G", tp=8, weight_bits=8), calibrated=False)
     assert mla.source == "roofline" and [s for s, _ in mla.declined] == [
         "profile", "tables", "transfer"]
-    assert str(mla.cost_model.provenance) == "roofline from H200 spec sheet (not measured)"
+    assert str(mla.cost_model.provenance) == "roofline from A100-80G spec sheet (not measured)"
     rf = resolve(LLAMA, GPUS["H100"], ServingConfig(gpu="H100"), mode="roofline",
                  calibrated=False)
     assert rf.source == "roofline" and rf.declined == ()  # nothing else consulted

@@ -86,12 +86,13 @@ def test_simulate_without_knobs_uses_vllm_defaults(tmp_path):
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert (d["config"]["chunk_size"], d["config"]["max_running"]) == (16384, 1024)
-    assert d["defaulted"] == ["chunk_size", "max_running", "scheduler"]
+    assert d["defaulted"] == ["chunk_size", "max_running", "scheduler", "weight_bits",
+                              "block_size"]
     r = runner.invoke(app, ["simulate", "-w", str(wl), "-m", "llama-3-8b", "-g", "H100",
                             "--entry-point", "serve", "--max-num-seqs", "64", "--json"])
     d = json.loads(r.stdout)
     assert (d["config"]["chunk_size"], d["config"]["max_running"]) == (8192, 64)
-    assert d["defaulted"] == ["chunk_size", "scheduler"]
+    assert d["defaulted"] == ["chunk_size", "scheduler", "weight_bits", "block_size"]
     r = runner.invoke(app, ["simulate", "-w", str(wl), "-m", "llama-3-8b", "-g", "A10",
                             "--chunk-size", "512", "--json"])
     d = json.loads(r.stdout)

@@ -206,6 +206,47 @@ def test_a100_runs_through_the_cli_as_a_user_checks_one():
     assert d["makespan_s"] == pytest.approx(60.68, rel=0.05)
 
 
+def test_rescale_to_total_hits_the_total_and_keeps_every_output():
+    x = np.array([1, 1, 3, 10, 200, 7])
+    for total in (6, 50, 223, 1000):
+        y = fidelity.rescale_to_total(x, total)
+        assert y.sum() == total and y.min() >= 1
+
+
+@needs_a100
+def test_published_figures_are_rebuilt_from_their_stated_lengths_and_predicted():
+    """SGLang's benchmark of vLLM 0.6.0 (5,000 ShareGPT prompts, offline): the rebuilt
+    workload has the stated size and the published mean output (output tok/s / req/s), is the
+    same on every call, and each figure gets a finite prediction under the commands' settings
+    (not fitted on: no bound on the error here)."""
+    prompt, output, files = fidelity.sharegpt_pool(DATA)
+    assert files == ["A100-80G_llama-3-8b_tp1_len2000_n1280.csv"] and len(prompt) == 1280
+    assert [(f["req_s"], f["output_tok_s"]) for f in fidelity.PUBLISHED_RUNS] == [
+        (21.27, 4132.37), (19.04, 3700.64)]  # the README's offline table
+    for fig in fidelity.PUBLISHED_RUNS:
+        wl = fidelity.published_workload(DATA, fig)
+        assert len(wl) == fig["num_prompts"] == 5000 and wl.arrival_s is None
+        assert wl.output_tokens.mean() == pytest.approx(fig["output_tok_s"] / fig["req_s"],
+                                                        abs=0.5 / len(wl))
+        assert wl.output_tokens.min() >= 1 and np.isin(wl.prompt_tokens, prompt).all()
+        again = fidelity.published_workload(DATA, fig)
+        np.testing.assert_array_equal(wl.prompt_tokens, again.prompt_tokens)
+        np.testing.assert_array_equal(wl.output_tokens, again.output_tokens)
+        assert "rescaled" in wl.source and "assumption" in wl.source
+    rows = fidelity.evaluate_published(DATA, load_gpus())
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    for r in rows:
+        assert r["engine"] == "vllm-v0-multistep" and r["preemptions"] == 0
+        assert "max_num_seqs 256" in r["config"] and "max_num_batched_tokens 4096" in r["config"]
+        assert "gpu_memory_utilization 0.9," in r["config"]
+        for k in ("predicted_req_s", "predicted_output_tok_s", "req_s_error_pct",
+                  "output_tok_s_error_pct"):
+            assert np.isfinite(r[k])
+        assert r["predicted_req_s"] > 0
+        # the same total output as published: both errors are the makespan's
+        assert r["output_tok_s_error_pct"] == pytest.approx(r["req_s_error_pct"], abs=0.01)
+
+
 def test_a_folder_in_the_run_index_form_is_read_like_the_a100_runs(tmp_path):
     """Another source's runs laid out as lambda-a100 (an index.csv and one lengths CSV per run)
     are read and simulated with the engine profile of their version and scheduler steps; an

@@ -84,6 +84,9 @@ PUBLISHED_TOTALS = [
     # the HF repo's 685B adds the 14B multi-token-prediction module, which vLLM only loads for
     # speculative decoding and the catalog leaves out (num_nextn_predict_layers)
     ("deepseek-v3", 671e9, "DeepSeek-V3 tech report §1 (main model, without MTP)"),
+    # 685B on its model card with DeepSeek-V3's 14B multi-token-prediction module; tuner does
+    # not count the sparse-attention indexer's weights (~0.9B, 0.13 %)
+    ("deepseek-v3.2", 671e9, "DeepSeek-V3.2 model card, less the 14B MTP module"),
     # existing entries keep their numbers
     ("llama-3-8b", 8.03e9, "Meta Llama 3 model card"),
     ("llama-3-70b", 70.6e9, "Meta Llama 3 model card"),
@@ -97,6 +100,7 @@ PUBLISHED_ACTIVE = [
     ("qwen3-30b-a3b", 3.3e9, "Qwen3-30B-A3B model card: 3.3B activated"),
     ("qwen3-235b-a22b", 22e9, "Qwen3-235B-A22B model card: 22B activated"),
     ("deepseek-v3", 37e9, "DeepSeek-V3 tech report §1: 37B activated"),
+    ("deepseek-v3.2", 37e9, "DeepSeek-V3.2: DeepSeek-V3's 37B activated, plus the indexer"),
 ]
 
 # OpenAI's "Active Parameters" (model card Table 1) leave the input embedding out (it counts
@@ -112,7 +116,7 @@ NEW_FAMILIES = {
     "qwen3-32b", "qwen3-30b-a3b", "qwen3-30b-a3b-instruct-2507", "qwen3-235b-a22b",
     "mixtral-8x7b", "mistral-nemo-12b", "gemma-3-4b", "gemma-3-12b", "gemma-3-27b", "phi-4",
     "gpt-oss-20b", "gpt-oss-120b", "deepseek-v3", "llama-3.1-405b", "mistral-large-2407",
-    "mixtral-8x22b",
+    "mixtral-8x22b", "deepseek-v3.2",
 }
 
 

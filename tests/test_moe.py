@@ -266,20 +266,41 @@ def test_sglang_export_round_trips_expert_parallel(tp, dp, ep):
     assert parse_export("sglang", text) == cfg
 
 
-def test_mla_model_is_priced_by_the_roofline_with_its_latent_kv():
-    """The measured tables hold grouped-query attention shapes only: an MLA model (DeepSeek)
-    falls back to the roofline, whose KV per token is the memory plan's latent."""
+def test_mla_model_is_priced_from_the_mla_module_tables_else_the_roofline():
+    """DeepSeek's attention block comes from AIConfigurator's measured vLLM MLA module tables
+    (projections included, so the GEMM curve holds none of them) where the GPU has them; a GPU
+    without them (A100: no vLLM MLA table) falls back to the roofline, whose KV per token is the
+    memory plan's latent."""
+    import numpy as np
+
     from tuner.core.catalog import get_model, load_gpus
     from tuner.core.config import ServingConfig
     from tuner.core.memory import kv_bytes_per_token_per_layer_rank
     from tuner.predictors.aic import table_cost_model
+    from tuner.predictors.features import BatchFeatures
     from tuner.predictors.roofline import RooflineCostModel
 
-    d, h200 = get_model("deepseek-v3"), load_gpus()["H200"]
-    assert table_cost_model(d, h200, tp=8, weight_bits=8) is None
-    cm = resolve_cost_model(d, h200, ServingConfig(gpu="H200", tp=8, weight_bits=8))
-    assert isinstance(cm, RooflineCostModel) and "not measured" in str(cm.provenance)
-    assert cm.kv_bytes_per_token_per_layer == kv_bytes_per_token_per_layer_rank(d, 16, 8) == 1152
+    d, gpus = get_model("deepseek-v3"), load_gpus()
+    cm = table_cost_model(d, gpus["H200"], tp=8, weight_bits=8, engine=None)
+    assert cm is not None and "MLA attention block" in cm.describe()
+    assert "FLASH_ATTN_MLA decode" in cm.describe()  # the BF16-KV decode backend on Hopper
+    assert "FLASHMLA decode" in table_cost_model(d, gpus["H200"], tp=8, weight_bits=8,
+                                                 kv_bits=8, engine=None).describe()
+    # decode grows with the KV read; prefill with the chunk; both priced per layer
+    f = BatchFeatures(prefill_tokens=np.array([0.0, 0.0, 2048.0]),
+                      prefill_sq=np.array([0.0, 0.0, 2048.0 ** 2]),
+                      prefill_ctx=np.zeros(3), decodes=np.array([64.0, 64.0, 0.0]),
+                      decode_kv=np.array([64 * 1000.0, 64 * 8000.0, 0.0]),
+                      seqs_sampled=np.array([64.0, 64.0, 1.0]))
+    parts = cm.gpu_breakdown(f)
+    assert parts["attention_decode"][1] > parts["attention_decode"][0] > 0
+    assert parts["attention_prefill"][2] > 0 == parts["attention_prefill"][0]
+    assert np.allclose(cm.gpu_time_s(f), sum(parts.values()), rtol=1e-3)
+    assert table_cost_model(d, gpus["A100-80G"], tp=8, weight_bits=8) is None
+    rl = resolve_cost_model(d, gpus["A100-80G"], ServingConfig(gpu="A100-80G", tp=8,
+                                                               weight_bits=8))
+    assert isinstance(rl, RooflineCostModel) and "not measured" in str(rl.provenance)
+    assert rl.kv_bytes_per_token_per_layer == kv_bytes_per_token_per_layer_rank(d, 16, 8) == 1152
 
 
 @pytest.mark.parametrize("dp", [1, 4])

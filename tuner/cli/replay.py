@@ -256,7 +256,7 @@ def replay(
     g = catalog_gpu(knobs["gpu"], load_gpu_catalog(gpu_file, price), None)
     spec = get_model(model)
     m = read_run(run)
-    config, defaults = engine_config(knobs, g, entry_point, engine_version, spec.max_position)
+    config, defaults = engine_config(knobs, g, entry_point, engine_version, spec)
     too_long = np.flatnonzero(m.prompt + m.output > spec.max_position)
     if too_long.size:
         raise TunerError(f"{run}: request {int(too_long[0]) + 1} has {int(m.prompt[too_long[0]])}"

@@ -68,15 +68,21 @@ def _option_help(knob: Knob) -> str:
 #: knobs whose default is vLLM's own for the GPU, entry point and engine version
 #: (tuner.core.engine_defaults): the batch limits, and the scheduler (V0 batches differently)
 ENGINE_DEFAULTED = ("chunk_size", "max_running", "scheduler")
+#: knobs whose default the model sets (tuner.core.engine_defaults.model_defaults): a quantized
+#: checkpoint's precision, MLA's block size
+MODEL_DEFAULTED = {"weight_bits": " Default: the checkpoint's (its quantization_config; 16 "
+                                  "without one).",
+                   "block_size": " Default: 64 for an MLA model (vLLM's MLA backends), else 16."}
 
 
 def _knob_parameter(name: str, knob: Knob, kind: type) -> inspect.Parameter:
     required = name not in DEFAULTS
-    engine = name in ENGINE_DEFAULTED
+    engine = name in ENGINE_DEFAULTED or name in MODEL_DEFAULTED
     option = typer.Option(*(knob.flags or (f"--{name.replace('_', '-')}",)),
                           help=_option_help(knob) + (" Default: vLLM's for the GPU, "
                                                      "--entry-point and --engine-version."
-                                                     if engine else ""),
+                                                     if name in ENGINE_DEFAULTED else
+                                                     MODEL_DEFAULTED.get(name, "")),
                           rich_help_panel=None if required else CONFIG_PANEL,
                           show_default=not engine)
     default = inspect.Parameter.empty if required else None if engine else DEFAULTS[name]
@@ -109,14 +115,14 @@ def config_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def engine_config(knobs: dict[str, Any], gpu, entry_point: str, engine_version: str | None,
-                  max_model_len: int):
-    """(ServingConfig, EngineDefaults): the knobs given, the rest (ENGINE_DEFAULTED) vLLM's
-    defaults for the GPU, entry point and engine version."""
+                  model):
+    """(ServingConfig, EngineDefaults): the knobs given, the rest (ENGINE_DEFAULTED,
+    MODEL_DEFAULTED) vLLM's defaults for the GPU, entry point, engine version and model."""
     from tuner.core.engine_defaults import vllm_defaults
 
     defaults = vllm_defaults(gpu.name, gpu.memory_gib, entry_point, engine_version,
-                             max_model_len)
-    engine = {k: defaults.knobs()[k] for k in ENGINE_DEFAULTED}
+                             model.max_position, model)
+    engine = {k: defaults.knobs()[k] for k in (*ENGINE_DEFAULTED, *MODEL_DEFAULTED)}
     config = ServingConfig(**(knobs | {"gpu": gpu.name} | {
         k: v for k, v in engine.items() if knobs.get(k) is None}))
     return config, defaults
@@ -187,7 +193,7 @@ def simulate(
     g = catalog_gpu(knobs["gpu"], load_gpu_catalog(gpu_file, price, provider, spot), provider,
                     spot)
     spec = get_model(model)
-    config, defaults = engine_config(knobs, g, entry_point, engine_version, spec.max_position)
+    config, defaults = engine_config(knobs, g, entry_point, engine_version, spec)
     w, too_long = apply_on_too_long(read_workload(workload, spec, skip_invalid, output_dist),
                                     spec.max_position, spec.name, on_too_long)
     # the cost source (own profile -> measured tables -> transfer -> roofline), resolved once
@@ -207,7 +213,7 @@ def simulate(
                          "generation": defaults.release.generation.key,
                          "entry_point": entry_point, "num_scheduler_steps": num_scheduler_steps,
                          "overhead": _overhead(cm)}
-    summary["defaulted"] = [k for k in ENGINE_DEFAULTED if knobs.get(k) is None]
+    summary["defaulted"] = [k for k in (*ENGINE_DEFAULTED, *MODEL_DEFAULTED) if knobs.get(k) is None]
     summary["failed_too_long"] = too_long
     if as_json:
         from tuner.core.io import jsonable

@@ -178,8 +178,18 @@ class ModelSpec:
     qk_rope_head_dim: int = 0  # MLA decoupled rope dims (part of head_dim)
     q_lora_rank: int = 0  # MLA: low-rank query projection width; 0 = direct q_proj
     v_head_dim: int = 0  # value width per head when it differs from head_dim (MLA); 0 = head_dim
+    # DeepSeek sparse attention (V3.2): an FP8 "lightning indexer" of index_n_heads x
+    # index_head_dim scores every cached token, then MLA attends to the index_topk best
+    index_topk: int = 0  # 0 = dense attention
+    index_n_heads: int = 0
+    index_head_dim: int = 0
     sliding_window: int = 0  # tokens; 0 = none
     sliding_window_layers: int = 0  # layers that use the window (Gemma-3: 5 of every 6, gpt-oss: half)
+    # --- the checkpoint as stored ---------------------------------------------------------
+    # weight precision of the published checkpoint (config.json's quantization_config): vLLM
+    # serves a quantized checkpoint at its own precision (DeepSeek-V3: FP8, gpt-oss: MXFP4)
+    checkpoint_bits: int = 16
+    checkpoint_quantization: str = ""  # how, as the config says it ("fp8, blocks 128x128")
 
     # --- structure -------------------------------------------------------------------
     @property
@@ -195,6 +205,10 @@ class ModelSpec:
     @property
     def is_mla(self) -> bool:
         return self.kv_lora_rank > 0
+
+    @property
+    def is_sparse_attention(self) -> bool:
+        return self.index_topk > 0
 
     @property
     def num_moe_layers(self) -> int:
@@ -339,8 +353,24 @@ class ModelSpec:
         rank): K and V of every KV head, or for MLA one latent 'head' of kv_lora_rank +
         qk_rope_head_dim (vLLM caches the compressed latent, shared by all heads)."""
         if self.is_mla:
-            return (self.kv_lora_rank + self.qk_rope_head_dim) * bits / 8.0
+            return self.latent_bytes_per_token_per_layer(bits) + self.index_bytes_per_token_per_layer
         return self.num_kv_heads * (self.head_dim + self.value_head_dim) * bits / 8.0
+
+    def latent_bytes_per_token_per_layer(self, bits: int) -> float:
+        """MLA's cached latent (kv_lora_rank + qk_rope_head_dim values) for one token and layer,
+        as vLLM stores it: `bits` per value, except a sparse-attention model's 8-bit cache,
+        vLLM's fp8_ds_mla layout for FlashMLA-sparse: the latent in FP8 with an FP32 scale per
+        128 values, the rope part 16-bit (656 bytes for DeepSeek-V3.2)."""
+        if self.is_sparse_attention and bits == 8:
+            return self.kv_lora_rank * (1.0 + 4.0 / 128.0) + 2.0 * self.qk_rope_head_dim
+        return (self.kv_lora_rank + self.qk_rope_head_dim) * bits / 8.0
+
+    @property
+    def index_bytes_per_token_per_layer(self) -> float:
+        """The sparse-attention indexer's cached key of one token and layer: index_head_dim
+        FP8 values with an FP32 scale per 128, whatever the KV dtype (vLLM's indexer cache);
+        0 without sparse attention."""
+        return self.index_head_dim * (1.0 + 4.0 / 128.0) if self.is_sparse_attention else 0.0
 
     def kv_bytes_per_token(self, bits: int, layers: int | None = None) -> float:
         """KV of one token over `layers` layers (default all) at `bits`, as if every layer kept
@@ -669,10 +699,67 @@ def model_from_config_dict(cfg: dict, *, where: str, name: str, source: str,
         qk_rope_head_dim=rope_dim if kv_lora else 0,
         q_lora_rank=_config_count(cfg, ("q_lora_rank",), path) if kv_lora else 0,
         v_head_dim=v_head_dim,
+        **_sparse_attention(cfg, path, kv_lora),
         sliding_window=window,
         sliding_window_layers=window_layers,
+        **_checkpoint_precision(cfg, path),
         **moe,
     )
+
+
+def _sparse_attention(cfg: dict, path: Path | str, kv_lora: int) -> dict:
+    """DeepSeek sparse attention's indexer (index_topk, index_n_heads, index_head_dim), read
+    where an MLA config has index_topk; {} otherwise."""
+    topk = _config_count(cfg, ("index_topk",), path)
+    if not (kv_lora and topk):
+        return {}
+    return {"index_topk": topk, "index_n_heads": _config_int(cfg, "index_n_heads", path),
+            "index_head_dim": _config_int(cfg, "index_head_dim", path)}
+
+
+#: quantization_config methods whose weight precision is fixed by the method itself
+_QUANT_METHOD_BITS = {"fp8": 8, "fbgemm_fp8": 8, "mxfp4": 4, "bitnet": 4}
+
+
+def _checkpoint_precision(cfg: dict, path: Path | str) -> dict:
+    """{checkpoint_bits, checkpoint_quantization} from config.json's quantization_config
+    (or compression_config): the precision vLLM serves the checkpoint's weights at. FP8
+    (DeepSeek-V3's e4m3 in 128x128 blocks, FBGEMM, ModelOpt FP8, compressed-tensors 8-bit),
+    4-bit (AWQ, GPTQ, MXFP4, NVFP4, compressed-tensors 4-bit), bitsandbytes; anything else is
+    refused by name rather than priced as 16-bit."""
+    q = cfg.get("quantization_config") or cfg.get("compression_config")
+    if not q:
+        return {}
+    if not isinstance(q, dict):
+        raise TunerError(f"{path}: quantization_config must be an object, got {q!r}.")
+    method = str(q.get("quant_method") or q.get("quant_algo") or "").lower()
+    bits: object = _QUANT_METHOD_BITS.get(method)
+    detail = method
+    if method == "fp8" and isinstance(q.get("weight_block_size"), list):
+        detail = "fp8, blocks " + "x".join(str(b) for b in q["weight_block_size"])
+    elif method in ("awq", "gptq", "awq_marlin", "gptq_marlin", "auto-round", "auto_round"):
+        bits = q.get("bits", q.get("w_bit"))
+        detail = f"{method}, {bits}-bit"
+    elif method == "modelopt":
+        algo = str(q.get("quant_algo") or (q.get("quantization") or {}).get("quant_algo") or "")
+        bits = {"FP8": 8, "NVFP4": 4, "W4A8_AWQ": 4}.get(algo.upper())
+        detail = f"modelopt {algo}"
+    elif method == "compressed-tensors":
+        groups = [g for g in (q.get("config_groups") or {}).values() if isinstance(g, dict)]
+        widths = {(g.get("weights") or {}).get("num_bits") for g in groups} - {None}
+        bits = max(widths) if widths else None
+        kinds = {str((g.get("weights") or {}).get("type", "")) for g in groups} - {""}
+        detail = f"compressed-tensors, {bits}-bit {'/'.join(sorted(kinds))}".rstrip()
+    elif method == "bitsandbytes":
+        bits = 4 if q.get("load_in_4bit") else 8 if q.get("load_in_8bit") else None
+        detail = f"bitsandbytes, {bits}-bit"
+    if bits not in (4, 8):
+        raise TunerError(
+            f"{path}: quantization_config {method or q!r} "
+            f"{'at ' + str(bits) + ' bits ' if bits else ''}is not one tuner prices (FP8, "
+            "AWQ/GPTQ, MXFP4/NVFP4, compressed-tensors, bitsandbytes at 8 or 4 bits); give a "
+            "config.json without it and --weight-bits for the precision vLLM will serve.")
+    return {"checkpoint_bits": int(bits), "checkpoint_quantization": detail}
 
 
 def _read_config_json(path: Path) -> dict:

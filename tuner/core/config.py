@@ -221,11 +221,19 @@ class ServingConfig:
 
 def check_model_config(config: ServingConfig, model: Any) -> None:
     """TunerError where a knob does not apply to `model` (a tuner.core.catalog.ModelSpec):
-    expert parallelism needs a mixture-of-experts model."""
+    expert parallelism needs a mixture-of-experts model; a quantized checkpoint is not served
+    at more bits than it stores."""
     if config.expert_parallel and not getattr(model, "is_moe", False):
         raise TunerError(f"expert_parallel applies to mixture-of-experts models only; "
                          f"{getattr(model, 'name', model)} is dense (no routed experts). Drop "
                          "--enable-expert-parallel.")
+    bits = getattr(model, "checkpoint_bits", 16)
+    if config.weight_bits > bits:
+        raise TunerError(
+            f"{model.name}'s checkpoint is {model.checkpoint_quantization} ({bits}-bit weights, "
+            f"its config.json's quantization_config): vLLM serves it at {bits} bits, not "
+            f"{config.weight_bits}. Use --weight-bits {bits} (the default), or give a "
+            f"{config.weight_bits}-bit checkpoint's config with --model.")
 
 
 def _check_value(f: dataclasses.Field, value: Any) -> None:

@@ -38,6 +38,7 @@ Read from vLLM's source as of release 0.11 (arg_utils.py, the dict form of both 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -116,6 +117,7 @@ class EngineDefaults:
     ordering: str = "fcfs"
     source: str = SOURCE
     release: EngineRelease | None = None  # the generation (None: the newest)
+    checkpoint: str = ""  # the checkpoint's quantization where it sets weight_bits ("fp8 ...")
 
     def knobs(self) -> dict:
         """The ServingConfig fields these defaults set (tp, dp and the GPU are the plan's)."""
@@ -141,10 +143,12 @@ class EngineDefaults:
         else:
             batching = "V0 prefill-first batches, chunked prefill off"
         gen = "" if self.release is None else f"; {self.release.describe()}"
+        weights = (f"{self.weight_bits}-bit weights (the checkpoint's {self.checkpoint})"
+                   if self.checkpoint else f"{self.weight_bits}-bit")
         return (f"vLLM's defaults ({release}) for {self.entry_point} "
                 f"({self.usage_context}): max_num_batched_tokens {self.max_num_batched_tokens:,}, "
                 f"max_num_seqs {self.max_num_seqs:,}, gpu_memory_utilization "
-                f"{self.gpu_memory_utilization:g}, block {self.block_size}, 16-bit, FCFS, "
+                f"{self.gpu_memory_utilization:g}, block {self.block_size}, {weights}, FCFS, "
                 f"{batching}{gen}")
 
     def to_dict(self) -> dict:
@@ -169,13 +173,40 @@ def is_large_gpu(gpu_name: str, memory_gib: float) -> bool:
     return memory_gib >= LARGE_GPU_GIB and "a100" not in gpu_name.lower()
 
 
+#: vLLM's MLA attention backends page the latent cache in 64-token blocks (FlashMLA and its
+#: sparse variant require it, FlashInfer-MLA takes 32 or 64; vllm/platforms/cuda.py sets
+#: block_size 64 for them)
+MLA_BLOCK_SIZE = 64
+
+
+def model_defaults(model) -> dict:
+    """The knobs vLLM's defaults take from the model rather than the engine: a quantized
+    checkpoint is served at its own precision (quantization_config), and an MLA model's cache
+    is paged in MLA_BLOCK_SIZE blocks. {} for a 16-bit GQA model (or None)."""
+    out: dict = {}
+    bits = getattr(model, "checkpoint_bits", 16)
+    if bits != 16:
+        out |= {"weight_bits": bits, "checkpoint": model.checkpoint_quantization}
+    if getattr(model, "is_mla", False):
+        out["block_size"] = MLA_BLOCK_SIZE
+    return out
+
+
 def vllm_defaults(gpu_name: str, memory_gib: float, entry_point: str = DEFAULT_ENTRY_POINT,
                   engine_version: str | None = None,
-                  max_model_len: int | None = None) -> EngineDefaults:
+                  max_model_len: int | None = None, model=None) -> EngineDefaults:
     """vLLM's batch defaults (and the rest) for one GPU type under one entry point, as release
     `engine_version` (None: the newest) sets them. `max_model_len` (the model's context unless
     the job caps it) matters only to V0, whose token budget without chunked prefill is
-    max(max_model_len, 2048); None there means 2,048."""
+    max(max_model_len, 2048); None there means 2,048. `model` (a ModelSpec) sets what
+    model_defaults says: a quantized checkpoint's precision, MLA's block size."""
+    return dataclasses.replace(_engine_defaults(gpu_name, memory_gib, entry_point,
+                                                engine_version, max_model_len),
+                               **model_defaults(model))
+
+
+def _engine_defaults(gpu_name: str, memory_gib: float, entry_point: str,
+                     engine_version: str | None, max_model_len: int | None) -> EngineDefaults:
     check_entry_point(entry_point)
     release = generation_of(engine_version)
     version = engine_version or "newest"
@@ -203,15 +234,15 @@ def vllm_defaults(gpu_name: str, memory_gib: float, entry_point: str = DEFAULT_E
 
 def presets_by_gpu(gpus: Mapping[str, object], entry_point: str = DEFAULT_ENTRY_POINT,
                    engine_version: str | None = None,
-                   max_model_len: int | None = None) -> dict[str, dict]:
+                   max_model_len: int | None = None, model=None) -> dict[str, dict]:
     """GPU name -> vLLM's defaults on it as a search preset (EngineDefaults.preset); `gpus`:
     name -> catalog GPU (its name and memory_gib)."""
     return {name: vllm_defaults(g.name, g.memory_gib, entry_point, engine_version,
-                                max_model_len).preset()
+                                max_model_len, model).preset()
             for name, g in gpus.items()}
 
 
 __all__ = ["BATCH_DEFAULTS", "COMMON_BATCH", "DEFAULT_ENTRY_POINT", "ENTRY_POINTS",
-           "ENTRY_POINT_HELP", "SARATHI_PRESET", "SEARCH_PRESETS", "VLLM_PRESET",
-           "EngineDefaults", "check_entry_point", "is_large_gpu", "presets_by_gpu",
+           "ENTRY_POINT_HELP", "MLA_BLOCK_SIZE", "SARATHI_PRESET", "SEARCH_PRESETS", "VLLM_PRESET",
+           "EngineDefaults", "check_entry_point", "is_large_gpu", "model_defaults", "presets_by_gpu",
            "vllm_defaults"]

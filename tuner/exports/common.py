@@ -51,9 +51,12 @@ class Deployment:
 
     @property
     def needs_checkpoint(self) -> bool:
-        """4-bit weights, or 8-bit ones on a GPU without FP8: no engine quantizes them online."""
-        c = self.config
-        return c.weight_bits == 4 or (c.weight_bits == 8 and not self.gpu.fp8_tflops)
+        """4-bit weights, or 8-bit ones on a GPU without FP8: no engine quantizes them online
+        (unless the model's own checkpoint stores that precision)."""
+        from tuner.search.constraints import needs_checkpoint
+
+        return needs_checkpoint(self.config.weight_bits, bool(self.gpu.fp8_tflops),
+                                self.model.checkpoint_bits)
 
     @property
     def offload_gib_per_gpu(self) -> float:

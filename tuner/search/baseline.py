@@ -36,7 +36,7 @@ def simulate_baseline(workload: Workload, model: ModelSpec, gpu: GPU, *, tp: int
     feasible trials on the whole workload); the defaults are taken from there when they are
     among them (the search's first trial per GPU is vLLM's defaults)."""
     defaults = vllm_defaults(gpu.name, gpu.memory_gib, entry_point, engine_version,
-                             model.max_position)
+                             model.max_position, model)
     # the winner's precision: vLLM serving the same checkpoint untuned (like for like)
     config = ServingConfig(gpu=gpu.name, tp=tp, dp=dp, **{
         **defaults.knobs(), "weight_bits": weight_bits, "kv_bits": kv_bits})
@@ -59,15 +59,15 @@ def simulate_baseline(workload: Workload, model: ModelSpec, gpu: GPU, *, tp: int
     return out
 
 
-def engine_presets(gpus: dict[str, GPU],
-                   metadata: StudyMeta | dict | None) -> dict[str, dict]:
+def engine_presets(gpus: dict[str, GPU], metadata: StudyMeta | dict | None,
+                   model: ModelSpec | None = None) -> dict[str, dict]:
     """GPU -> vLLM's defaults (ServingConfig knobs: batch limits, memory utilisation,
     precision, scheduler, ordering) under the study's entry point (its metadata's
     `entry_point` and `engine_version`): the search's first preset, and values every search
     space offers (tuner.search.space.fit_space)."""
     meta = StudyMeta.of(metadata)
     return presets_by_gpu(gpus, meta.entry_point or DEFAULT_ENTRY_POINT, meta.engine_version,
-                          meta.max_model_len)
+                          meta.max_model_len, model)
 
 
 def gain(metrics: dict, baseline: dict) -> dict | None:

@@ -140,7 +140,7 @@ class Constraints:
         return f"the default --max-gpus {self.gpu_cap(gpu)}"
 
     def plan_violation(self, gpu: str, num_gpus: int, weight_bits: int,
-                       gpu_has_fp8: bool) -> str | None:
+                       gpu_has_fp8: bool, checkpoint_bits: int = 16) -> str | None:
         """Why the plan is excluded before simulating it (None: it may run)."""
         if self.max_gpus is not None and num_gpus > self.max_gpus:
             return f"uses {num_gpus} GPUs, more than --max-gpus {self.max_gpus}"
@@ -150,7 +150,8 @@ class Constraints:
         if num_gpus > self.gpu_cap(gpu):
             return (f"uses {num_gpus} x {gpu}, more than {self.cap_flag(gpu)} (pass --max-gpus "
                     "to allow more)")
-        if self.quantized_model is None and needs_checkpoint(weight_bits, gpu_has_fp8):
+        if self.quantized_model is None and needs_checkpoint(weight_bits, gpu_has_fp8,
+                                                             checkpoint_bits):
             return (f"{weight_bits}-bit weights on {gpu} need a quantized checkpoint; pass "
                     "--quantized-model ID to search them")
         return None
@@ -195,10 +196,14 @@ def _excess(value: float, limit: float) -> float:
     return value / limit - 1.0
 
 
-def needs_checkpoint(weight_bits: int, gpu_has_fp8: bool) -> bool:
+def needs_checkpoint(weight_bits: int, gpu_has_fp8: bool, checkpoint_bits: int = 16) -> bool:
     """Whether weights of ``weight_bits`` need a pre-quantized checkpoint: vLLM quantizes
     online only to FP8 (``quantization: fp8``), on GPUs with FP8 tensor cores (Ada, Hopper and
-    later); 4-bit (AWQ/GPTQ) and INT8 weights come from a checkpoint."""
+    later); 4-bit (AWQ/GPTQ) and INT8 weights come from a checkpoint. Not when the model's own
+    checkpoint stores that precision (DeepSeek's FP8: vLLM serves it as it is, through its
+    W8A16 Marlin path on a GPU without FP8)."""
+    if weight_bits == checkpoint_bits:
+        return False
     return weight_bits == 4 or (weight_bits == 8 and not gpu_has_fp8)
 
 

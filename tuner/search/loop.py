@@ -101,7 +101,8 @@ def _evaluate(ev: Evaluator, params: dict, number: int, constraints: Constraints
     quantized plan without a checkpoint) is an infeasible trial saying why."""
     config = ev.config(params)
     why = constraints.plan_violation(config.gpu, config.num_gpus, config.weight_bits,
-                                     bool(ev.gpus[config.gpu].fp8_tflops))
+                                     bool(ev.gpus[config.gpu].fp8_tflops),
+                                     ev.model.checkpoint_bits)
     if why is not None:
         return (math.inf, math.inf), {"feasible": False, "reason": why,
                                       "fidelity": {"level": "full"}}
@@ -405,7 +406,7 @@ def run_search(workload: Workload, model: ModelSpec, gpus: dict[str, GPU], space
                                                  states=(optuna.trial.TrialState.COMPLETE,)))
                 mirror = study
             if not settings.exhaustive:  # the presets not run yet (all of them when new)
-                enqueue_presets(work, space, list(gpus), engine_presets(gpus, meta))
+                enqueue_presets(work, space, list(gpus), engine_presets(gpus, meta, model))
             optimize(work, ev, settings, shared=False, on_trial=on_trial, mirror=mirror)
             if not settings.exhaustive:
                 add_final_candidates(study, ev, settings)
@@ -428,7 +429,7 @@ def prepare_study(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
     meta = study_metadata(workload, model, gpus, space, settings, metadata)
     study = open_study(settings, metadata=meta, workload_tokens=workload_tokens(workload))
     if not settings.exhaustive:  # the presets not run nor queued yet (all of them when new)
-        enqueue_presets(study, space, list(gpus), engine_presets(gpus, meta))
+        enqueue_presets(study, space, list(gpus), engine_presets(gpus, meta, model))
     return study
 
 
@@ -445,7 +446,7 @@ def search_space(space: SearchSpace, workload: Workload, model: ModelSpec,
     known = meta.outputs_known or lengths_from_input(workload.output_source)
     caps = {g: settings.constraints.gpu_cap(g) for g in gpus}
     return fit_space(space, model=model, gpus=gpus, gpu_caps=caps,
-                     defaults=engine_presets(gpus, meta), outputs_from_input=known,
+                     defaults=engine_presets(gpus, meta, model), outputs_from_input=known,
                      engine_schedulers=meta.engine_schedulers)
 
 
@@ -525,7 +526,7 @@ def add_default_trials(study: optuna.Study, ev: Evaluator, settings: SearchSetti
     returns the number of trials added."""
     from tuner.search.records import pareto, trial_records, winners
 
-    engine = engine_presets(ev.gpus, metadata)
+    engine = engine_presets(ev.gpus, metadata, ev.model)
     dists = _distributions(ev.space, list(ev.gpus))
     added = 0
     for _ in range(DEFAULT_ROUNDS):

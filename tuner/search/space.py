@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from tuner.core.config import ServingConfig
+from tuner.core.config import DEFAULTS, ServingConfig
 from tuner.core.errors import TunerError
 
 _FIELDS = {f.name: f for f in dataclasses.fields(ServingConfig)}
@@ -265,9 +265,39 @@ def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int]
         notes.append(f"scheduler: {engine_schedulers[0]} (the engine version's own batching) "
                      f"in place of the space's {fixed['scheduler']}")
         fixed["scheduler"] = engine_schedulers[0]
+    notes += _fit_checkpoint(knobs, fixed, model, shipped=is_shipped(space))
     if "ordering" in knobs and not outputs_from_input:
         notes += _drop_output_orderings(knobs)
     return dataclasses.replace(space, knobs=knobs, fixed=fixed), notes
+
+
+def _fit_checkpoint(knobs: dict[str, list], fixed: dict, model, *, shipped: bool) -> list[str]:
+    """What the model's checkpoint sets (tuner.core.engine_defaults.model_defaults), in place:
+    a quantized checkpoint is served at its precision or below (vLLM cannot serve an FP8
+    checkpoint's weights at 16 bits), in every space; a shipped space's block size is the
+    model's (MLA: 64). The notes say what changed."""
+    from tuner.core.engine_defaults import model_defaults
+
+    want = model_defaults(model)
+    notes: list[str] = []
+    bits = want.get("weight_bits")
+    if bits is not None:
+        why = f"{model.name}'s checkpoint is {model.checkpoint_quantization} ({bits}-bit)"
+        if "weight_bits" in knobs:
+            kept = [b for b in knobs["weight_bits"] if int(b) <= bits]
+            if len(kept) < len(knobs["weight_bits"]):
+                knobs["weight_bits"] = _with_value(kept, bits)
+                notes.append(f"weight_bits: {knobs['weight_bits']}, {why}")
+        elif int(fixed.get("weight_bits", DEFAULTS["weight_bits"])) > bits:
+            fixed["weight_bits"] = bits
+            notes.append(f"weight_bits: {bits}, {why}")
+    block = want.get("block_size")
+    if block is not None and shipped and "block_size" not in knobs \
+            and fixed.get("block_size", DEFAULTS["block_size"]) != block:
+        fixed["block_size"] = block
+        notes.append(f"block_size: {block}, vLLM's MLA backends page {model.name}'s latent "
+                     "cache in 64-token blocks")
+    return notes
 
 
 def _auto_tp(model, gpus: dict, caps: dict[str, int]) -> list[int]:

@@ -150,7 +150,8 @@ def lower_bound_s(workload: Workload, model: ModelSpec, gpu: GPU, config: Servin
     d = workload.output_tokens.astype(np.float64)
     # matmul weights a token passes through (MoE: its top-k experts, not every resident one)
     gemm_params = model.active_linear_params_total + model.lm_head_params
-    per_req = (p + d) * gemm_params * 2 + p * p * model.hidden_size * model.num_layers * 4
+    attn = model.hidden_size * model.num_layers * 8  # FLOPs per causal query-key pair
+    per_req = (p + d) * gemm_params * 2 + _prefill_pairs(model, p) * attn
     comp = per_req.sum()
     if workload.prefix_ids is not None and workload.prefix_tokens is not None:
         # a prefix of x tokens shared by k requests is computed once instead of k times
@@ -159,7 +160,7 @@ def lower_bound_s(workload: Workload, model: ModelSpec, gpu: GPU, config: Servin
         has = ids >= 0
         if has.any():
             _, first = np.unique(ids[has], return_index=True)
-            saved = (x[has] * gemm_params * 2 + x[has] ** 2 * model.hidden_size * model.num_layers * 4)
+            saved = x[has] * gemm_params * 2 + _prefill_pairs(model, x[has]) * attn
             comp -= saved.sum() - saved[first].sum()
     peak = gpu.fp8_tflops * 1e12 if (config.weight_bits == 8 and gpu.fp8_tflops) else gpu.peak_flops
     mem = _decode_kv_read_bytes(model, p, d, config.kv_bits)
@@ -167,21 +168,42 @@ def lower_bound_s(workload: Workload, model: ModelSpec, gpu: GPU, config: Servin
     return float(max(comp / (peak * n), mem / (gpu.hbm_bytes_per_s * n)))
 
 
+def _prefill_pairs(model: ModelSpec, p: np.ndarray) -> np.ndarray:
+    """Query-key pairs of prefilling p tokens (p^2 / 2, the bound's convention): under DeepSeek
+    sparse attention a query attends to at most index_topk tokens."""
+    if not model.is_sparse_attention:
+        return 0.5 * p * p
+    k = float(model.index_topk)
+    under = np.minimum(p, k)
+    return 0.5 * under * under + (p - under) * k
+
+
+def _capped_reads(p: np.ndarray, steps: np.ndarray, cap: float) -> np.ndarray:
+    """Sum over decode steps t = 1 .. steps of min(p + t, cap): the tokens read when at most
+    `cap` are (a sliding window, sparse attention's top-k)."""
+    below = np.clip(cap - p, 0.0, steps)  # steps whose context p + t is still within the cap
+    return below * p + 0.5 * below * (below + 1) + (steps - below) * cap
+
+
 def _decode_kv_read_bytes(model: ModelSpec, p: np.ndarray, d: np.ndarray, kv_bits: int) -> float:
     """KV bytes the decode steps read, summed over the job: the prefill samples a request's
     first token, then its decode step t (1 .. d - 1) reads its p + t cached tokens in each
     full-attention layer and at most the window in a sliding-window layer, at the bytes per
     token and layer the cache holds (an MLA model: its latent,
-    ModelSpec.kv_bytes_per_token_per_layer)."""
-    per_layer = model.kv_bytes_per_token_per_layer(kv_bits)
+    ModelSpec.kv_bytes_per_token_per_layer). Under DeepSeek sparse attention the indexer reads
+    every cached key and the attention at most index_topk latents."""
     steps = np.maximum(d - 1.0, 0.0)
+    if model.is_sparse_attention:
+        every = (p * steps + 0.5 * steps * (steps + 1)).sum()
+        top = _capped_reads(p, steps, float(model.index_topk)).sum()
+        return float(model.num_layers * (every * model.index_bytes_per_token_per_layer
+                                         + top * model.latent_bytes_per_token_per_layer(kv_bits)))
+    per_layer = model.kv_bytes_per_token_per_layer(kv_bits)
     windowed = model.num_window_layers
     full = (p * steps + 0.5 * steps * (steps + 1)).sum() * per_layer * (model.num_layers - windowed)
     if not windowed:
         return float(full)
-    w = float(model.sliding_window)
-    below = np.clip(w - p, 0.0, steps)  # steps whose context p + t is still within the window
-    reads = below * p + 0.5 * below * (below + 1) + (steps - below) * w
+    reads = _capped_reads(p, steps, float(model.sliding_window))
     return float(full + reads.sum() * per_layer * windowed)
 
 
