@@ -174,6 +174,7 @@ def profile_for(engine_version: str | None = None, entry_point: str = "llm",
     --num-scheduler-steps: the fitted multi-step profile, the only V0 profile fitted on runs
     (every public V0 run here used multi-step, as vLLM 0.6's throughput guidance did), and the
     source says that vLLM's own default is single-step."""
+    from tuner.core.engines import FITTED_SCHEDULER_STEPS as FITTED
     from tuner.core.engines import check_scheduler_steps, generation_of
 
     release = generation_of(engine_version)
@@ -185,11 +186,11 @@ def profile_for(engine_version: str | None = None, entry_point: str = "llm",
         p = PROFILES["vllm-v0-multistep"]
         notes = []
         if steps is None:
-            notes.append("--num-scheduler-steps not given: priced as the multi-step (10) runs "
-                         "it was fitted on; vLLM's own default is 1 (pass "
-                         "--num-scheduler-steps 1 for the single-step estimate)")
-        elif steps != 10:
-            notes.append(f"fitted at 10 scheduler steps, used for {steps}")
+            notes.append(f"--num-scheduler-steps not given: priced as the multi-step ({FITTED}) "
+                         "runs it was fitted on, and exported so; vLLM's own default is 1 "
+                         "(pass --num-scheduler-steps 1 for the single-step estimate)")
+        elif steps != FITTED:
+            notes.append(f"fitted at {FITTED} scheduler steps, used for {steps}")
         if entry_point != "serve":
             notes.append(f"fitted under the API server, used for {entry_point}, which does not "
                          "stream (likely an overestimate)")

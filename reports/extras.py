@@ -33,6 +33,7 @@ import optuna
 
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
+from tuner.core.engines import priced_scheduler_steps
 from tuner.core.errors import TunerError
 from tuner.core.units import as_finite, fmt_duration
 from tuner.core.workload import STDIN_NAME, Workload
@@ -127,7 +128,8 @@ def batch_paths(workload_path: str) -> tuple[str, str]:
 def export_text(fmt: str, record: TrialRecord, model: ModelSpec, gpus: dict[str, GPU], *,
                 max_model_len: int, header: str, workload_path: str = "",
                 batch_output: str | None = None, extra: dict | None = None,
-                quantized_model: str | None = None) -> str:
+                quantized_model: str | None = None,
+                num_scheduler_steps: int | None = None) -> str:
     """One export of a trial record (``render_export`` with the record's figures; for a format
     that runs the batch (``ExportFormat.batch``) the study's workload as input and the model
     name its requests use)."""
@@ -154,12 +156,13 @@ def export_text(fmt: str, record: TrialRecord, model: ModelSpec, gpus: dict[str,
         kv_capacity_tokens=m.kv_capacity_tokens if m is not None else None,
         metrics=m.to_dict() if m is not None else None,
         memory=mem.to_dict() if mem is not None else None, extra=extra,
-        quantized_model=quantized_model, **kw)
+        quantized_model=quantized_model, num_scheduler_steps=num_scheduler_steps, **kw)
 
 
 def export_snippets(records: list[TrialRecord], model: ModelSpec, gpus: dict[str, GPU], *,
                     max_model_len: int, requests: int, study: str | None = None,
-                    workload_path: str = "", quantized_model: str | None = None) -> dict:
+                    workload_path: str = "", quantized_model: str | None = None,
+                    num_scheduler_steps: int | None = None) -> dict:
     """{'fastest'|'cheapest': {'trial': n, 'formats': {format: text}}} for the overall winners."""
     best, _ = winners(records)
     by_num = {r.number: r for r in records}
@@ -175,7 +178,8 @@ def export_snippets(records: list[TrialRecord], model: ModelSpec, gpus: dict[str
         out[which] = {"trial": n, "formats": {
             fmt: export_text(fmt, r, model, gpus, max_model_len=max_model_len, header=header,
                              workload_path=workload_path, extra=extra,
-                             quantized_model=quantized_model)
+                             quantized_model=quantized_model,
+                             num_scheduler_steps=num_scheduler_steps)
             for fmt in EXPORT_FORMATS}}
     return out
 
@@ -430,7 +434,9 @@ def report_extras(study: optuna.Study, records: list[TrialRecord], workload: Wor
         "export_snippets": export_snippets(
             records, model, gpus, max_model_len=max_request_tokens(workload),
             requests=len(workload), study=study.study_name, workload_path=workload_path,
-            quantized_model=limits.quantized_model),
+            quantized_model=limits.quantized_model,
+            num_scheduler_steps=priced_scheduler_steps(meta.engine_version,
+                                                       meta.num_scheduler_steps)),
         "deadline_s": limits.deadline_s,
     }
     validation = load_validation(out_dir) if out_dir is not None else None

@@ -345,3 +345,22 @@ def test_a_v0_search_recommends_what_v0_runs(tmp_path):
     assert front and {t["config"]["scheduler"] for t in front} == {"vllm-v0"}
     assert not any(t.get("study_only") for t in front)
     assert "vllm-v0-multistep (fitted on public runs)" in front[0]["provenance"]
+    # the exports run the engine as it was priced: multi-step 10 (issue #24: --engine-version
+    # and --num-scheduler-steps reach every command)
+    r = runner.invoke(app, ["export", "--out", str(out), "--format", "vllm"])
+    assert r.exit_code == 0, r.output
+    assert "num-scheduler-steps: 10" in r.stdout and "enable-chunked-prefill: false" in r.stdout
+    snippets = d.get("export_snippets") or {}
+    for goal in snippets.values():
+        assert "num-scheduler-steps" in goal["formats"]["vllm"]
+
+
+def test_a_v1_export_has_no_scheduler_steps(tmp_path):
+    wl = write_workload(tmp_path / "w.jsonl", [(300, 60)] * 16)
+    out = tmp_path / "o"
+    r = runner.invoke(app, ["search", "-w", str(wl), "-m", "llama-3-8b", "--gpus", "A100-80G",
+                            "--n-trials", "4", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["export", "--out", str(out), "--format", "vllm"])
+    assert r.exit_code == 0 and "max-num-seqs" in r.stdout
+    assert "num-scheduler-steps" not in r.stdout

@@ -93,6 +93,8 @@ def _model_row(m) -> dict:
         "kv_bytes_per_token_16bit_past_window": m.kv_bytes_per_token(
             16, layers=m.num_full_attention_layers),
         "weight_bytes_16bit": m.weight_bytes(16),
+        # as the published checkpoint stores them (quantization_config): what vLLM loads
+        "weight_bytes_checkpoint": m.weight_bytes(m.checkpoint_bits),
     }
 
 
@@ -103,7 +105,15 @@ def _attention_text(m) -> str:
         text = f"{m.num_heads}/{m.num_kv_heads}x{m.head_dim}"
     if m.num_window_layers:
         text += f", window {m.sliding_window} on {m.num_window_layers}/{m.num_layers}"
+    if m.is_sparse_attention:
+        text += f", sparse top-{m.index_topk}"
     return text
+
+
+def _weights_text(m) -> str:
+    """The checkpoint's weights as vLLM loads them (16-bit unless quantization_config says)."""
+    text = fmt_gib(m.weight_bytes(m.checkpoint_bits))
+    return text if m.checkpoint_bits == 16 else f"{text} ({m.checkpoint_quantization})"
 
 
 def _kv_text(m) -> str:
@@ -175,7 +185,7 @@ def models(
         return
     t = Table(title="Model catalog" if model is None else f"Model {escape(model)}")
     for col in ("model", "params", "active", "layers", "heads/kv x dim", "experts", "context",
-                "weights 16-bit", "KV/token 16-bit", "HF id", "config from"):
+                "weights (checkpoint)", "KV/token 16-bit", "HF id", "config from"):
         t.add_column(col, no_wrap=col in ("model", "params", "active", "context"))
     for m in cat.values():
         experts = (f"{m.num_experts} top-{m.experts_per_token}"
@@ -185,7 +195,7 @@ def models(
             if m.source.startswith("catalog (") else m.source
         t.add_row(escape(m.name), _fmt_count(m.num_params), _fmt_count(m.active_params_per_token),
                   str(m.num_layers), _attention_text(m), experts, f"{m.max_position:,}",
-                  fmt_gib(m.weight_bytes(16)), _kv_text(m), escape(m.hf_id or "—"),
+                  _weights_text(m), _kv_text(m), escape(m.hf_id or "—"),
                   escape(source))
     out.print(t)
     if model is None:

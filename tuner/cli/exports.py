@@ -95,6 +95,7 @@ def export_cmd(
     Example: tuner export --out tuner-out --format vllm-run-batch --goal cheapest
     """
     from tuner.core.catalog import check_checkpoint_ref
+    from tuner.core.engines import priced_scheduler_steps
     from tuner.reports.extras import export_text, max_request_tokens, winner_header
     from tuner.search import load_study
 
@@ -118,14 +119,19 @@ def export_cmd(
     label = goal if rank == 1 else f"rank {rank} {goal}"
     extra = {"trial": rec.number, "goal": goal, "rank": rank, "study": st.study_name,
              "provenance": rec.provenance}
+    steps = priced_scheduler_steps(s.meta.engine_version, s.meta.num_scheduler_steps)
     text = export_text(fmt, rec, s.model, s.gpus, max_model_len=max_model_len,
                        header=winner_header(label, rec, requests, st.study_name),
                        workload_path=batch_input or str(workload or s.meta.workload),
                        batch_output=batch_output, extra=extra,
-                       quantized_model=quantized_model or s.meta.constraints.quantized_model)
+                       quantized_model=quantized_model or s.meta.constraints.quantized_model,
+                       num_scheduler_steps=steps)
     from tuner.exports.formats import check_export
 
-    if check_export(fmt, text) is not None:
+    if steps is not None:  # a V0 export: the installed (V1) vLLM's parser is not its judge
+        typer.echo(f"not checked against the installed vLLM: the export runs vLLM "
+                   f"{s.meta.engine_version} (V0, --num-scheduler-steps {steps})", err=True)
+    elif check_export(fmt, text) is not None:
         typer.echo(f"checked: the installed vLLM's argument parser accepts the {fmt} export",
                    err=True)
     if output is None:

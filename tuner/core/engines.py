@@ -112,6 +112,21 @@ def generation_of(engine_version: str | None) -> EngineRelease:
     return EngineRelease(str(engine_version), gen, KNOWN.get(v, ""))
 
 
+#: the scheduler steps of the public V0 runs the multi-step host profile was fitted on
+#: (predictors.engine_overhead: a V0 engine without --num-scheduler-steps is priced so)
+FITTED_SCHEDULER_STEPS = 10
+
+
+def priced_scheduler_steps(engine_version: str | None, steps: int | None) -> int | None:
+    """The --num-scheduler-steps a prediction assumed, for an export to run the engine that
+    way: the value given, or FITTED_SCHEDULER_STEPS on a V0 engine without one; None on V1
+    (no such option)."""
+    release = generation_of(engine_version)
+    if not release.generation.multi_step:
+        return None
+    return FITTED_SCHEDULER_STEPS if steps is None else steps
+
+
 def check_scheduler_steps(release: EngineRelease, steps: int | None) -> int | None:
     """--num-scheduler-steps: an integer from 1 to 64, above 1 only on V0 (V1 dropped it);
     None (not given) passes."""

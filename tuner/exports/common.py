@@ -44,6 +44,9 @@ class Deployment:
     # (`--quantized-model`); None: the model's own checkpoint, quantized online where the
     # engine can (FP8 on GPUs with FP8 tensor cores)
     quantized_model: str | None = None
+    # V0 multi-step scheduling the prediction assumed (tuner.core.engines.priced_scheduler_steps);
+    # None: a V1 engine, which has no such option
+    num_scheduler_steps: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_model_len < 1:

@@ -74,13 +74,17 @@ def render_export(fmt: str, config: ServingConfig, model: ModelSpec, gpu: GPU, *
                   metrics: dict | None = None, memory: dict | None = None,
                   extra: dict | None = None, input_path: str = "INPUT.jsonl",
                   output_path: str = "OUTPUT.jsonl", served_model_name: str | None = None,
-                  quantized_model: str | None = None) -> str:
+                  quantized_model: str | None = None,
+                  num_scheduler_steps: int | None = None) -> str:
     """One export of ``config`` in ``fmt`` (one of :data:`EXPORT_FORMATS`); each format uses the
     options it has a place for. ``quantized_model``: the checkpoint a plan with quantized
     weights serves; a plan whose weights no engine quantizes online (4-bit, INT8) is refused
-    without it (one TunerError), never written as the 16-bit checkpoint with a comment."""
+    without it (one TunerError), never written as the 16-bit checkpoint with a comment.
+    ``num_scheduler_steps``: V0 multi-step scheduling as the prediction assumed (vLLM's
+    exports write it; tuner.core.engines.priced_scheduler_steps)."""
     exporter = _exporter(fmt)
-    dep = Deployment(config, model, gpu, max_model_len, kv_capacity_tokens, quantized_model)
+    dep = Deployment(config, model, gpu, max_model_len, kv_capacity_tokens, quantized_model,
+                     num_scheduler_steps)
     dep.check_deployable()
     return exporter.render(dep, RenderOptions(
         header=header, metrics=metrics, memory=memory, extra=extra, input_path=input_path,

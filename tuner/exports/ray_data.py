@@ -77,7 +77,8 @@ def ray_job(dep: common.Deployment) -> tuple[str, dict, list[str]]:
     args, notes = vllm_engine_args(dep.config, dep.model, dep.gpu,
                                    max_model_len=dep.max_model_len,
                                    kv_capacity_tokens=dep.kv_capacity_tokens,
-                                   quantized_model=dep.quantized_model)
+                                   quantized_model=dep.quantized_model,
+                                   num_scheduler_steps=dep.num_scheduler_steps)
     model = args.pop("model")
     args.pop("data_parallel_size", None)  # Ray's concurrency runs the replicas
     notes += common.notes_for(dep, {"moe_dp": common.MOE_SEPARATE_ENGINES_NOTE})

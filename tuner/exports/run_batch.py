@@ -54,7 +54,8 @@ def to_run_batch_script(dep: common.Deployment, opts: common.RenderOptions) -> s
     c = dep.config
     args, notes = vllm_engine_args(c, dep.model, dep.gpu, max_model_len=dep.max_model_len,
                                    kv_capacity_tokens=dep.kv_capacity_tokens,
-                                   quantized_model=dep.quantized_model)
+                                   quantized_model=dep.quantized_model,
+                                   num_scheduler_steps=dep.num_scheduler_steps)
     args.pop("data_parallel_size", None)  # the replicas are separate run-batch processes
     notes += common.notes_for(dep, {"moe_dp": common.MOE_SEPARATE_ENGINES_NOTE})
     options = [("model", args.pop("model"))]

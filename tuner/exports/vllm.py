@@ -33,7 +33,8 @@ from tuner.exports import common
 _ARG_ORDER = ("model", "tensor_parallel_size", "data_parallel_size", "enable_expert_parallel",
               "max_num_batched_tokens",
               "max_num_seqs", "enable_chunked_prefill", "gpu_memory_utilization", "block_size",
-              "max_model_len", "kv_cache_dtype", "quantization", "cpu_offload_gb")
+              "max_model_len", "kv_cache_dtype", "quantization", "cpu_offload_gb",
+              "num_scheduler_steps")
 
 
 # ---- notes: what vLLM cannot be told, in the order the file lists them -------------------------
@@ -88,7 +89,8 @@ _NOTES: dict[str, common.NoteText] = {
 
 def vllm_engine_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model_len: int,
                      kv_capacity_tokens: int | None = None,
-                     quantized_model: str | None = None) -> tuple[dict[str, Any], list[str]]:
+                     quantized_model: str | None = None,
+                     num_scheduler_steps: int | None = None) -> tuple[dict[str, Any], list[str]]:
     """vLLM (V1) engine arguments for ``config`` plus notes for what vLLM lacks.
 
     ``kv_capacity_tokens`` (per replica, from the search's memory plan) is used in the advice for
@@ -106,6 +108,10 @@ def vllm_engine_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_m
     if "quantization" in args and not gpu.fp8_tflops:  # FP8 weights need FP8 tensor cores
         del args["quantization"]
     notes = dep.quantized_checkpoint_notes(args, common.notes_for(dep, _NOTES), "model", "vLLM")
+    if num_scheduler_steps is not None:  # a V0 engine (0.6 - 0.7), run as it was priced
+        args["num_scheduler_steps"] = num_scheduler_steps
+        notes.append(f"num_scheduler_steps={num_scheduler_steps}: vLLM V0's multi-step "
+                     "scheduling, as the prediction assumed (V1 engines have no such option)")
     return common.in_order(args, _ARG_ORDER), notes
 
 
@@ -135,11 +141,12 @@ def _replica_lines(dep: common.Deployment, args: dict, run: str) -> list[str]:
 # ---- vllm serve --config YAML -----------------------------------------------------------------
 def to_vllm_yaml(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model_len: int,
                  header: str = "", kv_capacity_tokens: int | None = None,
-                 quantized_model: str | None = None) -> str:
+                 quantized_model: str | None = None,
+                 num_scheduler_steps: int | None = None) -> str:
     """YAML for ``vllm serve --config FILE`` (dashed long option names, as vLLM documents)."""
     args, notes = vllm_engine_args(
         config, model, gpu, max_model_len=max_model_len, kv_capacity_tokens=kv_capacity_tokens,
-        quantized_model=quantized_model)
+        quantized_model=quantized_model, num_scheduler_steps=num_scheduler_steps)
     title = [f"# vLLM engine configuration written by tuner for {config.gpu} x{config.num_gpus}.",
              *_replica_lines(common.Deployment(config, model, gpu, max_model_len), args,
                              "vllm serve --config THIS_FILE")]
@@ -187,7 +194,8 @@ def to_vllm_run_batch(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_
                       input_path: str = "INPUT.jsonl", output_path: str = "OUTPUT.jsonl",
                       served_model_name: str | None = None, header: str = "",
                       kv_capacity_tokens: int | None = None,
-                      quantized_model: str | None = None) -> str:
+                      quantized_model: str | None = None,
+                      num_scheduler_steps: int | None = None) -> str:
     """A ``vllm run-batch`` command line for an OpenAI Batch API JSONL, with every engine argument.
 
     ``served_model_name``: the ``body.model`` the batch's requests name, when it differs from the
@@ -195,7 +203,7 @@ def to_vllm_run_batch(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_
     """
     args, notes = vllm_engine_args(
         config, model, gpu, max_model_len=max_model_len, kv_capacity_tokens=kv_capacity_tokens,
-        quantized_model=quantized_model)
+        quantized_model=quantized_model, num_scheduler_steps=num_scheduler_steps)
     title = [f"# vLLM offline batch run written by tuner for {config.gpu} x{config.num_gpus}.",
              *_replica_lines(common.Deployment(config, model, gpu, max_model_len), args,
                              "this command"),
@@ -223,7 +231,8 @@ def from_vllm_run_batch(text: str, *, gpu: str | None = None) -> ServingConfig:
 def render_yaml(dep: common.Deployment, opts: common.RenderOptions) -> str:
     return to_vllm_yaml(dep.config, dep.model, dep.gpu, max_model_len=dep.max_model_len,
                         header=opts.header, kv_capacity_tokens=dep.kv_capacity_tokens,
-                        quantized_model=dep.quantized_model)
+                        quantized_model=dep.quantized_model,
+                        num_scheduler_steps=dep.num_scheduler_steps)
 
 
 def render_run_batch(dep: common.Deployment, opts: common.RenderOptions) -> str:
@@ -231,7 +240,8 @@ def render_run_batch(dep: common.Deployment, opts: common.RenderOptions) -> str:
                              header=opts.header, kv_capacity_tokens=dep.kv_capacity_tokens,
                              input_path=opts.input_path, output_path=opts.output_path,
                              served_model_name=opts.served_model_name,
-                             quantized_model=dep.quantized_model)
+                             quantized_model=dep.quantized_model,
+                             num_scheduler_steps=dep.num_scheduler_steps)
 
 
 def yaml_engine_argv(text: str) -> list[list[str]]:
