@@ -224,9 +224,11 @@ def main() -> None:
         warm = best_of(args.repeats, lambda i: [*README_JOB, "--out", str(tmp / f"warm{i}")],
                        env, tmp)
         print(f"README main job, warm: {fmt(*warm)} (best of {args.repeats})")
+        print(f"tuner --help: {fmt(*best_of(args.repeats, lambda i: ['--help'], env, tmp))} "
+              "(target 0.2 s)")
         sim = ["simulate", "-w", str(EXAMPLE), "-m", "llama-3-8b", "-g", "A10"]
         print(f"tuner simulate, example (400 requests): "
-              f"{fmt(*best_of(args.repeats, lambda i: sim, env, tmp))}")
+              f"{fmt(*best_of(args.repeats, lambda i: sim, env, tmp))} (target 0.3 s)")
         trace = args.traces / ARXIV
         if trace.is_file():
             big = ["simulate", "-w", str(trace), "-m", "llama-2-70b", "-g", "A100-80G", "--tp", "2",

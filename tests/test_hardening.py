@@ -69,7 +69,7 @@ def _main_with(monkeypatch, capsys, exc: BaseException) -> tuple[int, str]:
     def app(**_kw):
         raise exc
 
-    monkeypatch.setattr(cli_main, "app", app)
+    monkeypatch.setattr(cli_main, "load_commands", lambda names=None: app)
     with pytest.raises(SystemExit) as done:
         cli_main.main()
     return done.value.code, capsys.readouterr().err
@@ -95,7 +95,7 @@ def test_an_error_that_swallowed_a_ctrl_c_is_the_interrupt(monkeypatch, capsys) 
             pass  # ... swallowed by C code, which then fails its own way
         raise TypeError("Cannot compare structured arrays unless they have a common dtype.")
 
-    monkeypatch.setattr(cli_main, "app", app)
+    monkeypatch.setattr(cli_main, "load_commands", lambda names=None: app)
     with pytest.raises(SystemExit) as done:
         cli_main.main()
     err = capsys.readouterr().err

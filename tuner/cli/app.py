@@ -3,21 +3,30 @@
 from __future__ import annotations
 
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
+from typer.core import TyperGroup
 
 from tuner.core.engine_defaults import ENTRY_POINT_HELP
 from tuner.core.errors import TunerError
 from tuner.core.units import fmt_duration as fmt_s  # noqa: F401 - the CLI's name for it
 
+
+class _RootGroup(TyperGroup):
+    """The `tuner` group: its own help (the command list) in click's plain layout, which needs
+    no rich import (~0.1 s of typer.rich_utils + markdown); every command's help keeps rich's
+    panels."""
+
+    def format_help(self, ctx, formatter) -> None:
+        return super(TyperGroup, self).format_help(ctx, formatter)
+
+
 app = typer.Typer(
+    cls=_RootGroup,
     help="Pick the GPU type and serving settings that finish an offline LLM batch job fastest "
-    "or cheapest, before renting GPUs.\n\nExample:\n\n  tuner search --workload "
+    "or cheapest, before renting GPUs.\n\nExample:\n\n\b\n  tuner search --workload "
     "examples/arxiv.jsonl --model llama-3-8b --gpus A10,A40",
     no_args_is_help=True,
     add_completion=False,
@@ -28,11 +37,34 @@ app.add_typer(workload_app, name="workload")
 
 # Piped output gets a fixed, wide layout so tables stay readable in logs and CI.
 # emoji=False: user values print verbatim ("--output-dist lognormal:-1:0" is no "lognormal👎0")
-out = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
-err = Console(stderr=True, emoji=False)
+class _LazyConsole:
+    """A rich Console made on first use: `tuner --help` prints nothing through one and skips
+    importing rich.console (issue #29 item 3)."""
+
+    def __init__(self, **options) -> None:
+        self._options = options
+        self._console = None
+
+    @property
+    def rich(self):
+        """The rich Console itself (for rich objects that take one: Progress, Live)."""
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return self._console
+
+    def __getattr__(self, name: str):
+        return getattr(self.rich, name)
+
+
+out = _LazyConsole(width=None if sys.stdout.isatty() else 160, emoji=False)
+err = _LazyConsole(stderr=True, emoji=False)
 
 
 def tool_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("tuner")
     except PackageNotFoundError:
@@ -150,6 +182,8 @@ def read_workload(path: Path, model, skip_invalid: bool, output_dist: str | None
 
     w = load_workload(path, model=model, skip_invalid=skip_invalid, output_dist=output_dist)
     if w.skipped:
+        from rich.markup import escape
+
         err.print(f"[yellow]skipped {w.skipped} invalid line(s) in {escape(str(path))}[/]",
                   soft_wrap=True)
     return w

@@ -198,7 +198,7 @@ def report_cmd(
     gpu_file: GpuFileOpt = None,
     profile: StoredProfileOpt = None,
 ) -> None:
-    """Render the HTML cost report of a stored study again (e.g. after more trials, from
+    """Render the HTML cost report of a stored study again (after more trials, from
     another worker's storage, or with the real runs of `tuner validate` in OUT/validation.json).
 
     Example: tuner report --out tuner-out --output report.html

@@ -1,33 +1,111 @@
-"""Entry point: every command module registered on the one typer app, and the error handling
-that turns a user error into one line and exit code 2."""
+"""Entry point: the command modules registered on the one typer app, and the error handling
+that turns a user error into one line and exit code 2.
+
+Start-up (issue #29): `tuner CMD` imports only the module of CMD; the other commands are
+registered as stubs whose help is their function's docstring, read from the module's source
+(not imported), so `tuner --help` lists every command without loading any of them.
+`tuner.cli.main.app` (tests, CliRunner) is the app with every command loaded."""
 
 from __future__ import annotations
 
 import atexit
+import importlib
+import importlib.util
+import inspect
 import os
 import signal
 import sys
 import time
 
 import typer
-from rich.markup import escape
 
-import tuner.cli.catalogs  # noqa: F401  (registers gpus, models, workload stats)
-import tuner.cli.replay  # noqa: F401  (registers replay)
-import tuner.cli.search  # noqa: F401  (registers search)
-import tuner.cli.simulate  # noqa: F401  (registers simulate)
-from tuner.cli import exports, profiling, study, validation
-from tuner.cli.app import app, err
+from tuner.cli import app as _cli
+from tuner.cli.app import err
 from tuner.core import interrupts
 from tuner.core.errors import TunerError
 from tuner.core.secrets import mask_secrets
 
-for _module in (exports, profiling, study, validation):
-    _module.register(app)
+#: command -> (module that registers it, the function it runs), in `tuner --help`'s order;
+#: `workload` is the group of tuner.cli.app whose commands tuner.cli.catalogs registers
+COMMANDS = {
+    "gpus": ("tuner.cli.catalogs", "gpus"),
+    "models": ("tuner.cli.catalogs", "models"),
+    "simulate": ("tuner.cli.simulate", "simulate"),
+    "replay": ("tuner.cli.replay", "replay"),
+    "search": ("tuner.cli.search", "search"),
+    "export": ("tuner.cli.exports", "export_cmd"),
+    "report": ("tuner.cli.exports", "report_cmd"),
+    "profile": ("tuner.cli.profiling", "profile"),
+    "fit": ("tuner.cli.profiling", "fit"),
+    "cost": ("tuner.cli.profiling", "cost"),
+    "transfer": ("tuner.cli.profiling", "transfer"),
+    "worker": ("tuner.cli.study", "worker"),
+    "results": ("tuner.cli.study", "results"),
+    "validate": ("tuner.cli.validation", "validate_cmd"),
+    "calibrate": ("tuner.cli.validation", "calibrate_cmd"),
+    "workload": ("tuner.cli.catalogs", None),
+}
+
+
+def load_commands(names=None) -> typer.Typer:
+    """The app with the commands `names` (default all) loaded for real and the rest as stubs
+    (their help from their docstrings); loading is idempotent."""
+    app = _cli.app
+    have = {_name(c) for c in app.registered_commands}
+    modules = dict.fromkeys(COMMANDS[n][0] for n in (COMMANDS if names is None else names))
+    for module in modules:
+        mod = importlib.import_module(module)  # catalogs, replay, search, simulate: on import
+        register = getattr(mod, "register", None)
+        if register is not None and not {n for n, (m, _) in COMMANDS.items()
+                                         if m == module} <= have:
+            register(app)
+    loaded = {_name(c) for c in app.registered_commands if c.callback is not _stub}
+    for name, (module, fn) in COMMANDS.items():
+        if fn is not None and name not in loaded and name not in have:
+            app.command(name, help=_docstring(module, fn), add_help_option=False)(_stub)
+    return app
+
+
+def _name(info) -> str:
+    """A registered command's name (typer's rule for one registered without a name)."""
+    return info.name or info.callback.__name__.lower().replace("_", "-")
+
+
+def _stub() -> None:
+    """Never run: main() loads a command before typer dispatches to it (a stub is never
+    replaced, so a process that listed the commands cannot run one of them)."""
+    raise TunerError("internal error: a command stub ran")  # pragma: no cover
+
+
+def _docstring(module: str, function: str) -> str:
+    """The docstring of `function` in `module`'s source, read without importing the module
+    (tests/test_cli_startup.py checks it is what the loaded command's help is)."""
+    spec = importlib.util.find_spec(module)
+    text = open(spec.origin, encoding="utf-8").read()  # noqa: SIM115 - one read
+    start = text.index(f"\ndef {function}(")
+    first = text.index('"""', start) + 3
+    return inspect.cleandoc(text[first:text.index('"""', first)])
+
+
+def __getattr__(name: str):
+    if name == "app":  # `from tuner.cli.main import app`: every command, loaded
+        return load_commands()
+    raise AttributeError(name)
+
+
+def _command_of(argv: list[str]) -> list[str] | None:
+    """The command `argv` runs ([name]), or None: help, no command, or one tuner lacks."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return [arg] if arg in COMMANDS else None
+        return None  # an option before any command: only --help exists there
+    return None
 
 
 def _error_line(message: str) -> None:
     """`error: MESSAGE` as one line: never wrapped, no markup, inner newlines folded."""
+    from rich.markup import escape
+
     message = mask_secrets(" ".join(message.split()))  # never a password (storage URLs)
     err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
@@ -68,6 +146,7 @@ def _main() -> None:
     try:
         # Not standalone: typer's own usage errors come back here to be printed as one line
         # too (standalone, typer draws them as a multi-line panel).
+        app = load_commands(_command_of(sys.argv[1:]) or [])
         rv = app(standalone_mode=False)
     except TunerError as exc:
         _error_line(str(exc))

@@ -91,7 +91,7 @@ def profile(
                   f"{' (quick)' if quick else ''}", highlight=False)
     summary = run_profile(ProfileSettings(model=spec, out=out_dir, device=dev, quick=quick,
                                           dtype=dtype, repeats=repeats, threads=threads,
-                                          families=families), console=err, progress=not as_json)
+                                          families=families), console=err.rich, progress=not as_json)
     doc = {"out": str(summary.out), "device": summary.device, "device_name": summary.device_name,
            "measured": summary.measured, "skipped_existing": summary.skipped_existing,
            "oom": summary.oom, "errors": summary.errors, "rows": summary.total_rows,

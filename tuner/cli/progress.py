@@ -25,7 +25,8 @@ class SearchProgress:
         self.prog = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                              MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
                              TimeRemainingColumn(), TextColumn("{task.fields[best]}"),
-                             console=console, transient=False, disable=disable)
+                             console=getattr(console, "rich", console), transient=False,
+                             disable=disable)
         self.task = self.prog.add_task(label, total=total, best="")
         self.best_t = self.best_c = math.inf
         self.completed = 0

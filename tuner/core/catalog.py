@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from tuner.core.errors import TunerError, close_matches_hint
+from tuner.core.io import load_shipped_yaml
 from tuner.core.pricing import MAX_PRICE_USD_PER_H, Billing, reprice
 
 GIB = 1024**3
@@ -385,7 +386,7 @@ class ModelSpec:
 
 def _load_yaml_resource(filename: str) -> dict:
     text = resources.files("tuner.core").joinpath("data", filename).read_text()
-    return yaml.safe_load(text)
+    return load_shipped_yaml(text)
 
 
 def _gpu_from_dict(name: str, d: dict, where: str) -> GPU:

@@ -1,0 +1,70 @@
+"""Start-up (issue #29 item 3): `tuner CMD` imports only CMD's module; `tuner --help` lists every
+command from docstrings read, not imported, and prints exactly what the fully loaded app does."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+
+import typer.main
+
+import tuner.cli.main as cli_main
+
+CLI_MODULES = sorted({m for m, _ in cli_main.COMMANDS.values()})
+
+
+def _loaded_after(argv: list[str]) -> set[str]:
+    """The command modules a `tuner ARGV` process imported (run in-process in a child)."""
+    probe = ("import sys\n"
+             f"sys.argv = ['tuner', *{argv!r}]\n"
+             "from tuner.cli.main import main\n"
+             "try:\n    main()\nexcept SystemExit:\n    pass\n"
+             f"print(' '.join(m for m in {CLI_MODULES!r} if m in sys.modules), file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "COLUMNS": "100"})
+    return set(r.stderr.strip().splitlines()[-1].split()) if r.stderr.strip() else set()
+
+
+def test_every_registered_command_is_in_the_table_with_its_function():
+    app = cli_main.load_commands()
+    group = typer.main.get_command(app)
+    real = {n: c for n, c in group.commands.items() if n != "workload"}
+    assert set(real) | {"workload"} == set(cli_main.COMMANDS)
+    for name, cmd in real.items():
+        module, fn = cli_main.COMMANDS[name]
+        assert cmd.callback is not cli_main._stub, name
+        func = inspect.unwrap(cmd.callback)
+        assert (func.__module__, func.__name__) == (module, fn), name
+        # the stub's help (read from the source) is the loaded command's docstring
+        assert cli_main._docstring(module, fn) == inspect.getdoc(func), name
+
+
+def test_help_loads_no_command_module_and_a_command_loads_only_its_own():
+    assert _loaded_after(["--help"]) == set()
+    assert _loaded_after([]) == set()
+    assert _loaded_after(["gpus"]) == {"tuner.cli.catalogs"}
+    assert _loaded_after(["simulate", "--help"]) == {"tuner.cli.simulate"}
+    assert _loaded_after(["export", "--help"]) == {"tuner.cli.exports"}
+
+
+def test_lazy_help_is_the_full_apps_help():
+    env = {**os.environ, "COLUMNS": "120"}
+    lazy = subprocess.run([sys.executable, "-c",
+                           "import sys\nsys.argv = ['tuner', '--help']\n"
+                           "from tuner.cli.main import main\nmain()"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    full = subprocess.run([sys.executable, "-c",
+                           "from tuner.cli.main import app\n"
+                           "app(['--help'], prog_name='tuner')"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert lazy.returncode == 0 and lazy.stdout and lazy.stdout == full.stdout
+    assert "simulate" in lazy.stdout and "calibrate" in lazy.stdout
+
+
+def test_an_unknown_command_is_one_line_with_a_suggestion():
+    r = subprocess.run([sys.executable, "-m", "tuner.cli", "simulat"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "No such command 'simulat'" in r.stderr and "simulate" in r.stderr
