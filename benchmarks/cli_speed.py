@@ -20,7 +20,9 @@ compiled to bytecode again; the simulator's C kernels are built at install, so n
 compiled at run time); the warm runs share the one the cold run filled.
 
 Run: python benchmarks/cli_speed.py [--repeats 3] [--skip-exhaustive] [--skip-full]
-     [--exhaustive-limit-s 900]
+     [--exhaustive-limit-s 900] [--against REV]
+--against REV times `tuner --help`, the example's simulate and the warm README job on that git
+revision too, in the same run, and prints the ratios.
 OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are removed from the timed processes' environment (they
 slow a current numpy here), and so is PYTHONDONTWRITEBYTECODE (a user's processes keep their
 bytecode).
@@ -204,6 +206,50 @@ def _nested(label: str) -> bool:
     return label.startswith(("search:", "outputs:", "reading", "terminal"))
 
 
+def against(rev: str, env: dict, tmp: Path, repeats: int) -> None:
+    """The start-up cases (tuner --help, simulate of the example, the warm README job) on this
+    tree and on git revision `rev` (a worktree, imported first through PYTHONPATH; the
+    simulator's compiled kernels copied when their C source is the same), as ratios."""
+    base = tmp / "base"
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(base), rev],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        same = subprocess.run(["git", "-C", str(REPO), "diff", "--quiet", rev, "--",
+                               "tuner/sim/_kernels.c"]).returncode == 0
+        if not same:
+            print(f"(--against {rev}: the simulator's C kernels differ; build them there first)")
+            return
+        for so in (REPO / "tuner" / "sim").glob("_kernels*.so"):
+            shutil.copy2(so, base / "tuner" / "sim" / so.name)
+        # the installed layout (pyproject's package-dir: predictors/ is tuner.predictors ...)
+        # as a tree of links, first on PYTHONPATH
+        root = tmp / "base-root" / "tuner"
+        root.mkdir(parents=True)
+        for entry in (base / "tuner").iterdir():
+            (root / entry.name).symlink_to(entry)
+        for sub in ("predictors", "profilers", "runners", "reports", "search_spaces"):
+            if (base / sub).is_dir() and not (root / sub).exists():
+                (root / sub).symlink_to(base / sub)
+        cases = [("tuner --help", lambda i: ["--help"]),
+                 ("tuner simulate, example", lambda i: ["simulate", "-w", str(EXAMPLE), "-m",
+                                                        "llama-3-8b", "-g", "A10"]),
+                 ("README main job, warm", None)]
+        old_env = {**env, "PYTHONPATH": str(root.parent),
+                   "PYTHONPYCACHEPREFIX": str(tmp / "pycache-base")}
+        print(f"against {rev} (same machine, same run; best of {repeats}):")
+        for label, args_for in cases:
+            def job(tag, args_for=args_for):  # a fresh --out per run of the README job
+                return args_for or (lambda i: [*README_JOB, "--out", str(tmp / f"{tag}{i}")])
+            best_of(1, job("warm-old"), old_env, tmp)  # warm both bytecode caches first
+            best_of(1, job("warm-new"), env, tmp)
+            then = best_of(repeats, job("old"), old_env, tmp)
+            now = best_of(repeats, job("new"), env, tmp)
+            print(f"  {label:28s} {fmt(*then)} -> {fmt(*now)}: x{then[0] / now[0]:.2f} faster")
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base)],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
@@ -211,6 +257,8 @@ def main() -> None:
     ap.add_argument("--skip-exhaustive", action="store_true")
     ap.add_argument("--skip-full", action="store_true", help="exhaustive: the small space only")
     ap.add_argument("--exhaustive-limit-s", type=float, default=900.0)
+    ap.add_argument("--against", metavar="REV", help="also time the start-up cases on this git "
+                    "revision and print the ratios (issue #29 item 5)")
     args = ap.parse_args()
     print(f"machine: {cpu_name()}, {os.cpu_count()} cores, python {platform.python_version()}, "
           f"load average before {os.getloadavg()[0]:.2f}")
@@ -254,6 +302,8 @@ def main() -> None:
                       f"{n:,} trials stored = {n / wall:,.0f} configurations/s")
                 shutil.rmtree(out, ignore_errors=True)
         phase_readme(env, tmp, args.repeats)
+        if args.against:
+            against(args.against, env, tmp, args.repeats)
     print(f"load average after {os.getloadavg()[0]:.2f}")
 
 

@@ -68,6 +68,9 @@ class StudyOutputs:
     failed_too_long: dict | None = None
     # {goal: where the winner sits on a bound of the search} (winner_bounds)
     bounds: dict = field(default_factory=dict)
+    # mixes of GPU types on the makespan-$ front beside the single-type plans
+    # (tuner.search.fleet), as results.json's "fleets" entries
+    fleets: list[dict] = field(default_factory=list)
 
     @property
     def by_number(self) -> dict[int, TrialRecord]:
@@ -83,6 +86,7 @@ class StudyOutputs:
             "best_per_gpu": {gpu: {g: by_num[p.of(g)] for g in GOALS}
                              for gpu, p in ctx.best_per_gpu.items()},
             "pareto": [by_num[n] for n in ctx.pareto],
+            "fleets": self.fleets,
             "infeasible": infeasible_summary(self.records),
             "gain_over_vllm_defaults": {g: _gain_entry(by_num[ctx.winners.of(g)])
                                         for g in GOALS},
@@ -129,13 +133,15 @@ def study_outputs(study: optuna.Study, workload: Workload, model: ModelSpec,
         extra_notes.append(start)
     extras = report_extras(study, records, workload, model, gpus, out_dir=out_dir,
                            workload_path=workload_path, cost_model_for=cost_model_for)
-    verdicts = constraint_verdicts(study, records)
+    fleets = fleet_entries(study, records, workload, model, gpus, cost_model_for)
+    verdicts = constraint_verdicts(study, records, fleets)
     bounds = winner_bounds(study, records, gpus)
     verdicts += defaults_verdicts(records) + [
         f"{goal} sits on a bound of the search: {'; '.join(lines)}."
         for goal, lines in bounds.items() if lines]
     verdict = offload_verdict(records, gpus)
     verdicts += [verdict] if verdict else []
+    verdicts += fleet_verdicts(fleets, records)
     ctx = build_report_context(
         study_name=study.study_name, records=records, workload=workload, model=model,
         gpus=gpus, exports=_winner_yaml(extras["export_snippets"]),
@@ -145,7 +151,49 @@ def study_outputs(study: optuna.Study, workload: Workload, model: ModelSpec,
         tool_version=tool_version, notes=_notes(workload, stats, extra_notes),
         verdicts=verdicts, extras=extras)
     return StudyOutputs(study.study_name, records, ctx, stats, failed_too_long=too_long,
-                        bounds=bounds)
+                        bounds=bounds, fleets=fleets)
+
+
+def fleet_entries(study: optuna.Study, records: list[TrialRecord], workload: Workload,
+                  model: ModelSpec, gpus: dict[str, GPU],
+                  cost_model_for: Callable[[GPU, ServingConfig], CostModel] | None) -> list[dict]:
+    """results.json's "fleets": the mixes of GPU types (tuner.search.fleet) that no single-type
+    plan and no other mix beats on both makespan and $, within each type's --max-gpus cap (and
+    the total one), each marked with whether it meets --deadline / --budget; [] with one GPU
+    type."""
+    from tuner.predictors.sources import cost_model_for as default_cost_models
+    from tuner.search.fleet import fleet_front
+
+    if len({r.gpu for r in records if r.feasible}) < 2:
+        return []
+    meta = study_meta(study)
+    limits = meta.constraints
+    plans = fleet_front(workload, model, gpus, records,
+                        caps={g: limits.gpu_cap(g) for g in gpus},
+                        max_total_gpus=limits.max_gpus,
+                        cost_model_for=cost_model_for or default_cost_models(model),
+                        max_plans=4, **meta.sim_options())
+    return [{**p.to_dict(), "meets_constraints": limits.meets(p.makespan_s, p.cost_usd)}
+            for p in plans]
+
+
+def fleet_verdicts(fleets: list[dict], records: list[TrialRecord]) -> list[str]:
+    """One line for the fastest mix on the front."""
+    from tuner.core.units import fmt_duration
+
+    if not fleets:
+        return []
+    f = fleets[0]
+    singles = [r for r in records if r.feasible and r.level == "full" and not r.study_only
+               and r.metrics is not None and r.metrics.makespan_s is not None]
+    fastest = min(singles, key=lambda r: r.metrics.makespan_s, default=None)
+    than = ("" if fastest is None else
+            f" (the fastest single GPU type: {fmt_duration(fastest.metrics.makespan_s)} on "
+            f"{fastest.config.num_gpus} x {fastest.gpu}, ${fastest.metrics.cost_usd:.4f})")
+    return [f"A mix of GPU types is on the front: {f['description']} finishes in "
+            f"{fmt_duration(f['makespan_s'])} for ${f['cost_usd']:.4f}, its parts within "
+            f"{100 * f['finish_spread']:.1f} % of each other{than}; results.json's \"fleets\" "
+            "lists each part's share."]
 
 
 def winner_bounds(study: optuna.Study, records: list[TrialRecord],
@@ -250,9 +298,11 @@ def too_long_note(info: dict) -> str:
             f"simulation ({info.get('id_kind', 'request numbers')}: {shown}).")
 
 
-def constraint_verdicts(study: optuna.Study, records: list[TrialRecord]) -> list[str]:
-    """The plan a --deadline / --budget picks (one TunerError line when no plan meets it), and
-    what quantization buys when the search allowed it."""
+def constraint_verdicts(study: optuna.Study, records: list[TrialRecord],
+                        fleets: list[dict] = ()) -> list[str]:
+    """The plan a --deadline / --budget picks (one TunerError line when no plan meets it, nor
+    a mix of GPU types among `fleets`), and what quantization buys when the search allowed
+    it."""
     from tuner.core.errors import TunerError
     from tuner.core.units import fmt_duration
     from tuner.search.constraints import no_plan_line, quantization_verdict
@@ -264,8 +314,15 @@ def constraint_verdicts(study: optuna.Study, records: list[TrialRecord]) -> list
     limits = study_constraints(study)
     out = []
     if limits.on_figures:
+        mixes = [f for f in fleets if f["meets_constraints"]]
         if not any(r.feasible and r.within for r in records):
-            raise TunerError(no_plan_line(records, limits, fmt_usd))
+            if not mixes:
+                raise TunerError(no_plan_line(records, limits, fmt_usd))
+            key = "cost_usd" if limits.goal == "cheapest" else "makespan_s"
+            m = min(mixes, key=lambda f: f[key])
+            return [f"Plan: only a mix of GPU types {limits.describe()}: {m['description']}: "
+                    f"{fmt_duration(m['makespan_s'])}, {fmt_usd(m['cost_usd'])} (results.json "
+                    f"\"fleets\"; as one GPU type, {no_plan_line(records, limits, fmt_usd)[:-1]})."]
         best = rank(records, limits.goal)[0]
         c = best.config
         out.append(f"Plan: the {limits.goal} that {limits.describe()} is "

@@ -195,6 +195,14 @@ class TrialRecord:
             d["vllm_defaults"] = self.baseline
         if self.study_only:
             d["study_only"] = self.study_only
+        m = self.metrics
+        if self.config is not None and m is not None and m.makespan_s is not None:
+            # one part: the plan's GPU type serving every request (a mix has several,
+            # tuner.search.fleet)
+            c = self.config
+            d["parts"] = [{"gpu": c.gpu, "count": c.num_gpus, "tp": c.tp, "pp": 1, "dp": c.dp,
+                           "requests": m.requests, "makespan_s": m.makespan_s,
+                           "cost_usd": m.cost_usd}]
         return d
 
     @property

@@ -1,0 +1,328 @@
+"""Fleets (issue #27): one batch job across several GPU types at once. A batch user rarely
+gets 32 of the GPU they want; they get 8 of one type here and 16 of another there. A fleet
+plan is a set of parts, each a GPU type running one serving configuration on TP x DP of its
+GPUs, each serving its own share of the requests; the makespan is the slowest part's (its
+start-up included) and the $ the sum of the parts'.
+
+    plans = fleet_front(workload, model, gpus, records, caps=caps, cost_model_for=cm_for)
+    plans[0].to_dict()   # {"makespan_s", "cost_usd", "parts": [{"gpu", "count", "tp", ...}]}
+
+How a mix is found (a Melange-style fluid estimate, then simulation of the split):
+1. Part templates: for every GPU type the study searched, its fastest and its cheapest
+   feasible configurations simulated on the whole job; their rate per replica is the job's
+   tokens over the schedule's seconds per replica.
+2. Mixes of two or three GPU types, each with 1 .. cap / TP replicas (`caps`: what can be had,
+   --max-gpus TYPE=N), priced by the fluid model: the parts finish together at T where
+   sum_i r_i (T - s_i) = 1 job (r_i: a part's rate in jobs per second, s_i its start-up), and
+   cost sum_i (GPUs_i x $/GPU-h x T). The mixes on the estimated makespan-$ front (at most
+   `max_plans`) go on.
+3. Each of those is simulated: requests ordered by tokens and dealt to the parts by a
+   low-discrepancy sequence in proportion to their shares (every part gets the same mix of
+   long and short requests), each part simulated on its share; the shares are then moved so
+   the parts finish together (the fluid rule again, with the rates the simulations measured)
+   until the finish times are within `tolerance` of each other.
+Returned are the simulated mixes that no single-GPU-type plan of the study and no other mix
+beats on both makespan and $.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from tuner.core.catalog import GPU, ModelSpec
+from tuner.core.config import ServingConfig
+from tuner.core.workload import Workload
+from tuner.predictors.protocol import CostModel
+from tuner.search.records import TrialRecord
+from tuner.sim.simulator import InfeasibleConfig, simulate
+
+#: the golden ratio's fraction: the low-discrepancy sequence that deals requests to parts
+_PHI = (math.sqrt(5.0) - 1.0) / 2.0
+MAX_TYPES_PER_MIX = 3
+#: a mix whose fluid estimate a single-type plan beats on both makespan and $ by more than this
+#: is not simulated (the estimate's error on the mixes simulated in tests/test_fleet.py is a few %)
+ESTIMATE_MARGIN = 0.05
+
+
+@dataclass(frozen=True)
+class Part:
+    """One GPU type's share of a fleet plan, simulated."""
+
+    config: ServingConfig  # the GPU type, TP, DP (replicas) and serving knobs
+    requests: int
+    makespan_s: float  # its start-up + schedule
+    startup_s: float
+    cost_usd: float
+    trial: int | None = None  # the study's trial whose settings the part runs
+
+    @property
+    def gpu(self) -> str:
+        return self.config.gpu
+
+    def to_dict(self) -> dict:
+        c = self.config
+        return {"gpu": c.gpu, "count": c.num_gpus, "tp": c.tp, "pp": 1, "dp": c.dp,
+                "requests": self.requests, "makespan_s": self.makespan_s,
+                "startup_s": self.startup_s, "cost_usd": self.cost_usd, "trial": self.trial,
+                "config": c.to_dict()}
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    """Parts that serve one job together: makespan the slowest part's, $ their sum."""
+
+    parts: tuple[Part, ...]
+
+    @property
+    def makespan_s(self) -> float:
+        return max(p.makespan_s for p in self.parts)
+
+    @property
+    def cost_usd(self) -> float:
+        return float(sum(p.cost_usd for p in self.parts))
+
+    @property
+    def finish_spread(self) -> float:
+        """Slowest over fastest part's finish, less one (0: they end together)."""
+        times = [p.makespan_s for p in self.parts]
+        return max(times) / min(times) - 1.0
+
+    def describe(self) -> str:
+        return " + ".join(f"{p.config.num_gpus} x {p.gpu} (TP {p.config.tp} x DP {p.config.dp})"
+                          for p in self.parts)
+
+    def to_dict(self) -> dict:
+        return {"makespan_s": self.makespan_s, "cost_usd": self.cost_usd,
+                "finish_spread": self.finish_spread, "description": self.describe(),
+                "parts": [p.to_dict() for p in self.parts]}
+
+
+# ---- splitting the requests -----------------------------------------------------------------
+def deal(workload: Workload, shares: np.ndarray) -> list[np.ndarray]:
+    """Request indices per part: the requests ordered by tokens (prompt + output, longest
+    first) and dealt by the golden-ratio sequence in proportion to `shares` (a share of 0 gets
+    none), so every part gets the same mix of long and short requests."""
+    shares = np.asarray(shares, dtype=np.float64)
+    order = np.argsort(-(workload.prompt_tokens + workload.output_tokens), kind="stable")
+    edges = np.cumsum(shares / shares.sum())
+    edges[-1] = 1.0 + 1e-12
+    u = (np.arange(len(order)) * _PHI) % 1.0
+    part = np.searchsorted(edges, u, side="right")
+    return [np.sort(order[part == i]) for i in range(len(shares))]
+
+
+def rebalanced(shares: np.ndarray, schedule_s: np.ndarray,
+               startup_s: np.ndarray) -> np.ndarray:
+    """Shares that make the parts finish together (the fluid rule): a part doing share x_i
+    in schedule t_i runs at r_i = x_i / t_i jobs per second; all end at T where
+    sum r_i (T - s_i) = 1, each then doing r_i (T - s_i). A part whose start-up alone exceeds
+    T gets 0 (it would only finish later)."""
+    rate = shares / np.maximum(schedule_s, 1e-9)
+    live = rate > 0
+    while True:
+        t_end = (1.0 + float((rate * startup_s)[live].sum())) / float(rate[live].sum())
+        out = np.where(live, rate * (t_end - startup_s), 0.0)
+        if (out >= 0).all():
+            return out / out.sum()
+        live &= out > 0
+
+
+def simulate_fleet(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
+                   configs: list[ServingConfig],
+                   cost_model_for: Callable[[GPU, ServingConfig], CostModel], *,
+                   shares: np.ndarray | None = None, tolerance: float = 0.02,
+                   rounds: int = 6, startup_s: float | None = None,
+                   engine_version: str | None = None,
+                   trials: list[int | None] | None = None,
+                   beaten_by: list[tuple[float, float]] = (),
+                   margin: float = ESTIMATE_MARGIN) -> FleetPlan | None:
+    """Simulate `configs` (one per part) serving `workload` together, with the shares moved
+    until the parts finish within `tolerance` of each other (or `rounds` tries; the closest is
+    returned). InfeasibleConfig when a part cannot run its share. None as soon as the parts
+    balanced by their simulated rates would still lose to a (makespan, $) of `beaten_by` on
+    both by more than `margin` (not worth more rounds)."""
+    k = len(configs)
+    shares = np.full(k, 1.0 / k) if shares is None else np.asarray(shares, float) / sum(shares)
+    trials = trials or [None] * k
+    best = None
+    for _ in range(rounds):
+        parts, sched, start = [], np.zeros(k), np.zeros(k)
+        for i, (idx, cfg) in enumerate(zip(deal(workload, shares), configs, strict=True)):
+            if idx.size == 0:
+                continue
+            g = gpus[cfg.gpu]
+            res = simulate(workload.take(idx), model, g, cfg, cost_model_for(g, cfg),
+                           startup_s=startup_s, engine_version=engine_version)
+            parts.append(Part(cfg, int(idx.size), float(res.makespan_s),
+                              float(res.startup_s), float(res.cost_usd), trials[i]))
+            sched[i], start[i] = res.makespan_s - res.startup_s, res.startup_s
+        plan = FleetPlan(tuple(parts))
+        if best is None or plan.makespan_s < best.makespan_s:
+            best = plan
+        if plan.finish_spread <= tolerance:
+            return plan
+        # measured rates: the work each part did per second of its schedule
+        done = np.where(sched > 0, shares, 0.0)
+        shares = rebalanced(done, np.where(sched > 0, sched, 1.0), start)
+        if beaten_by:  # the balanced plan, estimated from these rates: still beaten?
+            rate = done / np.where(sched > 0, sched, 1.0)
+            live = shares > 0
+            t_end = float(np.max(np.where(live, start + shares / np.where(rate > 0, rate, 1.0),
+                                          0.0)))
+            usd_per_s = sum(p.cost_usd / p.makespan_s for p in parts)
+            if any(bt * (1 + margin) < t_end and bc * (1 + margin) < usd_per_s * t_end
+                   for bt, bc in beaten_by):
+                return None
+    return best
+
+
+# ---- which mixes --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Template:
+    """A GPU type's configuration as a part: its per-replica rate on the whole job."""
+
+    record: TrialRecord
+    jobs_per_s_per_replica: float
+    startup_s: float
+    usd_per_gpu_s: float
+
+    @property
+    def config(self) -> ServingConfig:
+        return self.record.config
+
+
+def _template(r: TrialRecord, gpu: GPU) -> _Template:
+    m, c = r.metrics, r.config
+    rate = 1.0 / (float(m.schedule_s) * c.dp)  # jobs per second per replica
+    return _Template(r, rate, float(m.startup_s or 0.0), gpu.price_usd_per_h / 3600.0)
+
+
+def _templates(records: list[TrialRecord], gpus: dict[str, GPU]) -> dict[str, list[_Template]]:
+    """Per GPU type, its fastest-per-replica and cheapest-per-token feasible full-job trials."""
+    out: dict[str, list[_Template]] = {}
+    for gpu in gpus:
+        ts = [_template(r, gpus[gpu]) for r in records
+              if r.gpu == gpu and r.feasible and r.level == "full" and not r.study_only
+              and r.metrics is not None and r.metrics.schedule_s]
+        if not ts:
+            continue
+        fast = max(ts, key=lambda t: t.jobs_per_s_per_replica)
+        cheap = max(ts, key=lambda t: t.jobs_per_s_per_replica
+                    / (t.config.tp * t.usd_per_gpu_s))
+        out[gpu] = list({id(t.record): t for t in (fast, cheap)}.values())
+    return out
+
+
+def _fluid(temps: tuple[_Template, ...], counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(makespan, $) of `temps` at replica counts `counts` (points x parts), every part live
+    (NaN where a part's start-up outlasts the others: that mix is a smaller one), by the fluid
+    rule: they end together at T with sum r_i n_i (T - s_i) = 1 job."""
+    rate = counts * np.array([t.jobs_per_s_per_replica for t in temps])
+    start = np.array([t.startup_s for t in temps])
+    t_end = (1.0 + rate @ start) / rate.sum(axis=1)
+    usd_per_s = counts @ np.array([t.config.tp * t.usd_per_gpu_s for t in temps])
+    ok = (t_end[:, None] > start).all(axis=1)
+    return np.where(ok, t_end, np.nan), np.where(ok, usd_per_s * t_end, np.nan)
+
+
+def candidate_mixes(records: list[TrialRecord], gpus: dict[str, GPU], caps: dict[str, int], *,
+                    max_plans: int = 6, max_total_gpus: int | None = None,
+                    max_replicas: int = 64,
+                    beaten_by: list[tuple[float, float]] = (),
+                    margin: float = ESTIMATE_MARGIN,
+                    ) -> list[tuple[list[ServingConfig], np.ndarray, list[int]]]:
+    """Mixes worth simulating: (part configs, initial shares, the trials they come from), at
+    most `max_plans`, on the fluid estimate's makespan-$ front (two or three GPU types; each
+    type's replicas within its cap, the GPUs in all within `max_total_gpus`), less those a
+    (makespan, $) point of `beaten_by` beats on both by more than `margin`."""
+    temps = _templates(records, gpus)
+    types = sorted(temps)
+    found: list[tuple[float, float, tuple[_Template, ...], np.ndarray]] = []
+    for k in range(2, min(MAX_TYPES_PER_MIX, len(types)) + 1):
+        for combo in itertools.combinations(types, k):
+            for chosen in itertools.product(*(temps[g] for g in combo)):
+                ranges = [np.arange(1, min(caps.get(t.config.gpu, 0) // t.config.tp,
+                                           max_replicas) + 1) for t in chosen]
+                if any(r.size == 0 for r in ranges):
+                    continue
+                counts = np.stack(np.meshgrid(*ranges, indexing="ij"), -1).reshape(-1, k)
+                if max_total_gpus is not None:
+                    tps = np.array([t.config.tp for t in chosen])
+                    counts = counts[counts @ tps <= max_total_gpus]
+                if counts.size == 0:
+                    continue
+                t_end, cost = _fluid(chosen, counts.astype(np.float64))
+                keep = _front_arrays(t_end, cost)
+                found += [(float(t_end[i]), float(cost[i]), chosen, counts[i]) for i in keep]
+    front = _front([(t, c) for t, c, _, _ in found])
+    picks = [found[i] for i in front
+             if not any(bt * (1 + margin) < found[i][0] and bc * (1 + margin) < found[i][1]
+                        for bt, bc in beaten_by)]
+    if len(picks) > max_plans:  # spread along the front
+        keep = np.unique(np.linspace(0, len(picks) - 1, max_plans).round().astype(int))
+        picks = [picks[i] for i in keep]
+    out = []
+    for _t, _c, chosen, counts in picks:
+        configs = [ServingConfig(**{**t.config.to_dict(), "dp": int(n)})
+                   for t, n in zip(chosen, counts, strict=True)]
+        rate = np.array([t.jobs_per_s_per_replica * n for t, n in zip(chosen, counts,
+                                                                       strict=True)])
+        start = np.array([t.startup_s for t in chosen])
+        out.append((configs, rebalanced(rate, 1.0 / rate, start),
+                    [t.record.number for t in chosen]))
+    return out
+
+
+def _front_arrays(t_end: np.ndarray, cost: np.ndarray) -> list[int]:
+    """_front over two arrays (NaN points left out)."""
+    ok = np.flatnonzero(np.isfinite(t_end) & np.isfinite(cost))
+    sub = _front(list(zip(t_end[ok].tolist(), cost[ok].tolist(), strict=True)))
+    return [int(ok[i]) for i in sub]
+
+
+def _front(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both (ties kept once), by makespan."""
+    order = sorted(range(len(points)), key=lambda i: points[i])
+    out, best_cost = [], math.inf
+    for i in order:
+        if points[i][1] < best_cost - 1e-12:
+            out.append(i)
+            best_cost = points[i][1]
+    return out
+
+
+def fleet_front(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
+                records: list[TrialRecord], *, caps: dict[str, int],
+                cost_model_for: Callable[[GPU, ServingConfig], CostModel],
+                max_plans: int = 6, max_total_gpus: int | None = None,
+                startup_s: float | None = None,
+                engine_version: str | None = None) -> list[FleetPlan]:
+    """The simulated mixes of GPU types that neither a single-type plan among `records` nor
+    another mix beats on both makespan and $ (fastest first); [] with fewer than two GPU types
+    that have a feasible plan."""
+    singles = [(float(r.metrics.makespan_s), float(r.metrics.cost_usd)) for r in records
+               if r.feasible and r.level == "full" and r.within and not r.study_only
+               and r.metrics is not None and r.metrics.makespan_s is not None
+               and r.metrics.cost_usd is not None]
+    plans = []
+    for configs, shares, trials in candidate_mixes(records, gpus, caps, max_plans=max_plans,
+                                                   max_total_gpus=max_total_gpus,
+                                                   beaten_by=singles):
+        try:
+            plan = simulate_fleet(workload, model, gpus, configs, cost_model_for,
+                                  shares=shares, startup_s=startup_s,
+                                  engine_version=engine_version, trials=trials,
+                                  beaten_by=singles)
+        except InfeasibleConfig:
+            continue  # a part cannot hold its share (a request longer than its KV)
+        if plan is not None:
+            plans.append(plan)
+    points = singles + [(p.makespan_s, p.cost_usd) for p in plans]
+    on_front = set(_front(points))
+    kept = [p for i, p in enumerate(plans) if len(singles) + i in on_front]
+    return sorted(kept, key=lambda p: p.makespan_s)
