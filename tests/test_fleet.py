@@ -154,3 +154,68 @@ def test_search_puts_a_mix_beside_single_types_and_only_a_mix_meets_the_deadline
     assert "only a mix of GPU types finishes within" in text
     d = json.loads((tmp_path / "dl" / "results.json").read_text())
     assert any(f["meets_constraints"] for f in d["fleets"])
+    # the mix as files: every request in exactly one part's input
+    out = tmp_path / "fleet"
+    r = runner.invoke(app, ["export", "--out", str(tmp_path / "free"), "--fleet", "1",
+                            "--output", str(out)])
+    assert r.exit_code == 0, r.output
+    parts = sorted(out.glob("part-*.jsonl"))
+    assert len(parts) == len(mix["parts"]) and (out / "fleet.json").is_file()
+    got = sorted(ln for p in parts for ln in p.read_text().splitlines())
+    assert got == sorted(wl.read_text().splitlines())
+    r = runner.invoke(app, ["export", "--out", str(tmp_path / "free"), "--fleet", "9",
+                            "--output", str(tmp_path / "nine")])
+    assert r.exit_code != 0 and not (tmp_path / "nine").exists()
+
+
+def test_dropping_a_zero_share_deals_the_same_split():
+    w = _workload(500)
+    a = deal(w, np.array([0.3, 0.0, 0.7]))
+    b = deal(w, np.array([0.3, 0.7]))
+    assert a[1].size == 0
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[2], b[1])
+
+
+def test_fleet_files_put_every_custom_id_in_exactly_one_part():
+    import json
+
+    import yaml
+
+    from tuner.exports.fleet import fleet_files
+
+    w = _workload(700, seed=5)
+    lines = [json.dumps({"custom_id": f"r-{i}", "method": "POST", "url": "/v1/completions",
+                         "body": {"model": "m", "prompt": "x " * int(p),
+                                  "max_tokens": int(o)}}) + "\n"
+             for i, (p, o) in enumerate(zip(w.prompt_tokens, w.output_tokens, strict=True))]
+    plan = simulate_fleet(w, MODEL, GPUS, [ServingConfig(gpu="A10", dp=2),
+                                           ServingConfig(gpu="L40S")], CM).to_dict()
+    files = fleet_files(plan, lines, w, MODEL, GPUS, max_model_len=4096)
+    ids = [json.loads(ln)["custom_id"] for name, text in files.items()
+           if name.endswith(".jsonl") for ln in text.splitlines()]
+    assert sorted(ids) == sorted(f"r-{i}" for i in range(len(w)))  # each exactly once
+    per_part = {p["gpu"]: p["requests"] for p in plan["parts"]}
+    assert len(files["part-1-A10.jsonl"].splitlines()) == per_part["A10"]
+    assert len(files["part-2-L40S.jsonl"].splitlines()) == per_part["L40S"]
+    sky = yaml.safe_load(files["part-1-A10.sky.yaml"])
+    assert sky["resources"]["accelerators"] == "A10:2" and sky["num_nodes"] == 1
+    assert "part-1-A10.run-batch.sh" in sky["run"] and "SKYPILOT_NODE_RANK" in sky["run"]
+    assert "-i part-1-A10.jsonl" in files["part-1-A10.run-batch.sh"] or \
+        "part-1-A10.jsonl" in files["part-1-A10.run-batch.sh"]
+    assert json.loads(files["fleet.json"])["parts"][0]["gpu"] == "A10"
+    try:  # SkyPilot's own parser, where it is installed
+        import sky
+    except ImportError:
+        return
+    for name, text in files.items():  # pragma: no cover - needs skypilot
+        if name.endswith(".sky.yaml"):
+            sky.Task.from_yaml_config(yaml.safe_load(text))
+
+
+def test_export_fleet_refuses_a_file_that_is_not_the_workload():
+    from tuner.core.errors import TunerError
+    from tuner.exports.fleet import split_lines
+
+    w = _workload(10)
+    with pytest.raises(TunerError, match="9 request lines.*10 requests"):
+        split_lines(["{}\n"] * 9, w, [0.5, 0.5])

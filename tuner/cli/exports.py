@@ -87,6 +87,10 @@ def export_cmd(
     quantized_model: Annotated[str | None, typer.Option("--quantized-model", help="The "
                                "quantized checkpoint (HF id or path) a 4-bit / INT8 plan "
                                "serves (default: the search's).")] = None,
+    fleet: Annotated[int | None, typer.Option("--fleet", help="Write mix K of GPU types "
+                     "(results.json's fleets, 1 = the fastest) as a folder (--output): per "
+                     "part its share of the input JSONL, its run-batch launcher and a "
+                     "SkyPilot task; every request in exactly one part.")] = None,
 ) -> None:
     """Write one trial of a stored study in the form a deployment takes. Where vLLM is
     installed (this Python, .venv-vllm or TUNER_VLLM_PYTHON), its own argument parser checks
@@ -99,6 +103,9 @@ def export_cmd(
     from tuner.reports.extras import export_text, max_request_tokens, winner_header
     from tuner.search import load_study
 
+    if fleet is not None:
+        return _export_fleet(fleet, study, storage, out, output, workload, gpu_file,
+                             max_model_len, quantized_model)
     _check_export_options(fmt, goal, rank, storage, out, output)
     check_checkpoint_ref(quantized_model)
     st = load_study(study, storage, out_dir=out)
@@ -139,6 +146,63 @@ def export_cmd(
         return
     _write(output, text)
     typer.echo(f"wrote {output}: trial #{rec.number} ({label}, {rec.gpu})", err=True)
+
+
+def _export_fleet(k: int, study: str | None, storage: str | None, out: Path | None,
+                  output: Path | None, workload: Path | None, gpu_file: Path | None,
+                  max_model_len: int | None, quantized_model: str | None) -> None:
+    """`tuner export --fleet K --output DIR`: the study's K-th mix of GPU types as files
+    (tuner.exports.fleet), written as a set: all of them or none."""
+    import shutil
+    import tempfile
+
+    from tuner.core.engines import priced_scheduler_steps
+    from tuner.exports.fleet import fleet_files
+    from tuner.reports.extras import max_request_tokens
+    from tuner.reports.outputs import fleet_entries
+    from tuner.search import load_study, study_cost_model_for
+    from tuner.search.records import trial_records
+
+    if output is None:
+        raise TunerError("--fleet writes a folder of files: give it with --output DIR.")
+    if k < 1:
+        raise TunerError("--fleet counts from 1 (the fastest mix).")
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise TunerError(f"--output {output} exists and is not an empty folder.")
+    st = load_study(study, storage, out_dir=out)
+    s = study_setting(st, gpu_file, workload)
+    cost_model_for = study_cost_model_for(s.meta, s.model, s.gpus, study_name=st.study_name)
+    fleets = fleet_entries(st, trial_records(st), s.workload, s.model, s.gpus, cost_model_for)
+    if len(fleets) < k:
+        raise TunerError(f"The study has {len(fleets)} mix(es) of GPU types on its front "
+                         f"(results.json's fleets), not {k}: a mix needs two GPU types that "
+                         "together beat each alone.")
+    src = Path(workload or s.meta.workload)
+    try:
+        lines = src.read_text(encoding="utf-8").splitlines(keepends=True)
+    except OSError as exc:
+        raise TunerError(f"Cannot read the workload {src}: {exc.strerror or exc}.") from None
+    files = fleet_files(
+        fleets[k - 1], lines, s.workload, s.model, s.gpus,
+        max_model_len=max_model_len or max_request_tokens(s.workload),
+        header=f"Fleet plan {k} of study {st.study_name!r}.",
+        quantized_model=quantized_model or s.meta.constraints.quantized_model,
+        num_scheduler_steps=priced_scheduler_steps(s.meta.engine_version,
+                                                   s.meta.num_scheduler_steps))
+    parent = output.resolve().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".fleet-", dir=parent))
+        for name, text in files.items():
+            (tmp / name).write_text(text, encoding="utf-8")
+        if output.exists():
+            output.rmdir()
+        tmp.rename(output)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise TunerError(f"Cannot write {output}: {exc.strerror or exc}.") from None
+    typer.echo(f"wrote {output}/: {fleets[k - 1]['description']} "
+               f"({len(fleets[k - 1]['parts'])} parts, {len(files)} files)", err=True)
 
 
 def _check_export_options(fmt: str, goal: str, rank: int, storage: str | None,

@@ -59,6 +59,7 @@ class Part:
     startup_s: float
     cost_usd: float
     trial: int | None = None  # the study's trial whose settings the part runs
+    machines: dict | None = None  # tuner.core.pricing.Machines.to_dict of the part
 
     @property
     def gpu(self) -> str:
@@ -69,7 +70,7 @@ class Part:
         return {"gpu": c.gpu, "count": c.num_gpus, "tp": c.tp, "pp": 1, "dp": c.dp,
                 "requests": self.requests, "makespan_s": self.makespan_s,
                 "startup_s": self.startup_s, "cost_usd": self.cost_usd, "trial": self.trial,
-                "config": c.to_dict()}
+                "machines": self.machines, "config": c.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ class FleetPlan:
     """Parts that serve one job together: makespan the slowest part's, $ their sum."""
 
     parts: tuple[Part, ...]
+    # the shares the parts were dealt (deal(workload, shares) splits the job again)
+    shares: tuple[float, ...] = ()
 
     @property
     def makespan_s(self) -> float:
@@ -99,7 +102,7 @@ class FleetPlan:
     def to_dict(self) -> dict:
         return {"makespan_s": self.makespan_s, "cost_usd": self.cost_usd,
                 "finish_spread": self.finish_spread, "description": self.describe(),
-                "parts": [p.to_dict() for p in self.parts]}
+                "shares": list(self.shares), "parts": [p.to_dict() for p in self.parts]}
 
 
 # ---- splitting the requests -----------------------------------------------------------------
@@ -159,9 +162,11 @@ def simulate_fleet(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
             res = simulate(workload.take(idx), model, g, cfg, cost_model_for(g, cfg),
                            startup_s=startup_s, engine_version=engine_version)
             parts.append(Part(cfg, int(idx.size), float(res.makespan_s),
-                              float(res.startup_s), float(res.cost_usd), trials[i]))
+                              float(res.startup_s), float(res.cost_usd), trials[i],
+                              res.machines))
             sched[i], start[i] = res.makespan_s - res.startup_s, res.startup_s
-        plan = FleetPlan(tuple(parts))
+        # a part of share 0 gets no request: leaving its share out deals the same split
+        plan = FleetPlan(tuple(parts), tuple(float(x) for x in shares if x > 0))
         if best is None or plan.makespan_s < best.makespan_s:
             best = plan
         if plan.finish_spread <= tolerance:
