@@ -118,6 +118,8 @@ class ReportContext:
     export_snippets: dict | None = None
     validation: list[dict] | None = None
     deadline_s: float | None = None  # the search's --deadline (a line on the cost-vs-deadline figure)
+    # mixes of GPU types on the front (results.json's "fleets", tuner.search.fleet)
+    fleets: list[dict] | None = None
 
     def __post_init__(self) -> None:
         by_num = self.by_number

@@ -149,7 +149,7 @@ def study_outputs(study: optuna.Study, workload: Workload, model: ModelSpec,
                   f"{model.name}: which of {', '.join(gpus)} finishes fastest, and which "
                   "cheapest?"),
         tool_version=tool_version, notes=_notes(workload, stats, extra_notes),
-        verdicts=verdicts, extras=extras)
+        verdicts=verdicts, extras={**extras, "fleets": fleets})
     return StudyOutputs(study.study_name, records, ctx, stats, failed_too_long=too_long,
                         bounds=bounds, fleets=fleets)
 
@@ -326,7 +326,8 @@ def constraint_verdicts(study: optuna.Study, records: list[TrialRecord],
         best = rank(records, limits.goal)[0]
         c = best.config
         out.append(f"Plan: the {limits.goal} that {limits.describe()} is "
-                   f"{c.num_gpus} x {best.gpu} (TP {c.tp} x DP {c.dp})"
+                   f"{c.num_gpus} x {best.gpu} (TP {c.tp} x "
+                   + (f"PP {c.pp} x " if c.pp > 1 else "") + f"DP {c.dp})"
                    f": {fmt_duration(best.makespan_s)}, {fmt_usd(best.cost_usd)} "
                    f"(trial #{best.number}).")
     verdict = quantization_verdict(records, limits.goal if limits.on_figures else "cheapest",

@@ -348,6 +348,36 @@ def _about(ctx: ReportContext, prompt: np.ndarray, output: np.ndarray,
         gpus=[_gpu_view(n, g, colors[n]) for n, g in ctx.gpus.items()])
 
 
+def _fleet_view(ctx: ReportContext, trials: dict[int, TrialRecord],
+                colors: dict[str, str]) -> list[dict]:
+    """The fleet view (issue #27): per mix its parts (GPUs, share of the requests, finish
+    time, $) and what each of its GPU types alone does at best (the study's fastest plan on
+    that type, within its cap)."""
+    out = []
+    singles = [t for t in trials.values() if t.feasible and t.metrics is not None
+               and t.metrics.makespan_s is not None and not t.study_only]
+    for f in ctx.fleets or []:
+        n = sum(p["requests"] for p in f["parts"]) or 1
+        parts = [{"gpu": p["gpu"], "color": colors.get(p["gpu"], "#888"),
+                  "gpus": f"{p['count']} ({p['tp']} x {p['dp']})",
+                  "requests": f"{p['requests']:,} ({100 * p['requests'] / n:.0f} %)",
+                  "finish": fmt_duration(p["makespan_s"]), "cost": fmt_usd(p["cost_usd"])}
+                 for p in f["parts"]]
+        alone = []
+        for g in dict.fromkeys(p["gpu"] for p in f["parts"]):
+            best = min((t for t in singles if t.gpu == g), default=None,
+                       key=lambda t: t.metrics.makespan_s)
+            if best is not None:
+                alone.append(f"{g} alone at best {fmt_duration(best.metrics.makespan_s)} on "
+                             f"{best.config.num_gpus} GPU(s), {fmt_usd(best.metrics.cost_usd)}")
+        out.append({"description": f["description"], "makespan": fmt_duration(f["makespan_s"]),
+                    "cost": fmt_usd(f["cost_usd"]),
+                    "spread": fmt_pct(f.get("finish_spread"), 1),
+                    "meets": f.get("meets_constraints", True), "parts": parts,
+                    "alone": "; ".join(alone)})
+    return out
+
+
 def view(ctx: ReportContext) -> dict:
     """Everything the template shows."""
     trials = ctx.by_number
@@ -372,6 +402,7 @@ def view(ctx: ReportContext) -> dict:
                             if fastest and r["number"] == fastest["number"]), None),
         per_gpu_lines=_per_gpu_lines(ctx, trials, gpu_names, colors),
         table=_best_table(ctx, trials, gpu_names, colors), mem_rows=rows["memory"],
+        fleets=_fleet_view(ctx, trials, colors),
         limit_rows=rows["limit"], timelines=_timeline_view(ctx.timelines or []),
         importances=_importance_view(ctx.importances),
         slice_knobs=list(rows["slices"]), validation=rows["validation"],

@@ -451,7 +451,7 @@ def test_sglang_command_parses_back_and_infers_without_comment():
 
 
 def _non_default(field: dataclasses.Field):
-    values = {"gpu": "L40S", "tp": 2, "dp": 2, "scheduler": "sarathi-noevict",
+    values = {"gpu": "L40S", "tp": 2, "dp": 2, "pp": 2, "scheduler": "sarathi-noevict",
               "chunk_size": 1024, "max_running": 17, "weight_bits": 4, "kv_bits": 4,
               "kv_offload_layers": 4, "weight_offload_fraction": 0.5, "cpu_threads_intra": 3,
               "cpu_threads_inter": 2, "ordering": "binpack", "gpu_memory_utilization": 0.7,
@@ -578,7 +578,7 @@ def test_engine_arguments_come_from_the_field_metadata():
     from tuner.exports import SGLANG_KNOWN_OPTIONS
 
     assert {k.sglang.name for k in KNOBS.values() if k.sglang} <= SGLANG_KNOWN_OPTIONS
-    cfg = ServingConfig(gpu="L40S", dp=2, weight_bits=8, weight_offload_fraction=0.5)
+    cfg = ServingConfig(gpu="L40S", dp=2, pp=2, weight_bits=8, weight_offload_fraction=0.5)
     args, _ = vllm_engine_args(cfg, LLAMA, L40S, max_model_len=4096)
     moe_args, _ = vllm_engine_args(dataclasses.replace(cfg, expert_parallel=True), MOE, L40S,
                                    max_model_len=4096)  # the MoE-only knob

@@ -40,7 +40,8 @@ def config_tokens(cfg: dict, varying: Iterable[str] = ()) -> list[str]:
     def shown(k: str) -> bool:
         return k in cfg and (k in varying or cfg[k] != DEFAULTS.get(k))
 
-    toks = [f"TP{cfg.get('tp', 1)}×DP{cfg.get('dp', 1)}"]
+    pp = int(cfg.get("pp", 1))
+    toks = [f"TP{cfg.get('tp', 1)}×" + (f"PP{pp}×" if pp > 1 else "") + f"DP{cfg.get('dp', 1)}"]
     if shown("scheduler"):
         toks.append(str(cfg["scheduler"]))
     toks += [f"chunk {cfg.get('chunk_size', '?')}", f"R {cfg.get('max_running', '?')}"]
@@ -62,7 +63,7 @@ def config_tokens(cfg: dict, varying: Iterable[str] = ()) -> list[str]:
         toks.append(f"block {cfg['block_size']}")
     if shown("expert_parallel"):
         toks.append("EP" if cfg["expert_parallel"] else "no EP")
-    done = {"gpu", "tp", "dp", "scheduler", "chunk_size", "max_running", "ordering",
+    done = {"gpu", "tp", "dp", "pp", "scheduler", "chunk_size", "max_running", "ordering",
             "gpu_memory_utilization", "weight_bits", "kv_bits", "kv_offload_layers",
             "weight_offload_fraction", "attention_on_cpu", "cpu_threads_intra",
             "cpu_threads_inter", "block_size", "expert_parallel"}

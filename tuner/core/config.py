@@ -123,6 +123,12 @@ class ServingConfig:
         minimum=1, flags=("--data-parallel-size", "--dp"),
         vllm=EngineArg("data_parallel_size", omit_default=True),
         sglang=EngineArg("dp-size", omit_default=True))
+    pp: int = _knob(
+        1, help="Pipeline-parallel stages per replica (the layers split over PP groups of TP "
+        "GPUs; stages may span machines): for a model one machine cannot hold.", unit="stages",
+        choices=(1, 2, 4, 8), flags=("--pipeline-parallel-size", "--pp"),
+        vllm=EngineArg("pipeline_parallel_size", omit_default=True),
+        sglang=EngineArg("pp-size", omit_default=True), lenient="max")
     scheduler: str = _knob(
         "vllm", help="Preset of InferMax's unified scheduler: vllm (V1 as current releases run "
         "it, prefix caching on) and sarathi (Sarathi-Serve) chunk prefills into hybrid batches; "
@@ -198,7 +204,7 @@ class ServingConfig:
 
     @property
     def num_gpus(self) -> int:
-        return self.tp * self.dp
+        return self.tp * self.pp * self.dp
 
     @property
     def eviction_free(self) -> bool:

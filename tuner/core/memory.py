@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from tuner.core.catalog import GIB, GPU, ModelSpec
@@ -145,13 +146,23 @@ def kv_layer_fraction(model: ModelSpec, mean_request_tokens: float = 0.0) -> flo
 def weight_bytes_per_rank(model: ModelSpec, config: ServingConfig) -> float:
     """Weight bytes one GPU holds (before any offload): its tensor-parallel share; vLLM splits
     an MoE model's routed experts over all tp x dp GPUs (sliced, or whole experts with expert
-    parallelism), so each GPU holds 1/dp of its replica's share of them (predictors.moe)."""
+    parallelism), so each GPU holds 1/dp of its replica's share of them (predictors.moe).
+    With pipeline parallelism a GPU holds its stage's layers (the first stage, of
+    ceil(layers / pp), the most) plus the larger of the embedding (first stage) and the LM head
+    (last stage), as vLLM partitions them."""
     per_rank = model.weight_bytes(config.weight_bits) / config.tp
+    if config.pp > 1:
+        layers = math.ceil(model.num_layers / config.pp)
+        head = 0 if model.tie_embeddings else model.lm_head_params
+        ends = 2.0 * max(model.embedding_params, head)
+        per_rank = (layers * model.linear_weight_bytes_per_layer(config.weight_bits) + ends
+                    + 2.0 * model.norm_params * layers / model.num_layers) / config.tp
     if model.is_moe and config.dp > 1:
         bits = config.weight_bits
         per_param = bits / 8.0 + (0.0 if bits == 16 else 4.0 / 128.0)
         experts = model.num_moe_layers * model.num_experts * model.expert_params * per_param
-        per_rank -= experts / config.tp * (1.0 - 1.0 / config.dp)
+        per_rank -= experts / config.tp * (1.0 - 1.0 / config.dp) \
+            * math.ceil(model.num_layers / config.pp) / model.num_layers
     return per_rank
 
 
@@ -166,7 +177,9 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
     acts = activation_bytes(model, config)
     staging = offload_staging_bytes(model, offloaded)
     kv = usable - weights - acts - RUNTIME_OVERHEAD_BYTES - staging
-    layers_on_gpu = max(model.num_layers - config.kv_offload_layers, 0)
+    # a pipeline stage keeps the KV of its layers (the first, of ceil(layers / pp), the most)
+    stage_layers = math.ceil(model.num_layers / config.pp)
+    layers_on_gpu = max(stage_layers - config.kv_offload_layers, 0)
     # mean over layers of one token's KV per rank; sliding-window layers count by the share of
     # the workload's mean request they keep (window / mean tokens, at most 1)
     per_layer_token = (kv_bytes_per_token_per_layer_rank(model, config.kv_bits, tp)
@@ -184,10 +197,14 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
     gib = lambda b: f"{b / GIB:.1f} GiB"  # noqa: E731
     if kv <= 0:
         fits = False
-        reason = (f"{model.name} at {config.weight_bits}-bit weights, TP {tp}, does not fit on "
+        shape = f"TP {tp}" + (f" x PP {config.pp}" if config.pp > 1 else "")
+        reason = (f"{model.name} at {config.weight_bits}-bit weights, {shape}, does not fit on "
                   f"{gpu.name}: weights {gib(weights)} + activations {gib(acts)} + runtime "
                   f"{gib(RUNTIME_OVERHEAD_BYTES)} > {gib(usable)} usable "
                   f"({gpu.memory_gib:g} GiB x {config.gpu_memory_utilization:g})")
+        if tp * config.pp >= gpu.gpus_per_machine:  # a machine's worth: say what spans more
+            reason += (f"; --pp {2 * config.pp} splits the layers over "
+                       f"{2 * config.pp} stages (machines)")
     elif max_request_tokens and tokens < max_request_tokens:
         fits = False
         reason = (f"KV cache on {gpu.name} holds {tokens} tokens ({gib(kv)}), fewer than the "

@@ -125,16 +125,29 @@ def billed_seconds(runtime_s: float, granularity_s: int, minimum_s: int = 0) -> 
     return float(max(units * granularity_s, minimum_s))
 
 
-def choose_instances(billing: Billing, tp: int, dp: int = 1) -> tuple[Instance, int]:
+def _instances_for(gpus: int, tp: int, pp: int, dp: int) -> int | None:
+    """Machines of `gpus` GPUs that hold `dp` replicas of `pp` stages of `tp` GPUs: several
+    replicas per machine when one fits, else each replica's stages over whole machines (a TP
+    group never split); None when a TP group does not fit one machine."""
+    if gpus < tp:
+        return None
+    group = tp * pp
+    if group <= gpus:
+        return math.ceil(dp / (gpus // group))
+    return dp * math.ceil(pp / (gpus // tp))
+
+
+def choose_instances(billing: Billing, tp: int, dp: int = 1,
+                     pp: int = 1) -> tuple[Instance, int]:
     """(instance shape, how many): the cheapest hourly rental of one shape that holds `dp`
-    replicas of `tp` GPUs, each replica inside one instance (ties: fewer GPUs rented). One
-    replica: the smallest instance with at least `tp` GPUs when prices grow with size."""
+    replicas of `pp` pipeline stages of `tp` GPUs, each TP group inside one instance (ties:
+    fewer GPUs rented). One replica: the smallest instance with at least `tp` GPUs when prices
+    grow with size."""
     best = None
     for inst in billing.instances:
-        per = inst.gpus // tp  # replicas one instance holds
-        if per < 1:
+        n = _instances_for(inst.gpus, tp, pp, dp)
+        if n is None:
             continue
-        n = math.ceil(dp / per)
         key = (n * inst.usd_per_h, n * inst.gpus)
         if best is None or key < best[0]:
             best = (key, inst, n)
@@ -158,15 +171,29 @@ class Machines:
     tp: int
     dp: int
     provider: str = ""  # "" = the catalog's machine shape (GPU.gpus_per_machine)
+    pp: int = 1  # pipeline stages per replica (a replica over several machines when > 1 fits)
 
     @property
     def gpus_used(self) -> int:
-        return self.tp * self.dp
+        return self.tp * self.pp * self.dp
+
+    @property
+    def machines_per_replica(self) -> int:
+        """Machines one replica's stages span (1 when a replica fits one machine)."""
+        group = self.tp * self.pp
+        if group <= self.gpus_per_machine:
+            return 1
+        return math.ceil(self.pp / (self.gpus_per_machine // self.tp))
 
     def describe(self) -> str:
         """'4 x p5.48xlarge (8 x H100 each): 8 replicas of TP 1 per machine'."""
-        rep = (f"{self.replicas_per_machine} replica{'s' if self.replicas_per_machine != 1 else ''}"
-               f" of TP {self.tp} per machine")
+        shape = f"TP {self.tp}" + (f" x PP {self.pp}" if self.pp > 1 else "")
+        if self.machines_per_replica > 1:
+            rep = (f"each replica's {self.pp} stages of {shape} over "
+                   f"{self.machines_per_replica} machines")
+        else:
+            rep = (f"{self.replicas_per_machine} replica"
+                   f"{'s' if self.replicas_per_machine != 1 else ''} of {shape} per machine")
         return (f"{self.count} x {self.instance} ({self.gpus_per_machine} GPUs each): {rep}")
 
     def to_dict(self) -> dict:
@@ -175,42 +202,45 @@ class Machines:
 
 
 def place(gpu_name: str, gpus_per_machine: int, tp: int, dp: int = 1,
-          billing: Billing | None = None) -> Machines:
-    """The machines a plan of `dp` replicas of `tp` GPUs needs: with a provider, the instances
-    :func:`choose_instances` rents; else machines of `gpus_per_machine` GPUs (the catalog's
-    shape), as few as hold the replicas. TunerError when a replica does not fit one machine."""
+          billing: Billing | None = None, pp: int = 1) -> Machines:
+    """The machines a plan of `dp` replicas of `pp` stages of `tp` GPUs needs: with a
+    provider, the instances :func:`choose_instances` rents; else machines of
+    `gpus_per_machine` GPUs (the catalog's shape), as few as hold the replicas (a replica too
+    big for one machine spans several, stage by stage). TunerError when a TP group does not
+    fit one machine."""
     if billing is not None:
-        inst, n = choose_instances(billing, tp, dp)
+        inst, n = choose_instances(billing, tp, dp, pp)
         return Machines(instance=inst.name, count=n, gpus_per_machine=inst.gpus,
-                        replicas_per_machine=min(inst.gpus // tp, dp), tp=tp, dp=dp,
-                        provider=billing.provider)
-    if tp > gpus_per_machine:
+                        replicas_per_machine=max(min(inst.gpus // (tp * pp), dp), 1), tp=tp,
+                        dp=dp, provider=billing.provider, pp=pp)
+    n = _instances_for(gpus_per_machine, tp, pp, dp)
+    if n is None:
         raise TunerError(f"tensor parallel {tp} needs {tp} GPUs in one machine; a {gpu_name} "
                          f"machine holds {gpus_per_machine} (TP stays inside a machine; "
-                         "pipeline parallelism across machines is not modelled)")
-    per = gpus_per_machine // tp
-    return Machines(instance=f"{gpu_name} machine", count=math.ceil(dp / per),
-                    gpus_per_machine=gpus_per_machine, replicas_per_machine=min(per, dp),
-                    tp=tp, dp=dp)
+                         "pipeline parallelism, --pp, spans machines)")
+    return Machines(instance=f"{gpu_name} machine", count=n, gpus_per_machine=gpus_per_machine,
+                    replicas_per_machine=max(min(gpus_per_machine // (tp * pp), dp), 1),
+                    tp=tp, dp=dp, pp=pp)
 
 
-def rent(runtime_s: float, billing: Billing, tp: int, dp: int = 1) -> Rental:
-    inst, n = choose_instances(billing, tp, dp)
+def rent(runtime_s: float, billing: Billing, tp: int, dp: int = 1, pp: int = 1) -> Rental:
+    inst, n = choose_instances(billing, tp, dp, pp)
     billed = billed_seconds(runtime_s, billing.granularity_s, billing.minimum_s)
     usd_h = n * inst.usd_per_h
-    return Rental(instance=inst.name, count=n, gpus_needed=tp * dp, gpus_rented=n * inst.gpus,
+    return Rental(instance=inst.name, count=n, gpus_needed=tp * pp * dp,
+                  gpus_rented=n * inst.gpus,
                   usd_per_h=usd_h, runtime_s=runtime_s, billed_s=billed,
                   cost_usd=billed / 3600.0 * usd_h, provider=billing.provider,
                   granularity=billing.granularity_name())
 
 
 def job_cost_usd(runtime_s: float, price_usd_per_h: float, tp: int, dp: int = 1,
-                 billing: Billing | None = None) -> float:
+                 billing: Billing | None = None, pp: int = 1) -> float:
     """The job's cost: per GPU-second at the catalog price without a provider; the provider's
     whole instances, billed by its granularity, with one."""
     if billing is None:
-        return runtime_s / 3600.0 * price_usd_per_h * tp * dp
-    return rent(runtime_s, billing, tp, dp).cost_usd
+        return runtime_s / 3600.0 * price_usd_per_h * tp * pp * dp
+    return rent(runtime_s, billing, tp, dp, pp).cost_usd
 
 
 def usd_per_million_tokens(cost_usd: float, prompt_tokens: int, output_tokens: int) -> float:

@@ -127,7 +127,7 @@ class Startup:
     graph_capture_s: float
     compile_s: float
     total_s: float
-    weight_bytes: float = 0.0  # the checkpoint bytes read
+    weight_bytes: float = 0.0  # the checkpoint bytes one machine reads (a stage of them per machine)
     load_bytes_per_s: float = 0.0
     storage: str = ""  # STORAGES key ("" when given)
     engine: str = ""  # "V1" / "V0" ("" when given)
@@ -193,9 +193,13 @@ def startup_for(model: ModelSpec, gpu: GPU | None, config: ServingConfig,
         provider = gpu.billing.provider
     st = storage_for(provider, storage)
     nbytes = float(model.weight_bytes(config.weight_bits))
-    load_s = nbytes / st.bytes_per_s
+    # pipeline stages on different machines load their layers from their own disks at once;
+    # each stage captures and compiles its own layers, the stages in parallel
+    per_machine = gpu.gpus_per_machine if gpu is not None else config.tp * config.pp
+    machines = max(1, math.ceil(config.tp * config.pp / per_machine))
+    load_s = nbytes / machines / st.bytes_per_s
     v = parse_version(engine_version)
-    layers = model.num_layers
+    layers = math.ceil(model.num_layers / config.pp)
     if v is not None and v < V1_SINCE:
         engine, capture_s, compile_s, csrc = "V0", V0_CAPTURE_S_PER_LAYER * layers, 0.0, V0_SOURCE
     else:
@@ -204,7 +208,7 @@ def startup_for(model: ModelSpec, gpu: GPU | None, config: ServingConfig,
         compile_s = WARM_COMPILE_S if compile_cache else V1_COMPILE_S_PER_LAYER * layers
         csrc = COMPILE_SOURCE + ("; warm cache: " + WARM_SOURCE if compile_cache else "")
     return Startup(weights_load_s=load_s, graph_capture_s=capture_s, compile_s=compile_s,
-                   total_s=load_s + capture_s + compile_s, weight_bytes=nbytes,
+                   total_s=load_s + capture_s + compile_s, weight_bytes=nbytes / machines,
                    load_bytes_per_s=st.bytes_per_s, storage=st.name, engine=engine,
                    compile_cache=compile_cache, weights_source=st.source, compile_source=csrc)
 

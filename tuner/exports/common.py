@@ -93,7 +93,8 @@ class Deployment:
         """The machines the plan runs on: TP inside a machine, the DP replicas spread over
         whole machines of the GPU's shape (the provider's instances with --provider)."""
         c = self.config
-        return place(self.gpu.name, self.gpu.gpus_per_machine, c.tp, c.dp, self.gpu.billing)
+        return place(self.gpu.name, self.gpu.gpus_per_machine, c.tp, c.dp, self.gpu.billing,
+                     c.pp)
 
     @property
     def one_engine(self) -> bool:
@@ -104,7 +105,13 @@ class Deployment:
     def machines_line(self) -> str:
         """'# Needs 4 x H100 machine (8 GPUs each): 8 replicas of TP 1 per machine (32 GPUs).'"""
         m = self.machines
-        return f"# Needs {m.describe()} ({m.gpus_used} GPUs in use)."
+        line = f"# Needs {m.describe()} ({m.gpus_used} GPUs in use)."
+        if m.machines_per_replica > 1:  # vLLM runs stages on other machines through Ray
+            line += (f"\n# Each engine's {m.pp} pipeline stages span {m.machines_per_replica} "
+                     "machines: join them in one Ray cluster (`ray start --head` on one, "
+                     "`ray start --address HEAD:6379` on the others) and start the engine on "
+                     "the head; vLLM then runs its stages through Ray.")
+        return line
 
     def check_deployable(self) -> None:
         """One TunerError for a plan whose export would not run as predicted: quantized

@@ -29,15 +29,16 @@ _SGLANG_ORDERING = {v: k for k, v in SGLANG_SCHEDULE_POLICY.items()}
 #: The options this module writes, each checked against SGLang's parser (see module docstring);
 #: tests keep the writer within it, so a new option is checked before it ships.
 SGLANG_KNOWN_OPTIONS = frozenset({
-    "model-path", "tp-size", "dp-size", "chunked-prefill-size", "max-prefill-tokens",
+    "model-path", "tp-size", "pp-size", "dp-size", "chunked-prefill-size", "max-prefill-tokens",
     "enable-mixed-chunk", "max-running-requests", "mem-fraction-static", "page-size",
     "context-length", "kv-cache-dtype", "quantization", "cpu-offload-gb", "schedule-policy",
     "ep-size", "enable-dp-attention",
 })
 _SGLANG_ALIASES = {"tp": "tp-size", "tensor-parallel-size": "tp-size",
+                   "pp": "pp-size", "pipeline-parallel-size": "pp-size",
                    "dp": "dp-size", "data-parallel-size": "dp-size", "model": "model-path"}
 # The order the command lists the options in.
-_OPTION_ORDER = ("model-path", "tp-size", "dp-size", "enable-dp-attention", "ep-size",
+_OPTION_ORDER = ("model-path", "tp-size", "pp-size", "dp-size", "enable-dp-attention", "ep-size",
                  "chunked-prefill-size", "max-prefill-tokens",
                  "enable-mixed-chunk", "max-running-requests", "mem-fraction-static", "page-size",
                  "context-length", "kv-cache-dtype", "quantization", "cpu-offload-gb",

@@ -30,8 +30,8 @@ from tuner.core.errors import TunerError
 from tuner.exports import common
 
 # The order the YAML and the command line list the arguments in.
-_ARG_ORDER = ("model", "tensor_parallel_size", "data_parallel_size", "enable_expert_parallel",
-              "max_num_batched_tokens",
+_ARG_ORDER = ("model", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
+              "enable_expert_parallel", "max_num_batched_tokens",
               "max_num_seqs", "enable_chunked_prefill", "gpu_memory_utilization", "block_size",
               "max_model_len", "kv_cache_dtype", "quantization", "cpu_offload_gb",
               "num_scheduler_steps")

@@ -25,7 +25,7 @@ BASELINE_METRICS = ("makespan_s", "cost_usd", "usd_per_million_tokens", "usd_per
 
 
 def simulate_baseline(workload: Workload, model: ModelSpec, gpu: GPU, *, tp: int = 1,
-                      dp: int = 1, weight_bits: int = 16, kv_bits: int = 16,
+                      dp: int = 1, weight_bits: int = 16, kv_bits: int = 16, pp: int = 1,
                       entry_point: str = DEFAULT_ENTRY_POINT,
                       engine_version: str | None = None,
                       cost_model_for: Callable[[GPU, ServingConfig], CostModel] | None = None,
@@ -38,7 +38,7 @@ def simulate_baseline(workload: Workload, model: ModelSpec, gpu: GPU, *, tp: int
     defaults = vllm_defaults(gpu.name, gpu.memory_gib, entry_point, engine_version,
                              model.max_position, model)
     # the winner's precision: vLLM serving the same checkpoint untuned (like for like)
-    config = ServingConfig(gpu=gpu.name, tp=tp, dp=dp, **{
+    config = ServingConfig(gpu=gpu.name, tp=tp, dp=dp, pp=pp, **{
         **defaults.knobs(), "weight_bits": weight_bits, "kv_bits": kv_bits})
     out = {"config": config.to_dict(), "defaults": defaults.to_dict(), "feasible": False,
            "reason": "", "metrics": None}
@@ -111,10 +111,10 @@ def attach_baselines(records: list[TrialRecord], numbers: Iterable[int], workloa
         if r is None or not r.feasible or r.gpu not in gpus:
             continue
         c = r.config
-        key = (r.gpu, int(c.tp), int(c.dp), int(c.weight_bits), int(c.kv_bits))
+        key = (r.gpu, int(c.tp), int(c.dp), int(c.weight_bits), int(c.kv_bits), int(c.pp))
         if key not in sims:
             sims[key] = simulate_baseline(workload, model, gpus[r.gpu], tp=key[1], dp=key[2],
-                                          weight_bits=key[3], kv_bits=key[4],
+                                          weight_bits=key[3], kv_bits=key[4], pp=key[5],
                                           entry_point=entry_point,
                                           engine_version=engine_version,
                                           cost_model_for=cost_model_for, simulated=simulated,

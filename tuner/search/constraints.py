@@ -283,4 +283,6 @@ def plan_label(config) -> str:
     tp, dp = int(config.get("tp", 1)), int(config.get("dp", 1))
     w, kv = int(config.get("weight_bits", 16)), int(config.get("kv_bits", 16))
     bits = f"{w}-bit" if w == kv else f"{w}-bit weights, {kv}-bit KV"
-    return f"{tp * dp} x {config['gpu']} (TP {tp} x DP {dp}, {bits})"
+    pp = int(config.get("pp", 1))
+    stages = f"PP {pp} x " if pp > 1 else ""
+    return f"{tp * pp * dp} x {config['gpu']} (TP {tp} x {stages}DP {dp}, {bits})"

@@ -226,7 +226,7 @@ class Evaluator:
         gpu = self.gpus[config.gpu]
         est_s = sample_makespan_s * scale * k + startup_s
         return est_s, job_cost_usd(est_s, gpu.price_usd_per_h, config.tp, config.dp,
-                                   gpu.billing)
+                                   gpu.billing, config.pp)
 
     def _simulate(self, w: Workload, gpu: GPU, config: ServingConfig):
         t0 = time.perf_counter()

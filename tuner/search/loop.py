@@ -541,7 +541,7 @@ def add_default_trials(study: optuna.Study, ev: Evaluator, settings: SearchSetti
             if r.gpu not in engine:
                 continue
             want = {**engine[r.gpu], **{k: getattr(r.config, k) for k in
-                                        ("tp", "dp", "weight_bits", "kv_bits")}}
+                                        ("tp", "dp", "pp", "weight_bits", "kv_bits")}}
             if any(name in want and want[name] not in values
                    for name, values in ev.space.knobs.items()):
                 continue  # the space does not hold vLLM's defaults (a user's own space)

@@ -299,7 +299,7 @@ def _preferred(feas: list[TrialRecord]) -> list[TrialRecord]:
 
 
 #: knobs whose end of the range is no bound of the search (16-bit is the model's own precision)
-_NOT_BOUNDS = ("tp", "dp", "weight_bits", "kv_bits", "block_size")
+_NOT_BOUNDS = ("tp", "dp", "pp", "weight_bits", "kv_bits", "block_size")
 
 
 def bounds_hit(r: TrialRecord, knobs: dict, constraints: Constraints,
@@ -317,8 +317,8 @@ def bounds_hit(r: TrialRecord, knobs: dict, constraints: Constraints,
                    f"): {flag} widens it")
     if c.tp >= gpus_per_machine > 1:
         out.append(f"TP {c.tp} fills a whole {r.gpu} machine ({gpus_per_machine} GPUs): a "
-                   "tensor-parallel group does not span machines (pipeline parallelism is not "
-                   "modelled)")
+                   "tensor-parallel group does not span machines (pipeline stages do: a "
+                   "--space listing pp)")
     where = f" ({space})" if space else ""
     for name, values in knobs.items():
         if name in _NOT_BOUNDS or name not in KNOBS or len(values) < 2 or not all(

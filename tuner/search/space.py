@@ -266,9 +266,30 @@ def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int]
                      f"in place of the space's {fixed['scheduler']}")
         fixed["scheduler"] = engine_schedulers[0]
     notes += _fit_checkpoint(knobs, fixed, model, shipped=is_shipped(space))
+    if is_shipped(space) and "pp" not in knobs and int(fixed.get("pp", 1)) == 1:
+        notes += _offer_pipeline(knobs, model, gpus)
     if "ordering" in knobs and not outputs_from_input:
         notes += _drop_output_orderings(knobs)
     return dataclasses.replace(space, knobs=knobs, fixed=fixed), notes
+
+
+def _offer_pipeline(knobs: dict[str, list], model, gpus: dict) -> list[str]:
+    """A model whose weights no machine of any GPU holds (at the space's fewest weight bits,
+    a whole machine as TP): pipeline stages over machines, `pp` searched over the fewest
+    stages that hold it and twice that (in place); the note saying so ([] when one machine
+    holds it)."""
+    bits = min(int(b) for b in knobs.get("weight_bits", [model.checkpoint_bits]))
+    need = model.weight_bytes(min(bits, model.checkpoint_bits))
+    stages = []
+    for g in gpus.values():
+        machine = g.memory_bytes * 0.9 * g.gpus_per_machine  # vLLM's default utilization
+        if need <= machine * 0.8:  # room for KV and activations: one machine does
+            return []
+        stages.append(next((pp for pp in (2, 4, 8) if need <= machine * pp * 0.8), 8))
+    first = min(stages)
+    knobs["pp"] = sorted({first, min(2 * first, 8)})
+    return [f"pp: {knobs['pp']}, {model.name}'s weights ({need / 2**30:,.0f} GiB) fit no one "
+            "machine of these GPUs: pipeline stages span machines"]
 
 
 def _fit_checkpoint(knobs: dict[str, list], fixed: dict, model, *, shipped: bool) -> list[str]:

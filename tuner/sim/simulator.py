@@ -23,6 +23,7 @@ from tuner.predictors.protocol import CostModel
 from tuner.sim import offload as _offload
 from tuner.sim import scheduler as sch
 from tuner.sim.kernels import library
+from tuner.sim.pipeline import pipelined
 from tuner.sim.steps import DECODES, KV_BLOCKS, PREEMPTED, PREFILL_TOKENS, RUNNING, batch_features
 
 
@@ -217,7 +218,8 @@ def machines_for(gpu: GPU, config: ServingConfig) -> Machines:
     """The machines the plan runs on (tuner.core.pricing.place); InfeasibleConfig when a
     tensor-parallel group does not fit one machine (or, with --provider, one instance)."""
     try:
-        return place(gpu.name, gpu.gpus_per_machine, config.tp, config.dp, gpu.billing)
+        return place(gpu.name, gpu.gpus_per_machine, config.tp, config.dp, gpu.billing,
+                     config.pp)
     except TunerError as exc:
         raise InfeasibleConfig(str(exc)) from None
 
@@ -449,6 +451,7 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         raise TunerError("The workload has no requests.")
     start = resolve_startup(model, gpu, config, startup_s, engine_version)
     plan = check_feasible(workload, model, gpu, config)
+    cost_model = pipelined(cost_model, model, gpu, config)  # PP stages (tuner.sim.pipeline)
     params = scheduler_params(config, plan.kv_capacity_blocks)
     order = _submission_order(workload, model, gpu, config, plan)
     # a fitted CostModel may carry its measured host<->device curve (predictors.transfer_model)
@@ -480,7 +483,8 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     # paid from the start (--provider: whole instances, billed by its granularity, else per
     # GPU-second)
     makespan += start.total_s
-    rental = None if gpu.billing is None else rent(makespan, gpu.billing, config.tp, config.dp)
+    rental = None if gpu.billing is None else rent(makespan, gpu.billing, config.tp, config.dp,
+                                                     config.pp)
     res = SimResult(
         config=config, makespan_s=makespan, requests=len(workload),
         prompt_tokens=int(workload.prompt_tokens.sum()),
@@ -490,7 +494,8 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         # the schedule's physical limit T_o plus the same start-up: a bound of makespan_s
         lower_bound_s=lower_bound_s(workload, model, gpu, config) + start.total_s,
         cost_usd=(rental.cost_usd if rental is not None
-                  else job_cost_usd(makespan, gpu.price_usd_per_h, config.tp, config.dp)),
+                  else job_cost_usd(makespan, gpu.price_usd_per_h, config.tp, config.dp,
+                                   pp=config.pp)),
         rental=rental,
         machines=machines_for(gpu, config).to_dict(),
         price_usd_per_h=gpu.price_usd_per_h, memory=plan, provenance=cost_model.provenance,

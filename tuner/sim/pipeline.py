@@ -1,0 +1,93 @@
+"""Pipeline parallelism as vLLM runs it (issue #27 item 4): the layers split over PP stages
+(each a TP group, a stage per machine when a replica does not fit one), up to PP micro-batches
+in flight.
+
+A step of the scheduler (every running request advancing once) is, with PP stages and
+n = min(PP, sequences in the step) micro-batches of 1/n of the step's work each: every stage
+runs every micro-batch through its 1/PP of the layers, so the step takes max(n, PP) stage
+times t_model(step / n) / PP = t_model(step / n) (the whole model's time on a micro-batch: a
+full pipeline is as fast per token as one GPU group on 1/PP of the batch; fewer micro-batches
+than stages leave stages idle, the bubble), plus the micro-batch's hidden states handed from
+stage to stage (PP - 1 hops of tokens x hidden x 2 bytes, over NVLink inside a machine, else
+the machines' network). `t_model` is the cost model of one stage's TP group over the whole
+model (a stage's layers are the model's, PP of them in turn).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from tuner.core.provenance import Provenance
+from tuner.predictors.features import BatchFeatures
+
+#: the machines' network when a replica's stages span machines: the catalog states none, so
+#: 100 Gb/s (ESTIMATE: a common cloud instance's; 8-GPU training instances have far more)
+ASSUMED_NETWORK_BYTES_PER_S = 100e9 / 8
+HOP_LATENCY_S = 20e-6  # one send/receive between stages (estimate)
+
+
+@dataclass(frozen=True, eq=False)
+class PipelinedCostModel:
+    """A cost model of one stage's TP group, stepped as PP pipeline stages (module docstring)."""
+
+    base: object  # the CostModel of the TP group over the whole model
+    pp: int
+    hop_bytes_per_token: float  # hidden x 2 bytes (16-bit activations)
+    hop_bytes_per_s: float
+    across_machines: bool
+
+    def _micro(self, f: BatchFeatures) -> tuple[BatchFeatures, np.ndarray]:
+        n = np.minimum(float(self.pp), np.maximum(f.seqs_sampled, 1.0))
+        return BatchFeatures(f.prefill_tokens / n, f.prefill_sq / n, f.prefill_ctx / n,
+                             f.decodes / n, f.decode_kv / n, f.seqs_sampled / n), n
+
+    def _hops_s(self, micro: BatchFeatures) -> np.ndarray:
+        tokens = micro.prefill_tokens + micro.decodes
+        return (self.pp - 1) * (tokens * self.hop_bytes_per_token / self.hop_bytes_per_s
+                                + HOP_LATENCY_S)
+
+    def iteration_time_s(self, f: BatchFeatures) -> np.ndarray:
+        micro, _n = self._micro(f)
+        return self.base.iteration_time_s(micro) + self._hops_s(micro)
+
+    def breakdown(self, f: BatchFeatures) -> dict[str, np.ndarray]:
+        micro, _n = self._micro(f)
+        return {**self.base.breakdown(micro), "pipeline_hops": self._hops_s(micro)}
+
+    def breakdown_ops(self, f: BatchFeatures) -> dict[str, np.ndarray]:
+        return self.base.breakdown_ops(self._micro(f)[0])
+
+    def layer_time_s(self, f: BatchFeatures) -> np.ndarray:
+        return self.base.layer_time_s(self._micro(f)[0])
+
+    def decode_attention_layer_s(self, f: BatchFeatures) -> np.ndarray:
+        return self.base.decode_attention_layer_s(self._micro(f)[0])
+
+    @property
+    def transfer_model(self):
+        return self.base.transfer_model
+
+    @property
+    def provenance(self) -> Provenance:
+        p = self.base.provenance
+        link = ("the machines' network, assumed 100 Gb/s (ESTIMATE)" if self.across_machines
+                else "NVLink / PCIe inside the machine")
+        return dataclasses.replace(p, detail=(
+            f"{p.detail}; pipeline parallel {self.pp} stages: a step is the whole model's time "
+            f"on 1/{self.pp} of it (up to {self.pp} micro-batches in flight) plus "
+            f"{self.pp - 1} hand-over(s) of its hidden states over {link}"))
+
+    def describe(self) -> str:
+        return str(self.provenance)
+
+
+def pipelined(cost_model, model, gpu, config):
+    """`cost_model` stepped as `config.pp` pipeline stages (itself at PP 1)."""
+    if config.pp <= 1:
+        return cost_model
+    across = config.tp * config.pp > gpu.gpus_per_machine
+    bw = ASSUMED_NETWORK_BYTES_PER_S if across else gpu.interconnect_bytes_per_s
+    return PipelinedCostModel(cost_model, config.pp, 2.0 * model.hidden_size, bw, across)
