@@ -148,7 +148,7 @@ def test_baseline_is_simulated_once_per_gpu_type_and_count():
             for i, tp in enumerate((1, 1, 2))]
     sims = attach_baselines(recs, [0, 1, 2], w, m, {"A40": GPUS["A40"]})
     # one per GPU type, TP, DP and precision (weight and KV bits)
-    assert set(sims) == {("A40", 1, 1, 16, 16), ("A40", 2, 1, 16, 16)}
+    assert set(sims) == {("A40", 1, 1, 16, 16, 1), ("A40", 2, 1, 16, 16, 1)}  # ... PP 1
     assert recs[0].baseline["metrics"] == recs[1].baseline["metrics"]
     assert recs[2].baseline["config"]["tp"] == 2
 

@@ -122,7 +122,7 @@ def test_memory_direction_is_on_the_knob() -> None:
     from tuner.core.config import KNOBS, Knob
 
     ends = {name: k.lenient for name, k in KNOBS.items() if k.lenient}
-    assert ends == {"tp": "max", "chunk_size": "min", "max_running": "min",
+    assert ends == {"tp": "max", "pp": "max", "chunk_size": "min", "max_running": "min",
                     "weight_bits": "min", "kv_bits": "min", "kv_offload_layers": "max",
                     "weight_offload_fraction": "max", "gpu_memory_utilization": "max"}
     assert KNOBS["kv_bits"].most_lenient([16, 8, 4]) == 4
