@@ -236,6 +236,10 @@ def test_shipped_transfer_checks_are_current():
     assert row["median_pct"] == pytest.approx(now["median_pct"], rel=1e-6)
     # the rule's error where both sides are measured stays moderate
     assert shipped["summary"]["median_pct"] < 15
+    # every ordered pair of the GPUs measured now (B200, B300, GB200 included: issue #24)
+    names = set(aic_tables.MEASURED)
+    assert {(p["source"], p["target"]) for p in shipped["pairs"]} == {
+        (a, b) for a in names for b in names if a != b}
 
 
 def test_engine_profiles():
