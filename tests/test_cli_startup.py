@@ -68,3 +68,21 @@ def test_an_unknown_command_is_one_line_with_a_suggestion():
                        text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "No such command 'simulat'" in r.stderr and "simulate" in r.stderr
+
+
+def test_commands_load_for_real_in_any_order():
+    """main() loads one command per call on the one app a process has: a command whose stub
+    an earlier call registered (e.g. `export` after `simulate`) must run for real, once."""
+    probe = ("import inspect, tuner.cli.main as m, typer.main\n"
+             "m.load_commands(['simulate'])\n"
+             "m.load_commands(['export'])\n"
+             "m.load_commands(['gpus'])\n"
+             "names = [m._name(c) for c in m.load_commands(['search']).registered_commands]\n"
+             "g = typer.main.get_command(m.load_commands(['results']))\n"
+             "assert len(names) == len(set(names)), names\n"
+             "for n in ('simulate', 'export', 'gpus', 'search', 'results'):\n"
+             "    assert inspect.unwrap(g.commands[n].callback) is not m._stub, n\n"
+             "assert inspect.unwrap(g.commands['fit'].callback) is m._stub\n")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr

@@ -49,19 +49,20 @@ COMMANDS = {
 
 def load_commands(names=None) -> typer.Typer:
     """The app with the commands `names` (default all) loaded for real and the rest as stubs
-    (their help from their docstrings); loading is idempotent."""
+    (their help from their docstrings). Idempotent, in any order: a command loaded for real
+    replaces its stub (several main() calls share the one app in a process, e.g. tests)."""
     app = _cli.app
-    have = {_name(c) for c in app.registered_commands}
-    modules = dict.fromkeys(COMMANDS[n][0] for n in (COMMANDS if names is None else names))
-    for module in modules:
+    for module in dict.fromkeys(COMMANDS[n][0] for n in (COMMANDS if names is None else names)):
+        own = {n for n, (m, fn) in COMMANDS.items() if m == module and fn is not None}
+        app.registered_commands[:] = [c for c in app.registered_commands
+                                      if not (c.callback is _stub and _name(c) in own)]
         mod = importlib.import_module(module)  # catalogs, replay, search, simulate: on import
         register = getattr(mod, "register", None)
-        if register is not None and not {n for n, (m, _) in COMMANDS.items()
-                                         if m == module} <= have:
+        if register is not None and not own <= {_name(c) for c in app.registered_commands}:
             register(app)
-    loaded = {_name(c) for c in app.registered_commands if c.callback is not _stub}
+    have = {_name(c) for c in app.registered_commands}
     for name, (module, fn) in COMMANDS.items():
-        if fn is not None and name not in loaded and name not in have:
+        if fn is not None and name not in have:
             app.command(name, help=_docstring(module, fn), add_help_option=False)(_stub)
     return app
 
@@ -72,8 +73,7 @@ def _name(info) -> str:
 
 
 def _stub() -> None:
-    """Never run: main() loads a command before typer dispatches to it (a stub is never
-    replaced, so a process that listed the commands cannot run one of them)."""
+    """Never run: main() loads a command for real before typer dispatches to it."""
     raise TunerError("internal error: a command stub ran")  # pragma: no cover
 
 
