@@ -190,6 +190,7 @@ def _export_fleet(k: int, study: str | None, storage: str | None, out: Path | No
         num_scheduler_steps=priced_scheduler_steps(s.meta.engine_version,
                                                    s.meta.num_scheduler_steps))
     parent = output.resolve().parent
+    tmp = None
     try:
         parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".fleet-", dir=parent))
@@ -199,7 +200,8 @@ def _export_fleet(k: int, study: str | None, storage: str | None, out: Path | No
             output.rmdir()
         tmp.rename(output)
     except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise TunerError(f"Cannot write {output}: {exc.strerror or exc}.") from None
     typer.echo(f"wrote {output}/: {fleets[k - 1]['description']} "
                f"({len(fleets[k - 1]['parts'])} parts, {len(files)} files)", err=True)

@@ -125,6 +125,12 @@ def billed_seconds(runtime_s: float, granularity_s: int, minimum_s: int = 0) -> 
     return float(max(units * granularity_s, minimum_s))
 
 
+def machines_per_replica(gpus_per_machine: int, tp: int, pp: int) -> int:
+    """Machines one replica of `pp` stages of `tp` GPUs spans (1 when it fits one; a TP group
+    never split)."""
+    return _instances_for(gpus_per_machine, tp, pp, 1) or 1
+
+
 def _instances_for(gpus: int, tp: int, pp: int, dp: int) -> int | None:
     """Machines of `gpus` GPUs that hold `dp` replicas of `pp` stages of `tp` GPUs: several
     replicas per machine when one fits, else each replica's stages over whole machines (a TP
@@ -180,10 +186,7 @@ class Machines:
     @property
     def machines_per_replica(self) -> int:
         """Machines one replica's stages span (1 when a replica fits one machine)."""
-        group = self.tp * self.pp
-        if group <= self.gpus_per_machine:
-            return 1
-        return math.ceil(self.pp / (self.gpus_per_machine // self.tp))
+        return machines_per_replica(self.gpus_per_machine, self.tp, self.pp)
 
     def describe(self) -> str:
         """'4 x p5.48xlarge (8 x H100 each): 8 replicas of TP 1 per machine'."""

@@ -75,6 +75,7 @@ from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.engines import GENERATIONS, parse_version
 from tuner.core.errors import TunerError
+from tuner.core.pricing import machines_per_replica
 
 GB = 1e9
 
@@ -196,7 +197,7 @@ def startup_for(model: ModelSpec, gpu: GPU | None, config: ServingConfig,
     # pipeline stages on different machines load their layers from their own disks at once;
     # each stage captures and compiles its own layers, the stages in parallel
     per_machine = gpu.gpus_per_machine if gpu is not None else config.tp * config.pp
-    machines = max(1, math.ceil(config.tp * config.pp / per_machine))
+    machines = machines_per_replica(per_machine, config.tp, config.pp)
     load_s = nbytes / machines / st.bytes_per_s
     v = parse_version(engine_version)
     layers = math.ceil(model.num_layers / config.pp)

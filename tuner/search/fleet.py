@@ -38,7 +38,7 @@ from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.workload import Workload
 from tuner.predictors.protocol import CostModel
-from tuner.search.records import TrialRecord
+from tuner.search.records import TrialRecord, pareto_indices
 from tuner.sim.simulator import InfeasibleConfig, simulate
 
 #: the golden ratio's fraction: the low-discrepancy sequence that deals requests to parts
@@ -119,20 +119,25 @@ def deal(workload: Workload, shares: np.ndarray) -> list[np.ndarray]:
     return [np.sort(order[part == i]) for i in range(len(shares))]
 
 
-def rebalanced(shares: np.ndarray, schedule_s: np.ndarray,
-               startup_s: np.ndarray) -> np.ndarray:
-    """Shares that make the parts finish together (the fluid rule): a part doing share x_i
-    in schedule t_i runs at r_i = x_i / t_i jobs per second; all end at T where
-    sum r_i (T - s_i) = 1, each then doing r_i (T - s_i). A part whose start-up alone exceeds
-    T gets 0 (it would only finish later)."""
-    rate = shares / np.maximum(schedule_s, 1e-9)
+def balance(rate: np.ndarray, startup_s: np.ndarray) -> tuple[np.ndarray, float]:
+    """(shares, finish time) that make parts running at `rate` jobs per second, after their
+    start-ups, finish together (the fluid rule): all end at T where sum r_i (T - s_i) = 1, each
+    doing r_i (T - s_i). A part whose start-up alone outlasts T gets 0 (it would only finish
+    later)."""
     live = rate > 0
     while True:
         t_end = (1.0 + float((rate * startup_s)[live].sum())) / float(rate[live].sum())
         out = np.where(live, rate * (t_end - startup_s), 0.0)
         if (out >= 0).all():
-            return out / out.sum()
+            return out / out.sum(), t_end
         live &= out > 0
+
+
+def rebalanced(shares: np.ndarray, schedule_s: np.ndarray,
+               startup_s: np.ndarray) -> np.ndarray:
+    """Shares that make parts finish together which did `shares` of the job in `schedule_s`
+    (each part's rate r_i = x_i / t_i jobs per second; :func:`balance`)."""
+    return balance(shares / np.maximum(schedule_s, 1e-9), startup_s)[0]
 
 
 def simulate_fleet(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
@@ -172,13 +177,9 @@ def simulate_fleet(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
         if plan.finish_spread <= tolerance:
             return plan
         # measured rates: the work each part did per second of its schedule
-        done = np.where(sched > 0, shares, 0.0)
-        shares = rebalanced(done, np.where(sched > 0, sched, 1.0), start)
+        rate = np.where(sched > 0, shares, 0.0) / np.where(sched > 0, sched, 1.0)
+        shares, t_end = balance(rate, start)
         if beaten_by:  # the balanced plan, estimated from these rates: still beaten?
-            rate = done / np.where(sched > 0, sched, 1.0)
-            live = shares > 0
-            t_end = float(np.max(np.where(live, start + shares / np.where(rate > 0, rate, 1.0),
-                                          0.0)))
             usd_per_s = sum(p.cost_usd / p.makespan_s for p in parts)
             if any(bt * (1 + margin) < t_end and bc * (1 + margin) < usd_per_s * t_end
                    for bt, bc in beaten_by):
@@ -201,6 +202,10 @@ class _Template:
         return self.record.config
 
 
+def _gpus_per_replica(config: ServingConfig) -> int:
+    return config.tp * config.pp
+
+
 def _template(r: TrialRecord, gpu: GPU) -> _Template:
     m, c = r.metrics, r.config
     rate = 1.0 / (float(m.schedule_s) * c.dp)  # jobs per second per replica
@@ -218,7 +223,7 @@ def _templates(records: list[TrialRecord], gpus: dict[str, GPU]) -> dict[str, li
             continue
         fast = max(ts, key=lambda t: t.jobs_per_s_per_replica)
         cheap = max(ts, key=lambda t: t.jobs_per_s_per_replica
-                    / (t.config.tp * t.usd_per_gpu_s))
+                    / (_gpus_per_replica(t.config) * t.usd_per_gpu_s))
         out[gpu] = list({id(t.record): t for t in (fast, cheap)}.values())
     return out
 
@@ -230,7 +235,8 @@ def _fluid(temps: tuple[_Template, ...], counts: np.ndarray) -> tuple[np.ndarray
     rate = counts * np.array([t.jobs_per_s_per_replica for t in temps])
     start = np.array([t.startup_s for t in temps])
     t_end = (1.0 + rate @ start) / rate.sum(axis=1)
-    usd_per_s = counts @ np.array([t.config.tp * t.usd_per_gpu_s for t in temps])
+    usd_per_s = counts @ np.array([_gpus_per_replica(t.config) * t.usd_per_gpu_s
+                                   for t in temps])
     ok = (t_end[:, None] > start).all(axis=1)
     return np.where(ok, t_end, np.nan), np.where(ok, usd_per_s * t_end, np.nan)
 
@@ -251,20 +257,21 @@ def candidate_mixes(records: list[TrialRecord], gpus: dict[str, GPU], caps: dict
     for k in range(2, min(MAX_TYPES_PER_MIX, len(types)) + 1):
         for combo in itertools.combinations(types, k):
             for chosen in itertools.product(*(temps[g] for g in combo)):
-                ranges = [np.arange(1, min(caps.get(t.config.gpu, 0) // t.config.tp,
-                                           max_replicas) + 1) for t in chosen]
+                ranges = [np.arange(1, min(caps.get(t.config.gpu, 0)
+                                           // _gpus_per_replica(t.config), max_replicas) + 1)
+                          for t in chosen]
                 if any(r.size == 0 for r in ranges):
                     continue
                 counts = np.stack(np.meshgrid(*ranges, indexing="ij"), -1).reshape(-1, k)
                 if max_total_gpus is not None:
-                    tps = np.array([t.config.tp for t in chosen])
-                    counts = counts[counts @ tps <= max_total_gpus]
+                    per = np.array([_gpus_per_replica(t.config) for t in chosen])
+                    counts = counts[counts @ per <= max_total_gpus]
                 if counts.size == 0:
                     continue
                 t_end, cost = _fluid(chosen, counts.astype(np.float64))
                 keep = _front_arrays(t_end, cost)
                 found += [(float(t_end[i]), float(cost[i]), chosen, counts[i]) for i in keep]
-    front = _front([(t, c) for t, c, _, _ in found])
+    front = pareto_indices([(t, c) for t, c, _, _ in found])
     picks = [found[i] for i in front
              if not any(bt * (1 + margin) < found[i][0] and bc * (1 + margin) < found[i][1]
                         for bt, bc in beaten_by)]
@@ -278,27 +285,15 @@ def candidate_mixes(records: list[TrialRecord], gpus: dict[str, GPU], caps: dict
         rate = np.array([t.jobs_per_s_per_replica * n for t, n in zip(chosen, counts,
                                                                        strict=True)])
         start = np.array([t.startup_s for t in chosen])
-        out.append((configs, rebalanced(rate, 1.0 / rate, start),
-                    [t.record.number for t in chosen]))
+        out.append((configs, balance(rate, start)[0], [t.record.number for t in chosen]))
     return out
 
 
 def _front_arrays(t_end: np.ndarray, cost: np.ndarray) -> list[int]:
-    """_front over two arrays (NaN points left out)."""
+    """pareto_indices over two arrays (NaN points left out)."""
     ok = np.flatnonzero(np.isfinite(t_end) & np.isfinite(cost))
-    sub = _front(list(zip(t_end[ok].tolist(), cost[ok].tolist(), strict=True)))
+    sub = pareto_indices(list(zip(t_end[ok].tolist(), cost[ok].tolist(), strict=True)))
     return [int(ok[i]) for i in sub]
-
-
-def _front(points: list[tuple[float, float]]) -> list[int]:
-    """Indices of the points no other point beats on both (ties kept once), by makespan."""
-    order = sorted(range(len(points)), key=lambda i: points[i])
-    out, best_cost = [], math.inf
-    for i in order:
-        if points[i][1] < best_cost - 1e-12:
-            out.append(i)
-            best_cost = points[i][1]
-    return out
 
 
 def fleet_front(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
@@ -328,6 +323,6 @@ def fleet_front(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
         if plan is not None:
             plans.append(plan)
     points = singles + [(p.makespan_s, p.cost_usd) for p in plans]
-    on_front = set(_front(points))
+    on_front = set(pareto_indices(points))
     kept = [p for i, p in enumerate(plans) if len(singles) + i in on_front]
     return sorted(kept, key=lambda p: p.makespan_s)

@@ -344,15 +344,21 @@ def rank(records: Iterable[TrialRecord], goal: str) -> list[TrialRecord]:
     return sorted(feas, key=lambda r: (r.cost_usd, r.makespan_s, r.number))
 
 
+def pareto_indices(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the (makespan, $) points no other beats on both (of equal points the first),
+    sorted by makespan."""
+    front, best_cost = [], math.inf
+    for i in sorted(range(len(points)), key=lambda i: (*points[i], i)):
+        if points[i][1] < best_cost:
+            front.append(i)
+            best_cost = points[i][1]
+    return front
+
+
 def pareto(records: Iterable[TrialRecord]) -> list[int]:
     """Trial numbers not dominated in (makespan_s, cost_usd), sorted by makespan."""
-    front, best_cost = [], math.inf
-    feas = deployable([r for r in records if r.feasible])
-    for r in sorted(feas, key=lambda r: (r.makespan_s, r.cost_usd, r.number)):
-        if r.cost_usd < best_cost:
-            front.append(r.number)
-            best_cost = r.cost_usd
-    return front
+    feas = sorted(deployable([r for r in records if r.feasible]), key=lambda r: r.number)
+    return [feas[i].number for i in pareto_indices([(r.makespan_s, r.cost_usd) for r in feas])]
 
 
 def winners(records: list[TrialRecord]) -> tuple[dict, dict]:

@@ -274,22 +274,27 @@ def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int]
 
 
 def _offer_pipeline(knobs: dict[str, list], model, gpus: dict) -> list[str]:
-    """A model whose weights no machine of any GPU holds (at the space's fewest weight bits,
+    """A model no machine of any GPU holds (the memory plan at the space's fewest weight bits,
     a whole machine as TP): pipeline stages over machines, `pp` searched over the fewest
     stages that hold it and twice that (in place); the note saying so ([] when one machine
     holds it)."""
+    from tuner.core.memory import plan_memory
+
     bits = min(int(b) for b in knobs.get("weight_bits", [model.checkpoint_bits]))
-    need = model.weight_bytes(min(bits, model.checkpoint_bits))
+    bits = min(bits, model.checkpoint_bits)
     stages = []
     for g in gpus.values():
-        machine = g.memory_bytes * 0.9 * g.gpus_per_machine  # vLLM's default utilization
-        if need <= machine * 0.8:  # room for KV and activations: one machine does
+        tp = max([t for t in _powers_of_two_to(g.gpus_per_machine)
+                  if tp_splits_heads(t, model.num_heads, model.num_kv_heads)] or [1])
+        fits = [pp for pp in (1, 2, 4, 8) if plan_memory(
+            model, g, ServingConfig(gpu=g.name, tp=tp, pp=pp, weight_bits=bits)).fits]
+        if fits and fits[0] == 1:
             return []
-        stages.append(next((pp for pp in (2, 4, 8) if need <= machine * pp * 0.8), 8))
+        stages.append(fits[0] if fits else 8)
     first = min(stages)
     knobs["pp"] = sorted({first, min(2 * first, 8)})
-    return [f"pp: {knobs['pp']}, {model.name}'s weights ({need / 2**30:,.0f} GiB) fit no one "
-            "machine of these GPUs: pipeline stages span machines"]
+    return [f"pp: {knobs['pp']}, {model.name} fits no one machine of these GPUs at "
+            f"{bits}-bit weights: pipeline stages span machines"]
 
 
 def _fit_checkpoint(knobs: dict[str, list], fixed: dict, model, *, shipped: bool) -> list[str]:

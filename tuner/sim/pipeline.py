@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tuner.core.pricing import machines_per_replica
 from tuner.core.provenance import Provenance
 from tuner.predictors.features import BatchFeatures
 
@@ -39,10 +40,11 @@ class PipelinedCostModel:
     hop_bytes_per_s: float
     across_machines: bool
 
-    def _micro(self, f: BatchFeatures) -> tuple[BatchFeatures, np.ndarray]:
+    def _micro(self, f: BatchFeatures) -> BatchFeatures:
+        """One micro-batch of each step: 1/n of it, n = min(PP, sequences in the step)."""
         n = np.minimum(float(self.pp), np.maximum(f.seqs_sampled, 1.0))
         return BatchFeatures(f.prefill_tokens / n, f.prefill_sq / n, f.prefill_ctx / n,
-                             f.decodes / n, f.decode_kv / n, f.seqs_sampled / n), n
+                             f.decodes / n, f.decode_kv / n, f.seqs_sampled / n)
 
     def _hops_s(self, micro: BatchFeatures) -> np.ndarray:
         tokens = micro.prefill_tokens + micro.decodes
@@ -50,21 +52,21 @@ class PipelinedCostModel:
                                 + HOP_LATENCY_S)
 
     def iteration_time_s(self, f: BatchFeatures) -> np.ndarray:
-        micro, _n = self._micro(f)
+        micro = self._micro(f)
         return self.base.iteration_time_s(micro) + self._hops_s(micro)
 
     def breakdown(self, f: BatchFeatures) -> dict[str, np.ndarray]:
-        micro, _n = self._micro(f)
+        micro = self._micro(f)
         return {**self.base.breakdown(micro), "pipeline_hops": self._hops_s(micro)}
 
     def breakdown_ops(self, f: BatchFeatures) -> dict[str, np.ndarray]:
-        return self.base.breakdown_ops(self._micro(f)[0])
+        return self.base.breakdown_ops(self._micro(f))
 
     def layer_time_s(self, f: BatchFeatures) -> np.ndarray:
-        return self.base.layer_time_s(self._micro(f)[0])
+        return self.base.layer_time_s(self._micro(f))
 
     def decode_attention_layer_s(self, f: BatchFeatures) -> np.ndarray:
-        return self.base.decode_attention_layer_s(self._micro(f)[0])
+        return self.base.decode_attention_layer_s(self._micro(f))
 
     @property
     def transfer_model(self):
@@ -88,6 +90,6 @@ def pipelined(cost_model, model, gpu, config):
     """`cost_model` stepped as `config.pp` pipeline stages (itself at PP 1)."""
     if config.pp <= 1:
         return cost_model
-    across = config.tp * config.pp > gpu.gpus_per_machine
+    across = machines_per_replica(gpu.gpus_per_machine, config.tp, config.pp) > 1
     bw = ASSUMED_NETWORK_BYTES_PER_S if across else gpu.interconnect_bytes_per_s
     return PipelinedCostModel(cost_model, config.pp, 2.0 * model.hidden_size, bw, across)
