@@ -180,13 +180,12 @@ def fleet_entries(study: optuna.Study, records: list[TrialRecord], workload: Wor
 def fleet_verdicts(fleets: list[dict], records: list[TrialRecord]) -> list[str]:
     """One line for the fastest mix on the front."""
     from tuner.core.units import fmt_duration
+    from tuner.search.fleet import single_plans
 
     if not fleets:
         return []
     f = fleets[0]
-    singles = [r for r in records if r.feasible and r.level == "full" and not r.study_only
-               and r.metrics is not None and r.metrics.makespan_s is not None]
-    fastest = min(singles, key=lambda r: r.metrics.makespan_s, default=None)
+    fastest = min(single_plans(records), key=lambda r: r.metrics.makespan_s, default=None)
     than = ("" if fastest is None else
             f" (the fastest single GPU type: {fmt_duration(fastest.metrics.makespan_s)} on "
             f"{fastest.config.num_gpus} x {fastest.gpu}, ${fastest.metrics.cost_usd:.4f})")
@@ -305,7 +304,7 @@ def constraint_verdicts(study: optuna.Study, records: list[TrialRecord],
     it."""
     from tuner.core.errors import TunerError
     from tuner.core.units import fmt_duration
-    from tuner.search.constraints import no_plan_line, quantization_verdict
+    from tuner.search.constraints import no_plan_line, parallel_label, quantization_verdict
     from tuner.search.records import rank
 
     def fmt_usd(x: float) -> str:  # cents matter on small jobs
@@ -326,8 +325,7 @@ def constraint_verdicts(study: optuna.Study, records: list[TrialRecord],
         best = rank(records, limits.goal)[0]
         c = best.config
         out.append(f"Plan: the {limits.goal} that {limits.describe()} is "
-                   f"{c.num_gpus} x {best.gpu} (TP {c.tp} x "
-                   + (f"PP {c.pp} x " if c.pp > 1 else "") + f"DP {c.dp})"
+                   f"{c.num_gpus} x {best.gpu} ({parallel_label(c)})"
                    f": {fmt_duration(best.makespan_s)}, {fmt_usd(best.cost_usd)} "
                    f"(trial #{best.number}).")
     verdict = quantization_verdict(records, limits.goal if limits.on_figures else "cheapest",

@@ -73,11 +73,12 @@ ENGINE_DEFAULTED = ("chunk_size", "max_running", "scheduler")
 MODEL_DEFAULTED = {"weight_bits": " Default: the checkpoint's (its quantization_config; 16 "
                                   "without one).",
                    "block_size": " Default: 64 for an MLA model (vLLM's MLA backends), else 16."}
+DEFAULTED = (*ENGINE_DEFAULTED, *MODEL_DEFAULTED)  # knobs left to vLLM when not given
 
 
 def _knob_parameter(name: str, knob: Knob, kind: type) -> inspect.Parameter:
     required = name not in DEFAULTS
-    engine = name in ENGINE_DEFAULTED or name in MODEL_DEFAULTED
+    engine = name in DEFAULTED
     option = typer.Option(*(knob.flags or (f"--{name.replace('_', '-')}",)),
                           help=_option_help(knob) + (" Default: vLLM's for the GPU, "
                                                      "--entry-point and --engine-version."
@@ -122,7 +123,7 @@ def engine_config(knobs: dict[str, Any], gpu, entry_point: str, engine_version: 
 
     defaults = vllm_defaults(gpu.name, gpu.memory_gib, entry_point, engine_version,
                              model.max_position, model)
-    engine = {k: defaults.knobs()[k] for k in (*ENGINE_DEFAULTED, *MODEL_DEFAULTED)}
+    engine = {k: defaults.knobs()[k] for k in DEFAULTED}
     config = ServingConfig(**(knobs | {"gpu": gpu.name} | {
         k: v for k, v in engine.items() if knobs.get(k) is None}))
     return config, defaults
@@ -213,7 +214,7 @@ def simulate(
                          "generation": defaults.release.generation.key,
                          "entry_point": entry_point, "num_scheduler_steps": num_scheduler_steps,
                          "overhead": _overhead(cm)}
-    summary["defaulted"] = [k for k in (*ENGINE_DEFAULTED, *MODEL_DEFAULTED) if knobs.get(k) is None]
+    summary["defaulted"] = [k for k in DEFAULTED if knobs.get(k) is None]
     summary["failed_too_long"] = too_long
     if as_json:
         from tuner.core.io import jsonable

@@ -719,7 +719,7 @@ def _sparse_attention(cfg: dict, path: Path | str, kv_lora: int) -> dict:
 
 
 #: quantization_config methods whose weight precision is fixed by the method itself
-_QUANT_METHOD_BITS = {"fp8": 8, "fbgemm_fp8": 8, "mxfp4": 4, "bitnet": 4}
+_QUANT_METHOD_BITS = {"fp8": 8, "fbgemm_fp8": 8, "mxfp4": 4}
 
 
 def _checkpoint_precision(cfg: dict, path: Path | str) -> dict:

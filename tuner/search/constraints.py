@@ -274,15 +274,23 @@ def quantization_verdict(records, goal: str, fmt_usd) -> str | None:
             f"{100 * (q.cost_usd / f.cost_usd - 1):+.0f} % $; output quality is not simulated.")
 
 
+def parallel_label(config) -> str:
+    """'TP 8 x PP 2 x DP 1' ('TP 4 x DP 8' without pipeline stages) of a ServingConfig or its
+    JSON form."""
+    if not isinstance(config, dict):
+        config = config.to_dict()
+    pp = int(config.get("pp", 1))
+    return (f"TP {int(config.get('tp', 1))} x " + (f"PP {pp} x " if pp > 1 else "")
+            + f"DP {int(config.get('dp', 1))}")
+
+
 def plan_label(config) -> str:
     """Both things a comparison must hold equal, named: '32 x A40 (TP 4 x DP 8, 16-bit)',
     '1 x H100 (TP 1 x DP 1, 8-bit weights, 16-bit KV)'. `config`: a ServingConfig, or its
     JSON form (e.g. a stored baseline's)."""
     if not isinstance(config, dict):
         config = config.to_dict()
-    tp, dp = int(config.get("tp", 1)), int(config.get("dp", 1))
+    gpus = int(config.get("tp", 1)) * int(config.get("pp", 1)) * int(config.get("dp", 1))
     w, kv = int(config.get("weight_bits", 16)), int(config.get("kv_bits", 16))
     bits = f"{w}-bit" if w == kv else f"{w}-bit weights, {kv}-bit KV"
-    pp = int(config.get("pp", 1))
-    stages = f"PP {pp} x " if pp > 1 else ""
-    return f"{tp * pp * dp} x {config['gpu']} (TP {tp} x {stages}DP {dp}, {bits})"
+    return f"{gpus} x {config['gpu']} ({parallel_label(config)}, {bits})"

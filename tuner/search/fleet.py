@@ -38,6 +38,7 @@ from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.workload import Workload
 from tuner.predictors.protocol import CostModel
+from tuner.search.constraints import parallel_label
 from tuner.search.records import TrialRecord, pareto_indices
 from tuner.sim.simulator import InfeasibleConfig, simulate
 
@@ -96,7 +97,7 @@ class FleetPlan:
         return max(times) / min(times) - 1.0
 
     def describe(self) -> str:
-        return " + ".join(f"{p.config.num_gpus} x {p.gpu} (TP {p.config.tp} x DP {p.config.dp})"
+        return " + ".join(f"{p.config.num_gpus} x {p.gpu} ({parallel_label(p.config)})"
                           for p in self.parts)
 
     def to_dict(self) -> dict:
@@ -212,13 +213,20 @@ def _template(r: TrialRecord, gpu: GPU) -> _Template:
     return _Template(r, rate, float(m.startup_s or 0.0), gpu.price_usd_per_h / 3600.0)
 
 
+def single_plans(records: list[TrialRecord]) -> list[TrialRecord]:
+    """The single-type plans a mix competes with and is made of: feasible, simulated on the
+    whole job, deployable as exported."""
+    return [r for r in records if r.feasible and r.level == "full" and not r.study_only
+            and r.metrics is not None and r.metrics.makespan_s is not None
+            and r.metrics.cost_usd is not None]
+
+
 def _templates(records: list[TrialRecord], gpus: dict[str, GPU]) -> dict[str, list[_Template]]:
     """Per GPU type, its fastest-per-replica and cheapest-per-token feasible full-job trials."""
     out: dict[str, list[_Template]] = {}
     for gpu in gpus:
-        ts = [_template(r, gpus[gpu]) for r in records
-              if r.gpu == gpu and r.feasible and r.level == "full" and not r.study_only
-              and r.metrics is not None and r.metrics.schedule_s]
+        ts = [_template(r, gpus[gpu]) for r in single_plans(records)
+              if r.gpu == gpu and r.metrics.schedule_s]
         if not ts:
             continue
         fast = max(ts, key=lambda t: t.jobs_per_s_per_replica)
@@ -305,10 +313,8 @@ def fleet_front(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
     """The simulated mixes of GPU types that neither a single-type plan among `records` nor
     another mix beats on both makespan and $ (fastest first); [] with fewer than two GPU types
     that have a feasible plan."""
-    singles = [(float(r.metrics.makespan_s), float(r.metrics.cost_usd)) for r in records
-               if r.feasible and r.level == "full" and r.within and not r.study_only
-               and r.metrics is not None and r.metrics.makespan_s is not None
-               and r.metrics.cost_usd is not None]
+    singles = [(float(r.metrics.makespan_s), float(r.metrics.cost_usd))
+               for r in single_plans(records) if r.within]
     plans = []
     for configs, shares, trials in candidate_mixes(records, gpus, caps, max_plans=max_plans,
                                                    max_total_gpus=max_total_gpus,
