@@ -8,7 +8,8 @@ dataclasses' fields are the schema: a field without a default is required.
 Optional fields (filled by :func:`reports.extras.report_extras`; every section they feed is left
 out, or says why it is empty, when absent)::
 
-    timelines: [{"trial", "roles", "gpu", "study_makespan_s", "makespan_s", "dp", "time_s"
+    timelines: [{"trial", "roles", "gpu", "study_makespan_s", "makespan_s" (dp 1) or
+                 "replica_makespan_s" (replica 0 of dp > 1), "dp", "time_s"
                  (start of each step or bin), "end_s", "running", "tokens", "kv_fraction",
                  "preemptions"} | {"trial", "roles", "gpu", "error"}]
     importances: {"makespan_s" | "cost_usd": {"importances": {knob: share}, "n_trials",

@@ -50,7 +50,7 @@ from tuner.search.records import (
     winner_roles_of,
     winners,
 )
-from tuner.sim.simulator import simulate
+from tuner.sim.simulator import parallel_workers, simulate, thread_map
 
 TIMELINE_POINTS = 400  # per winner: enough for a smooth line, small enough to embed
 MIN_IMPORTANCE_TRIALS = 8  # distinct feasible trials below which importances are not computed
@@ -235,12 +235,16 @@ def winner_timelines(records: list[TrialRecord], workload: Workload, model: Mode
                      points: int = TIMELINE_POINTS, startup_s: float | None = None,
                      engine_version: str | None = None) -> list[dict]:
     """Each distinct winner simulated again with its timeline (replica 0 of a data-parallel
-    deployment; time from the engines being up, after ``startup_s``). An entry carries
+    deployment, which alone is simulated again: its makespan is then ``replica_makespan_s``,
+    else ``makespan_s``, checked against the study's; time from the engines being up, after
+    ``startup_s``). An entry carries
     ``error`` instead of the series when it cannot be simulated. `startup_s`,
     `engine_version`: the study's (its start-up priced as the search did)."""
     by_num = {r.number: r for r in records}
-    out = []
-    for num, roles in winner_roles(records).items():
+    cms = cost_model_for or default_cost_models(model)
+
+    def one(item):
+        num, roles = item
         r = by_num[num]
         config = r.config
         entry: dict[str, Any] = {"trial": num, "roles": roles, "gpu": config.gpu,
@@ -250,18 +254,27 @@ def winner_timelines(records: list[TrialRecord], workload: Workload, model: Mode
         try:
             if gpu is None:
                 raise TunerError(f"GPU {config.gpu!r} is not in the catalog")
-            cm = (cost_model_for or default_cost_models(model))(gpu, config)
-            res = simulate(workload, model, gpu, config, cm, timeline=True,
-                           startup_s=startup_s, engine_version=engine_version)
+            # the timeline is replica 0's: a dp plan's other replicas are not simulated again
+            res = simulate(workload, model, gpu, config, cms(gpu, config), timeline=True,
+                           startup_s=startup_s, engine_version=engine_version,
+                           replicas=1 if config.dp > 1 else None)
         except TunerError as exc:
             entry["error"] = str(exc)
-            out.append(entry)
+            return entry, None
+        return entry, res
+
+    items = list(winner_roles(records).items())
+    out = []
+    # the winners' simulations are independent: a thread each on a large job
+    for entry, res in thread_map(one, items, parallel_workers(len(items), len(workload))):
+        out.append(entry)
+        if res is None:
             continue
-        entry["makespan_s"] = res.makespan_s
+        # the whole plan's makespan, to check against the study's (replica 0's alone for dp)
+        entry["makespan_s" if entry["dp"] == 1 else "replica_makespan_s"] = res.makespan_s
         entry["startup_s"] = res.startup_s
         entry["iterations"] = res.iterations
         entry.update(downsample_timeline(res.timeline or {"time_s": []}, points))
-        out.append(entry)
     return out
 
 

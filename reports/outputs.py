@@ -109,6 +109,14 @@ def _notes(workload: Workload, stats: dict, extra_notes: list[str]) -> list[str]
             f"was within "
             f"{100 * err['relative_error']['max']:.1f} % of the full simulation on all "
             f"{err['pairs']} configurations simulated both ways.")
+        rung = stats.get("rung_error")
+        if stats.get("judged_on_rung"):
+            notes.append(
+                f"Successive rungs: {stats['judged_on_rung']} configurations were judged on a "
+                f"larger stratified sample of up to {stats.get('rung_requests')} requests "
+                f"before only those still near a front were simulated in full"
+                + (f"; the rung's estimate was within {100 * rung['max']:.2f} % of the full "
+                   f"simulation on all {rung['pairs']} simulated both ways." if rung else "."))
     return notes + list(extra_notes)
 
 

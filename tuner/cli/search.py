@@ -525,4 +525,11 @@ def _stats_line(stats: dict) -> str:
         e = se["relative_error"]
         line += (f" (sample estimate vs full on {se['pairs']} configurations: median "
                  f"{100 * e['median']:.1f} %, max {100 * e['max']:.1f} % error)")
+    if stats.get("judged_on_rung"):
+        line += (f"; {stats['judged_on_rung']} of them on a larger rung of "
+                 f"{stats.get('rung_requests')} requests")
+        re_ = stats.get("rung_error")
+        if re_:
+            line += (f" (rung vs full on {re_['pairs']}: median {100 * re_['median']:.2f} %, "
+                     f"max {100 * re_['max']:.2f} %)")
     return line

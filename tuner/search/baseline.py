@@ -17,7 +17,7 @@ from tuner.predictors.protocol import CostModel
 from tuner.predictors.sources import cost_model_for as default_cost_models
 from tuner.search.meta import StudyMeta
 from tuner.search.records import Metrics, TrialRecord
-from tuner.sim.simulator import InfeasibleConfig, simulate
+from tuner.sim.simulator import InfeasibleConfig, parallel_workers, simulate, thread_map
 
 #: SimResult.summary() figures a baseline keeps
 BASELINE_METRICS = ("makespan_s", "cost_usd", "usd_per_million_tokens", "usd_per_1k_requests",
@@ -105,20 +105,28 @@ def attach_baselines(records: list[TrialRecord], numbers: Iterable[int], workloa
     by_num = {r.number: r for r in records}
     simulated = {r.config: r.metrics for r in records
                  if r.feasible and r.metrics and r.level == "full"}
-    sims: dict[tuple, dict] = {}
+    keyed: list[tuple[TrialRecord, tuple]] = []
     for n in dict.fromkeys(numbers):
         r = by_num.get(n)
         if r is None or not r.feasible or r.gpu not in gpus:
             continue
         c = r.config
-        key = (r.gpu, int(c.tp), int(c.dp), int(c.weight_bits), int(c.kv_bits), int(c.pp))
-        if key not in sims:
-            sims[key] = simulate_baseline(workload, model, gpus[r.gpu], tp=key[1], dp=key[2],
-                                          weight_bits=key[3], kv_bits=key[4], pp=key[5],
-                                          entry_point=entry_point,
-                                          engine_version=engine_version,
-                                          cost_model_for=cost_model_for, simulated=simulated,
-                                          startup_s=startup_s)
+        keyed.append((r, (r.gpu, int(c.tp), int(c.dp), int(c.weight_bits), int(c.kv_bits),
+                          int(c.pp))))
+    keys = list(dict.fromkeys(key for _r, key in keyed))
+
+    def one(key: tuple) -> dict:
+        return simulate_baseline(workload, model, gpus[key[0]], tp=key[1], dp=key[2],
+                                 weight_bits=key[3], kv_bits=key[4], pp=key[5],
+                                 entry_point=entry_point, engine_version=engine_version,
+                                 cost_model_for=cost_model_for, simulated=simulated,
+                                 startup_s=startup_s)
+
+    # independent simulations (those the study has not run already): a thread each on a
+    # large job
+    sims = dict(zip(keys, thread_map(one, keys, parallel_workers(len(keys), len(workload))),
+                    strict=True))
+    for r, key in keyed:
         r.baseline = {**sims[key], "gain": gain(r.metrics.to_dict(), sims[key])}
     return sims
 

@@ -32,6 +32,19 @@ SAMPLE_FRACTION = 0.125  # default share of the workload in the sample
 # sample misjudges the full makespan by up to 90 % (100 requests: 44 %), and costs 77 % of a
 # full simulation there anyway (fixed per-simulation costs), so small jobs gain nothing.
 MIN_SAMPLE = 512
+# ... and at most this many: the sample's error shrinks with its size, not with the job's
+# (measured on a 1M-request ShareGPT-like job, scaled sample vs full: 4,096 requests 1.6-3.4 %,
+# 16,384 0.41-0.55 %, 32,768 0.06-0.24 %, almost all of it a bias the calibration factor k
+# removes), while a sample of 12.5 % of 1M requests cost 0.26 s a trial to screen
+MAX_SAMPLE = 16384
+# The reference rung: configurations simulated to measure the sample's error or to build the
+# fronts (calibration, audits, the first of a GPU, the candidates at the end) run on
+# RUNG_FACTOR x the sample instead of the full job when the job holds at least RUNG_MIN_JOBS
+# rungs; only the plans that can still be on a front after that are simulated in full
+# (successive rungs: sample -> rung -> full). Below it the rung would cost half a full
+# simulation or more, and the full job is the reference, as before.
+RUNG_FACTOR = 4
+RUNG_MIN_JOBS = 1.5
 SAMPLE_SEED = 0
 N_CALIBRATE = 8  # (estimate, full) pairs measured before any configuration may be dropped
 # every 20th trial is promoted whatever its estimate (an unbiased error sample; the final
@@ -43,18 +56,27 @@ AUDIT_EVERY = 20
 # floor then promoted 63 configurations near a front of nearly equal costs for nothing.
 EPS_FLOOR = 0.005
 EPS_MARGIN = 1.5
+# the rung's floor: 4x the sample's requests; measured on a 1M-request job, rung (65,536
+# requests) vs full on 35 plans: median 0.10 %, max 0.31 %
+RUNG_EPS_FLOOR = 0.002
 NEAR_FRONT = "within the sampling error of the front"  # the promotion a candidate defers
 
 
 # ---- multi-fidelity: the sample -----------------------------------------------------------------
+def rung_size(n: int, n_sample: int) -> int:
+    """Requests in the reference rung (n: the full job is the reference)."""
+    rung = RUNG_FACTOR * n_sample
+    return rung if n_sample < n and n >= RUNG_MIN_JOBS * rung else n
+
+
 def sample_size(n: int, fraction: float | None) -> int:
     """Requests in the sample (n: no multi-fidelity). None: SAMPLE_FRACTION of the workload,
-    at least MIN_SAMPLE requests, for workloads of 4 x MIN_SAMPLE requests and more; a given
+    at least MIN_SAMPLE and at most MAX_SAMPLE requests, for workloads of 4 x MIN_SAMPLE requests and more; a given
     fraction is taken as it is (0 or 1: full workload only)."""
     if fraction is None:
         if n < 4 * MIN_SAMPLE:
             return n
-        return min(n, max(MIN_SAMPLE, math.ceil(n * SAMPLE_FRACTION)))
+        return min(n, MAX_SAMPLE, max(MIN_SAMPLE, math.ceil(n * SAMPLE_FRACTION)))
     if fraction <= 0 or fraction >= 1:
         return n
     return min(n, max(1, math.ceil(n * fraction)))
@@ -103,10 +125,12 @@ class Knowledge:
 
     done: dict = field(default_factory=dict)  # key -> (values, TrialRecord, number)
     fronts: dict = field(default_factory=dict)  # gpu -> [(makespan, cost), ...] non-dominated
-    pairs: list = field(default_factory=list)  # (scaled sample makespan, full makespan)
+    pairs: list = field(default_factory=list)  # (scaled sample makespan, reference makespan)
+    rung_pairs: list = field(default_factory=list)  # (scaled rung makespan, full makespan)
     seen: set = field(default_factory=set)  # trial numbers ingested
     n_full: int = 0  # full-workload simulations (feasible or not) ingested
     n_sample: int = 0  # configurations decided on the sample alone
+    n_rung: int = 0  # configurations decided on the reference rung
     best: dict = field(default_factory=dict)  # objective index -> (value, other, key)
 
     def add(self, number: int, params: dict, rec: TrialRecord) -> None:
@@ -118,18 +142,15 @@ class Knowledge:
             return
         key = config_key(params)
         prev = self.done.get(key)
-        # two workers simulated the same config at once: keep the first; a deferred candidate
-        # simulated in full at the end (tuner.search.loop.add_final_candidates) replaces its
-        # sample estimate
-        if prev is not None and not (prev[1].level != "full" and rec.level == "full"):
+        # two workers simulated the same config at once: keep the first; a configuration
+        # simulated again on more requests at the end (tuner.search.loop.add_final_candidates:
+        # sample -> rung -> full) replaces the coarser record
+        if prev is not None and LEVELS.index(prev[1].level) >= LEVELS.index(rec.level):
             return
         if prev is not None:
-            self.n_sample -= 1
+            self._count(prev[1].level, -1)
         self.done[key] = (rec.values, rec, number)
-        if rec.level == "full":
-            self.n_full += 1
-        else:
-            self.n_sample += 1
+        self._count(rec.level, 1)
         if not rec.feasible:
             return
         values = rec.values
@@ -139,11 +160,24 @@ class Knowledge:
             cand = (values[i], values[1 - i], key)
             if i not in self.best or cand < self.best[i]:
                 self.best[i] = cand
-        if rec.level == "full":
-            add_to_front(self.fronts.setdefault(params["gpu"], []), tuple(values))
-            if rec.fidelity.get("sample_makespan_s") is not None:  # schedules, no start-up
-                self.pairs.append((rec.fidelity["sample_makespan_s"] * rec.fidelity["scale"],
-                                   values[0] - (rec.fidelity.get("startup_s") or 0.0)))
+        if rec.level == "sample":
+            return
+        # the reference levels: the full job, or the rung standing in for it during the search
+        add_to_front(self.fronts.setdefault(params["gpu"], []), tuple(values))
+        fid = rec.fidelity
+        schedule_s = values[0] - (fid.get("startup_s") or 0.0)  # schedules, no start-up
+        if fid.get("sample_makespan_s") is not None:
+            self.pairs.append((fid["sample_makespan_s"] * fid["scale"], schedule_s))
+        if rec.level == "full" and fid.get("rung_makespan_s") is not None:
+            self.rung_pairs.append((fid["rung_makespan_s"] * fid["rung_scale"], schedule_s))
+
+    def _count(self, level: str, d: int) -> None:
+        if level == "full":
+            self.n_full += d
+        elif level == "rung":
+            self.n_rung += d
+        else:
+            self.n_sample += d
 
     def ingest(self, study: optuna.Study) -> None:
         """Trials other workers finished since the last call."""
@@ -152,16 +186,32 @@ class Knowledge:
                 self.add(t.number, t.params, TrialRecord.from_trial(t))
 
     def calibration(self) -> tuple[float, float]:
-        """(k, eps): full makespan ~= k x n_full/n_sample x sample makespan (k: the median
-        ratio), and the largest relative error |estimate / full - 1| of that estimate over
-        every measured pair, times EPS_MARGIN (floored at EPS_FLOOR)."""
-        if not self.pairs:
-            return 1.0, math.inf
-        r = np.array([full / est for est, full in self.pairs if est > 0])
-        if r.size == 0:
-            return 1.0, math.inf
-        k = float(np.median(r))
-        return k, max(EPS_FLOOR, EPS_MARGIN * float(np.max(np.abs(k / r - 1.0))))
+        """(k, eps): reference makespan ~= k x n/n_sample x sample makespan (k: the median
+        ratio), and the largest relative error |estimate / reference - 1| of that estimate
+        over every measured pair, times EPS_MARGIN (floored at EPS_FLOOR). The reference is
+        the full job, or the rung where the search uses one."""
+        return _calibrate(self.pairs)
+
+    def rung_calibration(self, prior_eps: float) -> tuple[float, float]:
+        """(k, eps) of the rung against the full job, as :meth:`calibration`; before any full
+        simulation of a rung-screened plan: k = 1 and the sample's own error `prior_eps`
+        (the rung is RUNG_FACTOR x the sample: its error is smaller; measured afterwards)."""
+        if not self.rung_pairs:
+            return 1.0, prior_eps
+        return _calibrate(self.rung_pairs, RUNG_EPS_FLOOR)
+
+
+LEVELS = ("sample", "rung", "full")  # a configuration's fidelity, coarse to exact
+
+
+def _calibrate(pairs: list, floor: float = EPS_FLOOR) -> tuple[float, float]:
+    if not pairs:
+        return 1.0, math.inf
+    r = np.array([full / est for est, full in pairs if est > 0])
+    if r.size == 0:
+        return 1.0, math.inf
+    k = float(np.median(r))
+    return k, max(floor, EPS_MARGIN * float(np.max(np.abs(k / r - 1.0))))
 
 
 def add_to_front(front: list, p: tuple) -> None:
@@ -194,6 +244,10 @@ class Evaluator:
         n = len(workload)
         self.n_sample = sample_size(n, sample_fraction)
         self.sampled = self.n_sample < n  # multi-fidelity on
+        # the reference rung (rung_size): only with deferred candidates, whose final full
+        # simulations it filters (with --deadline / --budget plans are judged in full at once)
+        self.n_rung = rung_size(n, self.n_sample) if defer else n
+        self.use_rung = self.sampled and self.n_rung < n
         self._samples: dict[int, Workload] = {}  # stratified samples by size
         self.known = Knowledge()
         self.sim_s = 0.0  # time spent simulating
@@ -206,16 +260,17 @@ class Evaluator:
             self._samples[m] = self.workload.take(stratified_sample(self.workload, m))
         return self._samples[m]
 
-    def replica_sample(self, dp: int) -> tuple[Workload, float]:
+    def replica_sample(self, dp: int, size: int | None = None) -> tuple[Workload, float]:
         """(sample, scale) that estimates a `dp`-replica deployment: one replica's share of the
         job is n / dp requests (the split balances tokens), so one replica is simulated on a
         stratified sample of min(sample size, n / dp) requests, its makespan scaled by
         (n / dp) / that. A sample of the whole job spread over dp replicas would give each
         replica 1/dp of a sample: at dp 32 on 100k requests, 390 requests a replica, whose tail
         misjudged the full makespan by up to 24 %; one replica's own share is the full job's
-        per-replica load and costs 1/dp of the simulation."""
+        per-replica load and costs 1/dp of the simulation. `size`: the rung's requests instead
+        of the sample's."""
         share = len(self.workload) / max(dp, 1)
-        m = min(self.n_sample, math.ceil(share))
+        m = min(size or self.n_sample, math.ceil(share))
         return self._sample_of(m), share / m
 
     def estimate(self, config: ServingConfig, sample_makespan_s: float, scale: float,
@@ -236,13 +291,18 @@ class Evaluator:
         finally:
             self.sim_s += time.perf_counter() - t0
 
-    def evaluate(self, params: dict, number: int, *, full: bool = False) -> tuple[tuple, dict]:
-        """(values, user attrs) of one configuration. `full`: skip the sample (exhaustive)."""
+    def evaluate(self, params: dict, number: int, *, full: bool = False,
+                 level: str | None = None) -> tuple[tuple, dict]:
+        """(values, user attrs) of one configuration. `full`: skip the sample (exhaustive, the
+        end's full simulations); `level="rung"`: simulate on the reference rung (the end's
+        candidates). Screened on the sample, a configuration promoted (calibration, audit, the
+        first of its GPU) goes to the rung when the search uses one, else to the full job."""
         config = self.config(params)
         gpu = self.gpus[params["gpu"]]
         fid: dict = {"level": "full"}
+        target = "rung" if level == "rung" and self.use_rung else "full"
         try:
-            if self.sampled and not full:
+            if self.sampled and not full and level is None:
                 sample, scale = self.replica_sample(config.dp)
                 s = self._simulate(sample, gpu, dataclasses.replace(config, dp=1))
                 k, eps = self.known.calibration()
@@ -260,6 +320,16 @@ class Evaluator:
                 if why is None:
                     return est, {"feasible": True, "reason": "", "fidelity": fid}
                 fid["level"] = "full"
+                target = "rung" if self.use_rung else "full"
+            if target == "rung":
+                rung, scale_r = self.replica_sample(config.dp, self.n_rung)
+                r = self._simulate(rung, gpu, dataclasses.replace(config, dp=1))
+                _, eps = self.known.calibration()
+                k_r, _ = self.known.rung_calibration(eps)
+                est = self.estimate(config, r.schedule_s, scale_r, r.startup_s, k_r)
+                fid.update(level="rung", rung_requests=len(rung), rung_makespan_s=r.schedule_s,
+                           rung_scale=scale_r, rung_k=k_r, startup_s=r.startup_s)
+                return est, {"feasible": True, "reason": "", "fidelity": fid}
             res = self._simulate(self.workload, gpu, config)
         except InfeasibleConfig as exc:
             return (math.inf, math.inf), {"feasible": False, "reason": str(exc),

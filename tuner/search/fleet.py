@@ -40,7 +40,7 @@ from tuner.core.workload import Workload
 from tuner.predictors.protocol import CostModel
 from tuner.search.constraints import parallel_label
 from tuner.search.records import TrialRecord, pareto_indices
-from tuner.sim.simulator import InfeasibleConfig, simulate
+from tuner.sim.simulator import InfeasibleConfig, parallel_workers, simulate, thread_map
 
 #: the golden ratio's fraction: the low-discrepancy sequence that deals requests to parts
 _PHI = (math.sqrt(5.0) - 1.0) / 2.0
@@ -161,12 +161,18 @@ def simulate_fleet(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
     best = None
     for _ in range(rounds):
         parts, sched, start = [], np.zeros(k), np.zeros(k)
-        for i, (idx, cfg) in enumerate(zip(deal(workload, shares), configs, strict=True)):
-            if idx.size == 0:
-                continue
+        todo = [(i, idx, cfg) for i, (idx, cfg) in
+                enumerate(zip(deal(workload, shares), configs, strict=True)) if idx.size]
+
+        def one(job):
+            _i, idx, cfg = job
             g = gpus[cfg.gpu]
-            res = simulate(workload.take(idx), model, g, cfg, cost_model_for(g, cfg),
-                           startup_s=startup_s, engine_version=engine_version)
+            return simulate(workload.take(idx), model, g, cfg, cost_model_for(g, cfg),
+                            startup_s=startup_s, engine_version=engine_version)
+
+        # the parts are independent simulations: a thread each on a large job
+        results = thread_map(one, todo, parallel_workers(len(todo), len(workload)))
+        for (i, idx, cfg), res in zip(todo, results, strict=True):
             parts.append(Part(cfg, int(idx.size), float(res.makespan_s),
                               float(res.startup_s), float(res.cost_usd), trials[i],
                               res.machines))

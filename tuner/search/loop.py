@@ -35,7 +35,7 @@ from tuner.search.storage import (
     study_metadata,
     workload_tokens,
 )
-from tuner.sim.simulator import InfeasibleConfig, check_feasible
+from tuner.sim.simulator import InfeasibleConfig, check_feasible, parallel_workers, thread_map
 
 GRID_CHECK_LIMIT = 20_000  # assert_some_gpu_fits checks every point of spaces up to this size
 # Reference points enqueued first so the front always contains the engines' own defaults:
@@ -96,7 +96,7 @@ def _set_attrs(trial: optuna.Trial, values: tuple, attrs: dict,
 
 
 def _evaluate(ev: Evaluator, params: dict, number: int, constraints: Constraints, *,
-              full: bool = False) -> tuple[tuple, dict]:
+              full: bool = False, level: str | None = None) -> tuple[tuple, dict]:
     """ev.evaluate, except a plan the constraints exclude before simulating (--max-gpus, a
     quantized plan without a checkpoint) is an infeasible trial saying why."""
     config = ev.config(params)
@@ -106,7 +106,7 @@ def _evaluate(ev: Evaluator, params: dict, number: int, constraints: Constraints
     if why is not None:
         return (math.inf, math.inf), {"feasible": False, "reason": why,
                                       "fidelity": {"level": "full"}}
-    return ev.evaluate(params, number, full=full)
+    return ev.evaluate(params, number, full=full, level=level)
 
 
 def polish_targets(ev: Evaluator, constraints: Constraints) -> tuple:
@@ -332,11 +332,25 @@ def optimize(study: optuna.Study, ev: Evaluator, settings: SearchSettings, *, sh
 
 
 def _finished_trial(ev: Evaluator, params: dict, number: int, settings: SearchSettings,
-                    dists: dict, extra: dict | None = None) -> optuna.trial.FrozenTrial:
-    """`params` simulated on the full workload as finished trial `number` (for add_trials),
-    known to the evaluator; `extra`: user attributes added to the evaluator's."""
-    values, attrs = _evaluate(ev, params, number, settings.constraints, full=True)
-    attrs.update(extra or {})
+                    dists: dict, extra: dict | None = None,
+                    level: str = "full") -> optuna.trial.FrozenTrial:
+    """`params` simulated on the full workload (or the reference rung: `level="rung"`) as
+    finished trial `number` (for add_trials), known to the evaluator; `extra`: user attributes
+    added to the evaluator's (a "fidelity" dict in it is merged into the evaluator's)."""
+    values, attrs = _evaluate(ev, params, number, settings.constraints, full=level == "full",
+                              level=None if level == "full" else level)
+    return _record_trial(ev, params, number, settings, dists, values, attrs, extra, level)
+
+
+def _record_trial(ev: Evaluator, params: dict, number: int, settings: SearchSettings,
+                  dists: dict, values: tuple, attrs: dict, extra: dict | None,
+                  level: str) -> optuna.trial.FrozenTrial:
+    """The finished trial of an evaluation (:func:`_finished_trial`'s second half)."""
+    extra = dict(extra or {})
+    if "fidelity" in extra:
+        extra["fidelity"] = {**attrs.get("fidelity", {}), **extra["fidelity"],
+                             "level": attrs.get("fidelity", {}).get("level", level)}
+    attrs.update(extra)
     ev.known.add(number, params, TrialRecord.from_attrs(number, ev.config(params), values, attrs))
     return optuna.trial.create_trial(
         values=list(values), params=params, distributions=dists, user_attrs=attrs,
@@ -453,9 +467,9 @@ def search_space(space: SearchSpace, workload: Workload, model: ModelSpec,
 def final_candidates(ev: Evaluator) -> list[tuple[dict, TrialRecord]]:
     """The deferred configurations (screened on the sample, within its error of a front) that
     can still be on their GPU's front: no other configuration of that GPU dominates them on
-    both figures beyond the sampling error eps (a full simulation by a factor 1 + eps, an
-    estimate by (1 + eps)^2: both may err). Estimates re-scaled with the calibration as it
-    stands now. (params, the sample trial's record) each, in trial order."""
+    both figures beyond the sampling error eps (a reference simulation, full or rung, by a
+    factor 1 + eps, an estimate by (1 + eps)^2: both may err). Estimates re-scaled with the
+    calibration as it stands now. (params, the sample trial's record) each, in trial order."""
     k, eps = ev.known.calibration()
     if not math.isfinite(eps):
         return []
@@ -465,7 +479,7 @@ def final_candidates(ev: Evaluator) -> list[tuple[dict, TrialRecord]]:
         if not rec.feasible or not all(math.isfinite(v) for v in values):
             continue
         params = dict(key)
-        if rec.level == "full":
+        if rec.level != "sample":
             points.setdefault(params["gpu"], []).append((values[0], values[1], 1, number))
             continue
         fid = rec.fidelity
@@ -475,42 +489,127 @@ def final_candidates(ev: Evaluator) -> list[tuple[dict, TrialRecord]]:
                           fid.get("startup_s") or 0.0, k)
         points.setdefault(params["gpu"], []).append((*est, 2, number))
         deferred.append((number, params, rec, est))
+    return _unbeaten(deferred, points, eps)
+
+
+def _unbeaten(cands: list, points: dict, eps: float) -> list[tuple[dict, TrialRecord]]:
+    """The candidates (number, params, record, (s, $)) that no other point of their GPU beats
+    on both figures by its margin: (1 + eps) ** margin."""
     out = []
-    for number, params, rec, est in sorted(deferred, key=lambda d: d[0]):
-        # the candidate's own error (1 + eps) and the other point's ((1 + eps) once more for
-        # an estimate)
+    for number, params, rec, est in sorted(cands, key=lambda d: d[0]):
+        # at eps 0 a plan with the very same figures does not beat it (both stay)
         beaten = any(m * (1 + eps) ** margin <= est[0] and c * (1 + eps) ** margin <= est[1]
+                     and (eps > 0 or (m, c) != tuple(est))
                      for m, c, margin, other in points[params["gpu"]] if other != number)
         if not beaten:
             out.append((params, rec))
     return out
 
 
+def full_candidates(ev: Evaluator, first: bool = False) -> list[tuple[dict, TrialRecord]]:
+    """The configurations judged on the reference rung that can still be on their GPU's front:
+    no full simulation of that GPU beats them beyond the rung's error eps_r (1 + eps_r) and no
+    other rung figure beyond (1 + eps_r)^2. eps_r is measured on the rung's (rung, full) pairs.
+    `first` (no pair yet): the points of the rung's own fronts (eps_r = 0), whose full
+    simulations are the first pairs; every later round uses the measured eps_r."""
+    _k, eps = ev.known.calibration()
+    _kr, eps_r = ev.known.rung_calibration(eps)
+    if first:
+        eps_r = 0.0
+    if not math.isfinite(eps_r):
+        return []
+    points: dict[str, list[tuple[float, float, int, int]]] = {}
+    cands = []
+    for key, (values, rec, number) in ev.known.done.items():
+        if (not rec.feasible or rec.level == "sample"
+                or not all(math.isfinite(v) for v in values)):
+            continue
+        params = dict(key)
+        margin = 1 if rec.level == "full" else 2
+        points.setdefault(params["gpu"], []).append((values[0], values[1], margin, number))
+        if rec.level == "rung":
+            cands.append((number, params, rec, tuple(values)))
+    out = _unbeaten(cands, points, eps_r)
+    if first:
+        return out
+    # an epsilon-Pareto front: a plan that a full simulation of its GPU already matches within
+    # FRONT_TOLERANCE on both figures could improve on it by at most that and its own error,
+    # so it stays an estimate (on a 1M-request job, 18 of 27 plans left after the rung's
+    # fronts were such near-ties: other chunk sizes and R_max at the same DP, 0.1-0.4 % apart)
+    full = {g: [(m, c) for m, c, margin, _n in pts if margin == 1] for g, pts in points.items()}
+    return [(params, rec) for params, rec in out
+            if not any(m <= rec.values[0] * (1 + FRONT_TOLERANCE)
+                       and c <= rec.values[1] * (1 + FRONT_TOLERANCE)
+                       for m, c in full[params["gpu"]])]
+
+
+def _evaluate_many(ev: Evaluator, todo: list[dict], first_number: int,
+                   constraints: Constraints, level: str) -> list[tuple[tuple, dict]]:
+    """_evaluate of each configuration (numbered from `first_number`), in order; the
+    simulations of a large job on a thread per core (the simulator's C loop releases the GIL;
+    what the evaluator learns from them is added afterwards, in order, by the caller)."""
+    def one(i: int) -> tuple[tuple, dict]:
+        return _evaluate(ev, todo[i], first_number + i, constraints, full=level == "full",
+                         level=None if level == "full" else level)
+
+    return thread_map(one, list(range(len(todo))), parallel_workers(len(todo), len(ev.workload)))
+
+
+#: how close (relative, on both figures) a full simulation must come to a rung-judged plan for
+#: that plan to need no full simulation of its own: the search's winners are then within this
+#: and the rung's error of the exhaustive search's (benchmarks/search_quality_large.py checks
+#: 1 %)
+FRONT_TOLERANCE = 0.005
+
+#: rounds of full simulations after the rung (each adds the plans a larger measured eps_r
+#: lets back in)
+FULL_ROUNDS = 4
+
+
 def add_final_candidates(study: optuna.Study, ev: Evaluator, settings: SearchSettings) -> int:
-    """Simulate on the full workload, as trials of the study, the deferred configurations
-    that can still be on a front (:func:`final_candidates`): the search's winners and Pareto
-    points are full simulations, while configurations that only came near a front on the way
-    cost a sample simulation. Each carries its sample estimate (another measured pair of the
-    sampling error). Returns the number of trials added."""
+    """Simulate, as trials of the study, the deferred configurations that can still be on a
+    front (:func:`final_candidates`): on the full workload, or, where the search uses a
+    reference rung, on the rung first and then in full for those that can still be on a front
+    after it (:func:`full_candidates`). The search's winners and Pareto points are full
+    simulations, while configurations that only came near a front on the way cost a sample
+    (or rung) simulation. Each carries its sample estimate (and rung figures): measured pairs
+    of the sampling error. Returns the number of trials added."""
     if not ev.defer:
         return 0
-    todo = final_candidates(ev)
-    if not todo:
-        return 0
     dists = _distributions(ev.space, list(ev.gpus))
-    number = len(study.get_trials(deepcopy=False))
-    batch = []
-    for params, rec in todo:
-        fid = rec.fidelity
-        sample = {k: fid[k] for k in ("requests", "sample_makespan_s", "startup_s", "scale", "k",
-                                      "eps", "estimate_makespan_s")
-                  if k in fid}
-        batch.append(_finished_trial(ev, params, number, settings, dists, {
-            "final_candidate": True,
-            "fidelity": {"level": "full", **sample, "promoted": "final candidate"}}))
-        number += 1
-    study.add_trials(batch)
-    return len(batch)
+    added = 0
+
+    def run(todo: list, level: str, carry: tuple[str, ...]) -> int:
+        number = len(study.get_trials(deepcopy=False))
+        batch = []
+        results = _evaluate_many(ev, [params for params, _rec in todo], number,
+                                 settings.constraints, level)
+        for (params, rec), (values, attrs) in zip(todo, results, strict=True):
+            fid = rec.fidelity
+            kept = {k: fid[k] for k in carry if k in fid}
+            batch.append(_record_trial(ev, params, number, settings, dists, values, attrs, {
+                "final_candidate": True,
+                "fidelity": {**kept, "promoted": "final candidate"}}, level))
+            number += 1
+        if batch:
+            study.add_trials(batch)
+        return len(batch)
+
+    sample_keys = ("requests", "sample_makespan_s", "startup_s", "scale", "k", "eps",
+                   "estimate_makespan_s")
+    added += run(final_candidates(ev), "rung" if ev.use_rung else "full", sample_keys)
+    if not ev.use_rung:
+        return added
+    rung_keys = (*sample_keys, "rung_requests", "rung_makespan_s", "rung_scale", "rung_k")
+    # the rung's fronts first: their full simulations measure the rung's error, and the plans
+    # within that error of a front follow (again while a larger measured eps_r lets more in)
+    added += run(full_candidates(ev, first=True), "full", rung_keys)
+    for _ in range(FULL_ROUNDS):
+        todo = full_candidates(ev)
+        if not todo:
+            break
+        added += run(todo, "full", rung_keys)
+    return added
 
 
 #: rounds of :func:`add_default_trials` (each adds the defaults beside winners that are new)
@@ -547,15 +646,18 @@ def add_default_trials(study: optuna.Study, ev: Evaluator, settings: SearchSetti
                 continue  # the space does not hold vLLM's defaults (a user's own space)
             params = {"gpu": r.gpu, **{name: _preset_value(name, values, want)
                                        for name, values in ev.space.knobs.items()}}
-            if config_key(params) not in ev.known.done:
+            prev = ev.known.done.get(config_key(params))
+            # not simulated in full yet (never, or screened as the search's first preset)
+            if prev is None or prev[1].level != "full":
                 todo.setdefault(config_key(params), params)
         if not todo:
             break
         number = len(study.get_trials(deepcopy=False))
         batch = []
-        for params in todo.values():
-            batch.append(_finished_trial(ev, params, number, settings, dists,
-                                         {"vllm_defaults": True}))
+        results = _evaluate_many(ev, list(todo.values()), number, settings.constraints, "full")
+        for params, (values, attrs) in zip(todo.values(), results, strict=True):
+            batch.append(_record_trial(ev, params, number, settings, dists, values, attrs,
+                                       {"vllm_defaults": True}, "full"))
             number += 1
         study.add_trials(batch)
         added += len(batch)

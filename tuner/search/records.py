@@ -441,7 +441,7 @@ def search_stats(study: optuna.Study) -> dict:
         if t.duplicate:
             continue
         key = tuple(sorted(ft.params.items()))
-        if key not in by_key or (by_key[key].level != "full" and t.level == "full"):
+        if key not in by_key or _rank(t.level) > _rank(by_key[key].level):
             by_key[key] = t
     distinct = list(by_key.values())
     full = [t for t in distinct if t.level == "full"]
@@ -451,13 +451,16 @@ def search_stats(study: optuna.Study) -> dict:
         "configurations": len(distinct),
         "full_simulations": len(full),
         "screened_on_sample": len(distinct) - len(full),
+        # of those, judged on the reference rung (tuner.search.evaluator.rung_size)
+        "judged_on_rung": sum(1 for t in distinct if t.level == "rung"),
         "infeasible": sum(1 for t in distinct if not t.feasible),
         # vLLM's defaults simulated beside the winners (tuner.search.loop.add_default_trials)
         "vllm_defaults_checks": sum(1 for t in completed(study)
                                     if t.user_attrs.get("vllm_defaults")),
         # configurations screened on the sample, simulated in full at the end as candidates
         "final_candidates": sum(1 for t in completed(study)
-                                if t.user_attrs.get("final_candidate")),
+                                if t.user_attrs.get("final_candidate")
+                                and t.user_attrs.get("fidelity", {}).get("level") == "full"),
     }
     # a dp-replica plan is screened on one replica's share (Evaluator.replica_sample): the
     # largest sample is the single-replica plans'
@@ -466,10 +469,30 @@ def search_stats(study: optuna.Study) -> dict:
     if fid0:
         stats["sample_requests"] = fid0["requests"]
         stats["sample_scale"] = fid0["scale"]
+    rungs = [t.fidelity["rung_requests"] for t in distinct if t.fidelity.get("rung_requests")]
+    if rungs:
+        stats["rung_requests"] = max(rungs)
+    rung_pairs = [t for t in full if t.feasible and t.fidelity.get("rung_makespan_s") is not None]
+    if rung_pairs:
+        stats["rung_error"] = _rung_error(rung_pairs)
     pairs = [t for t in full if t.feasible and t.fidelity.get("sample_makespan_s") is not None]
     if pairs:
         stats["sampling_error"] = _sampling_error(pairs)
     return stats
+
+
+def _rank(level: str) -> int:
+    return ("sample", "rung", "full").index(level) if level in ("sample", "rung", "full") else 2
+
+
+def _rung_error(pairs: list[TrialRecord]) -> dict:
+    """Error of the scaled rung makespan (calibrated as the search did) against the full one,
+    over the plans simulated on both."""
+    est = np.array([t.fidelity["rung_makespan_s"] * t.fidelity["rung_scale"]
+                    * (t.fidelity.get("rung_k") or 1.0) for t in pairs])
+    fullv = np.array([t.values[0] - (t.fidelity.get("startup_s") or 0.0) for t in pairs])
+    err = np.abs(est / fullv - 1.0)
+    return {"pairs": len(pairs), "median": float(np.median(err)), "max": float(err.max())}
 
 
 def _sampling_error(pairs: list[TrialRecord]) -> dict:

@@ -201,12 +201,14 @@ def _kernel():
 
 
 def _run(k: SchedulerParams, req, grp, q, width: int, c, fast: bool, max_steps: int,
-         on_steps=None):
+         on_steps=None, cancel=None):
     """The C loop until the schedule ends; returns to Python every _PAUSE_EVERY_STEPS steps so
     a Ctrl-C lands promptly. With `on_steps` None the step record grows when full (doubling, as
     a list would) and is returned whole; else every STREAM_ROWS steps are handed to
     on_steps(rows) (a view, reused afterwards) and the record returned is empty: the memory
-    stays flat however many steps the job takes. Returns (records, status, prompt tokens
+    stays flat however many steps the job takes. `cancel`: a threading.Event; when it is set
+    the loop raises KeyboardInterrupt at its next pause (a replica scheduled on a worker
+    thread, whose own thread never sees Ctrl-C). Returns (records, status, prompt tokens
     served from the prefix cache)."""
     lib = _kernel()
     kp = np.array(k, dtype=np.int64)
@@ -225,7 +227,10 @@ def _run(k: SchedulerParams, req, grp, q, width: int, c, fast: bool, max_steps: 
             grown = np.zeros((rec.shape[0] * 2, N_COLS), dtype=np.int64)
             grown[: rec.shape[0]] = rec
             rec = grown
-        elif status != STATUS_PAUSED:
+        elif status == STATUS_PAUSED:
+            if cancel is not None and cancel.is_set():
+                raise KeyboardInterrupt
+        else:
             done = rec[: int(step[0]) - base]
             if on_steps is None:
                 return done, int(status), int(c[CACHED_TOKENS])
@@ -237,7 +242,8 @@ def _run(k: SchedulerParams, req, grp, q, width: int, c, fast: bool, max_steps: 
 def run_schedule(prompt_tokens: np.ndarray, output_tokens: np.ndarray, params: SchedulerParams,
                  *, prefix_ids: np.ndarray | None = None, prefix_tokens: np.ndarray | None = None,
                  fast: bool = True, max_steps: int | None = None,
-                 arrival_step: np.ndarray | None = None, on_steps=None) -> Schedule:
+                 arrival_step: np.ndarray | None = None, on_steps=None,
+                 cancel=None) -> Schedule:
     """Run the unified scheduler over requests queued in the given order.
 
     prefix_ids/prefix_tokens: requests of one group share a prompt prefix. Its full KV blocks are
@@ -249,6 +255,7 @@ def run_schedule(prompt_tokens: np.ndarray, output_tokens: np.ndarray, params: S
     queue is in arrival order); None: every request is there at step 0.
     on_steps: called with consecutive slices of the step record (in step order, views reused
     after the call) instead of keeping it; Schedule.steps is then empty.
+    cancel: a threading.Event that stops the loop (KeyboardInterrupt) at its next pause.
     """
     prompt, output = np.asarray(prompt_tokens), np.asarray(output_tokens)
     gid, pblocks, n_groups = None, None, 0
@@ -264,7 +271,8 @@ def run_schedule(prompt_tokens: np.ndarray, output_tokens: np.ndarray, params: S
     width = max(min(prompt.shape[0], k.max_running), 1)
     req, grp, q, c = _new_state(prompt, output, gid, pblocks, n_groups, k.capacity_blocks,
                                 arrival_step, width)
-    rec, status, cached = _run(k, req, grp, q, width, c, bool(fast), max_steps, on_steps)
+    rec, status, cached = _run(k, req, grp, q, width, c, bool(fast), max_steps, on_steps,
+                               cancel)
     return Schedule(steps=rec, finish_step=req[:, FINISH_STEP].astype(np.int64),
                     first_step=req[:, FIRST_STEP].astype(np.int64), status=int(status),
                     cached_tokens=int(cached))

@@ -6,6 +6,7 @@ tables -> transfer -> roofline); this module reads no files and chooses no sourc
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -384,12 +385,12 @@ def _price(steps: np.ndarray, cost_model: CostModel, off_ctx: _offload.OffloadCo
 
 
 def _schedule(workload: Workload, idx: np.ndarray, params: sch.SchedulerParams, exact: bool,
-              plan: MemoryPlan, arrival_step=None, on_steps=None) -> sch.Schedule:
+              plan: MemoryPlan, arrival_step=None, on_steps=None, cancel=None) -> sch.Schedule:
     s = sch.run_schedule(
         workload.prompt_tokens[idx], workload.output_tokens[idx], params, fast=not exact,
         prefix_ids=None if workload.prefix_ids is None else workload.prefix_ids[idx],
         prefix_tokens=None if workload.prefix_tokens is None else workload.prefix_tokens[idx],
-        arrival_step=arrival_step, on_steps=on_steps)
+        arrival_step=arrival_step, on_steps=on_steps, cancel=cancel)
     if s.status != sch.STATUS_OK:
         why = "stuck" if s.status == sch.STATUS_STUCK else "step limit"
         raise InfeasibleConfig(
@@ -398,9 +399,61 @@ def _schedule(workload: Workload, idx: np.ndarray, params: sch.SchedulerParams, 
     return s
 
 
+#: requests below which a job's replicas run on one thread (a pool's start costs more)
+PARALLEL_MIN_REQUESTS = 8192
+
+
+def replica_workers(n_replicas: int, n_requests: int) -> int:
+    """Threads for a job's replicas: one per core, at most one per replica; one for small
+    jobs."""
+    return parallel_workers(n_replicas, n_requests)
+
+
+def parallel_workers(n_items: int, n_requests: int) -> int:
+    """Threads for `n_items` independent simulations of a job of `n_requests` requests (or
+    one job's replicas): one per core, at most one per item; one below PARALLEL_MIN_REQUESTS,
+    where a thread pool's start costs more than it saves."""
+    if n_items < 2 or n_requests < PARALLEL_MIN_REQUESTS:
+        return 1
+    return max(1, min(n_items, os.cpu_count() or 1))
+
+
+def thread_map(fn, items: list, workers: int, on_error=None) -> list:
+    """[fn(item) for item in items] on `workers` threads (simulations: the C loop releases the
+    GIL), results in item order. On an error in one item (or Ctrl-C) the items not started are
+    dropped, `on_error()` runs (before the pool waits for the running ones: it can stop them)
+    and the error is raised."""
+    if workers <= 1:
+        return [fn(item) for item in items]
+    from concurrent.futures import ThreadPoolExecutor  # here: small jobs never pay for it
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(fn, item) for item in items]
+        try:
+            return [f.result() for f in futures]
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            if on_error is not None:
+                on_error()
+            raise
+
+
+def _map_replicas(fn, jobs: list, workers: int) -> list:
+    """fn(job) for every job, in job order (the sums over replicas then add in the same order
+    whatever the threads: the same figures to the last digit). On Ctrl-C, or an error in one
+    replica, the other threads stop at their next pause."""
+    if workers <= 1:
+        return [fn(job) for job in jobs]
+    import threading
+
+    cancel = threading.Event()
+    return thread_map(lambda job: fn(job, cancel), jobs, workers, on_error=cancel.set)
+
+
 def _simulate_replica(workload: Workload, idx: np.ndarray, params: sch.SchedulerParams,
                       totals: _StepTotals, plan: MemoryPlan, exact: bool,
-                      keep_steps: bool) -> _Replica:
+                      keep_steps: bool, cancel=None) -> _Replica:
     """Schedule and price the requests `idx` (in submission order) on one replica, adding its
     steps to `totals` (fresh per replica). Unless `keep_steps`, the steps are priced as the
     scheduler hands them on and then dropped (memory flat in the job's length). Replaying
@@ -408,10 +461,10 @@ def _simulate_replica(workload: Workload, idx: np.ndarray, params: sch.Scheduler
     on the schedule: iterate to a fixed point (steps kept)."""
     arrivals = None if workload.arrival_s is None else workload.arrival_s[idx]
     if arrivals is None and not keep_steps:
-        s = _schedule(workload, idx, params, exact, plan, on_steps=totals.price)
+        s = _schedule(workload, idx, params, exact, plan, on_steps=totals.price, cancel=cancel)
         return _Replica(s, totals.time_s)
     if arrivals is None:
-        s = _schedule(workload, idx, params, exact, plan)
+        s = _schedule(workload, idx, params, exact, plan, cancel=cancel)
         # priced in slices all the same: a cost model's temporaries over millions of steps
         # at once took GiBs (the report's timelines of a 2 M-request job)
         for i in range(0, len(s.steps), sch.STREAM_ROWS):
@@ -419,7 +472,7 @@ def _simulate_replica(workload: Workload, idx: np.ndarray, params: sch.Scheduler
         return _Replica(s, totals.time_s)
     arrival_step = None
     for _ in range(ARRIVAL_ITERATIONS):
-        s = _schedule(workload, idx, params, exact, plan, arrival_step)
+        s = _schedule(workload, idx, params, exact, plan, arrival_step, cancel=cancel)
         dt, priced = _price(s.steps, totals.cost_model, totals.off_ctx)
         end_s = arrival_clock(dt, s.first_step, arrivals)
         nxt = np.searchsorted(end_s - dt, arrivals, side="left")
@@ -433,7 +486,7 @@ def _simulate_replica(workload: Workload, idx: np.ndarray, params: sch.Scheduler
 def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConfig,
              cost_model: CostModel, *, timeline: bool = False,
              exact: bool = False, return_steps: bool = False, startup_s: float | None = None,
-             engine_version: str | None = None) -> SimResult:
+             engine_version: str | None = None, replicas: int | None = None) -> SimResult:
     """Simulate the whole job iteration by iteration, each step priced by `cost_model`
     (predictors.sources.resolve_cost_model / cost_model_for give the registry's); raises
     InfeasibleConfig if it cannot run.
@@ -446,7 +499,11 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     Engine start-up (tuner.core.startup: weight loading, torch.compile, CUDA graphs of vLLM
     `engine_version`, default the newest) runs on every replica at once before the schedule:
     the makespan, its $ and the lower bound include it. `startup_s` replaces the model (0: the
-    schedule alone, as a real run timed from the engine being up measures it)."""
+    schedule alone, as a real run timed from the engine being up measures it).
+
+    `replicas`: simulate only the first that many data-parallel replicas of the split (a
+    report's timeline of replica 0 needs 1/dp of the work); the figures are then theirs, not
+    the whole deployment's."""
     if len(workload) == 0:
         raise TunerError("The workload has no requests.")
     start = resolve_startup(model, gpu, config, startup_s, engine_version)
@@ -462,13 +519,21 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     iterations = preemptions = cached = 0
     tl, steps = None, []
     cap = max(plan.kv_capacity_blocks, 1)
-    for replica, idx in enumerate(split_replicas(workload, order, config.dp)):
-        if idx.size == 0:
-            continue
+    jobs = [(replica, idx) for replica, idx in
+            enumerate(split_replicas(workload, order, config.dp)[:replicas]) if idx.size]
+
+    def one(job, cancel=None):
+        replica, idx = job
         want_tl = timeline and replica == 0
         totals = (_TimelineTotals if want_tl else _StepTotals)(cost_model, off_ctx, off_totals)
         rep = _simulate_replica(workload, idx, params, totals, plan, exact,
-                                keep_steps=return_steps)
+                                keep_steps=return_steps, cancel=cancel)
+        return want_tl, totals, rep
+
+    # replicas are independent: the C loop releases the GIL, so they run on the cores at once
+    # (the offload totals are shared: those plans stay on one thread)
+    workers = 1 if off_ctx.active else replica_workers(len(jobs), len(workload))
+    for want_tl, totals, rep in _map_replicas(one, jobs, workers):
         makespan = max(makespan, rep.span_s)
         iterations += totals.iterations
         preemptions += totals.preemptions

@@ -16,8 +16,10 @@ that repeats an id, as a line-by-line check would (an earlier bad line is report
 
 from __future__ import annotations
 
+import itertools
 import json
 import json.scanner
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -157,6 +159,51 @@ def _chat_texts(messages: list) -> list[tuple[str, bool, int]]:
              CHAT_MESSAGE_OVERHEAD_TOKENS) for m in messages]
 
 
+# A token-count line exactly as json.dumps (or a compact writer) prints it: the common form of
+# a multi-million-request job, read by regular expression a block at a time (~4x faster than
+# a JSON value per line). Any other line, blank line or number out of range sends the whole
+# file to the line-by-line pass, which words the errors.
+_TOKENS_LINE = re.compile(rb'^\{"prompt_tokens": ?(0|[1-9][0-9]{0,8}), ?'
+                          rb'"output_tokens": ?(0|[1-9][0-9]{0,8})\}\r?$', re.M)
+_BULK_BLOCK_BYTES = 1 << 23  # ~180,000 lines a block: the matches' lists stay ~25 MB
+_BOM = b"\xef\xbb\xbf"
+
+
+def _bulk_token_counts(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
+    """(prompt tokens, output tokens) of a file whose every line is a plain token-count
+    record, or None (the line-by-line pass then reads it)."""
+    prompts, outputs = [], []
+    with path.open("rb") as fh:
+        first = fh.readline()
+        if not _TOKENS_LINE.match(first.removeprefix(_BOM)):
+            return None
+        rest = first.removeprefix(_BOM)
+        while True:
+            block = fh.read(_BULK_BLOCK_BYTES)
+            if block:
+                block = rest + block
+                cut = block.rfind(b"\n") + 1
+                chunk, rest = block[:cut], block[cut:]
+                lines = chunk.count(b"\n")
+            else:  # the end: a last line without a newline
+                chunk, rest, lines = rest, b"", 1 if rest else 0
+            if lines:
+                pairs = _TOKENS_LINE.findall(chunk)
+                if len(pairs) != lines:
+                    return None
+                got = np.fromstring(b" ".join(itertools.chain.from_iterable(pairs)),
+                                    dtype=np.int64, sep=" ").reshape(-1, 2)
+                if got.min() < 1 or got.max() > MAX_TOKENS:
+                    return None
+                prompts.append(got[:, 0].copy())
+                outputs.append(got[:, 1].copy())
+            if not block:
+                break
+    if not prompts:
+        return None
+    return np.concatenate(prompts), np.concatenate(outputs)
+
+
 class _Columns:
     """Growing columns: Python lists for the current chunk, moved at each `flush` into numpy
     arrays that double when full. Doubling keeps every buffer one large allocation of its
@@ -265,6 +312,13 @@ class _Reader:
     # ---- the pass ----
     def read(self) -> None:
         try:
+            bulk = _bulk_token_counts(self.path)
+        except OSError as exc:
+            raise TunerError(f"{self.name}: cannot read ({one_line(exc)}).") from None
+        if bulk is not None:
+            self._take_bulk(*bulk)
+            return
+        try:
             # newline="" keeps U+2028 and friends inside JSON strings from splitting a record.
             with self.path.open(encoding="utf-8-sig", newline="") as fh:
                 self._read_records(self._objects(fh))
@@ -273,6 +327,18 @@ class _Reader:
                              f"{exc.start}).") from None
         except OSError as exc:
             raise TunerError(f"{self.name}: cannot read ({one_line(exc)}).") from None
+
+    def _take_bulk(self, prompt: np.ndarray, output: np.ndarray) -> None:
+        """The columns of a token-count file read in bulk: what the line-by-line pass would
+        have filled (shape "tokens", output field output_tokens, no custom_id)."""
+        n = prompt.size
+        self.shape, self.first_line, self.n = SHAPES.index("tokens"), 1, n
+        cols = {"line": np.arange(1, n + 1, dtype=np.int64), "prompt": prompt,
+                "output": output,
+                "field": np.full(n, _FIELD_CODE["output_tokens"], dtype=np.int8),
+                "cid": np.full(n, NO_ID, dtype=np.int64)}
+        self.cols.arrays = cols
+        self.cols.n = n
 
     def _objects(self, fh) -> Iterator[tuple[int, Any]]:
         """(line number, JSON value) of each line but blank ones; a line that is not one JSON
