@@ -20,7 +20,9 @@ compiled to bytecode again; the simulator's C kernels are built at install, so n
 compiled at run time); the warm runs share the one the cold run filled.
 
 Run: python benchmarks/cli_speed.py [--repeats 3] [--skip-exhaustive] [--skip-full]
-     [--exhaustive-limit-s 900] [--against REV]
+     [--exhaustive-limit-s 900] [--against REV] [--large [--keep DIR]]
+--large also times `tuner search` of 100k- and 1M-request ShareGPT-like jobs (issue #29), once
+each (and on REV with --against).
 --against REV times `tuner --help`, the example's simulate and the warm README job on that git
 revision too, in the same run, and prints the ratios.
 OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are removed from the timed processes' environment (they
@@ -206,10 +208,37 @@ def _nested(label: str) -> bool:
     return label.startswith(("search:", "outputs:", "reading", "terminal"))
 
 
-def against(rev: str, env: dict, tmp: Path, repeats: int) -> None:
-    """The start-up cases (tuner --help, simulate of the example, the warm README job) on this
-    tree and on git revision `rev` (a worktree, imported first through PYTHONPATH; the
-    simulator's compiled kernels copied when their C source is the same), as ratios."""
+def large_jobs(tmp: Path, keep: Path | None) -> list[tuple[str, Path]]:
+    """The 100k- and 1M-request ShareGPT-like jobs of issue #29 (Splitwise conversation
+    lengths, benchmarks/recommendations.py's make_job, seed 0), made once (in `keep` if
+    given, and reused from there)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from recommendations import make_job
+
+    where = keep or tmp
+    where.mkdir(parents=True, exist_ok=True)
+    jobs = []
+    for label, n in (("100k", 100_000), ("1M", 1_000_000)):
+        path = where / f"sharegpt-like-{label}.jsonl"
+        if not path.is_file():
+            make_job(path, n)
+        jobs.append((label, path))
+    return jobs
+
+
+def large_case(path: Path, tmp: Path, tag: str):
+    """`tuner search` of a large job as issue #29 times it (A10, A40, 300 trials)."""
+    return lambda i: ["search", "-w", str(path), "-m", "llama-3-8b", "--gpus", "A10,A40",
+                      "--n-trials", "300", "--on-too-long", "skip", "--out",
+                      str(tmp / f"{tag}{i}")]
+
+
+def against(rev: str, env: dict, tmp: Path, repeats: int,
+            large: list[tuple[str, Path]] = ()) -> None:
+    """The start-up cases (tuner --help, simulate of the example, the warm README job) and
+    the `large` jobs' searches (once each) on this tree and on git revision `rev` (a
+    worktree, imported first through PYTHONPATH; the simulator's compiled kernels copied when
+    their C source is the same), as ratios."""
     base = tmp / "base"
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(base), rev],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -245,6 +274,11 @@ def against(rev: str, env: dict, tmp: Path, repeats: int) -> None:
             then = best_of(repeats, job("old"), old_env, tmp)
             now = best_of(repeats, job("new"), env, tmp)
             print(f"  {label:28s} {fmt(*then)} -> {fmt(*now)}: x{then[0] / now[0]:.2f} faster")
+        for label, path in large:  # minutes each: once
+            then = best_of(1, large_case(path, tmp, f"old-{label}-"), old_env, tmp)
+            now = best_of(1, large_case(path, tmp, f"new-{label}-"), env, tmp)
+            print(f"  {'search, ' + label + ', 300 trials':28s} {fmt(*then)} -> {fmt(*now)}: "
+                  f"x{then[0] / now[0]:.2f} faster")
     finally:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base)],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -259,6 +293,10 @@ def main() -> None:
     ap.add_argument("--exhaustive-limit-s", type=float, default=900.0)
     ap.add_argument("--against", metavar="REV", help="also time the start-up cases on this git "
                     "revision and print the ratios (issue #29 item 5)")
+    ap.add_argument("--large", action="store_true",
+                    help="also time `tuner search` of the 100k- and 1M-request jobs (issue #29: "
+                    "targets 15 s and 30 s), against REV too with --against")
+    ap.add_argument("--keep", type=Path, help="folder for the large jobs' files (reused)")
     args = ap.parse_args()
     print(f"machine: {cpu_name()}, {os.cpu_count()} cores, python {platform.python_version()}, "
           f"load average before {os.getloadavg()[0]:.2f}")
@@ -302,8 +340,14 @@ def main() -> None:
                       f"{n:,} trials stored = {n / wall:,.0f} configurations/s")
                 shutil.rmtree(out, ignore_errors=True)
         phase_readme(env, tmp, args.repeats)
+        large = large_jobs(tmp, args.keep) if args.large else []
+        for label, path in large:
+            wall, cpu = best_of(1, large_case(path, tmp, f"large-{label}-"), env, tmp)
+            target = {"100k": 15, "1M": 30}[label]
+            print(f"tuner search, {label} ShareGPT-like, 300 trials: {fmt(wall, cpu)} "
+                  f"(target {target} s)")
         if args.against:
-            against(args.against, env, tmp, args.repeats)
+            against(args.against, env, tmp, args.repeats, large)
     print(f"load average after {os.getloadavg()[0]:.2f}")
 
 

@@ -464,7 +464,7 @@ def _timeline_view(timelines: list[dict]) -> list[dict]:
     out = []
     for t in timelines:
         entry = dict(label=role_label(t), roles=t.get("roles") or [], trial=t["trial"],
-                     error=t.get("error"), note="")
+                     error=t.get("error"), note="", resim="", study="")
         ms, study_ms = as_finite(t.get("makespan_s")), as_finite(t.get("study_makespan_s"))
         if ms is not None and study_ms:
             diff = (ms - study_ms) / study_ms

@@ -532,6 +532,18 @@ def test_timeline_mismatch_and_error_are_shown(full_ctx, tmp_path):
     assert "+5.0 %" in text and "could not be simulated again (model does not fit)" in text
 
 
+def test_a_data_parallel_winners_timeline_is_replica_0s(full_ctx, tmp_path):
+    """A dp plan's timeline is replica 0 simulated again (reports.extras.winner_timelines):
+    no whole-plan makespan to check against the study's, and the report says which replica."""
+    c = copy.deepcopy(full_ctx)
+    t = c["timelines"][0]
+    t["dp"] = 8
+    t["replica_makespan_s"] = t.pop("makespan_s") * 0.99
+    text = render_report(c, tmp_path / "r.html").read_text()
+    assert "replica 1 of 8 shown" in text
+    assert "re-simulated makespan" not in text.split("replica 1 of 8")[0][-300:]
+
+
 def test_importances_skipped_says_why(full_ctx, tmp_path):
     c = copy.deepcopy(full_ctx)
     c["importances"] = {"makespan_s": {"skipped": "only 3 distinct feasible trial(s)"},

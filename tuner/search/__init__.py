@@ -21,7 +21,15 @@ tuner composes Optuna's study / sampler / storage and writes no search algorithm
   full workload, so winners and Pareto points are always full-workload simulations. ``eps`` is
   measured, not assumed (1.5 x the largest error seen, at least 0.5 %): the first N_CALIBRATE
   configurations and every AUDIT_EVERY-th trial are simulated both ways, and so is every final
-  candidate. (Optuna's pruners cannot do this: ``Trial.report`` / ``should_prune`` refuse
+  candidate. The sample is capped at MAX_SAMPLE requests (its error shrinks with its own size,
+  not the job's). **Successive rungs** on large jobs: where the job holds RUNG_MIN_JOBS x a
+  rung of RUNG_FACTOR x the sample, that rung (one replica's stratified share, scaled like the
+  sample) stands in for the full job during the search (calibration, audits, fronts) and for
+  the final candidates; then only the rung's front points and the plans no full simulation
+  matches within FRONT_TOLERANCE (both figures) beyond the rung's measured error are simulated
+  in full (:func:`.loop.full_candidates`): an epsilon-Pareto front whose winners are within
+  that of the exhaustive search's. Independent full simulations (a plan's replicas, the
+  end's candidates, vLLM's defaults) run on a thread per core. (Optuna's pruners cannot do this: ``Trial.report`` / ``should_prune`` refuse
   multi-objective studies.) With --deadline / --budget a candidate is promoted at once (the
   best plan within them is judged on full figures as the search goes).
 * **Polish** (:mod:`.loop`): after most of the budget, the configurations one knob away from
