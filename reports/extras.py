@@ -50,7 +50,8 @@ from tuner.search.records import (
     winner_roles_of,
     winners,
 )
-from tuner.sim.simulator import parallel_workers, simulate, thread_map
+from tuner.sim.parallel import parallel_workers, thread_map
+from tuner.sim.simulator import simulate
 
 TIMELINE_POINTS = 400  # per winner: enough for a smooth line, small enough to embed
 MIN_IMPORTANCE_TRIALS = 8  # distinct feasible trials below which importances are not computed

@@ -11,8 +11,8 @@ import optuna
 import pytest
 
 import tuner.search.baseline as baseline_mod
+import tuner.sim.parallel as parallel_mod
 import tuner.sim.scheduler as sch
-import tuner.sim.simulator as simulator_mod
 from tuner.core.catalog import load_gpus
 from tuner.core.config import ServingConfig
 from tuner.core.workload import Workload
@@ -28,7 +28,8 @@ from tuner.search.evaluator import (
 from tuner.search.loop import FRONT_TOLERANCE
 from tuner.search.records import search_stats, trial_records
 from tuner.search.space import SearchSpace
-from tuner.sim.simulator import simulate, thread_map
+from tuner.sim.parallel import thread_map
+from tuner.sim.simulator import simulate
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
 FIXED = {"scheduler": "vllm", "tp": 1, "block_size": 16, "ordering": "fcfs", "weight_bits": 16}
@@ -141,7 +142,7 @@ def test_replicas_on_threads_give_the_same_figures(model, gpus, monkeypatch):
     cm = resolve_cost_model(model, gpus["A40"], cfg)
     runs = []
     for threshold in (10 ** 9, 0):  # one thread, then a thread per core
-        monkeypatch.setattr(simulator_mod, "PARALLEL_MIN_REQUESTS", threshold)
+        monkeypatch.setattr(parallel_mod, "PARALLEL_MIN_REQUESTS", threshold)
         runs.append(simulate(w, model, gpus["A40"], cfg, cm, timeline=True, return_steps=True))
     a, b = runs
     assert a.makespan_s == b.makespan_s and a.iterations == b.iterations

@@ -17,7 +17,8 @@ from tuner.predictors.protocol import CostModel
 from tuner.predictors.sources import cost_model_for as default_cost_models
 from tuner.search.meta import StudyMeta
 from tuner.search.records import Metrics, TrialRecord
-from tuner.sim.simulator import InfeasibleConfig, parallel_workers, simulate, thread_map
+from tuner.sim.parallel import parallel_workers, thread_map
+from tuner.sim.simulator import InfeasibleConfig, simulate
 
 #: SimResult.summary() figures a baseline keeps
 BASELINE_METRICS = ("makespan_s", "cost_usd", "usd_per_million_tokens", "usd_per_1k_requests",

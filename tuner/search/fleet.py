@@ -40,7 +40,8 @@ from tuner.core.workload import Workload
 from tuner.predictors.protocol import CostModel
 from tuner.search.constraints import parallel_label
 from tuner.search.records import TrialRecord, pareto_indices
-from tuner.sim.simulator import InfeasibleConfig, parallel_workers, simulate, thread_map
+from tuner.sim.parallel import parallel_workers, thread_map
+from tuner.sim.simulator import InfeasibleConfig, simulate
 
 #: the golden ratio's fraction: the low-discrepancy sequence that deals requests to parts
 _PHI = (math.sqrt(5.0) - 1.0) / 2.0

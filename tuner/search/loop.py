@@ -35,7 +35,8 @@ from tuner.search.storage import (
     study_metadata,
     workload_tokens,
 )
-from tuner.sim.simulator import InfeasibleConfig, check_feasible, parallel_workers, thread_map
+from tuner.sim.parallel import parallel_workers, thread_map
+from tuner.sim.simulator import InfeasibleConfig, check_feasible
 
 GRID_CHECK_LIMIT = 20_000  # assert_some_gpu_fits checks every point of spaces up to this size
 # Reference points enqueued first so the front always contains the engines' own defaults:

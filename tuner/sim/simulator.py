@@ -6,7 +6,6 @@ tables -> transfer -> roofline); this module reads no files and chooses no sourc
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,6 +23,7 @@ from tuner.predictors.protocol import CostModel
 from tuner.sim import offload as _offload
 from tuner.sim import scheduler as sch
 from tuner.sim.kernels import library
+from tuner.sim.parallel import parallel_workers, thread_map
 from tuner.sim.pipeline import pipelined
 from tuner.sim.steps import DECODES, KV_BLOCKS, PREEMPTED, PREFILL_TOKENS, RUNNING, batch_features
 
@@ -399,44 +399,10 @@ def _schedule(workload: Workload, idx: np.ndarray, params: sch.SchedulerParams, 
     return s
 
 
-#: requests below which a job's replicas run on one thread (a pool's start costs more)
-PARALLEL_MIN_REQUESTS = 8192
-
-
 def replica_workers(n_replicas: int, n_requests: int) -> int:
     """Threads for a job's replicas: one per core, at most one per replica; one for small
     jobs."""
     return parallel_workers(n_replicas, n_requests)
-
-
-def parallel_workers(n_items: int, n_requests: int) -> int:
-    """Threads for `n_items` independent simulations of a job of `n_requests` requests (or
-    one job's replicas): one per core, at most one per item; one below PARALLEL_MIN_REQUESTS,
-    where a thread pool's start costs more than it saves."""
-    if n_items < 2 or n_requests < PARALLEL_MIN_REQUESTS:
-        return 1
-    return max(1, min(n_items, os.cpu_count() or 1))
-
-
-def thread_map(fn, items: list, workers: int, on_error=None) -> list:
-    """[fn(item) for item in items] on `workers` threads (simulations: the C loop releases the
-    GIL), results in item order. On an error in one item (or Ctrl-C) the items not started are
-    dropped, `on_error()` runs (before the pool waits for the running ones: it can stop them)
-    and the error is raised."""
-    if workers <= 1:
-        return [fn(item) for item in items]
-    from concurrent.futures import ThreadPoolExecutor  # here: small jobs never pay for it
-
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(fn, item) for item in items]
-        try:
-            return [f.result() for f in futures]
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            if on_error is not None:
-                on_error()
-            raise
 
 
 def _map_replicas(fn, jobs: list, workers: int) -> list:
