@@ -238,3 +238,112 @@ def test_killed_job_resumes_on_the_cpu_vllm(tmp_path):
     assert all(o["response"]["body"]["choices"][0]["text"] for o in out)
     assert sorted(resent) == sorted({f"req-{i}" for i in range(n)} - done_before)
     assert len(done_before) >= 4
+
+
+# ---- the Ray Data job, with a stand-in Ray ------------------------------------------------------
+FAKE_RAY = {
+    "ray/__init__.py": '''
+from ray import data  # noqa: F401
+
+
+def init(*a, **k):
+    pass
+
+
+def put(x):
+    return ("ref", x)
+
+
+def get(ref):
+    return ref[1]
+''',
+    "ray/data/__init__.py": '''
+import json, os, uuid
+
+
+class Dataset:
+    def __init__(self, rows):
+        self.rows = list(rows)
+
+    def filter(self, fn):
+        return Dataset(r for r in self.rows if fn(r))
+
+    def write_json(self, folder):
+        os.makedirs(folder, exist_ok=True)
+        size = int(os.environ.get("FAKE_RAY_BLOCK", "4"))
+        die = int(os.environ.get("FAKE_RAY_DIE_AFTER", "0"))
+        run = uuid.uuid4().hex
+        for i in range(0, len(self.rows), size):
+            if die and i // size == die:  # killed: a block half-written, the rest never
+                with open(f"{folder}/{run}_{i}.json", "w") as f:
+                    f.write(json.dumps(self.rows[i]) + "\\n" + '{"custom_id": "x", "gen')
+                os._exit(137)
+            with open(f"{folder}/{run}_{i}.json", "w") as f:
+                f.writelines(json.dumps(r) + "\\n" for r in self.rows[i:i + size])
+
+
+def read_json(path, lines=True):
+    with open(path) as f:
+        return Dataset(json.loads(ln) for ln in f if ln.strip())
+''',
+    "ray/data/llm.py": '''
+import os
+from ray.data import Dataset
+
+
+class vLLMEngineProcessorConfig:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def build_processor(config, preprocess, postprocess):
+    def run(ds):
+        out = []
+        for row in ds.rows:
+            pre = preprocess(row)
+            with open(os.environ["FAKE_RAY_LOG"], "a") as f:
+                f.write(pre["custom_id"] + "\\n")
+            out.append(postprocess({**pre, "generated_text": "gen " + pre["custom_id"]}))
+        return Dataset(out)
+    return run
+''',
+}
+
+
+def test_killed_ray_data_job_reruns_only_its_unanswered_requests(tmp_path):
+    fake = tmp_path / "fake"
+    for name, text in FAKE_RAY.items():
+        (fake / name).parent.mkdir(parents=True, exist_ok=True)
+        (fake / name).write_text(text)
+    lines = [{"custom_id": f"req-{i}", "body": {"prompt": f"p{i}", "max_tokens": 8}}
+             for i in range(20)] + [{"prompt": f"plain {i}", "max_tokens": 4} for i in range(10)]
+    src = tmp_path / "job.jsonl"
+    src.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    cfg = ServingConfig(gpu="A10", tp=1, dp=2, max_running=4, chunk_size=512)
+    script = tmp_path / "job.ray-data.py"
+    script.write_text(render_export("ray-data", cfg, get_model("tiny-llama"), GPUS["A10"],
+                                    max_model_len=512, input_path=str(src),
+                                    output_path=str(tmp_path / "job.results.jsonl")))
+    log = tmp_path / "processed.log"
+    env = {**os.environ, "PYTHONPATH": str(fake), "FAKE_RAY_LOG": str(log)}
+    r = subprocess.run([sys.executable, str(script)], env={**env, "FAKE_RAY_DIE_AFTER": "3"},
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 137, r.stderr
+    first = log.read_text().splitlines()
+    assert len(first) == 30 and not (tmp_path / "job.results.jsonl").exists()
+    log.unlink()
+    r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "13 of 30 requests answered" in r.stdout  # 3 blocks of 4, and one line of the torn
+    merged = [json.loads(x) for x in (tmp_path / "job.results.jsonl").read_text().splitlines()]
+    keys = [m["custom_id"] for m in merged]
+    assert len(keys) == len(set(keys)) == 30 and keys[:20] == [f"req-{i}" for i in range(20)]
+    assert all(k.startswith("sha1-") for k in keys[20:])  # plain lines: keyed by what they ask
+    # the rerun ran exactly the requests without a result
+    assert sorted(log.read_text().splitlines()) == sorted(set(keys) - set(first[:13]))
+    # done: a rerun runs nothing and writes the same file
+    log.unlink()
+    r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and "30 of 30 requests answered" in r.stdout and not log.exists()

@@ -87,7 +87,8 @@ def test_ray_data_preprocess_reads_batch_and_plain_lines():
     # run the script's own preprocess/postprocess without Ray: cut them out of the source
     tree = ast.parse(text)
     funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef)
-             and n.name in ("preprocess", "postprocess")]
+             and n.name in ("preprocess", "postprocess", "request_key", "_plain")
+             or isinstance(n, ast.Import) and n.names[0].name in ("hashlib", "json")]
     exec(compile(ast.Module(body=funcs, type_ignores=[]), "job.py", "exec"), ns)
     row = ns["preprocess"]({"custom_id": "a", "body": {"messages": [{"role": "user",
                                                                       "content": "hi"}],
@@ -96,6 +97,11 @@ def test_ray_data_preprocess_reads_batch_and_plain_lines():
                    "sampling_params": {"temperature": 0.0, "max_tokens": 7}}
     row = ns["preprocess"]({"prompt": "p", "max_tokens": 3})
     assert row["messages"] == [{"role": "user", "content": "p"}]
+    # a line without a custom_id is keyed by what it asks (a rerun skips it by that), the same
+    # whether Ray filled the row's missing fields with None or not
+    assert row["custom_id"].startswith("sha1-")
+    assert ns["preprocess"]({"prompt": "p", "max_tokens": 3.0, "custom_id": None,
+                             "body": None})["custom_id"] == row["custom_id"]
     assert ns["postprocess"]({"custom_id": "a", "generated_text": "t", "x": 1}) == {
         "custom_id": "a", "generated_text": "t"}
 
