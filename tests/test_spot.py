@@ -222,8 +222,10 @@ def test_plan_and_fleet_entries():
 
 # ---- the CLI ------------------------------------------------------------------------------------
 def run(*args):
+    import os
+
     return subprocess.run([sys.executable, "-m", "tuner.cli", *args], capture_output=True,
-                          text=True, cwd=ROOT, timeout=300)
+                          text=True, cwd=ROOT, timeout=300, env={**os.environ, "COLUMNS": "200"})
 
 
 @pytest.fixture(scope="module")
@@ -283,3 +285,10 @@ def test_search_results_carry_the_spot_entries(workload, tmp_path):
     assert "0.3 per machine-hour (--interruption-rate)" in w["spot"]["note"]
     assert any("On spot machines" in v for v in doc["verdicts"])
     assert all(p.get("spot") for p in doc["pareto"])
+
+
+def test_gpus_lists_the_published_rates():
+    aws = run("gpus", "--provider", "aws", "--spot")
+    assert aws.returncode == 0 and ">20% a month" in aws.stdout and "<5% a month" in aws.stdout
+    gcp = run("gpus", "--provider", "gcp", "--spot")
+    assert gcp.returncode == 0 and "none: --interruption-rate" in gcp.stdout
