@@ -50,6 +50,9 @@ from tuner.search.records import (
     trial_records,
     winners,
 )
+from tuner.search.spot import attach as spot_attach
+from tuner.search.spot import study_rates as spot_study_rates
+from tuner.search.spot import verdicts as spot_verdicts
 
 #: Export formats `tuner search` writes for each winner besides its vLLM YAML and JSON.
 SCALE_FORMATS = ("run-batch", "ray-data")
@@ -142,6 +145,9 @@ def study_outputs(study: optuna.Study, workload: Workload, model: ModelSpec,
     extras = report_extras(study, records, workload, model, gpus, out_dir=out_dir,
                            workload_path=workload_path, cost_model_for=cost_model_for)
     fleets = fleet_entries(study, records, workload, model, gpus, cost_model_for)
+    rates = spot_study_rates(meta)
+    if rates is not None:  # --spot: expected figures under interruptions beside each plan's
+        spot_attach(rates, records, fleets)
     verdicts = constraint_verdicts(study, records, fleets)
     bounds = winner_bounds(study, records, gpus)
     verdicts += defaults_verdicts(records) + [
@@ -150,6 +156,8 @@ def study_outputs(study: optuna.Study, workload: Workload, model: ModelSpec,
     verdict = offload_verdict(records, gpus)
     verdicts += [verdict] if verdict else []
     verdicts += fleet_verdicts(fleets, records)
+    if rates is not None:
+        verdicts += spot_verdicts(records, winners(records)[0], fleets)
     ctx = build_report_context(
         study_name=study.study_name, records=records, workload=workload, model=model,
         gpus=gpus, exports=_winner_yaml(extras["export_snippets"]),

@@ -87,7 +87,8 @@ def test_ray_data_preprocess_reads_batch_and_plain_lines():
     # run the script's own preprocess/postprocess without Ray: cut them out of the source
     tree = ast.parse(text)
     funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef)
-             and n.name in ("preprocess", "postprocess")]
+             and n.name in ("preprocess", "postprocess", "request_key", "_plain")
+             or isinstance(n, ast.Import) and n.names[0].name in ("hashlib", "json")]
     exec(compile(ast.Module(body=funcs, type_ignores=[]), "job.py", "exec"), ns)
     row = ns["preprocess"]({"custom_id": "a", "body": {"messages": [{"role": "user",
                                                                       "content": "hi"}],
@@ -96,6 +97,11 @@ def test_ray_data_preprocess_reads_batch_and_plain_lines():
                    "sampling_params": {"temperature": 0.0, "max_tokens": 7}}
     row = ns["preprocess"]({"prompt": "p", "max_tokens": 3})
     assert row["messages"] == [{"role": "user", "content": "p"}]
+    # a line without a custom_id is keyed by what it asks (a rerun skips it by that), the same
+    # whether Ray filled the row's missing fields with None or not
+    assert row["custom_id"].startswith("sha1-")
+    assert ns["preprocess"]({"prompt": "p", "max_tokens": 3.0, "custom_id": None,
+                             "body": None})["custom_id"] == row["custom_id"]
     assert ns["postprocess"]({"custom_id": "a", "generated_text": "t", "x": 1}) == {
         "custom_id": "a", "generated_text": "t"}
 
@@ -139,32 +145,29 @@ def test_run_batch_script_is_valid_bash():
 
 @pytest.fixture
 def fake_vllm(tmp_path: Path) -> Path:
-    """A `vllm` on PATH that copies its input to its output and logs its arguments."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    exe = bin_dir / "vllm"
-    exe.write_text("#!/usr/bin/env bash\n"
-                   'echo "$CUDA_VISIBLE_DEVICES $*" >> "$FAKE_VLLM_LOG"\n'
-                   'while [ $# -gt 0 ]; do case "$1" in -i) IN=$2; shift;; -o) OUT=$2; shift;;'
-                   " esac; shift; done\n"
-                   'cp "$IN" "$OUT"\n')
-    exe.chmod(0o755)
-    return bin_dir
+    """A `vllm` on PATH whose `serve` is a tiny OpenAI-style server (tests/fake_vllm.py) that
+    logs its arguments and answers every request."""
+    from tests.fake_vllm import install
+
+    return install(tmp_path / "bin")
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
 def test_run_batch_script_splits_runs_every_replica_and_merges(tmp_path, fake_vllm):
+    from tests.fake_vllm import free_port_base
+
     src = batch_jsonl(tmp_path / "job.jsonl")
     script = tmp_path / "job.sh"
     script.write_text(render("run-batch", input_path=str(src),
                              output_path=str(tmp_path / "job.results.jsonl")))
     log = tmp_path / "vllm.log"
     env = {**os.environ, "PATH": f"{fake_vllm}:{os.environ['PATH']}",
-           "FAKE_VLLM_LOG": str(log)}
+           "FAKE_VLLM_LOG": str(log), "PORT": str(free_port_base(4))}
     r = subprocess.run(["bash", str(script)], env=env, text=True, capture_output=True,
-                       timeout=60)
+                       timeout=120)
     assert r.returncode == 0, r.stderr
-    parts = sorted((tmp_path / "job.results.parts").glob("part-*.jsonl"))
+    work = tmp_path / "job.results.parts"
+    parts = sorted(work.glob("part-*.jsonl"))
     assert [p.name for p in parts] == [f"part-{k}.jsonl" for k in range(4)]
     ids = [json.loads(x)["custom_id"] for p in parts for x in p.read_text().splitlines()]
     assert sorted(ids) == sorted(f"r{i}" for i in range(30))  # each request exactly once
@@ -176,20 +179,29 @@ def test_run_batch_script_splits_runs_every_replica_and_merges(tmp_path, fake_vl
     loads = [sum(tokens(x) for x in p.read_text().splitlines()) for p in parts]
     biggest = max(tokens(x) for x in src.read_text().splitlines())
     assert max(loads) - min(loads) <= biggest  # balanced by tokens
-    merged = (tmp_path / "job.results.jsonl").read_text().splitlines()
-    assert sorted(json.loads(x)["custom_id"] for x in merged) == sorted(ids)
+    merged = [json.loads(x) for x in (tmp_path / "job.results.jsonl").read_text().splitlines()]
+    # the input's order, each custom_id once, in vllm run-batch's output form
+    assert [m["custom_id"] for m in merged] == [f"r{i}" for i in range(30)]
+    assert all(m["response"]["status_code"] == 200 and m["error"] is None for m in merged)
     calls = log.read_text().splitlines()
     assert sorted(c.split()[0] for c in calls) == ["0,1", "2,3", "4,5", "6,7"]
     for c in calls:
-        assert "--tensor-parallel-size 2" in c and "--max-num-seqs 128" in c
+        assert " serve " in f" {c} " and "--tensor-parallel-size 2" in c
+        assert "--max-num-seqs 128" in c and "--port" in c
         assert "--data-parallel-size" not in c and f"--model {LLAMA.hf_id}" in c
-    # many machines: REPLICA=K runs replica K alone, on its own first TP GPUs
+    # done: a rerun starts no engine and rewrites the same output
     log.unlink()
+    r = subprocess.run(["bash", str(script)], env=env, text=True, capture_output=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert not log.exists()
+    # many machines: REPLICA=K runs replica K alone, on its own first TP GPUs
+    (work / "out-2.jsonl").unlink()
     r = subprocess.run(["bash", str(script)], env={**env, "REPLICA": "2"}, text=True,
-                       capture_output=True, timeout=60)
+                       capture_output=True, timeout=120)
     assert r.returncode == 0, r.stderr
     (call,) = log.read_text().splitlines()
-    assert call.startswith("0,1 run-batch -i") and "part-2.jsonl" in call
+    assert call.startswith("0,1 serve --model")
 
 
 # ---- quantized plans --------------------------------------------------------------------------

@@ -172,19 +172,18 @@ def test_exports_name_the_machines_and_run_one_engine_per_replica(tmp_path):
     script = to_run_batch_script(dep, common.RenderOptions(
         input_path=str(tmp_path / "in.jsonl"), output_path=str(tmp_path / "out.jsonl")))
     assert "# Needs 2 x H100 machine" in script
-    # a fake vllm logs its GPUs and input part: machine 1 runs replicas 4..7 on its GPUs 0..7
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    (fake / "vllm").write_text('#!/usr/bin/env bash\necho "$CUDA_VISIBLE_DEVICES $*" >> '
-                               '"$FAKE_LOG"\nwhile [ $# -gt 0 ]; do case "$1" in -i) IN=$2;; '
-                               '-o) OUT=$2;; esac; shift; done\ncp "$IN" "$OUT"\n')
-    (fake / "vllm").chmod(0o755)
+    # a stand-in vllm serve logs its GPUs and port (PORT + replica): machine 1 runs replicas
+    # 4..7 on its GPUs 0..7
+    from tests.fake_vllm import free_port_base, install
+
+    fake = install(tmp_path / "bin")
     lines = [json.dumps({"custom_id": f"r{i}", "body": {"messages": [{"role": "user",
                          "content": "x" * (10 * i + 1)}], "max_tokens": 8}}) for i in range(20)]
     (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
     (tmp_path / "job.sh").write_text(script)
+    port = free_port_base(8)
     env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}",
-           "FAKE_LOG": str(tmp_path / "log")}
+           "FAKE_VLLM_LOG": str(tmp_path / "log"), "PORT": str(port)}
     r = subprocess.run(["bash", str(tmp_path / "job.sh")], env=env, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and "needs 2 machines" in r.stderr
@@ -193,7 +192,7 @@ def test_exports_name_the_machines_and_run_one_engine_per_replica(tmp_path):
     assert r.returncode == 0, r.stderr
     calls = (tmp_path / "log").read_text().splitlines()
     assert sorted(c.split()[0] for c in calls) == ["0,1", "2,3", "4,5", "6,7"]
-    assert sorted(c.split("part-")[1].split(".")[0] for c in calls) == ["4", "5", "6", "7"]
+    assert sorted(int(c.split("--port ")[1].split()[0]) - port for c in calls) == [4, 5, 6, 7]
 
 
 # ---- 6. comparisons like for like ----------------------------------------------------------------

@@ -108,7 +108,15 @@ ProviderOpt = Annotated[str | None, typer.Option("--provider", help="Price by th
                         "NAME`): whole instances, run time rounded up to its billing granularity. "
                         "Default: the catalog's per-GPU prices.")]
 SpotOpt = Annotated[bool, typer.Option("--spot", help="With --provider: spot / interruptible "
-                    "prices (where the price table has them).")]
+                    "prices (where the price table has them), and the expected makespan and $ "
+                    "under interruptions beside the simulated ones (each loses the in-flight "
+                    "requests and restarts the engine on the unfinished ones; "
+                    "tuner.search.spot).")]
+InterruptionRateOpt = Annotated[float | None, typer.Option(
+    "--interruption-rate", help="With --spot: interruptions per machine-hour of every spot "
+    "machine (0.05 = one every 20 machine-hours), instead of the provider's published rate; "
+    "needed where none is published (GCP). AWS's Spot Instance Advisor buckets are used "
+    "otherwise, converted to a rate per hour (tuner/core/data/providers.yaml).")]
 EntryPointOpt = Annotated[str, typer.Option("--entry-point", help="llm | serve | run-batch. "
                           f"{ENTRY_POINT_HELP}")]
 OnTooLongOpt = Annotated[str, typer.Option("--on-too-long", help="Requests longer than the "
@@ -149,6 +157,19 @@ def load_gpu_catalog(gpu_file: Path | None, prices: list[str] | None,
     # --price reprices the provider's instances too (apply_prices)
     return apply_prices(apply_provider(cat, get_provider(provider, load_providers(gpu_file)),
                                        spot=spot), overrides)
+
+
+def spot_rates_for(provider: str | None, gpu_file: Path | None, spot: bool,
+                   interruption_rate: float | None):
+    """The interruption rates of --spot machines (tuner.search.spot.SpotRates; None without
+    --spot); one TunerError for --interruption-rate without --spot or a bad rate."""
+    from tuner.search.spot import spot_rates
+
+    if not spot or provider is None:
+        return spot_rates(None, spot, interruption_rate)
+    from tuner.core.pricing import get_provider, load_providers
+
+    return spot_rates(get_provider(provider, load_providers(gpu_file)), spot, interruption_rate)
 
 
 def catalog_gpu(name: str, cat: dict, provider: str | None, spot: bool = False):

@@ -42,7 +42,7 @@ def gpus(gpu_file: GpuFileOpt = None, price: PriceOpt = None, provider: Provider
 
     cat = load_gpu_catalog(gpu_file, price, provider, spot)
     if provider is not None:
-        _provider_instances(cat, provider, as_json)
+        _provider_instances(cat, provider, as_json, gpu_file)
         return
     if as_json:
         print(json.dumps({n: dataclasses.asdict(g) for n, g in cat.items()}, indent=2))
@@ -124,7 +124,7 @@ def _kv_text(m) -> str:
     return f"{full:.4g} KiB ({past:.4g} past {m.sliding_window})"
 
 
-def _provider_instances(cat: dict, provider: str, as_json: bool) -> None:
+def _provider_instances(cat: dict, provider: str, as_json: bool, gpu_file=None) -> None:
     """`tuner gpus --provider NAME`: the provider's instances of every catalog GPU it offers."""
     offered = {n: g for n, g in cat.items()
                if g.billing is not None and g.billing.provider.lower() == provider.lower()}
@@ -144,17 +144,35 @@ def _provider_instances(cat: dict, provider: str, as_json: bool) -> None:
         return
     first = next(iter(offered.values()))
     b = first.billing
+    rates = None
+    if b.spot:  # the published spot interruption rate of each instance shape
+        from tuner.core.pricing import get_provider, load_providers
+
+        prov = get_provider(provider, load_providers(gpu_file))
+        rates = {i.name: prov.interruption_rate(i.name) for g in offered.values()
+                 for i in g.billing.instances}
     t = Table(title=f"{provider}{' spot' if b.spot else ''} instances (billed "
               f"{b.granularity_name()}{f', minimum {b.minimum_s} s' if b.minimum_s else ''}; "
               "prices are snapshots: override with --price, or a --gpu-file providers: section)")
-    for col in ("instance", "GPU", "GPUs", "vCPUs", "RAM GiB", "$/h", "$/GPU-h", "price date"):
+    cols = ["instance", "GPU", "GPUs", "vCPUs", "RAM GiB", "$/h", "$/GPU-h", "price date"]
+    for col in cols + (["interruptions (published)"] if rates is not None else []):
         t.add_column(col, justify="left" if col in ("instance", "GPU") else "right")
     for n, g in offered.items():
         for i in g.billing.instances:
-            t.add_row(i.name, n, str(i.gpus), str(i.vcpus or "—"),
-                      f"{i.ram_gib:g}" if i.ram_gib else "—", f"{i.usd_per_h:,.4g}",
-                      f"{i.usd_per_h / i.gpus:,.3f}", g.billing.date or "—")
+            row = [i.name, n, str(i.gpus), str(i.vcpus or "—"),
+                   f"{i.ram_gib:g}" if i.ram_gib else "—", f"{i.usd_per_h:,.4g}",
+                   f"{i.usd_per_h / i.gpus:,.3f}", g.billing.date or "—"]
+            if rates is not None:
+                r = rates.get(i.name)
+                row.append("none: --interruption-rate" if r is None else
+                           f"{r.published} a month" if r.published else f"{r.per_h:g}/h")
+            t.add_row(*row)
     out.print(t)
+    if rates is not None:
+        src = next((r.source for r in rates.values() if r is not None), None)
+        out.print("--spot: the expected makespan and $ count interruptions at these rates "
+                  "(per machine-hour: tuner.core.pricing.advisor_bucket_rate)"
+                  + (f"; {src}" if src else ""), markup=False)
     out.print("A plan rents whole instances (each tensor-parallel group inside one) and pays "
               "the run time rounded up to the billing granularity.", markup=False)
     for n, g in offered.items():

@@ -16,6 +16,7 @@ from tuner.cli.app import (
     EngineVersionOpt,
     EntryPointOpt,
     GpuFileOpt,
+    InterruptionRateOpt,
     JsonOpt,
     ModelOpt,
     OnTooLongOpt,
@@ -33,6 +34,7 @@ from tuner.cli.app import (
     load_gpu_catalog,
     out,
     read_workload,
+    spot_rates_for,
     tool_version,
     workload_ref,
     workload_stem,
@@ -84,6 +86,7 @@ def search(
     num_scheduler_steps: SchedulerStepsOpt = None,
     entry_point: EntryPointOpt = "llm",
     provider: ProviderOpt = None, spot: SpotOpt = False,
+    interruption_rate: InterruptionRateOpt = None,
     on_too_long: OnTooLongOpt = "fail",
     deadline: Annotated[str | None, typer.Option(help="The job must finish within this "
                         "(90m, 6h, 2d or seconds): the cheapest plan that does wins.")] = None,
@@ -125,6 +128,9 @@ def search(
                              output_dist, allow_quantization=allow_quantization,
                              provider=provider, spot=spot, on_too_long=on_too_long)
     _check_entry_point(entry_point, engine_version, job.gpus, num_scheduler_steps)
+    rates = spot_rates_for(provider, gpu_file, spot, interruption_rate)
+    for g in job.gpus.values() if rates is not None else ():  # a rate for every spot machine
+        rates.for_gpu(g)
     limits = limits.check_gpus(job.gpus)  # --max-gpus a10=2 names the catalog's A10
     _check_options(n_trials=n_trials, workers=workers, exhaustive=exhaustive,
                    sample_fraction=sample_fraction, sampler=sampler, seed=seed, timeout=timeout)
@@ -146,6 +152,7 @@ def search(
                     "profile_mode": profile_mode, "engine_version": engine_version,
                     "entry_point": entry_point, "num_scheduler_steps": num_scheduler_steps,
                     "provider": provider, "spot": spot,
+                    "interruption_rate_per_h": interruption_rate,
                     "on_too_long": on_too_long, "too_long": job.too_long,
                     "outputs_known": outputs_known, "startup_s": startup_s}
         job.fit_space(settings, metadata)

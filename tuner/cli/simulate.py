@@ -24,6 +24,7 @@ from tuner.cli.app import (
     EngineVersionOpt,
     EntryPointOpt,
     GpuFileOpt,
+    InterruptionRateOpt,
     JsonOpt,
     ModelOpt,
     OnTooLongOpt,
@@ -42,6 +43,7 @@ from tuner.cli.app import (
     load_gpu_catalog,
     out,
     read_workload,
+    spot_rates_for,
 )
 from tuner.core.config import DEFAULTS, KNOBS, Knob, ServingConfig
 from tuner.core.errors import TunerError
@@ -176,7 +178,8 @@ def simulate(
                      "result, slower.")] = False,
     timeline: Annotated[Path | None, typer.Option(help="Write a per-iteration timeline CSV.")] = None,
     price: PriceOpt = None, gpu_file: GpuFileOpt = None, provider: ProviderOpt = None,
-    spot: SpotOpt = False, entry_point: EntryPointOpt = "llm",
+    spot: SpotOpt = False, interruption_rate: InterruptionRateOpt = None,
+    entry_point: EntryPointOpt = "llm",
     on_too_long: OnTooLongOpt = "fail", skip_invalid: SkipOpt = False,
     output_dist: DistOpt = None, as_json: JsonOpt = False, startup_s: StartupOpt = None,
 ) -> None:
@@ -193,6 +196,9 @@ def simulate(
 
     g = catalog_gpu(knobs["gpu"], load_gpu_catalog(gpu_file, price, provider, spot), provider,
                     spot)
+    rates = spot_rates_for(provider, gpu_file, spot, interruption_rate)
+    if rates is not None:  # no rate for the GPU's spot instances: one line, before simulating
+        rates.for_gpu(g)
     spec = get_model(model)
     config, defaults = engine_config(knobs, g, entry_point, engine_version, spec)
     w, too_long = apply_on_too_long(read_workload(workload, spec, skip_invalid, output_dist),
@@ -216,6 +222,10 @@ def simulate(
                          "overhead": _overhead(cm)}
     summary["defaulted"] = [k for k in DEFAULTED if knobs.get(k) is None]
     summary["failed_too_long"] = too_long
+    if rates is not None:
+        from tuner.search.spot import plan_spot
+
+        summary["spot"] = plan_spot(rates, summary, f"{config.num_gpus} x {g.name}")
     if as_json:
         from tuner.core.io import jsonable
 
@@ -239,6 +249,11 @@ def simulate(
     t.add_row("$ per 1M tokens (input + output)", f"${res.usd_per_million_tokens:.4f}")
     if res.rental:
         t.add_row("billing", res.rental.note)
+    sp = summary.get("spot")
+    if sp:
+        t.add_row("expected makespan on spot", f"{fmt_s(sp['expected_makespan_s'])}  "
+                  f"({sp['expected_interruptions']:.3g} interruptions expected)")
+        t.add_row("expected job cost on spot", f"${sp['expected_cost_usd']:,.2f}")
     t.add_row("throughput", f"{res.throughput_tok_s:,.0f} output tok/s, {res.qps:.2f} req/s")
     t.add_row("QPS per $/h", f"{res.qps_per_usd_per_h:.3f}")
     if res.vasuki_cost_metric is not None:
@@ -253,6 +268,10 @@ def simulate(
     out.print(f"cost model: {res.provenance}", style="dim", markup=False)
     out.print(engine_line(defaults, entry_point, num_scheduler_steps), style="dim",
               markup=False)
+    if sp:
+        out.print(f"spot: {sp['note']}; {sp['model']}; not modelled: waiting for capacity, "
+                  "the interruption notice, correlated interruptions", style="dim",
+                  markup=False)
     if summary["defaulted"]:
         out.print(f"not given ({', '.join(summary['defaulted'])}): {defaults.describe()}",
                   style="dim", markup=False)

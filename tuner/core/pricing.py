@@ -267,6 +267,73 @@ class InstanceRow:
     vcpus: int | None = None
     ram_gib: float | None = None
     notes: str = ""
+    # the provider's published spot interruption frequency: an AWS Spot Instance Advisor
+    # bucket ("<5%" .. ">20%", see SPOT_ADVISOR_BUCKETS) or interruptions per instance-hour
+    spot_interruption: str | float | None = None
+
+
+# ---- spot interruptions ---------------------------------------------------------------------
+#: Hours in the month the AWS Spot Instance Advisor's frequency of interruption covers ("the
+#: rate at which Spot has reclaimed capacity during the trailing month"): 30 days.
+ADVISOR_MONTH_H = 720.0
+#: The advisor's buckets (its feed's "ranges": <5%, 5-10%, 10-15%, 15-20%, >20%) as the share p
+#: of instances interrupted in that month that tuner reads them as: the bucket's upper edge, and
+#: for ">20%", which has none, its lower edge (the rate is then a lower bound: "at least").
+SPOT_ADVISOR_BUCKETS = {"<5%": (0.05, False), "5-10%": (0.10, False), "10-15%": (0.15, False),
+                        "15-20%": (0.20, False), ">20%": (0.20, True)}
+
+
+@dataclass(frozen=True)
+class InterruptionRate:
+    """Spot interruptions per machine-hour (a machine: one rented instance), and where the
+    figure comes from. ``published``: the provider's own figure it was converted from ("" when
+    it was given as a rate, e.g. --interruption-rate)."""
+
+    per_h: float
+    source: str
+    published: str = ""
+    at_least: bool = False  # converted from an open bucket (">20%"): a lower bound
+
+    def describe(self) -> str:
+        """'0.00031 per machine-hour (at least: AWS Spot Instance Advisor's ">20%" a month,
+        converted)', '0.05 per machine-hour (--interruption-rate)'."""
+        label = self.source.split(",")[0].split(" (")[0]
+        if self.published:
+            return (f"{self.per_h:.2g} per machine-hour ({'at least: ' if self.at_least else ''}"
+                    f"{label}'s {self.published!r} a month, converted)")
+        return f"{self.per_h:.3g} per machine-hour ({label})"
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "description": self.describe()}
+
+
+def advisor_bucket_rate(label: str, source: str) -> InterruptionRate:
+    """An AWS Spot Instance Advisor bucket as interruptions per instance-hour.
+
+    A bucket gives the share p of the type's spot instances that Spot reclaimed over the
+    trailing month. tuner reads it as a Poisson rate lambda for an instance that runs the whole
+    30-day month: 1 - exp(-720 h x lambda) = p, so lambda = -ln(1 - p) / 720 h, with p the
+    bucket's upper edge ("<5%": 5 %, 7.1e-5 per hour) and for ">20%" its lower edge 20 % (a
+    lower bound, 3.1e-4 per hour). AWS does not say how long the reclaimed instances had run:
+    instances that run less than a month and are still reclaimed at share p see a higher
+    hourly rate, so this is the optimistic reading of the bucket; --interruption-rate gives
+    your own figure instead."""
+    if label not in SPOT_ADVISOR_BUCKETS:
+        raise TunerError(f"Unknown spot interruption bucket {label!r}; one of "
+                         f"{', '.join(SPOT_ADVISOR_BUCKETS)} (AWS Spot Instance Advisor), or "
+                         "interruptions per instance-hour as a number.")
+    p, at_least = SPOT_ADVISOR_BUCKETS[label]
+    return InterruptionRate(per_h=-math.log1p(-p) / ADVISOR_MONTH_H, source=source,
+                            published=label, at_least=at_least)
+
+
+def check_interruption_rate(rate: float, what: str = "--interruption-rate") -> float:
+    """A rate of interruptions per machine-hour: finite and >= 0 (one TunerError otherwise)."""
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate) \
+            or rate < 0:
+        raise TunerError(f"{what} must be a number of interruptions per machine-hour, >= 0 "
+                         f"(e.g. 0.05: one every 20 machine-hours), got {rate!r}.")
+    return float(rate)
 
 
 @dataclass(frozen=True)
@@ -277,9 +344,20 @@ class Provider:
     minimum_s: int
     billing_source: str
     instances: tuple[InstanceRow, ...] = field(default_factory=tuple)
+    spot_interruption_source: str = ""  # where the instances' spot_interruption come from
 
     def gpu_names(self) -> list[str]:
         return list(dict.fromkeys(r.gpu for r in self.instances))
+
+    def interruption_rate(self, instance: str) -> InterruptionRate | None:
+        """The published spot interruption rate of an instance shape (None: none published)."""
+        row = next((r for r in self.instances if r.name == instance), None)
+        if row is None or row.spot_interruption is None:
+            return None
+        source = self.spot_interruption_source or f"{self.name} price table"
+        if isinstance(row.spot_interruption, str):
+            return advisor_bucket_rate(row.spot_interruption, source)
+        return InterruptionRate(per_h=float(row.spot_interruption), source=source)
 
     def has_spot(self, gpu: str) -> bool:
         return any(r.gpu == gpu and r.spot_usd_per_h is not None for r in self.instances)
@@ -328,6 +406,20 @@ def _plausible_row(row: InstanceRow) -> bool:
     return True
 
 
+def _check_interruption(row: InstanceRow, where: str) -> None:
+    """A row's spot_interruption: an advisor bucket or a rate per instance-hour (>= 0)."""
+    v = row.spot_interruption
+    if v is None:
+        return
+    if isinstance(v, str):
+        if v not in SPOT_ADVISOR_BUCKETS:
+            raise TunerError(f"{where}: {row.name}: spot_interruption must be one of "
+                             f"{', '.join(SPOT_ADVISOR_BUCKETS)} or interruptions per "
+                             f"instance-hour, got {v!r}.")
+        return
+    check_interruption_rate(v, f"{where}: {row.name}: spot_interruption")
+
+
 def _provider(name: str, d: dict, where: str) -> Provider:
     try:
         bill = d.get("billing") or {}
@@ -344,11 +436,13 @@ def _provider(name: str, d: dict, where: str) -> Provider:
                                  f"{MAX_PRICE_USD_PER_H:,.0f} $/GPU-h, got gpus={row.gpus!r}, "
                                  f"usd_per_h={row.usd_per_h!r}, "
                                  f"spot_usd_per_h={row.spot_usd_per_h!r}.")
+            _check_interruption(row, f"{where}: {name}")
             rows.append(row)
         return Provider(name=name, title=str(d.get("title", name)),
                         granularity_s=GRANULARITY_S[gran],
                         minimum_s=int(bill.get("minimum_s", 0)),
-                        billing_source=str(bill.get("source", "")), instances=tuple(rows))
+                        billing_source=str(bill.get("source", "")), instances=tuple(rows),
+                        spot_interruption_source=str(d.get("spot_interruption_source") or ""))
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise TunerError(f"{where}: provider {name} is malformed ({exc}); see "
                          "tuner/core/data/providers.yaml for the schema.") from None
@@ -430,8 +524,10 @@ def require_offered(gpu, provider: str | None, spot: bool = False) -> None:
                          f"(`tuner gpus --provider {provider}` lists what it has).")
 
 
-__all__ = ["Billing", "GRANULARITY_S", "Instance", "InstanceRow", "Machines", "Provider",
-           "Rental", "apply_provider", "billed_seconds", "choose_instances", "get_provider",
+__all__ = ["ADVISOR_MONTH_H", "Billing", "GRANULARITY_S", "Instance", "InstanceRow",
+           "InterruptionRate", "Machines", "Provider", "Rental", "SPOT_ADVISOR_BUCKETS",
+           "advisor_bucket_rate", "apply_provider", "billed_seconds", "check_interruption_rate",
+           "choose_instances", "get_provider",
            "place",
            "job_cost_usd", "load_providers", "rent", "reprice",
            "require_offered", "usd_per_million_tokens"]

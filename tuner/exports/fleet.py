@@ -9,12 +9,14 @@ The shares are the ones the plan was simulated with (tuner.search.fleet.deal on 
 workload): every request is in exactly one part's JSONL, as the simulator split them. SkyPilot
 (`sky launch -c NAME part-K.sky.yaml`) is the common way to launch one job's parts across
 clouds; each task runs its part's launcher on each of its machines (MACHINE=$SKYPILOT_NODE_RANK)
-and leaves its results in the part's output JSONL.
+and leaves its results in the part's output JSONL. The launchers are resumable
+(tuner.exports.run_batch): an interrupted part, rerun, sends only its unanswered requests.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import yaml
@@ -64,7 +66,11 @@ def sky_task(name: str, config: ServingConfig, gpu: GPU, machines: dict, launche
         "run": f"MACHINE=$SKYPILOT_NODE_RANK OUTPUT={output} bash {launcher}",
     }
     head = (f"# SkyPilot task for {name} ({config.num_gpus} x {gpu.name}, TP {config.tp} x "
-            f"DP {config.dp}), written by tuner: sky launch -c {name.lower()} {name}.sky.yaml\n")
+            f"DP {config.dp}), written by tuner: sky launch -c {name.lower()} {name}.sky.yaml\n"
+            "# Resumable: the launcher writes each result as it completes into "
+            f"{Path(output).with_suffix('')}.parts/ and a rerun sends only unanswered requests;"
+            "\n# on spot machines (sky jobs launch --use-spot) mount a bucket there "
+            "(file_mounts) so a recovered job finds what its predecessor wrote.\n")
     return head + yaml.safe_dump(task, sort_keys=False)
 
 

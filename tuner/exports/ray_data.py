@@ -7,6 +7,15 @@ batch_size=...)`` (``build_processor``, named ``build_llm_processor`` before Ray
 writes ``{"custom_id", "generated_text"}`` JSON files. Ray places the plan's DP replicas (each
 ``tensor_parallel_size`` GPUs) on whatever machines the cluster has.
 
+Resumable (issue #27 item 5, spot machines): Ray Data's streaming execution writes each block of
+results to the output folder as it completes, so a killed job keeps what it wrote; rerun the
+same command and only the requests without a result run again (the input filtered by the keys
+already answered, fetched once per task from the object store). A request's key is its
+``custom_id``, or for a plain line without one a digest of what it asks; two requests with the
+same key are refused. When every request has a result, the folder is merged into one JSONL,
+each request once, in the input's order (missing ones: exit 1, rerun). A kill loses the blocks
+in flight (about ``batch_size`` requests per engine).
+
 ``engine_kwargs`` are the plan's vLLM engine arguments (:func:`tuner.exports.vllm.
 vllm_engine_args`) without ``model`` (``model_source``) and ``data_parallel_size`` (Ray's
 ``concurrency``). ``batch_size`` is the plan's ``max_num_seqs``: with Ray's default of several
@@ -23,6 +32,9 @@ from tuner.exports import common
 from tuner.exports.vllm import vllm_engine_args
 
 _SCRIPT = '''
+import hashlib
+import json
+import os
 import sys
 
 import ray
@@ -34,11 +46,39 @@ except ImportError:  # Ray before build_processor: the same builder under its ol
     from ray.data.llm import build_llm_processor as build_processor
 
 INPUT = sys.argv[1] if len(sys.argv) > 1 else {input_path!r}
-OUTPUT = sys.argv[2] if len(sys.argv) > 2 else {output_dir!r}  # a folder of JSON files
+# a folder of JSON files, each written as its block of results completes (resumable)
+OUTPUT = sys.argv[2] if len(sys.argv) > 2 else {output_dir!r}
+# when the job is done: every request's result once, in the input's order
+MERGED = sys.argv[3] if len(sys.argv) > 3 else {merged_path!r}
 MODEL = {model!r}
 REPLICAS = {replicas!r}  # data-parallel vLLM engines, {tp} GPU(s) each
 BATCH_SIZE = {batch_size!r}
 ENGINE_KWARGS = {engine_kwargs}
+
+
+def _plain(x):
+    """A value as JSON would hold it: Ray's rows carry numpy arrays for lists and None for the
+    fields other rows have."""
+    if hasattr(x, "tolist"):
+        x = x.tolist()
+    if isinstance(x, dict):
+        return {{k: _plain(v) for k, v in x.items() if v is not None}}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    return x
+
+
+def request_key(row):
+    """What a rerun skips a request by: its custom_id, or for a line without one a digest of
+    what it asks (prompt or messages, and max_tokens)."""
+    if row.get("custom_id"):
+        return str(row["custom_id"])
+    body = row.get("body") if isinstance(row.get("body"), dict) else row
+    asked = _plain({{"prompt": body.get("prompt"), "messages": body.get("messages"),
+                     "max_tokens": body.get("max_tokens") or body.get("max_completion_tokens")}})
+    return "sha1-" + hashlib.sha1(json.dumps(asked, sort_keys=True).encode()).hexdigest()[:24]
 
 
 def preprocess(row):
@@ -49,7 +89,7 @@ def preprocess(row):
     max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
     if max_tokens:
         sampling["max_tokens"] = int(max_tokens)
-    return {{"custom_id": row.get("custom_id"), "messages": messages,
+    return {{"custom_id": request_key(row), "messages": messages,
             "sampling_params": sampling}}
 
 
@@ -57,14 +97,115 @@ def postprocess(row):
     return {{"custom_id": row.get("custom_id"), "generated_text": row["generated_text"]}}
 
 
+# ---- files: local paths, or any URI pyarrow reads (s3://, gs://, ...) ----------------------
+def _fs(path):
+    if "://" not in path:
+        return None, os.path.abspath(path)
+    from pyarrow import fs
+
+    return fs.FileSystem.from_uri(path)
+
+
+def _read_lines(path):
+    fs, p = _fs(path)
+    if fs is None:
+        with open(p, encoding="utf-8", errors="replace") as f:
+            return f.read().splitlines(keepends=True)
+    with fs.open_input_stream(p) as f:
+        return f.read().decode("utf-8", "replace").splitlines(keepends=True)
+
+
+def _listing(folder):
+    fs, p = _fs(folder)
+    if fs is None:
+        names = sorted(os.listdir(p)) if os.path.isdir(p) else []
+        return [os.path.join(folder, n) for n in names if not n.startswith((".", "_"))]
+    from pyarrow import fs as pafs
+
+    infos = fs.get_file_info(pafs.FileSelector(p, allow_not_found=True))
+    scheme = folder.split("://")[0] + "://"
+    return sorted(scheme + i.path for i in infos if i.is_file
+                  and not i.base_name.startswith((".", "_")))
+
+
+def _write(path, lines):
+    fs, p = _fs(path)
+    if fs is None:
+        with open(p + ".tmp", "w", encoding="utf-8") as f:
+            f.writelines(lines)
+        os.replace(p + ".tmp", p)
+        return
+    with fs.open_output_stream(p) as f:
+        f.write("".join(lines).encode("utf-8"))
+
+
+def answered(folder):
+    """{{request key: result line}} of every complete result line in the output folder (a file
+    a kill cut short keeps its complete lines; the rest is asked again)."""
+    got = {{}}
+    for path in _listing(folder):
+        for line in _read_lines(path):
+            try:
+                rec = json.loads(line) if line.endswith("\\n") else None
+            except ValueError:
+                rec = None
+            if isinstance(rec, dict) and rec.get("custom_id"):
+                got.setdefault(str(rec["custom_id"]), line)
+    return got
+
+
+def input_keys(path):
+    keys, seen = [], set()
+    for n, line in enumerate(_read_lines(path), 1):
+        if not line.strip():
+            continue
+        try:
+            key = request_key(json.loads(line))
+        except ValueError as exc:
+            sys.exit(f"{{path}}:{{n}}: not JSON ({{exc}})")
+        if key in seen:
+            sys.exit(f"{{path}}:{{n}}: request {{key!r}} appears twice; give each its own "
+                     "custom_id (a rerun skips answered requests by it)")
+        seen.add(key)
+        keys.append(key)
+    return keys
+
+
+def unanswered(done_ref):
+    """A row filter: the requests whose key is not in the set behind `done_ref` (fetched once
+    per task from Ray's object store)."""
+    cache = {{}}
+
+    def keep(row):
+        if "done" not in cache:
+            cache["done"] = ray.get(done_ref)
+        return request_key(row) not in cache["done"]
+
+    return keep
+
+
 def main():
-    ray.init()
-    config = vLLMEngineProcessorConfig(model_source=MODEL, engine_kwargs=ENGINE_KWARGS,
-                                       concurrency=REPLICAS, batch_size=BATCH_SIZE)
-    processor = build_processor(config, preprocess=preprocess, postprocess=postprocess)
-    ds = processor(ray.data.read_json(INPUT, lines=True))
-    ds.write_json(OUTPUT)
-    print(f"wrote {{OUTPUT}}")
+    keys = input_keys(INPUT)
+    done = answered(OUTPUT)
+    left = sum(1 for k in keys if k not in done)
+    print(f"{{len(keys) - left}} of {{len(keys)}} requests answered in {{OUTPUT}}; "
+          f"running {{left}}")
+    if left:
+        ray.init()
+        config = vLLMEngineProcessorConfig(model_source=MODEL, engine_kwargs=ENGINE_KWARGS,
+                                           concurrency=REPLICAS, batch_size=BATCH_SIZE)
+        processor = build_processor(config, preprocess=preprocess, postprocess=postprocess)
+        ds = ray.data.read_json(INPUT, lines=True)
+        if done:  # a rerun: only the requests without a result
+            ds = ds.filter(unanswered(ray.put(frozenset(done))))
+        processor(ds).write_json(OUTPUT)
+        done = answered(OUTPUT)
+    missing = [k for k in keys if k not in done]
+    if missing:
+        sys.exit(f"{{len(missing)}} of {{len(keys)}} requests have no result (e.g. "
+                 f"{{missing[0]!r}}): rerun to finish them")
+    _write(MERGED, [done[k] for k in keys])
+    print(f"wrote {{MERGED}}: {{len(keys)}} results, each request once")
 
 
 if __name__ == "__main__":
@@ -90,14 +231,18 @@ def to_ray_data_script(dep: common.Deployment, opts: common.RenderOptions) -> st
     model, kwargs, notes = ray_job(dep)
     out_dir = opts.output_path[:-len(".jsonl")] if opts.output_path.endswith(".jsonl") \
         else opts.output_path + ".out"
+    merged = opts.output_path
     title = ["#!/usr/bin/env python3",
              f"# Ray Data LLM batch job written by tuner: {c.dp} vLLM replica(s) x {c.tp} "
              f"{c.gpu} GPU(s) each.",
              dep.machines_line().replace("# Needs ", "# Needs a Ray cluster of "),
              "# Needs: pip install 'ray[data,llm]' vllm.   Run: python THIS_FILE [INPUT.jsonl "
-             "[OUTPUT_DIR]]"]
+             "[OUTPUT_DIR [MERGED.jsonl]]]",
+             "# Resumable: results are written block by block as they complete; after an "
+             "interruption rerun the same command and only unanswered requests run."]
     head = common.export_head(title, opts.header, notes, c)
-    body = _SCRIPT.format(input_path=opts.input_path, output_dir=out_dir, model=model,
+    body = _SCRIPT.format(input_path=opts.input_path, output_dir=out_dir, merged_path=merged,
+                          model=model,
                           replicas=c.dp, tp=c.tp, batch_size=c.max_running,
                           engine_kwargs="{\n" + "".join(f"    {k!r}: {v!r},\n"
                                                          for k, v in kwargs.items()) + "}")

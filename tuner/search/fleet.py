@@ -62,6 +62,7 @@ class Part:
     cost_usd: float
     trial: int | None = None  # the study's trial whose settings the part runs
     machines: dict | None = None  # tuner.core.pricing.Machines.to_dict of the part
+    mean_residence_s: float | None = None  # SimResult.mean_residence_s (tuner.search.spot)
 
     @property
     def gpu(self) -> str:
@@ -72,7 +73,8 @@ class Part:
         return {"gpu": c.gpu, "count": c.num_gpus, "tp": c.tp, "pp": 1, "dp": c.dp,
                 "requests": self.requests, "makespan_s": self.makespan_s,
                 "startup_s": self.startup_s, "cost_usd": self.cost_usd, "trial": self.trial,
-                "machines": self.machines, "config": c.to_dict()}
+                "machines": self.machines, "mean_residence_s": self.mean_residence_s,
+                "config": c.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -176,7 +178,7 @@ def simulate_fleet(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
         for (i, idx, cfg), res in zip(todo, results, strict=True):
             parts.append(Part(cfg, int(idx.size), float(res.makespan_s),
                               float(res.startup_s), float(res.cost_usd), trials[i],
-                              res.machines))
+                              res.machines, float(res.mean_residence_s)))
             sched[i], start[i] = res.makespan_s - res.startup_s, res.startup_s
         # a part of share 0 gets no request: leaving its share out deals the same split
         plan = FleetPlan(tuple(parts), tuple(float(x) for x in shares if x > 0))

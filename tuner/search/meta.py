@@ -90,6 +90,9 @@ class StudyMeta:
     num_scheduler_steps: int | None = None  # --num-scheduler-steps (V0 multi-step)
     provider: str | None = None  # priced by a provider's instances and billing
     spot: bool = False
+    # --interruption-rate (interruptions per machine-hour of every --spot machine); None: the
+    # provider's published rates (tuner.search.spot)
+    interruption_rate_per_h: float | None = None
     on_too_long: str = "fail"  # "skip": requests beyond the context were left out
     too_long: dict | None = None  # what --on-too-long skip left out
     outputs_known: bool = False
@@ -138,6 +141,7 @@ class StudyMeta:
                                  else int(d["num_scheduler_steps"])),
             provider=d.get("provider"),
             spot=bool(d.get("spot", False)),
+            interruption_rate_per_h=d.get("interruption_rate_per_h"),
             on_too_long=d.get("on_too_long") or "fail",
             too_long=d.get("too_long"),
             outputs_known=bool(d.get("outputs_known", False)),

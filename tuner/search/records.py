@@ -60,6 +60,7 @@ class Metrics:
     usd_per_million_tokens: float | None = None
     rental: dict | None = None  # tuner.core.pricing.Rental.to_dict (--provider)
     machines: dict | None = None  # tuner.core.pricing.Machines.to_dict
+    mean_residence_s: float | None = None  # a request's mean time running (SimResult)
     requests: int | None = None
     prompt_tokens: int | None = None
     output_tokens: int | None = None
@@ -143,6 +144,9 @@ class TrialRecord:
     # why no engine runs this plan as exported ("" = it can be deployed): a simulator study,
     # shown but never a winner (study_only_reason)
     study_only: str = ""
+    # --spot: the expected makespan and $ under interruptions (tuner.search.spot.plan_spot),
+    # set when a study's outputs are made
+    spot: dict | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.config, dict):  # {}: none, as None
@@ -203,6 +207,10 @@ class TrialRecord:
             d["parts"] = [{"gpu": c.gpu, "count": c.num_gpus, "tp": c.tp, "pp": 1, "dp": c.dp,
                            "requests": m.requests, "makespan_s": m.makespan_s,
                            "cost_usd": m.cost_usd}]
+            if self.spot is not None:
+                d["parts"][0].update(_spot_part(self.spot, 0))
+        if self.spot is not None:
+            d["spot"] = self.spot
         return d
 
     @property
@@ -225,6 +233,13 @@ class TrialRecord:
     def serving_config(self) -> ServingConfig:
         """The configuration (:attr:`config`, typed; kept for earlier callers)."""
         return self.config
+
+
+def _spot_part(spot: dict, i: int) -> dict:
+    """A part's expected figures of a plan's "spot" entry (tuner.search.spot.expectation)."""
+    p = (spot.get("parts") or [{}] * (i + 1))[i]
+    return {"expected_makespan_s": p.get("expected_makespan_s"),
+            "expected_cost_usd": p.get("expected_cost_usd")}
 
 
 def completed(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:

@@ -63,6 +63,10 @@ class SimResult:
     startup: dict | None = None
     # the machines the plan runs on (tuner.core.pricing.Machines.to_dict)
     machines: dict | None = None
+    # the mean time a request spends in its engine's running batch (from being scheduled to
+    # its last token): the request-seconds of every step's running requests over the requests
+    # (Little's law). What an interrupted engine loses is half of it (tuner.search.spot).
+    mean_residence_s: float = 0.0
 
     @property
     def schedule_s(self) -> float:
@@ -109,6 +113,7 @@ class SimResult:
             "usd_per_million_tokens": self.usd_per_million_tokens,
             "rental": self.rental.to_dict() if self.rental is not None else None,
             "machines": self.machines,
+            "mean_residence_s": self.mean_residence_s,
             "requests": self.requests,
             "prompt_tokens": self.prompt_tokens,
             "output_tokens": self.output_tokens,
@@ -322,7 +327,7 @@ class _StepTotals:
     def __init__(self, cost_model: CostModel, off_ctx: _offload.OffloadContext,
                  off_totals: _offload.OffloadTotals):
         self.cost_model, self.off_ctx, self.off_totals = cost_model, off_ctx, off_totals
-        self.time_s = self.kv_block_s = 0.0
+        self.time_s = self.kv_block_s = self.running_s = 0.0
         self.iterations = self.preemptions = self.peak_kv_blocks = 0
 
     def price(self, steps: np.ndarray) -> np.ndarray:
@@ -340,6 +345,7 @@ class _StepTotals:
         self.preemptions += int(steps[:, PREEMPTED].sum())
         self.peak_kv_blocks = max(self.peak_kv_blocks, int(kv.max(initial=0)))
         self.kv_block_s += float((kv * dt).sum())  # not `@`: BLAS threads spin on 2 cores
+        self.running_s += float((steps[:, RUNNING] * dt).sum())  # request-seconds running
 
 
 class _TimelineTotals(_StepTotals):
@@ -481,7 +487,7 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     off_ctx = _offload.OffloadContext.build(model, gpu, config,
                                             transfer=cost_model.transfer_model)
     off_totals = _offload.OffloadTotals()
-    makespan = kv_time_integral = peak_kv = 0.0
+    makespan = kv_time_integral = peak_kv = running_s = 0.0
     iterations = preemptions = cached = 0
     tl, steps = None, []
     cap = max(plan.kv_capacity_blocks, 1)
@@ -502,6 +508,7 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     for want_tl, totals, rep in _map_replicas(one, jobs, workers):
         makespan = max(makespan, rep.span_s)
         iterations += totals.iterations
+        running_s += totals.running_s
         preemptions += totals.preemptions
         cached += rep.schedule.cached_tokens
         peak_kv = max(peak_kv, totals.peak_kv_blocks / cap)
@@ -531,7 +538,8 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         machines=machines_for(gpu, config).to_dict(),
         price_usd_per_h=gpu.price_usd_per_h, memory=plan, provenance=cost_model.provenance,
         cached_prompt_tokens=cached, timeline=tl, steps=steps if return_steps else None,
-        startup_s=start.total_s, startup=start.to_dict())
+        startup_s=start.total_s, startup=start.to_dict(),
+        mean_residence_s=running_s / len(workload))
     if gpu.vasuki_usd_per_fp32_gflop_per_w:
         res.vasuki_cost_metric = res.qps / gpu.vasuki_usd_per_fp32_gflop_per_w
     if off_ctx.active:
