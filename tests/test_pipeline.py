@@ -85,3 +85,17 @@ def test_the_exports_run_the_pipeline():
                         max_model_len=4096)
     assert "pipeline-parallel-size: 2" in text and "tensor-parallel-size: 8" in text
     assert "over 2 machines" in text
+
+
+def test_a_records_and_a_parts_dict_carry_their_pp():
+    """results.json's `parts` name the plan's pipeline stages (they said pp 1 whatever ran)."""
+    from tuner.core.config import ServingConfig
+    from tuner.search.fleet import Part
+    from tuner.search.records import Metrics, TrialRecord
+
+    cfg = ServingConfig(gpu="A100-80G", tp=8, pp=2)
+    part = Part(cfg, 100, 50.0, 10.0, 1.0)
+    assert part.to_dict()["pp"] == 2 and part.to_dict()["count"] == 16
+    rec = TrialRecord(number=0, config=cfg, feasible=True,
+                      metrics=Metrics(makespan_s=50.0, cost_usd=1.0, requests=100))
+    assert rec.to_dict()["parts"][0]["pp"] == 2

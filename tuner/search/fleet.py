@@ -70,7 +70,7 @@ class Part:
 
     def to_dict(self) -> dict:
         c = self.config
-        return {"gpu": c.gpu, "count": c.num_gpus, "tp": c.tp, "pp": 1, "dp": c.dp,
+        return {"gpu": c.gpu, "count": c.num_gpus, "tp": c.tp, "pp": c.pp, "dp": c.dp,
                 "requests": self.requests, "makespan_s": self.makespan_s,
                 "startup_s": self.startup_s, "cost_usd": self.cost_usd, "trial": self.trial,
                 "machines": self.machines, "mean_residence_s": self.mean_residence_s,

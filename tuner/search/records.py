@@ -204,7 +204,7 @@ class TrialRecord:
             # one part: the plan's GPU type serving every request (a mix has several,
             # tuner.search.fleet)
             c = self.config
-            d["parts"] = [{"gpu": c.gpu, "count": c.num_gpus, "tp": c.tp, "pp": 1, "dp": c.dp,
+            d["parts"] = [{"gpu": c.gpu, "count": c.num_gpus, "tp": c.tp, "pp": c.pp, "dp": c.dp,
                            "requests": m.requests, "makespan_s": m.makespan_s,
                            "cost_usd": m.cost_usd}]
             if self.spot is not None:

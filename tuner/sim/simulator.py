@@ -539,7 +539,7 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         price_usd_per_h=gpu.price_usd_per_h, memory=plan, provenance=cost_model.provenance,
         cached_prompt_tokens=cached, timeline=tl, steps=steps if return_steps else None,
         startup_s=start.total_s, startup=start.to_dict(),
-        mean_residence_s=running_s / len(workload))
+        mean_residence_s=running_s / max(sum(idx.size for _, idx in jobs), 1))
     if gpu.vasuki_usd_per_fp32_gflop_per_w:
         res.vasuki_cost_metric = res.qps / gpu.vasuki_usd_per_fp32_gflop_per_w
     if off_ctx.active:
