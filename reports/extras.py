@@ -54,6 +54,9 @@ from tuner.sim.parallel import parallel_workers, thread_map
 from tuner.sim.simulator import simulate
 
 TIMELINE_POINTS = 400  # per winner: enough for a smooth line, small enough to embed
+# rows the simulation keeps per point drawn (consecutive steps merged beyond): a row then spans
+# at most 1/64 of a bin, and a multi-million-step timeline takes megabytes, not a GiB
+TIMELINE_ROWS_PER_POINT = 64
 MIN_IMPORTANCE_TRIALS = 8  # distinct feasible trials below which importances are not computed
 OBJECTIVES = ("makespan_s", "cost_usd")  # the study's objectives, in order
 # fANOVA over a small forest: on the shipped example within 4 points of 64 trees of unlimited
@@ -258,7 +261,8 @@ def winner_timelines(records: list[TrialRecord], workload: Workload, model: Mode
             # the timeline is replica 0's: a dp plan's other replicas are not simulated again
             res = simulate(workload, model, gpu, config, cms(gpu, config), timeline=True,
                            startup_s=startup_s, engine_version=engine_version,
-                           replicas=1 if config.dp > 1 else None)
+                           replicas=1 if config.dp > 1 else None,
+                           timeline_rows=TIMELINE_ROWS_PER_POINT * points)
         except TunerError as exc:
             entry["error"] = str(exc)
             return entry, None

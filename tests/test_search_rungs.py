@@ -178,3 +178,37 @@ def test_a_cancelled_schedule_stops_at_its_next_pause(monkeypatch):
     cancel.set()
     with pytest.raises(KeyboardInterrupt):
         sch.run_schedule(prompt, output, params, cancel=cancel)
+
+
+def test_threads_only_for_jobs_that_gain_and_fit():
+    from tuner.sim.parallel import (
+        PARALLEL_MIN_REQUESTS,
+        PARALLEL_REQUEST_BUDGET,
+        parallel_workers,
+    )
+
+    assert parallel_workers(1, 100_000) == 1
+    assert parallel_workers(8, PARALLEL_MIN_REQUESTS - 1) == 1
+    assert parallel_workers(8, PARALLEL_REQUEST_BUDGET) == 1  # memory: one at a time
+    assert 1 <= parallel_workers(8, 100_000) <= 8
+
+
+def test_a_capped_timeline_draws_what_the_full_one_draws(model, gpus):
+    """simulate(timeline_rows=K) merges consecutive steps (time-weighted) past 2K rows: the
+    report's 400 points come out as from every step, in a fraction of the memory."""
+    from tuner.reports.extras import downsample_timeline
+
+    w = workload(4000, seed=7)
+    cfg = ServingConfig(gpu="A10", chunk_size=512, max_running=64, **{
+        k: v for k, v in FIXED.items() if k != "weight_bits"})
+    cm = resolve_cost_model(model, gpus["A10"], cfg)
+    full = simulate(w, model, gpus["A10"], cfg, cm, timeline=True)
+    capped = simulate(w, model, gpus["A10"], cfg, cm, timeline=True, timeline_rows=500)
+    assert len(full.timeline["time_s"]) > 4 * 500 >= len(capped.timeline["time_s"])
+    assert capped.makespan_s == full.makespan_s
+    a, b = (downsample_timeline(r.timeline, 100) for r in (full, capped))
+    assert b["end_s"] == pytest.approx(a["end_s"])
+    assert sum(b["preemptions"]) == sum(a["preemptions"])
+    for k in ("running", "tokens", "kv_fraction"):
+        assert np.mean(b[k]) == pytest.approx(np.mean(a[k]), rel=0.02), k
+        assert np.max(np.abs(np.array(b[k]) - np.array(a[k]))) <= 0.1 * max(np.max(a[k]), 1e-9), k

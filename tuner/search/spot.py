@@ -109,7 +109,8 @@ class Exposure:
     @property
     def expected_cost_usd(self) -> float:
         base = self.startup_s + self.schedule_s
-        return self.cost_usd * (self.domain_expected_s / base if base > 0 else 1.0)
+        # never below the uninterrupted bill (a rate near 0 rounds the ratio a hair under 1)
+        return self.cost_usd * (max(self.domain_expected_s / base, 1.0) if base > 0 else 1.0)
 
 
 def _exp(x: float) -> float:
@@ -122,6 +123,8 @@ def segment_s(rate_per_s: float, length_s: float) -> float:
     if rate_per_s <= 0 or length_s <= 0:
         return max(length_s, 0.0)
     x = rate_per_s * length_s
+    if x < 1e-12:  # expm1(x) / rate loses digits at subnormal rates: the series' first terms
+        return length_s * (1.0 + 0.5 * x)
     return math.expm1(x) / rate_per_s if x < 700 else math.inf
 
 
