@@ -376,14 +376,28 @@ class SGLangScheduler:
             # the following steps repeat this one until a request finishes or KV runs out
             free = self.available + self.evictable
             k = int(max(1, min(int(left.min()), free // bs, max_steps - step)))
-        self._alloc(k * bs)
-        base_kv = int(self.computed[run].sum())
+        # step j (1..k) needs bs free tokens: unused cached prefixes are evicted (LRU) at the
+        # first step that needs them, as check_decode_mem does step by step
         j = np.arange(1, k + 1, dtype=np.int64)
+        cache_j = np.full(k, self.cache_tokens, dtype=np.int64)
+        a0, evicted = self.available, 0
+        while a0 + evicted < k * bs:
+            if not self.lru:
+                raise _Stuck
+            at = (a0 + evicted) // bs + 1  # the step that evicts it
+            g, _ = self.lru.popitem(last=False)
+            x = int(self.glen[g])
+            self.cached[g] = False
+            cache_j[at - 1:] -= x
+            evicted += x
+        self.cache_tokens -= evicted
+        self.evictable -= evicted
         rows = np.zeros((k, N_COLS), dtype=np.int64)
         rows[:, DECODES] = bs
-        rows[:, DECODE_KV] = base_kv + bs * j
+        rows[:, DECODE_KV] = int(self.computed[run].sum()) + bs * j
         rows[:, SAMPLED] = bs
-        rows[:, KV_BLOCKS] = self.private - (k - j) * bs + self.cache_tokens
+        rows[:, KV_BLOCKS] = self.private + bs * j + cache_j
+        self.private += k * bs
         rows[:, RUNNING] = bs
         rows[0, PREEMPTED] = retracted
         self.computed[run] += k
