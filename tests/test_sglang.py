@@ -263,3 +263,16 @@ def test_cli_engine_sglang_json_and_option_errors():
         r = run_cli(*args)
         assert r.returncode != 0 and words in r.stderr, (args, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_workload_stats_prefix_sharing_ratio_by_hand():
+    from tuner.core.workload import Workload, workload_stats
+
+    w = Workload(np.array([1000, 1000, 500, 300]), np.array([10, 10, 10, 10]),
+                 prefix_ids=np.array([0, 0, 0, -1]), prefix_tokens=np.array([400, 400, 400, 0]))
+    # three copies of a 400-token prefix, one computed: 800 of 2,800 prompt tokens reused
+    assert workload_stats(w)["prefix_sharing_ratio"] == pytest.approx(800 / 2800)
+    assert workload_stats(Workload(np.array([5]), np.array([5])))["prefix_sharing_ratio"] == 0.0
+    r = subprocess.run([sys.executable, "-m", "tuner.cli", "workload", "stats", str(EXAMPLE)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0 and "prefix-sharing ratio 86.8%" in r.stdout, r.stderr
