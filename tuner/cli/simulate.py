@@ -381,7 +381,9 @@ def simulate(
     t.add_row("preemptions (recompute)", f"{res.preemptions:,}")
     t.add_row("peak / mean KV use", f"{100 * res.peak_kv_fraction:.0f} % / {100 * res.mean_kv_fraction:.0f} %")
     out.print(t)
-    out.print(_memory_table(res.memory, g.name, "Memory plan"))
+    out.print(_memory_table(res.memory, g.name, "Memory plan" if engine == "vllm" else
+                            "Memory plan (SGLang: memory x --mem-fraction-static; activations "
+                            "and CUDA graphs outside it)"))
     if summary.get("offload"):
         out.print(_offload_table(summary["offload"], g.name))
     out.print(f"cost model: {res.provenance}", style="dim", markup=False)

@@ -561,6 +561,11 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
             raise TunerError("replaying arrivals (a trace's arrival times) is simulated for "
                              "vLLM only; drop --engine sglang or the arrival column.")
         settings = sglang or SGLangSettings()
+        if not start.given:  # no torch.compile: SGLang's --enable-torch-compile is off by default
+            start = dataclasses.replace(
+                start, compile_s=0.0, total_s=start.total_s - start.compile_s, engine="SGLang",
+                compile_source="SGLang v0.5 ServerArgs.enable_torch_compile False (default); "
+                               "CUDA-graph capture timed as vLLM's (not measured for SGLang)")
         if not prefix_caching:
             settings = dataclasses.replace(settings, radix_cache=False)
         params = SGLangParams(plan.kv_capacity_tokens, config.chunk_size, config.max_running,
