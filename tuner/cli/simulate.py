@@ -58,6 +58,7 @@ from tuner.core.sglang import (
 )
 
 CONFIG_PANEL = "Serving config (vLLM's names; older tuner names still accepted)"
+ENGINE_PANEL = "Engine: vLLM (default) or SGLang, and the options only one of them has"
 
 
 # ---- ServingConfig fields as options ------------------------------------------------------------
@@ -141,7 +142,7 @@ def engine_config(knobs: dict[str, Any], gpu, entry_point: str, engine_version: 
 
 
 EngineOpt = Annotated[str, typer.Option(
-    "--engine", help="Engine simulated: vllm (default) | sglang (SGLang's scheduler, radix "
+    "--engine", rich_help_panel=ENGINE_PANEL, help="Engine simulated: vllm (default) | sglang (SGLang's scheduler, radix "
     "cache and memory plan, priced with vLLM's kernel tables).")]
 #: the SGLang line the simulator reads (tuner.core.sglang names the source files)
 SGLANG_RELEASE = "SGLang v0.5 (scheduler, defaults and memory plan read from its source)"
@@ -257,24 +258,24 @@ def simulate(
     output_dist: DistOpt = None, as_json: JsonOpt = False, startup_s: StartupOpt = None,
     engine: EngineOpt = "vllm",
     prefix_caching: Annotated[bool | None, typer.Option(
-        "--enable-prefix-caching/--no-enable-prefix-caching", help="vLLM only: automatic "
+        "--enable-prefix-caching/--no-enable-prefix-caching", rich_help_panel=ENGINE_PANEL, help="vLLM only: automatic "
         "prefix caching (on by default): requests of a shared-prefix group skip the cached "
         "prefix.", show_default=False)] = None,
     disable_radix_cache: Annotated[bool, typer.Option(
-        "--disable-radix-cache", help="SGLang only: no radix cache (every request computes its "
+        "--disable-radix-cache", rich_help_panel=ENGINE_PANEL, help="SGLang only: no radix cache (every request computes its "
         "whole prompt; lpm then runs as fcfs, as SGLang does).")] = False,
     schedule_policy: Annotated[str | None, typer.Option(
-        "--schedule-policy", help="SGLang only: fcfs (SGLang's default) | lpm "
+        "--schedule-policy", rich_help_panel=ENGINE_PANEL, help="SGLang only: fcfs (SGLang's default) | lpm "
         "(longest cached prefix first; SGLang falls back to fcfs above 128 waiting "
         "requests).", show_default=False)] = None,
     schedule_conservativeness: Annotated[float | None, typer.Option(
-        "--schedule-conservativeness", help="SGLang only: scales the initial new-token ratio "
+        "--schedule-conservativeness", rich_help_panel=ENGINE_PANEL, help="SGLang only: scales the initial new-token ratio "
         "of its admission estimate (default 1.0: 0.7).", show_default=False)] = None,
     max_prefill_tokens: Annotated[int | None, typer.Option(
-        "--max-prefill-tokens", help="SGLang only: tokens of one prefill batch (default "
+        "--max-prefill-tokens", rich_help_panel=ENGINE_PANEL, help="SGLang only: tokens of one prefill batch (default "
         "16,384).", show_default=False)] = None,
     mem_fraction_static: Annotated[float | None, typer.Option(
-        "--mem-fraction-static", help="SGLang only: share of GPU memory for weights + KV pool "
+        "--mem-fraction-static", rich_help_panel=ENGINE_PANEL, help="SGLang only: share of GPU memory for weights + KV pool "
         "(default: SGLang's by GPU memory, chunk size and TP).", show_default=False)] = None,
 ) -> None:
     """Simulate one serving config on a workload: makespan, $, memory plan, physical limit.

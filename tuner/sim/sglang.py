@@ -420,11 +420,17 @@ class SGLangScheduler:
         return rows
 
     # ---- the loop ----------------------------------------------------------------------------
-    def run(self, *, fast: bool = True, max_steps: int) -> int:
+    def run(self, *, fast: bool = True, max_steps: int, cancel=None) -> int:
+        """Steps until every request finished (STATUS_OK), none can be placed or the steps
+        run out; `cancel` (a threading.Event) stops it with KeyboardInterrupt."""
         step = 0
         status = sch.STATUS_OK
+        rounds = 0
         try:
             while self.done < self.n:
+                rounds += 1
+                if cancel is not None and rounds % 4096 == 0 and cancel.is_set():
+                    raise KeyboardInterrupt
                 if step >= max_steps:
                     status = sch.STATUS_MAX_STEPS
                     break
@@ -455,10 +461,11 @@ def run_schedule(prompt_tokens, output_tokens, *, capacity_tokens: int,
                  chunked_prefill_size: int, max_running: int,
                  settings: sg.SGLangSettings | None = None, prefix_ids=None, prefix_tokens=None,
                  fast: bool = True, max_steps: int | None = None,
-                 on_steps=None) -> sch.Schedule:
+                 on_steps=None, cancel=None) -> sch.Schedule:
     """SGLang's schedule of the requests, queued in the given order (all there at step 0); a
     tuner.sim.scheduler.Schedule. `on_steps`: called once with the whole record (the C loop's
-    streaming interface; Schedule.steps is then empty)."""
+    streaming interface; Schedule.steps is then empty). `cancel`: a threading.Event that stops
+    it (KeyboardInterrupt), as the C loop's."""
     settings = settings or sg.SGLangSettings()
     prompt, output = np.asarray(prompt_tokens), np.asarray(output_tokens)
     if max_steps is None:
@@ -466,7 +473,7 @@ def run_schedule(prompt_tokens, output_tokens, *, capacity_tokens: int,
     s = SGLangScheduler(prompt, output, capacity_tokens=capacity_tokens,
                         chunked_prefill_size=chunked_prefill_size, max_running=max_running,
                         settings=settings, prefix_ids=prefix_ids, prefix_tokens=prefix_tokens)
-    status = s.run(fast=fast, max_steps=int(max_steps))
+    status = s.run(fast=fast, max_steps=int(max_steps), cancel=cancel)
     rec = s.steps()
     if on_steps is not None:
         if len(rec):

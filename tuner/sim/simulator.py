@@ -412,7 +412,7 @@ def _schedule(workload: Workload, idx: np.ndarray, params, exact: bool,
             settings=params.settings, fast=not exact,
             prefix_ids=None if workload.prefix_ids is None else workload.prefix_ids[idx],
             prefix_tokens=None if workload.prefix_tokens is None else workload.prefix_tokens[idx],
-            on_steps=on_steps)
+            on_steps=on_steps, cancel=cancel)
         return _check_schedule(s, plan)
     s = sch.run_schedule(
         workload.prompt_tokens[idx], workload.output_tokens[idx], params, fast=not exact,
