@@ -37,6 +37,12 @@ Read from SGLang's source, the v0.5 line (tuner.core.sglang names the files and 
   128 requests waiting SGLang falls back to FCFS (``_determine_active_policy``). ``fcfs``
   keeps the queue order.
 
+A finished request's own tokens (beyond its group's prefix) are freed at once: SGLang inserts
+them into the tree as evictable entries, which admission and decode count as free alike, so the
+batches are the same; the step record's KV column counts them free. The retraction test is the
+v0.5 form (free + evictable below 20 decode steps per remaining request; the newest main checks
+one step's tokens instead).
+
 Not modelled: the overlap scheduler (it hides host work: an engine-overhead matter, not the
 batches'), mixed chunks, dfs-weight, priorities, hierarchical cache. ``max_new_tokens`` is the
 workload's output length (tuner knows no larger cap).
