@@ -47,8 +47,20 @@ from tuner.cli.app import (
 )
 from tuner.core.config import DEFAULTS, KNOBS, Knob, ServingConfig
 from tuner.core.errors import TunerError
+from tuner.core.sglang import (
+    DEFAULT_CONSERVATIVENESS,
+    DEFAULT_SCHEDULE_POLICY,
+    ENGINES,
+    MAX_PREFILL_TOKENS,
+    PAGE_SIZE,
+    SGLangSettings,
+    max_running_default,
+    plan_memory_sglang,
+    sglang_defaults,
+)
 
 CONFIG_PANEL = "Serving config (vLLM's names; older tuner names still accepted)"
+ENGINE_PANEL = "Engine: vLLM (default) or SGLang, and the options only one of them has"
 
 
 # ---- ServingConfig fields as options ------------------------------------------------------------
@@ -131,6 +143,71 @@ def engine_config(knobs: dict[str, Any], gpu, entry_point: str, engine_version: 
     return config, defaults
 
 
+EngineOpt = Annotated[str, typer.Option(
+    "--engine", rich_help_panel=ENGINE_PANEL, help="Engine simulated: vllm (default) | sglang (SGLang's scheduler, radix "
+    "cache and memory plan, priced with vLLM's kernel tables).")]
+#: the SGLang line the simulator reads (tuner.core.sglang names the source files)
+SGLANG_RELEASE = "SGLang v0.5 (scheduler, defaults and memory plan read from its source)"
+#: knobs whose default is SGLang's own under --engine sglang (gpu_memory_utilization is
+#: --mem-fraction-static)
+SGLANG_DEFAULTED = ("chunk_size", "max_running", "gpu_memory_utilization")
+#: ServingConfig fields that are vLLM's (or tuner's offloading) and mean nothing to SGLang
+_VLLM_ONLY_KNOBS = {"scheduler": "--scheduler (a vLLM scheduler preset)",
+                    "kv_offload_layers": "--kv-offload-layers",
+                    "weight_offload_fraction": "--weight-offload-fraction",
+                    "attention_on_cpu": "--attention-on-cpu",
+                    "cpu_threads_intra": "--cpu-threads-intra",
+                    "cpu_threads_inter": "--cpu-threads-inter"}
+
+
+def check_sglang_options(knobs: dict[str, Any], *, engine_version: str | None,
+                         num_scheduler_steps: int | None, prefix_caching: bool | None) -> None:
+    """TunerError (one line) for an option SGLang has no counterpart of."""
+    if engine_version is not None or num_scheduler_steps is not None:
+        raise TunerError("--engine-version and --num-scheduler-steps are vLLM's; with --engine "
+                         "sglang drop them (tuner simulates SGLang v0.5).")
+    if prefix_caching is not None:
+        raise TunerError("--enable-prefix-caching/--no-enable-prefix-caching is vLLM's; "
+                         "SGLang's counterpart is --disable-radix-cache.")
+    for name, flag in _VLLM_ONLY_KNOBS.items():
+        if name == "scheduler" and knobs.get(name) is not None:
+            raise TunerError(f"{flag} is vLLM's; with --engine sglang use --schedule-policy "
+                             "fcfs|lpm.")
+        if name != "scheduler" and knobs.get(name) != DEFAULTS[name]:
+            raise TunerError(f"{flag} is simulated for vLLM only; drop it with --engine sglang.")
+    if knobs.get("gpu_memory_utilization") != DEFAULTS["gpu_memory_utilization"]:
+        raise TunerError("--gpu-memory-utilization is vLLM's; SGLang's is "
+                         "--mem-fraction-static.")
+    if knobs.get("block_size") not in (None, PAGE_SIZE):
+        raise TunerError(f"--block-size {knobs['block_size']}: tuner simulates SGLang with its "
+                         f"default page size {PAGE_SIZE} (token-level KV); drop --block-size.")
+
+
+def check_vllm_options(**sglang_only: Any) -> None:
+    """TunerError (one line) for an SGLang-only option given without --engine sglang."""
+    given = [f"--{k.replace('_', '-')}" for k, v in sglang_only.items()
+             if v not in (None, False)]
+    if given:
+        raise TunerError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} SGLang's: "
+                         "add --engine sglang (the default engine is vllm).")
+
+
+def sglang_config(knobs: dict[str, Any], gpu, model, mem_fraction_static: float | None):
+    """(ServingConfig, SGLangDefaults) for --engine sglang: the knobs given, the rest SGLang's
+    defaults for the GPU (tuner.core.sglang): --chunked-prefill-size by GPU memory,
+    --mem-fraction-static from it, --max-running-requests from the KV pool, page size 1."""
+    d = sglang_defaults(gpu, knobs.get("tp") or 1, knobs.get("pp") or 1, knobs.get("chunk_size"))
+    fraction = d.mem_fraction_static if mem_fraction_static is None else mem_fraction_static
+    base = {k: v for k, v in knobs.items() if v is not None and k not in _VLLM_ONLY_KNOBS}
+    base |= {"gpu": gpu.name, "chunk_size": knobs.get("chunk_size") or d.chunked_prefill_size,
+             "gpu_memory_utilization": fraction, "block_size": PAGE_SIZE}
+    max_running = knobs.get("max_running")
+    if max_running is None:
+        plan = plan_memory_sglang(model, gpu, ServingConfig(**(base | {"max_running": 1})))
+        max_running = max_running_default(plan.kv_capacity_tokens, model.max_position)
+    return ServingConfig(**(base | {"max_running": max_running})), d
+
+
 def _overhead(cm) -> str | None:
     """The engine-overhead profile pricing `cm` (a stored calibration wraps it as `base`);
     None where the cost source carries its own step overhead (profile, roofline)."""
@@ -182,12 +259,36 @@ def simulate(
     entry_point: EntryPointOpt = "llm",
     on_too_long: OnTooLongOpt = "fail", skip_invalid: SkipOpt = False,
     output_dist: DistOpt = None, as_json: JsonOpt = False, startup_s: StartupOpt = None,
+    engine: EngineOpt = "vllm",
+    prefix_caching: Annotated[bool | None, typer.Option(
+        "--enable-prefix-caching/--no-enable-prefix-caching", rich_help_panel=ENGINE_PANEL, help="vLLM only: automatic "
+        "prefix caching (on by default): requests of a shared-prefix group skip the cached "
+        "prefix.", show_default=False)] = None,
+    disable_radix_cache: Annotated[bool, typer.Option(
+        "--disable-radix-cache", rich_help_panel=ENGINE_PANEL, help="SGLang only: no radix cache (every request computes its "
+        "whole prompt; lpm then runs as fcfs, as SGLang does).")] = False,
+    schedule_policy: Annotated[str | None, typer.Option(
+        "--schedule-policy", rich_help_panel=ENGINE_PANEL, help="SGLang only: fcfs (SGLang's default) | lpm "
+        "(longest cached prefix first; SGLang falls back to fcfs above 128 waiting "
+        "requests).", show_default=False)] = None,
+    schedule_conservativeness: Annotated[float | None, typer.Option(
+        "--schedule-conservativeness", rich_help_panel=ENGINE_PANEL, help="SGLang only: scales the initial new-token ratio "
+        "of its admission estimate (default 1.0: 0.7).", show_default=False)] = None,
+    max_prefill_tokens: Annotated[int | None, typer.Option(
+        "--max-prefill-tokens", rich_help_panel=ENGINE_PANEL, help="SGLang only: tokens of one prefill batch (default "
+        "16,384).", show_default=False)] = None,
+    mem_fraction_static: Annotated[float | None, typer.Option(
+        "--mem-fraction-static", rich_help_panel=ENGINE_PANEL, help="SGLang only: share of GPU memory for weights + KV pool "
+        "(default: SGLang's by GPU memory, chunk size and TP).", show_default=False)] = None,
 ) -> None:
     """Simulate one serving config on a workload: makespan, $, memory plan, physical limit.
-    Knobs not given take vLLM's defaults for the GPU and --entry-point. The makespan and $
-    include the engines' start-up (weights, torch.compile, CUDA graphs; --startup-s S sets it).
+    Knobs not given take vLLM's defaults for the GPU and --entry-point (--engine sglang:
+    SGLang's). The makespan and $ include the engines' start-up (weights, torch.compile, CUDA
+    graphs; --startup-s S sets it).
 
     Example: tuner simulate -w examples/arxiv.jsonl -m llama-3-8b -g A10 --max-num-batched-tokens 2048
+
+    SGLang: tuner simulate -w examples/shared_system_prompt.jsonl -m llama-3-8b -g A10 --engine sglang --schedule-policy lpm
     """
     from tuner.core.catalog import get_model
     from tuner.core.workload import apply_on_too_long
@@ -200,7 +301,28 @@ def simulate(
     if rates is not None:  # no rate for the GPU's spot instances: one line, before simulating
         rates.for_gpu(g)
     spec = get_model(model)
-    config, defaults = engine_config(knobs, g, entry_point, engine_version, spec)
+    if engine not in ENGINES:
+        raise TunerError(f"--engine {engine!r} is not one of {' | '.join(ENGINES)}.")
+    sg_settings = sg_defaults = None
+    if engine == "sglang":
+        check_sglang_options(knobs, engine_version=engine_version,
+                             num_scheduler_steps=num_scheduler_steps,
+                             prefix_caching=prefix_caching)
+        config, sg_defaults = sglang_config(knobs, g, spec, mem_fraction_static)
+        sg_settings = SGLangSettings(
+            schedule_policy=schedule_policy or DEFAULT_SCHEDULE_POLICY,
+            schedule_conservativeness=(DEFAULT_CONSERVATIVENESS if schedule_conservativeness
+                                       is None else schedule_conservativeness),
+            max_prefill_tokens=max_prefill_tokens or MAX_PREFILL_TOKENS,
+            radix_cache=not disable_radix_cache)
+        defaults = None
+    else:
+        check_vllm_options(schedule_policy=schedule_policy,
+                           schedule_conservativeness=schedule_conservativeness,
+                           max_prefill_tokens=max_prefill_tokens,
+                           mem_fraction_static=mem_fraction_static,
+                           disable_radix_cache=disable_radix_cache)
+        config, defaults = engine_config(knobs, g, entry_point, engine_version, spec)
     w, too_long = apply_on_too_long(read_workload(workload, spec, skip_invalid, output_dist),
                                     spec.max_position, spec.name, on_too_long)
     # the cost source (own profile -> measured tables -> transfer -> roofline), resolved once
@@ -211,16 +333,29 @@ def simulate(
 
         ensure_writable_dir(timeline.parent, "the timeline")
     res = run_sim(w, spec, g, config, cm, timeline=timeline is not None, exact=exact,
-                  startup_s=startup_s, engine_version=engine_version)
+                  startup_s=startup_s, engine_version=engine_version, engine=engine,
+                  sglang=sg_settings, prefix_caching=(
+                      not disable_radix_cache if engine == "sglang"
+                      else prefix_caching is not False))
     if timeline is not None:
         _write_timeline(timeline, res.timeline)
     summary = res.summary()
-    summary["vllm_defaults"] = defaults.to_dict()
-    summary["engine"] = {"release": defaults.release.describe(),
-                         "generation": defaults.release.generation.key,
-                         "entry_point": entry_point, "num_scheduler_steps": num_scheduler_steps,
-                         "overhead": _overhead(cm)}
-    summary["defaulted"] = [k for k in DEFAULTED if knobs.get(k) is None]
+    if engine == "sglang":
+        summary["sglang_defaults"] = sg_defaults.to_dict()
+        summary["engine"] = {"name": "sglang", "release": SGLANG_RELEASE,
+                             "settings": sg_settings.to_dict(),
+                             "overhead": "not fitted (vLLM's kernel tables and engine profile)"}
+        summary["defaulted"] = [k for k in SGLANG_DEFAULTED
+                                if (mem_fraction_static if k == "gpu_memory_utilization"
+                                    else knobs.get(k)) is None]
+    else:
+        summary["vllm_defaults"] = defaults.to_dict()
+        summary["engine"] = {"name": "vllm", "release": defaults.release.describe(),
+                             "generation": defaults.release.generation.key,
+                             "entry_point": entry_point,
+                             "num_scheduler_steps": num_scheduler_steps,
+                             "overhead": _overhead(cm)}
+        summary["defaulted"] = [k for k in DEFAULTED if knobs.get(k) is None]
     summary["failed_too_long"] = too_long
     if rates is not None:
         from tuner.search.spot import plan_spot
@@ -262,19 +397,33 @@ def simulate(
     t.add_row("preemptions (recompute)", f"{res.preemptions:,}")
     t.add_row("peak / mean KV use", f"{100 * res.peak_kv_fraction:.0f} % / {100 * res.mean_kv_fraction:.0f} %")
     out.print(t)
-    out.print(_memory_table(res.memory, g.name, "Memory plan"))
+    out.print(_memory_table(res.memory, g.name, "Memory plan" if engine == "vllm" else
+                            "Memory plan (SGLang: memory x --mem-fraction-static; activations "
+                            "and CUDA graphs outside it)"))
     if summary.get("offload"):
         out.print(_offload_table(summary["offload"], g.name))
     out.print(f"cost model: {res.provenance}", style="dim", markup=False)
-    out.print(engine_line(defaults, entry_point, num_scheduler_steps), style="dim",
-              markup=False)
+    if engine == "sglang":
+        st = sg_settings
+        out.print(f"engine: {SGLANG_RELEASE}, --schedule-policy {st.schedule_policy}, radix "
+                  f"cache {'on' if st.radix_cache else 'off'}, --schedule-conservativeness "
+                  f"{st.schedule_conservativeness:g}, --chunked-prefill-size "
+                  f"{config.chunk_size:,}, --max-running-requests {config.max_running:,}, "
+                  f"--mem-fraction-static {config.gpu_memory_utilization:g}", style="dim",
+                  markup=False)
+        if summary["defaulted"]:
+            out.print(f"not given ({', '.join(summary['defaulted'])}): "
+                      f"{sg_defaults.describe()}", style="dim", markup=False)
+    else:
+        out.print(engine_line(defaults, entry_point, num_scheduler_steps), style="dim",
+                  markup=False)
+        if summary["defaulted"]:
+            out.print(f"not given ({', '.join(summary['defaulted'])}): {defaults.describe()}",
+                      style="dim", markup=False)
     if sp:
         out.print(f"spot: {sp['note']}; {sp['model']}; not modelled: waiting for capacity, "
                   "the interruption notice, correlated interruptions", style="dim",
                   markup=False)
-    if summary["defaulted"]:
-        out.print(f"not given ({', '.join(summary['defaulted'])}): {defaults.describe()}",
-                  style="dim", markup=False)
     if too_long:
         out.print(f"{too_long['count']} request(s) longer than {spec.name}'s context of "
                   f"{too_long['context_tokens']:,} tokens failed (as vLLM rejects them) and are "

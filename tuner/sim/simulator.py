@@ -17,6 +17,7 @@ from tuner.core.memory import MemoryPlan, plan_memory
 from tuner.core.pricing import Machines, Rental, job_cost_usd, place, rent, usd_per_million_tokens
 from tuner.core.provenance import Provenance
 from tuner.core.schedulers import SCHEDULER_PRESETS
+from tuner.core.sglang import ENGINES, SGLangSettings, plan_memory_sglang
 from tuner.core.startup import resolve_startup
 from tuner.core.workload import Workload
 from tuner.predictors.protocol import CostModel
@@ -67,6 +68,7 @@ class SimResult:
     # its last token): the request-seconds of every step's running requests over the requests
     # (Little's law). What an interrupted engine loses is half of it (tuner.search.spot).
     mean_residence_s: float = 0.0
+    engine: str = "vllm"  # the engine simulated (tuner.core.sglang.ENGINES)
 
     @property
     def schedule_s(self) -> float:
@@ -231,8 +233,9 @@ def machines_for(gpu: GPU, config: ServingConfig) -> Machines:
 
 
 def check_feasible(workload: Workload, model: ModelSpec, gpu: GPU,
-                   config: ServingConfig) -> MemoryPlan:
-    """The memory plan; raises InfeasibleConfig with the numbers when the config cannot run."""
+                   config: ServingConfig, engine: str = "vllm") -> MemoryPlan:
+    """The memory plan (`engine`'s: tuner.core.memory's for vLLM, tuner.core.sglang's for
+    SGLang); raises InfeasibleConfig with the numbers when the config cannot run."""
     try:
         check_model_config(config, model)  # e.g. expert parallelism on a dense model
     except TunerError as exc:  # a search's trial is infeasible; `simulate` prints the line
@@ -252,11 +255,12 @@ def check_feasible(workload: Workload, model: ModelSpec, gpu: GPU,
             f"expert parallelism over {config.num_gpus} GPUs spans {machines.count} machines; "
             "tuner models expert parallelism inside one machine only (fewer replicas, or no "
             "expert parallelism: each replica then holds every expert)")
-    plan = plan_memory(model, gpu, config, mean_request_tokens=float(total.mean()),
-                       max_request_tokens=int(total.max()))
+    plan = (plan_memory_sglang if engine == "sglang" else plan_memory)(
+        model, gpu, config, mean_request_tokens=float(total.mean()),
+        max_request_tokens=int(total.max()))
     if not plan.fits:
         raise InfeasibleConfig(plan.reason)
-    if (not SCHEDULER_PRESETS[config.scheduler].chunked_prefill
+    if (engine == "vllm" and not SCHEDULER_PRESETS[config.scheduler].chunked_prefill
             and config.chunk_size < int(total.max()) - 1):
         raise InfeasibleConfig(
             f"{config.scheduler} has no chunked prefill: chunk_size {config.chunk_size} must be "
@@ -418,13 +422,41 @@ def _price(steps: np.ndarray, cost_model: CostModel, off_ctx: _offload.OffloadCo
     return priced["dt_s"], priced  # CPU attention, (de)quantization
 
 
-def _schedule(workload: Workload, idx: np.ndarray, params: sch.SchedulerParams, exact: bool,
+@dataclass(frozen=True)
+class SGLangParams:
+    """What tuner.sim.sglang's scheduler needs of a config (its counterpart of
+    SchedulerParams): the KV pool in tokens, --chunked-prefill-size, --max-running-requests
+    and the SGLang-only settings."""
+
+    capacity_tokens: int
+    chunked_prefill_size: int
+    max_running: int
+    settings: SGLangSettings
+
+
+def _schedule(workload: Workload, idx: np.ndarray, params, exact: bool,
               plan: MemoryPlan, arrival_step=None, on_steps=None, cancel=None) -> sch.Schedule:
+    if isinstance(params, SGLangParams):
+        from tuner.sim import sglang as _sglang
+
+        s = _sglang.run_schedule(
+            workload.prompt_tokens[idx], workload.output_tokens[idx],
+            capacity_tokens=params.capacity_tokens,
+            chunked_prefill_size=params.chunked_prefill_size, max_running=params.max_running,
+            settings=params.settings, fast=not exact,
+            prefix_ids=None if workload.prefix_ids is None else workload.prefix_ids[idx],
+            prefix_tokens=None if workload.prefix_tokens is None else workload.prefix_tokens[idx],
+            on_steps=on_steps, cancel=cancel)
+        return _check_schedule(s, plan)
     s = sch.run_schedule(
         workload.prompt_tokens[idx], workload.output_tokens[idx], params, fast=not exact,
         prefix_ids=None if workload.prefix_ids is None else workload.prefix_ids[idx],
         prefix_tokens=None if workload.prefix_tokens is None else workload.prefix_tokens[idx],
         arrival_step=arrival_step, on_steps=on_steps, cancel=cancel)
+    return _check_schedule(s, plan)
+
+
+def _check_schedule(s: sch.Schedule, plan: MemoryPlan) -> sch.Schedule:
     if s.status != sch.STATUS_OK:
         why = "stuck" if s.status == sch.STATUS_STUCK else "step limit"
         raise InfeasibleConfig(
@@ -487,7 +519,9 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
              cost_model: CostModel, *, timeline: bool = False,
              exact: bool = False, return_steps: bool = False, startup_s: float | None = None,
              engine_version: str | None = None, replicas: int | None = None,
-             timeline_rows: int | None = None) -> SimResult:
+             timeline_rows: int | None = None,
+             engine: str = "vllm", sglang: SGLangSettings | None = None,
+             prefix_caching: bool = True) -> SimResult:
     """Simulate the whole job iteration by iteration, each step priced by `cost_model`
     (predictors.sources.resolve_cost_model / cost_model_for give the registry's); raises
     InfeasibleConfig if it cannot run.
@@ -506,13 +540,49 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     report's timeline of replica 0 needs 1/dp of the work); the figures are then theirs, not
     the whole deployment's. `timeline_rows`: at most about twice that many timeline rows
     (consecutive steps merged, time-weighted; for a picture), not one per step; ignored when
-    replaying arrivals (their clock is per step)."""
+    replaying arrivals (their clock is per step).
+
+    `engine`: "vllm" (the C loop's presets) or "sglang" (tuner.sim.sglang's scheduler, its
+    memory plan and `sglang`'s settings; config.chunk_size is then --chunked-prefill-size,
+    config.max_running --max-running-requests, config.gpu_memory_utilization
+    --mem-fraction-static; priced with the same cost model, whose provenance then says so).
+    `prefix_caching` False: shared prefixes are computed by every request (vLLM
+    --no-enable-prefix-caching, SGLang --disable-radix-cache)."""
     if len(workload) == 0:
         raise TunerError("The workload has no requests.")
+    if engine not in ENGINES:
+        raise TunerError(f"engine {engine!r} is not one of {', '.join(ENGINES)}.")
+    full_workload = workload  # the physical limit counts every shared prefix once regardless
+    if not prefix_caching and workload.prefix_ids is not None:
+        workload = dataclasses.replace(workload, prefix_ids=None, prefix_tokens=None)
     start = resolve_startup(model, gpu, config, startup_s, engine_version)
-    plan = check_feasible(workload, model, gpu, config)
+    plan = check_feasible(workload, model, gpu, config, engine)
     cost_model = pipelined(cost_model, model, gpu, config)  # PP stages (tuner.sim.pipeline)
-    params = scheduler_params(config, plan.kv_capacity_blocks)
+    provenance = cost_model.provenance
+    if engine == "sglang":
+        if workload.arrival_s is not None:
+            raise TunerError("replaying arrivals (a trace's arrival times) is simulated for "
+                             "vLLM only; drop --engine sglang or the arrival column.")
+        settings = sglang or SGLangSettings()
+        if not start.given:  # no torch.compile: SGLang's --enable-torch-compile is off by default
+            start = dataclasses.replace(
+                start, compile_s=0.0, total_s=start.total_s - start.compile_s, engine="SGLang",
+                compile_source="SGLang v0.5 ServerArgs.enable_torch_compile False (default); "
+                               "CUDA-graph capture timed as vLLM's (not measured for SGLang)")
+        if not prefix_caching:
+            settings = dataclasses.replace(settings, radix_cache=False)
+        params = SGLangParams(plan.kv_capacity_tokens, config.chunk_size, config.max_running,
+                              settings)
+        provenance = Provenance(provenance.kind, f"{provenance.detail}; SGLang priced with "
+                                "vLLM's kernel tables; engine overhead not fitted",
+                                provenance.error_pct)
+    else:
+        if sglang is not None:
+            raise TunerError("SGLang settings (--schedule-policy, --schedule-conservativeness, "
+                             "--max-prefill-tokens) need --engine sglang.")
+        params = scheduler_params(config, plan.kv_capacity_blocks)
+        if not prefix_caching:  # a preempted request's blocks are not cached either
+            params = params._replace(cache_preempted=False)
     order = _submission_order(workload, model, gpu, config, plan)
     # a fitted CostModel may carry its measured host<->device curve (predictors.transfer_model)
     off_ctx = _offload.OffloadContext.build(model, gpu, config,
@@ -565,16 +635,17 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         preemptions=preemptions, peak_kv_fraction=peak_kv,
         mean_kv_fraction=kv_time_integral / config.dp,
         # the schedule's physical limit T_o plus the same start-up: a bound of makespan_s
-        lower_bound_s=lower_bound_s(workload, model, gpu, config) + start.total_s,
+        lower_bound_s=lower_bound_s(full_workload, model, gpu, config) + start.total_s,
         cost_usd=(rental.cost_usd if rental is not None
                   else job_cost_usd(makespan, gpu.price_usd_per_h, config.tp, config.dp,
                                    pp=config.pp)),
         rental=rental,
         machines=machines_for(gpu, config).to_dict(),
-        price_usd_per_h=gpu.price_usd_per_h, memory=plan, provenance=cost_model.provenance,
+        price_usd_per_h=gpu.price_usd_per_h, memory=plan, provenance=provenance,
         cached_prompt_tokens=cached, timeline=tl, steps=steps if return_steps else None,
         startup_s=start.total_s, startup=start.to_dict(),
-        mean_residence_s=running_s / max(sum(idx.size for _, idx in jobs), 1))
+        mean_residence_s=running_s / max(sum(idx.size for _, idx in jobs), 1),
+        engine=engine)
     if gpu.vasuki_usd_per_fp32_gflop_per_w:
         res.vasuki_cost_metric = res.qps / gpu.vasuki_usd_per_fp32_gflop_per_w
     if off_ctx.active:

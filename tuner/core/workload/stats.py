@@ -25,7 +25,9 @@ def workload_stats(w: Workload) -> dict:
     Keys: source, count, skipped, total_prompt_tokens, total_output_tokens, prompt and output
     (each {mean, p50, p90, p99, max, min}; percentiles linearly interpolated as numpy does),
     pd_ratio (total prompt / total output tokens), pd_ratio_median (median of the per-request
-    prompt/output ratios), prefix_groups and prefixed_requests, tokenizer, output_source.
+    prompt/output ratios), prefix_groups and prefixed_requests, prefix_sharing_ratio (the share
+    of prompt tokens a prefix cache can serve: each group's shared prefix computed once, the
+    other members' copies reused; BlendServe's sharing ratio s), tokenizer, output_source.
     """
     p = np.asarray(w.prompt_tokens, dtype=np.int64)
     o = np.asarray(w.output_tokens, dtype=np.int64)
@@ -44,11 +46,29 @@ def workload_stats(w: Workload) -> dict:
         "pd_ratio_median": float(np.median(p / o)) if n else None,
         "prefix_groups": int(np.unique(w.prefix_ids[w.prefix_ids >= 0]).size) if has_prefix else 0,
         "prefixed_requests": int((w.prefix_ids >= 0).sum()) if has_prefix else 0,
+        "prefix_sharing_ratio": prefix_sharing_ratio(w),
         "tokenizer": w.tokenizer,
         "output_source": w.output_source,
     }
 
 
+
+
+def prefix_sharing_ratio(w: Workload) -> float:
+    """Share of the workload's prompt tokens that repeat a shared prefix already counted: the
+    sum of prefix_tokens over requests in a group, less one prefix per group, over all prompt
+    tokens (0 without groups)."""
+    p = np.asarray(w.prompt_tokens, dtype=np.int64)
+    total = int(p.sum())
+    if w.prefix_ids is None or w.prefix_tokens is None or total == 0:
+        return 0.0
+    ids = np.asarray(w.prefix_ids, dtype=np.int64)
+    x = np.minimum(np.asarray(w.prefix_tokens, dtype=np.int64), p)
+    has = ids >= 0
+    if not has.any():
+        return 0.0
+    _, first = np.unique(ids[has], return_index=True)
+    return float(x[has].sum() - x[has][first].sum()) / total
 
 
 def check_context(w: Workload, context_tokens: int, model_name: str) -> None:

@@ -1,0 +1,228 @@
+"""SGLang as a simulated engine: its defaults, scheduler constants and memory plan, as data.
+
+Read from SGLang's source (sgl-project/sglang, the v0.5 line; the files named below):
+
+* ``python/sglang/srt/server_args.py`` ``ServerArgs._handle_gpu_memory_settings``: with
+  ``--chunked-prefill-size`` unset, 2,048 tokens below 35 GiB of GPU memory (T4, A10, 4090),
+  4,096 below 60 GiB (A100-40G, L40), 8,192 below 160 GiB (H100, A100-80G, H200), 16,384
+  above (B200); ``cuda_graph_max_bs`` by the same tiers (8 below 20 GiB; 24 / 80 below 35 GiB,
+  32 / 160 below 60 GiB, 256 / 512 below 160 GiB for TP < 4 / >= 4; 512 above). With
+  ``--mem-fraction-static`` unset it is ``round((gpu_mem - reserved) / gpu_mem, 3)`` where
+  ``reserved`` (MiB) = 512 + max(chunked_prefill_size, 2048) * 1.5 + cuda_graph_max_bs * 2 +
+  tp_size * pp_size / 8 * 1024, at least 10 GiB on a GPU of more than 60 GiB.
+* ``ServerArgs`` field defaults: ``schedule_policy`` "fcfs", ``schedule_conservativeness`` 1.0,
+  ``max_prefill_tokens`` 16,384, ``page_size`` 1 (token-level KV), ``enable_mixed_chunk`` off.
+* ``python/sglang/srt/managers/scheduler.py`` (``Scheduler.__init__``):
+  ``max_running_requests`` = min(max_total_num_tokens // 2, req_to_token_pool.size) when unset,
+  the pool sized by ``model_runner``: min(max(int(max_total_num_tokens / context_len * 512),
+  2048), 4096); ``init_new_token_ratio`` = min(0.7 * schedule_conservativeness, 1),
+  ``min_new_token_ratio`` = min(init * 0.14, 1), decayed by (init - min) / 600 per decode step
+  (``SGLANG_INIT_NEW_TOKEN_RATIO`` 0.7, ``SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR`` 0.14,
+  ``SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS`` 600, ``SGLANG_RETRACT_DECODE_STEPS`` 20 in
+  ``sglang/srt/environ.py`` / ``global_config.py``).
+* ``python/sglang/srt/managers/schedule_policy.py``: ``CLIP_MAX_NEW_TOKENS`` 4,096
+  (``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION``), ``lpm`` falls back to FCFS above 128 waiting
+  requests (``_determine_active_policy``), in-batch prefix caching thresholds 32 tokens.
+
+The memory plan (``plan_memory_sglang``) differs from vLLM's (tuner.core.memory.plan_memory):
+vLLM profiles a forward pass and gives the KV cache gpu_memory_utilization x memory minus
+weights, activations and the non-torch runtime; SGLang's ``--mem-fraction-static`` already
+leaves the activations and CUDA graphs outside (the ``reserved`` estimate above), so
+``model_runner.profile_max_num_token`` gives the KV pool memory x mem_fraction_static minus
+the weights and what the process held before loading (CUDA context, NCCL). Pages are one
+token, so no block rounding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from tuner.core.catalog import GIB, GPU, ModelSpec
+from tuner.core.config import ServingConfig
+from tuner.core.errors import TunerError
+from tuner.core.memory import (
+    MemoryPlan,
+    kv_bytes_per_token_per_layer_rank,
+    kv_layer_fraction,
+    weight_bytes_per_rank,
+)
+
+ENGINES = ("vllm", "sglang")
+DEFAULT_ENGINE = "vllm"
+SOURCE = ("SGLang v0.5 source: server_args.py (_handle_gpu_memory_settings, ServerArgs "
+          "defaults), managers/scheduler.py, managers/schedule_policy.py (PrefillAdder), "
+          "managers/schedule_batch.py (retract_decode)")
+
+# ---- scheduler constants (environ.py / global_config.py; schedule_policy.py) ----
+INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
+MIN_NEW_TOKEN_RATIO_FACTOR = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
+NEW_TOKEN_RATIO_DECAY_STEPS = 600  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
+RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
+CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+LPM_MAX_WAITING = 128  # SchedulePolicy._determine_active_policy: lpm -> fcfs above this
+IN_BATCH_PREFIX_THRESHOLD = 32  # IN_BATCH_PREFIX_CACHING_{CHECK,DEPRIORITIZE}_THRESHOLD
+MAX_PREFILL_TOKENS = 16384  # ServerArgs.max_prefill_tokens
+PAGE_SIZE = 1  # ServerArgs.page_size
+SCHEDULE_POLICIES = ("fcfs", "lpm")  # modelled --schedule-policy values (SGLang's default: fcfs)
+DEFAULT_SCHEDULE_POLICY = "fcfs"
+DEFAULT_CONSERVATIVENESS = 1.0  # ServerArgs.schedule_conservativeness
+# What the process holds before the weights load (CUDA context, NCCL/cuBLAS workspaces),
+# counted inside mem_fraction_static because profile_max_num_token measures free memory after
+# loading. ~0.5 GiB is an ESTIMATE (SGLang's own 512 MiB constant-metadata allowance).
+PRELOAD_BYTES = 0.5 * GIB
+
+# ---- GPU-memory tiers (_handle_gpu_memory_settings; MiB thresholds as in the source) ----
+_MIB = 1024 * 1024
+
+
+def chunked_prefill_default(gpu_memory_bytes: int) -> int:
+    """--chunked-prefill-size when unset, by GPU memory (CUDA GPUs)."""
+    mib = gpu_memory_bytes / _MIB
+    if mib < 35 * 1024:
+        return 2048
+    if mib < 60 * 1024:
+        return 4096
+    if mib < 160 * 1024:
+        return 8192
+    return 16384
+
+
+def cuda_graph_max_bs_default(gpu_memory_bytes: int, tp: int) -> int:
+    """--cuda-graph-max-bs when unset, by GPU memory and TP size (CUDA GPUs)."""
+    mib = gpu_memory_bytes / _MIB
+    if mib < 20 * 1024:
+        return 8
+    if mib < 35 * 1024:
+        return 24 if tp < 4 else 80
+    if mib < 60 * 1024:
+        return 32 if tp < 4 else 160
+    if mib < 160 * 1024:
+        return 256 if tp < 4 else 512
+    return 512
+
+
+def mem_fraction_static_default(gpu_memory_bytes: int, chunked_prefill_size: int, tp: int,
+                                pp: int = 1) -> float:
+    """--mem-fraction-static when unset: memory less SGLang's activation and CUDA-graph
+    reserve, as a fraction rounded to 3 digits."""
+    mib = gpu_memory_bytes / _MIB
+    reserved = 512.0 + max(chunked_prefill_size, 2048) * 1.5
+    reserved += cuda_graph_max_bs_default(gpu_memory_bytes, tp) * 2
+    reserved += tp * pp / 8 * 1024
+    if mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((mib - reserved) / mib, 3)
+
+
+def max_running_default(kv_capacity_tokens: int, context_tokens: int) -> int:
+    """max_running_requests when unset: min(max_total_num_tokens // 2, the request pool)."""
+    pool = min(max(int(kv_capacity_tokens / max(context_tokens, 1) * 512), 2048), 4096)
+    return max(min(kv_capacity_tokens // 2, pool), 1)
+
+
+@dataclass(frozen=True)
+class SGLangSettings:
+    """SGLang's scheduler knobs that vLLM lacks (ServingConfig carries the shared ones:
+    chunk_size is --chunked-prefill-size, max_running --max-running-requests,
+    gpu_memory_utilization --mem-fraction-static)."""
+
+    schedule_policy: str = DEFAULT_SCHEDULE_POLICY
+    schedule_conservativeness: float = DEFAULT_CONSERVATIVENESS
+    max_prefill_tokens: int = MAX_PREFILL_TOKENS
+    radix_cache: bool = True  # --disable-radix-cache turns it off
+
+    def __post_init__(self) -> None:
+        if self.schedule_policy not in SCHEDULE_POLICIES:
+            raise TunerError(f"--schedule-policy {self.schedule_policy!r}: tuner models "
+                             f"{' and '.join(SCHEDULE_POLICIES)} (SGLang's default fcfs).")
+        if not self.schedule_conservativeness > 0:
+            raise TunerError("--schedule-conservativeness must be > 0, got "
+                             f"{self.schedule_conservativeness!r}.")
+        if self.max_prefill_tokens < 1:
+            raise TunerError(f"--max-prefill-tokens must be >= 1, got {self.max_prefill_tokens}.")
+
+    @property
+    def init_new_token_ratio(self) -> float:
+        return min(INIT_NEW_TOKEN_RATIO * self.schedule_conservativeness, 1.0)
+
+    @property
+    def min_new_token_ratio(self) -> float:
+        return min(self.init_new_token_ratio * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
+
+    @property
+    def new_token_ratio_decay(self) -> float:
+        return (self.init_new_token_ratio - self.min_new_token_ratio) / NEW_TOKEN_RATIO_DECAY_STEPS
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class SGLangDefaults:
+    """What an SGLang launch without these flags runs with on one GPU type."""
+
+    chunked_prefill_size: int
+    cuda_graph_max_bs: int
+    mem_fraction_static: float
+    schedule_policy: str = DEFAULT_SCHEDULE_POLICY
+    page_size: int = PAGE_SIZE
+    source: str = SOURCE
+
+    def describe(self) -> str:
+        return (f"SGLang's defaults for this GPU: --chunked-prefill-size "
+                f"{self.chunked_prefill_size:,}, --mem-fraction-static {self.mem_fraction_static}"
+                f" (cuda_graph_max_bs {self.cuda_graph_max_bs}), --schedule-policy "
+                f"{self.schedule_policy}, --max-running-requests from the KV pool, page size "
+                f"{self.page_size} ({self.source})")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def sglang_defaults(gpu: GPU, tp: int = 1, pp: int = 1, chunked_prefill_size: int | None = None
+                    ) -> SGLangDefaults:
+    """SGLang's defaults on `gpu` (a given chunked_prefill_size enters the mem fraction, as in
+    the source)."""
+    chunk = chunked_prefill_size or chunked_prefill_default(gpu.memory_bytes)
+    return SGLangDefaults(chunk, cuda_graph_max_bs_default(gpu.memory_bytes, tp),
+                          mem_fraction_static_default(gpu.memory_bytes, chunk, tp, pp))
+
+
+def plan_memory_sglang(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
+                       mean_request_tokens: float = 0.0, max_request_tokens: int = 0):
+    """SGLang's KV pool for (model, gpu, config), config.gpu_memory_utilization read as
+    --mem-fraction-static: memory x fraction - weights - PRELOAD_BYTES, in one-token pages.
+    A tuner.core.memory.MemoryPlan (activations and CUDA graphs are outside the fraction, so
+    its activation_bytes is 0 and runtime_overhead_bytes the preload)."""
+    if config.weight_offload_fraction or config.kv_offload_layers or config.attention_on_cpu:
+        raise TunerError("offloading (--kv-offload-layers, --weight-offload-fraction, "
+                         "--attention-on-cpu) is simulated for vLLM only; drop it with "
+                         "--engine sglang.")
+    usable = gpu.memory_bytes * config.gpu_memory_utilization
+    weights = weight_bytes_per_rank(model, config)
+    kv = usable - weights - PRELOAD_BYTES
+    stage_layers = math.ceil(model.num_layers / config.pp)
+    per_token = (kv_bytes_per_token_per_layer_rank(model, config.kv_bits, config.tp)
+                 * kv_layer_fraction(model, mean_request_tokens) * stage_layers)
+    tokens = int(kv // per_token) if kv > 0 and per_token > 0 else 0
+    fits, reason = True, ""
+    gib = lambda b: f"{b / GIB:.1f} GiB"  # noqa: E731
+    if kv <= 0:
+        fits = False
+        reason = (f"{model.name} at {config.weight_bits}-bit weights, TP {config.tp}, does not "
+                  f"fit on {gpu.name} under SGLang: weights {gib(weights)} + preload "
+                  f"{gib(PRELOAD_BYTES)} > {gib(usable)} ({gpu.memory_gib:g} GiB x "
+                  f"--mem-fraction-static {config.gpu_memory_utilization:g})")
+    elif max_request_tokens and tokens < max_request_tokens + 2:
+        fits = False
+        reason = (f"SGLang's KV pool on {gpu.name} holds {tokens} tokens ({gib(kv)}), too few "
+                  f"for the longest request ({max_request_tokens} tokens + 2)")
+    return MemoryPlan(
+        gpu_memory_bytes=gpu.memory_bytes, usable_bytes=usable, weight_bytes=weights,
+        weight_offloaded_bytes=0.0, activation_bytes=0.0, runtime_overhead_bytes=PRELOAD_BYTES,
+        kv_bytes=max(kv, 0.0), kv_bytes_per_token=per_token, kv_capacity_blocks=tokens,
+        kv_capacity_tokens=tokens,
+        max_concurrent_requests=tokens / mean_request_tokens if mean_request_tokens > 0 else 0.0,
+        host_kv_bytes_per_token=0.0, fits=fits, reason=reason)

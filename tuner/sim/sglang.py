@@ -1,0 +1,489 @@
+"""SGLang's scheduler as the simulator runs it: one step record per engine iteration, the same
+schema as the C loop's (tuner.sim.steps), so tuner.sim.simulator prices both alike.
+
+Read from SGLang's source, the v0.5 line (tuner.core.sglang names the files and constants):
+
+* A step is a prefill ("extend") batch or a decode batch, never both (``--enable-mixed-chunk``
+  off, the default). ``Scheduler.get_next_batch_to_run`` asks ``get_new_batch_prefill`` first
+  and decodes the running batch only when it returns nothing.
+* ``get_new_batch_prefill`` returns nothing while the running batch is marked full (or nothing
+  waits) and no chunked request is in flight. Otherwise a ``PrefillAdder`` takes the chunked
+  request's next chunk, then waiting requests in queue order: each must leave
+  ``rem_total_tokens`` = free + evictable KV - sum over running requests of
+  min(max_new - generated, 4096) x new_token_ratio - what this batch already took (each request
+  its extend tokens + min(max_new, 4096) + one page) above zero; ``--chunked-prefill-size``
+  caps the batch's tokens (a prompt longer than what is left is cut there and finishes in later
+  steps, one chunked request at a time), ``--max-prefill-tokens`` too, and
+  ``--max-running-requests`` the running count. A request refused for KV (NO_TOKEN) marks the
+  batch full: no prefill is tried again until a running request leaves (finishes or is
+  retracted: ``update_running_batch``, one decode step later, clears the mark).
+* ``update_running_batch``: a decode needs one free token per running request
+  (``check_decode_mem``, evicting unused radix-cache entries first). Without it,
+  ``ScheduleBatch.retract_decode`` retracts requests (fewest output tokens first, the longest
+  prompt among equals) until the rest have 20 decode steps of room each, frees their KV
+  (recompute later: prompt + tokens generated so far), puts them at the end of the waiting
+  queue and sets new_token_ratio = min(1, (decoded + 20 x remaining) / (sum max_new + 1));
+  otherwise the ratio decays by (init - min) / 600 towards min.
+* Radix cache (``RadixCache``, page size 1): a request's prompt is matched against the cached
+  prefixes when it is scheduled (at least one token is always computed); after a prefill
+  (chunk) its computed prefix is inserted, a copy computed twice in one batch is freed; entries
+  no running request uses stay cached and are evicted least-recently-used when KV is needed.
+  Tuner knows shared prefixes as groups (Workload.prefix_ids / prefix_tokens): one entry per
+  group, inserted once a member has computed the whole prefix (SGLang would also match a
+  partial one).
+* ``--schedule-policy lpm`` sorts the waiting queue by cached prefix length (longest first),
+  moving a request whose prefix is not cached but another waiting request's (by more than 32
+  tokens) to the end, so one member computes it first (in-batch prefix caching); with more than
+  128 requests waiting SGLang falls back to FCFS (``_determine_active_policy``). ``fcfs``
+  keeps the queue order.
+
+A finished request's own tokens (beyond its group's prefix) are freed at once: SGLang inserts
+them into the tree as evictable entries, which admission and decode count as free alike, so the
+batches are the same; the step record's KV column counts them free. The retraction test is the
+v0.5 form (free + evictable below 20 decode steps per remaining request; the newest main checks
+one step's tokens instead).
+
+Not modelled: the overlap scheduler (it hides host work: an engine-overhead matter, not the
+batches'), mixed chunks, dfs-weight, priorities, hierarchical cache. ``max_new_tokens`` is the
+workload's output length (tuner knows no larger cap).
+
+Plain Python over numpy: a decode stretch in which no request finishes, KV suffices and no
+prefill can start is written in one go (the C loop's skip_decodes), so the Python loop runs
+once per prefill, finish or retraction, not once per step.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from tuner.core import sglang as sg
+from tuner.sim import scheduler as sch
+from tuner.sim.steps import (
+    DECODE_KV,
+    DECODES,
+    KV_BLOCKS,
+    N_COLS,
+    PREEMPTED,
+    PREFILL_CTX,
+    PREFILL_SQ,
+    PREFILL_TOKENS,
+    RUNNING,
+    SAMPLED,
+)
+
+
+class _Stuck(Exception):
+    """No request can be placed (KV too small for it)."""
+
+
+class SGLangScheduler:
+    """One replica's SGLang scheduler over requests queued in the given order."""
+
+    def __init__(self, prompt, output, *, capacity_tokens: int, chunked_prefill_size: int,
+                 max_running: int, settings: sg.SGLangSettings,
+                 prefix_ids=None, prefix_tokens=None):
+        self.P = np.asarray(prompt, dtype=np.int64)
+        self.O = np.asarray(output, dtype=np.int64)
+        n = self.n = self.P.shape[0]
+        self.C = int(capacity_tokens)
+        self.chunk = int(chunked_prefill_size)
+        self.max_running = int(max_running)
+        self.s = settings
+        self.radix = settings.radix_cache and prefix_ids is not None
+        self.lpm = settings.schedule_policy == "lpm" and settings.radix_cache
+        # prefix groups: dense ids, one length per group (the readers enforce one per id)
+        self.gid = np.full(n, -1, dtype=np.int64)
+        self.glen = np.zeros(0, dtype=np.int64)
+        if self.radix:
+            raw = np.asarray(prefix_ids, dtype=np.int64)
+            ptok = np.asarray(prefix_tokens, dtype=np.int64)
+            has = (raw >= 0) & (ptok > 0)
+            if has.any():
+                uniq, dense = np.unique(raw[has], return_inverse=True)
+                self.gid[has] = dense
+                self.glen = np.zeros(len(uniq), dtype=np.int64)
+                np.maximum.at(self.glen, dense, ptok[has])
+        ng = len(self.glen)
+        self.cached = np.zeros(ng, dtype=bool)
+        self.ref = np.zeros(ng, dtype=np.int64)
+        self.lru: OrderedDict[int, None] = OrderedDict()  # cached, unused groups, oldest first
+        # per-request progress
+        self.computed = np.zeros(n, dtype=np.int64)  # tokens with KV (shared ones included)
+        self.shared = np.zeros(n, dtype=np.int64)  # of those, the group's cached prefix
+        self.generated = np.zeros(n, dtype=np.int64)
+        self.finish_step = np.full(n, -1, dtype=np.int64)
+        self.first_step = np.full(n, -1, dtype=np.int64)
+        # KV: private tokens of the requests holding KV, tokens of the cached groups
+        self.private = 0
+        self.cache_tokens = 0
+        self.evictable = 0
+        self.waiting: list[int] = list(range(n))
+        self.running: list[int] = []
+        self.chunked = -1
+        self.batch_full = False
+        self.reset_pending = False  # a request left: update_running_batch clears batch_full
+        self.ratio = settings.init_new_token_ratio
+        self.done = 0
+        self.cached_tokens = 0
+        self.rows: list[np.ndarray] = []
+
+    # ---- KV ----------------------------------------------------------------------------------
+    @property
+    def available(self) -> int:
+        return self.C - self.private - self.cache_tokens
+
+    def _evict(self, need: int) -> None:
+        """Evict unused cached prefixes, least recently used first, until `need` tokens are
+        free (or none is left to evict)."""
+        while self.available < need and self.lru:
+            g, _ = self.lru.popitem(last=False)
+            self.cached[g] = False
+            self.cache_tokens -= int(self.glen[g])
+            self.evictable -= int(self.glen[g])
+
+    def _alloc(self, tokens: int) -> None:
+        self._evict(tokens)
+        if self.available < tokens:
+            raise _Stuck
+        self.private += tokens
+
+    def _lock(self, g: int) -> None:
+        if self.ref[g] == 0:
+            self.lru.pop(g, None)
+            self.evictable -= int(self.glen[g])
+        self.ref[g] += 1
+
+    def _unlock(self, g: int) -> None:
+        self.ref[g] -= 1
+        if self.ref[g] == 0 and self.cached[g]:
+            self.lru[g] = None  # most recently used
+            self.evictable += int(self.glen[g])
+
+    def _release(self, r: int) -> None:
+        """Free r's KV (a finished request: its private tokens; its prefix stays cached)."""
+        self.private -= int(self.computed[r] - self.shared[r])
+        if self.shared[r] > 0:
+            self._unlock(int(self.gid[r]))
+        self.computed[r] = 0
+        self.shared[r] = 0
+
+    def _insert(self, r: int) -> None:
+        """After r's prefill (chunk): put its computed group prefix in the radix cache (a copy
+        already cached is freed: r uses the cached one)."""
+        g = int(self.gid[r])
+        if g < 0 or self.shared[r] > 0 or self.computed[r] < self.glen[g]:
+            return
+        x = int(self.glen[g])
+        self.private -= x
+        self.shared[r] = x
+        if self.cached[g]:  # computed twice: r's copy is freed, r uses (locks) the cached one
+            self._lock(g)
+            return
+        self.cached[g] = True
+        self.cache_tokens += x
+        self.ref[g] += 1  # r holds it (not evictable while r runs)
+
+    def _hit(self, r: int) -> int:
+        g = int(self.gid[r])
+        if g < 0 or not self.cached[g]:
+            return 0
+        return int(min(self.glen[g], self.P[r] + self.generated[r] - 1))
+
+    # ---- prefill -----------------------------------------------------------------------------
+    def _sort_lpm(self) -> None:
+        """SchedulePolicy.calc_priority for lpm (<= 128 waiting): longest cached prefix first,
+        the in-batch prefix caching check moving later members of an uncached group last."""
+        seen: set[int] = set()
+        keys = []
+        for r in self.waiting:
+            hit = self._hit(r)
+            key = -hit
+            g = int(self.gid[r])
+            if hit <= sg.IN_BATCH_PREFIX_THRESHOLD and g >= 0 \
+                    and self.glen[g] > sg.IN_BATCH_PREFIX_THRESHOLD:
+                if g in seen:
+                    key = float("inf")
+                else:
+                    seen.add(g)
+            keys.append(key)
+        order = sorted(range(len(self.waiting)), key=keys.__getitem__)
+        self.waiting = [self.waiting[i] for i in order]
+
+    def _running_offset(self) -> float:
+        if not self.running:
+            return 0.0
+        run = np.fromiter(self.running, dtype=np.int64, count=len(self.running))
+        left = np.minimum(self.O[run] - self.generated[run], sg.CLIP_MAX_NEW_TOKENS)
+        return float(left.sum()) * self.ratio
+
+    def _prefill_batch(self, step: int) -> list[tuple[int, int]] | None:
+        """get_new_batch_prefill: [(request, tokens this step)] or None."""
+        if (self.batch_full or not self.waiting) and self.chunked < 0:
+            return None
+        allocatable = self.max_running - len(self.running)
+        if allocatable <= 0 and self.chunked < 0:
+            self.batch_full = True
+            return None
+        if self.lpm and len(self.waiting) <= sg.LPM_MAX_WAITING:
+            self._sort_lpm()
+        offset = self._running_offset()  # rem_total_token_offset
+        cur_offset = 0
+        rem_input = self.s.max_prefill_tokens
+        rem_chunk = self.chunk
+        batch: list[tuple[int, int]] = []
+        new_chunked = -1
+
+        def charge(ext: int, max_new: int) -> None:
+            nonlocal offset, cur_offset, rem_input, rem_chunk
+            offset += ext + max_new + sg.PAGE_SIZE
+            cur_offset += ext + sg.PAGE_SIZE
+            rem_input -= ext
+            rem_chunk -= ext
+
+        if self.chunked >= 0:  # PrefillAdder.add_chunked_req
+            r = self.chunked
+            rem = min(rem_chunk, int(self.available + self.evictable - offset))
+            if rem <= 0:
+                rem = rem_chunk
+            left = int(self.P[r] + self.generated[r] - self.computed[r])
+            new_len = min(left, rem)
+            batch.append((r, new_len))
+            truncated = left > rem
+            charge(new_len, 0 if truncated else
+                   int(min(self.O[r] - self.generated[r], sg.CLIP_MAX_NEW_TOKENS)))
+            if truncated:
+                new_chunked = r
+        admitted = 0
+        for r in self.waiting:
+            if len(batch) >= allocatable:
+                self.batch_full = True
+                break
+            hit = self._hit(r)
+            ext = int(self.P[r] + self.generated[r]) - hit
+            max_new = int(min(max(self.O[r] - self.generated[r], 0), sg.CLIP_MAX_NEW_TOKENS))
+            total = ext + max_new + sg.PAGE_SIZE
+            if total >= self.available + self.evictable - offset:
+                self.batch_full = True  # NO_TOKEN
+                break
+            g = int(self.gid[r])
+            if hit > 0:  # the match is locked: an unused cached prefix stops being evictable
+                self._lock(g)
+                if total >= self.available + self.evictable - offset:
+                    self._unlock(g)
+                    self.batch_full = True
+                    break
+            if ext <= rem_chunk:
+                batch.append((r, ext))
+                charge(ext, max_new)
+            else:
+                if rem_chunk <= 0:
+                    if hit > 0:
+                        self._unlock(g)
+                    break  # OTHER
+                batch.append((r, rem_chunk))
+                new_chunked = r
+                charge(rem_chunk, 0)
+            admitted += 1
+            self.computed[r] = hit
+            self.shared[r] = hit
+            self.cached_tokens += hit
+            if self.first_step[r] < 0:
+                self.first_step[r] = step
+            free = self.available + self.evictable
+            if free - offset <= 0 or free - cur_offset <= 0:
+                self.batch_full = True  # budget_state NO_TOKEN
+                break
+            if rem_input <= 0 or rem_chunk <= 0:
+                break  # OTHER
+        if admitted:
+            del self.waiting[:admitted]  # admitted in queue order, a prefix of it
+        if not batch:
+            return None
+        self.chunked = new_chunked
+        return batch
+
+    def _run_prefill(self, batch: list[tuple[int, int]], step: int) -> np.ndarray:
+        row = np.zeros(N_COLS, dtype=np.int64)
+        pf = sq = ctx = sampled = 0
+        finished = []
+        for r, ext in batch:
+            self._alloc(ext)
+            c0 = int(self.computed[r])
+            pf += ext
+            sq += ext * ext
+            ctx += ext * c0
+            self.computed[r] = c0 + ext
+            if self.radix:
+                self._insert(r)
+            if self.computed[r] == self.P[r] + self.generated[r]:  # its last chunk: a token
+                self.generated[r] += 1
+                sampled += 1
+                if self.generated[r] >= self.O[r]:
+                    finished.append(r)
+                elif r != self.chunked:
+                    self.running.append(r)
+        for r in finished:
+            self._release(r)
+            self.finish_step[r] = step
+            self.done += 1
+        row[PREFILL_TOKENS], row[PREFILL_SQ], row[PREFILL_CTX] = pf, sq, ctx
+        row[SAMPLED] = sampled
+        row[KV_BLOCKS] = self.private + self.cache_tokens
+        row[RUNNING] = len(self.running) + (self.chunked >= 0)
+        return row[None, :]
+
+    # ---- decode ------------------------------------------------------------------------------
+    def _retract(self) -> int:
+        """retract_decode: requests out until the rest have RETRACT_DECODE_STEPS of room each
+        (at least one out, at least one kept); returns how many."""
+        order = sorted(self.running, key=lambda r: (self.generated[r], -self.P[r]), reverse=True)
+        out = 0
+        while order and (out == 0 or self.available + self.evictable
+                         < sg.RETRACT_DECODE_STEPS * len(order)):
+            if len(order) == 1:
+                break
+            r = order.pop()
+            self._release(r)
+            self.waiting.append(r)
+            out += 1
+        self._evict(sg.RETRACT_DECODE_STEPS * len(order))
+        kept_set = set(order)
+        self.running = [r for r in self.running if r in kept_set]
+        kept = np.fromiter(order, dtype=np.int64, count=len(order))
+        self.ratio = min(1.0, float(self.generated[kept].sum()
+                                    + sg.RETRACT_DECODE_STEPS * len(kept))
+                         / float(self.O[kept].sum() + 1))
+        return out
+
+    def _decode(self, step: int, fast: bool, max_steps: int) -> np.ndarray:
+        """update_running_batch and one decode step; with `fast`, the decode-only steps that
+        follow it up to the next finish, KV shortage or step limit as well."""
+        if self.reset_pending:
+            self.batch_full = False
+            self.reset_pending = False
+        bs = len(self.running)
+        retracted = 0
+        if self.available + self.evictable < bs:
+            retracted = self._retract()
+            self.batch_full = False
+            bs = len(self.running)
+            if self.available + self.evictable < bs:
+                raise _Stuck
+        else:
+            self.ratio = max(self.ratio - self.s.new_token_ratio_decay,
+                             self.s.min_new_token_ratio)
+        run = np.fromiter(self.running, dtype=np.int64, count=bs)
+        left = self.O[run] - self.generated[run]
+        k = 1
+        if (fast and not retracted and self.chunked < 0
+                and (self.batch_full or not self.waiting)):
+            # the following steps repeat this one until a request finishes or KV runs out
+            free = self.available + self.evictable
+            k = int(max(1, min(int(left.min()), free // bs, max_steps - step)))
+        # step j (1..k) needs bs free tokens: unused cached prefixes are evicted (LRU) at the
+        # first step that needs them, as check_decode_mem does step by step
+        j = np.arange(1, k + 1, dtype=np.int64)
+        cache_j = np.full(k, self.cache_tokens, dtype=np.int64)
+        a0, evicted = self.available, 0
+        while a0 + evicted < k * bs:
+            if not self.lru:
+                raise _Stuck
+            at = (a0 + evicted) // bs + 1  # the step that evicts it
+            g, _ = self.lru.popitem(last=False)
+            x = int(self.glen[g])
+            self.cached[g] = False
+            cache_j[at - 1:] -= x
+            evicted += x
+        self.cache_tokens -= evicted
+        self.evictable -= evicted
+        rows = np.zeros((k, N_COLS), dtype=np.int64)
+        rows[:, DECODES] = bs
+        rows[:, DECODE_KV] = int(self.computed[run].sum()) + bs * j
+        rows[:, SAMPLED] = bs
+        rows[:, KV_BLOCKS] = self.private + bs * j + cache_j
+        self.private += k * bs
+        rows[:, RUNNING] = bs
+        rows[0, PREEMPTED] = retracted
+        self.computed[run] += k
+        self.generated[run] += k
+        if k > 1:  # the ratio decays once per step (the first decayed above)
+            self.ratio = max(self.ratio - (k - 1) * self.s.new_token_ratio_decay,
+                             self.s.min_new_token_ratio)
+        done = run[self.generated[run] >= self.O[run]]
+        if done.size:
+            last = step + k - 1
+            for r in done.tolist():
+                self._release(r)
+                self.finish_step[r] = last
+                self.done += 1
+            gone = set(done.tolist())
+            self.running = [r for r in self.running if r not in gone]
+            self.reset_pending = True
+            rows[-1, RUNNING] = len(self.running)
+            rows[-1, KV_BLOCKS] = self.private + self.cache_tokens
+        return rows
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def run(self, *, fast: bool = True, max_steps: int, cancel=None) -> int:
+        """Steps until every request finished (STATUS_OK), none can be placed or the steps
+        run out; `cancel` (a threading.Event) stops it with KeyboardInterrupt."""
+        step = 0
+        status = sch.STATUS_OK
+        rounds = 0
+        try:
+            while self.done < self.n:
+                rounds += 1
+                if cancel is not None and rounds % 4096 == 0 and cancel.is_set():
+                    raise KeyboardInterrupt
+                if step >= max_steps:
+                    status = sch.STATUS_MAX_STEPS
+                    break
+                batch = self._prefill_batch(step)
+                if batch is None and not self.running and self.chunked < 0:
+                    self.batch_full = self.reset_pending = False  # an idle round clears it
+                    batch = self._prefill_batch(step)
+                    if batch is None:
+                        status = sch.STATUS_STUCK
+                        break
+                if batch is not None:
+                    rows = self._run_prefill(batch, step)
+                else:
+                    rows = self._decode(step, fast, max_steps)
+                self.rows.append(rows)
+                step += len(rows)
+        except _Stuck:
+            status = sch.STATUS_STUCK
+        return status
+
+    def steps(self) -> np.ndarray:
+        if not self.rows:
+            return np.zeros((0, N_COLS), dtype=np.int64)
+        return np.concatenate(self.rows)
+
+
+def run_schedule(prompt_tokens, output_tokens, *, capacity_tokens: int,
+                 chunked_prefill_size: int, max_running: int,
+                 settings: sg.SGLangSettings | None = None, prefix_ids=None, prefix_tokens=None,
+                 fast: bool = True, max_steps: int | None = None,
+                 on_steps=None, cancel=None) -> sch.Schedule:
+    """SGLang's schedule of the requests, queued in the given order (all there at step 0); a
+    tuner.sim.scheduler.Schedule. `on_steps`: called once with the whole record (the C loop's
+    streaming interface; Schedule.steps is then empty). `cancel`: a threading.Event that stops
+    it (KeyboardInterrupt), as the C loop's."""
+    settings = settings or sg.SGLangSettings()
+    prompt, output = np.asarray(prompt_tokens), np.asarray(output_tokens)
+    if max_steps is None:
+        max_steps = int(4 * (prompt.sum(dtype=np.int64) + output.sum(dtype=np.int64)) + 1000)
+    s = SGLangScheduler(prompt, output, capacity_tokens=capacity_tokens,
+                        chunked_prefill_size=chunked_prefill_size, max_running=max_running,
+                        settings=settings, prefix_ids=prefix_ids, prefix_tokens=prefix_tokens)
+    status = s.run(fast=fast, max_steps=int(max_steps), cancel=cancel)
+    rec = s.steps()
+    if on_steps is not None:
+        if len(rec):
+            on_steps(rec)
+        rec = rec[:0]
+    return sch.Schedule(steps=rec, finish_step=s.finish_step, first_step=s.first_step,
+                        status=int(status), cached_tokens=int(s.cached_tokens))
