@@ -54,7 +54,7 @@ def gpus():
 
 
 def test_the_sample_is_capped_and_the_rung_sits_between_it_and_the_job():
-    assert sample_size(100_000, None) == 12_500
+    assert sample_size(60_000, None) == 7_500
     assert sample_size(1_000_000, None) == MAX_SAMPLE  # 12.5 % would be 125,000
     assert sample_size(1_000_000, 0.5) == 500_000  # a fraction given is taken as it is
     # the rung: RUNG_FACTOR x the sample, where the job holds RUNG_MIN_JOBS of them
