@@ -20,7 +20,7 @@ from tuner.core.pricing import job_cost_usd
 from tuner.core.workload import Workload
 from tuner.predictors.protocol import CostModel
 from tuner.predictors.sources import cost_model_for as default_cost_models
-from tuner.search.records import TrialRecord
+from tuner.search.records import LEVELS, TrialRecord
 from tuner.search.space import SearchSpace
 from tuner.sim.simulator import InfeasibleConfig, simulate
 
@@ -57,8 +57,8 @@ AUDIT_EVERY = 20
 # floor then promoted 63 configurations near a front of nearly equal costs for nothing.
 EPS_FLOOR = 0.005
 EPS_MARGIN = 1.5
-# the rung's floor: 4x the sample's requests; measured on a 1M-request job, rung (65,536
-# requests) vs full on 35 plans: median 0.10 %, max 0.31 %
+# the rung's floor: measured on a 1M-request job, rung (32,768-65,536 requests) vs full on
+# 8-35 plans: median 0.10-0.17 %, max 0.31 %
 RUNG_EPS_FLOOR = 0.002
 NEAR_FRONT = "within the sampling error of the front"  # the promotion a candidate defers
 
@@ -129,9 +129,6 @@ class Knowledge:
     pairs: list = field(default_factory=list)  # (scaled sample makespan, reference makespan)
     rung_pairs: list = field(default_factory=list)  # (scaled rung makespan, full makespan)
     seen: set = field(default_factory=set)  # trial numbers ingested
-    n_full: int = 0  # full-workload simulations (feasible or not) ingested
-    n_sample: int = 0  # configurations decided on the sample alone
-    n_rung: int = 0  # configurations decided on the reference rung
     best: dict = field(default_factory=dict)  # objective index -> (value, other, key)
 
     def add(self, number: int, params: dict, rec: TrialRecord) -> None:
@@ -148,10 +145,7 @@ class Knowledge:
         # sample -> rung -> full) replaces the coarser record
         if prev is not None and LEVELS.index(prev[1].level) >= LEVELS.index(rec.level):
             return
-        if prev is not None:
-            self._count(prev[1].level, -1)
         self.done[key] = (rec.values, rec, number)
-        self._count(rec.level, 1)
         if not rec.feasible:
             return
         values = rec.values
@@ -171,14 +165,6 @@ class Knowledge:
             self.pairs.append((fid["sample_makespan_s"] * fid["scale"], schedule_s))
         if rec.level == "full" and fid.get("rung_makespan_s") is not None:
             self.rung_pairs.append((fid["rung_makespan_s"] * fid["rung_scale"], schedule_s))
-
-    def _count(self, level: str, d: int) -> None:
-        if level == "full":
-            self.n_full += d
-        elif level == "rung":
-            self.n_rung += d
-        else:
-            self.n_sample += d
 
     def ingest(self, study: optuna.Study) -> None:
         """Trials other workers finished since the last call."""
@@ -200,9 +186,6 @@ class Knowledge:
         if not self.rung_pairs:
             return 1.0, prior_eps
         return _calibrate(self.rung_pairs, RUNG_EPS_FLOOR)
-
-
-LEVELS = ("sample", "rung", "full")  # a configuration's fidelity, coarse to exact
 
 
 def _calibrate(pairs: list, floor: float = EPS_FLOOR) -> tuple[float, float]:
@@ -292,18 +275,19 @@ class Evaluator:
         finally:
             self.sim_s += time.perf_counter() - t0
 
-    def evaluate(self, params: dict, number: int, *, full: bool = False,
+    def evaluate(self, params: dict, number: int, *,
                  level: str | None = None) -> tuple[tuple, dict]:
-        """(values, user attrs) of one configuration. `full`: skip the sample (exhaustive, the
-        end's full simulations); `level="rung"`: simulate on the reference rung (the end's
-        candidates). Screened on the sample, a configuration promoted (calibration, audit, the
-        first of its GPU) goes to the rung when the search uses one, else to the full job."""
+        """(values, user attrs) of one configuration. `level`: None screens it on the sample
+        (a configuration promoted, for calibration, an audit or as the first of its GPU, goes
+        to the rung when the search uses one, else to the full job); "rung" simulates it on
+        the reference rung (the end's candidates; the full job where there is no rung);
+        "full" on the full workload (exhaustive, the end's full simulations)."""
         config = self.config(params)
         gpu = self.gpus[params["gpu"]]
         fid: dict = {"level": "full"}
         target = "rung" if level == "rung" and self.use_rung else "full"
         try:
-            if self.sampled and not full and level is None:
+            if self.sampled and level is None:
                 sample, scale = self.replica_sample(config.dp)
                 s = self._simulate(sample, gpu, dataclasses.replace(config, dp=1))
                 k, eps = self.known.calibration()

@@ -97,7 +97,7 @@ def _set_attrs(trial: optuna.Trial, values: tuple, attrs: dict,
 
 
 def _evaluate(ev: Evaluator, params: dict, number: int, constraints: Constraints, *,
-              full: bool = False, level: str | None = None) -> tuple[tuple, dict]:
+              level: str | None = None) -> tuple[tuple, dict]:
     """ev.evaluate, except a plan the constraints exclude before simulating (--max-gpus, a
     quantized plan without a checkpoint) is an infeasible trial saying why."""
     config = ev.config(params)
@@ -107,7 +107,7 @@ def _evaluate(ev: Evaluator, params: dict, number: int, constraints: Constraints
     if why is not None:
         return (math.inf, math.inf), {"feasible": False, "reason": why,
                                       "fidelity": {"level": "full"}}
-    return ev.evaluate(params, number, full=full, level=level)
+    return ev.evaluate(params, number, level=level)
 
 
 def polish_targets(ev: Evaluator, constraints: Constraints) -> tuple:
@@ -333,24 +333,21 @@ def optimize(study: optuna.Study, ev: Evaluator, settings: SearchSettings, *, sh
 
 
 def _finished_trial(ev: Evaluator, params: dict, number: int, settings: SearchSettings,
-                    dists: dict, extra: dict | None = None,
-                    level: str = "full") -> optuna.trial.FrozenTrial:
-    """`params` simulated on the full workload (or the reference rung: `level="rung"`) as
-    finished trial `number` (for add_trials), known to the evaluator; `extra`: user attributes
-    added to the evaluator's (a "fidelity" dict in it is merged into the evaluator's)."""
-    values, attrs = _evaluate(ev, params, number, settings.constraints, full=level == "full",
-                              level=None if level == "full" else level)
-    return _record_trial(ev, params, number, settings, dists, values, attrs, extra, level)
+                    dists: dict) -> optuna.trial.FrozenTrial:
+    """`params` simulated on the full workload as finished trial `number` (for add_trials),
+    known to the evaluator."""
+    values, attrs = _evaluate(ev, params, number, settings.constraints, level="full")
+    return _record_trial(ev, params, number, settings, dists, values, attrs, None)
 
 
 def _record_trial(ev: Evaluator, params: dict, number: int, settings: SearchSettings,
-                  dists: dict, values: tuple, attrs: dict, extra: dict | None,
-                  level: str) -> optuna.trial.FrozenTrial:
-    """The finished trial of an evaluation (:func:`_finished_trial`'s second half)."""
+                  dists: dict, values: tuple, attrs: dict,
+                  extra: dict | None) -> optuna.trial.FrozenTrial:
+    """The finished trial of an evaluation, known to the evaluator; `extra`: user attributes
+    added to the evaluator's (a "fidelity" dict in it is merged into the evaluator's)."""
     extra = dict(extra or {})
     if "fidelity" in extra:
-        extra["fidelity"] = {**attrs.get("fidelity", {}), **extra["fidelity"],
-                             "level": attrs.get("fidelity", {}).get("level", level)}
+        extra["fidelity"] = {**attrs["fidelity"], **extra["fidelity"]}
     attrs.update(extra)
     ev.known.add(number, params, TrialRecord.from_attrs(number, ev.config(params), values, attrs))
     return optuna.trial.create_trial(
@@ -550,8 +547,7 @@ def _evaluate_many(ev: Evaluator, todo: list[dict], first_number: int,
     simulations of a large job on a thread per core (the simulator's C loop releases the GIL;
     what the evaluator learns from them is added afterwards, in order, by the caller)."""
     def one(i: int) -> tuple[tuple, dict]:
-        return _evaluate(ev, todo[i], first_number + i, constraints, full=level == "full",
-                         level=None if level == "full" else level)
+        return _evaluate(ev, todo[i], first_number + i, constraints, level=level)
 
     return thread_map(one, list(range(len(todo))), parallel_workers(len(todo), len(ev.workload)))
 
@@ -590,7 +586,7 @@ def add_final_candidates(study: optuna.Study, ev: Evaluator, settings: SearchSet
             kept = {k: fid[k] for k in carry if k in fid}
             batch.append(_record_trial(ev, params, number, settings, dists, values, attrs, {
                 "final_candidate": True,
-                "fidelity": {**kept, "promoted": "final candidate"}}, level))
+                "fidelity": {**kept, "promoted": "final candidate"}}))
             number += 1
         if batch:
             study.add_trials(batch)
@@ -658,7 +654,7 @@ def add_default_trials(study: optuna.Study, ev: Evaluator, settings: SearchSetti
         results = _evaluate_many(ev, list(todo.values()), number, settings.constraints, "full")
         for params, (values, attrs) in zip(todo.values(), results, strict=True):
             batch.append(_record_trial(ev, params, number, settings, dists, values, attrs,
-                                       {"vllm_defaults": True}, "full"))
+                                       {"vllm_defaults": True}))
             number += 1
         study.add_trials(batch)
         added += len(batch)

@@ -118,6 +118,11 @@ def config_from_dict(d: dict) -> ServingConfig:
     return ServingConfig(**{k: v for k, v in d.items() if k in KNOBS})
 
 
+#: a configuration's fidelity (TrialRecord.level), coarse to exact: the stratified sample, the
+#: reference rung (tuner.search.evaluator.rung_size), the full workload
+LEVELS = ("sample", "rung", "full")
+
+
 @dataclass
 class TrialRecord:
     """One completed trial: its configuration and, when feasible, the simulated figures. The
@@ -215,7 +220,8 @@ class TrialRecord:
 
     @property
     def level(self) -> str:
-        """'full' (simulated on the whole workload) or 'sample' (judged on the sample only)."""
+        """'full' (simulated on the whole workload), 'rung' (judged on the reference rung) or
+        'sample' (judged on the sample only): LEVELS."""
         return self.fidelity.get("level", "full")
 
     @property
@@ -456,7 +462,7 @@ def search_stats(study: optuna.Study) -> dict:
         if t.duplicate:
             continue
         key = tuple(sorted(ft.params.items()))
-        if key not in by_key or _rank(t.level) > _rank(by_key[key].level):
+        if key not in by_key or LEVELS.index(t.level) > LEVELS.index(by_key[key].level):
             by_key[key] = t
     distinct = list(by_key.values())
     full = [t for t in distinct if t.level == "full"]
@@ -494,10 +500,6 @@ def search_stats(study: optuna.Study) -> dict:
     if pairs:
         stats["sampling_error"] = _sampling_error(pairs)
     return stats
-
-
-def _rank(level: str) -> int:
-    return ("sample", "rung", "full").index(level) if level in ("sample", "rung", "full") else 2
 
 
 def _rung_error(pairs: list[TrialRecord]) -> dict:

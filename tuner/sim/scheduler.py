@@ -172,7 +172,7 @@ class Schedule:
     cached_tokens: int = 0  # prompt tokens served from the prefix cache instead of computed
 
 
-def _prefix_groups(prefix_ids, prefix_tokens, n: int, block_size: int):
+def prefix_groups(prefix_ids, prefix_tokens, n: int, block_size: int):
     """(dense group id per request or -1, full prefix blocks per request, number of groups)."""
     if prefix_ids is None:
         return np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64), 0
@@ -239,6 +239,15 @@ def _run(k: SchedulerParams, req, grp, q, width: int, c, fast: bool, max_steps: 
             return rec[:0], int(status), int(c[CACHED_TOKENS])
 
 
+def step_limit(prompt: np.ndarray, output: np.ndarray, max_steps: int | None = None) -> int:
+    """The steps a schedule may take: `max_steps`, or (None) a bound no schedule that makes
+    progress reaches (every step makes progress on at least one token; recompute after a
+    preemption can at most repeat work), within MAX_STEPS either way."""
+    if max_steps is None:
+        max_steps = int(4 * (prompt.sum(dtype=np.int64) + output.sum(dtype=np.int64)) + 1000)
+    return min(int(max_steps), MAX_STEPS)
+
+
 def run_schedule(prompt_tokens: np.ndarray, output_tokens: np.ndarray, params: SchedulerParams,
                  *, prefix_ids: np.ndarray | None = None, prefix_tokens: np.ndarray | None = None,
                  fast: bool = True, max_steps: int | None = None,
@@ -260,13 +269,9 @@ def run_schedule(prompt_tokens: np.ndarray, output_tokens: np.ndarray, params: S
     prompt, output = np.asarray(prompt_tokens), np.asarray(output_tokens)
     gid, pblocks, n_groups = None, None, 0
     if prefix_ids is not None:
-        gid, pblocks, n_groups = _prefix_groups(prefix_ids, prefix_tokens, prompt.shape[0],
+        gid, pblocks, n_groups = prefix_groups(prefix_ids, prefix_tokens, prompt.shape[0],
                                                 params.block_size)
-    if max_steps is None:
-        # Every step makes progress on at least one token; recompute after preemption can at
-        # most repeat work, so this bound is generous without being unbounded.
-        max_steps = int(4 * (prompt.sum(dtype=np.int64) + output.sum(dtype=np.int64)) + 1000)
-    max_steps = min(int(max_steps), MAX_STEPS)
+    max_steps = step_limit(prompt, output, max_steps)
     k = SchedulerParams(*(int(v) for v in params[:5]), *(bool(v) for v in params[5:]))
     width = max(min(prompt.shape[0], k.max_running), 1)
     req, grp, q, c = _new_state(prompt, output, gid, pblocks, n_groups, k.capacity_blocks,

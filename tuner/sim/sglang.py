@@ -96,15 +96,11 @@ class SGLangScheduler:
         # prefix groups: dense ids, one length per group (the readers enforce one per id)
         self.gid = np.full(n, -1, dtype=np.int64)
         self.glen = np.zeros(0, dtype=np.int64)
-        if self.radix:
-            raw = np.asarray(prefix_ids, dtype=np.int64)
-            ptok = np.asarray(prefix_tokens, dtype=np.int64)
-            has = (raw >= 0) & (ptok > 0)
-            if has.any():
-                uniq, dense = np.unique(raw[has], return_inverse=True)
-                self.gid[has] = dense
-                self.glen = np.zeros(len(uniq), dtype=np.int64)
-                np.maximum.at(self.glen, dense, ptok[has])
+        if self.radix:  # the C loop's grouping, at a page of one token
+            self.gid, plen, ng = sch.prefix_groups(prefix_ids, prefix_tokens, n, 1)
+            self.glen = np.zeros(ng, dtype=np.int64)
+            has = self.gid >= 0
+            np.maximum.at(self.glen, self.gid[has], plen[has])
         ng = len(self.glen)
         self.cached = np.zeros(ng, dtype=bool)
         self.ref = np.zeros(ng, dtype=np.int64)
@@ -474,12 +470,11 @@ def run_schedule(prompt_tokens, output_tokens, *, capacity_tokens: int,
     it (KeyboardInterrupt), as the C loop's."""
     settings = settings or sg.SGLangSettings()
     prompt, output = np.asarray(prompt_tokens), np.asarray(output_tokens)
-    if max_steps is None:
-        max_steps = int(4 * (prompt.sum(dtype=np.int64) + output.sum(dtype=np.int64)) + 1000)
+    max_steps = sch.step_limit(prompt, output, max_steps)
     s = SGLangScheduler(prompt, output, capacity_tokens=capacity_tokens,
                         chunked_prefill_size=chunked_prefill_size, max_running=max_running,
                         settings=settings, prefix_ids=prefix_ids, prefix_tokens=prefix_tokens)
-    status = s.run(fast=fast, max_steps=int(max_steps), cancel=cancel)
+    status = s.run(fast=fast, max_steps=max_steps, cancel=cancel)
     rec = s.steps()
     if on_steps is not None:
         if len(rec):

@@ -465,12 +465,6 @@ def _check_schedule(s: sch.Schedule, plan: MemoryPlan) -> sch.Schedule:
     return s
 
 
-def replica_workers(n_replicas: int, n_requests: int) -> int:
-    """Threads for a job's replicas: one per core, at most one per replica; one for small
-    jobs."""
-    return parallel_workers(n_replicas, n_requests)
-
-
 def _map_replicas(fn, jobs: list, workers: int) -> list:
     """fn(job) for every job, in job order (the sums over replicas then add in the same order
     whatever the threads: the same figures to the last digit). On Ctrl-C, or an error in one
@@ -609,7 +603,7 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
 
     # replicas are independent: the C loop releases the GIL, so they run on the cores at once
     # (the offload totals are shared: those plans stay on one thread)
-    workers = 1 if off_ctx.active else replica_workers(len(jobs), len(workload))
+    workers = 1 if off_ctx.active else parallel_workers(len(jobs), len(workload))
     for want_tl, totals, rep in _map_replicas(one, jobs, workers):
         makespan = max(makespan, rep.span_s)
         iterations += totals.iterations
