@@ -93,8 +93,11 @@ class Picks:
 
 @dataclass
 class Exports:
-    fastest_vllm_yaml: str
-    cheapest_vllm_yaml: str
+    """The winners' engine configs: vLLM's `serve --config` YAML, or an SGLang-simulated
+    plan's launch command."""
+
+    fastest_engine_config: str
+    cheapest_engine_config: str
 
 
 @dataclass

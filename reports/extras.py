@@ -37,7 +37,7 @@ from tuner.core.engines import priced_scheduler_steps
 from tuner.core.errors import TunerError
 from tuner.core.units import as_finite, fmt_duration
 from tuner.core.workload import STDIN_NAME, Workload
-from tuner.exports import EXPORT_FORMATS, EXPORTERS, render_export
+from tuner.exports import EXPORTERS, formats_for, render_export
 from tuner.predictors.protocol import CostModel
 from tuner.predictors.sources import cost_model_for as default_cost_models
 from tuner.search.meta import study_meta
@@ -184,7 +184,7 @@ def export_snippets(records: list[TrialRecord], model: ModelSpec, gpus: dict[str
                              workload_path=workload_path, extra=extra,
                              quantized_model=quantized_model,
                              num_scheduler_steps=num_scheduler_steps)
-            for fmt in EXPORT_FORMATS}}
+            for fmt in formats_for(r.config.engine)}}
     return out
 
 

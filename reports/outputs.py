@@ -42,6 +42,7 @@ from tuner.search.records import (
     GOALS,
     TrialRecord,
     bounds_hit,
+    engine_winners,
     infeasible_summary,
     offload_verdict,
     require_feasible,
@@ -56,6 +57,9 @@ from tuner.search.spot import verdicts as spot_verdicts
 
 #: Export formats `tuner search` writes for each winner besides its vLLM YAML and JSON.
 SCALE_FORMATS = ("run-batch", "ray-data")
+#: each engine's config files beside a winner's JSON, and the one the report shows first
+ENGINE_FORMATS = {"vllm": ("vllm",), "sglang": ("sglang", "sglang-offline")}
+PRIMARY_FORMAT = {"vllm": "vllm", "sglang": "sglang"}
 
 
 @dataclass
@@ -93,6 +97,9 @@ class StudyOutputs:
             "infeasible": infeasible_summary(self.records),
             "gain_over_vllm_defaults": {g: _gain_entry(by_num[ctx.winners.of(g)])
                                         for g in GOALS},
+            # each engine's own best plans (--engines), each against its engine's defaults
+            "best_per_engine": {e: {g: by_num[n] for g, n in d.items()}
+                                for e, d in engine_winners(self.records).items()},
             "bounds": self.bounds,
             "failed_too_long": self.failed_too_long,
             "importances": ctx.importances,
@@ -150,7 +157,7 @@ def study_outputs(study: optuna.Study, workload: Workload, model: ModelSpec,
         spot_attach(rates, records, fleets)
     verdicts = constraint_verdicts(study, records, fleets)
     bounds = winner_bounds(study, records, gpus)
-    verdicts += defaults_verdicts(records) + [
+    verdicts += engine_verdicts(records) + defaults_verdicts(records) + [
         f"{goal} sits on a bound of the search: {'; '.join(lines)}."
         for goal, lines in bounds.items() if lines]
     verdict = offload_verdict(records, gpus)
@@ -160,7 +167,8 @@ def study_outputs(study: optuna.Study, workload: Workload, model: ModelSpec,
         verdicts += spot_verdicts(records, winners(records)[0], fleets)
     ctx = build_report_context(
         study_name=study.study_name, records=records, workload=workload, model=model,
-        gpus=gpus, exports=_winner_yaml(extras["export_snippets"]),
+        gpus=gpus, exports=_winner_yaml(extras["export_snippets"],
+                                        {r.number: r for r in records}),
         question=(f"{Path(workload.source).name or 'workload'} ({len(workload)} requests) on "
                   f"{model.name}: which of {', '.join(gpus)} finishes fastest, and which "
                   "cheapest?"),
@@ -227,9 +235,38 @@ def winner_bounds(study: optuna.Study, records: list[TrialRecord],
     return out
 
 
+def engine_verdicts(records: list[TrialRecord]) -> list[str]:
+    """One line with each engine's best plans when the study simulated more than one engine
+    (--engines): the answer to "and on the other engine?"."""
+    from tuner.core.units import fmt_duration
+    from tuner.search.baseline import describe_gain, engine_name
+    from tuner.search.constraints import plan_label
+
+    def fmt_usd(x: float) -> str:  # cents matter on small jobs
+        return f"${x:,.2f}" if x >= 1 else f"${x:.4f}"
+
+    per = engine_winners(records)
+    if len(per) < 2:
+        return []
+    by_num = {r.number: r for r in records}
+    parts = []
+    for engine, d in per.items():
+        f, c = by_num[d["fastest"]], by_num[d["cheapest"]]
+        says = [f"fastest {plan_label(f.config)} {fmt_duration(f.makespan_s)} "
+                f"{fmt_usd(f.cost_usd)} (trial #{f.number}"
+                + (f", {describe_gain(f.baseline)}" if f.baseline else "") + ")"]
+        if c.number != f.number:
+            says.append(f"cheapest {plan_label(c.config)} {fmt_duration(c.makespan_s)} "
+                        f"{fmt_usd(c.cost_usd)} (trial #{c.number}"
+                        + (f", {describe_gain(c.baseline)}" if c.baseline else "") + ")")
+        parts.append(f"{engine_name(engine)}: {'; '.join(says)}")
+    return ["Best per engine — " + ". ".join(parts) + "."]
+
+
 def defaults_verdicts(records: list[TrialRecord]) -> list[str]:
-    """One line per overall winner that is vLLM's own defaults (same GPUs, same precision):
-    tuning the serving knobs gains nothing there."""
+    """One line per overall winner that is its engine's own defaults (same GPUs, same
+    precision): tuning the serving knobs gains nothing there."""
+    from tuner.search.baseline import engine_name
     from tuner.search.constraints import plan_label
 
     best, _ = winners(records)
@@ -242,7 +279,8 @@ def defaults_verdicts(records: list[TrialRecord]) -> list[str]:
         r = by_num[n]
         b = r.baseline or {}
         if b.get("feasible") and b.get("config") == r.config.to_dict():
-            out.append(f"{' and '.join(named).capitalize()}: vLLM's defaults are already the "
+            out.append(f"{' and '.join(named).capitalize()}: {engine_name(r.config.engine)}'s "
+                       "defaults are already the "
                        f"best plan on {plan_label(r.config)}; only the GPU type and count are "
                        "tuner's answer there.")
     return out
@@ -254,7 +292,7 @@ def _gain_entry(r: TrialRecord) -> dict | None:
 
     if r.baseline is None:
         return None
-    return {"trial": r.number, "gpu": r.gpu, "tp": r.config.tp,
+    return {"trial": r.number, "gpu": r.gpu, "engine": r.config.engine, "tp": r.config.tp,
             "dp": r.config.dp, **(r.baseline.get("gain") or {}),
             "defaults_feasible": r.baseline.get("feasible"),
             "defaults_makespan_s": (r.baseline.get("metrics") or {}).get("makespan_s"),
@@ -272,6 +310,7 @@ def _baseline_notes(records: list[TrialRecord], workload: Workload, model: Model
 
     best, per_gpu = winners(records)
     numbers = [*best.values(), *(n for d in per_gpu.values() for n in d.values()),
+               *(n for d in engine_winners(records).values() for n in d.values()),
                *pareto(records)]
     entry = meta.entry_point or DEFAULT_ENTRY_POINT
     sims = attach_baselines(records, numbers, workload, model, gpus, entry_point=entry,
@@ -279,14 +318,27 @@ def _baseline_notes(records: list[TrialRecord], workload: Workload, model: Model
                             cost_model_for=cost_model_for, startup_s=meta.startup_s)
     if not sims:
         return []
-    described = "; ".join(dict.fromkeys(
-        f"{g}: max_num_batched_tokens {s['defaults']['max_num_batched_tokens']:,}, "
-        f"max_num_seqs {s['defaults']['max_num_seqs']:,}" for (g, *_), s in sims.items()))
-    return [f"Gain over vLLM's defaults: each winner against vLLM's own defaults for the "
-            f"'{entry}' entry point ({ENTRY_POINTS[entry]}) on the same GPU type and count "
-            f"({described}; gpu_memory_utilization 0.9, block 16, 16-bit, FCFS, chunked "
-            "prefill), simulated on the full workload with the same cost model; ratios are "
-            "winner / defaults."]
+    notes = []
+    vllm = {k: s for k, s in sims.items() if k[-1] == "vllm"}
+    if vllm:
+        described = "; ".join(dict.fromkeys(
+            f"{g}: max_num_batched_tokens {s['defaults']['max_num_batched_tokens']:,}, "
+            f"max_num_seqs {s['defaults']['max_num_seqs']:,}" for (g, *_), s in vllm.items()))
+        notes.append(f"Gain over vLLM's defaults: each vLLM plan against vLLM's own defaults for "
+                     f"the '{entry}' entry point ({ENTRY_POINTS[entry]}) on the same GPU type "
+                     f"and count ({described}; gpu_memory_utilization 0.9, block 16, 16-bit, "
+                     "FCFS, chunked prefill), simulated on the full workload with the same cost "
+                     "model; ratios are winner / defaults.")
+    sglang = {k: s for k, s in sims.items() if k[-1] == "sglang"}
+    if sglang:
+        described = "; ".join(dict.fromkeys(
+            f"{g}: --chunked-prefill-size {s['config']['chunk_size']:,}, --mem-fraction-static "
+            f"{s['config']['gpu_memory_utilization']:g}, --max-running-requests "
+            f"{s['config']['max_running']:,} at TP {tp}" for (g, tp, *_), s in sglang.items()))
+        notes.append(f"Gain over SGLang's defaults: each SGLang plan against SGLang's own "
+                     f"defaults on the same GPU type and count ({described}; schedule policy "
+                     "fcfs, radix cache on; tuner.core.sglang), simulated the same way.")
+    return notes
 
 
 def startup_note(records: list[TrialRecord]) -> str | None:
@@ -351,11 +403,16 @@ def constraint_verdicts(study: optuna.Study, records: list[TrialRecord],
     return out
 
 
-def _winner_yaml(snippets: dict) -> Exports:
-    """The overall winners' `vllm serve --config` YAML: the report's snippets, rendered once
-    (:func:`reports.extras.export_snippets`; a quantized plan names its checkpoint or is
-    refused, tuner.exports.common.Deployment.check_deployable)."""
-    return Exports(*(snippets[goal]["formats"]["vllm"] for goal in ("fastest", "cheapest")))
+def _winner_yaml(snippets: dict, records: dict) -> Exports:
+    """The overall winners' engine configs (`vllm serve --config` YAML, or an SGLang plan's
+    launch command): the report's snippets, rendered once (:func:`reports.extras.
+    export_snippets`; a quantized plan names its checkpoint or is refused,
+    tuner.exports.common.Deployment.check_deployable)."""
+    def primary(goal: str) -> str:
+        engine = records[snippets[goal]["trial"]].config.engine
+        return snippets[goal]["formats"][PRIMARY_FORMAT[engine]]
+
+    return Exports(primary("fastest"), primary("cheapest"))
 
 
 def _export_model(ctx: ReportContext, snippets: dict) -> dict:
@@ -375,10 +432,18 @@ def output_texts(outputs: StudyOutputs, out_dir: Path) -> tuple[dict[str, str], 
     texts: dict[str, str] = {}
     for goal in GOALS:
         r = outputs.by_number[ctx.winners.of(goal)]
-        texts[f"{goal}.vllm.yaml"] = (ctx.exports.fastest_vllm_yaml if goal == "fastest"
-                                      else ctx.exports.cheapest_vllm_yaml)
-        files[f"{goal}_vllm_yaml"] = out_dir / f"{goal}.vllm.yaml"
         snippets = (ctx.export_snippets or {}).get(goal) or {}
+        # the winner's engine config: vLLM's YAML, or for an SGLang-simulated plan its launch
+        # command and offline engine script
+        for fmt in ENGINE_FORMATS[r.config.engine]:
+            text = (snippets.get("formats") or {}).get(fmt)
+            if fmt == PRIMARY_FORMAT[r.config.engine]:
+                text = (ctx.exports.fastest_engine_config if goal == "fastest"
+                        else ctx.exports.cheapest_engine_config)
+            if text is not None:
+                texts[f"{goal}{EXPORT_SUFFIX[fmt]}"] = text
+                files[f"{goal}_{fmt.replace('-', '_')}{'_yaml' if fmt == 'vllm' else ''}"] = \
+                    out_dir / f"{goal}{EXPORT_SUFFIX[fmt]}"
         texts[f"{goal}.json"] = to_json(r.config, r.metrics.to_dict(),
                                         r.memory.to_dict() if r.memory is not None else None,
                                         {"model": _export_model(ctx, snippets),
@@ -386,8 +451,9 @@ def output_texts(outputs: StudyOutputs, out_dir: Path) -> tuple[dict[str, str], 
                                          "trial": r.number, "provenance": str(r.provenance)})
         files[f"{goal}_json"] = out_dir / f"{goal}.json"
         # at scale, as written: the plan's DP replicas as `vllm run-batch` over a split of the
-        # workload, and the same plan as a Ray Data LLM job (rendered once, for the report)
-        for fmt in SCALE_FORMATS:
+        # workload, and the same plan as a Ray Data LLM job (rendered once, for the report;
+        # vLLM plans only)
+        for fmt in SCALE_FORMATS if r.config.engine == "vllm" else ():
             text = (snippets.get("formats") or {}).get(fmt)
             if text is not None:
                 texts[f"{goal}{EXPORT_SUFFIX[fmt]}"] = text

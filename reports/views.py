@@ -236,7 +236,7 @@ def gain_text(t: TrialRecord) -> str:
 
     if t.baseline is None:
         return "—"
-    return describe_gain(t.baseline).replace(" than vLLM's defaults", "")
+    return re.sub(r" than \w+'s defaults$", "", describe_gain(t.baseline))
 
 
 def _row(t: TrialRecord, pick: str) -> dict:
@@ -413,8 +413,8 @@ def view(ctx: ReportContext) -> dict:
         n_infeasible=len(infeasible), n_pareto=len(ctx.pareto),
         trial_range=_trial_range(trials),
         reasons=Counter((t.reason or "no reason given") for t in infeasible).most_common(),
-        fastest_yaml=ctx.exports.fastest_vllm_yaml,
-        cheapest_yaml=ctx.exports.cheapest_vllm_yaml,
+        fastest_yaml=ctx.exports.fastest_engine_config,
+        cheapest_yaml=ctx.exports.cheapest_engine_config,
         export_blocks=_export_view(ctx),
         notes=[str(n) for n in ctx.notes or []],
         verdicts=[str(v) for v in ctx.verdicts or []],
@@ -512,6 +512,12 @@ def _format_info(key: str) -> tuple[str, str]:
     return (fmt.title or key, fmt.how) if fmt is not None else (key, "")
 
 
+def fmts_primary(snip: dict) -> str:
+    """The format a winner's export block opens with: vLLM's YAML, else (an SGLang-simulated
+    plan, which has no vLLM formats) SGLang's launch command."""
+    return "vllm" if "vllm" in (snip.get("formats") or {}) else "sglang"
+
+
 def _export_view(ctx: ReportContext) -> list[dict]:
     """[{'title', 'trial', 'formats': [{'key', 'name', 'how', 'text', 'id', 'open'}]}]."""
     snippets = ctx.export_snippets or {}
@@ -528,11 +534,11 @@ def _export_view(ctx: ReportContext) -> list[dict]:
                 name, how = _format_info(key)
                 fmts.append(dict(key=key, name=name, how=how, text=str(text),
                                  id=f"export-{which}-{re.sub(r'[^a-z0-9]+', '-', key)}",
-                                 open=key == "vllm"))
+                                 open=key == fmts_primary(snip)))
             title = "Fastest and cheapest" if same else which.capitalize()
             blocks.append(dict(title=title, trial=snip.get("trial"), formats=fmts))
         return blocks
-    yaml = {"fastest": ctx.exports.fastest_vllm_yaml, "cheapest": ctx.exports.cheapest_vllm_yaml}
+    yaml = {"fastest": ctx.exports.fastest_engine_config, "cheapest": ctx.exports.cheapest_engine_config}
     same = yaml["fastest"] == yaml["cheapest"]
     for which in ("fastest", "cheapest"):
         if same and which == "cheapest":

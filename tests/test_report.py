@@ -153,7 +153,7 @@ def with_winners(ctx: dict) -> dict:
         pareto=_pareto(trials),
         winners={"fastest": fastest["number"], "cheapest": cheapest["number"]},
         best_per_gpu=best_per_gpu,
-        exports={"fastest_vllm_yaml": export(fastest), "cheapest_vllm_yaml": export(cheapest)})
+        exports={"fastest_engine_config": export(fastest), "cheapest_engine_config": export(cheapest)})
     return ctx
 
 
@@ -332,7 +332,7 @@ def test_user_strings_are_escaped(ctx, tmp_path):
     c["title"] = evil
     c["notes"] = [evil]
     c["trials"][3]["reason"] = evil
-    c["exports"]["fastest_vllm_yaml"] = "# " + evil
+    c["exports"]["fastest_engine_config"] = "# " + evil
     c["model"]["name"] = "</script><script>alert(1)</script>"
     text = render_report(c, tmp_path / "r.html").read_text()
     assert evil not in text
@@ -355,7 +355,7 @@ def test_gpu_name_cannot_break_out_of_figure_json(ctx, tmp_path):
 @pytest.mark.parametrize("path", [
     ("title",), ("trials",), ("workload",), ("workload", "tokenizer"),
     ("workload", "prompt_tokens"), ("model", "num_params"), ("winners", "fastest"),
-    ("exports", "cheapest_vllm_yaml"), ("gpus", "A10", "price_source"),
+    ("exports", "cheapest_engine_config"), ("gpus", "A10", "price_source"),
 ])
 def test_missing_key_raises_tuner_error(ctx, tmp_path, path):
     c = copy.deepcopy(ctx)
@@ -421,7 +421,7 @@ def test_no_feasible_trial(ctx, tmp_path):
 def test_same_winner_and_optional_fields(ctx, tmp_path):
     c = copy.deepcopy(ctx)
     c["winners"]["cheapest"] = c["winners"]["fastest"]
-    c["exports"]["cheapest_vllm_yaml"] = c["exports"]["fastest_vllm_yaml"]
+    c["exports"]["cheapest_engine_config"] = c["exports"]["fastest_engine_config"]
     del c["notes"]
     del c["model"]["hf_id"]
     for t in c["trials"]:

@@ -53,6 +53,11 @@ def search(
     gpus_: Annotated[str, typer.Option("--gpus", help="Comma-separated GPU types, e.g. A10,A40.")],
     space: Annotated[Path | None, typer.Option(help="Search space YAML (default: "
                      "search_spaces/default.yaml).")] = None,
+    engines: Annotated[str | None, typer.Option(
+        "--engines", help="Engines searched, comma-separated: vllm, sglang (default: both, "
+        "each with its own scheduler, memory plan and defaults as its baseline; a --space that "
+        "lists `engine` keeps its own). The report gives the best plan of each engine; a "
+        "winner's exports are its engine's.", show_default=False)] = None,
     n_trials: Annotated[int, typer.Option(help="Trials of the study in total, over all "
                         "--workers and every --resume (a configuration proposed again counts "
                         "as a trial but is not simulated again).")] = 300,
@@ -154,7 +159,8 @@ def search(
                     "provider": provider, "spot": spot,
                     "interruption_rate_per_h": interruption_rate,
                     "on_too_long": on_too_long, "too_long": job.too_long,
-                    "outputs_known": outputs_known, "startup_s": startup_s}
+                    "outputs_known": outputs_known, "startup_s": startup_s,
+                    "engines": search_engines(engines, job.space)}
         job.fit_space(settings, metadata)
         w, spec, chosen, sp = job.workload, job.model, job.gpus, job.space
         # e.g. a study with results exists without --resume: one line, no progress
@@ -192,6 +198,21 @@ def _run(job: _SearchInputs, settings, metadata: dict, workers: int, prog, cost_
         check_defaults(st, w, spec, chosen, sp, settings, cost_model_for=cost_model_for,
                        metadata=study_meta(st))
     return st
+
+
+def search_engines(engines: str | None, space) -> list[str] | None:
+    """--engines as a list (None: the space lists `engine` itself); one line and exit 2 for an
+    engine tuner does not simulate."""
+    from tuner.core.config import ENGINES
+
+    if engines is None:
+        return None if "engine" in space.knobs or "engine" in space.fixed else list(ENGINES)
+    names = list(dict.fromkeys(n.strip().lower() for n in engines.split(",") if n.strip()))
+    bad = [n for n in names if n not in ENGINES]
+    if bad or not names:
+        raise TunerError(f"--engines {engines!r}: tuner simulates {', '.join(ENGINES)} "
+                         "(comma-separated, e.g. --engines vllm,sglang).")
+    return names
 
 
 def search_constraints(deadline: str | None, budget: float | None, max_gpus: str | None,
@@ -427,13 +448,13 @@ def _gpus(r) -> str:
     m = (r.metrics.machines if r.metrics is not None else None) or {}
     on = ("" if m.get("count", 1) <= 1 else f" on {m['count']} x {m['instance']}"
           if m.get("provider") else f" on {m['count']} machines of {m['gpus_per_machine']}")
-    return f"{n} x {r.gpu}{on}"
+    return f"{n} x {r.gpu}{on}" + (" under SGLang" if r.config.engine == "sglang" else "")
 
 
 def _print_gain(f, c) -> None:
     """Each overall winner against vLLM's defaults on the same GPU type and count, and its
     $ per million tokens."""
-    from tuner.search.baseline import describe_gain
+    from tuner.search.baseline import describe_gain, engine_name
     from tuner.search.constraints import plan_label
 
     for goal, r in (("fastest", f), ("cheapest", c)) if f.number != c.number else \
@@ -441,16 +462,18 @@ def _print_gain(f, c) -> None:
         b = r.baseline or {}
         base = (b.get("metrics") or {})
         # both sides named: the same GPU type, count and precision (tuner.search.baseline)
-        vs = (f"; vLLM's defaults on the same {plan_label(b.get('config') or r.config)}: "
+        who = engine_name(b.get("engine"))
+        vs = (f"; {who}'s defaults on the same {plan_label(b.get('config') or r.config)}: "
               f"{fmt_duration(base['makespan_s'])}, {usd(base['cost_usd'])}, so the plan is "
               f"{describe_gain(b)}" if base else f"; {describe_gain(b or None)}")
-        vs = vs.replace(" than vLLM's defaults", "")
+        vs = vs.replace(f" than {who}'s defaults", "")
         out.print(f"  {goal}: {plan_label(r.config)}, {usd(r.metrics.cost_per_million_tokens())} "
                   f"per 1M tokens (input + output){vs}.", markup=False, highlight=False)
 
 
 def _gain_cell(r) -> str:
-    """'1.26x, -21% $': speed-up and $ change against vLLM's defaults on the same GPUs."""
+    """'1.26x, -21% $': speed-up and $ change against the plan's engine's defaults (vLLM's or
+    SGLang's) on the same GPUs."""
     g = (r.baseline or {}).get("gain")
     if g is None:
         return "defaults can't run" if r.baseline else "—"
@@ -470,7 +493,7 @@ def _best_table(ctx, by_num, knobs):
             Column("$ job", [usd(m.cost_usd) for m in ms]),
             Column("$/1k req", [f"{m.usd_per_1k_requests:.3f}" for m in ms], level=2, drop=5),
             Column("$/1M tok", [usd(m.cost_per_million_tokens()) for m in ms], level=1, drop=2),
-            Column("vs vLLM dflt", [_gain_cell(r) for _, _, r in rows], level=1),
+            Column("vs defaults", [_gain_cell(r) for _, _, r in rows], level=1),
             Column("KV cap tokens", [f"{m.kv_capacity_tokens:,}" for m in ms], level=2),
             Column("max conc. req", [f"{m.max_concurrent_requests:.0f}" for m in ms],
                    level=2, drop=4),
@@ -492,7 +515,7 @@ def _pareto_table(ctx, by_num, knobs):
     cols = [Column("makespan", [fmt_duration(r.makespan_s) for r in rs]),
             Column("$ job", [usd(r.cost_usd) for r in rs]),
             Column("$/1M tok", [usd(r.metrics.cost_per_million_tokens()) for r in rs], level=1),
-            Column("vs vLLM dflt", [_gain_cell(r) for r in rs], level=1)]
+            Column("vs defaults", [_gain_cell(r) for r in rs], level=1)]
     return fitted_tables(f"Pareto front: makespan vs $ ({len(ctx.pareto)} points)", keys, cols,
                          [config_tokens(r.config.to_dict(), knobs) for r in rs], out.width)
 

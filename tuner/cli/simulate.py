@@ -45,18 +45,14 @@ from tuner.cli.app import (
     read_workload,
     spot_rates_for,
 )
-from tuner.core.config import DEFAULTS, KNOBS, Knob, ServingConfig
+from tuner.core.config import DEFAULTS, ENGINES, KNOBS, Knob, ServingConfig
 from tuner.core.errors import TunerError
 from tuner.core.sglang import (
     DEFAULT_CONSERVATIVENESS,
-    DEFAULT_SCHEDULE_POLICY,
-    ENGINES,
     MAX_PREFILL_TOKENS,
     PAGE_SIZE,
     SGLangSettings,
-    max_running_default,
-    plan_memory_sglang,
-    sglang_defaults,
+    default_config,
 )
 
 CONFIG_PANEL = "Serving config (vLLM's names; older tuner names still accepted)"
@@ -106,22 +102,28 @@ def _knob_parameter(name: str, knob: Knob, kind: type) -> inspect.Parameter:
                              default=default)
 
 
+#: fields a command that simulates both engines declares itself (simulate: in the engine panel,
+#: each checked against the other engine's options); the vLLM-only commands (replay) lack them
+ENGINE_FIELDS = ("engine", "schedule_policy")
+
+
 def config_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Give ``command`` one CLI option per ServingConfig field in place of its ``knobs``
     parameter; the command receives them as ``knobs``, a dict of field -> value (the signature
     typer reads is built from the field metadata, so a field added there is an option here)."""
     sig = inspect.signature(command, eval_str=True)
     kinds = typing.get_type_hints(ServingConfig)
+    generated = [n for n in KNOBS if n not in ENGINE_FIELDS]
     params = []
     for p in sig.parameters.values():
         if p.name == "knobs":
-            params += [_knob_parameter(n, k, kinds[n]) for n, k in KNOBS.items()]
+            params += [_knob_parameter(n, KNOBS[n], kinds[n]) for n in generated]
         else:
             params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY))
 
     @functools.wraps(command)
     def with_knobs(**kwargs: Any) -> Any:
-        knobs = {name: kwargs.pop(name) for name in KNOBS}
+        knobs = {name: kwargs.pop(name) for name in generated}
         return command(**kwargs, knobs=knobs)
 
     with_knobs.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
@@ -192,20 +194,14 @@ def check_vllm_options(**sglang_only: Any) -> None:
                          "add --engine sglang (the default engine is vllm).")
 
 
-def sglang_config(knobs: dict[str, Any], gpu, model, mem_fraction_static: float | None):
+def sglang_config(knobs: dict[str, Any], gpu, model, mem_fraction_static: float | None,
+                  schedule_policy: str | None):
     """(ServingConfig, SGLangDefaults) for --engine sglang: the knobs given, the rest SGLang's
-    defaults for the GPU (tuner.core.sglang): --chunked-prefill-size by GPU memory,
-    --mem-fraction-static from it, --max-running-requests from the KV pool, page size 1."""
-    d = sglang_defaults(gpu, knobs.get("tp") or 1, knobs.get("pp") or 1, knobs.get("chunk_size"))
-    fraction = d.mem_fraction_static if mem_fraction_static is None else mem_fraction_static
-    base = {k: v for k, v in knobs.items() if v is not None and k not in _VLLM_ONLY_KNOBS}
-    base |= {"gpu": gpu.name, "chunk_size": knobs.get("chunk_size") or d.chunked_prefill_size,
-             "gpu_memory_utilization": fraction, "block_size": PAGE_SIZE}
-    max_running = knobs.get("max_running")
-    if max_running is None:
-        plan = plan_memory_sglang(model, gpu, ServingConfig(**(base | {"max_running": 1})))
-        max_running = max_running_default(plan.kv_capacity_tokens, model.max_position)
-    return ServingConfig(**(base | {"max_running": max_running})), d
+    defaults for the GPU (tuner.core.sglang.default_config)."""
+    given = {k: v for k, v in knobs.items()
+             if k not in _VLLM_ONLY_KNOBS and k not in ("gpu_memory_utilization", "block_size")}
+    return default_config(model, gpu, given | {"gpu_memory_utilization": mem_fraction_static,
+                                               "schedule_policy": schedule_policy})
 
 
 def _overhead(cm) -> str | None:
@@ -308,9 +304,10 @@ def simulate(
         check_sglang_options(knobs, engine_version=engine_version,
                              num_scheduler_steps=num_scheduler_steps,
                              prefix_caching=prefix_caching)
-        config, sg_defaults = sglang_config(knobs, g, spec, mem_fraction_static)
+        config, sg_defaults = sglang_config(knobs, g, spec, mem_fraction_static,
+                                            schedule_policy)
         sg_settings = SGLangSettings(
-            schedule_policy=schedule_policy or DEFAULT_SCHEDULE_POLICY,
+            schedule_policy=config.schedule_policy,
             schedule_conservativeness=(DEFAULT_CONSERVATIVENESS if schedule_conservativeness
                                        is None else schedule_conservativeness),
             max_prefill_tokens=max_prefill_tokens or MAX_PREFILL_TOKENS,

@@ -22,10 +22,25 @@ from tuner.core.schedulers import SCHEDULER_PRESETS
 # Scheduler presets of InferMax's unified scheduler (Alg. 1): their one registry.
 SCHEDULERS = tuple(SCHEDULER_PRESETS)
 ORDERINGS = ("fcfs", "shortest-prompt", "longest-output", "binpack", "blend")
+#: the engines simulated (tuner.sim.simulator: vLLM's C loop, tuner.sim.sglang's scheduler)
+ENGINES = ("vllm", "sglang")
+#: SGLang --schedule-policy values tuner simulates (tuner.sim.sglang; SGLang's default fcfs)
+SCHEDULE_POLICIES = ("fcfs", "lpm")
 
 #: ServingConfig.ordering -> SGLang --schedule-policy, where SGLang has an equivalent: ``lof`` is
 #: SGLang's longest-output-first, ``lpm`` its longest-prefix-match (prefix-aware) order.
 SGLANG_SCHEDULE_POLICY = {"fcfs": "fcfs", "longest-output": "lof", "blend": "lpm"}
+#: Fields one engine's plan does not have, held at these values in the other engine's plans
+#: (ServingConfig normalises them, so a search's vLLM trial with schedule_policy lpm is the same
+#: plan, and the same dedup key, as with fcfs): vLLM has no schedule policy; the SGLang
+#: simulator runs SGLang's own scheduler (no InferMax presets), token-level KV (page size 1)
+#: and no offloading.
+ENGINE_HELD = {
+    "vllm": {"schedule_policy": "fcfs"},
+    "sglang": {"scheduler": "vllm", "kv_offload_layers": 0, "weight_offload_fraction": 0.0,
+               "attention_on_cpu": False, "cpu_threads_intra": 0, "cpu_threads_inter": 0,
+               "block_size": 1},
+}
 
 
 @dataclass(frozen=True)
@@ -113,6 +128,11 @@ class ServingConfig:
     batch limits: tuner.core.engine_defaults.COMMON_BATCH)."""
 
     gpu: str = _knob(help="GPU type (`tuner gpus`).", flags=("--gpu", "-g"))
+    engine: str = _knob(
+        "vllm", help="Serving engine: vllm, or sglang (SGLang's scheduler, radix cache and "
+        "memory plan; chunk_size is then --chunked-prefill-size, max_running "
+        "--max-running-requests, gpu_memory_utilization --mem-fraction-static).",
+        choices=ENGINES, flags=("--engine",))
     tp: int = _knob(
         1, help="Tensor-parallel degree (GPUs per replica).", unit="GPUs", choices=(1, 2, 4, 8),
         flags=("--tensor-parallel-size", "--tp"),
@@ -176,7 +196,13 @@ class ServingConfig:
     ordering: str = _knob(
         "fcfs", help="Request order (binpack: Vasuki's bin packing; blend: BlendServe's "
         "prefix-aware order).", choices=ORDERINGS,
-        sglang=EngineArg("schedule-policy", values=SGLANG_SCHEDULE_POLICY))
+        # a vLLM plan exported to SGLang: the policy nearest its order (tuner.exports.sglang;
+        # an SGLang plan's own policy is schedule_policy)
+        sglang=EngineArg("schedule-policy", values=SGLANG_SCHEDULE_POLICY, derived=True))
+    schedule_policy: str = _knob(
+        "fcfs", help="SGLang only: fcfs (its default) or lpm (longest cached prefix first; "
+        "SGLang falls back to fcfs above 128 waiting requests).", choices=SCHEDULE_POLICIES,
+        flags=("--schedule-policy",), sglang=EngineArg("schedule-policy", derived=True))
     gpu_memory_utilization: float = _knob(
         0.9, help="Share of GPU memory the engine may use.", unit="fraction",
         exclusive_minimum=0.0, maximum=1.0,
@@ -201,6 +227,8 @@ class ServingConfig:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             _check_value(f, getattr(self, f.name))
+        for name, value in ENGINE_HELD[self.engine].items():  # the other engine's fields
+            object.__setattr__(self, name, value)
 
     @property
     def num_gpus(self) -> int:

@@ -40,16 +40,16 @@ import math
 from dataclasses import dataclass
 
 from tuner.core.catalog import GIB, GPU, ModelSpec
-from tuner.core.config import ServingConfig
+from tuner.core.config import SCHEDULE_POLICIES, ServingConfig
 from tuner.core.errors import TunerError
 from tuner.core.memory import (
     MemoryPlan,
+    activation_bytes,
     kv_bytes_per_token_per_layer_rank,
     kv_layer_fraction,
     weight_bytes_per_rank,
 )
 
-ENGINES = ("vllm", "sglang")
 DEFAULT_ENGINE = "vllm"
 SOURCE = ("SGLang v0.5 source: server_args.py (_handle_gpu_memory_settings, ServerArgs "
           "defaults), managers/scheduler.py, managers/schedule_policy.py (PrefillAdder), "
@@ -65,8 +65,7 @@ LPM_MAX_WAITING = 128  # SchedulePolicy._determine_active_policy: lpm -> fcfs ab
 IN_BATCH_PREFIX_THRESHOLD = 32  # IN_BATCH_PREFIX_CACHING_{CHECK,DEPRIORITIZE}_THRESHOLD
 MAX_PREFILL_TOKENS = 16384  # ServerArgs.max_prefill_tokens
 PAGE_SIZE = 1  # ServerArgs.page_size
-SCHEDULE_POLICIES = ("fcfs", "lpm")  # modelled --schedule-policy values (SGLang's default: fcfs)
-DEFAULT_SCHEDULE_POLICY = "fcfs"
+DEFAULT_SCHEDULE_POLICY = "fcfs"  # of SCHEDULE_POLICIES (tuner.core.config), as SGLang's
 DEFAULT_CONSERVATIVENESS = 1.0  # ServerArgs.schedule_conservativeness
 # What the process holds before the weights load (CUDA context, NCCL/cuBLAS workspaces),
 # counted inside mem_fraction_static because profile_max_num_token measures free memory after
@@ -190,6 +189,24 @@ def sglang_defaults(gpu: GPU, tp: int = 1, pp: int = 1, chunked_prefill_size: in
                           mem_fraction_static_default(gpu.memory_bytes, chunk, tp, pp))
 
 
+def default_config(model: ModelSpec, gpu: GPU, given: dict) -> tuple[ServingConfig,
+                                                                    SGLangDefaults]:
+    """(ServingConfig, SGLangDefaults): an SGLang plan on `gpu` of the fields `given` (None or
+    absent: SGLang's own default; gpu_memory_utilization is --mem-fraction-static):
+    --chunked-prefill-size by GPU memory, --mem-fraction-static from it, TP and PP,
+    --max-running-requests from the KV pool and the context length, page size 1."""
+    given = {k: v for k, v in given.items() if v is not None}
+    d = sglang_defaults(gpu, given.get("tp", 1), given.get("pp", 1), given.get("chunk_size"))
+    base = given | {"gpu": gpu.name, "engine": "sglang",
+                    "chunk_size": given.get("chunk_size", d.chunked_prefill_size),
+                    "gpu_memory_utilization": given.get("gpu_memory_utilization",
+                                                        d.mem_fraction_static)}
+    if "max_running" not in base:
+        plan = plan_memory_sglang(model, gpu, ServingConfig(**(base | {"max_running": 1})))
+        base["max_running"] = max_running_default(plan.kv_capacity_tokens, model.max_position)
+    return ServingConfig(**base), d
+
+
 def plan_memory_sglang(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
                        mean_request_tokens: float = 0.0, max_request_tokens: int = 0):
     """SGLang's KV pool for (model, gpu, config), config.gpu_memory_utilization read as
@@ -215,6 +232,15 @@ def plan_memory_sglang(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
                   f"fit on {gpu.name} under SGLang: weights {gib(weights)} + preload "
                   f"{gib(PRELOAD_BYTES)} > {gib(usable)} ({gpu.memory_gib:g} GiB x "
                   f"--mem-fraction-static {config.gpu_memory_utilization:g})")
+    elif gpu.memory_bytes - usable < (acts := activation_bytes(model, config)):
+        # SGLang sizes the fraction so a step's activations and CUDA graphs fit outside it
+        # (its default leaves `reserved`, module docstring); a fraction that leaves less runs
+        # out of memory at the largest prefill
+        fits = False
+        reason = (f"--mem-fraction-static {config.gpu_memory_utilization:g} leaves "
+                  f"{gib(gpu.memory_bytes - usable)} of {gpu.name} outside SGLang's pool, less "
+                  f"than one step's activations ({gib(acts)} at --chunked-prefill-size "
+                  f"{config.chunk_size:,}, tuner's estimate as for vLLM)")
     elif max_request_tokens and tokens < max_request_tokens + 2:
         fits = False
         reason = (f"SGLang's KV pool on {gpu.name} holds {tokens} tokens ({gib(kv)}), too few "

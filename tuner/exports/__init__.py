@@ -17,6 +17,7 @@ from tuner.exports.formats import (
     EXPORTERS,
     ExportFormat,
     check_export,
+    formats_for,
     parse_export,
     render_export,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "SGLANG_SCHEDULE_POLICY",
     "ExportFormat",
     "check_export",
+    "formats_for",
     "from_json",
     "from_sglang_command",
     "from_vllm_run_batch",

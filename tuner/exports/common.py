@@ -198,8 +198,11 @@ WHEN: dict[str, Callable[[Deployment], bool]] = {
     "eviction_free": lambda d: d.config.eviction_free,
     "ordering": lambda d: d.config.ordering != "fcfs",
     # SGLang: orders it has no schedule policy for, and the one its policy only approximates
-    "ordering_no_policy": lambda d: d.config.ordering not in SGLANG_SCHEDULE_POLICY,
-    "ordering_blend": lambda d: d.config.ordering == "blend",
+    "ordering_no_policy": lambda d: (d.config.engine == "vllm"
+                                     and d.config.ordering not in SGLANG_SCHEDULE_POLICY),
+    "ordering_blend": lambda d: d.config.engine == "vllm" and d.config.ordering == "blend",
+    # an SGLang-simulated plan: its queue takes the requests in the order they are submitted
+    "ordering_submit": lambda d: d.config.engine == "sglang" and d.config.ordering != "fcfs",
     # a mixture-of-experts model over dp > 1 replicas: the prediction splits its experts over
     # all tp x dp GPUs, as one vLLM engine with --data-parallel-size does; independent
     # engines (SGLang's --dp-size without EP, run-batch replicas, Ray Data) each hold all

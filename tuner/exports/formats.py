@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tuner.core.catalog import GPU, ModelSpec
-from tuner.core.config import ServingConfig
+from tuner.core.config import ENGINES, ServingConfig
 from tuner.core.errors import TunerError
-from tuner.exports import json_doc, ray_data, run_batch, sglang, vllm
+from tuner.exports import json_doc, ray_data, run_batch, sglang, sglang_offline, vllm
 from tuner.exports.common import Deployment, RenderOptions, check_vllm_argv
 
 
@@ -29,6 +29,9 @@ class ExportFormat:
     # its input must be OpenAI Batch API JSONL (vllm run-batch reads no other form); a batch
     # export of another input says to convert it
     batch_api_input: bool = False
+    # the engines whose simulated plans it writes: vLLM's formats take vLLM plans only (an
+    # SGLang plan's knobs are SGLang's); SGLang's take both (a vLLM plan translated, with notes)
+    engines: tuple[str, ...] = ("vllm",)
 
 
 #: Formats of ``tuner export --format``, in the order the CLI lists them.
@@ -44,11 +47,17 @@ EXPORTERS: dict[str, ExportFormat] = {
         batch=True, batch_api_input=True),
     "sglang": ExportFormat(
         ".sglang.sh", sglang.render_command, sglang.from_sglang_command, title="SGLang",
-        how="Starts an SGLang server with these settings; then send the batch to it."),
+        how="Starts an SGLang server with these settings; then send the batch to it.",
+        engines=ENGINES),
+    "sglang-offline": ExportFormat(
+        ".sglang-offline.py", sglang_offline.render, sglang_offline.from_sglang_offline_script,
+        title="SGLang offline engine (Python)",
+        how="Run as is on the GPU machine: sglang.Engine reads the batch JSONL and writes the "
+        "results JSONL (resumable).", batch=True, engines=ENGINES),
     "json": ExportFormat(
         ".json", json_doc.render_document, json_doc.from_json, title="JSON (every figure)",
         how="The configuration, predicted figures, memory plan and engine arguments, for "
-        "scripts."),
+        "scripts.", engines=ENGINES),
     # at scale: the plan's DP replicas over a split of the workload, and a Ray Data LLM job
     # (whose preprocess reads plain {"prompt", "max_tokens"} lines too)
     "run-batch": ExportFormat(".run-batch.sh", run_batch.render, run_batch.from_run_batch_script,
@@ -57,6 +66,11 @@ EXPORTERS: dict[str, ExportFormat] = {
                              ray_data.engine_argv, batch=True),
 }
 EXPORT_FORMATS = tuple(EXPORTERS)
+def formats_for(engine: str) -> tuple[str, ...]:
+    """The formats that write `engine`'s plans, in the CLI's order."""
+    return tuple(name for name, f in EXPORTERS.items() if engine in f.engines)
+
+
 #: File name suffix of each format.
 EXPORT_SUFFIX = {name: fmt.suffix for name, fmt in EXPORTERS.items()}
 
@@ -83,6 +97,10 @@ def render_export(fmt: str, config: ServingConfig, model: ModelSpec, gpu: GPU, *
     ``num_scheduler_steps``: V0 multi-step scheduling as the prediction assumed (vLLM's
     exports write it; tuner.core.engines.priced_scheduler_steps)."""
     exporter = _exporter(fmt)
+    if config.engine not in exporter.engines:
+        usable = [name for name, f in EXPORTERS.items() if config.engine in f.engines]
+        raise TunerError(f"This plan was simulated for {config.engine}: the {fmt} export is "
+                         f"{'/'.join(exporter.engines)}'s; export it as {', '.join(usable)}.")
     dep = Deployment(config, model, gpu, max_model_len, kv_capacity_tokens, quantized_model,
                      num_scheduler_steps)
     dep.check_deployable()

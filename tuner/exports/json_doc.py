@@ -48,8 +48,12 @@ def render_document(dep: Deployment, opts: RenderOptions) -> str:
     model, gpu = dep.model, dep.gpu
     kw = {"max_model_len": dep.max_model_len, "kv_capacity_tokens": dep.kv_capacity_tokens,
           "quantized_model": dep.quantized_model}
-    vargs, vnotes = vllm_engine_args(dep.config, model, gpu, **kw)
     sopts, snotes = sglang_server_args(dep.config, model, gpu, **kw)
+    # an SGLang-simulated plan has no vLLM arguments (its knobs are SGLang's)
+    vllm_doc = None
+    if dep.config.engine == "vllm":
+        vargs, vnotes = vllm_engine_args(dep.config, model, gpu, **kw)
+        vllm_doc = {"engine_args": vargs, "notes": vnotes}
     doc = {
         "model": {"name": model.name, "hf_id": model.hf_id, "checkpoint": dep.checkpoint},
         "gpu": {"name": gpu.name, "price_usd_per_h": gpu.price_usd_per_h,
@@ -57,7 +61,8 @@ def render_document(dep: Deployment, opts: RenderOptions) -> str:
         "max_model_len": dep.max_model_len,
         "machines": dep.machines.to_dict(),  # how many of which machine the plan needs
         **(opts.extra or {}),
-        "vllm": {"engine_args": vargs, "notes": vnotes},
+        "engine": dep.config.engine,
+        "vllm": vllm_doc,
         "sglang": {"server_args": dict(sopts), "notes": snotes},
     }
     if opts.header:

@@ -87,6 +87,10 @@ _NOTES: dict[str, common.NoteText] = {
         "ordering 'blend': schedule-policy lpm (longest prefix match) groups "
         "requests that share a prefix, but SGLang falls back to fcfs while more than 128 requests "
         "wait; also submit the input sorted so that requests sharing a prefix are adjacent."),
+    "ordering_submit": (
+        "ordering {c.ordering!r}: the prediction submits the requests in that order ({howto}); "
+        "sort the input so and submit it in order (SGLang queues them as they arrive, "
+        "schedule-policy {c.schedule_policy})."),
     "eviction_free": _eviction_note,
     "moe_dp_no_ep": (
         "dp={c.dp} without expert parallelism: the prediction splits the mixture-of-experts "
@@ -122,7 +126,12 @@ def sglang_server_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max
         del opts["quantization"]
     if "cpu-offload-gb" in opts:  # per GPU, an int in SGLang's parser
         opts["cpu-offload-gb"] = max(1, math.ceil(dep.offload_gib_per_gpu - 1e-9))
-    opts.setdefault("schedule-policy", "fcfs")  # other orderings: sort the input (a note)
+    if config.engine == "sglang":
+        # simulated as SGLang runs it: its own policy, no mixed chunks (SGLang's default)
+        opts["schedule-policy"] = config.schedule_policy
+        opts.pop("enable-mixed-chunk", None)
+    else:  # a vLLM plan: the policy nearest its order; other orderings: sort the input (a note)
+        opts["schedule-policy"] = SGLANG_SCHEDULE_POLICY.get(config.ordering, "fcfs")
     notes = dep.quantized_checkpoint_notes(opts, common.notes_for(dep, _NOTES), "model-path",
                                            "SGLang")
     return list(common.in_order(opts, _OPTION_ORDER).items()), notes

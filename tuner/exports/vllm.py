@@ -98,6 +98,10 @@ def vllm_engine_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_m
     ``enable_expert_parallel`` (mixture-of-experts models only) splits whole experts over the
     tensor x data parallel GPUs (vLLM's default all2all backend, allgather_reducescatter).
     """
+    if config.engine != "vllm":
+        raise TunerError(f"This plan was simulated for {config.engine}, not vLLM: export it with "
+                         f"{config.engine}'s formats (tuner export --format sglang | "
+                         "sglang-offline).")
     check_model_config(config, model)
     dep = common.Deployment(config, model, gpu, max_model_len, kv_capacity_tokens,
                             quantized_model)

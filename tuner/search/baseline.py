@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.engine_defaults import DEFAULT_ENTRY_POINT, presets_by_gpu, vllm_defaults
+from tuner.core.sglang import default_config
 from tuner.core.workload import Workload
 from tuner.predictors.protocol import CostModel
 from tuner.predictors.sources import cost_model_for as default_cost_models
@@ -31,18 +32,22 @@ def simulate_baseline(workload: Workload, model: ModelSpec, gpu: GPU, *, tp: int
                       engine_version: str | None = None,
                       cost_model_for: Callable[[GPU, ServingConfig], CostModel] | None = None,
                       simulated: dict[ServingConfig, Metrics] | None = None,
-                      startup_s: float | None = None) -> dict:
-    """vLLM's defaults on `gpu` x (tp, dp), simulated: {'config', 'defaults', 'feasible',
-    'reason', 'metrics'}. `simulated`: figures the search already has ({config: metrics} of
+                      startup_s: float | None = None, engine: str = "vllm") -> dict:
+    """`engine`'s defaults (vLLM's, or SGLang's) on `gpu` x (tp, dp), simulated: {'config',
+    'defaults', 'feasible', 'reason', 'metrics', 'engine'}. `simulated`: figures the search already has ({config: metrics} of
     feasible trials on the whole workload); the defaults are taken from there when they are
     among them (the search's first trial per GPU is vLLM's defaults)."""
-    defaults = vllm_defaults(gpu.name, gpu.memory_gib, entry_point, engine_version,
-                             model.max_position, model)
-    # the winner's precision: vLLM serving the same checkpoint untuned (like for like)
-    config = ServingConfig(gpu=gpu.name, tp=tp, dp=dp, pp=pp, **{
-        **defaults.knobs(), "weight_bits": weight_bits, "kv_bits": kv_bits})
+    if engine == "sglang":  # SGLang's own defaults for the GPU (tuner.core.sglang)
+        config, defaults = default_config(model, gpu, {
+            "tp": tp, "dp": dp, "pp": pp, "weight_bits": weight_bits, "kv_bits": kv_bits})
+    else:
+        defaults = vllm_defaults(gpu.name, gpu.memory_gib, entry_point, engine_version,
+                                 model.max_position, model)
+        # the winner's precision: vLLM serving the same checkpoint untuned (like for like)
+        config = ServingConfig(gpu=gpu.name, tp=tp, dp=dp, pp=pp, **{
+            **defaults.knobs(), "weight_bits": weight_bits, "kv_bits": kv_bits})
     out = {"config": config.to_dict(), "defaults": defaults.to_dict(), "feasible": False,
-           "reason": "", "metrics": None}
+           "reason": "", "metrics": None, "engine": engine}
     if simulated and config in simulated:  # the search ran these very settings already
         out["feasible"] = True
         out["metrics"] = {k: getattr(simulated[config], k) for k in BASELINE_METRICS}
@@ -82,18 +87,25 @@ def gain(metrics: dict, baseline: dict) -> dict | None:
             "speedup": 1.0 / makespan_ratio, "saving_fraction": 1.0 - cost_ratio}
 
 
+def engine_name(engine: str | None) -> str:
+    """vLLM or SGLang, as the engines spell themselves."""
+    return {"sglang": "SGLang"}.get(engine or "vllm", "vLLM")
+
+
 def describe_gain(baseline: dict | None) -> str:
-    """'1.61x faster, 38 % cheaper than vLLM's defaults' (or why there is no ratio)."""
+    """'1.61x faster, 38 % cheaper than vLLM's defaults' (or why there is no ratio); an SGLang
+    plan's baseline is SGLang's defaults."""
     if not baseline:
         return "no baseline"
     g = baseline.get("gain")
+    who = engine_name(baseline.get("engine"))
     if g is None:
-        return f"vLLM's defaults cannot run this plan ({baseline.get('reason') or 'infeasible'})"
+        return f"{who}'s defaults cannot run this plan ({baseline.get('reason') or 'infeasible'})"
     speed = (f"{g['speedup']:.2f}x faster" if g["speedup"] >= 1
              else f"{1 / g['speedup']:.2f}x slower")
     save = g["saving_fraction"]
     cost = f"{100 * save:.0f} % cheaper" if save >= 0 else f"{-100 * save:.0f} % dearer"
-    return f"{speed}, {cost} than vLLM's defaults"
+    return f"{speed}, {cost} than {who}'s defaults"
 
 
 def attach_baselines(records: list[TrialRecord], numbers: Iterable[int], workload: Workload,
@@ -113,7 +125,7 @@ def attach_baselines(records: list[TrialRecord], numbers: Iterable[int], workloa
             continue
         c = r.config
         keyed.append((r, (r.gpu, int(c.tp), int(c.dp), int(c.weight_bits), int(c.kv_bits),
-                          int(c.pp))))
+                          int(c.pp), c.engine)))
     keys = list(dict.fromkeys(key for _r, key in keyed))
 
     def one(key: tuple) -> dict:
@@ -121,7 +133,7 @@ def attach_baselines(records: list[TrialRecord], numbers: Iterable[int], workloa
                                  weight_bits=key[3], kv_bits=key[4], pp=key[5],
                                  entry_point=entry_point, engine_version=engine_version,
                                  cost_model_for=cost_model_for, simulated=simulated,
-                                 startup_s=startup_s)
+                                 startup_s=startup_s, engine=key[6])
 
     # independent simulations (those the study has not run already): a thread each on a
     # large job
@@ -132,5 +144,6 @@ def attach_baselines(records: list[TrialRecord], numbers: Iterable[int], workloa
     return sims
 
 
-__all__ = ["BASELINE_METRICS", "attach_baselines", "describe_gain", "engine_presets", "gain",
+__all__ = ["BASELINE_METRICS", "attach_baselines", "describe_gain", "engine_name", "engine_presets",
+           "gain",
            "simulate_baseline"]

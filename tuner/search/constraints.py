@@ -293,4 +293,6 @@ def plan_label(config) -> str:
     gpus = int(config.get("tp", 1)) * int(config.get("pp", 1)) * int(config.get("dp", 1))
     w, kv = int(config.get("weight_bits", 16)), int(config.get("kv_bits", 16))
     bits = f"{w}-bit" if w == kv else f"{w}-bit weights, {kv}-bit KV"
-    return f"{gpus} x {config['gpu']} ({parallel_label(config)}, {bits})"
+    # an SGLang plan names its engine (vLLM, the default engine, goes unnamed as before)
+    engine = "SGLang, " if config.get("engine") == "sglang" else ""
+    return f"{gpus} x {config['gpu']} ({engine}{parallel_label(config)}, {bits})"

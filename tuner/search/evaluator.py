@@ -20,7 +20,7 @@ from tuner.core.pricing import job_cost_usd
 from tuner.core.workload import Workload
 from tuner.predictors.protocol import CostModel
 from tuner.predictors.sources import cost_model_for as default_cost_models
-from tuner.search.records import LEVELS, TrialRecord
+from tuner.search.records import LEVELS, TrialRecord, config_key
 from tuner.search.space import SearchSpace
 from tuner.sim.simulator import InfeasibleConfig, simulate
 
@@ -202,10 +202,6 @@ def add_to_front(front: list, p: tuple) -> None:
     if any(q[0] <= p[0] and q[1] <= p[1] for q in front):
         return
     front[:] = [q for q in front if not (p[0] <= q[0] and p[1] <= q[1])] + [p]
-
-
-def config_key(params: dict) -> tuple:
-    return tuple(sorted(params.items()))
 
 
 class Evaluator:

@@ -234,8 +234,11 @@ def _templates(records: list[TrialRecord], gpus: dict[str, GPU]) -> dict[str, li
     """Per GPU type, its fastest-per-replica and cheapest-per-token feasible full-job trials."""
     out: dict[str, list[_Template]] = {}
     for gpu in gpus:
+        # parts are vLLM plans: their run-batch launchers split a part over its machines
+        # (an SGLang plan's offline engine runs on one), so SGLang plans compete with a mix
+        # (single_plans) but are not made into its parts
         ts = [_template(r, gpus[gpu]) for r in single_plans(records)
-              if r.gpu == gpu and r.metrics.schedule_s]
+              if r.config.engine == "vllm" and r.gpu == gpu and r.metrics.schedule_s]
         if not ts:
             continue
         fast = max(ts, key=lambda t: t.jobs_per_s_per_replica)

@@ -18,6 +18,7 @@ from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import KNOBS, ServingConfig
 from tuner.core.engine_defaults import SEARCH_PRESETS
 from tuner.core.errors import TunerError
+from tuner.core.sglang import sglang_defaults
 from tuner.core.workload import Workload
 from tuner.core.workload.base import lengths_from_input
 from tuner.predictors.protocol import CostModel
@@ -63,15 +64,45 @@ def _preset_value(name: str, values: list, preset: dict):
     return max(values) if name.endswith("_bits") else values[len(values) // 2]
 
 
+def _nearest(values: list, want):
+    """`want`, or the value of `values` nearest to it (numbers), else `want`."""
+    if want in values or isinstance(want, str):
+        return want
+    nums = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    return min(nums, key=lambda v: abs(v - want)) if nums else want
+
+
+def sglang_presets(gpus: dict[str, GPU]) -> dict[str, dict]:
+    """GPU -> SGLang's defaults as ServingConfig knobs (tuner.core.sglang: its chunked prefill
+    size and mem fraction by GPU memory, fcfs); the search's SGLang preset where the space
+    offers them (--max-running-requests, sized from the KV pool, takes the space's nearest)."""
+    out = {}
+    for name, g in gpus.items():
+        d = sglang_defaults(g)
+        out[name] = {"engine": "sglang", "chunk_size": d.chunked_prefill_size,
+                     "gpu_memory_utilization": d.mem_fraction_static,
+                     "schedule_policy": d.schedule_policy}
+    return out
+
+
 def enqueue_presets(study: optuna.Study, space: SearchSpace, gpu_names: list[str],
-                    engine: dict[str, dict] | None = None) -> None:
+                    engine: dict[str, dict] | None = None,
+                    sglang: dict[str, dict] | None = None) -> None:
     """`engine`: GPU -> vLLM's batch defaults for the job's entry point
-    (tuner.search.baseline.engine_presets), replacing the first preset's where given."""
+    (tuner.search.baseline.engine_presets), replacing the first preset's where given;
+    `sglang`: GPU -> SGLang's (:func:`sglang_presets`), enqueued after them when the space
+    searches SGLang."""
     seen = set()
-    for i, preset in enumerate(PRESETS):
+    presets = list(PRESETS)
+    if sglang and "sglang" in space.knobs.get("engine", ()):
+        presets += [{"sglang": True}]
+    for i, preset in enumerate(presets):
         for gpu in gpu_names:
             if i == 0 and engine and gpu in engine:
                 preset = {**PRESETS[0], **engine[gpu]}
+            elif i == len(PRESETS):  # SGLang's defaults, at the space's nearest values
+                preset = {k: _nearest(space.knobs[k], v) if k in space.knobs else v
+                          for k, v in sglang[gpu].items()}
             params = {"gpu": gpu, **{name: _preset_value(name, values, preset)
                                      for name, values in space.knobs.items()}}
             if config_key(params) not in seen:
@@ -418,7 +449,8 @@ def run_search(workload: Workload, model: ModelSpec, gpus: dict[str, GPU], space
                                                  states=(optuna.trial.TrialState.COMPLETE,)))
                 mirror = study
             if not settings.exhaustive:  # the presets not run yet (all of them when new)
-                enqueue_presets(work, space, list(gpus), engine_presets(gpus, meta, model))
+                enqueue_presets(work, space, list(gpus), engine_presets(gpus, meta, model),
+                                sglang_presets(gpus))
             optimize(work, ev, settings, shared=False, on_trial=on_trial, mirror=mirror)
             if not settings.exhaustive:
                 add_final_candidates(study, ev, settings)
@@ -441,7 +473,8 @@ def prepare_study(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
     meta = study_metadata(workload, model, gpus, space, settings, metadata)
     study = open_study(settings, metadata=meta, workload_tokens=workload_tokens(workload))
     if not settings.exhaustive:  # the presets not run nor queued yet (all of them when new)
-        enqueue_presets(study, space, list(gpus), engine_presets(gpus, meta, model))
+        enqueue_presets(study, space, list(gpus), engine_presets(gpus, meta, model),
+                        sglang_presets(gpus))
     return study
 
 
@@ -459,7 +492,7 @@ def search_space(space: SearchSpace, workload: Workload, model: ModelSpec,
     caps = {g: settings.constraints.gpu_cap(g) for g in gpus}
     return fit_space(space, model=model, gpus=gpus, gpu_caps=caps,
                      defaults=engine_presets(gpus, meta, model), outputs_from_input=known,
-                     engine_schedulers=meta.engine_schedulers)
+                     engine_schedulers=meta.engine_schedulers, engines=meta.engines)
 
 
 def final_candidates(ev: Evaluator) -> list[tuple[dict, TrialRecord]]:

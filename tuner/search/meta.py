@@ -97,6 +97,9 @@ class StudyMeta:
     too_long: dict | None = None  # what --on-too-long skip left out
     outputs_known: bool = False
     startup_s: float | None = None  # --startup-s; None: modelled from --engine-version
+    # --engines: the engines searched (tuner.search.space.fit_space makes them the `engine`
+    # knob); None: the space's own (vLLM unless it lists engine), as before engines were searched
+    engines: list[str] | None = None
     # digests of what a trial's figures depend on (tuner.search.storage.input_digests): each
     # GPU's specs, the model shape, the cost-model source, the start-up override; None: a study
     # older than that (--resume checks only what _SAME lists)
@@ -146,6 +149,7 @@ class StudyMeta:
             too_long=d.get("too_long"),
             outputs_known=bool(d.get("outputs_known", False)),
             startup_s=d.get("startup_s"),
+            engines=None if d.get("engines") is None else list(d["engines"]),
             digests=d.get("digests") if isinstance(d.get("digests"), dict) else None,
             workload_file_sha256=d.get("workload_file_sha256") or None,
             version=int(d.get("version", 1)),

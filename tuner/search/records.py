@@ -18,7 +18,7 @@ import numpy as np
 import optuna
 
 from tuner.core.catalog import GPU
-from tuner.core.config import KNOBS, ServingConfig
+from tuner.core.config import DEFAULTS, ENGINE_HELD, KNOBS, ServingConfig
 from tuner.core.engines import NEWEST
 from tuner.core.errors import TunerError
 from tuner.core.memory import MemoryPlan
@@ -116,6 +116,13 @@ def config_from_dict(d: dict) -> ServingConfig:
     """The ServingConfig of a stored configuration (a trial's params over the space's fixed
     knobs, results.json's ``config``); keys of knobs this version does not have are dropped."""
     return ServingConfig(**{k: v for k, v in d.items() if k in KNOBS})
+
+
+def config_key(params: dict) -> tuple:
+    """The identity of a configuration: its params with the knobs its engine does not have held
+    (tuner.core.config.ENGINE_HELD), so a vLLM trial's schedule policy is no new plan."""
+    held = ENGINE_HELD[params.get("engine", DEFAULTS["engine"])]
+    return tuple(sorted((k, held.get(k, v)) for k, v in params.items()))
 
 
 #: a configuration's fidelity (TrialRecord.level), coarse to exact: the stratified sample, the
@@ -270,7 +277,7 @@ def trial_records(study: optuna.Study) -> list[TrialRecord]:
     engine_schedulers = meta.engine_schedulers
     out, seen = [], set()
     for t in completed(study):
-        key = tuple(sorted(t.params.items()))
+        key = config_key(t.params)
         if key in seen:
             continue
         r = TrialRecord.from_trial(t, fixed)
@@ -396,6 +403,17 @@ def winners(records: list[TrialRecord]) -> tuple[dict, dict]:
     return pick(feas), per_gpu
 
 
+def engine_winners(records: list[TrialRecord]) -> dict[str, dict]:
+    """{engine: {'fastest': n, 'cheapest': n}}: the best plan of each engine the study
+    simulated (vLLM's and SGLang's fronts apart), as :func:`winners` picks them."""
+    feas = [r for r in deployable([r for r in records if r.feasible])]
+    out = {}
+    for engine in dict.fromkeys(r.config.engine for r in feas):
+        mine = [r for r in feas if r.config.engine == engine]
+        out[engine] = {goal: rank(mine, goal)[0].number for goal in GOALS}
+    return out
+
+
 def winner_roles_of(best: dict, per_gpu: dict) -> dict[int, list[str]]:
     """Trial number -> its roles ('overall fastest', 'A10 cheapest', ...), overall first, from
     :func:`winners`' two dicts."""
@@ -461,7 +479,7 @@ def search_stats(study: optuna.Study) -> dict:
     for t, ft in zip(trials, completed(study), strict=True):
         if t.duplicate:
             continue
-        key = tuple(sorted(ft.params.items()))
+        key = config_key(ft.params)
         if key not in by_key or LEVELS.index(t.level) > LEVELS.index(by_key[key].level):
             by_key[key] = t
     distinct = list(by_key.values())

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from tuner.core.config import DEFAULTS, ServingConfig
+from tuner.core.config import DEFAULTS, SCHEDULE_POLICIES, ServingConfig
 from tuner.core.errors import TunerError
 
 _FIELDS = {f.name: f for f in dataclasses.fields(ServingConfig)}
@@ -231,7 +231,8 @@ def _with_value(values: list, v) -> list:
 
 def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int],
               defaults: dict[str, dict], outputs_from_input: bool,
-              engine_schedulers: tuple[str, ...] | None = None) -> tuple[SearchSpace, list[str]]:
+              engine_schedulers: tuple[str, ...] | None = None,
+              engines: list[str] | None = None) -> tuple[SearchSpace, list[str]]:
     """The space a search runs, and notes saying what was changed and why:
 
     * ``tp: auto``: powers of two up to the largest machine among the GPUs (a TP group stays
@@ -248,9 +249,19 @@ def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int]
       default (`engine_schedulers`: the presets its flags select, first its default;
       tuner.core.engines): V0 runs prefill-first batches, not V1's. A searched scheduler list
       already holds the default (the defaults above); presets the engine does not run are
-      kept as simulator studies (tuner.search.records.study_only_reason).
+      kept as simulator studies (tuner.search.records.study_only_reason);
+    * `engines` (--engines) become the `engine` knob, in place of the space's; with SGLang
+      among them a shipped space also searches its schedule policy (fcfs, lpm). The knobs one
+      engine lacks are held in its plans (tuner.core.config.ENGINE_HELD).
     """
     knobs = dict(space.knobs)
+    fixed = dict(space.fixed)
+    if engines:
+        fixed.pop("engine", None)
+        knobs["engine"] = list(engines)
+        if ("sglang" in engines and is_shipped(space) and "schedule_policy" not in knobs
+                and "schedule_policy" not in fixed):
+            knobs["schedule_policy"] = list(SCHEDULE_POLICIES)
     caps = {g: int(gpu_caps.get(g, DEFAULT_MAX_GPUS)) for g in gpus}
     if knobs.get("tp") == AUTO:
         knobs["tp"] = _auto_tp(model, gpus, caps)
@@ -259,7 +270,6 @@ def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int]
     if is_shipped(space):  # a space of the user's own lists what the user chose
         _offer_defaults(knobs, defaults)
     notes: list[str] = []
-    fixed = dict(space.fixed)
     if (engine_schedulers and is_shipped(space)
             and fixed.get("scheduler") not in (None, *engine_schedulers)):
         notes.append(f"scheduler: {engine_schedulers[0]} (the engine version's own batching) "

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tuner.core.catalog import GPU, ModelSpec
-from tuner.core.config import ServingConfig, check_model_config
+from tuner.core.config import ENGINES, ServingConfig, check_model_config
 from tuner.core.errors import TunerError
 from tuner.core.memory import MemoryPlan, plan_memory
 from tuner.core.pricing import Machines, Rental, job_cost_usd, place, rent, usd_per_million_tokens
 from tuner.core.provenance import Provenance
 from tuner.core.schedulers import SCHEDULER_PRESETS
-from tuner.core.sglang import ENGINES, SGLangSettings, plan_memory_sglang
+from tuner.core.sglang import SGLangSettings, plan_memory_sglang
 from tuner.core.startup import resolve_startup
 from tuner.core.workload import Workload
 from tuner.predictors.protocol import CostModel
@@ -233,9 +233,11 @@ def machines_for(gpu: GPU, config: ServingConfig) -> Machines:
 
 
 def check_feasible(workload: Workload, model: ModelSpec, gpu: GPU,
-                   config: ServingConfig, engine: str = "vllm") -> MemoryPlan:
-    """The memory plan (`engine`'s: tuner.core.memory's for vLLM, tuner.core.sglang's for
-    SGLang); raises InfeasibleConfig with the numbers when the config cannot run."""
+                   config: ServingConfig, engine: str | None = None) -> MemoryPlan:
+    """The memory plan of `engine` (default config.engine: tuner.core.memory's for vLLM,
+    tuner.core.sglang's for SGLang); raises InfeasibleConfig with the numbers when the config
+    cannot run."""
+    engine = engine or config.engine
     try:
         check_model_config(config, model)  # e.g. expert parallelism on a dense model
     except TunerError as exc:  # a search's trial is infeasible; `simulate` prints the line
@@ -514,7 +516,7 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
              exact: bool = False, return_steps: bool = False, startup_s: float | None = None,
              engine_version: str | None = None, replicas: int | None = None,
              timeline_rows: int | None = None,
-             engine: str = "vllm", sglang: SGLangSettings | None = None,
+             engine: str | None = None, sglang: SGLangSettings | None = None,
              prefix_caching: bool = True) -> SimResult:
     """Simulate the whole job iteration by iteration, each step priced by `cost_model`
     (predictors.sources.resolve_cost_model / cost_model_for give the registry's); raises
@@ -536,16 +538,20 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     (consecutive steps merged, time-weighted; for a picture), not one per step; ignored when
     replaying arrivals (their clock is per step).
 
-    `engine`: "vllm" (the C loop's presets) or "sglang" (tuner.sim.sglang's scheduler, its
-    memory plan and `sglang`'s settings; config.chunk_size is then --chunked-prefill-size,
+    The engine is config.engine (`engine` replaces it): "vllm" (the C loop's presets) or
+    "sglang" (tuner.sim.sglang's scheduler, its memory plan, config.schedule_policy and
+    `sglang`'s other settings; config.chunk_size is then --chunked-prefill-size,
     config.max_running --max-running-requests, config.gpu_memory_utilization
     --mem-fraction-static; priced with the same cost model, whose provenance then says so).
     `prefix_caching` False: shared prefixes are computed by every request (vLLM
     --no-enable-prefix-caching, SGLang --disable-radix-cache)."""
     if len(workload) == 0:
         raise TunerError("The workload has no requests.")
-    if engine not in ENGINES:
-        raise TunerError(f"engine {engine!r} is not one of {', '.join(ENGINES)}.")
+    if engine is not None and engine != config.engine:
+        if engine not in ENGINES:
+            raise TunerError(f"engine {engine!r} is not one of {', '.join(ENGINES)}.")
+        config = dataclasses.replace(config, engine=engine)
+    engine = config.engine
     full_workload = workload  # the physical limit counts every shared prefix once regardless
     if not prefix_caching and workload.prefix_ids is not None:
         workload = dataclasses.replace(workload, prefix_ids=None, prefix_tokens=None)
@@ -557,7 +563,8 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         if workload.arrival_s is not None:
             raise TunerError("replaying arrivals (a trace's arrival times) is simulated for "
                              "vLLM only; drop --engine sglang or the arrival column.")
-        settings = sglang or SGLangSettings()
+        settings = dataclasses.replace(sglang or SGLangSettings(),
+                                       schedule_policy=config.schedule_policy)
         if not start.given:  # no torch.compile: SGLang's --enable-torch-compile is off by default
             start = dataclasses.replace(
                 start, compile_s=0.0, total_s=start.total_s - start.compile_s, engine="SGLang",
