@@ -3,7 +3,9 @@
 Reference: Vidur simulates the full arXiv trace (28,257 requests, Llama-2-70B, TP2, A100,
 Sarathi chunk 512, batch cap 128) in 80.7 s on a 2-core machine (issue #3). Prints wall time,
 iterations/s, requests/s and the speed-up over that figure, and the exact step-by-step mode's
-time and makespan beside the default skip-ahead mode's.
+time and makespan beside the default skip-ahead mode's. SGLang lines (`--engine sglang`, its
+defaults for the GPU) also time the Python reference of its scheduler (tuner.sim.sglang's
+SGLangScheduler, which the C loop reproduces) and check the makespans agree.
 
 Run: python benchmarks/sim_speed.py [--traces ../shared/traces] [--repeats 3]
 """
@@ -11,6 +13,7 @@ Run: python benchmarks/sim_speed.py [--traces ../shared/traces] [--repeats 3]
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import time
@@ -19,10 +22,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tuner.core import sglang as sg
 from tuner.core.catalog import get_gpu, get_model, load_gpus
 from tuner.core.config import ServingConfig
 from tuner.core.workload import Workload
 from tuner.predictors.sources import resolve_cost_model
+from tuner.sim import sglang as sim_sglang
 from tuner.sim.simulator import simulate
 
 VIDUR_ARXIV_S = 80.7
@@ -36,12 +41,60 @@ CASES = [
     ("splitwise_code.csv", "mistral-7b", "A10", dict(scheduler="vllm", chunk_size=2048, max_running=256)),
     ("splitwise_conv.csv", "mistral-7b", "A10", dict(scheduler="vllm", chunk_size=2048, max_running=256)),
 ]
+# SGLang with its defaults for the GPU (chunked prefill, mem fraction, max running requests)
+SGLANG_CASES = [
+    ("arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv", "llama-3-8b", "A10"),
+    ("splitwise_conv.csv", "mistral-7b", "A10"),
+]
 
 
 def load(path: Path) -> Workload:
     df = pd.read_csv(path)
     return Workload(df["num_prefill_tokens"].to_numpy(np.int64),
                     df["num_decode_tokens"].to_numpy(np.int64), source=str(path))
+
+
+def sglang_config(model, gpu) -> ServingConfig:
+    """`tuner simulate --engine sglang`'s config: SGLang's defaults on `gpu`."""
+    d = sg.sglang_defaults(gpu)
+    base = dict(gpu=gpu.name, chunk_size=d.chunked_prefill_size, block_size=1,
+                gpu_memory_utilization=d.mem_fraction_static)
+    plan = sg.plan_memory_sglang(model, gpu, ServingConfig(**base, max_running=1))
+    return ServingConfig(**base, max_running=sg.max_running_default(plan.kv_capacity_tokens,
+                                                                     model.max_position))
+
+
+def time_sglang(args, gpus) -> None:
+    for trace, model, gpu in SGLANG_CASES:
+        w = load(args.traces / trace)
+        m, g = get_model(model), get_gpu(gpu, gpus)
+        cfg = sglang_config(m, g)
+        cm = resolve_cost_model(m, g, cfg)
+        times = []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            res = simulate(w, m, g, cfg, cm, engine="sglang")
+            times.append(time.perf_counter() - t0)
+        best = min(times)
+        t0 = time.perf_counter()
+        ref = simulate(w, m, g, cfg, cm, engine="sglang", exact=True)
+        exact_s = time.perf_counter() - t0
+        c_loop = sim_sglang.run_schedule
+        sim_sglang.run_schedule = functools.partial(c_loop, reference=True)
+        try:
+            t0 = time.perf_counter()
+            py = simulate(w, m, g, cfg, cm, engine="sglang")
+            py_s = time.perf_counter() - t0
+        finally:
+            sim_sglang.run_schedule = c_loop
+        same = py.makespan_s == res.makespan_s == ref.makespan_s
+        print(f"{'_'.join(trace.split('_')[:2])[:16]:16s} {model:12s} {gpu:9s} sglang   "
+              f"chunk {cfg.chunk_size:5d} cap {cfg.max_running:4d}: {len(w):6d} req, "
+              f"{res.iterations:7d} iterations in {best:.3f} s (median {np.median(times):.3f} s) "
+              f"= {res.iterations / best:,.0f} it/s, {len(w) / best:,.0f} req/s; "
+              f"makespan {res.makespan_s / 3600:.2f} h, retractions {res.preemptions}; "
+              f"step by step {exact_s:.3f} s; Python reference {py_s:.3f} s "
+              f"({py_s / best:.0f}x), makespans {'equal' if same else 'DIFFER'}")
 
 
 def main() -> None:
@@ -81,6 +134,7 @@ def main() -> None:
         if trace.startswith("arxiv") and model == "llama-2-70b":
             line += f"; {VIDUR_ARXIV_S / best:.0f}x Vidur's {VIDUR_ARXIV_S} s"
         print(line)
+    time_sglang(args, gpus)
 
 
 if __name__ == "__main__":

@@ -505,3 +505,516 @@ void tk_least_loaded(const i64 *work, const i64 *by_size, i64 n, i64 dp, i64 *lo
         load[r] += work[pos];
     }
 }
+
+/* ---- SGLang v0.5's scheduler ----------------------------------------------------------------
+ * The C form of tuner/sim/sglang.py's SGLangScheduler (the reference, whose docstrings cite
+ * SGLang's source for every rule below): same state, same order of operations, same floats
+ * (new_token_ratio and the admission offset are doubles computed in the same order as the
+ * Python's), so the step records are equal bit for bit (tests/test_sglang_c.py). Each function
+ * names the SGLang routine and the Python method it mirrors. */
+
+/* req[r * SG_N_REQ_COLS + col], 32-bit as the vLLM loop's */
+enum { SG_PROMPT, SG_OUTPUT, SG_GROUP, SG_COMPUTED, SG_SHARED, SG_GENERATED, SG_FINISH_STEP,
+       SG_FIRST_STEP, SG_N_REQ_COLS };
+/* grp[g * SG_N_GRP_COLS + col]: one radix-cache entry per prefix group; the unused cached ones
+ * form the LRU list (a doubly linked list through PREV/NEXT, oldest at c[SG_LRU_HEAD]) */
+enum { SG_GLEN, SG_CACHED, SG_REF, SG_IN_LRU, SG_PREV, SG_NEXT, SG_SEEN, SG_N_GRP_COLS };
+/* q[row * w + i]: running (admission order), the batch's requests and tokens (w entries each,
+ * w = min(n, max_running) + 1), then the waiting queue (a circular deque of n) */
+enum { SG_Q_RUNNING, SG_Q_BATCH_REQ, SG_Q_BATCH_NEW, SG_Q_WAITING, SG_N_Q_ROWS };
+/* scalar state c[] (f[0] holds new_token_ratio) */
+enum { SG_N_RUNNING, SG_WAIT_HEAD, SG_N_WAITING, SG_CHUNKED, SG_BATCH_FULL, SG_RESET_PENDING,
+       SG_DONE, SG_PRIVATE, SG_CACHE_TOKENS, SG_EVICTABLE, SG_CACHED_TOKENS, SG_LRU_HEAD,
+       SG_LRU_TAIL, SG_N_SLOTS };
+/* parameters kp[] (kf[]: the ratio's decay per step and its floor) */
+enum { SGK_CAPACITY, SGK_CHUNK, SGK_MAX_RUNNING, SGK_MAX_PREFILL, SGK_RADIX, SGK_LPM,
+       SGK_CLIP_MAX_NEW, SGK_RETRACT_STEPS, SGK_LPM_MAX_WAITING, SGK_IN_BATCH_THRESHOLD,
+       SGK_PAGE, SGK_MAX_ROWS, SGK_N_PARAMS };
+enum { SGF_DECAY, SGF_MIN_RATIO, SGF_N_PARAMS };
+/* a running list longer than its row (impossible: running + chunked <= max_running) */
+enum { STATUS_OVERFLOW = 5 };
+enum { SG_ABI_VERSION = 1 };
+
+i64 tk_sglang_layout(i64 *out, i64 size) {
+    const i64 v[] = { SG_N_REQ_COLS, SG_PROMPT, SG_OUTPUT, SG_GROUP, SG_FINISH_STEP,
+                      SG_FIRST_STEP, SG_N_GRP_COLS, SG_GLEN, SG_PREV, SG_NEXT, SG_N_Q_ROWS,
+                      SG_Q_WAITING, SG_N_SLOTS, SG_N_WAITING, SG_CHUNKED, SG_CACHED_TOKENS,
+                      SG_LRU_HEAD, SG_LRU_TAIL, SGK_N_PARAMS, SGK_MAX_ROWS, SGF_N_PARAMS,
+                      STATUS_FULL, STATUS_PAUSED, STATUS_OVERFLOW, SG_ABI_VERSION };
+    i64 n = (i64)(sizeof v / sizeof v[0]);
+    for (i64 i = 0; i < n && i < size; i++) out[i] = v[i];
+    return n;
+}
+
+typedef struct {
+    const i64 *k;
+    const double *kf;
+    i32 *req, *grp, *q;
+    i64 *c;
+    double *f;
+    i64 n, w, ws;
+    i64 *scratch;  /* 4 x ws: sort keys, values and their merge buffers */
+} SgState;
+
+#define SR(r, col) s->req[(r) * SG_N_REQ_COLS + (col)]
+#define SG(g, col) s->grp[(g) * SG_N_GRP_COLS + (col)]
+#define SQ(row, i) s->q[(row) * s->w + (i)]
+#define SW(i) s->q[SG_Q_WAITING * s->w + (i)]
+#define SC(slot) s->c[slot]
+#define SK(p) s->k[p]
+
+/* ---- KV (SGLangScheduler.available, _evict, _alloc, _lock, _unlock, _release, _insert) ---- */
+static inline i64 sg_available(const SgState *s) {
+    return SK(SGK_CAPACITY) - SC(SG_PRIVATE) - SC(SG_CACHE_TOKENS);
+}
+
+static void sg_lru_remove(SgState *s, i64 g) {  /* OrderedDict.pop(g, None) */
+    if (!SG(g, SG_IN_LRU)) return;
+    i64 p = SG(g, SG_PREV), nx = SG(g, SG_NEXT);
+    if (p >= 0) SG(p, SG_NEXT) = (i32)nx; else SC(SG_LRU_HEAD) = nx;
+    if (nx >= 0) SG(nx, SG_PREV) = (i32)p; else SC(SG_LRU_TAIL) = p;
+    SG(g, SG_IN_LRU) = 0;
+}
+
+static void sg_lru_append(SgState *s, i64 g) {  /* lru[g] = None: most recent (kept if there) */
+    if (SG(g, SG_IN_LRU)) return;
+    i64 t = SC(SG_LRU_TAIL);
+    SG(g, SG_PREV) = (i32)t;
+    SG(g, SG_NEXT) = -1;
+    if (t >= 0) SG(t, SG_NEXT) = (i32)g; else SC(SG_LRU_HEAD) = g;
+    SC(SG_LRU_TAIL) = g;
+    SG(g, SG_IN_LRU) = 1;
+}
+
+/* The least recently used unused entry, taken out of the cache (RadixCache.evict); -1: none. */
+static i64 sg_evict_oldest(SgState *s) {
+    i64 g = SC(SG_LRU_HEAD);
+    if (g < 0) return -1;
+    sg_lru_remove(s, g);
+    SG(g, SG_CACHED) = 0;
+    return g;
+}
+
+static void sg_evict(SgState *s, i64 need) {
+    while (sg_available(s) < need && SC(SG_LRU_HEAD) >= 0) {
+        i64 g = sg_evict_oldest(s);
+        SC(SG_CACHE_TOKENS) -= SG(g, SG_GLEN);
+        SC(SG_EVICTABLE) -= SG(g, SG_GLEN);
+    }
+}
+
+static int sg_alloc(SgState *s, i64 tokens) {  /* 0: it cannot be placed (stuck) */
+    sg_evict(s, tokens);
+    if (sg_available(s) < tokens) return 0;
+    SC(SG_PRIVATE) += tokens;
+    return 1;
+}
+
+static void sg_lock(SgState *s, i64 g) {
+    if (SG(g, SG_REF) == 0) {
+        sg_lru_remove(s, g);
+        SC(SG_EVICTABLE) -= SG(g, SG_GLEN);
+    }
+    SG(g, SG_REF) += 1;
+}
+
+static void sg_unlock(SgState *s, i64 g) {
+    SG(g, SG_REF) -= 1;
+    if (SG(g, SG_REF) == 0 && SG(g, SG_CACHED)) {
+        sg_lru_append(s, g);
+        SC(SG_EVICTABLE) += SG(g, SG_GLEN);
+    }
+}
+
+static void sg_release(SgState *s, i64 r) {
+    SC(SG_PRIVATE) -= (i64)SR(r, SG_COMPUTED) - SR(r, SG_SHARED);
+    if (SR(r, SG_SHARED) > 0) sg_unlock(s, SR(r, SG_GROUP));
+    SR(r, SG_COMPUTED) = 0;
+    SR(r, SG_SHARED) = 0;
+}
+
+static void sg_insert(SgState *s, i64 r) {
+    i64 g = SR(r, SG_GROUP);
+    if (g < 0 || SR(r, SG_SHARED) > 0 || SR(r, SG_COMPUTED) < SG(g, SG_GLEN)) return;
+    i64 x = SG(g, SG_GLEN);
+    SC(SG_PRIVATE) -= x;
+    SR(r, SG_SHARED) = (i32)x;
+    if (SG(g, SG_CACHED)) {  /* computed twice: r's copy is freed, r locks the cached one */
+        sg_lock(s, g);
+        return;
+    }
+    SG(g, SG_CACHED) = 1;
+    SC(SG_CACHE_TOKENS) += x;
+    SG(g, SG_REF) += 1;
+}
+
+static inline i64 sg_hit(const SgState *s, i64 r) {  /* _hit: the cached prefix r can skip */
+    i64 g = SR(r, SG_GROUP);
+    if (g < 0 || !SG(g, SG_CACHED)) return 0;
+    return min64(SG(g, SG_GLEN), (i64)SR(r, SG_PROMPT) + SR(r, SG_GENERATED) - 1);
+}
+
+/* Stable ascending sort of m (key, value) pairs in scratch[0..m), scratch[ws..ws+m) (bottom-up
+ * merge sort: Python's sorted keeps equal keys in order too). */
+static void sg_sort(SgState *s, i64 m) {
+    i64 *key = s->scratch, *val = s->scratch + s->ws;
+    i64 *tk = s->scratch + 2 * s->ws, *tv = s->scratch + 3 * s->ws;
+    for (i64 width = 1; width < m; width *= 2) {
+        for (i64 lo = 0; lo < m; lo += 2 * width) {
+            i64 mid = min64(lo + width, m), hi = min64(lo + 2 * width, m);
+            i64 a = lo, b = mid, o = lo;
+            while (a < mid && b < hi) {
+                if (key[b] < key[a]) { tk[o] = key[b]; tv[o++] = val[b++]; }
+                else { tk[o] = key[a]; tv[o++] = val[a++]; }
+            }
+            while (a < mid) { tk[o] = key[a]; tv[o++] = val[a++]; }
+            while (b < hi) { tk[o] = key[b]; tv[o++] = val[b++]; }
+        }
+        i64 *t = key; key = tk; tk = t;
+        t = val; val = tv; tv = t;
+    }
+    if (key != s->scratch) {  /* an odd number of passes: the result is in the buffers */
+        memcpy(s->scratch, key, (size_t)m * sizeof(i64));
+        memcpy(s->scratch + s->ws, val, (size_t)m * sizeof(i64));
+    }
+}
+
+/* ---- prefill (get_new_batch_prefill, PrefillAdder; _sort_lpm, _prefill_batch, _run_prefill) */
+
+/* --schedule-policy lpm with few requests waiting: longest cached prefix first, a later member
+ * of a group not cached yet moved last (in-batch prefix caching). */
+static void sg_sort_lpm(SgState *s) {
+    i64 m = SC(SG_N_WAITING), head = SC(SG_WAIT_HEAD), n = s->n;
+    i64 thr = SK(SGK_IN_BATCH_THRESHOLD);
+    i64 *key = s->scratch, *val = s->scratch + s->ws;
+    for (i64 i = 0; i < m; i++) {
+        i64 r = SW((head + i) % n), hit = sg_hit(s, r), g = SR(r, SG_GROUP);
+        key[i] = -hit;
+        val[i] = r;
+        if (hit <= thr && g >= 0 && SG(g, SG_GLEN) > thr) {
+            if (SG(g, SG_SEEN)) key[i] = INT64_MAX;
+            else SG(g, SG_SEEN) = 1;
+        }
+    }
+    for (i64 i = 0; i < m; i++) {
+        i64 g = SR(val[i], SG_GROUP);
+        if (g >= 0) SG(g, SG_SEEN) = 0;
+    }
+    sg_sort(s, m);
+    for (i64 i = 0; i < m; i++) SW((head + i) % n) = (i32)s->scratch[s->ws + i];
+}
+
+/* rem_total_token_offset of the running batch: sum of min(max_new - generated, clip) x ratio */
+static double sg_running_offset(const SgState *s) {
+    if (SC(SG_N_RUNNING) == 0) return 0.0;
+    i64 sum = 0, clip = SK(SGK_CLIP_MAX_NEW);
+    for (i64 i = 0; i < SC(SG_N_RUNNING); i++) {
+        i64 r = SQ(SG_Q_RUNNING, i);
+        sum += min64((i64)SR(r, SG_OUTPUT) - SR(r, SG_GENERATED), clip);
+    }
+    return (double)sum * s->f[0];
+}
+
+/* The next prefill batch into the batch rows; returns its size (0: none). */
+static i64 sg_prefill_batch(SgState *s, i64 step) {
+    i64 n = s->n, page = SK(SGK_PAGE), clip = SK(SGK_CLIP_MAX_NEW);
+    if ((SC(SG_BATCH_FULL) || SC(SG_N_WAITING) == 0) && SC(SG_CHUNKED) < 0) return 0;
+    i64 allocatable = SK(SGK_MAX_RUNNING) - SC(SG_N_RUNNING);
+    if (allocatable <= 0 && SC(SG_CHUNKED) < 0) {
+        SC(SG_BATCH_FULL) = 1;
+        return 0;
+    }
+    if (SK(SGK_LPM) && SC(SG_N_WAITING) <= SK(SGK_LPM_MAX_WAITING)) sg_sort_lpm(s);
+    double offset = sg_running_offset(s);
+    i64 cur_offset = 0, rem_input = SK(SGK_MAX_PREFILL), rem_chunk = SK(SGK_CHUNK);
+    i64 nb = 0, new_chunked = -1;
+    /* what a request takes of the budgets (PrefillAdder._update_prefill_budget) */
+#define SG_CHARGE(ext, max_new) do {                                   \
+        offset += (double)((ext) + (max_new) + page);                  \
+        cur_offset += (ext) + page;                                    \
+        rem_input -= (ext);                                            \
+        rem_chunk -= (ext);                                            \
+    } while (0)
+    if (SC(SG_CHUNKED) >= 0) {  /* add_chunked_req: the chunked request's next chunk */
+        i64 r = SC(SG_CHUNKED);
+        i64 rem = min64(rem_chunk,
+                        (i64)((double)(sg_available(s) + SC(SG_EVICTABLE)) - offset));
+        if (rem <= 0) rem = rem_chunk;
+        i64 left = (i64)SR(r, SG_PROMPT) + SR(r, SG_GENERATED) - SR(r, SG_COMPUTED);
+        i64 new_len = min64(left, rem);
+        SQ(SG_Q_BATCH_REQ, nb) = (i32)r;
+        SQ(SG_Q_BATCH_NEW, nb) = (i32)new_len;
+        nb++;
+        int truncated = left > rem;
+        i64 max_new = truncated ? 0
+                                : min64((i64)SR(r, SG_OUTPUT) - SR(r, SG_GENERATED), clip);
+        SG_CHARGE(new_len, max_new);
+        if (truncated) new_chunked = r;
+    }
+    i64 admitted = 0, head = SC(SG_WAIT_HEAD), nw = SC(SG_N_WAITING);
+    for (i64 i = 0; i < nw; i++) {  /* add_one_req, waiting requests in queue order */
+        i64 r = SW((head + i) % n);
+        if (nb >= allocatable) {
+            SC(SG_BATCH_FULL) = 1;
+            break;
+        }
+        i64 hit = sg_hit(s, r);
+        i64 ext = (i64)SR(r, SG_PROMPT) + SR(r, SG_GENERATED) - hit;
+        i64 max_new = min64(max64((i64)SR(r, SG_OUTPUT) - SR(r, SG_GENERATED), 0), clip);
+        i64 total = ext + max_new + page;
+        if ((double)total >= (double)(sg_available(s) + SC(SG_EVICTABLE)) - offset) {
+            SC(SG_BATCH_FULL) = 1;  /* NO_TOKEN */
+            break;
+        }
+        i64 g = SR(r, SG_GROUP);
+        if (hit > 0) {  /* the match is locked: no longer evictable */
+            sg_lock(s, g);
+            if ((double)total >= (double)(sg_available(s) + SC(SG_EVICTABLE)) - offset) {
+                sg_unlock(s, g);
+                SC(SG_BATCH_FULL) = 1;
+                break;
+            }
+        }
+        if (ext <= rem_chunk) {
+            SQ(SG_Q_BATCH_REQ, nb) = (i32)r;
+            SQ(SG_Q_BATCH_NEW, nb) = (i32)ext;
+            nb++;
+            SG_CHARGE(ext, max_new);
+        } else {  /* a prompt longer than the chunk left: cut there, the rest in later steps */
+            if (rem_chunk <= 0) {
+                if (hit > 0) sg_unlock(s, g);
+                break;  /* OTHER */
+            }
+            i64 x = rem_chunk;
+            SQ(SG_Q_BATCH_REQ, nb) = (i32)r;
+            SQ(SG_Q_BATCH_NEW, nb) = (i32)x;
+            nb++;
+            new_chunked = r;
+            SG_CHARGE(x, 0);
+        }
+        admitted++;
+        SR(r, SG_COMPUTED) = (i32)hit;
+        SR(r, SG_SHARED) = (i32)hit;
+        SC(SG_CACHED_TOKENS) += hit;
+        if (SR(r, SG_FIRST_STEP) < 0) SR(r, SG_FIRST_STEP) = (i32)step;
+        i64 fr = sg_available(s) + SC(SG_EVICTABLE);
+        if ((double)fr - offset <= 0 || fr - cur_offset <= 0) {
+            SC(SG_BATCH_FULL) = 1;  /* budget_state NO_TOKEN */
+            break;
+        }
+        if (rem_input <= 0 || rem_chunk <= 0) break;  /* OTHER */
+    }
+    if (admitted) {  /* admitted in queue order: a prefix of it */
+        SC(SG_WAIT_HEAD) = (head + admitted) % n;
+        SC(SG_N_WAITING) -= admitted;
+    }
+    if (nb == 0) return 0;
+    SC(SG_CHUNKED) = new_chunked;
+    return nb;
+#undef SG_CHARGE
+}
+
+/* Run the batch: allocate and compute each chunk, insert the computed group prefixes, sample
+ * where a prompt completes; writes the step's row. Returns STATUS_OK, STATUS_STUCK (KV cannot
+ * hold a chunk) or STATUS_OVERFLOW. */
+static i64 sg_run_prefill(SgState *s, i64 nb, i64 step, i64 *row) {
+    i64 pf = 0, sq = 0, ctx = 0, sampled = 0, nfin = 0;
+    for (i64 j = 0; j < nb; j++) {
+        i64 r = SQ(SG_Q_BATCH_REQ, j), ext = SQ(SG_Q_BATCH_NEW, j);
+        if (!sg_alloc(s, ext)) return STATUS_STUCK;
+        i64 c0 = SR(r, SG_COMPUTED);
+        pf += ext;
+        sq += ext * ext;
+        ctx += ext * c0;
+        SR(r, SG_COMPUTED) = (i32)(c0 + ext);
+        if (SK(SGK_RADIX)) sg_insert(s, r);
+        if (SR(r, SG_COMPUTED) == (i64)SR(r, SG_PROMPT) + SR(r, SG_GENERATED)) {
+            SR(r, SG_GENERATED) += 1;  /* its last chunk: a token */
+            sampled++;
+            if (SR(r, SG_GENERATED) >= SR(r, SG_OUTPUT)) {
+                SQ(SG_Q_BATCH_REQ, nfin++) = (i32)r;  /* finished (nfin <= j: read already) */
+            } else if (r != SC(SG_CHUNKED)) {
+                if (SC(SG_N_RUNNING) >= s->w) return STATUS_OVERFLOW;
+                SQ(SG_Q_RUNNING, SC(SG_N_RUNNING)) = (i32)r;
+                SC(SG_N_RUNNING) += 1;
+            }
+        }
+    }
+    for (i64 j = 0; j < nfin; j++) {
+        i64 r = SQ(SG_Q_BATCH_REQ, j);
+        sg_release(s, r);
+        SR(r, SG_FINISH_STEP) = (i32)step;
+        SC(SG_DONE) += 1;
+    }
+    memset(row, 0, N_COLS * sizeof(i64));
+    row[PREFILL_TOKENS] = pf;
+    row[PREFILL_SQ] = sq;
+    row[PREFILL_CTX] = ctx;
+    row[SAMPLED] = sampled;
+    row[KV_BLOCKS] = SC(SG_PRIVATE) + SC(SG_CACHE_TOKENS);
+    row[RUNNING] = SC(SG_N_RUNNING) + (SC(SG_CHUNKED) >= 0);
+    return STATUS_OK;
+}
+
+/* ---- decode (update_running_batch, retract_decode; _retract, _decode) ---------------------- */
+
+/* Retract running requests, fewest output tokens first (the longest prompt among equals, the
+ * most recently admitted among exact ties, as Python's stable reverse sort pops them), until
+ * the rest have RETRACT_STEPS of room each; at least one out, one kept. Returns how many. */
+static i64 sg_retract(SgState *s) {
+    i64 nrun = SC(SG_N_RUNNING), n = s->n, steps = SK(SGK_RETRACT_STEPS);
+    i64 *key = s->scratch, *val = s->scratch + s->ws;
+    for (i64 i = 0; i < nrun; i++) {  /* reversed: equal keys pop the latest admitted first */
+        i64 r = SQ(SG_Q_RUNNING, nrun - 1 - i);
+        key[i] = ((i64)SR(r, SG_GENERATED) << 32) | (i64)(INT32_MAX - SR(r, SG_PROMPT));
+        val[i] = r;
+    }
+    sg_sort(s, nrun);
+    i64 out = 0, kept = nrun;
+    while (kept > 0 && (out == 0 || sg_available(s) + SC(SG_EVICTABLE) < steps * kept)) {
+        if (kept == 1) break;
+        i64 r = s->scratch[s->ws + out];
+        sg_release(s, r);
+        SW((SC(SG_WAIT_HEAD) + SC(SG_N_WAITING)) % n) = (i32)r;
+        SC(SG_N_WAITING) += 1;
+        out++;
+        kept--;
+    }
+    sg_evict(s, steps * kept);
+    /* the retracted hold no KV any more (computed 0); a running request has computed >= 1 */
+    i64 j = 0, sum_gen = 0, sum_out = 0;
+    for (i64 i = 0; i < nrun; i++) {
+        i64 r = SQ(SG_Q_RUNNING, i);
+        if (SR(r, SG_COMPUTED) > 0) {
+            SQ(SG_Q_RUNNING, j++) = (i32)r;
+            sum_gen += SR(r, SG_GENERATED);
+            sum_out += SR(r, SG_OUTPUT);
+        }
+    }
+    SC(SG_N_RUNNING) = j;
+    double ratio = (double)(sum_gen + steps * j) / (double)(sum_out + 1);
+    s->f[0] = ratio < 1.0 ? ratio : 1.0;
+    return out;
+}
+
+/* update_running_batch and one decode step, or (fast) the k decode-only steps up to the next
+ * finish, KV shortage or step limit; writes rows rec[0..k). Returns STATUS_OK or STATUS_STUCK
+ * and the steps taken in *k_out. */
+static i64 sg_decode(SgState *s, i64 *rec, i64 step, i64 fast, i64 max_steps, i64 *k_out) {
+    const double decay = s->kf[SGF_DECAY], floor_ratio = s->kf[SGF_MIN_RATIO];
+    if (SC(SG_RESET_PENDING)) {
+        SC(SG_BATCH_FULL) = 0;
+        SC(SG_RESET_PENDING) = 0;
+    }
+    i64 bs = SC(SG_N_RUNNING), retracted = 0;
+    if (sg_available(s) + SC(SG_EVICTABLE) < bs) {  /* check_decode_mem failed */
+        retracted = sg_retract(s);
+        SC(SG_BATCH_FULL) = 0;
+        bs = SC(SG_N_RUNNING);
+        if (sg_available(s) + SC(SG_EVICTABLE) < bs) return STATUS_STUCK;
+    } else {
+        double r = s->f[0] - decay;
+        s->f[0] = floor_ratio > r ? floor_ratio : r;
+    }
+    i64 sum_c = 0, left_min = INT64_MAX;
+    for (i64 i = 0; i < bs; i++) {
+        i64 r = SQ(SG_Q_RUNNING, i);
+        sum_c += SR(r, SG_COMPUTED);
+        left_min = min64(left_min, (i64)SR(r, SG_OUTPUT) - SR(r, SG_GENERATED));
+    }
+    i64 k = 1;
+    if (fast && !retracted && SC(SG_CHUNKED) < 0
+            && (SC(SG_BATCH_FULL) || SC(SG_N_WAITING) == 0)) {
+        /* the following steps repeat this one until a request finishes or KV runs out */
+        i64 fr = sg_available(s) + SC(SG_EVICTABLE);
+        k = max64(1, min64(left_min, min64(fr / bs, max_steps - step)));
+    }
+    /* step j needs bs free tokens: unused cached prefixes are evicted (LRU) at the first step
+     * that needs them, as check_decode_mem does step by step */
+    i64 a0 = sg_available(s), evicted = 0, cache = SC(SG_CACHE_TOKENS), priv = SC(SG_PRIVATE);
+    for (i64 j = 1; j <= k; j++) {
+        while (a0 + evicted < j * bs) {
+            i64 g = sg_evict_oldest(s);
+            if (g < 0) return STATUS_STUCK;
+            cache -= SG(g, SG_GLEN);
+            evicted += SG(g, SG_GLEN);
+        }
+        i64 *row = rec + (j - 1) * N_COLS;
+        memset(row, 0, N_COLS * sizeof(i64));
+        row[DECODES] = bs;
+        row[DECODE_KV] = sum_c + bs * j;
+        row[SAMPLED] = bs;
+        row[KV_BLOCKS] = priv + bs * j + cache;
+        row[RUNNING] = bs;
+    }
+    SC(SG_CACHE_TOKENS) -= evicted;
+    SC(SG_EVICTABLE) -= evicted;
+    rec[PREEMPTED] = retracted;
+    SC(SG_PRIVATE) += k * bs;
+    int any_done = 0;
+    for (i64 i = 0; i < bs; i++) {
+        i64 r = SQ(SG_Q_RUNNING, i);
+        SR(r, SG_COMPUTED) += (i32)k;
+        SR(r, SG_GENERATED) += (i32)k;
+    }
+    if (k > 1) {  /* the ratio decays once per step (the first decayed above) */
+        double r = s->f[0] - (double)(k - 1) * decay;
+        s->f[0] = floor_ratio > r ? floor_ratio : r;
+    }
+    for (i64 i = 0; i < bs; i++) {  /* finished: released in running order */
+        i64 r = SQ(SG_Q_RUNNING, i);
+        if (SR(r, SG_GENERATED) >= SR(r, SG_OUTPUT)) {
+            sg_release(s, r);
+            SR(r, SG_FINISH_STEP) = (i32)(step + k - 1);
+            SC(SG_DONE) += 1;
+            any_done = 1;
+        }
+    }
+    if (any_done) {
+        i64 j = 0;
+        for (i64 i = 0; i < bs; i++) {
+            i64 r = SQ(SG_Q_RUNNING, i);
+            if (SR(r, SG_FINISH_STEP) < 0) SQ(SG_Q_RUNNING, j++) = (i32)r;
+        }
+        SC(SG_N_RUNNING) = j;
+        SC(SG_RESET_PENDING) = 1;  /* a request left: the next update clears batch_full */
+        i64 *last = rec + (k - 1) * N_COLS;
+        last[RUNNING] = j;
+        last[KV_BLOCKS] = SC(SG_PRIVATE) + SC(SG_CACHE_TOKENS);
+    }
+    *k_out = k;
+    return STATUS_OK;
+}
+
+/* SGLangScheduler.run: a prefill batch if get_new_batch_prefill gives one, else a decode of the
+ * running batch (an idle round clears batch_full and asks again), from *step_io until every
+ * request finished (STATUS_OK), none can be placed (STATUS_STUCK), the steps run out, the
+ * record has less room than one round may write (kp[SGK_MAX_ROWS]: STATUS_FULL, hand on or
+ * grow it and call again) or the step reaches pause_step (STATUS_PAUSED). `rec` holds steps
+ * base .. base + cap - 1. The state lives in the arrays: a call resumes where the last one
+ * stopped. scratch: 4 x ws entries, ws > max(running, waiting sorted by lpm). */
+i64 tk_sglang_run(const i64 *kp, const double *kf, i32 *req, i64 n, i32 *grp, i32 *q, i64 w,
+                  i64 *c, double *f, i64 *rec, i64 base, i64 cap, i64 *step_io, i64 fast,
+                  i64 max_steps, i64 pause_step, i64 *scratch, i64 ws) {
+    SgState st = { kp, kf, req, grp, q, c, f, n, w, ws, scratch };
+    SgState *s = &st;
+    i64 step = *step_io, status = STATUS_OK;
+    while (SC(SG_DONE) < n) {
+        if (step >= max_steps) { status = STATUS_MAX_STEPS; break; }
+        if (base + cap - step < SK(SGK_MAX_ROWS)) { status = STATUS_FULL; break; }
+        if (step >= pause_step) { status = STATUS_PAUSED; break; }
+        i64 nb = sg_prefill_batch(s, step);
+        if (nb == 0 && SC(SG_N_RUNNING) == 0 && SC(SG_CHUNKED) < 0) {
+            SC(SG_BATCH_FULL) = SC(SG_RESET_PENDING) = 0;  /* an idle round clears it */
+            nb = sg_prefill_batch(s, step);
+            if (nb == 0) { status = STATUS_STUCK; break; }
+        }
+        i64 *row = rec + (step - base) * N_COLS, k = 1;
+        status = nb > 0 ? sg_run_prefill(s, nb, step, row)
+                        : sg_decode(s, row, step, fast, max_steps, &k);
+        if (status != STATUS_OK) break;
+        step += k;
+    }
+    *step_io = step;
+    return status;
+}

@@ -72,14 +72,19 @@ def _compile_into_cache() -> Path:
     return target
 
 
-def check_layout(lib: ctypes.CDLL, expected: list[int]) -> None:
-    """The C file numbers the state's columns too (tk_layout): refuse a library that disagrees
-    with the Python side (a stale build) rather than scramble a schedule."""
+def check_layout(lib: ctypes.CDLL, expected: list[int], function: str = "tk_layout") -> None:
+    """The C file numbers the state's columns too (tk_layout for the vLLM loop,
+    tk_sglang_layout for SGLang's): refuse a library that disagrees with the Python side (a
+    stale build) rather than scramble a schedule."""
     got = np.zeros(len(expected) + 8, dtype=np.int64)
-    n = lib.tk_layout(got, got.shape[0])
+    n = getattr(lib, function)(got, got.shape[0])
     if n != len(expected) or got[:n].tolist() != expected:
-        raise TunerError(f"the simulator's C kernels ({lib._name}) do not match this version of "
-                         "tuner: reinstall it (`pip install .`)")
+        raise _stale(lib._name)
+
+
+def _stale(path) -> TunerError:
+    return TunerError(f"the simulator's C kernels ({path}) do not match this version of tuner: "
+                      "reinstall it (`pip install .`)")
 
 
 @cache
@@ -87,11 +92,25 @@ def library() -> ctypes.CDLL:
     """The loaded kernels, with their argument types declared."""
     path = _built_library() or _compile_into_cache()
     lib = ctypes.CDLL(str(path))
+    try:
+        _declare(lib)
+    except AttributeError:  # a build older than this source lacks a function
+        raise _stale(path) from None
+    return lib
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    """The C functions' argument and result types."""
     lib.tk_layout.argtypes = [_I64P, _I64]
     lib.tk_layout.restype = _I64
     lib.tk_run.argtypes = [_I64P, _I32P, _I64, _I32P, _I32P, _I64, _I64P, _I64P, _I64, _I64,
                            _I64P, _I64, _I64, _I64, _I64P]
     lib.tk_run.restype = _I64
+    lib.tk_sglang_layout.argtypes = [_I64P, _I64]
+    lib.tk_sglang_layout.restype = _I64
+    lib.tk_sglang_run.argtypes = [_I64P, _F64P, _I32P, _I64, _I32P, _I32P, _I64, _I64P, _F64P,
+                                  _I64P, _I64, _I64, _I64P, _I64, _I64, _I64, _I64P, _I64]
+    lib.tk_sglang_run.restype = _I64
     lib.tk_first_fit.argtypes = [_I64P, _I64, _I64, _I64, _I64, _I64P, _I64P, _I64P]
     lib.tk_first_fit.restype = None
     lib.tk_dual_scan.argtypes = [_I64P, _I64, _F64P, _F64P, ctypes.c_double, _I64, _I64, _I64P,
@@ -99,4 +118,3 @@ def library() -> ctypes.CDLL:
     lib.tk_dual_scan.restype = None
     lib.tk_least_loaded.argtypes = [_I64P, _I64P, _I64, _I64, _I64P, _I64P]
     lib.tk_least_loaded.restype = None
-    return lib

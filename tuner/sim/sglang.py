@@ -47,19 +47,24 @@ Not modelled: the overlap scheduler (it hides host work: an engine-overhead matt
 batches'), mixed chunks, dfs-weight, priorities, hierarchical cache. ``max_new_tokens`` is the
 workload's output length (tuner knows no larger cap).
 
-Plain Python over numpy: a decode stretch in which no request finishes, KV suffices and no
-prefill can start is written in one go (the C loop's skip_decodes), so the Python loop runs
-once per prefill, finish or retraction, not once per step.
+``run_schedule`` runs the C form of this scheduler (tk_sglang_run in tuner/sim/_kernels.c,
+~50x faster); ``SGLangScheduler`` below, plain Python over numpy, is its reference: the C
+reproduces it step for step, bit for bit (``run_schedule(..., reference=True)`` runs it;
+tests/test_sglang_c.py compares them). Both write a decode stretch in which no request
+finishes, KV suffices and no prefill can start in one go (the vLLM loop's skip_decodes), so the
+loop runs once per prefill, finish or retraction, not once per step.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from functools import cache
 
 import numpy as np
 
 from tuner.core import sglang as sg
 from tuner.sim import scheduler as sch
+from tuner.sim.kernels import check_layout, library
 from tuner.sim.steps import (
     DECODE_KV,
     DECODES,
@@ -78,6 +83,19 @@ class _Stuck(Exception):
     """No request can be placed (KV too small for it)."""
 
 
+def _groups(prefix_ids, prefix_tokens, n: int, radix: bool):
+    """Prefix groups: (dense group id per request or -1, prefix tokens per group), the vLLM
+    loop's grouping at a page of one token, one length per group (the readers enforce one per
+    id; the longest otherwise). No radix cache: no groups."""
+    if not radix:
+        return np.full(n, -1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    gid, plen, ng = sch.prefix_groups(prefix_ids, prefix_tokens, n, 1)
+    glen = np.zeros(ng, dtype=np.int64)
+    has = gid >= 0
+    np.maximum.at(glen, gid[has], plen[has])
+    return gid, glen
+
+
 class SGLangScheduler:
     """One replica's SGLang scheduler over requests queued in the given order."""
 
@@ -93,14 +111,7 @@ class SGLangScheduler:
         self.s = settings
         self.radix = settings.radix_cache and prefix_ids is not None
         self.lpm = settings.schedule_policy == "lpm" and settings.radix_cache
-        # prefix groups: dense ids, one length per group (the readers enforce one per id)
-        self.gid = np.full(n, -1, dtype=np.int64)
-        self.glen = np.zeros(0, dtype=np.int64)
-        if self.radix:  # the C loop's grouping, at a page of one token
-            self.gid, plen, ng = sch.prefix_groups(prefix_ids, prefix_tokens, n, 1)
-            self.glen = np.zeros(ng, dtype=np.int64)
-            has = self.gid >= 0
-            np.maximum.at(self.glen, self.gid[has], plen[has])
+        self.gid, self.glen = _groups(prefix_ids, prefix_tokens, n, self.radix)
         ng = len(self.glen)
         self.cached = np.zeros(ng, dtype=bool)
         self.ref = np.zeros(ng, dtype=np.int64)
@@ -459,26 +470,136 @@ class SGLangScheduler:
         return np.concatenate(self.rows)
 
 
+# ---- the C loop (tk_sglang_run) ---------------------------------------------------------------
+# Its state's layout (tuner/sim/_kernels.c numbers it alike; checked on load): per request
+# (int32, as the vLLM loop's), per prefix group, the queues and the scalars.
+R_PROMPT, R_OUTPUT, R_GROUP, R_COMPUTED, R_SHARED, R_GENERATED, R_FINISH_STEP, R_FIRST_STEP = \
+    range(8)
+N_R_COLS = 8
+G_LEN, G_CACHED, G_REF, G_IN_LRU, G_PREV, G_NEXT, G_SEEN = range(7)
+N_G_COLS = 7
+Q_WAITING = 3  # q's rows: running, batch requests, batch tokens (w each), then waiting (n)
+N_Q_ROWS = 4
+(S_N_RUNNING, S_WAIT_HEAD, S_N_WAITING, S_CHUNKED, S_BATCH_FULL, S_RESET_PENDING, S_DONE,
+ S_PRIVATE, S_CACHE_TOKENS, S_EVICTABLE, S_CACHED_TOKENS, S_LRU_HEAD, S_LRU_TAIL) = range(13)
+N_SLOTS = 13
+# kp: capacity, chunk, max running, max prefill tokens, radix, lpm, the four SGLang constants,
+# the page, the most rows one round writes; kf: the ratio's decay and floor
+N_PARAMS, K_MAX_ROWS, N_FPARAMS = 12, 11, 2
+STATUS_OVERFLOW = 5  # a broken invariant (running + chunked > max running): never expected
+_ABI_VERSION = 1
+_PAUSE_EVERY_STEPS = 1 << 16  # steps between chances to react to Ctrl-C (the vLLM loop's)
+
+
+@cache
+def _kernel():
+    lib = library()
+    check_layout(lib, [N_R_COLS, R_PROMPT, R_OUTPUT, R_GROUP, R_FINISH_STEP, R_FIRST_STEP,
+                       N_G_COLS, G_LEN, G_PREV, G_NEXT, N_Q_ROWS, Q_WAITING, N_SLOTS,
+                       S_N_WAITING, S_CHUNKED, S_CACHED_TOKENS, S_LRU_HEAD, S_LRU_TAIL,
+                       N_PARAMS, K_MAX_ROWS, N_FPARAMS, sch.STATUS_FULL, sch.STATUS_PAUSED,
+                       STATUS_OVERFLOW, _ABI_VERSION], "tk_sglang_layout")
+    return lib
+
+
+def _run_c(prompt, output, *, capacity_tokens: int, chunked_prefill_size: int,
+           max_running: int, settings: sg.SGLangSettings, prefix_ids, prefix_tokens,
+           fast: bool, max_steps: int, on_steps, cancel) -> sch.Schedule:
+    """SGLangScheduler's schedule from the C loop: the same state in arrays, resumed after
+    every pause (Ctrl-C, `cancel`) and whenever the record is full (grown, or its first
+    STREAM_ROWS rows handed to `on_steps`, so the slices are those of the reference)."""
+    lib = _kernel()
+    n = prompt.shape[0]
+    radix = settings.radix_cache and prefix_ids is not None
+    gid, glen = _groups(prefix_ids, prefix_tokens, n, radix)
+    req = np.zeros((n, N_R_COLS), dtype=np.int32)
+    req[:, R_PROMPT], req[:, R_OUTPUT], req[:, R_GROUP] = prompt, output, gid
+    req[:, R_FINISH_STEP] = req[:, R_FIRST_STEP] = -1
+    grp = np.zeros((max(len(glen), 1), N_G_COLS), dtype=np.int32)
+    grp[: len(glen), G_LEN] = glen
+    grp[:, G_PREV] = grp[:, G_NEXT] = -1
+    w = max(min(n, int(max_running)), 0) + 1  # running + chunked <= max_running
+    q = np.zeros(Q_WAITING * w + n, dtype=np.int32)
+    q[Q_WAITING * w:] = np.arange(n)
+    c = np.zeros(N_SLOTS, dtype=np.int64)
+    c[S_N_WAITING] = n
+    c[S_CHUNKED] = c[S_LRU_HEAD] = c[S_LRU_TAIL] = -1
+    ratio = np.array([settings.init_new_token_ratio], dtype=np.float64)
+    ws = max(w, min(n, sg.LPM_MAX_WAITING) + 1)  # sorts: the running batch, lpm's queue
+    scratch = np.zeros(4 * ws, dtype=np.int64)
+    # a round writes one prefill row or a decode stretch, which ends at a finish at the latest
+    max_rows = max(int(output.max(initial=0)), 1)
+    kp = np.array([capacity_tokens, chunked_prefill_size, max_running,
+                   settings.max_prefill_tokens, radix,
+                   settings.schedule_policy == "lpm" and settings.radix_cache,
+                   sg.CLIP_MAX_NEW_TOKENS, sg.RETRACT_DECODE_STEPS, sg.LPM_MAX_WAITING,
+                   sg.IN_BATCH_PREFIX_THRESHOLD, sg.PAGE_SIZE, max_rows], dtype=np.int64)
+    kf = np.array([settings.new_token_ratio_decay, settings.min_new_token_ratio])
+    stream = sch.STREAM_ROWS
+    rows = stream + max_rows if on_steps is not None else max(1024, 2 * max_rows)
+    rec = np.zeros((rows, N_COLS), dtype=np.int64)
+    step = np.zeros(1, dtype=np.int64)
+    base = 0  # the step in rec's first row
+    while True:
+        status = lib.tk_sglang_run(kp, kf, req, n, grp, q, w, c, ratio, rec, base,
+                                   rec.shape[0], step, int(fast), max_steps,
+                                   int(step[0]) + _PAUSE_EVERY_STEPS, scratch, ws)
+        filled = int(step[0]) - base
+        if status == sch.STATUS_FULL and on_steps is not None:
+            on_steps(rec[:stream])  # more than `stream` rows are there
+            rec[: filled - stream] = rec[stream:filled]
+            base += stream
+        elif status == sch.STATUS_FULL:
+            grown = np.zeros((rec.shape[0] * 2, N_COLS), dtype=np.int64)
+            grown[: rec.shape[0]] = rec
+            rec = grown
+        elif status == sch.STATUS_PAUSED:
+            if cancel is not None and cancel.is_set():
+                raise KeyboardInterrupt
+        elif status == STATUS_OVERFLOW:
+            raise RuntimeError("SGLang's C scheduler: more running requests than "
+                               "--max-running-requests (a bug)")
+        else:
+            break
+    done = rec[:filled]
+    if on_steps is not None:
+        for i in range(0, filled, stream):
+            on_steps(done[i:i + stream])
+        done = rec[:0]
+    return sch.Schedule(steps=done, finish_step=req[:, R_FINISH_STEP].astype(np.int64),
+                        first_step=req[:, R_FIRST_STEP].astype(np.int64), status=int(status),
+                        cached_tokens=int(c[S_CACHED_TOKENS]))
+
+
 def run_schedule(prompt_tokens, output_tokens, *, capacity_tokens: int,
                  chunked_prefill_size: int, max_running: int,
                  settings: sg.SGLangSettings | None = None, prefix_ids=None, prefix_tokens=None,
                  fast: bool = True, max_steps: int | None = None,
-                 on_steps=None, cancel=None) -> sch.Schedule:
+                 on_steps=None, cancel=None, reference: bool = False) -> sch.Schedule:
     """SGLang's schedule of the requests, queued in the given order (all there at step 0); a
-    tuner.sim.scheduler.Schedule. `on_steps`: called once with the whole record (the C loop's
-    streaming interface; Schedule.steps is then empty). `cancel`: a threading.Event that stops
-    it (KeyboardInterrupt), as the C loop's."""
+    tuner.sim.scheduler.Schedule. `fast`: skip over decode-only stretches (the same record as
+    step by step). `on_steps`: called with consecutive slices of sch.STREAM_ROWS rows of the
+    record (the vLLM loop's streaming interface; views reused after the call; Schedule.steps
+    is then empty). `cancel`: a threading.Event that stops it (KeyboardInterrupt), as the vLLM
+    loop's. `reference`: run the Python SGLangScheduler instead of the C loop (the same
+    schedule, ~50x slower; for tests)."""
     settings = settings or sg.SGLangSettings()
     prompt, output = np.asarray(prompt_tokens), np.asarray(output_tokens)
     max_steps = sch.step_limit(prompt, output, max_steps)
+    if not reference:
+        return _run_c(prompt, output, capacity_tokens=int(capacity_tokens),
+                      chunked_prefill_size=int(chunked_prefill_size),
+                      max_running=int(max_running), settings=settings, prefix_ids=prefix_ids,
+                      prefix_tokens=prefix_tokens, fast=bool(fast), max_steps=max_steps,
+                      on_steps=on_steps, cancel=cancel)
     s = SGLangScheduler(prompt, output, capacity_tokens=capacity_tokens,
                         chunked_prefill_size=chunked_prefill_size, max_running=max_running,
                         settings=settings, prefix_ids=prefix_ids, prefix_tokens=prefix_tokens)
     status = s.run(fast=fast, max_steps=max_steps, cancel=cancel)
     rec = s.steps()
     if on_steps is not None:
-        if len(rec):
-            on_steps(rec)
+        for i in range(0, len(rec), sch.STREAM_ROWS):
+            on_steps(rec[i:i + sch.STREAM_ROWS])
         rec = rec[:0]
     return sch.Schedule(steps=rec, finish_step=s.finish_step, first_step=s.first_step,
                         status=int(status), cached_tokens=int(s.cached_tokens))
