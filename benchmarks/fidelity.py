@@ -42,6 +42,15 @@ lambda-a100 Llama-3-8B run, outputs rescaled to the published output tok/s / req
 simulated with the settings its commands state; predicted vs published req/s and output tok/s.
 These figures are never fitted on. MLPerf v5.1's vLLM figure is listed with the reason it is
 not re-simulated.
+
+SGLang: the same README's SGLang v0.3.0 rows (PUBLISHED_SGLANG_RUNS, the same 5,000 requests
+rebuilt the same way) are simulated as SGLang (engine="sglang": tuner.sim.sglang's scheduler,
+SGLang's memory plan, AIConfigurator's SGLang kernel tables, the engine profile of the release,
+sglang_profile_for("0.3.0") = sglang-v0.3) with the settings its commands state. That profile's
+host term is fitted on these two figures (so the shipped rows are in-sample); --fit refits it
+(fit_sglang: each single host term, leave-one-out = each figure predicted by the term fitted on
+the other) and prints the table; --write-summary stores the leave-one-out errors apart
+(sglang_per_gpu) for the SGLang cost model's provenance.
 """
 
 from __future__ import annotations
@@ -109,6 +118,9 @@ class Run:
     suite: str = "llmservingsim"
     model: ModelSpec | None = None  # where the run ships its own config.json
     engine: EngineProfile | None = None  # the profile of its engine, where not the suite's
+    # the engine simulated: "vllm", or "sglang" with its settings (tuner.core.sglang)
+    simulated_engine: str = "vllm"
+    sglang: object | None = None  # SGLangSettings of an SGLang run
 
 
 #: catalog GPU of a run-index `gpu` cell (LambdaLabsML names GPUs like "A100-80G", "H100")
@@ -434,6 +446,182 @@ def evaluate_published(root: Path, gpus: dict, engine: EngineProfile | None = No
     return rows
 
 
+# ---- SGLang's own published figures -----------------------------------------------------------
+#: SGLang v0.3.0's rows of the same README's "Offline benchmark results" (its "Offline
+#: benchmarks" commands: the server below, `python3 -m sglang.bench_serving --backend sglang
+#: --dataset-name sharegpt --num-prompts 5000`, every request at t = 0; bench_serving's sglang
+#: backend posts streaming /generate requests with ignore_eos true, so each output is its
+#: ShareGPT completion's length, the same 5,000 requests as the vLLM rows). Installed as
+#: `pip install "sglang[all]"==0.3.0` (the README's "Installation").
+SGLANG_SGL_SERVER = "python -m sglang.launch_server --model-path {hf} {flags}"
+SGLANG_SGL_CLIENT = ("python3 -m sglang.bench_serving --backend sglang --dataset-name sharegpt "
+                     "--num-prompts 5000")
+PUBLISHED_SGLANG_RUNS = [
+    {"name": "sglang-v030_llama-3.1-8b_a100_tp1_n5000",
+     "what": "SGLang v0.3.0, Llama-3.1-8B-Instruct, 1x A100-80G, 5,000 ShareGPT prompts, "
+             "offline: 22.03 req/s, 4,281.51 output tok/s",
+     "hf_model": "meta-llama/Llama-3.1-8B-Instruct", "model": "llama-3.1-8b", "gpu": "A100-80G",
+     "tp": 1, "num_prompts": 5000, "req_s": 22.03, "output_tok_s": 4281.51,
+     "flags": "--enable-torch-compile --disable-radix-cache",
+     # not given: SGLang v0.3's default at TP 1 (the README's notes: "SGLang's mem_frac is
+     # 0.88 at TP 1")
+     "mem_fraction_static": 0.88},
+    {"name": "sglang-v030_llama-3.1-70b_h100_tp4_n5000",
+     "what": "SGLang v0.3.0, Llama-3.1-70B-Instruct, 4x H100 80G TP4, 5,000 ShareGPT prompts, "
+             "offline: 19.84 req/s, 3,856.01 output tok/s",
+     "hf_model": "meta-llama/Llama-3.1-70B-Instruct", "model": "llama-3.1-70b", "gpu": "H100",
+     "tp": 4, "num_prompts": 5000, "req_s": 19.84, "output_tok_s": 3856.01,
+     "flags": "--disable-radix-cache --tp 4 --mem-frac 0.88", "mem_fraction_static": 0.88},
+]
+SGLANG_RELEASE = "0.3.0"
+#: SGLang v0.3's ServerArgs defaults for what the commands leave unset (the v0.3-era
+#: server_args.py: chunked_prefill_size 8192, max_prefill_tokens 16384, schedule_policy "lpm",
+#: schedule_conservativeness 1.0, enable_overlap_schedule False, enable_mixed_chunk False);
+#: lpm without the radix cache is FCFS (the scheduler falls back when the tree cache is
+#: disabled). max_running_requests is left to the KV pool as tuner.core.sglang computes it.
+SGLANG_V03_DEFAULTS = {"chunked_prefill_size": 8192, "max_prefill_tokens": 16384,
+                       "schedule_policy": "fcfs", "schedule_conservativeness": 1.0}
+#: what differs between the release and what tuner simulates, stated with every row
+SGLANG_V03_CAVEATS = (
+    "tuner's SGLang scheduler is v0.5's (new-token-ratio constants, retraction, request pool); "
+    "kernels are AIConfigurator's SGLang 0.5.x tables, not 0.3.0's (FlashInfer attention "
+    "then); --enable-torch-compile (8B row) is not modelled (it speeds decode batches up to "
+    "32 requests); CUDA-graph size from v0.5's defaults")
+
+
+def sglang_published_run(root: Path, fig: dict, gpus: dict,
+                         engine: EngineProfile | None = None) -> Run:
+    """An SGLang figure as a Run: the vLLM rows' rebuilt workload (published_workload, this
+    figure's own mean output), SGLang v0.3.0's settings as its command states them
+    (SGLANG_V03_DEFAULTS for the rest), the `engine` profile (default: sglang_profile_for
+    the release)."""
+    from tuner.core.sglang import SGLangSettings, max_running_default, plan_memory_sglang
+    from tuner.predictors.engine_overhead import sglang_profile_for
+
+    d, gpu, model = SGLANG_V03_DEFAULTS, gpus[fig["gpu"]], load_models().get(fig["model"])
+    base = {"gpu": fig["gpu"], "tp": int(fig["tp"]), "chunk_size": d["chunked_prefill_size"],
+            "gpu_memory_utilization": fig["mem_fraction_static"], "block_size": 1}
+    max_running = 1
+    if model is not None:
+        plan = plan_memory_sglang(model, gpu, ServingConfig(**base, max_running=1))
+        max_running = max_running_default(plan.kv_capacity_tokens, model.max_position)
+    settings = SGLangSettings(schedule_policy=d["schedule_policy"],
+                              schedule_conservativeness=d["schedule_conservativeness"],
+                              max_prefill_tokens=d["max_prefill_tokens"],
+                              radix_cache="--disable-radix-cache" not in fig["flags"])
+    n = int(fig["num_prompts"])
+    return Run(name=fig["name"], source=SGLANG_060, gpu=fig["gpu"], model_id=fig["hf_model"],
+               config=ServingConfig(**base, max_running=max_running),
+               workload=published_workload(root, fig), measured_makespan_s=n / fig["req_s"],
+               measured_kv_blocks=None, timeline=None, moe=False, engine_version=SGLANG_RELEASE,
+               suite="published-sglang", model=model,
+               engine=engine if engine is not None else sglang_profile_for(SGLANG_RELEASE),
+               simulated_engine="sglang", sglang=settings)
+
+
+def evaluate_published_sglang(root: Path, gpus: dict,
+                              engine: EngineProfile | None = None) -> list[dict]:
+    """Predicted vs published req/s and output tok/s of every PUBLISHED_SGLANG_RUNS figure,
+    simulated as SGLang (its scheduler, memory plan, kernel tables and `engine` profile,
+    default the shipped sglang_profile_for(0.3.0)). The shipped profile is fitted on these
+    two figures: in-sample; `--fit` prints the leave-one-out."""
+    rows = []
+    for fig in PUBLISHED_SGLANG_RUNS:
+        row = {"run": fig["name"], "what": fig["what"], "source": SGLANG_060, "gpu": fig["gpu"],
+               "tp": fig["tp"], "model": fig["hf_model"],
+               "command": (SGLANG_SGL_SERVER.format(hf=fig["hf_model"], flags=fig["flags"])
+                           + "; " + SGLANG_SGL_CLIENT),
+               "published_req_s": fig["req_s"], "published_output_tok_s": fig["output_tok_s"]}
+        if not (root / "lambda-a100" / "index.csv").is_file():
+            rows.append(row | {"status": "not re-simulated: ../shared/fidelity/lambda-a100 (the "
+                                         "ShareGPT lengths it is rebuilt from) is absent"})
+            continue
+        run = sglang_published_run(root, fig, gpus, engine)
+        if run.model is None:
+            rows.append(row | {"status": f"skipped: {fig['model']} is not in the catalog"})
+            continue
+        res, cm = simulate_run(run, run.engine, gpus)
+        wl, n, st = run.workload, len(run.workload), run.sglang
+        req_s = n / res.makespan_s
+        out_s = float(wl.output_tokens.sum()) / res.makespan_s
+        row.update(
+            status="ok", engine=run.engine.name if run.engine is not None else "GPU time only",
+            config=(f"SGLang {SGLANG_RELEASE} as simulated: TP {run.config.tp}, "
+                    f"--chunked-prefill-size {run.config.chunk_size}, --max-prefill-tokens "
+                    f"{st.max_prefill_tokens}, --mem-fraction-static "
+                    f"{run.config.gpu_memory_utilization:g}, --max-running-requests "
+                    f"{run.config.max_running} (from the KV pool), --schedule-policy "
+                    f"{st.schedule_policy}, radix cache {'on' if st.radix_cache else 'off'}, "
+                    f"every request at t = 0, no start-up; {SGLANG_V03_CAVEATS}"),
+            workload=wl.source.split(": ", 1)[1], num_prompts=n,
+            mean_prompt_tokens=float(wl.prompt_tokens.mean()),
+            mean_output_tokens=float(wl.output_tokens.mean()),
+            predicted_makespan_s=res.makespan_s, published_makespan_s=run.measured_makespan_s,
+            predicted_req_s=req_s, req_s_error_pct=100.0 * (req_s / fig["req_s"] - 1.0),
+            predicted_output_tok_s=out_s,
+            output_tok_s_error_pct=100.0 * (out_s / fig["output_tok_s"] - 1.0),
+            kv_capacity_tokens=res.memory.kv_capacity_tokens, preemptions=res.preemptions,
+            iterations=res.iterations, provenance=str(res.provenance), kind=cm.kind)
+        rows.append(row)
+    return rows
+
+
+def fit_sglang(root: Path, gpus: dict | None = None) -> dict:
+    """SGLang v0.3's host terms on PUBLISHED_SGLANG_RUNS: each single HOST_TERMS term (two
+    figures fit one term at most) by least squares on predicted / published makespan, with
+    in-sample and leave-one-out errors (each figure predicted by the term fitted on the other);
+    the kept term: the lowest leave-one-out median |error| among terms that come out
+    non-negative on both. {} without the data."""
+    gpus = gpus or load_gpus()
+    if not (root / "lambda-a100" / "index.csv").is_file():
+        return {}
+    from tuner.predictors.engine_overhead import SGLANG_V03
+
+    base = SGLANG_V03.with_params(**{t: 0.0 for t in HOST_TERMS})
+    runs = [sglang_published_run(root, fig, gpus, base) for fig in PUBLISHED_SGLANG_RUNS]
+    runs = [r for r in runs if r.model is not None]
+    rows = [(*host_features(r, gpus), r.measured_makespan_s) for r in runs]
+    aliases, terms_used = {}, []  # terms whose step feature another's equals on every figure
+    for t in HOST_TERMS:
+        same = next((u for u in terms_used
+                     if np.allclose([f[t] for _, f, _ in rows], [f[u] for _, f, _ in rows])),
+                    None)
+        if same is None:
+            terms_used.append(t)
+        else:
+            aliases[t] = same
+    table = [{"terms": (), "status": "ok", "coef": {},
+              "in_sample": {r.name: 100 * (b / m - 1) for r, (b, _, m) in zip(runs, rows, strict=True)},
+              "loo": {r.name: 100 * (b / m - 1) for r, (b, _, m) in zip(runs, rows, strict=True)}}]
+    for t in terms_used:
+        if all(f[t] == 0 for _, f, _ in rows):
+            table.append({"terms": (t,), "status": "no such step feature in these runs"})
+            continue
+        coef = fit_host_terms(rows, (t,))
+        loo = {}
+        for i, r in enumerate(runs):
+            c = fit_host_terms(rows[:i] + rows[i + 1:], (t,)) if rows[:i] + rows[i + 1:] else None
+            loo[r.name] = None if c is None else 100 * (predict_host(rows[i], c) / rows[i][2] - 1)
+        if coef is None or any(v is None for v in loo.values()):
+            table.append({"terms": (t,), "status": "a negative term: dropped"})
+            continue
+        table.append({"terms": (t,), "status": "ok", "coef": coef, "loo": loo,
+                      "in_sample": {r.name: 100 * (predict_host(row, coef) / row[2] - 1)
+                                    for r, row in zip(runs, rows, strict=True)}})
+    for t in table:
+        if t["status"] == "ok":
+            ins, loo = list(t["in_sample"].values()), list(t["loo"].values())
+            t.update(in_sample_median_abs_pct=float(np.median(np.abs(ins))),
+                     in_sample_worst_abs_pct=float(np.max(np.abs(ins))),
+                     loo_median_abs_pct=float(np.median(np.abs(loo))),
+                     loo_worst_abs_pct=float(np.max(np.abs(loo))))
+    ok = [t for t in table if t["status"] == "ok"]
+    best = min(ok, key=lambda t: (t["loo_median_abs_pct"], len(t["terms"])))
+    return {"table": table, "best": best, "aliases": aliases,
+            "gpu_only_makespan_s": {r.name: row[0] for r, row in zip(runs, rows, strict=True)},
+            "gpu": {r.name: r.gpu for r in runs}}
+
+
 def run_model(run: Run) -> ModelSpec | None:
     return run.model if run.model is not None else model_spec(run.model_id)
 
@@ -442,14 +630,20 @@ def simulate_run(run: Run, engine: EngineProfile | None, gpus: dict, *, timeline
                  return_steps: bool = False):
     model = run_model(run)
     gpu = gpus[run.gpu]
+    sglang = {}
+    if run.simulated_engine == "sglang":  # SGLang's kernel tables, scheduler and settings
+        sglang = {"framework": "sglang"}
     cm = table_cost_model(model, gpu, tp=run.config.tp, engine_version=run.engine_version,
                           engine=engine, gpus=gpus, dp=run.config.dp,
-                          expert_parallel=run.config.expert_parallel)
+                          expert_parallel=run.config.expert_parallel, **sglang)
     if cm is None:
         raise RuntimeError(f"no measured or transferred tables for {run.gpu}")
+    if sglang:
+        sglang = {"engine": "sglang", "sglang": run.sglang,
+                  "prefix_caching": run.sglang.radix_cache}
     # the real runs' makespans are timed after the engine is up: the schedule alone
     res = simulate(run.workload, model, gpu, run.config, cm, timeline=timeline, startup_s=0.0,
-                   return_steps=return_steps)
+                   return_steps=return_steps, **sglang)
     return res, cm
 
 
@@ -468,6 +662,7 @@ def host_features(run: Run, gpus: dict) -> tuple[float, dict[str, float]]:
 
     res, _ = simulate_run(run, None, gpus, return_steps=True)
     f = batch_features(np.concatenate(res.steps))
+    # (an SGLang run's scheduler is step-based too: its schedule does not depend on time)
     feats = {}
     for term in HOST_TERMS:
         unit = EP(name="unit", entry_point="", generation="", overlapped=False, **{term: 1.0})
@@ -671,8 +866,21 @@ def main(argv=None) -> int:
     rows = evaluate(runs + v0_runs + other, {"llmservingsim": engine, "lambda-a100": v0_engine},
                     gpus)
     published = evaluate_published(a.data, gpus, v0_engine)
+    sg_engine = None  # SGLang rows: the shipped profile of their release, unless refitted
+    if a.fit:
+        sg_fit = fit_sglang(a.data, gpus)
+        if sg_fit:
+            from tuner.predictors.engine_overhead import SGLANG_V03
+
+            out["sglang_fit"] = sg_fit
+            sg_engine = SGLANG_V03.with_params(**{t: 0.0 for t in HOST_TERMS}
+                                               | sg_fit["best"]["coef"])
+            out["sglang_leave_one_out"] = [
+                {"run": r, "gpu": sg_fit["gpu"][r], "engine": sg_engine.name, "error_pct": e}
+                for r, e in sg_fit["best"]["loo"].items()]
+    published_sglang = evaluate_published_sglang(a.data, gpus, sg_engine)
     out.update(runs=rows, summary=summarise(rows), published=published + PUBLISHED,
-               startup=STARTUP_NOTE)
+               published_sglang=published_sglang, startup=STARTUP_NOTE)
     if a.write_summary:
         from tuner.predictors.aic import FIDELITY_FILE
         from tuner.predictors.aic_tables import data_dir
@@ -692,6 +900,16 @@ def main(argv=None) -> int:
                "per_gpu": per_gpu,
                "runs": [{k: r[k] for k in ("run", "gpu", "engine", "makespan_error_pct")}
                         for r in loo_rows]}
+        if out.get("sglang_leave_one_out"):  # SGLang's published figures, apart (sglang_*)
+            sg_loo = [{"run": x["run"], "gpu": x["gpu"], "status": "ok", "engine": x["engine"],
+                       "makespan_error_pct": x["error_pct"]} for x in out["sglang_leave_one_out"]]
+            sg_gpu = summarise(sg_loo)["per_gpu"]
+            for g, v in sg_gpu.items():
+                v.update(engine=next(x["engine"] for x in sg_loo if x["gpu"] == g),
+                         unit="published SGLang v0.3.0 figure(s)")
+            doc["sglang_per_gpu"] = sg_gpu
+            doc["sglang_runs"] = [{k: r[k] for k in ("run", "gpu", "engine",
+                                                     "makespan_error_pct")} for r in sg_loo]
         (data_dir() / FIDELITY_FILE).write_text(json.dumps(doc, indent=1) + "\n")
     if a.json:
         print(json.dumps(out, indent=1, default=float))
@@ -767,7 +985,59 @@ def main(argv=None) -> int:
             print(f"    cost model: {p['provenance']}")
     for p in PUBLISHED:
         print(f"  {p['what']} [{p['source']}] -- {p['status']}")
+    print_sglang(out)
     return 0
+
+
+def print_sglang(out: dict) -> None:
+    """The SGLang part of the report: SGLang's own published figures and (--fit) the fit."""
+    rows = out["published_sglang"]
+    fitted = "sglang_fit" in out
+    print("\nSGLang's own published figures (SGLang v0.3.0, rebuilt workloads, simulated as "
+          "SGLang; engine profile sglang-v0.3, " + ("refitted here" if fitted else "shipped")
+          + ", fitted on these two figures: in-sample):")
+    print(f"  {'run':<44} {'req/s pub':>9} {'pred':>7} {'error':>7}  {'out tok/s pub':>13} "
+          f"{'pred':>7} {'error':>7}")
+    for p in rows:
+        if p["status"] != "ok":
+            print(f"  {p['run']:<44} {p['published_req_s']:9.2f} {'':>7} {'':>7}  "
+                  f"{p['published_output_tok_s']:13.2f}  {p['status']}")
+            continue
+        print(f"  {p['run']:<44} {p['published_req_s']:9.2f} {p['predicted_req_s']:7.2f} "
+              f"{p['req_s_error_pct']:+6.1f}%  {p['published_output_tok_s']:13.2f} "
+              f"{p['predicted_output_tok_s']:7.0f} {p['output_tok_s_error_pct']:+6.1f}%")
+    for p in rows:
+        print(f"  {p['run']}: {p['what']} [{p['source']}]; {p['command']}")
+        if p["status"] == "ok":
+            print(f"    {p['config']}; engine {p['engine']}; {p['num_prompts']:,} requests, mean "
+                  f"prompt {p['mean_prompt_tokens']:.1f}, mean output "
+                  f"{p['mean_output_tokens']:.2f} tokens; KV pool {p['kv_capacity_tokens']:,} "
+                  f"tokens; makespan {p['predicted_makespan_s']:.1f} s predicted, "
+                  f"{p['published_makespan_s']:.1f} s published (prompts / req/s); "
+                  f"{p['iterations']:,} steps, {p['preemptions']} retractions")
+            print(f"    cost model: {p['provenance']}")
+    if not fitted:
+        return
+    fit = out["sglang_fit"]
+    print("\nSGLang v0.3 host terms fitted on its two published figures (one term at most; "
+          "leave-one-out: each figure predicted by the term fitted on the other; makespan "
+          "errors, the req/s error is their inverse):")
+    print(f"  {'term':<20} {'fitted':<14} {'in-sample med/worst':>20} {'LOO med/worst':>16}  "
+          "per figure (in-sample / LOO)")
+    for t in fit["table"]:
+        name = " + ".join(t["terms"]) or "none (GPU time only)"
+        if t["status"] != "ok":
+            print(f"  {name:<20} {t['status']}")
+            continue
+        coef = ", ".join(f"{1e6 * v:.1f} us" for v in t["coef"].values()) or "-"
+        per = "; ".join(f"{r.split('_')[1]} {t['in_sample'][r]:+.1f} / {t['loo'][r]:+.1f} %"
+                        for r in t["in_sample"])
+        mark = "  <- kept" if t is fit["best"] else ""
+        print(f"  {name:<20} {coef:<14} {t['in_sample_median_abs_pct']:9.1f}% / "
+              f"{t['in_sample_worst_abs_pct']:5.1f}% {t['loo_median_abs_pct']:7.1f}% / "
+              f"{t['loo_worst_abs_pct']:5.1f}%  {per}{mark}")
+    for t, u in fit["aliases"].items():
+        print(f"  {t}: the same step feature as {u} on these runs (not separable; left out)")
 
 
 if __name__ == "__main__":

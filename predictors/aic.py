@@ -1,6 +1,7 @@
-"""Cost model from measured vLLM kernel tables (NVIDIA AIConfigurator, predictors/data/aic).
+"""Cost model from measured vLLM / SGLang kernel tables (NVIDIA AIConfigurator, predictors/data).
 
     cm = table_cost_model(model, gpu, tp=1)               # measured / transferred tables, or None
+    cm = table_cost_model(model, gpu, framework="sglang")  # SGLang's kernels where shipped
     tables = KernelTables.load("H100")                    # or build from tables directly:
     cm = MeasuredTableCostModel.build(model, gpu, tables, tp=1)
     cm.iteration_time_s(features)                          # vectorised over many iterations
@@ -41,6 +42,12 @@ iterations takes tens of milliseconds (benchmarks/fidelity.py --speed).
 GPUs without tables are transferred from the measured GPU of their architecture through
 spec-sheet ratios (predictors.aic_transfer); the same rule applied between two measured GPUs
 gives its error (`transfer_check`, `python -m predictors.aic`).
+
+SGLang (`framework="sglang"`): a GPU with AIConfigurator SGLang tables (predictors/data/
+aic-sglang) is priced from them (GEMM, attention, custom all-reduce with CUDA-graph timing up to
+SGLang's default --cuda-graph-max-bs; NCCL, MoE and MLA from the GPU's vLLM tables, said so);
+any other GPU from the vLLM tables (own or transferred), with the provenance saying "SGLang
+priced with vLLM's kernel tables (no SGLang tables for <GPU>)".
 """
 
 from __future__ import annotations
@@ -53,7 +60,7 @@ from pathlib import Path
 import numpy as np
 
 from tuner.core.provenance import Provenance
-from tuner.predictors.aic_tables import MEASURED, KernelTables, data_dir
+from tuner.predictors.aic_tables import FRAMEWORKS, MEASURED, KernelTables, data_dir, has_tables
 from tuner.predictors.aic_transfer import spec_peaks, transfer_source, transfer_tables
 from tuner.predictors.features import BatchFeatures, sum_parts
 from tuner.predictors.moe import MoEParallel, MoEShape
@@ -131,6 +138,7 @@ class MeasuredTableCostModel:
     mla_pair_s: float = 0.0
     sparse_topk: int = 0  # DeepSeek sparse attention: query-key pairs per token at most
     name: str = "measured kernel tables"
+    framework: str = "vllm"  # the engine it prices ("vllm" | "sglang"), whichever tables
     _cache: dict = field(default_factory=dict, repr=False, init=False, compare=False)
 
     def __post_init__(self):
@@ -171,9 +179,14 @@ class MeasuredTableCostModel:
     def build(cls, model, gpu, tables: KernelTables, *, tp: int = 1, weight_bits: int = 16,
               kv_bits: int = 16, engine_version: str | None = None, engine=None,
               transfer_error: dict | None = None, dp: int = 1,
-              expert_parallel: bool = False) -> MeasuredTableCostModel:
+              expert_parallel: bool = False, framework: str = "vllm") -> MeasuredTableCostModel:
         """Curves for `model` (duck-typed ModelSpec) on `gpu` at tensor parallelism `tp` (and,
-        for an MoE model, data parallelism `dp` and expert parallelism: predictors.moe)."""
+        for an MoE model, data parallelism `dp` and expert parallelism: predictors.moe).
+        `framework`: the engine priced ("vllm" | "sglang"); `engine_version` is its release.
+        Tables of another framework (SGLang priced with vLLM's) are said so in the provenance,
+        and their version choices ignore `engine_version` (a release of another engine)."""
+        own = tables.framework == framework
+        table_version = engine_version if own else None
         if weight_bits not in (16, 8, 4):
             raise ValueError(f"no kernel model for {weight_bits}-bit weights")
         notes = []
@@ -229,7 +242,8 @@ class MeasuredTableCostModel:
         empty = np.zeros(0)
         ar_tok, ar_s, ar_note = empty, empty, ""
         if tp > 1:
-            ar_tok, ar_s, ar_note = _allreduce_curve(tables, tp, 2.0 * h, m, engine_version)
+            ar_tok, ar_s, ar_note = _allreduce_curve(tables, tp, 2.0 * h, m, table_version,
+                                                     _graph_max_tokens(framework, gpu, tp))
         # norms (2, fused with residual add), rotary on q and k, SiLU*mul: bytes per token
         ffn_width = 3 * inter // tp
         moe_fields = {}
@@ -248,7 +262,10 @@ class MeasuredTableCostModel:
         ew_bytes = 2.0 * (2 * 4 * h + 2 * (Hr + Kr) * d + ffn_width)
         ew = ew_bytes / (gpu.hbm_gbps * 1e9 * ELEMENTWISE_BW_EFFICIENCY)
         prov = tables.describe() + ar_note
-        prov += _older_engine_note(engine_version, tables.gemm_version)
+        if not own:
+            prov += (f"; {FRAMEWORKS[framework]} priced with {tables.label}'s kernel tables (no "
+                     f"{FRAMEWORKS[framework]} tables for {gpu.name})")
+        prov += _older_engine_note(table_version, tables.gemm_version, tables.label)
         if tables.transfer and transfer_error:
             prov += (f"; transfer error {transfer_error['median_pct']:.1f} % (median over "
                      f"{transfer_error['pairs']} pairs of measured GPUs, worst pair "
@@ -262,7 +279,9 @@ class MeasuredTableCostModel:
                    elementwise_s_per_token=ew, tp=tp,
                    source_note=prov, kind="tables" if tables.measured else "transferred",
                    engine=engine, transfer_error=transfer_error,
-                   fidelity=fidelity_summary().get(gpu.name), **moe_fields, **(mla or {}))
+                   fidelity=fidelity_summary(framework=framework).get(gpu.name),
+                   framework=framework,
+                   **moe_fields, **(mla or {}))
 
     # ---- pricing -------------------------------------------------------------------------
     def gpu_breakdown(self, f: BatchFeatures) -> dict[str, np.ndarray]:
@@ -357,13 +376,15 @@ class MeasuredTableCostModel:
         if not fid:
             detail += "; no public end-to-end run on this GPU checks it yet"
         elif same:
-            detail += (f"; fidelity suite on {fid['gpu']}: {fid['runs']} run(s), leave-one-out "
+            detail += (f"; fidelity suite on {fid['gpu']}: {fid['runs']} "
+                       f"{fid.get('unit', 'run(s)')}, leave-one-out "
                        f"median |makespan error| {fid['median_abs_pct']:.1f} %, "
                        f"worst {fid['worst_abs_pct']:.1f} %")
         else:
             detail += (f"; the public runs on {fid['gpu']} check the {checked} engine profile, "
                        "not this one")
-        return Provenance(self.kind, detail, None if err is None else float(err))
+        return Provenance(self.kind, detail, None if err is None else float(err),
+                          engine=None if self.framework == "vllm" else self.framework)
 
     @property
     def transfer_model(self) -> None:
@@ -461,28 +482,44 @@ def _moe_curves(moe: MoEShape, par: MoEParallel, tables: KernelTables, gpu, weig
     return fields, notes, moe.activation_width(par)
 
 
+def _graph_max_tokens(framework: str, gpu, tp: int) -> int:
+    """The largest step the engine runs as a CUDA graph: vLLM's CUDA_GRAPH_MAX_TOKENS; SGLang's
+    decode batches up to its default --cuda-graph-max-bs (tuner.core.sglang: by GPU memory
+    and TP; prefill and larger batches run eager)."""
+    if framework != "sglang":
+        return CUDA_GRAPH_MAX_TOKENS
+    from tuner.core.sglang import cuda_graph_max_bs_default
+
+    return cuda_graph_max_bs_default(gpu.memory_bytes, tp)
+
+
 def _allreduce_curve(tables: KernelTables, tp: int, bytes_per_token: float, m: np.ndarray,
-                     engine_version: str | None):
+                     engine_version: str | None, graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS):
     """(log tokens, log seconds, provenance note) of one all-reduce of a step's hidden states:
-    vLLM's custom all-reduce up to CUSTOM_ALLREDUCE_MAX_BYTES (CUDA-graph timing up to
-    CUDA_GRAPH_MAX_TOKENS tokens, eager above), NCCL beyond (custom where no NCCL table)."""
+    the tables' custom all-reduce (vLLM's or SGLang's) up to CUSTOM_ALLREDUCE_MAX_BYTES
+    (CUDA-graph timing up to `graph_max_tokens` tokens, eager above), NCCL beyond (custom
+    where no NCCL table)."""
     g = tables.allreduce(tp, True, engine_version)
     e = tables.allreduce(tp, False, engine_version)
     if g is None or e is None:
         raise ValueError(f"{tables.device} has no all-reduce table for {tp} GPUs")
     nccl = tables.nccl_allreduce(tp)
     lim_tok = CUSTOM_ALLREDUCE_MAX_BYTES / bytes_per_token
-    gt = float(CUDA_GRAPH_MAX_TOKENS)
+    gt = float(graph_max_tokens)
     tok = np.unique(np.concatenate([m, [gt, gt + 1, np.floor(lim_tok), np.floor(lim_tok) + 1]]))
     msg = tok * bytes_per_token
     graph = loglog_curve(msg, np.log(g[0]), np.log(g[1]))
     eager = loglog_curve(msg, np.log(e[0]), np.log(e[1]))
     t = np.where(tok <= gt, graph, eager)
-    note = f"; all-reduce: vLLM {g[2]} custom all-reduce table"
+    said = []
+    if tables.framework != "vllm" or graph_max_tokens != CUDA_GRAPH_MAX_TOKENS:
+        said.append(f"CUDA-graph timing up to {graph_max_tokens} tokens")
     if nccl is not None:
         t = np.where(msg > CUSTOM_ALLREDUCE_MAX_BYTES,
                      loglog_curve(msg, np.log(nccl[0]), np.log(nccl[1])), t)
-        note += " (NCCL table above 8 MiB)"
+        said.append("NCCL table above 8 MiB")
+    note = (f"; all-reduce: {tables.label} {g[2]} custom all-reduce table"
+            + (f" ({'; '.join(said)})" if said else ""))
     return np.log(tok), np.log(t), note
 
 
@@ -516,14 +553,15 @@ def reference_iterations() -> BatchFeatures:
     return BatchFeatures(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4], a[:, 5])
 
 
-def _older_engine_note(engine_version: str | None, table_version: str) -> str:
+def _older_engine_note(engine_version: str | None, table_version: str,
+                       label: str = "vLLM") -> str:
     """What pricing an older release with newer kernel tables means ("" when not older)."""
     from tuner.core.engines import parse_version
 
     asked, measured = parse_version(engine_version), parse_version(table_version)
     if asked is None or measured is None or asked >= measured:
         return ""
-    return (f"; vLLM {engine_version} priced with the {table_version} kernels (the closest "
+    return (f"; {label} {engine_version} priced with the {table_version} kernels (the closest "
             "version shipped for this GPU): kernel changes between the releases are not "
             "modelled; the engine profile's host terms, fitted on that generation's runs where "
             "it is fitted, absorb what its public runs show")
@@ -538,14 +576,16 @@ CHECK_MODEL = "llama-3-8b"
 FIDELITY_FILE = "fidelity_summary.json"
 
 
-def fidelity_summary(path: Path | None = None) -> dict:
+def fidelity_summary(path: Path | None = None, framework: str = "vllm") -> dict:
     """Per catalog GPU: runs, median and worst |makespan error| of benchmarks/fidelity.py
-    (written there with --write-summary); {} when absent."""
+    (written there with --write-summary); {} when absent. framework "sglang": its checks of
+    SGLang's published figures (key sglang_per_gpu; "unit" names what was checked)."""
     p = (path or data_dir()) / FIDELITY_FILE
     if not p.is_file():
         return {}
     doc = json.loads(p.read_text())
-    return {g: dict(v, gpu=g) for g, v in doc.get("per_gpu", {}).items()}
+    key = "per_gpu" if framework == "vllm" else f"{framework}_per_gpu"
+    return {g: dict(v, gpu=g) for g, v in doc.get(key, {}).items()}
 
 
 def transfer_error_summary(path: Path | None = None) -> dict | None:
@@ -582,14 +622,17 @@ def write_transfer_checks(gpus: dict, models: dict, path: Path | None = None) ->
 # ---- choosing tables for a GPU --------------------------------------------------------------
 def table_cost_model(model, gpu, *, tp: int = 1, weight_bits: int = 16, kv_bits: int = 16,
                      engine_version: str | None = None, engine="default",
-                     gpus: dict | None = None, dp: int = 1, expert_parallel: bool = False):
+                     gpus: dict | None = None, dp: int = 1, expert_parallel: bool = False,
+                     framework: str = "vllm"):
     """MeasuredTableCostModel for a GPU: its own tables where shipped (aic_tables.MEASURED),
     else transferred from the measured GPU of its architecture (`gpu.architecture`,
     aic_transfer.TRANSFER_SOURCE); None where neither applies (no architecture stated) or the
     tables do not cover the config (4-bit weights, a TP size without all-reduce table).
     engine: an EngineProfile, None (GPU time only) or "default" (the default profile).
     dp and expert_parallel shape the expert layers of an MoE model (predictors.moe); a dense
-    model's curves do not depend on them."""
+    model's curves do not depend on them. framework: the engine priced, "vllm" or "sglang"
+    (SGLang's own tables where the GPU has them, else the vLLM ones above, said so);
+    engine_version is that engine's release."""
     if isinstance(engine, str):
         from tuner.predictors.engine_overhead import get_profile
 
@@ -600,11 +643,14 @@ def table_cost_model(model, gpu, *, tp: int = 1, weight_bits: int = 16, kv_bits:
     # a search asks for the same (model, GPU, config) many times: build once (~50 ms)
     moe = MoEShape.of(model) is not None
     key = (_shape_key(model), _gpu_key(gpu), tp, weight_bits, kv_bits, engine_version, engine,
-           dp if moe else 1, bool(expert_parallel) and moe)
+           dp if moe else 1, bool(expert_parallel) and moe, framework)
     if key in _BUILT:
         return _BUILT[key]
     try:
-        if gpu.name in MEASURED:
+        if framework != "vllm" and has_tables(gpu.name, framework):
+            tables = KernelTables.load(gpu.name, framework=framework)
+            err = None
+        elif gpu.name in MEASURED:
             tables = KernelTables.load(gpu.name)
             err = None
         else:
@@ -614,7 +660,7 @@ def table_cost_model(model, gpu, *, tp: int = 1, weight_bits: int = 16, kv_bits:
         cm = MeasuredTableCostModel.build(model, gpu, tables, tp=tp, weight_bits=weight_bits,
                                           kv_bits=kv_bits, engine_version=engine_version,
                                           engine=engine, transfer_error=err, dp=dp,
-                                          expert_parallel=expert_parallel)
+                                          expert_parallel=expert_parallel, framework=framework)
     except (KeyError, ValueError):
         cm = None
     if len(_BUILT) >= 64:

@@ -1,7 +1,14 @@
-"""NVIDIA AIConfigurator's measured vLLM kernel tables (predictors/data/aic): loading and lookup.
+"""NVIDIA AIConfigurator's measured vLLM and SGLang kernel tables: loading and lookup.
 
     tables = KernelTables.load("H100")                    # a catalog GPU with shipped tables
+    tables = KernelTables.load("H100", framework="sglang")  # SGLang's kernels (aic-sglang)
     tables.gemm_s(n=4096, k=4096)                          # seconds over the table's m grid
+
+vLLM's tables live in predictors/data/aic, SGLang's in predictors/data/aic-sglang (both written
+by scripts/convert_aic_tables.py). SGLang's hold the GEMMs, attention and custom all-reduce of
+SGLang's own kernels; what they leave out (SGLANG_BORROWED: the NCCL collectives, measured
+outside any framework, the fused MoE and the MLA / DSA modules) is read from the same GPU's
+vLLM tables, and describe() says so.
 
 One `.npz` per measured GPU (scripts/convert_aic_tables.py wrote them; manifest.json says which
 device and vLLM version each table measured). All latencies are per tensor-parallel rank:
@@ -40,10 +47,36 @@ MEASURED = {"A100-80G": "a100_sxm", "H100": "h100_sxm", "H200": "h200_sxm", "L40
 # table lacks it
 MOE_DISTRIBUTION = "power_law_1.01"
 MOE_DISTRIBUTION_CODES = {"balanced": 0.0, "power_law_1.01": 1.0, "power_law_1.2": 2.0}
+#: whose kernels a table set measured: the engine name -> its label in provenance lines
+FRAMEWORKS = {"vllm": "vLLM", "sglang": "SGLang"}
+#: arrays SGLang's converted tables leave out, priced from the same GPU's vLLM tables (what
+#: they are, for provenance): scripts/convert_aic_tables.py says why each is not converted
+SGLANG_BORROWED = {"nccl_allreduce": "NCCL collectives", "nccl_allgather": "NCCL collectives",
+                   "nccl_reducescatter": "NCCL collectives", "moe": "fused MoE",
+                   "mla_ctx": "MLA modules", "mla_gen": "MLA modules",
+                   "dsa_ctx": "DeepSeek sparse attention modules",
+                   "dsa_gen": "DeepSeek sparse attention modules"}
 
 
-def data_dir() -> Path:
-    return Path(__file__).resolve().parent / "data" / "aic"
+def data_dir(framework: str = "vllm") -> Path:
+    """The folder of `framework`'s converted tables (predictors/data/aic for vLLM,
+    predictors/data/aic-<framework> otherwise)."""
+    if framework not in FRAMEWORKS:
+        raise KeyError(f"no kernel tables for framework {framework!r}")
+    base = Path(__file__).resolve().parent / "data"
+    return base / ("aic" if framework == "vllm" else f"aic-{framework}")
+
+
+def has_tables(gpu_name: str, framework: str = "vllm") -> bool:
+    """Whether `framework`'s shipped tables measure catalog GPU `gpu_name`."""
+    system = MEASURED.get(gpu_name)
+    return system is not None and system in _manifest(str(data_dir(framework)))["gpus"]
+
+
+@lru_cache(maxsize=4)
+def _manifest(path: str) -> dict:
+    p = Path(path) / "manifest.json"
+    return json.loads(p.read_text()) if p.is_file() else {"gpus": {}}
 
 
 def version_code(v: str) -> float:
@@ -75,17 +108,36 @@ class KernelTables:
     # "mla" / "dsa" module tables: {kind: {"version": vLLM version, "backends": {kv dtype:
     # {phase: attention backend}}}} (scripts/convert_aic_tables.py's manifest)
     modules: dict = field(default_factory=dict)
+    framework: str = "vllm"  # whose kernels the GEMM, attention and all-reduce tables measured
+    # SGLang tables: what was read from the same GPU's vLLM tables ({what: from where}), and
+    # the attention backends kept ({kv dtype: {phase: backend}})
+    borrowed: dict = field(default_factory=dict)
+    attention_backends: dict = field(default_factory=dict)
 
     @property
     def measured(self) -> bool:
         return self.transfer is None
 
     @classmethod
-    def load(cls, gpu_name: str, path: Path | None = None) -> KernelTables:
+    def load(cls, gpu_name: str, path: Path | None = None,
+             framework: str = "vllm") -> KernelTables:
+        """The tables of catalog GPU `gpu_name`: vLLM's, or `framework`'s (KeyError where
+        that framework's tables do not measure the GPU)."""
         system = MEASURED.get(gpu_name)
         if system is None:
             raise KeyError(f"no measured kernel tables for {gpu_name}")
-        return _load_tables(str(path or data_dir()), system, gpu_name)
+        if framework == "vllm":
+            return _load_tables(str(path or data_dir()), system, gpu_name)
+        if path is None and not has_tables(gpu_name, framework):
+            raise KeyError(f"no {FRAMEWORKS.get(framework, framework)} kernel tables for "
+                           f"{gpu_name}")
+        return _load_framework_tables(str(path or data_dir(framework)), system, gpu_name,
+                                      framework)
+
+    @property
+    def label(self) -> str:
+        """'vLLM' | 'SGLang': whose kernels the GEMM, attention and all-reduce tables hold."""
+        return FRAMEWORKS[self.framework]
 
     # -- GEMM ------------------------------------------------------------------------------
     def gemm_m_grid(self, dtype: str = "bf16") -> np.ndarray:
@@ -200,7 +252,8 @@ class KernelTables:
 
     # -- all-reduce ------------------------------------------------------------------------
     def allreduce(self, num_gpus: int, graph: bool, engine_version: str | None = None):
-        """(message bytes, seconds, table version) of vLLM's custom all-reduce on `num_gpus`,
+        """(message bytes, seconds, table version) of the framework's custom all-reduce on
+        `num_gpus`,
         from the table version closest to `engine_version` (newest when None) that has that
         GPU count; None when no table has it."""
         a = self.arrays["allreduce"]
@@ -289,10 +342,26 @@ class KernelTables:
         return tok, t, note
 
     def describe(self) -> str:
+        if self.framework != "vllm":
+            if self.measured:
+                return (f"SGLang kernels: AIConfigurator sglang {self.gemm_version} tables "
+                        f"({MEASURED[self.gpu]}, {self.device}){self._borrowed_note()}")
+            return (f"SGLang kernels transferred to {self.gpu} from {self.transfer['source']} "
+                    f"(AIConfigurator sglang {self.gemm_version} tables, {self.device}) via "
+                    f"spec-sheet ratios{self._borrowed_note()}")
         if self.measured:
             return (f"measured: AIConfigurator, vLLM {self.gemm_version} kernels on {self.device}")
         return (f"transferred to {self.gpu} from {self.transfer['source']} ({self.device}, vLLM "
                 f"{self.gemm_version} kernels) via spec-sheet ratios")
+
+    def _borrowed_note(self) -> str:
+        """What an SGLang table set prices from the GPU's vLLM tables, for describe()."""
+        if not self.borrowed:
+            return ""
+        by_source: dict[str, list[str]] = {}
+        for what, source in self.borrowed.items():
+            by_source.setdefault(source, []).append(what)
+        return "; " + "; ".join(f"{', '.join(w)} from {src}" for src, w in by_source.items())
 
 
 @dataclass(frozen=True)
@@ -301,6 +370,35 @@ class _FixedSplit:
 
     moe_tp: int
     moe_ep: int
+
+
+@lru_cache(maxsize=16)
+def _load_framework_tables(path: str, system: str, gpu_name: str,
+                           framework: str) -> KernelTables:
+    """A non-vLLM framework's tables of `system`, with what they leave out (SGLANG_BORROWED)
+    read from the same GPU's vLLM tables where those have it."""
+    from dataclasses import replace
+
+    own = _load_tables(path, system, gpu_name)
+    info = json.loads((Path(path) / "manifest.json").read_text())["gpus"][system]
+    arrays, borrowed = dict(own.arrays), {}
+    vllm = (_load_tables(str(data_dir()), system, gpu_name)
+            if system in _manifest(str(data_dir()))["gpus"] else None)
+    if vllm is not None:
+        vinfo = _manifest(str(data_dir()))["gpus"][system]
+        for key, what in SGLANG_BORROWED.items():
+            if key in arrays or key not in vllm.arrays or not len(vllm.arrays[key]):
+                continue
+            arrays[key] = vllm.arrays[key]
+            op = key.split("_")[0]
+            version = (vinfo.get(f"{key}_version") or vinfo.get(f"{op}_version")
+                       or vinfo.get("nccl_version", "?"))
+            borrowed[what] = (f"the NCCL {version} table (measured outside any framework)"
+                              if op == "nccl" else f"its vLLM {version} tables")
+        return replace(own, arrays=arrays, framework=framework, borrowed=borrowed,
+                       moe_version=vllm.moe_version, modules=vllm.modules,
+                       attention_backends=info.get("attention_backends", {}))
+    return replace(own, framework=framework, attention_backends=info.get("attention_backends", {}))
 
 
 @lru_cache(maxsize=16)

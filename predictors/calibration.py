@@ -153,7 +153,7 @@ class CalibratedCostModel:
     @property
     def provenance(self) -> Provenance:
         # corrected by the user's own real runs: no longer the base model's kind
-        return Provenance("calibrated", self.describe())
+        return Provenance("calibrated", self.describe(), engine=self.base.provenance.engine)
 
     def describe(self) -> str:
         return f"{self.base.describe()}; {self.calibration.describe()}"

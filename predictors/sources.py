@@ -15,7 +15,10 @@ registry in order and takes the first price. Sources:
   tables    NVIDIA AIConfigurator's measured vLLM kernel tables of this GPU (predictors.aic; the
             table version closest to --engine-version, default the newest) plus the
             engine-overhead profile of --engine-version's generation, --entry-point and
-            --num-scheduler-steps (predictors.engine_overhead.profile_for)
+            --num-scheduler-steps (predictors.engine_overhead.profile_for). For SGLang
+            (engine="sglang"): its own AIConfigurator tables where the GPU has them, else the
+            vLLM ones (said so), and SGLang's engine profile of its release
+            (predictors.engine_overhead.sglang_profile_for)
   transfer  measurements carried to this GPU / config: the --profile folder's efficiency curves
             (its own GPU at another tp / precision, or a GPU profile on this GPU's spec sheet),
             or without a folder the kernel tables of the measured GPU of its architecture
@@ -64,6 +67,7 @@ class CostQuery:
     engine_version: str | None = None  # --engine-version (kernel tables, engine generation)
     entry_point: str = "llm"  # --entry-point (the engine-overhead profile)
     num_scheduler_steps: int | None = None  # --num-scheduler-steps (V0 multi-step)
+    engine: str = "vllm"  # the engine simulated (tuner.core.sglang.ENGINES): whose kernels
 
     def shapes(self) -> str:
         c = self.config
@@ -102,15 +106,23 @@ def _profile(q: CostQuery, declined) -> CostModel | Declined:
         f"no profile in {q.profile} measures {q.shapes()}")
 
 
+def _engine_profile(q: CostQuery):
+    """The engine-overhead profile of the query's engine and release."""
+    from tuner.predictors.engine_overhead import profile_for, sglang_profile_for
+
+    if q.engine == "sglang":
+        return sglang_profile_for(q.engine_version)
+    return profile_for(q.engine_version, q.entry_point, q.num_scheduler_steps)
+
+
 def _table_model(q: CostQuery):
     from tuner.predictors.aic import table_cost_model
-    from tuner.predictors.engine_overhead import profile_for
 
     c = q.config
-    engine = profile_for(q.engine_version, q.entry_point, q.num_scheduler_steps)
     return table_cost_model(q.model, q.gpu, tp=c.tp, weight_bits=c.weight_bits,
-                            kv_bits=c.kv_bits, engine_version=q.engine_version, engine=engine,
-                            dp=c.dp, expert_parallel=c.expert_parallel)
+                            kv_bits=c.kv_bits, engine_version=q.engine_version,
+                            engine=_engine_profile(q), dp=c.dp,
+                            expert_parallel=c.expert_parallel, framework=q.engine)
 
 
 def _tables(q: CostQuery, declined) -> CostModel | Declined:
@@ -155,7 +167,8 @@ def _roofline(q: CostQuery, declined) -> CostModel:
 #: source is one function and one entry (and its place in SOURCES_BY_MODE).
 COST_SOURCES: tuple[CostSource, ...] = (
     CostSource("profile", "a profile measured on this GPU at this model's shapes", _profile),
-    CostSource("tables", "this GPU's measured vLLM kernel tables (AIConfigurator)", _tables),
+    CostSource("tables", "this GPU's measured vLLM (or SGLang) kernel tables (AIConfigurator)",
+               _tables),
     CostSource("transfer", "measurements carried to this GPU and config", _transfer),
     CostSource("roofline", "the spec-sheet roofline", _roofline),
 )
@@ -194,11 +207,13 @@ class Resolution:
 def resolve(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
             profile: str | Path | None = None, mode: str = "auto",
             engine_version: str | None = None, calibrated: bool = True,
-            entry_point: str = "llm", num_scheduler_steps: int | None = None) -> Resolution:
+            entry_point: str = "llm", num_scheduler_steps: int | None = None,
+            engine: str = "vllm") -> Resolution:
     """Walk the registry (as `mode` restricts it) for (model, gpu, config); TunerError on a bad
-    mode or folder, or where the restricted registry cannot price it."""
+    mode or folder, or where the restricted registry cannot price it. `engine`: the engine
+    simulated ("vllm" | "sglang"): whose kernel tables and engine profile price it."""
     q = CostQuery(model, gpu, config, None if profile is None else Path(profile), mode,
-                  engine_version, entry_point, num_scheduler_steps)
+                  engine_version, entry_point, num_scheduler_steps, engine)
     declined: list[tuple[str, str]] = []
     for src in sources_for(mode, profile=q.profile is not None):
         out = src.price(q, tuple(declined))
@@ -222,31 +237,35 @@ def resolve_cost_model(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
                        profile: str | Path | None = None, mode: str = "auto",
                        engine_version: str | None = None, calibrated: bool = True,
                        entry_point: str = "llm",
-                       num_scheduler_steps: int | None = None) -> CostModel:
+                       num_scheduler_steps: int | None = None,
+                       engine: str = "vllm") -> CostModel:
     """The registry's CostModel for (model, gpu, config): resolve(...).cost_model."""
     return resolve(model, gpu, config, profile=profile, mode=mode,
                    engine_version=engine_version, calibrated=calibrated,
-                   entry_point=entry_point, num_scheduler_steps=num_scheduler_steps).cost_model
+                   entry_point=entry_point, num_scheduler_steps=num_scheduler_steps,
+                   engine=engine).cost_model
 
 
 def cost_model_for(model: ModelSpec, profile: str | Path | None = None, mode: str = "auto",
                    engine_version: str | None = None, *, calibrated: bool = True,
                    check_gpu: GPU | None = None, entry_point: str = "llm",
-                   num_scheduler_steps: int | None = None) -> CostModelFor:
+                   num_scheduler_steps: int | None = None,
+                   engine: str = "vllm") -> CostModelFor:
     """`(gpu, config) -> CostModel` under a command's --profile / --profile-mode /
-    --engine-version: what it resolves once and passes down. A bad mode fails now; with
-    `check_gpu` a --profile folder is read now, so a bad one fails before a search starts (one
-    TunerError) rather than in its first trial."""
+    --engine-version (and the simulated --engine, "vllm" | "sglang"): what it resolves once
+    and passes down. A bad mode fails now; with `check_gpu` a --profile folder is read now, so
+    a bad one fails before a search starts (one TunerError) rather than in its first trial."""
     check_profile_mode(mode)
-    from tuner.predictors.engine_overhead import profile_for
-
-    profile_for(engine_version, entry_point, num_scheduler_steps)  # a bad engine fails now
+    # a bad engine or release fails now
+    _engine_profile(CostQuery(model, None, None, engine_version=engine_version,
+                              entry_point=entry_point, num_scheduler_steps=num_scheduler_steps,
+                              engine=engine))
 
     def for_config(gpu: GPU, config: ServingConfig) -> CostModel:
         return resolve_cost_model(model, gpu, config, profile=profile, mode=mode,
                                   engine_version=engine_version, calibrated=calibrated,
                                   entry_point=entry_point,
-                                  num_scheduler_steps=num_scheduler_steps)
+                                  num_scheduler_steps=num_scheduler_steps, engine=engine)
 
     if check_gpu is not None and profile is not None:
         from tuner.core.config import ServingConfig

@@ -1,7 +1,9 @@
-"""Convert NVIDIA AIConfigurator's measured vLLM kernel tables into tuner's compact shipped form.
+"""Convert NVIDIA AIConfigurator's measured vLLM (or SGLang) kernel tables into tuner's compact form.
 
     pip download --no-deps aiconfigurator-core==0.12.0   # Apache-2.0, ~82 MB wheel
     python scripts/convert_aic_tables.py aiconfigurator_core-0.12.0-*.whl [--out predictors/data/aic]
+    python scripts/convert_aic_tables.py aiconfigurator_core-0.12.0-*.whl --framework sglang
+                                                         # -> predictors/data/aic-sglang
 
 Needs pandas + pyarrow (the wheel stores parquet); tuner itself does not: it reads the output
 (one .npz per GPU plus manifest.json) with numpy alone.
@@ -38,6 +40,23 @@ What is kept (vLLM framework tables only, newest version of each op per GPU):
               rows of (kv_fp8, gemm_fp8, num_heads, batch, isl | step, latency_ms), the
               backend per KV dtype in the manifest (_mla_module)
   dsa_ctx, dsa_gen  the same for DeepSeek sparse attention (DeepSeek-V3.2, indexer included)
+
+--framework sglang keeps the SGLang tables of the same GPUs (systems/data/<gpu>/<op>/sglang/)
+in the same compact form, in predictors/data/aic-sglang with its own manifest: the kernels a
+dense decoder runs, newest SGLang version of each op per GPU (convert_sglang):
+  gemm        bf16 (sglang_torch_linear; the A100's 0.5.10 table names it "sglang") and FP8
+              (sgl-kernel's fp8_scaled_mm, gemm_dtype fp8), same grid treatment as above
+  ctx_attn, gen_attn  the attention backend SGLang runs by default on the architecture, the
+              first of SGLANG_ATTN the table has (fa3 on Hopper, trtllm_mha on data-centre
+              Blackwell, flashinfer on Ada / RTX Blackwell, flash_attention in the A100's
+              table), BF16 and FP8 KV (FP8 KV rows of any attention dtype, BF16 first)
+  allreduce   SGLang's custom all-reduce per table version (graph / eager), bf16
+Not converted (tuner prices them from the same GPU's vLLM tables and says so, see
+predictors.aic_tables.SGLANG_BORROWED): the NCCL collectives (AIConfigurator measures NCCL
+once, outside any framework: the vLLM file's are the same measurements), the fused-MoE layer
+(SGLang's bf16 Triton rows would add 0.15-0.42 MB a GPU, 2.3 MB for the eight; no SGLang
+fidelity run here exercises them) and the MLA / DeepSeek sparse attention tables (SGLang's are
+per kernel, not the per-module form tuner reads).
 """
 
 from __future__ import annotations
@@ -73,6 +92,10 @@ BF16_ATTN = ("vllm_flash_attn_fa3", "vllm_flash_attn_fa2", "vllm_flash_attn",
              "vllm_flashinfer_trtllmprefill", "vllm_flashinfer_trtllmdecode")
 FP8_ATTN = ("vllm_flash_attn_fa3", "vllm_flashinfer_fiprefill", "vllm_flashinfer_fidecode",
             "vllm_flashinfer_trtllmprefill", "vllm_flashinfer_trtllmdecode")
+# SGLang: GEMM kernels per dtype (kernel_source, gemm_dtype) and attention backends by preference
+SGLANG_BF16_GEMM = (("sglang_torch_linear", "sglang"), "bfloat16")
+SGLANG_FP8_GEMM = (("sglang_sgl_kernel_fp8_scaled_mm", "sglang"), "fp8")
+SGLANG_ATTN = ("fa3", "trtllm_mha", "flashinfer", "flash_attention", "triton")
 # token -> expert routing the MoE table was measured under -> code stored in the `moe` rows
 MOE_DISTRIBUTIONS = {"balanced": 0.0, "power_law_1.01": 1.0, "power_law_1.2": 2.0}
 # moe_dtype values kept: bf16 (the unquantized fused-MoE kernel) and per-tensor FP8 (one kernel
@@ -113,8 +136,10 @@ def fill_along_m(m: np.ndarray, lat: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return out, mask
 
 
-def _gemm(df, kernels) -> dict | None:
+def _gemm(df, kernels, dtype: str | None = None) -> dict | None:
     d = df[df["kernel_source"].isin(kernels)]
+    if dtype is not None:  # SGLang's tables hold several dtypes under one kernel name
+        d = d[d["gemm_dtype"] == dtype]
     if d.empty:
         return None
     d = d.groupby(["m", "n", "k"], as_index=False)["latency"].median()
@@ -202,6 +227,108 @@ def _moe(df) -> np.ndarray:
                             d["hidden_size"], d["inter_size"], d["topk"], d["num_experts"],
                             d["moe_tp_size"], d["moe_ep_size"], d["num_tokens"],
                             d["latency"]]).astype(np.float64)
+
+
+def _attn_sglang(df, pos_col: str) -> tuple[np.ndarray, dict]:
+    """SGLang attention rows in _attn's form, and the backend kept per KV dtype: the first of
+    SGLANG_ATTN with rows (BF16 KV: BF16 attention; FP8 KV: BF16 attention rows where the
+    backend has them, else its FP8 ones, e.g. FA3's FP8 prefill)."""
+    d = df
+    if "window_size" in d.columns:
+        d = d[d["window_size"] == 0]
+    if "beam_width" in d.columns:
+        d = d[d["beam_width"] == 1]
+    parts, picked = [], {}
+    for fp8 in (0, 1):
+        sub = d[d["kv_cache_dtype"] == ("fp8" if fp8 else "bfloat16")]
+        for kern in SGLANG_ATTN:
+            s = sub[sub["kernel_source"] == kern]
+            if fp8:
+                s = s[s["attn_dtype"] == ("bfloat16" if (s["attn_dtype"] == "bfloat16").any()
+                                          else "fp8")]
+            else:
+                s = s[s["attn_dtype"] == "bfloat16"]
+            if not s.empty:
+                break
+        else:
+            continue
+        picked["fp8" if fp8 else "bf16"] = f"{kern} ({s['attn_dtype'].iloc[0]} attention)"
+        s = s.groupby(["batch_size", pos_col, "num_heads", "num_key_value_heads", "head_dim"],
+                      as_index=False)["latency"].median()
+        parts.append(np.column_stack([np.full(len(s), fp8), s["batch_size"], s[pos_col],
+                                      s["num_heads"], s["num_key_value_heads"], s["head_dim"],
+                                      s["latency"]]))
+    return (np.concatenate(parts).astype(np.float64) if parts else np.zeros((0, 7))), picked
+
+
+def convert_sglang(wheel: Path, out: Path) -> dict:
+    """The SGLang tables (module docstring, --framework sglang) of the GPUs in GPUS."""
+    import pandas as pd
+
+    zf = zipfile.ZipFile(wheel)
+    names = zf.namelist()
+    root = "aiconfigurator_core/systems/data/"
+    wheel_version = re.search(r"-(\d+[.]\d+[.]\d+)-", wheel.name).group(1)
+    manifest = {"format": "tuner-aic/1", "framework": "sglang",
+                "source": f"aiconfigurator-core {wheel_version} (NVIDIA AIConfigurator, "
+                          "Apache-2.0), aiconfigurator_core/systems/data/<gpu>/<op>/sglang",
+                "wheel_sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+                "units": "latency_ms per call; message_bytes",
+                "not_converted": "NCCL collectives, fused MoE, MLA / DSA modules: priced from "
+                                 "the same GPU's vLLM tables (predictors/data/aic)",
+                "gpus": {}}
+
+    def read(path):
+        return pd.read_parquet(io.BytesIO(zf.read(path)))
+
+    def versions(sysname, op, fname):
+        pat = re.compile(rf"{root}{sysname}/{op}/sglang/([^/]+)/{fname}$")
+        return sorted({mm.group(1) for p in names if (mm := pat.match(p))}, key=_ver_key)
+
+    out.mkdir(parents=True, exist_ok=True)
+    for sysname, gpu in GPUS.items():
+        gv = versions(sysname, "gemm", "gemm_perf.parquet")
+        av = versions(sysname, "attention", "context_attention_perf.parquet")
+        if not gv or not av:
+            continue
+        arrays: dict[str, np.ndarray] = {}
+        info = {"catalog_gpu": gpu, "aic_system": sysname}
+        df = read(f"{root}{sysname}/gemm/sglang/{gv[-1]}/gemm_perf.parquet")
+        info["device"] = str(df["device"].iloc[0])
+        info["gemm_version"] = gv[-1]
+        for tag, (kernels, dtype) in (("bf16", SGLANG_BF16_GEMM), ("fp8", SGLANG_FP8_GEMM)):
+            g = _gemm(df, kernels, dtype)
+            if g is None:
+                continue
+            for key, v in g.items():
+                arrays[f"gemm_{tag}_{key}"] = v
+            info[f"gemm_{tag}_filled_cells"] = int((~g["measured"]).sum())
+        info["attention_version"] = av[-1]
+        base = f"{root}{sysname}/attention/sglang/{av[-1]}/"
+        arrays["ctx_attn"], ctx_k = _attn_sglang(read(base + "context_attention_perf.parquet"),
+                                                 "isl")
+        arrays["gen_attn"], gen_k = _attn_sglang(read(base + "generation_attention_perf.parquet"),
+                                                 "step")
+        info["attention_backends"] = {kv: {"context": ctx_k.get(kv), "generation": gen_k.get(kv)}
+                                      for kv in ("bf16", "fp8") if kv in ctx_k or kv in gen_k}
+        rows, cv = [], []
+        for v in versions(sysname, "comm", "custom_allreduce_perf.parquet"):
+            c = read(f"{root}{sysname}/comm/sglang/{v}/custom_allreduce_perf.parquet")
+            c = c[(c["allreduce_dtype"] == "bfloat16")
+                  & c["kernel_source"].str.startswith("SGLang_CustomAllReduce")]
+            if c.empty:  # e.g. a version whose table measured TensorRT-LLM's all-reduce
+                continue
+            cv.append(v)
+            for _, r in c.iterrows():
+                rows.append([version_code(v),
+                             1.0 if r["kernel_source"].endswith("graph") else 0.0,
+                             r["num_gpus"], r["message_size"], r["latency"]])
+        arrays["allreduce"] = np.array(rows, dtype=np.float64).reshape(-1, 5)
+        info["allreduce_versions"] = cv
+        np.savez_compressed(out / f"{sysname}.npz", **arrays)
+        manifest["gpus"][sysname] = info
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
 
 
 def convert(wheel: Path, out: Path) -> dict:
@@ -307,10 +434,18 @@ def convert(wheel: Path, out: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("wheel", type=Path)
-    ap.add_argument("--out", type=Path,
-                    default=Path(__file__).resolve().parents[1] / "predictors" / "data" / "aic")
+    ap.add_argument("--framework", choices=("vllm", "sglang"), default="vllm",
+                    help="whose tables: vLLM's (predictors/data/aic) or SGLang's "
+                         "(predictors/data/aic-sglang)")
+    ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
-    m = convert(a.wheel, a.out)
+    data = Path(__file__).resolve().parents[1] / "predictors" / "data"
+    if a.framework == "sglang":
+        a.out = a.out or data / "aic-sglang"
+        m = convert_sglang(a.wheel, a.out)
+    else:
+        a.out = a.out or data / "aic"
+        m = convert(a.wheel, a.out)
     total = sum(p.stat().st_size for p in a.out.glob("*.npz"))
     print(f"wrote {len(m['gpus'])} GPUs to {a.out} ({total / 1e6:.2f} MB)")
 

@@ -19,6 +19,9 @@ class Provenance:
     kind: str  # one of PROVENANCE_KINDS
     detail: str  # e.g. "roofline from A10 spec sheet (not measured)"
     error_pct: float | None = None  # validated error of this source where it could be checked
+    # the engine whose kernels and host overhead it was resolved for, where not vLLM's (the
+    # default): "sglang" for a cost model built for SGLang (predictors.sources, engine=)
+    engine: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in PROVENANCE_KINDS:
@@ -33,8 +36,11 @@ class Provenance:
         return self.detail
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "detail": self.detail, "error_pct": self.error_pct}
+        d = {"kind": self.kind, "detail": self.detail, "error_pct": self.error_pct}
+        if self.engine is not None:
+            d["engine"] = self.engine
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Provenance:
-        return cls(d["kind"], d["detail"], d.get("error_pct"))
+        return cls(d["kind"], d["detail"], d.get("error_pct"), d.get("engine"))

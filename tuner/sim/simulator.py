@@ -542,7 +542,8 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     "sglang" (tuner.sim.sglang's scheduler, its memory plan, config.schedule_policy and
     `sglang`'s other settings; config.chunk_size is then --chunked-prefill-size,
     config.max_running --max-running-requests, config.gpu_memory_utilization
-    --mem-fraction-static; priced with the same cost model, whose provenance then says so).
+    --mem-fraction-static; priced with `cost_model`: one resolved for SGLang, engine="sglang"
+    in predictors.sources, says so in its provenance; another gets a line saying it is vLLM's).
     `prefix_caching` False: shared prefixes are computed by every request (vLLM
     --no-enable-prefix-caching, SGLang --disable-radix-cache)."""
     if len(workload) == 0:
@@ -574,9 +575,10 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
             settings = dataclasses.replace(settings, radix_cache=False)
         params = SGLangParams(plan.kv_capacity_tokens, config.chunk_size, config.max_running,
                               settings)
-        provenance = Provenance(provenance.kind, f"{provenance.detail}; SGLang priced with "
-                                "vLLM's kernel tables; engine overhead not fitted",
-                                provenance.error_pct)
+        if provenance.engine != "sglang":  # a cost model resolved for vLLM (sources, engine=)
+            provenance = Provenance(provenance.kind, f"{provenance.detail}; SGLang priced with "
+                                    "vLLM's kernel tables; engine overhead not fitted",
+                                    provenance.error_pct)
     else:
         if sglang is not None:
             raise TunerError("SGLang settings (--schedule-policy, --schedule-conservativeness, "
