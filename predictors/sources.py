@@ -252,9 +252,12 @@ def cost_model_for(model: ModelSpec, profile: str | Path | None = None, mode: st
                    num_scheduler_steps: int | None = None,
                    engine: str = "vllm") -> CostModelFor:
     """`(gpu, config) -> CostModel` under a command's --profile / --profile-mode /
-    --engine-version (and the simulated --engine, "vllm" | "sglang"): what it resolves once
-    and passes down. A bad mode fails now; with `check_gpu` a --profile folder is read now, so
-    a bad one fails before a search starts (one TunerError) rather than in its first trial."""
+    --engine-version: what it resolves once and passes down. Each config is priced as its own
+    engine simulates it (config.engine: whose kernel tables and engine profile); `engine` is
+    the engine --engine-version, --entry-point and --num-scheduler-steps name (a search's
+    plans of the other engine take its newest release). A bad mode fails now; with
+    `check_gpu` a --profile folder is read now, so a bad one fails before a search starts (one
+    TunerError) rather than in its first trial."""
     check_profile_mode(mode)
     # a bad engine or release fails now
     _engine_profile(CostQuery(model, None, None, engine_version=engine_version,
@@ -262,10 +265,12 @@ def cost_model_for(model: ModelSpec, profile: str | Path | None = None, mode: st
                               engine=engine))
 
     def for_config(gpu: GPU, config: ServingConfig) -> CostModel:
+        named = config.engine == engine
         return resolve_cost_model(model, gpu, config, profile=profile, mode=mode,
-                                  engine_version=engine_version, calibrated=calibrated,
-                                  entry_point=entry_point,
-                                  num_scheduler_steps=num_scheduler_steps, engine=engine)
+                                  engine_version=engine_version if named else None,
+                                  calibrated=calibrated, entry_point=entry_point,
+                                  num_scheduler_steps=num_scheduler_steps if named else None,
+                                  engine=config.engine)
 
     if check_gpu is not None and profile is not None:
         from tuner.core.config import ServingConfig

@@ -132,7 +132,7 @@ def test_the_cost_sources_resolve_sglang_with_its_tables_and_profile():
     assert vl.cost_model.framework == "vllm" and not vl.cost_model.engine.name.startswith(
         "sglang")
     cm = cost_model_for(LLAMA, engine="sglang", engine_version="0.3.0",
-                        calibrated=False)(GPUS["A100-80G"], ServingConfig(gpu="A100-80G"))
+                        calibrated=False)(GPUS["A100-80G"], ServingConfig(gpu="A100-80G", engine="sglang"))
     assert cm.engine.name == "sglang-v0.3" and cm.provenance.engine == "sglang"
 
 

@@ -147,7 +147,7 @@ def engine_config(knobs: dict[str, Any], gpu, entry_point: str, engine_version: 
 
 EngineOpt = Annotated[str, typer.Option(
     "--engine", rich_help_panel=ENGINE_PANEL, help="Engine simulated: vllm (default) | sglang (SGLang's scheduler, radix "
-    "cache and memory plan, priced with vLLM's kernel tables).")]
+    "cache and memory plan, priced with AIConfigurator's SGLang kernel tables where the GPU has them, else vLLM's, and SGLang's engine profile).")]
 #: the SGLang line the simulator reads (tuner.core.sglang names the source files)
 SGLANG_RELEASE = "SGLang v0.5 (scheduler, defaults and memory plan read from its source)"
 #: knobs whose default is SGLang's own under --engine sglang (gpu_memory_utilization is
@@ -324,7 +324,7 @@ def simulate(
                                     spec.max_position, spec.name, on_too_long)
     # the cost source (own profile -> measured tables -> transfer -> roofline), resolved once
     cm = cost_model_for(spec, profile, profile_mode, engine_version, entry_point=entry_point,
-                        num_scheduler_steps=num_scheduler_steps)(g, config)
+                        num_scheduler_steps=num_scheduler_steps, engine=engine)(g, config)
     if timeline is not None:  # a bad --timeline fails before the simulation, not after it
         from tuner.core.errors import ensure_writable_dir
 
@@ -341,7 +341,7 @@ def simulate(
         summary["sglang_defaults"] = sg_defaults.to_dict()
         summary["engine"] = {"name": "sglang", "release": SGLANG_RELEASE,
                              "settings": sg_settings.to_dict(),
-                             "overhead": "not fitted (vLLM's kernel tables and engine profile)"}
+                             "overhead": _overhead(cm)}
         summary["defaulted"] = [k for k in SGLANG_DEFAULTED
                                 if (mem_fraction_static if k == "gpu_memory_utilization"
                                     else knobs.get(k)) is None]
