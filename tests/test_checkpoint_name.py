@@ -218,7 +218,7 @@ def searched(request, tmp_path_factory):
     root = tmp_path_factory.mktemp(request.param)
     write_model_folder(root / "ft")
     out = root / "out"
-    r = tuner("search", "-w", WORKLOAD, "-m", typed, "--gpus", "A40", "--n-trials", "10",
+    r = tuner("search", "--engines", "vllm", "-w", WORKLOAD, "-m", typed, "--gpus", "A40", "--n-trials", "10",
               "--space", SPACE, "--out", out, "--json", cwd=root)
     assert r.returncode == 0, r.stderr
     return out, checkpoint, base

@@ -160,7 +160,7 @@ def test_simulate_human_output(wl):
 @pytest.fixture(scope="module")
 def searched(wl, tmp_path_factory):
     out = tmp_path_factory.mktemp("search") / "out"
-    args = ["search", "--workload", wl, "--model", "llama-3-8b", "--gpus", "A10,A40",
+    args = ["search", "--engines", "vllm", "--workload", wl, "--model", "llama-3-8b", "--gpus", "A10,A40",
             "--n-trials", "12", "--out", out, "--json"]
     return args, out, tuner(*args)
 
@@ -213,7 +213,7 @@ def test_search_again_without_resume_is_refused_and_keeps_files(searched):
 
 
 def test_search_human_output(wl, tmp_path):
-    r = runner.invoke(app, ["search", "-w", str(wl), "-m", "llama-3-8b", "--gpus", "A10,A40",
+    r = runner.invoke(app, ["search", "--engines", "vllm", "-w", str(wl), "-m", "llama-3-8b", "--gpus", "A10,A40",
                             "--n-trials", "6", "--out", str(tmp_path / "o")])
     assert r.exit_code == 0, r.output
     assert "Fastest:" in r.stdout and "Pareto front" in r.stdout
@@ -226,7 +226,7 @@ def test_skip_invalid_succeeds_and_reports_count(tmp_path):
     bad.write_text("\n".join(good[:5] + ['{"prompt_tokens": 12, "output_tokens"'] + good[5:])
                    + "\n")
     out = tmp_path / "out"
-    r = tuner("search", "-w", bad, "-m", "llama-3-8b", "--gpus", "A10", "--n-trials", "5",
+    r = tuner("search", "--engines", "vllm", "-w", bad, "-m", "llama-3-8b", "--gpus", "A10", "--n-trials", "5",
               "--out", out, "--skip-invalid", "--json")
     assert r.returncode == 0, r.stderr
     # One unwrapped line, even on a 40-column terminal and a long path.
@@ -242,7 +242,7 @@ def test_malformed_jsonl_names_file_and_line(tmp_path):
     bad.write_text("\n".join(good[:5] + ['{"prompt_tokens": 12, "output_tokens"'] + good[5:])
                    + "\n")
     out = tmp_path / "out"
-    assert_one_line_error(tuner("search", "-w", bad, "-m", "llama-3-8b", "--gpus", "A10",
+    assert_one_line_error(tuner("search", "--engines", "vllm", "-w", bad, "-m", "llama-3-8b", "--gpus", "A10",
                                 "--n-trials", "5", "--out", out), "bad.jsonl:6", out=out)
 
 
@@ -252,14 +252,14 @@ def test_empty_or_missing_workload(tmp_path, case):
     if case == "empty":
         path.write_text("")
     out = tmp_path / "out"
-    line = assert_one_line_error(tuner("search", "-w", path, "-m", "llama-3-8b", "--gpus", "A10",
+    line = assert_one_line_error(tuner("search", "--engines", "vllm", "-w", path, "-m", "llama-3-8b", "--gpus", "A10",
                                        "--n-trials", "5", "--out", out), "w.jsonl", out=out)
     assert ("no requests" if case == "empty" else "no such file") in line
 
 
 def test_unknown_gpu_suggests(wl, tmp_path):
     out = tmp_path / "out"
-    line = assert_one_line_error(tuner("search", "-w", wl, "-m", "llama-3-8b", "--gpus",
+    line = assert_one_line_error(tuner("search", "--engines", "vllm", "-w", wl, "-m", "llama-3-8b", "--gpus",
                                        "A10,A4O", "--n-trials", "5", "--out", out), "A4O",
                                  out=out)
     assert "Did you mean" in line and "A40" in line.split("Did you mean")[1]
@@ -267,7 +267,7 @@ def test_unknown_gpu_suggests(wl, tmp_path):
 
 def test_unknown_model_suggests(wl, tmp_path):
     out = tmp_path / "out"
-    line = assert_one_line_error(tuner("search", "-w", wl, "-m", "llama3-8b", "--gpus", "A10",
+    line = assert_one_line_error(tuner("search", "--engines", "vllm", "-w", wl, "-m", "llama3-8b", "--gpus", "A10",
                                        "--n-trials", "5", "--out", out), "llama3-8b", out=out)
     assert "llama-3-8b" in line.split("Did you mean")[1]
 
@@ -277,7 +277,7 @@ def test_model_that_fits_nowhere_gives_numbers(wl, tmp_path):
     space.write_text("knobs:\n  chunk_size: [512, 2048]\n  max_running: [64, 128]\n"
                      "  weight_bits: [16]\n")
     out = tmp_path / "out"
-    line = assert_one_line_error(tuner("search", "-w", wl, "-m", "llama-2-70b", "--gpus", "A10",
+    line = assert_one_line_error(tuner("search", "--engines", "vllm", "-w", wl, "-m", "llama-2-70b", "--gpus", "A10",
                                        "--space", space, "--n-trials", "5", "--out", out),
                                  "llama-2-70b", "A10", "GiB", out=out)
     assert "does not fit" in line
@@ -285,7 +285,7 @@ def test_model_that_fits_nowhere_gives_numbers(wl, tmp_path):
 
 def test_bad_price(wl, tmp_path):
     out = tmp_path / "out"
-    assert_one_line_error(tuner("search", "-w", wl, "-m", "llama-3-8b", "--gpus", "A10",
+    assert_one_line_error(tuner("search", "--engines", "vllm", "-w", wl, "-m", "llama-3-8b", "--gpus", "A10",
                                 "--price", "A10=abc", "--n-trials", "5", "--out", out),
                           "A10=abc", "--price", out=out)
 
@@ -300,7 +300,7 @@ def test_bad_space(wl, tmp_path, text, needle):
     space = tmp_path / "space.yaml"
     space.write_text(text)
     out = tmp_path / "out"
-    assert_one_line_error(tuner("search", "-w", wl, "-m", "llama-3-8b", "--gpus", "A10",
+    assert_one_line_error(tuner("search", "--engines", "vllm", "-w", wl, "-m", "llama-3-8b", "--gpus", "A10",
                                 "--space", space, "--n-trials", "5", "--out", out),
                           needle, "space.yaml", out=out)
 
@@ -309,7 +309,7 @@ def test_unwritable_out(wl, tmp_path):
     blocker = tmp_path / "afile"
     blocker.write_text("keep me")
     for out in (blocker / "sub", blocker):
-        assert_one_line_error(tuner("search", "-w", wl, "-m", "llama-3-8b", "--gpus", "A10",
+        assert_one_line_error(tuner("search", "--engines", "vllm", "-w", wl, "-m", "llama-3-8b", "--gpus", "A10",
                                     "--n-trials", "5", "--out", out), str(out))
     assert blocker.read_text() == "keep me"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
@@ -317,9 +317,9 @@ def test_unwritable_out(wl, tmp_path):
 
 def test_zero_trials_and_bad_sampler(wl, tmp_path):
     out = tmp_path / "out"
-    assert_one_line_error(tuner("search", "-w", wl, "-m", "llama-3-8b", "--gpus", "A10",
+    assert_one_line_error(tuner("search", "--engines", "vllm", "-w", wl, "-m", "llama-3-8b", "--gpus", "A10",
                                 "--n-trials", "0", "--out", out), "--n-trials", out=out)
-    assert_one_line_error(tuner("search", "-w", wl, "-m", "llama-3-8b", "--gpus", "A10",
+    assert_one_line_error(tuner("search", "--engines", "vllm", "-w", wl, "-m", "llama-3-8b", "--gpus", "A10",
                                 "--n-trials", "5", "--sampler", "bogus", "--out", out),
                           "sampler", "bogus", out=out)
 
@@ -336,8 +336,8 @@ def test_simulate_errors(wl, tmp_path):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["search", "--gpus", "A10"], "--workload"),  # missing option
-    (["search", "-w", "x.jsonl", "-m", "llama-3-8b", "--gpus", "A10", "--n-trials", "abc"],
+    (["search", "--engines", "vllm", "--gpus", "A10"], "--workload"),  # missing option
+    (["search", "--engines", "vllm", "-w", "x.jsonl", "-m", "llama-3-8b", "--gpus", "A10", "--n-trials", "abc"],
      "--n-trials"),  # bad option value
     (["simulate", "--bogus"], "--bogus"),  # unknown option
     (["bogus"], "bogus"),  # unknown command
@@ -359,7 +359,7 @@ def test_ctrl_c_saves_trials_and_says_resume(tmp_path):
     wl = write_workload(tmp_path / "big.jsonl", n=300, seed=3)
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tuner.cli", "search", "-w", str(wl), "-m", "llama-3-8b",
+        [sys.executable, "-m", "tuner.cli", "search", "--engines", "vllm", "-w", str(wl), "-m", "llama-3-8b",
          "--gpus", "A10,A40", "--n-trials", "400", "--out", str(out), "--study", "i"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -391,8 +391,8 @@ def test_ctrl_c_saves_trials_and_says_resume(tmp_path):
     (["simulate", "-g", "A10", "--price", "A10=0"], "A10=0"),
     (["simulate", "-g", "A10", "--price", "A10=nan"], "A10=nan"),
     (["simulate", "-g", "A10", "--price", "A40=inf"], "A40=inf"),
-    (["search", "--gpus", "A10", "--seed", "-1"], "--seed"),
-    (["search", "--gpus", "A10", "--seed", str(2**32)], "--seed"),
+    (["search", "--engines", "vllm", "--gpus", "A10", "--seed", "-1"], "--seed"),
+    (["search", "--engines", "vllm", "--gpus", "A10", "--seed", str(2**32)], "--seed"),
 ])
 def test_bad_price_or_seed_is_one_line_and_writes_nothing(tmp_path, wl, args, needle):
     out = tmp_path / "out"
@@ -421,7 +421,7 @@ def test_requests_beyond_the_context_fail_before_the_search(tmp_path):
     wl.write_text("".join(json.dumps({"prompt_tokens": 9000 if i == 7 else 100,
                                       "output_tokens": 16}) + "\n" for i in range(20)))
     out = tmp_path / "out"
-    r = tuner("search", "-w", wl, "-m", "llama-3-8b", "--gpus", "A10", "--out", out)
+    r = tuner("search", "--engines", "vllm", "-w", wl, "-m", "llama-3-8b", "--gpus", "A10", "--out", out)
     assert_one_line_error(r, "1 of 20 requests", "8,192", "9,016", out=out)
 
 
@@ -455,7 +455,7 @@ def test_search_summary_fits_100_columns(monkeypatch, tmp_path):
 
     buf = io.StringIO()
     monkeypatch.setattr(search_cli, "out", Console(file=buf, width=100, emoji=False))
-    r = runner.invoke(app, ["search", "-w", str(REPO / "examples" / "arxiv.jsonl"), "-m",
+    r = runner.invoke(app, ["search", "--engines", "vllm", "-w", str(REPO / "examples" / "arxiv.jsonl"), "-m",
                             "llama-3-8b", "--gpus", "A10,A40", "--n-trials", "40", "--out",
                             str(tmp_path / "o")])
     assert r.exit_code == 0, r.output

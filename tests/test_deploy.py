@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tuner.core.catalog import GIB, GPU, ModelSpec, load_gpus
-from tuner.core.config import ORDERINGS, SCHEDULERS, ServingConfig
+from tuner.core.config import ENGINE_HELD, ORDERINGS, SCHEDULERS, ServingConfig
 from tuner.core.errors import TunerError
 from tuner.core.io import write_atomic
 from tuner.exports import (
@@ -455,7 +455,7 @@ def _non_default(field: dataclasses.Field):
               "chunk_size": 1024, "max_running": 17, "weight_bits": 4, "kv_bits": 4,
               "kv_offload_layers": 4, "weight_offload_fraction": 0.5, "cpu_threads_intra": 3,
               "cpu_threads_inter": 2, "ordering": "binpack", "gpu_memory_utilization": 0.7,
-              "block_size": 32}
+              "block_size": 32, "engine": "sglang", "schedule_policy": "lpm"}
     if field.name in values:
         return values[field.name]
     if isinstance(field.default, bool):
@@ -479,9 +479,21 @@ def test_no_knob_is_dropped(engine):
     for field in dataclasses.fields(ServingConfig):
         if field.name == "gpu":  # where it runs, not an engine argument (named in the header)
             continue
+        if field.name in ENGINE_HELD["vllm"]:  # SGLang's own: held in a vLLM plan (below)
+            continue
+        if field.name == "engine" and engine == "vllm":  # vLLM refuses an SGLang plan
+            with pytest.raises(TunerError, match="simulated for sglang"):
+                render(dataclasses.replace(base, engine="sglang"))
+            continue
         model = MOE if field.name == "expert_parallel" else LLAMA  # MoE-only knob
         cfg = dataclasses.replace(base, **{field.name: _non_default(field)})
         assert render(cfg, model) != render(base, model), f"{engine}: {field.name} is dropped"
+    if engine == "sglang":  # an SGLang plan's own knobs
+        sg = dataclasses.replace(base, engine="sglang")
+        for name in ENGINE_HELD["vllm"]:
+            field = next(f for f in dataclasses.fields(ServingConfig) if f.name == name)
+            cfg = dataclasses.replace(sg, **{name: _non_default(field)})
+            assert render(cfg) != render(sg), f"sglang: {name} is dropped"
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

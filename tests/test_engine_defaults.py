@@ -148,7 +148,8 @@ def test_baseline_is_simulated_once_per_gpu_type_and_count():
             for i, tp in enumerate((1, 1, 2))]
     sims = attach_baselines(recs, [0, 1, 2], w, m, {"A40": GPUS["A40"]})
     # one per GPU type, TP, DP and precision (weight and KV bits)
-    assert set(sims) == {("A40", 1, 1, 16, 16, 1), ("A40", 2, 1, 16, 16, 1)}  # ... PP 1
+    # ... PP 1, and the plan's engine (its own defaults)
+    assert set(sims) == {("A40", 1, 1, 16, 16, 1, "vllm"), ("A40", 2, 1, 16, 16, 1, "vllm")}
     assert recs[0].baseline["metrics"] == recs[1].baseline["metrics"]
     assert recs[2].baseline["config"]["tp"] == 2
 
@@ -159,7 +160,7 @@ def test_search_cli_prints_and_writes_the_gain(tmp_path):
                                                zip(rng.integers(100, 1500, 30),
                                                    rng.integers(20, 300, 30), strict=True)])
     out = tmp_path / "o"
-    r = runner.invoke(app, ["search", "-w", str(wl), "-m", "llama-3-8b", "--gpus", "A10",
+    r = runner.invoke(app, ["search", "--engines", "vllm", "-w", str(wl), "-m", "llama-3-8b", "--gpus", "A10",
                             "--n-trials", "6", "--out", str(out), "--entry-point", "serve"])
     assert r.exit_code == 0, r.output
     assert "vLLM's defaults on the same" in " ".join(r.stdout.split())
@@ -323,7 +324,7 @@ def test_engine_errors_are_one_line(tmp_path, capsys, args, match):
 
     wl = write_workload(tmp_path / "w.jsonl", [(300, 20)] * 4)
     for cmd in (["simulate", "-g", "A100-80G"],
-                ["search", "--gpus", "A100-80G", "--n-trials", "2", "--out",
+                ["search", "--engines", "vllm", "--gpus", "A100-80G", "--n-trials", "2", "--out",
                  str(tmp_path / "o")]):
         code = main_in_process([*cmd, "-w", str(wl), "-m", "llama-3-8b", *args], tmp_path)
         text = capsys.readouterr().err
@@ -335,7 +336,7 @@ def test_engine_errors_are_one_line(tmp_path, capsys, args, match):
 def test_a_v0_search_recommends_what_v0_runs(tmp_path):
     wl = write_workload(tmp_path / "w.jsonl", [(300, 60)] * 64)
     out = tmp_path / "o"
-    r = runner.invoke(app, ["search", "-w", str(wl), "-m", "llama-3-8b", "--gpus", "A100-80G",
+    r = runner.invoke(app, ["search", "--engines", "vllm", "-w", str(wl), "-m", "llama-3-8b", "--gpus", "A100-80G",
                             "--engine-version", "0.6.0", "--entry-point", "serve",
                             "--num-scheduler-steps", "10", "--n-trials", "12", "--out",
                             str(out), "--json"])
@@ -358,7 +359,7 @@ def test_a_v0_search_recommends_what_v0_runs(tmp_path):
 def test_a_v1_export_has_no_scheduler_steps(tmp_path):
     wl = write_workload(tmp_path / "w.jsonl", [(300, 60)] * 16)
     out = tmp_path / "o"
-    r = runner.invoke(app, ["search", "-w", str(wl), "-m", "llama-3-8b", "--gpus", "A100-80G",
+    r = runner.invoke(app, ["search", "--engines", "vllm", "-w", str(wl), "-m", "llama-3-8b", "--gpus", "A100-80G",
                             "--n-trials", "4", "--out", str(out)])
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["export", "--out", str(out), "--format", "vllm"])

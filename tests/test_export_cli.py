@@ -48,7 +48,7 @@ def searched(tmp_path_factory) -> tuple[Path, Path, dict]:
     d = tmp_path_factory.mktemp("export")
     wl = write_batch(d / "batch.jsonl")
     out = d / "out"
-    r = runner.invoke(app, ["search", "--workload", str(wl), "--model", "llama-3-8b", "--gpus",
+    r = runner.invoke(app, ["search", "--engines", "vllm", "--workload", str(wl), "--model", "llama-3-8b", "--gpus",
                             "A10,A40", "--n-trials", "16", "--out", str(out), "--json"])
     assert r.exit_code == 0, (r.output, r.exception)
     return wl, out, json.loads((out / "results.json").read_text())

@@ -299,7 +299,7 @@ def test_cli_exports_scale_formats(tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text("knobs:\n  dp: [1, 2]\n  max_running: [16, 64]\nfixed:\n  tp: 1\n")
     out = tmp_path / "out"
-    r = runner.invoke(app, ["search", "-w", str(src), "-m", "llama-3-8b", "--gpus", "A40",
+    r = runner.invoke(app, ["search", "--engines", "vllm", "-w", str(src), "-m", "llama-3-8b", "--gpus", "A40",
                             "--space", str(space), "--n-trials", "8", "--out", str(out),
                             "--json"])
     assert r.exit_code == 0, r.output

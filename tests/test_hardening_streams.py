@@ -112,7 +112,7 @@ def test_an_empty_stdin_is_no_requests():
 
 def test_search_from_stdin_writes_results_and_export_needs_no_file(tmp_path):
     out = tmp_path / "out"
-    r = tuner("search", "-w", "-", "-m", "llama-3-8b", "--gpus", "A40", "--n-trials", "5",
+    r = tuner("search", "--engines", "vllm", "-w", "-", "-m", "llama-3-8b", "--gpus", "A40", "--n-trials", "5",
               "--out", out, "--json", stdin=ARXIV.read_bytes(), timeout=300)
     assert r.returncode == 0, r.stderr
     assert (out / "results.json").is_file()

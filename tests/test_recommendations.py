@@ -242,7 +242,7 @@ def test_a_preset_no_engine_runs_is_never_a_winner():
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory):
     out = tmp_path_factory.mktemp("reco")
-    r = subprocess.run([sys.executable, "-m", "tuner.cli", "search", "-w",
+    r = subprocess.run([sys.executable, "-m", "tuner.cli", "search", "--engines", "vllm", "-w",
                         str(REPO / "examples" / "arxiv.jsonl"), "-m", "llama-3-8b", "--gpus",
                         "A40,H100", "--n-trials", "40", "--out", str(out)],
                        capture_output=True, text=True, timeout=600,

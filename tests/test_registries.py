@@ -139,6 +139,6 @@ def test_export_formats_carry_their_report_text() -> None:
     assert EXPORTERS["vllm"].title == "vLLM config (YAML)"
     assert EXPORTERS["vllm-run-batch"].how.startswith("Run as is on the GPU machine")
     assert {n for n, f in EXPORTERS.items() if f.batch} == {"vllm-run-batch", "run-batch",
-                                                           "ray-data"}
+                                                           "ray-data", "sglang-offline"}
     assert {n for n, f in EXPORTERS.items() if f.batch_api_input} == {"vllm-run-batch",
                                                                      "run-batch"}

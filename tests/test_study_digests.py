@@ -31,7 +31,7 @@ def _setup(tmp: Path) -> None:
     (tmp / "g.yaml").write_text(yaml.safe_dump({"A40": {"hbm_gbps": 696.0}}))
 
 
-SEARCH = ["search", "-w", "w.jsonl", "-m", "llama-3-8b", "--gpus", "A40", "--space",
+SEARCH = ["search", "--engines", "vllm", "--engines", "vllm", "-w", "w.jsonl", "-m", "llama-3-8b", "--gpus", "A40", "--space",
           "space.yaml", "--gpu-file", "g.yaml", "--n-trials", "4", "--out", "out"]
 
 

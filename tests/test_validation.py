@@ -251,7 +251,7 @@ def test_validate_command_with_fake_engine(tmp_path, monkeypatch):
                      "  block_size: 32\n")
     out = tmp_path / "out"
     cli = CliRunner()
-    r = cli.invoke(app, ["search", "-w", str(wl), "-m", "tiny-llama", "--gpus", "CPU",
+    r = cli.invoke(app, ["search", "--engines", "vllm", "-w", str(wl), "-m", "tiny-llama", "--gpus", "CPU",
                          "--gpu-file", str(gf), "--space", str(space), "--n-trials", "6",
                          "--out", str(out), "--study", "s"])
     assert r.exit_code == 0, r.output
