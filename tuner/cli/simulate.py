@@ -14,10 +14,9 @@ import json
 import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from tuner.cli.app import (
     DistOpt,
@@ -58,6 +57,9 @@ from tuner.core.sglang import (
     plan_memory_sglang,
     sglang_defaults,
 )
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 CONFIG_PANEL = "Serving config (vLLM's names; older tuner names still accepted)"
 ENGINE_PANEL = "Engine: vLLM (default) or SGLang, and the options only one of them has"
@@ -227,6 +229,8 @@ def engine_line(defaults, entry_point: str, num_scheduler_steps: int | None) -> 
 
 # ---- simulate ---------------------------------------------------------------------------------
 def _memory_table(plan, gpu_name: str, title: str) -> Table:
+    from rich.table import Table
+
     t = Table(title=title)
     t.add_column("per GPU")
     t.add_column(gpu_name, justify="right")
@@ -366,6 +370,8 @@ def simulate(
 
         print(json.dumps(jsonable(summary), indent=2))
         return
+    from rich.table import Table  # here: --json prints no table (rich.table ~20 ms)
+
     t = Table(title=f"{spec.name} on {g.name} x{config.num_gpus}: {len(w)} requests")
     t.add_column("figure")
     t.add_column("value", justify="right")
@@ -443,6 +449,8 @@ def _ids(ids: list[int], limit: int = 20) -> str:
 
 def _offload_table(o: dict, gpu_name: str) -> Table:
     """Why offloading helps or not: capacity gained vs transfer time against the overlap budget."""
+    from rich.table import Table
+
     t = Table(title=f"Offloading on {gpu_name} (per GPU)")
     t.add_column("figure")
     t.add_column("value", justify="right")

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 import re
 from dataclasses import asdict, dataclass, fields, replace
-from importlib import resources
+from functools import cache
 from pathlib import Path
 
 import yaml
 
 from tuner.core.errors import TunerError, close_matches_hint
-from tuner.core.io import load_shipped_yaml
+from tuner.core.io import load_shipped_yaml, read_shipped
 from tuner.core.pricing import MAX_PRICE_USD_PER_H, Billing, reprice
 
 GIB = 1024**3
@@ -385,8 +384,7 @@ class ModelSpec:
 
 
 def _load_yaml_resource(filename: str) -> dict:
-    text = resources.files("tuner.core").joinpath("data", filename).read_text()
-    return load_shipped_yaml(text)
+    return load_shipped_yaml(read_shipped(filename))
 
 
 def _gpu_from_dict(name: str, d: dict, where: str) -> GPU:
@@ -402,10 +400,18 @@ def _gpu_from_dict(name: str, d: dict, where: str) -> GPU:
         raise TunerError(f"{where}: {exc}") from None
 
 
+@cache
+def _shipped_gpus() -> dict[str, GPU]:
+    """The shipped GPU catalog, parsed once per process (a simulate reads it twice: the
+    command's catalog and a kernel-table transfer's source GPU); callers copy the dict, and a
+    GPU is frozen."""
+    raw = _load_yaml_resource("gpus.yaml")["gpus"]
+    return {name: _gpu_from_dict(name, d, "tuner/data/gpus.yaml") for name, d in raw.items()}
+
+
 def load_gpus(extra_yaml: str | Path | None = None) -> dict[str, GPU]:
     """The shipped GPU catalog, plus GPUs from a user YAML (same schema: name -> fields)."""
-    raw = _load_yaml_resource("gpus.yaml")["gpus"]
-    gpus = {name: _gpu_from_dict(name, d, "tuner/data/gpus.yaml") for name, d in raw.items()}
+    gpus = dict(_shipped_gpus())
     if extra_yaml is not None:
         path = Path(extra_yaml)
         if not path.is_file():
@@ -514,7 +520,7 @@ def _load_catalog_yaml() -> dict:
 
 def _catalog_config(filename: str) -> tuple[dict, str]:
     """A config.json shipped in tuner/core/data/configs/, and the label it is known by."""
-    text = resources.files("tuner.core").joinpath("data", "configs", filename).read_text()
+    text = read_shipped(f"configs/{filename}")
     return json.loads(text), f"configs/{filename}"
 
 
@@ -534,10 +540,19 @@ def _catalog_entry(name: str, d: dict) -> ModelSpec:
     return ModelSpec(name=name, source="catalog (models.yaml)", **d)
 
 
+@cache
+def _shipped_models() -> tuple[dict[str, ModelSpec], dict[str, tuple[str, ...]]]:
+    """models.yaml parsed once per process: (name -> ModelSpec, name -> its aliases); callers
+    copy the dicts, and a ModelSpec is frozen."""
+    raw = _load_catalog_yaml()
+    return ({name: _catalog_entry(name, d) for name, d in raw.items()},
+            {name: tuple((d or {}).get("aliases", ())) for name, d in raw.items()})
+
+
 def load_models() -> dict[str, ModelSpec]:
     """The shipped catalog: name -> ModelSpec (entries in models.yaml, some read from the
     published config.json shipped beside it in data/configs/)."""
-    return {name: _catalog_entry(name, d) for name, d in _load_catalog_yaml().items()}
+    return dict(_shipped_models()[0])
 
 
 def model_aliases(models: dict[str, ModelSpec] | None = None) -> dict[str, str]:
@@ -545,11 +560,11 @@ def model_aliases(models: dict[str, ModelSpec] | None = None) -> dict[str, str]:
     Hugging Face id, the id without the owner ("Llama-3.1-8B"), and the entry's aliases
     (other repos with the same shape, e.g. the -Instruct checkpoint)."""
     models = load_models() if models is None else models
-    raw = _load_catalog_yaml()
+    aliases = _shipped_models()[1]
     out: dict[str, str] = {}
     for name, spec in models.items():
         names = [name, spec.hf_id, spec.hf_id.rpartition("/")[2]]
-        for alias in (raw.get(name) or {}).get("aliases", []):
+        for alias in aliases.get(name, ()):
             names += [alias, alias.rpartition("/")[2]]
         for n in names:
             if n:
@@ -823,6 +838,8 @@ def hf_config_path(repo_id: str) -> Path:
     why = "offline (HF_HUB_OFFLINE is set)"
     if not _hf_offline():
         # the library logs each network retry as a warning; the one error below says it all
+        import logging
+
         hub_logger = logging.getLogger("huggingface_hub")
         level = hub_logger.level
         hub_logger.setLevel(logging.ERROR)

@@ -19,14 +19,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from tuner.core.errors import TunerError, close_matches_hint
-from tuner.core.io import load_shipped_yaml
+from tuner.core.io import load_shipped_yaml, read_shipped
 
 GRANULARITY_S = {"second": 1, "minute": 60, "hour": 3600}
 
@@ -451,8 +450,7 @@ def _provider(name: str, d: dict, where: str) -> Provider:
 def load_providers(extra_yaml: str | Path | None = None) -> dict[str, Provider]:
     """The shipped provider table, plus (or overridden by) a 'providers:' section of a
     --gpu-file: a provider named there replaces the shipped one of that name."""
-    text = resources.files("tuner.core").joinpath("data", "providers.yaml").read_text()
-    raw = (load_shipped_yaml(text) or {}).get("providers", {})
+    raw = (load_shipped_yaml(read_shipped("providers.yaml")) or {}).get("providers", {})
     out = {n: _provider(n, d, "tuner/core/data/providers.yaml") for n, d in raw.items()}
     if extra_yaml is not None and Path(extra_yaml).is_file():
         try:

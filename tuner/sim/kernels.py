@@ -9,7 +9,6 @@ compiler, keyed by the source's hash. Loading takes about a millisecond, against
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import importlib.machinery
 import os
 import shutil
@@ -47,6 +46,8 @@ def _cache_dir() -> Path:
 
 def _compile_into_cache() -> Path:
     """Build the library from source once into the user's cache (a checkout run in place)."""
+    import hashlib
+
     digest = hashlib.sha256(_SOURCE.read_bytes()).hexdigest()[:16]
     target = _cache_dir() / f"_kernels-{digest}.so"
     if target.is_file():
