@@ -393,7 +393,8 @@ def constraint_verdicts(study: optuna.Study, records: list[TrialRecord],
         best = rank(records, limits.goal)[0]
         c = best.config
         out.append(f"Plan: the {limits.goal} that {limits.describe()} is "
-                   f"{c.num_gpus} x {best.gpu} ({parallel_label(c)})"
+                   f"{c.num_gpus} x {best.gpu} ({'SGLang, ' if c.engine == 'sglang' else ''}"
+                   f"{parallel_label(c)})"
                    f": {fmt_duration(best.makespan_s)}, {fmt_usd(best.cost_usd)} "
                    f"(trial #{best.number}).")
     verdict = quantization_verdict(records, limits.goal if limits.on_figures else "cheapest",

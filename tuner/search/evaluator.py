@@ -130,6 +130,9 @@ class Knowledge:
     rung_pairs: list = field(default_factory=list)  # (scaled rung makespan, full makespan)
     seen: set = field(default_factory=set)  # trial numbers ingested
     best: dict = field(default_factory=dict)  # objective index -> (value, other, key)
+    # (engine, objective index) -> (value, other, key): each engine's best (--engines), which
+    # the polish explores around too, so the best plan per engine is as well searched
+    best_of_engine: dict = field(default_factory=dict)
 
     def add(self, number: int, params: dict, rec: TrialRecord) -> None:
         """Take one finished trial (this process's or another worker's) into account."""
@@ -151,10 +154,13 @@ class Knowledge:
         values = rec.values
         # the polish's targets: the best figures so far, estimates of deferred candidates
         # included (a configuration dropped on its estimate is dominated: never the best)
+        engine = params.get("engine", "vllm")
         for i in (0, 1):
             cand = (values[i], values[1 - i], key)
             if i not in self.best or cand < self.best[i]:
                 self.best[i] = cand
+            if (engine, i) not in self.best_of_engine or cand < self.best_of_engine[engine, i]:
+                self.best_of_engine[engine, i] = cand
         if rec.level == "sample":
             return
         # the reference levels: the full job, or the rung standing in for it during the search

@@ -145,6 +145,9 @@ def polish_targets(ev: Evaluator, constraints: Constraints) -> tuple:
     """Configurations the polish explores around: the fastest and the cheapest so far and,
     with a deadline or budget, the best plan that meets it."""
     targets = [ev.known.best[i][2] for i in (0, 1) if i in ev.known.best]
+    per_engine = ev.known.best_of_engine
+    if len({engine for engine, _ in per_engine}) > 1:  # each engine's own best too
+        targets += [b[2] for _, b in sorted(per_engine.items()) if b[2] not in targets]
     if constraints.on_figures:
         goal = 1 if constraints.goal == "cheapest" else 0
         best = None
@@ -649,11 +652,12 @@ DEFAULT_ROUNDS = 6
 def add_default_trials(study: optuna.Study, ev: Evaluator, settings: SearchSettings,
                        metadata: StudyMeta | dict | None = None) -> int:
     """Simulate vLLM's defaults (tuner.search.baseline.engine_presets) on the GPU type, TP and
-    DP of every winner and Pareto point, on the full workload, as trials of the study: the
+    DP of every winner (overall, per GPU, per engine) and Pareto point, on the full workload, as
+    trials of the study: the
     defaults are then candidates like any other plan, so no recommended plan is beaten on both
     makespan and $ by vLLM untuned on the same GPUs. Repeats while that changes the winners;
     returns the number of trials added."""
-    from tuner.search.records import pareto, trial_records, winners
+    from tuner.search.records import engine_winners, pareto, trial_records, winners
 
     engine = engine_presets(ev.gpus, metadata, ev.model)
     dists = _distributions(ev.space, list(ev.gpus))
@@ -663,6 +667,7 @@ def add_default_trials(study: optuna.Study, ev: Evaluator, settings: SearchSetti
         best, per_gpu = winners(records)
         by_num = {r.number: r for r in records}
         picks = [*best.values(), *(n for d in per_gpu.values() for n in d.values()),
+                 *(n for d in engine_winners(records).values() for n in d.values()),
                  *pareto(records)]
         todo: dict[tuple, dict] = {}
         for n in dict.fromkeys(picks):
