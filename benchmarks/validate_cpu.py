@@ -111,7 +111,7 @@ def _profile_fit_search(a, out: Path, env: dict, timings: dict) -> tuple[dict, P
     timings["search_s"] = sh(["search", "--workload", inp["workload"], "--model", "tiny-llama",
                               "--gpus", "CPU", "--gpu-file", inp["gpu_file"], "--space",
                               inp["space"], "--n-trials", a.trials, "--out", study_out,
-                              "--study", "cpu-validate", *extra], env).elapsed
+                              "--study", "cpu-validate", "--engines", "vllm", *extra], env).elapsed
     return inp, prof, study_out
 
 

@@ -334,7 +334,9 @@ def _baseline_notes(records: list[TrialRecord], workload: Workload, model: Model
         described = "; ".join(dict.fromkeys(
             f"{g}: --chunked-prefill-size {s['config']['chunk_size']:,}, --mem-fraction-static "
             f"{s['config']['gpu_memory_utilization']:g}, --max-running-requests "
-            f"{s['config']['max_running']:,} at TP {tp}" for (g, tp, *_), s in sglang.items()))
+            f"{s['config']['max_running']:,} at TP {tp}" if s.get("defaults") is not None
+            else f"{g} at TP {tp}: none ({s['reason'].rstrip('.')})"
+            for (g, tp, *_), s in sglang.items()))
         notes.append(f"Gain over SGLang's defaults: each SGLang plan against SGLang's own "
                      f"defaults on the same GPU type and count ({described}; schedule policy "
                      "fcfs, radix cache on; tuner.core.sglang), simulated the same way.")

@@ -74,6 +74,8 @@ def config_summary(cfg) -> str:
     parts = [f"tp{cfg.get('tp', 1)}"]
     if cfg.get("dp", 1) > 1:
         parts.append(f"dp{cfg['dp']}")
+    if cfg.get("engine", "vllm") == "sglang":  # SGLang's plans hold vLLM's own knobs
+        parts.append(f"SGLang {cfg.get('schedule_policy', 'fcfs')}")
     parts += [f"chunk {cfg.get('chunk_size', '?')}", f"R_max {cfg.get('max_running', '?')}",
               bits_summary(cfg)]
     if cfg.get("scheduler", "vllm") != "vllm":

@@ -285,7 +285,7 @@ def test_sigkill_then_resume(tmp_path):
     storage = f"journal:{out / 'study.journal'}"
     base = [sys.executable, "-m", "tuner.cli", "search", "--workload", str(wl),
             "--model", "llama-3-8b", "--gpus", "A10,A40", "--out", str(out), "--study", "k",
-            "--json"]
+            "--json", "--engines", "vllm"]
     proc = subprocess.Popen(base + ["--n-trials", "400"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     try:

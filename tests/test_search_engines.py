@@ -49,7 +49,7 @@ def test_engines_become_the_engine_knob_and_sglang_adds_its_policy():
               outputs_from_input=False)
     both, _ = fit_space(space, engines=["vllm", "sglang"], **kw)
     assert both.knobs["engine"] == ["vllm", "sglang"]
-    assert both.knobs["schedule_policy"] == ["fcfs", "lpm"]
+    assert both.knobs["schedule_policy"] == ["fcfs", "lpm", "dfs-weight"]
     only, _ = fit_space(space, engines=["vllm"], **kw)
     assert only.knobs["engine"] == ["vllm"] and "schedule_policy" not in only.knobs
     plain, _ = fit_space(space, **kw)  # no --engines (run_search's API default): as written
@@ -67,6 +67,29 @@ def test_an_sglang_plan_is_compared_with_sglangs_defaults():
     v = simulate_baseline(w, MODEL, GPUS["A10"], startup_s=0.0)
     assert v["engine"] == "vllm" and v["config"]["engine"] == "vllm"
     assert v["metrics"]["makespan_s"] != b["metrics"]["makespan_s"]
+
+
+def test_no_sglang_default_on_a_device_smaller_than_its_reserve(tmp_path):
+    """SGLang's reserve is absolute: on a tiny device its default --mem-fraction-static is
+    below 0, so its baseline says it cannot run (a search on it still finishes, CI's CPU
+    loop), and `tuner simulate --engine sglang` says what to give."""
+    from tuner.core.catalog import load_gpus as load
+    from tuner.core.sglang import default_config
+    from tuner.runners.cpu_device import write_cpu_gpu_file
+
+    gpu_file = write_cpu_gpu_file(tmp_path / "cpu.yaml", kv_mib=2.0)
+    cpu = load(gpu_file)["CPU"]
+    tiny = get_model("tiny-llama")
+    with pytest.raises(TunerError, match="default --mem-fraction-static on CPU .* is -"):
+        default_config(tiny, cpu, {})
+    w = load_workload(SHARED, model=tiny)
+    b = simulate_baseline(w, tiny, cpu, engine="sglang", startup_s=0.0)
+    assert not b["feasible"] and "give --mem-fraction-static" in b["reason"]
+    r = subprocess.run([sys.executable, "-m", "tuner.cli", "simulate", "-w", str(SHARED), "-m",
+                        "tiny-llama", "--gpu", "CPU", "--gpu-file", str(gpu_file), "--engine",
+                        "sglang"], capture_output=True, text=True)
+    assert r.returncode == 2 and "give --mem-fraction-static" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
 
 
 # ---- exports: a winner's are its engine's -------------------------------------------------------
@@ -136,3 +159,30 @@ def test_search_engines_option(tmp_path):
     assert bad.returncode == 2
     assert "tuner simulates vllm, sglang" in bad.stderr and "Traceback" not in bad.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_plans_summary_names_its_engine_and_not_the_knobs_it_lacks():
+    from tuner.cli.search import cost_model_lines
+    from tuner.cli.tables import config_tokens
+    from tuner.reports.views import config_summary
+    from tuner.search.records import TrialRecord
+
+    sg = ServingConfig(gpu="A10", engine="sglang", schedule_policy="dfs-weight").to_dict()
+    toks = config_tokens(sg, varying={"engine", "schedule_policy", "block_size"})
+    assert toks[1] == "SGLang dfs-weight" and not any(t.startswith("block") for t in toks)
+    assert not any(t.startswith(("engine", "schedule_policy")) for t in toks)
+    vl = ServingConfig(gpu="A10").to_dict()
+    assert config_tokens(vl, varying={"engine"})[1] == "vLLM"
+    assert "vLLM" not in config_tokens(vl)  # a vLLM-only study: no engine token
+    assert "SGLang dfs-weight" in config_summary(sg)
+    # cost-model lines: one per engine on a GPU the study priced under both
+    recs = [TrialRecord.from_dict({"number": i, "config": c, "feasible": True,
+                                   "metrics": {"makespan_s": 1.0, "cost_usd": 1.0}})
+            for i, c in enumerate((vl, sg))]
+    recs[0].provenance, recs[1].provenance = "vLLM tables", "SGLang tables"
+
+    class Info:
+        cost_model = "first trial's"
+    lines = cost_model_lines(recs, {"A10": Info(), "A40": Info()})
+    assert lines == ["A10 (vLLM): vLLM tables", "A10 (SGLang): SGLang tables",
+                     "A40: first trial's"]

@@ -327,7 +327,8 @@ def test_cli_worker_needs_a_study_with_metadata(tmp_path):
 @pytest.mark.slow
 def test_cli_exhaustive_then_search_agrees(tmp_path, small_space):
     wl = _write(tmp_path / "w.jsonl", workload(60, seed=5))
-    base = ["-w", wl, "-m", "llama-3-8b", "--gpus", "A10,H100", "--space", small_space]
+    base = ["-w", wl, "-m", "llama-3-8b", "--gpus", "A10,H100", "--space", small_space,
+            "--engines", "vllm"]
     r = tuner_cli("search", *base, "--exhaustive", "--out", tmp_path / "grid", "--json")
     assert r.returncode == 0, r.stderr
     grid = json.loads(r.stdout)

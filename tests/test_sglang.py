@@ -58,8 +58,8 @@ def test_defaults_by_gpu_memory_as_sglang_computes_them():
     assert (s.init_new_token_ratio, s.min_new_token_ratio) == pytest.approx((0.7, 0.098))
     assert s.new_token_ratio_decay == pytest.approx((0.7 - 0.098) / 600)
     assert sg.SGLangSettings(schedule_conservativeness=2.0).init_new_token_ratio == 1.0
-    with pytest.raises(TunerError, match="fcfs and lpm"):
-        sg.SGLangSettings(schedule_policy="dfs-weight")
+    with pytest.raises(TunerError, match="fcfs, lpm, dfs-weight"):
+        sg.SGLangSettings(schedule_policy="lof")  # SGLang's longest-output-first: not modelled
 
 
 def test_memory_plan_is_the_static_fraction_less_weights():

@@ -96,19 +96,36 @@ def test_c_equals_python(wl, chunk, r_max, policy, radix, conservativeness, max_
 
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(100, 300), seed=st.integers(0, 2**32 - 1),
-       slack=st.integers(0, 3000), lpm=st.booleans())
-def test_c_equals_python_with_many_waiting_and_lpm_switching_on_and_off(n, seed, slack, lpm):
-    # more than 128 waiting (lpm falls back to fcfs) down to fewer (lpm sorts): groups whose
-    # prefixes do not all fit, so the cache evicts, and outputs that retract
+       slack=st.integers(0, 3000), policy=st.sampled_from(sg.SCHEDULE_POLICIES))
+def test_c_equals_python_with_many_waiting_and_lpm_switching_on_and_off(n, seed, slack, policy):
+    # more than 128 waiting (lpm falls back to fcfs) down to fewer (lpm sorts; dfs-weight sorts
+    # throughout): groups whose prefixes do not all fit, so the cache evicts, and outputs that
+    # retract
     rng = np.random.default_rng(seed)
     p, o = rng.integers(200, 2500, n), rng.integers(1, 300, n)
     ids = rng.integers(-1, 8, n)
     plen = np.minimum(np.array([1500, 900, 40, 33, 1200, 700, 2000, 300])[np.maximum(ids, 0)], p)
-    s = sg.SGLangSettings(schedule_policy="lpm" if lpm else "fcfs",
-                          schedule_conservativeness=0.3)
+    s = sg.SGLangSettings(schedule_policy=policy, schedule_conservativeness=0.3)
     c, ref = both(p, o, capacity_tokens=int((p + o).max()) + slack, chunked_prefill_size=1024,
                   max_running=32, settings=s, prefix_ids=ids, prefix_tokens=plen)
     assert_same(c, ref)
+
+
+def test_dfs_weight_puts_the_most_shared_cached_prefix_first():
+    """_sort_by_dfs_weight over the one-level tree: cached groups by waiting members (most
+    first, ties by group), each in queue order, then the requests with no cached prefix."""
+    gid = [2, -1, 0, 1, 2, 0, 1, 3, 2, 1]
+    sched = sgl.SGLangScheduler(np.full(10, 50), np.full(10, 5), capacity_tokens=10_000,
+                                chunked_prefill_size=512, max_running=8,
+                                settings=sg.SGLangSettings(schedule_policy="dfs-weight"),
+                                prefix_ids=np.array(gid), prefix_tokens=np.full(10, 20))
+    sched.cached[[0, 1, 2]] = True  # group 3 is not cached: its member waits with the root's
+    sched.waiting = list(range(10))
+    sched._sort_dfs_weight()
+    # groups 1 and 2 have 3 waiting each (1 first by id), group 0 two; then 1 and 7
+    assert sched.waiting == [3, 6, 9, 0, 4, 8, 2, 5, 1, 7]
+    off = dataclasses.replace(sched.s, radix_cache=False)
+    assert sgl.policy_code(off) == sgl.POLICY_FCFS  # no radix cache: SGLang runs fcfs
 
 
 def test_the_generated_cases_reach_retraction_eviction_and_stuck():

@@ -164,6 +164,12 @@ def test_pick_records():
         pick_records(recs, 1, trials=[5])
     with pytest.raises(TunerError, match="--pick"):
         pick_records(recs, 2, "random")
+    # validate runs vLLM: an SGLang plan is never picked, and naming one is refused
+    sg = {**_rec(6, 64, 4, 0.5), "config": {**_rec(6, 64, 4, 0.5)["config"], "engine": "sglang"}}
+    recs.append(TrialRecord.from_dict(sg))
+    assert [r.number for r in pick_records(recs, 2)] == [0, 1]
+    with pytest.raises(TunerError, match="6 are SGLang plans"):
+        pick_records(recs, 1, trials=[6])
 
 
 def test_load_config_files(tmp_path):

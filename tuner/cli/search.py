@@ -436,10 +436,29 @@ def print_search(outputs) -> None:
     if n_inf:
         out.print(f"[dim]{n_inf} infeasible configuration(s) skipped (see the report).[/]")
     out.print(f"[dim]{escape(_stats_line(outputs.stats))}[/]")
-    for g, info in ctx.gpus.items():
-        out.print(f"[dim]{g}: {info.cost_model}[/]")
+    for line in cost_model_lines(outputs.records, ctx.gpus):
+        out.print(f"[dim]{escape(line)}[/]")
     for k, v in outputs.files.items():
         out.print(f"wrote {k}: {v}", markup=False)
+
+
+def cost_model_lines(records, gpus: dict) -> list[str]:
+    """'GPU: cost model' per GPU, or per GPU and engine where the study priced both engines on
+    it (their kernel tables and engine overheads differ): each from its first feasible trial."""
+    from tuner.search.baseline import engine_name
+
+    by: dict[str, dict[str, str]] = {}
+    for r in records:
+        if r.feasible and r.provenance is not None:
+            by.setdefault(r.gpu, {}).setdefault(r.config.engine, str(r.provenance))
+    lines = []
+    for g, info in gpus.items():
+        per_engine = by.get(g, {})
+        if len(per_engine) > 1:
+            lines += [f"{g} ({engine_name(e)}): {text}" for e, text in per_engine.items()]
+        else:
+            lines.append(f"{g}: {info.cost_model}")
+    return lines
 
 
 def _gpus(r) -> str:

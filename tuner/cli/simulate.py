@@ -266,11 +266,12 @@ def simulate(
         "prefix.", show_default=False)] = None,
     disable_radix_cache: Annotated[bool, typer.Option(
         "--disable-radix-cache", rich_help_panel=ENGINE_PANEL, help="SGLang only: no radix cache (every request computes its "
-        "whole prompt; lpm then runs as fcfs, as SGLang does).")] = False,
+        "whole prompt; lpm and dfs-weight then run as fcfs, as SGLang does).")] = False,
     schedule_policy: Annotated[str | None, typer.Option(
         "--schedule-policy", rich_help_panel=ENGINE_PANEL, help="SGLang only: fcfs (SGLang's default) | lpm "
         "(longest cached prefix first; SGLang falls back to fcfs above 128 waiting "
-        "requests).", show_default=False)] = None,
+        "requests) | dfs-weight (the waiting requests of the cached prefix most of them share "
+        "first, then the next; uncached ones last).", show_default=False)] = None,
     schedule_conservativeness: Annotated[float | None, typer.Option(
         "--schedule-conservativeness", rich_help_panel=ENGINE_PANEL, help="SGLang only: scales the initial new-token ratio "
         "of its admission estimate (default 1.0: 0.7).", show_default=False)] = None,

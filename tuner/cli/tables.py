@@ -11,7 +11,7 @@ from rich.cells import cell_len
 from rich.console import Group
 from rich.table import Table
 
-from tuner.core.config import ServingConfig
+from tuner.core.config import ENGINE_HELD, ServingConfig
 
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(ServingConfig)
             if f.default is not dataclasses.MISSING}
@@ -37,11 +37,19 @@ def config_tokens(cfg: dict, varying: Iterable[str] = ()) -> list[str]:
     plans shown or is not vLLM's default. One token never splits over two lines."""
     varying = set(varying)
 
+    engine = cfg.get("engine", "vllm")
+    held = ENGINE_HELD.get(engine, {})  # knobs the plan's engine lacks: the same in every plan
+
     def shown(k: str) -> bool:
-        return k in cfg and (k in varying or cfg[k] != DEFAULTS.get(k))
+        return k in cfg and k not in held and (k in varying or cfg[k] != DEFAULTS.get(k))
 
     pp = int(cfg.get("pp", 1))
     toks = [f"TP{cfg.get('tp', 1)}×" + (f"PP{pp}×" if pp > 1 else "") + f"DP{cfg.get('dp', 1)}"]
+    if engine == "sglang":  # the engine first: the rest reads in its terms
+        policy = cfg.get("schedule_policy", "fcfs")
+        toks.append("SGLang" + (f" {policy}" if shown("schedule_policy") else ""))
+    elif shown("engine"):
+        toks.append("vLLM")
     if shown("scheduler"):
         toks.append(str(cfg["scheduler"]))
     toks += [f"chunk {cfg.get('chunk_size', '?')}", f"R {cfg.get('max_running', '?')}"]
@@ -66,7 +74,7 @@ def config_tokens(cfg: dict, varying: Iterable[str] = ()) -> list[str]:
     done = {"gpu", "tp", "dp", "pp", "scheduler", "chunk_size", "max_running", "ordering",
             "gpu_memory_utilization", "weight_bits", "kv_bits", "kv_offload_layers",
             "weight_offload_fraction", "attention_on_cpu", "cpu_threads_intra",
-            "cpu_threads_inter", "block_size", "expert_parallel"}
+            "cpu_threads_inter", "block_size", "expert_parallel", "engine", "schedule_policy"}
     toks += [f"{k} {cfg[k]}" for k in cfg if k not in done and shown(k)]
     return toks
 

@@ -53,7 +53,13 @@ def pick_records(records: list[TrialRecord], k: int, how: str = "fastest",
         if missing:
             raise TunerError(f"Trial(s) {', '.join(map(str, missing))} are not feasible "
                              "completed trials of the study.")
+        sglang = [t for t in trials if by[t].config.engine != "vllm"]
+        if sglang:
+            raise TunerError(f"Trial(s) {', '.join(map(str, sglang))} are SGLang plans; tuner "
+                             "validate runs vLLM (run `tuner export -f sglang-offline` on the "
+                             "machine and compare its makespan yourself).")
         return [by[t] for t in trials]
+    feas = [r for r in feas if r.config.engine == "vllm"]  # the runners start vLLM
     if how not in PICKS:
         raise TunerError(f"Unknown --pick {how!r}; choose fastest or spread.")
     seen, uniq = set(), []
@@ -362,7 +368,8 @@ def _chosen_configs(study, storage, out, top: int, pick: str, trials: str | None
                 raise TunerError(f"--trials expects numbers like 3,7; got {trials!r}.") from None
         picked = pick_records(records, top, pick, want)
         if not picked:
-            raise TunerError(f"Study {st.study_name!r} has no feasible completed trial.")
+            raise TunerError(f"Study {st.study_name!r} has no feasible completed vLLM trial "
+                             "(tuner validate runs vLLM).")
         # the study's schedule (its makespan less the engines' start-up), as the run is timed
         chosen = [(r.number, r.config.to_dict(),
                    r.makespan_s - float(r.metrics.startup_s or 0.0))

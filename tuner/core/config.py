@@ -25,7 +25,7 @@ ORDERINGS = ("fcfs", "shortest-prompt", "longest-output", "binpack", "blend")
 #: the engines simulated (tuner.sim.simulator: vLLM's C loop, tuner.sim.sglang's scheduler)
 ENGINES = ("vllm", "sglang")
 #: SGLang --schedule-policy values tuner simulates (tuner.sim.sglang; SGLang's default fcfs)
-SCHEDULE_POLICIES = ("fcfs", "lpm")
+SCHEDULE_POLICIES = ("fcfs", "lpm", "dfs-weight")
 
 #: ServingConfig.ordering -> SGLang --schedule-policy, where SGLang has an equivalent: ``lof`` is
 #: SGLang's longest-output-first, ``lpm`` its longest-prefix-match (prefix-aware) order.
@@ -200,8 +200,9 @@ class ServingConfig:
         # an SGLang plan's own policy is schedule_policy)
         sglang=EngineArg("schedule-policy", values=SGLANG_SCHEDULE_POLICY, derived=True))
     schedule_policy: str = _knob(
-        "fcfs", help="SGLang only: fcfs (its default) or lpm (longest cached prefix first; "
-        "SGLang falls back to fcfs above 128 waiting requests).", choices=SCHEDULE_POLICIES,
+        "fcfs", help="SGLang only: fcfs (its default), lpm (longest cached prefix first; "
+        "SGLang falls back to fcfs above 128 waiting requests) or dfs-weight (requests of the "
+        "cached prefix most of them wait on first).", choices=SCHEDULE_POLICIES,
         flags=("--schedule-policy",), sglang=EngineArg("schedule-policy", derived=True))
     gpu_memory_utilization: float = _knob(
         0.9, help="Share of GPU memory the engine may use.", unit="fraction",

@@ -135,7 +135,7 @@ class SGLangSettings:
     def __post_init__(self) -> None:
         if self.schedule_policy not in SCHEDULE_POLICIES:
             raise TunerError(f"--schedule-policy {self.schedule_policy!r}: tuner models "
-                             f"{' and '.join(SCHEDULE_POLICIES)} (SGLang's default fcfs).")
+                             f"{', '.join(SCHEDULE_POLICIES)} (SGLang's default fcfs).")
         if not self.schedule_conservativeness > 0:
             raise TunerError("--schedule-conservativeness must be > 0, got "
                              f"{self.schedule_conservativeness!r}.")
@@ -197,6 +197,13 @@ def default_config(model: ModelSpec, gpu: GPU, given: dict) -> tuple[ServingConf
     --max-running-requests from the KV pool and the context length, page size 1."""
     given = {k: v for k, v in given.items() if v is not None}
     d = sglang_defaults(gpu, given.get("tp", 1), given.get("pp", 1), given.get("chunk_size"))
+    if "gpu_memory_utilization" not in given and d.mem_fraction_static <= 0:
+        # SGLang's reserve is absolute (MiB), so a small device has no default fraction at all
+        raise TunerError(
+            f"SGLang's default --mem-fraction-static on {gpu.name} ({gpu.memory_gib:g} GiB) "
+            f"is {d.mem_fraction_static:g}: its activation and CUDA-graph reserve for "
+            f"--chunked-prefill-size {d.chunked_prefill_size:,} is more than the memory; "
+            "give --mem-fraction-static or a smaller --chunk-size.")
     base = given | {"gpu": gpu.name, "engine": "sglang",
                     "chunk_size": given.get("chunk_size", d.chunked_prefill_size),
                     "gpu_memory_utilization": given.get("gpu_memory_utilization",

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
 from tuner.core.engine_defaults import DEFAULT_ENTRY_POINT, presets_by_gpu, vllm_defaults
+from tuner.core.errors import TunerError
 from tuner.core.sglang import default_config
 from tuner.core.workload import Workload
 from tuner.predictors.protocol import CostModel
@@ -38,8 +39,12 @@ def simulate_baseline(workload: Workload, model: ModelSpec, gpu: GPU, *, tp: int
     feasible trials on the whole workload); the defaults are taken from there when they are
     among them (the search's first trial per GPU is vLLM's defaults)."""
     if engine == "sglang":  # SGLang's own defaults for the GPU (tuner.core.sglang)
-        config, defaults = default_config(model, gpu, {
-            "tp": tp, "dp": dp, "pp": pp, "weight_bits": weight_bits, "kv_bits": kv_bits})
+        given = {"tp": tp, "dp": dp, "pp": pp, "weight_bits": weight_bits, "kv_bits": kv_bits}
+        try:
+            config, defaults = default_config(model, gpu, given)
+        except TunerError as exc:  # no default exists on this GPU (too little memory)
+            return {"config": given | {"gpu": gpu.name, "engine": engine}, "defaults": None,
+                    "feasible": False, "reason": str(exc), "metrics": None, "engine": engine}
     else:
         defaults = vllm_defaults(gpu.name, gpu.memory_gib, entry_point, engine_version,
                                  model.max_position, model)

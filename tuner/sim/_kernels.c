@@ -527,13 +527,14 @@ enum { SG_N_RUNNING, SG_WAIT_HEAD, SG_N_WAITING, SG_CHUNKED, SG_BATCH_FULL, SG_R
        SG_DONE, SG_PRIVATE, SG_CACHE_TOKENS, SG_EVICTABLE, SG_CACHED_TOKENS, SG_LRU_HEAD,
        SG_LRU_TAIL, SG_N_SLOTS };
 /* parameters kp[] (kf[]: the ratio's decay per step and its floor) */
-enum { SGK_CAPACITY, SGK_CHUNK, SGK_MAX_RUNNING, SGK_MAX_PREFILL, SGK_RADIX, SGK_LPM,
+enum { SGK_CAPACITY, SGK_CHUNK, SGK_MAX_RUNNING, SGK_MAX_PREFILL, SGK_RADIX, SGK_POLICY,
        SGK_CLIP_MAX_NEW, SGK_RETRACT_STEPS, SGK_LPM_MAX_WAITING, SGK_IN_BATCH_THRESHOLD,
        SGK_PAGE, SGK_MAX_ROWS, SGK_N_PARAMS };
 enum { SGF_DECAY, SGF_MIN_RATIO, SGF_N_PARAMS };
 /* a running list longer than its row (impossible: running + chunked <= max_running) */
 enum { STATUS_OVERFLOW = 5 };
-enum { SG_ABI_VERSION = 1 };
+enum { SG_ABI_VERSION = 2 };  /* 2: SGK_POLICY holds a policy code */
+enum { SG_POLICY_FCFS, SG_POLICY_LPM, SG_POLICY_DFS_WEIGHT };
 
 i64 tk_sglang_layout(i64 *out, i64 size) {
     const i64 v[] = { SG_N_REQ_COLS, SG_PROMPT, SG_OUTPUT, SG_GROUP, SG_FINISH_STEP,
@@ -704,6 +705,44 @@ static void sg_sort_lpm(SgState *s) {
     for (i64 i = 0; i < m; i++) SW((head + i) % n) = (i32)s->scratch[s->ws + i];
 }
 
+/* --schedule-policy dfs-weight (the whole queue, ws > n): the waiting requests of the cached
+ * group with the most of them first, equal counts by group id, then the next group's, then the
+ * uncached ones, each in queue order (_sort_dfs_weight). A counting sort: SG_SEEN holds a
+ * group's count (negated once gathered), then its next slot, and is 0 again at the end. */
+static void sg_sort_dfs_weight(SgState *s) {
+    i64 m = SC(SG_N_WAITING), head = SC(SG_WAIT_HEAD), n = s->n, ng = 0, k = 0, pos = 0;
+    i64 *key = s->scratch, *val = s->scratch + s->ws, *out = s->scratch + 2 * s->ws;
+    for (i64 i = 0; i < m; i++) {
+        i64 g = SR(SW((head + i) % n), SG_GROUP);
+        if (g >= 0 && SG(g, SG_CACHED)) SG(g, SG_SEEN)++;
+        if (g + 1 > ng) ng = g + 1;
+    }
+    for (i64 i = 0; i < m; i++) {
+        i64 g = SR(SW((head + i) % n), SG_GROUP);
+        if (g >= 0 && SG(g, SG_CACHED) && SG(g, SG_SEEN) > 0) {
+            key[k] = -(i64)SG(g, SG_SEEN) * ng + g;
+            val[k++] = g;
+            SG(g, SG_SEEN) = -SG(g, SG_SEEN);
+        }
+    }
+    sg_sort(s, k);
+    for (i64 j = 0; j < k; j++) {
+        i64 g = val[j], cnt = -(i64)SG(g, SG_SEEN);
+        SG(g, SG_SEEN) = (i32)pos;
+        pos += cnt;
+    }
+    for (i64 i = 0; i < m; i++) {
+        i64 r = SW((head + i) % n), g = SR(r, SG_GROUP);
+        if (g >= 0 && SG(g, SG_CACHED)) out[SG(g, SG_SEEN)++] = r;
+        else out[pos++] = r;
+    }
+    for (i64 i = 0; i < m; i++) {
+        i64 g = SR(out[i], SG_GROUP);
+        if (g >= 0) SG(g, SG_SEEN) = 0;
+        SW((head + i) % n) = (i32)out[i];
+    }
+}
+
 /* rem_total_token_offset of the running batch: sum of min(max_new - generated, clip) x ratio */
 static double sg_running_offset(const SgState *s) {
     if (SC(SG_N_RUNNING) == 0) return 0.0;
@@ -724,7 +763,9 @@ static i64 sg_prefill_batch(SgState *s, i64 step) {
         SC(SG_BATCH_FULL) = 1;
         return 0;
     }
-    if (SK(SGK_LPM) && SC(SG_N_WAITING) <= SK(SGK_LPM_MAX_WAITING)) sg_sort_lpm(s);
+    if (SK(SGK_POLICY) == SG_POLICY_LPM && SC(SG_N_WAITING) <= SK(SGK_LPM_MAX_WAITING))
+        sg_sort_lpm(s);
+    else if (SK(SGK_POLICY) == SG_POLICY_DFS_WEIGHT) sg_sort_dfs_weight(s);
     double offset = sg_running_offset(s);
     i64 cur_offset = 0, rem_input = SK(SGK_MAX_PREFILL), rem_chunk = SK(SGK_CHUNK);
     i64 nb = 0, new_chunked = -1;

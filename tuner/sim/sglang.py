@@ -43,8 +43,13 @@ batches are the same; the step record's KV column counts them free. The retracti
 v0.5 form (free + evictable below 20 decode steps per remaining request; the newest main checks
 one step's tokens instead).
 
+* ``--schedule-policy dfs-weight`` (``_sort_by_dfs_weight``, no 128 cap) orders the whole
+  waiting queue by a depth-first walk of the radix tree, heaviest subtree first: here the
+  requests of the cached group with the most waiting members, then the next group's, then the
+  requests with no cached prefix, each in queue order.
+
 Not modelled: the overlap scheduler (it hides host work: an engine-overhead matter, not the
-batches'), mixed chunks, dfs-weight, priorities, hierarchical cache. ``max_new_tokens`` is the
+batches'), mixed chunks, priorities, hierarchical cache. ``max_new_tokens`` is the
 workload's output length (tuner knows no larger cap).
 
 ``run_schedule`` runs the C form of this scheduler (tk_sglang_run in tuner/sim/_kernels.c,
@@ -83,6 +88,18 @@ class _Stuck(Exception):
     """No request can be placed (KV too small for it)."""
 
 
+POLICY_FCFS, POLICY_LPM, POLICY_DFS_WEIGHT = 0, 1, 2  # the C loop's codes (SGK_POLICY)
+
+
+def policy_code(settings: sg.SGLangSettings) -> int:
+    """The queue order SGLang runs: the cache-aware policies need the radix cache
+    (SchedulePolicy._validate_and_adjust_policy turns them into fcfs without it)."""
+    if not settings.radix_cache:
+        return POLICY_FCFS
+    return {"lpm": POLICY_LPM, "dfs-weight": POLICY_DFS_WEIGHT}.get(settings.schedule_policy,
+                                                                    POLICY_FCFS)
+
+
 def _groups(prefix_ids, prefix_tokens, n: int, radix: bool):
     """Prefix groups: (dense group id per request or -1, prefix tokens per group), the vLLM
     loop's grouping at a page of one token, one length per group (the readers enforce one per
@@ -110,7 +127,7 @@ class SGLangScheduler:
         self.max_running = int(max_running)
         self.s = settings
         self.radix = settings.radix_cache and prefix_ids is not None
-        self.lpm = settings.schedule_policy == "lpm" and settings.radix_cache
+        self.policy = policy_code(settings)
         self.gid, self.glen = _groups(prefix_ids, prefix_tokens, n, self.radix)
         ng = len(self.glen)
         self.cached = np.zeros(ng, dtype=bool)
@@ -218,6 +235,31 @@ class SGLangScheduler:
         order = sorted(range(len(self.waiting)), key=keys.__getitem__)
         self.waiting = [self.waiting[i] for i in order]
 
+    def _sort_dfs_weight(self) -> None:
+        """SchedulePolicy._sort_by_dfs_weight over tuner's one-level tree: a node's weight is
+        the number of waiting requests whose matched prefix ends there; the depth-first walk
+        visits the root's children heaviest first (equal weights: the lower group id, where
+        SGLang keeps the order the children were inserted, unknown here) and puts each node's requests after
+        its subtree's, in queue order, so uncached ones (the root's) come last."""
+        count: dict[int, int] = {}
+        for r in self.waiting:
+            g = int(self.gid[r])
+            if g >= 0 and self.cached[g]:
+                count[g] = count.get(g, 0) + 1
+        start, pos = {}, 0
+        for g in sorted(count, key=lambda g: (-count[g], g)):
+            start[g], pos = pos, pos + count[g]
+        out = [0] * len(self.waiting)
+        for r in self.waiting:
+            g = int(self.gid[r])
+            if g >= 0 and self.cached[g]:
+                out[start[g]] = r
+                start[g] += 1
+            else:
+                out[pos] = r
+                pos += 1
+        self.waiting = out
+
     def _running_offset(self) -> float:
         if not self.running:
             return 0.0
@@ -233,8 +275,10 @@ class SGLangScheduler:
         if allocatable <= 0 and self.chunked < 0:
             self.batch_full = True
             return None
-        if self.lpm and len(self.waiting) <= sg.LPM_MAX_WAITING:
+        if self.policy == POLICY_LPM and len(self.waiting) <= sg.LPM_MAX_WAITING:
             self._sort_lpm()
+        elif self.policy == POLICY_DFS_WEIGHT:
+            self._sort_dfs_weight()
         offset = self._running_offset()  # rem_total_token_offset
         cur_offset = 0
         rem_input = self.s.max_prefill_tokens
@@ -483,11 +527,11 @@ N_Q_ROWS = 4
 (S_N_RUNNING, S_WAIT_HEAD, S_N_WAITING, S_CHUNKED, S_BATCH_FULL, S_RESET_PENDING, S_DONE,
  S_PRIVATE, S_CACHE_TOKENS, S_EVICTABLE, S_CACHED_TOKENS, S_LRU_HEAD, S_LRU_TAIL) = range(13)
 N_SLOTS = 13
-# kp: capacity, chunk, max running, max prefill tokens, radix, lpm, the four SGLang constants,
+# kp: capacity, chunk, max running, max prefill tokens, radix, policy code, the four SGLang constants,
 # the page, the most rows one round writes; kf: the ratio's decay and floor
 N_PARAMS, K_MAX_ROWS, N_FPARAMS = 12, 11, 2
 STATUS_OVERFLOW = 5  # a broken invariant (running + chunked > max running): never expected
-_ABI_VERSION = 1
+_ABI_VERSION = 2  # 2: kp's policy slot holds a code (fcfs, lpm, dfs-weight)
 _PAUSE_EVERY_STEPS = 1 << 16  # steps between chances to react to Ctrl-C (the vLLM loop's)
 
 
@@ -525,13 +569,15 @@ def _run_c(prompt, output, *, capacity_tokens: int, chunked_prefill_size: int,
     c[S_N_WAITING] = n
     c[S_CHUNKED] = c[S_LRU_HEAD] = c[S_LRU_TAIL] = -1
     ratio = np.array([settings.init_new_token_ratio], dtype=np.float64)
-    ws = max(w, min(n, sg.LPM_MAX_WAITING) + 1)  # sorts: the running batch, lpm's queue
+    policy = policy_code(settings)
+    # sorts: the running batch, lpm's queue (<= 128), dfs-weight's groups and queue (all of it)
+    ws = max(w, (n if policy == POLICY_DFS_WEIGHT else min(n, sg.LPM_MAX_WAITING)) + 1)
     scratch = np.zeros(4 * ws, dtype=np.int64)
     # a round writes one prefill row or a decode stretch, which ends at a finish at the latest
     max_rows = max(int(output.max(initial=0)), 1)
     kp = np.array([capacity_tokens, chunked_prefill_size, max_running,
                    settings.max_prefill_tokens, radix,
-                   settings.schedule_policy == "lpm" and settings.radix_cache,
+                   policy,
                    sg.CLIP_MAX_NEW_TOKENS, sg.RETRACT_DECODE_STEPS, sg.LPM_MAX_WAITING,
                    sg.IN_BATCH_PREFIX_THRESHOLD, sg.PAGE_SIZE, max_rows], dtype=np.int64)
     kf = np.array([settings.new_token_ratio_decay, settings.min_new_token_ratio])
