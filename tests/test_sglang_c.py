@@ -111,6 +111,34 @@ def test_c_equals_python_with_many_waiting_and_lpm_switching_on_and_off(n, seed,
     assert_same(c, ref)
 
 
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(300, 700), groups=st.integers(2, 40), seed=st.integers(0, 2**32 - 1),
+       slack=st.integers(0, 6000))
+def test_c_equals_python_dfs_weight_with_many_groups(n, groups, seed, slack):
+    # the C loop re-sorts dfs-weight's queue only where it may have left the order (a group
+    # cached or evicted with members waiting, a retraction, the head group's count falling
+    # below the next one's): many groups of near-equal counts take every one of those paths
+    rng = np.random.default_rng(seed)
+    p, o = rng.integers(100, 1500, n), rng.integers(1, 200, n)
+    ids = rng.integers(-1, groups, n)
+    plen = np.minimum(20 + 37 * np.maximum(ids, 0), p - 1)
+    s = sg.SGLangSettings(schedule_policy="dfs-weight", schedule_conservativeness=0.3)
+    c, ref = both(p, o, capacity_tokens=int((p + o).max()) + slack, chunked_prefill_size=512,
+                  max_running=16, settings=s, prefix_ids=ids, prefix_tokens=plen)
+    assert_same(c, ref)
+
+
+def test_dfs_weight_without_prefix_groups_is_fcfs():
+    """No request shares a prefix: every request is the root's, so dfs-weight keeps the queue's
+    order (and the C loop does not sort it at all)."""
+    rng = np.random.default_rng(5)
+    p, o = rng.integers(50, 900, 3000), rng.integers(1, 300, 3000)
+    runs = [sgl.run_schedule(p, o, capacity_tokens=60_000, chunked_prefill_size=2048,
+                             max_running=64, settings=sg.SGLangSettings(schedule_policy=pol))
+            for pol in ("dfs-weight", "fcfs")]
+    assert_same(*runs)
+
+
 def test_dfs_weight_puts_the_most_shared_cached_prefix_first():
     """_sort_by_dfs_weight over the one-level tree: cached groups by waiting members (most
     first, ties by group), each in queue order, then the requests with no cached prefix."""

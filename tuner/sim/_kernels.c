@@ -518,14 +518,18 @@ enum { SG_PROMPT, SG_OUTPUT, SG_GROUP, SG_COMPUTED, SG_SHARED, SG_GENERATED, SG_
        SG_FIRST_STEP, SG_N_REQ_COLS };
 /* grp[g * SG_N_GRP_COLS + col]: one radix-cache entry per prefix group; the unused cached ones
  * form the LRU list (a doubly linked list through PREV/NEXT, oldest at c[SG_LRU_HEAD]) */
-enum { SG_GLEN, SG_CACHED, SG_REF, SG_IN_LRU, SG_PREV, SG_NEXT, SG_SEEN, SG_N_GRP_COLS };
+/* GWAIT: the group's members in the waiting queue (dfs-weight's sort is skipped while the
+ * queue is known to be in its order) */
+enum { SG_GLEN, SG_CACHED, SG_REF, SG_IN_LRU, SG_PREV, SG_NEXT, SG_SEEN, SG_GWAIT,
+       SG_N_GRP_COLS };
 /* q[row * w + i]: running (admission order), the batch's requests and tokens (w entries each,
  * w = min(n, max_running) + 1), then the waiting queue (a circular deque of n) */
 enum { SG_Q_RUNNING, SG_Q_BATCH_REQ, SG_Q_BATCH_NEW, SG_Q_WAITING, SG_N_Q_ROWS };
-/* scalar state c[] (f[0] holds new_token_ratio) */
+/* scalar state c[] (f[0] holds new_token_ratio); WAIT_CACHED: waiting requests whose group is
+ * cached; DFS_DIRTY: the waiting queue may not be in dfs-weight's order */
 enum { SG_N_RUNNING, SG_WAIT_HEAD, SG_N_WAITING, SG_CHUNKED, SG_BATCH_FULL, SG_RESET_PENDING,
        SG_DONE, SG_PRIVATE, SG_CACHE_TOKENS, SG_EVICTABLE, SG_CACHED_TOKENS, SG_LRU_HEAD,
-       SG_LRU_TAIL, SG_N_SLOTS };
+       SG_LRU_TAIL, SG_WAIT_CACHED, SG_DFS_DIRTY, SG_N_SLOTS };
 /* parameters kp[] (kf[]: the ratio's decay per step and its floor) */
 enum { SGK_CAPACITY, SGK_CHUNK, SGK_MAX_RUNNING, SGK_MAX_PREFILL, SGK_RADIX, SGK_POLICY,
        SGK_CLIP_MAX_NEW, SGK_RETRACT_STEPS, SGK_LPM_MAX_WAITING, SGK_IN_BATCH_THRESHOLD,
@@ -533,7 +537,7 @@ enum { SGK_CAPACITY, SGK_CHUNK, SGK_MAX_RUNNING, SGK_MAX_PREFILL, SGK_RADIX, SGK
 enum { SGF_DECAY, SGF_MIN_RATIO, SGF_N_PARAMS };
 /* a running list longer than its row (impossible: running + chunked <= max_running) */
 enum { STATUS_OVERFLOW = 5 };
-enum { SG_ABI_VERSION = 2 };  /* 2: SGK_POLICY holds a policy code */
+enum { SG_ABI_VERSION = 3 };  /* 2: SGK_POLICY holds a policy code; 3: GWAIT, WAIT_CACHED */
 enum { SG_POLICY_FCFS, SG_POLICY_LPM, SG_POLICY_DFS_WEIGHT };
 
 i64 tk_sglang_layout(i64 *out, i64 size) {
@@ -541,7 +545,8 @@ i64 tk_sglang_layout(i64 *out, i64 size) {
                       SG_FIRST_STEP, SG_N_GRP_COLS, SG_GLEN, SG_PREV, SG_NEXT, SG_N_Q_ROWS,
                       SG_Q_WAITING, SG_N_SLOTS, SG_N_WAITING, SG_CHUNKED, SG_CACHED_TOKENS,
                       SG_LRU_HEAD, SG_LRU_TAIL, SGK_N_PARAMS, SGK_MAX_ROWS, SGF_N_PARAMS,
-                      STATUS_FULL, STATUS_PAUSED, STATUS_OVERFLOW, SG_ABI_VERSION };
+                      STATUS_FULL, STATUS_PAUSED, STATUS_OVERFLOW, SG_GWAIT, SG_WAIT_CACHED,
+                      SG_DFS_DIRTY, SG_ABI_VERSION };
     i64 n = (i64)(sizeof v / sizeof v[0]);
     for (i64 i = 0; i < n && i < size; i++) out[i] = v[i];
     return n;
@@ -569,6 +574,21 @@ static inline i64 sg_available(const SgState *s) {
     return SK(SGK_CAPACITY) - SC(SG_PRIVATE) - SC(SG_CACHE_TOKENS);
 }
 
+/* Group g was cached (+1) or evicted (-1): its waiting members count as cached or not, and a
+ * waiting member moves in dfs-weight's order. */
+static inline void sg_group_cached_changed(SgState *s, i64 g, i64 sign) {
+    SC(SG_WAIT_CACHED) += sign * SG(g, SG_GWAIT);
+    if (SG(g, SG_GWAIT) > 0) SC(SG_DFS_DIRTY) = 1;
+}
+
+/* r joins (+1) or leaves (-1) the waiting queue: its group's count of waiting members. */
+static inline void sg_waiting_changed(SgState *s, i64 r, i64 sign) {
+    i64 g = SR(r, SG_GROUP);
+    if (g < 0) return;
+    SG(g, SG_GWAIT) += (i32)sign;
+    if (SG(g, SG_CACHED)) SC(SG_WAIT_CACHED) += sign;
+}
+
 static void sg_lru_remove(SgState *s, i64 g) {  /* OrderedDict.pop(g, None) */
     if (!SG(g, SG_IN_LRU)) return;
     i64 p = SG(g, SG_PREV), nx = SG(g, SG_NEXT);
@@ -593,6 +613,7 @@ static i64 sg_evict_oldest(SgState *s) {
     if (g < 0) return -1;
     sg_lru_remove(s, g);
     SG(g, SG_CACHED) = 0;
+    sg_group_cached_changed(s, g, -1);
     return g;
 }
 
@@ -645,6 +666,7 @@ static void sg_insert(SgState *s, i64 r) {
         return;
     }
     SG(g, SG_CACHED) = 1;
+    sg_group_cached_changed(s, g, 1);
     SC(SG_CACHE_TOKENS) += x;
     SG(g, SG_REF) += 1;
 }
@@ -743,6 +765,22 @@ static void sg_sort_dfs_weight(SgState *s) {
     }
 }
 
+/* After admitting a prefix of a queue in dfs-weight's order, only the group now at its head
+ * can have fewer waiting members than before: the order still holds unless the next group's
+ * block now comes first (more members, or as many and a lower id). */
+static void sg_dfs_check_head(SgState *s) {
+    i64 m = SC(SG_N_WAITING), n = s->n;
+    if (m == 0) return;
+    i64 hd = SC(SG_WAIT_HEAD), g = SR(SW(hd), SG_GROUP);
+    if (g < 0 || !SG(g, SG_CACHED)) return;  /* in order: no cached group's member waits */
+    i64 cnt = SG(g, SG_GWAIT);
+    if (cnt >= m) return;
+    i64 g2 = SR(SW((hd + cnt) % n), SG_GROUP);
+    if (g2 < 0 || !SG(g2, SG_CACHED)) return;
+    i64 cnt2 = SG(g2, SG_GWAIT);
+    if (cnt2 > cnt || (cnt2 == cnt && g2 < g)) SC(SG_DFS_DIRTY) = 1;
+}
+
 /* rem_total_token_offset of the running batch: sum of min(max_new - generated, clip) x ratio */
 static double sg_running_offset(const SgState *s) {
     if (SC(SG_N_RUNNING) == 0) return 0.0;
@@ -765,7 +803,12 @@ static i64 sg_prefill_batch(SgState *s, i64 step) {
     }
     if (SK(SGK_POLICY) == SG_POLICY_LPM && SC(SG_N_WAITING) <= SK(SGK_LPM_MAX_WAITING))
         sg_sort_lpm(s);
-    else if (SK(SGK_POLICY) == SG_POLICY_DFS_WEIGHT) sg_sort_dfs_weight(s);
+    else if (SK(SGK_POLICY) == SG_POLICY_DFS_WEIGHT) {
+        /* with no cached group's member waiting the order is the queue's own; else the sort
+         * runs only where the queue may have left it (tuner's shortcut: the same order) */
+        if (SC(SG_DFS_DIRTY) && SC(SG_WAIT_CACHED) > 0) sg_sort_dfs_weight(s);
+        SC(SG_DFS_DIRTY) = 0;
+    }
     double offset = sg_running_offset(s);
     i64 cur_offset = 0, rem_input = SK(SGK_MAX_PREFILL), rem_chunk = SK(SGK_CHUNK);
     i64 nb = 0, new_chunked = -1;
@@ -834,6 +877,7 @@ static i64 sg_prefill_batch(SgState *s, i64 step) {
             SG_CHARGE(x, 0);
         }
         admitted++;
+        sg_waiting_changed(s, r, -1);
         SR(r, SG_COMPUTED) = (i32)hit;
         SR(r, SG_SHARED) = (i32)hit;
         SC(SG_CACHED_TOKENS) += hit;
@@ -848,6 +892,7 @@ static i64 sg_prefill_batch(SgState *s, i64 step) {
     if (admitted) {  /* admitted in queue order: a prefix of it */
         SC(SG_WAIT_HEAD) = (head + admitted) % n;
         SC(SG_N_WAITING) -= admitted;
+        if (SK(SGK_POLICY) == SG_POLICY_DFS_WEIGHT) sg_dfs_check_head(s);
     }
     if (nb == 0) return 0;
     SC(SG_CHUNKED) = new_chunked;
@@ -918,6 +963,8 @@ static i64 sg_retract(SgState *s) {
         sg_release(s, r);
         SW((SC(SG_WAIT_HEAD) + SC(SG_N_WAITING)) % n) = (i32)r;
         SC(SG_N_WAITING) += 1;
+        sg_waiting_changed(s, r, 1);
+        SC(SG_DFS_DIRTY) = 1;
         out++;
         kept--;
     }
