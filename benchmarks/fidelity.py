@@ -963,16 +963,7 @@ def main(argv=None) -> int:
                   f"{v['median_abs_pct']:.1f} %  worst {v['worst_abs_pct']:.1f} %")
     print(f"\nstart-up: {STARTUP_NOTE}")
     print("\npublished figures (rebuilt workloads, never fitted on):")
-    print(f"  {'run':<44} {'req/s pub':>9} {'pred':>7} {'error':>7}  {'out tok/s pub':>13} "
-          f"{'pred':>7} {'error':>7}")
-    for p in published:
-        if p["status"] != "ok":
-            print(f"  {p['run']:<44} {p['published_req_s']:9.2f} {'':>7} {'':>7}  "
-                  f"{p['published_output_tok_s']:13.2f}  {p['status']}")
-            continue
-        print(f"  {p['run']:<44} {p['published_req_s']:9.2f} {p['predicted_req_s']:7.2f} "
-              f"{p['req_s_error_pct']:+6.1f}%  {p['published_output_tok_s']:13.2f} "
-              f"{p['predicted_output_tok_s']:7.0f} {p['output_tok_s_error_pct']:+6.1f}%")
+    print_published_table(published)
     for p in published:
         print(f"  {p['run']}: {p['what']} [{p['source']}]; {p['command']}")
         if p["status"] == "ok":
@@ -989,13 +980,8 @@ def main(argv=None) -> int:
     return 0
 
 
-def print_sglang(out: dict) -> None:
-    """The SGLang part of the report: SGLang's own published figures and (--fit) the fit."""
-    rows = out["published_sglang"]
-    fitted = "sglang_fit" in out
-    print("\nSGLang's own published figures (SGLang v0.3.0, rebuilt workloads, simulated as "
-          "SGLang; engine profile sglang-v0.3, " + ("refitted here" if fitted else "shipped")
-          + ", fitted on these two figures: in-sample):")
+def print_published_table(rows: list[dict]) -> None:
+    """Published vs predicted req/s and output tok/s, a row per rebuilt figure."""
     print(f"  {'run':<44} {'req/s pub':>9} {'pred':>7} {'error':>7}  {'out tok/s pub':>13} "
           f"{'pred':>7} {'error':>7}")
     for p in rows:
@@ -1006,6 +992,16 @@ def print_sglang(out: dict) -> None:
         print(f"  {p['run']:<44} {p['published_req_s']:9.2f} {p['predicted_req_s']:7.2f} "
               f"{p['req_s_error_pct']:+6.1f}%  {p['published_output_tok_s']:13.2f} "
               f"{p['predicted_output_tok_s']:7.0f} {p['output_tok_s_error_pct']:+6.1f}%")
+
+
+def print_sglang(out: dict) -> None:
+    """The SGLang part of the report: SGLang's own published figures and (--fit) the fit."""
+    rows = out["published_sglang"]
+    fitted = "sglang_fit" in out
+    print("\nSGLang's own published figures (SGLang v0.3.0, rebuilt workloads, simulated as "
+          "SGLang; engine profile sglang-v0.3, " + ("refitted here" if fitted else "shipped")
+          + ", fitted on these two figures: in-sample):")
+    print_published_table(rows)
     for p in rows:
         print(f"  {p['run']}: {p['what']} [{p['source']}]; {p['command']}")
         if p["status"] == "ok":
