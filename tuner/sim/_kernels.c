@@ -729,29 +729,25 @@ static void sg_sort_lpm(SgState *s) {
 
 /* --schedule-policy dfs-weight (the whole queue, ws > n): the waiting requests of the cached
  * group with the most of them first, equal counts by group id, then the next group's, then the
- * uncached ones, each in queue order (_sort_dfs_weight). A counting sort: SG_SEEN holds a
- * group's count (negated once gathered), then its next slot, and is 0 again at the end. */
+ * uncached ones, each in queue order (_sort_dfs_weight). A counting sort over the groups' counts
+ * of waiting members (GWAIT): SG_SEEN marks a group gathered, then holds its next slot, and is
+ * 0 again at the end. */
 static void sg_sort_dfs_weight(SgState *s) {
-    i64 m = SC(SG_N_WAITING), head = SC(SG_WAIT_HEAD), n = s->n, ng = 0, k = 0, pos = 0;
+    i64 m = SC(SG_N_WAITING), head = SC(SG_WAIT_HEAD), n = s->n, k = 0, pos = 0;
     i64 *key = s->scratch, *val = s->scratch + s->ws, *out = s->scratch + 2 * s->ws;
     for (i64 i = 0; i < m; i++) {
         i64 g = SR(SW((head + i) % n), SG_GROUP);
-        if (g >= 0 && SG(g, SG_CACHED)) SG(g, SG_SEEN)++;
-        if (g + 1 > ng) ng = g + 1;
-    }
-    for (i64 i = 0; i < m; i++) {
-        i64 g = SR(SW((head + i) % n), SG_GROUP);
-        if (g >= 0 && SG(g, SG_CACHED) && SG(g, SG_SEEN) > 0) {
-            key[k] = -(i64)SG(g, SG_SEEN) * ng + g;
+        if (g >= 0 && SG(g, SG_CACHED) && !SG(g, SG_SEEN)) {
+            key[k] = g - ((i64)SG(g, SG_GWAIT) << 32);  /* most members first, then lower id */
             val[k++] = g;
-            SG(g, SG_SEEN) = -SG(g, SG_SEEN);
+            SG(g, SG_SEEN) = 1;
         }
     }
     sg_sort(s, k);
     for (i64 j = 0; j < k; j++) {
-        i64 g = val[j], cnt = -(i64)SG(g, SG_SEEN);
+        i64 g = val[j];
         SG(g, SG_SEEN) = (i32)pos;
-        pos += cnt;
+        pos += SG(g, SG_GWAIT);
     }
     for (i64 i = 0; i < m; i++) {
         i64 r = SW((head + i) % n), g = SR(r, SG_GROUP);
