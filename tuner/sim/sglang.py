@@ -51,7 +51,7 @@ one step's tokens instead).
   the head group's count falling below the next one's), so a job without shared prefixes (or
   with one) costs what fcfs costs; with many groups of near-equal counts it re-sorts the queue
   at most prefill steps, O(waiting) each, as SGLang does (a 200,000-request job with 40 groups
-  simulates in ~23 s against ~2 s for fcfs). SGLang's own host time for that sort and its
+  simulates in ~20 s against ~2 s for fcfs). SGLang's own host time for that sort and its
   prefix matches is not priced.
 
 Not modelled: the overlap scheduler (it hides host work: an engine-overhead matter, not the
