@@ -86,3 +86,32 @@ def test_commands_load_for_real_in_any_order():
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+def test_the_console_entry_leaves_without_teardown_but_runs_atexit_and_flushes():
+    """entry() (the `tuner` script, `python -m tuner.cli`) ends the process itself after a
+    finished command (no interpreter teardown, issue #29 item 3): the exit code is the
+    command's, every line printed arrives, and atexit handlers still run; main() called from
+    Python returns to its caller as before."""
+    probe = ("import atexit, sys\n"
+             "atexit.register(lambda: print('atexit ran', file=sys.stderr))\n"
+             "sys.argv = ['tuner', *sys.argv[1:]]\n"
+             "from tuner.cli.main import entry\n"
+             "entry()\n"
+             "print('after entry', file=sys.stderr)\n")
+    ok = subprocess.run([sys.executable, "-c", probe, "gpus"], capture_output=True, text=True,
+                        timeout=120, env={**os.environ, "COLUMNS": "200"})
+    assert ok.returncode == 0, ok.stderr
+    assert "A100-80G" in ok.stdout and "H100" in ok.stdout
+    assert "atexit ran" in ok.stderr and "after entry" not in ok.stderr
+    bad = subprocess.run([sys.executable, "-c", probe, "simulate", "-w", "nowhere.jsonl", "-m",
+                          "llama-3-8b", "-g", "A10"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "error:" in bad.stderr, bad.stderr
+    back = subprocess.run([sys.executable, "-c",
+                           "import sys\nsys.argv = ['tuner', 'gpus']\n"
+                           "from tuner.cli.main import main as run\n"
+                           "try:\n    run()\nexcept SystemExit as e:\n"
+                           "    print('returned', e.code, file=sys.stderr)\n"],
+                          capture_output=True, text=True, timeout=120)
+    assert "returned 0" in back.stderr, back.stderr

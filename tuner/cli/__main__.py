@@ -1,3 +1,3 @@
-from tuner.cli.main import main
+from tuner.cli.main import entry
 
-main()
+entry()

@@ -92,11 +92,34 @@ def read_shipped(name: str) -> str:
     return (Path(__file__).parent / "data" / name).read_text(encoding="utf-8")
 
 
+def user_cache_dir(*parts: str) -> Path:
+    """A folder under the user's cache ($XDG_CACHE_HOME or ~/.cache)/tuner (not created)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base, "tuner", *parts)
+
+
 def load_shipped_yaml(text: str):
-    """A YAML file tuner ships (its catalogs), parsed with libyaml's C loader where PyYAML has
-    it: ~10x the pure-Python loader, whose ~0.15 s per catalog was most of a `tuner simulate`
-    (issue #29 item 3). Same safe schema; users' files keep yaml.safe_load and its messages."""
+    """A YAML file tuner ships (its catalogs), parsed once per content and kept as JSON in the
+    user's cache (catalogs/): importing PyYAML alone takes ~20 ms (its reader compiles a large
+    regex), most of what a `tuner simulate` spent on its catalogs (issue #29 item 3). Keyed by
+    the text's length and CRC-32, so an edited catalog is parsed again; a cache that cannot be
+    read or written is passed by. Parsed with libyaml's C loader where PyYAML has it (~10x the
+    pure-Python one); same safe schema. Users' files keep yaml.safe_load and its messages."""
+    import zlib  # loaded already by numpy
+
+    raw = text.encode("utf-8")
+    cached = user_cache_dir("catalogs") / f"{len(raw)}-{zlib.crc32(raw):08x}.json"
+    try:
+        return json.loads(cached.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        pass
     import yaml
 
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
-
+    data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
+    try:
+        encoded = json.dumps(data)
+        if json.loads(encoded) == data:  # only what JSON keeps as it is (no dates, int keys)
+            write_atomic(cached, encoded)
+    except (OSError, TypeError, ValueError):
+        pass
+    return data

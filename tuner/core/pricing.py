@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tuner.core.errors import TunerError, close_matches_hint
 from tuner.core.io import load_shipped_yaml, read_shipped
 
@@ -453,6 +451,8 @@ def load_providers(extra_yaml: str | Path | None = None) -> dict[str, Provider]:
     raw = (load_shipped_yaml(read_shipped("providers.yaml")) or {}).get("providers", {})
     out = {n: _provider(n, d, "tuner/core/data/providers.yaml") for n, d in raw.items()}
     if extra_yaml is not None and Path(extra_yaml).is_file():
+        import yaml  # ~20 ms: only a user's file needs it (the shipped ones are cached)
+
         try:
             user = yaml.safe_load(Path(extra_yaml).read_text()) or {}
         except yaml.YAMLError as exc:

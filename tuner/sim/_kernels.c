@@ -40,7 +40,7 @@ enum { K_TOKEN_BUDGET, K_PREFILL_BUDGET, K_MAX_RUNNING, K_BLOCK_SIZE, K_CAPACITY
 /* how a call of tk_run ended */
 enum { STATUS_OK, STATUS_STUCK, STATUS_MAX_STEPS, STATUS_FULL, STATUS_PAUSED };
 /* the functions' argument lists: raised whenever one changes, so a stale build is refused */
-enum { ABI_VERSION = 3 };
+enum { ABI_VERSION = 4 };
 
 /* The numbers above in one array, so the loader can check them against the Python side. */
 i64 tk_layout(i64 *out, i64 size) {
@@ -59,6 +59,18 @@ typedef struct {
     i32 *req, *grp, *q;
     i64 *c;
     i64 n, w;
+    /* Lazy decodes (tk_run with fast; see fast_step): a running request in its decode phase
+     * whose blocks are tight is not touched step by step. Its REQ fields hold its state at
+     * step t0[r] (-1: exact, not lazy); it finishes at a known step (bucket list fin, by step
+     * mod H, linked through nxt) and takes a new block every B steps from a known phase (cls:
+     * how many take one at steps = k mod B). */
+    int lazy;
+    i64 boff;             /* batch places taken by lazy decodes (their rows are not written) */
+    i32 *t0, *nxt, *seq;  /* per request; seq: order of admission within the lazy session */
+    i64 *fin, hmask, *cls;
+    i64 *list, qlen;      /* the running list in order while lazy (finished ones linger) */
+    i64 *ex, nex;         /* the running requests kept exact, in list order */
+    i64 n_lazy, sum_c, max_lazy_seq, next_seq;
 } State;
 
 #define REQ(r, col) s->req[(r) * N_REQ_COLS + (col)]
@@ -130,6 +142,27 @@ static i64 evict_last(State *s) {
     return victim;
 }
 
+/* The lazy running list without its finished requests (order kept). */
+static void compact_list(State *s) {
+    i64 j = 0;
+    for (i64 i = 0; i < s->qlen; i++)
+        if (REQ(s->list[i], FINISH_STEP) < 0) s->list[j++] = s->list[i];
+    s->qlen = j;
+}
+
+/* Request r joins the running list at its end (while lazy: as an exact request). */
+static inline void run_append(State *s, i64 r) {
+    if (s->lazy) {
+        if (s->qlen == 2 * s->w + 2) compact_list(s);  /* at most w of them run */
+        s->list[s->qlen++] = r;
+        s->ex[s->nex++] = r;
+        s->seq[r] = (i32)s->next_seq++;
+    } else {
+        Q(Q_RUNNING, C(N_RUNNING)) = r;
+    }
+    C(N_RUNNING) += 1;
+}
+
 static inline void begin_step(State *s) {
     C(BUDGET) = K(K_TOKEN_BUDGET);
     C(PREFILL_BUDGET) = K(K_PREFILL_BUDGET);
@@ -199,9 +232,8 @@ static void admit_waiting(State *s, i64 step) {
         REQ(r, COMPUTED) = hit;
         C(CACHED_TOKENS) += hit;
         if (REQ(r, FIRST_STEP) < 0) REQ(r, FIRST_STEP) = step;
-        Q(Q_RUNNING, C(N_RUNNING)) = r;
-        C(N_RUNNING) += 1;
-        push(s, C(N_BATCH), r, new_tokens, 1);
+        run_append(s, r);
+        push(s, C(N_BATCH) - s->boff, r, new_tokens, 1);
         C(N_BATCH) += 1;
         C(BUDGET) -= new_tokens;
         C(PREFILL_BUDGET) -= new_tokens;
@@ -267,40 +299,73 @@ static void schedule_running(State *s) {
     C(ALLOCATED) += allocated;
 }
 
+/* The running sums of one step's record row. */
+typedef struct { i64 pf_tokens, pf_sq, pf_ctx, decodes, decode_kv, sampled; } Sums;
+
+/* Advance the request at place j of the batch by its tokens and add it to the sums; a request
+ * that produced its last token releases its KV. Returns whether it finished. */
+static inline int record_entry(State *s, i64 j, i64 step, Sums *m) {
+    i64 B = K(K_BLOCK_SIZE);
+    i64 r = Q(Q_BATCH_REQ, j), new_tokens = Q(Q_BATCH_NEW, j), ctx = REQ(r, COMPUTED);
+    if (Q(Q_BATCH_PREFILL, j)) {
+        m->pf_tokens += new_tokens;
+        m->pf_sq += new_tokens * new_tokens;
+        m->pf_ctx += new_tokens * ctx;
+    } else {
+        m->decodes += 1;
+        m->decode_kv += ctx + 1;
+    }
+    i64 computed = ctx + new_tokens;
+    REQ(r, COMPUTED) = computed;
+    i64 g = REQ(r, GROUP);
+    if (g >= 0 && REQ(r, SHARED) > 0 && GRP(g, G_OWNER) == r
+            && computed >= GRP(g, G_BLOCKS) * B)
+        GRP(g, G_READY) = 1;
+    if (computed == REQ(r, PROMPT) + REQ(r, GENERATED)) {
+        REQ(r, GENERATED) += 1;
+        m->sampled += 1;
+        if (REQ(r, GENERATED) == REQ(r, OUTPUT)) {
+            release(s, r);
+            REQ(r, FINISH_STEP) = step;
+            C(DONE) += 1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void write_row(State *s, i64 *row, const Sums *m) {
+    row[PREFILL_TOKENS] = m->pf_tokens;
+    row[PREFILL_SQ] = m->pf_sq;
+    row[PREFILL_CTX] = m->pf_ctx;
+    row[DECODES] = m->decodes;
+    row[DECODE_KV] = m->decode_kv;
+    row[SAMPLED] = m->sampled;
+    row[KV_BLOCKS] = K(K_CAPACITY_BLOCKS) - C(FREE_BLOCKS);
+    row[PREEMPTED] = C(N_PREEMPTED);
+    row[RUNNING] = C(N_RUNNING);
+}
+
 /* Write the step's batch into its record row and advance its requests; a request that produced
  * its last token releases its KV. Returns whether any request finished. */
 static int record_step(State *s, i64 *row, i64 step) {
-    i64 B = K(K_BLOCK_SIZE);
+    Sums m = {0, 0, 0, 0, 0, 0};
     int any_done = 0;
-    i64 pf_tokens = 0, pf_sq = 0, pf_ctx = 0, decodes = 0, decode_kv = 0, sampled = 0;
-    for (i64 j = 0; j < C(N_BATCH); j++) {
-        i64 r = Q(Q_BATCH_REQ, j), new_tokens = Q(Q_BATCH_NEW, j), ctx = REQ(r, COMPUTED);
-        if (Q(Q_BATCH_PREFILL, j)) {
-            pf_tokens += new_tokens;
-            pf_sq += new_tokens * new_tokens;
-            pf_ctx += new_tokens * ctx;
-        } else {
-            decodes += 1;
-            decode_kv += ctx + 1;
-        }
-        i64 computed = ctx + new_tokens;
-        REQ(r, COMPUTED) = computed;
-        i64 g = REQ(r, GROUP);
-        if (g >= 0 && REQ(r, SHARED) > 0 && GRP(g, G_OWNER) == r
-                && computed >= GRP(g, G_BLOCKS) * B)
-            GRP(g, G_READY) = 1;
-        if (computed == REQ(r, PROMPT) + REQ(r, GENERATED)) {
-            REQ(r, GENERATED) += 1;
-            sampled += 1;
-            if (REQ(r, GENERATED) == REQ(r, OUTPUT)) {
-                release(s, r);
-                REQ(r, FINISH_STEP) = step;
-                C(DONE) += 1;
-                any_done = 1;
-            }
+    /* The batch is the running list in its own order when one pass scheduled every running
+     * request (admissions join both at the end): the finished ones then leave the list in
+     * this same pass instead of a second one over it */
+    i64 nb = C(N_BATCH), kept = 0;
+    int inline_drop = !K(K_DECODES_FIRST) && nb == C(N_RUNNING);
+    for (i64 j = 0; j < nb; j++) {
+        if (record_entry(s, j, step, &m)) {
+            any_done = 1;
+        } else if (inline_drop) {
+            Q(Q_RUNNING, kept++) = Q(Q_BATCH_REQ, j);
         }
     }
-    if (any_done) {  /* drop finished requests from the running list, keeping its order */
+    if (inline_drop) {
+        C(N_RUNNING) = kept;
+    } else if (any_done) {  /* drop finished requests from the running list, keeping its order */
         i64 j = 0;
         for (i64 i = 0; i < C(N_RUNNING); i++) {
             i64 r = Q(Q_RUNNING, i);
@@ -308,15 +373,7 @@ static int record_step(State *s, i64 *row, i64 step) {
         }
         C(N_RUNNING) = j;
     }
-    row[PREFILL_TOKENS] = pf_tokens;
-    row[PREFILL_SQ] = pf_sq;
-    row[PREFILL_CTX] = pf_ctx;
-    row[DECODES] = decodes;
-    row[DECODE_KV] = decode_kv;
-    row[SAMPLED] = sampled;
-    row[KV_BLOCKS] = K(K_CAPACITY_BLOCKS) - C(FREE_BLOCKS);
-    row[PREEMPTED] = C(N_PREEMPTED);
-    row[RUNNING] = C(N_RUNNING);
+    write_row(s, row, &m);
     return any_done;
 }
 
@@ -383,6 +440,169 @@ static i64 skip_decodes(State *s, i64 *rec, i64 base, i64 cap, i64 step, i64 max
     return step + n_skip;
 }
 
+/* ---- lazy decodes ----------------------------------------------------------------------
+ * A step's cost was a pass over every running request (~1.7 us a step at 256 of them, most of
+ * a 1M-request simulation). Decodes are the bulk and are predictable: each takes one token,
+ * its context grows by one, it needs a new block every B steps, it finishes at a known step.
+ * While a step can take no decision that depends on the running list's order (every decode
+ * is scheduled, no eviction, the prefill chunks see the budget they would see in order), such
+ * decodes are priced as a count and a context sum and touched only when they finish
+ * (fast_step); the other running requests (prefill chunks, decodes holding spare blocks) are
+ * stepped as before. Any other step materialises every request and runs exactly. Same rows,
+ * step for step (tests/test_kernels_lazy.py, benchmarks/kernel_equivalence.py). */
+
+static inline i64 mod_b(i64 a, i64 b) { i64 m = a % b; return m < 0 ? m + b : m; }
+
+/* Make running request r lazy from step t (its REQ fields exact at t) if it is decoding with
+ * tight blocks (no spare block reserved); returns whether it did. */
+static int make_lazy(State *s, i64 r, i64 t) {
+    i64 B = K(K_BLOCK_SIZE), c0 = REQ(r, COMPUTED), g0 = REQ(r, GENERATED);
+    if (g0 <= 0 || REQ(r, PROMPT) + g0 - c0 != 1
+            || REQ(r, BLOCKS) + REQ(r, SHARED) != ceil_div(c0, B))
+        return 0;
+    i64 g = REQ(r, GROUP);  /* an owner whose prefix outlasts its prompt makes it ready later */
+    if (g >= 0 && REQ(r, SHARED) > 0 && GRP(g, G_OWNER) == r && !GRP(g, G_READY)) return 0;
+    s->t0[r] = (i32)t;
+    s->cls[mod_b(t - c0, B)] += 1;  /* a new block at the steps where c0 + (t' - t) = 0 mod B */
+    i64 b = (t + REQ(r, OUTPUT) - g0 - 1) & s->hmask;  /* its last token's step */
+    s->nxt[r] = (i32)s->fin[b];
+    s->fin[b] = r;
+    s->n_lazy += 1;
+    s->sum_c += c0;
+    if (s->seq[r] > s->max_lazy_seq) s->max_lazy_seq = s->seq[r];
+    return 1;
+}
+
+/* Write lazy request r's exact state at step t into its REQ fields (not lazy any more). */
+static inline void materialise(State *s, i64 r, i64 t) {
+    i64 d = t - s->t0[r], c = REQ(r, COMPUTED) + d;
+    REQ(r, COMPUTED) = (i32)c;
+    REQ(r, GENERATED) += (i32)d;
+    REQ(r, BLOCKS) = (i32)(ceil_div(c, K(K_BLOCK_SIZE)) - REQ(r, SHARED));
+    s->t0[r] = -1;
+}
+
+/* Start a lazy session at step t over the running list. */
+static void enter_lazy(State *s, i64 t) {
+    s->lazy = 1;
+    s->qlen = s->nex = s->n_lazy = s->sum_c = s->next_seq = 0;
+    s->max_lazy_seq = -1;
+    memset(s->cls, 0, (size_t)K(K_BLOCK_SIZE) * sizeof(i64));
+    for (i64 i = 0; i < C(N_RUNNING); i++) {
+        i64 r = Q(Q_RUNNING, i);
+        s->list[s->qlen++] = r;
+        s->seq[r] = (i32)s->next_seq++;
+        if (!make_lazy(s, r, t)) s->ex[s->nex++] = r;
+    }
+}
+
+/* End the lazy session at step t: every request exact, the running list back in q. */
+static void leave_lazy(State *s, i64 t) {
+    i64 j = 0;
+    for (i64 i = 0; i < s->qlen; i++) {
+        i64 r = s->list[i];
+        if (REQ(r, FINISH_STEP) >= 0) continue;
+        if (s->t0[r] >= 0) {
+            s->fin[(s->t0[r] + REQ(r, OUTPUT) - REQ(r, GENERATED) - 1) & s->hmask] = -1;
+            materialise(s, r, t);
+        }
+        Q(Q_RUNNING, j++) = r;
+    }
+    C(N_RUNNING) = j;
+    s->lazy = 0;
+    s->boff = 0;
+}
+
+/* Step `step` with the lazy decodes as aggregates, when the exact loop would take no decision
+ * that depends on where they are in the running list; returns 0 (nothing changed) when it
+ * cannot. The exact requests get their Q_BATCH places in the order schedule_running gives
+ * them; the lazy decodes' places are implicit (boff). */
+static int fast_step(State *s, i64 *row, i64 step) {
+    if (s->n_lazy == 0) return 0;
+    i64 B = K(K_BLOCK_SIZE), budget = C(BUDGET), pbudget = C(PREFILL_BUDGET);
+    i64 need = s->cls[step % B], ndec = s->n_lazy, max_dec = s->max_lazy_seq;
+    i64 min_pf = INT64_MAX;
+    for (i64 e = 0; e < s->nex; e++) {
+        i64 r = s->ex[e];
+        if (REQ(r, PROMPT) + REQ(r, GENERATED) - REQ(r, COMPUTED) == 1 && REQ(r, GENERATED) > 0) {
+            ndec++;
+            if (s->seq[r] > max_dec) max_dec = s->seq[r];
+        } else if (s->seq[r] < min_pf) {
+            min_pf = s->seq[r];
+        }
+    }
+    /* every decode scheduled; one pass: the prefills all after the decodes in the list (a
+     * chunk then sees the budget the decodes leave, as in order; with chunked prefill a
+     * request still prefilling never precedes a decode, so this guards unchunked presets) */
+    if (ndec > budget || (!K(K_DECODES_FIRST) && min_pf < max_dec)) return 0;
+    budget -= ndec;
+    i64 ne = 0;
+    for (int pf = 0; pf < 2; pf++) {  /* the exact decodes, then the chunks in list order */
+        for (i64 e = 0; e < s->nex; e++) {
+            i64 r = s->ex[e];
+            i64 remaining = REQ(r, PROMPT) + REQ(r, GENERATED) - REQ(r, COMPUTED);
+            int is_pf = !(remaining == 1 && REQ(r, GENERATED) > 0);
+            if (is_pf != pf) continue;
+            i64 new_tokens = 1;
+            if (is_pf) {
+                if (budget <= 0) break;
+                i64 lim = min64(budget, pbudget);
+                new_tokens = K(K_CHUNKED_PREFILL) ? min64(remaining, lim)
+                                                  : (remaining <= lim ? remaining : 0);
+                if (new_tokens <= 0) continue;
+                budget -= new_tokens;
+                pbudget -= new_tokens;
+            }
+            i64 over = REQ(r, COMPUTED) + new_tokens - (REQ(r, BLOCKS) + REQ(r, SHARED)) * B;
+            need += over > 0 ? ceil_div(over, B) : 0;
+            push(s, ne++, r, new_tokens, is_pf);
+        }
+    }
+    if (need > C(FREE_BLOCKS)) return 0;  /* the exact loop would evict */
+    for (i64 j = 0; j < ne; j++) {
+        i64 r = Q(Q_BATCH_REQ, j);
+        i64 over = REQ(r, COMPUTED) + Q(Q_BATCH_NEW, j) - (REQ(r, BLOCKS) + REQ(r, SHARED)) * B;
+        if (over > 0) REQ(r, BLOCKS) += (i32)ceil_div(over, B);
+    }
+    C(FREE_BLOCKS) -= need;
+    C(ALLOCATED) += need;
+    C(BUDGET) = budget;
+    C(PREFILL_BUDGET) = pbudget;
+    s->boff = s->n_lazy;
+    C(N_BATCH) = s->n_lazy + ne;
+    admit_waiting(s, step);
+    /* the record: the lazy decodes as a count and a context sum, the rest entry by entry */
+    i64 nl = s->n_lazy;
+    Sums m = {0, 0, 0, nl, s->sum_c + nl, nl};
+    i64 b = step & s->hmask, fin_c = 0;
+    for (i64 r = s->fin[b]; r >= 0;) {
+        i64 nx = s->nxt[r];
+        s->cls[mod_b(s->t0[r] - REQ(r, COMPUTED), B)] -= 1;
+        materialise(s, r, step + 1);
+        fin_c += REQ(r, COMPUTED);
+        release(s, r);
+        REQ(r, FINISH_STEP) = step;
+        C(DONE) += 1;
+        C(N_RUNNING) -= 1;
+        s->n_lazy -= 1;
+        r = nx;
+    }
+    s->fin[b] = -1;
+    s->sum_c += nl - fin_c;  /* the survivors' contexts, one token on */
+    for (i64 j = 0; j < C(N_BATCH) - s->boff; j++)
+        if (record_entry(s, j, step, &m)) C(N_RUNNING) -= 1;
+    write_row(s, row, &m);
+    /* the exact requests: drop the finished, make the new tight decodes lazy from step + 1 */
+    i64 k = 0;
+    for (i64 e = 0; e < s->nex; e++) {
+        i64 r = s->ex[e];
+        if (REQ(r, FINISH_STEP) < 0 && !make_lazy(s, r, step + 1)) s->ex[k++] = r;
+    }
+    s->nex = k;
+    s->boff = 0;
+    return 1;
+}
+
 /* Steps from *step_io until every request finished (STATUS_OK), the loop is stuck or out of
  * steps, the record `rec` is full (STATUS_FULL: grow it, or hand its rows on and reuse it, and
  * call again) or the step reaches pause_step (STATUS_PAUSED: call again; lets the caller handle
@@ -391,15 +611,25 @@ static i64 skip_decodes(State *s, i64 *rec, i64 base, i64 cap, i64 step, i64 max
  * call resumes exactly where the last one stopped. */
 i64 tk_run(const i64 *kp, i32 *req, i64 n, i32 *grp, i32 *q, i64 w, i64 *c, i64 *rec,
            i64 base, i64 cap, i64 *step_io, i64 fast, i64 max_steps, i64 pause_step,
-           i64 *inc) {
-    State st = { kp, req, grp, q, c, n, w };
+           i64 *inc, i64 *lz, i64 hsize, i32 *aux) {
+    State st = { kp, req, grp, q, c, n, w, 0, 0, aux, aux + n, aux + 2 * n, lz, hsize - 1,
+                 lz + hsize, lz + hsize + kp[K_BLOCK_SIZE], 0,
+                 lz + hsize + kp[K_BLOCK_SIZE] + 2 * w + 2, 0, 0, 0, 0, 0 };
     State *s = &st;
     i64 step = *step_io, status = STATUS_OK;
+    /* lazy decodes where the loop is fast (V0's prompt-first steps stay exact) */
+    int use_lazy = fast && !K(K_PREFILL_FIRST);
+    if (use_lazy) enter_lazy(s, step);
     while (C(DONE) < n) {
         if (step >= max_steps) { status = STATUS_MAX_STEPS; break; }
         if (step - base >= cap) { status = STATUS_FULL; break; }
         if (step >= pause_step) { status = STATUS_PAUSED; break; }
         begin_step(s);
+        i64 *row = rec + (step - base) * N_COLS;
+        if (s->lazy) {
+            if (fast_step(s, row, step)) { step++; continue; }
+            leave_lazy(s, step);
+        }
         i64 nrun_start = C(N_RUNNING);
         if (K(K_PREFILL_FIRST)) admit_waiting(s, step);  /* V0: a step of prompts, no decodes */
         if (C(N_BATCH) == 0) {
@@ -407,13 +637,15 @@ i64 tk_run(const i64 *kp, i32 *req, i64 n, i32 *grp, i32 *q, i64 w, i64 *c, i64 
             if (C(N_PREEMPTED) == 0 && !K(K_PREFILL_FIRST)) admit_waiting(s, step);
         }
         if (C(N_BATCH) == 0) { status = STATUS_STUCK; break; }
-        i64 *row = rec + (step - base) * N_COLS;
         int any_done = record_step(s, row, step);
         step++;
-        if (fast && row[PREFILL_TOKENS] == 0 && C(N_PREEMPTED) == 0 && !any_done
-                && C(N_BATCH) == nrun_start && C(N_RUNNING) > 0)
+        if (use_lazy)
+            enter_lazy(s, step);
+        else if (fast && row[PREFILL_TOKENS] == 0 && C(N_PREEMPTED) == 0 && !any_done
+                 && C(N_BATCH) == nrun_start && C(N_RUNNING) > 0)
             step = skip_decodes(s, rec, base, cap, step, max_steps, inc);
     }
+    if (s->lazy) leave_lazy(s, step);
     *step_io = step;
     return status;
 }

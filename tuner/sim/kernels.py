@@ -105,7 +105,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.tk_layout.argtypes = [_I64P, _I64]
     lib.tk_layout.restype = _I64
     lib.tk_run.argtypes = [_I64P, _I32P, _I64, _I32P, _I32P, _I64, _I64P, _I64P, _I64, _I64,
-                           _I64P, _I64, _I64, _I64, _I64P]
+                           _I64P, _I64, _I64, _I64, _I64P, _I64P, _I64, _I32P]
     lib.tk_run.restype = _I64
     lib.tk_sglang_layout.argtypes = [_I64P, _I64]
     lib.tk_sglang_layout.restype = _I64

@@ -45,7 +45,7 @@ STATUS_MAX_STEPS = 2  # the step limit ran out
 STATUS_FULL = 3  # the step record is full: grown, then the loop resumes
 STATUS_PAUSED = 4  # a slice of steps is done: Python runs its signal handlers (Ctrl-C), resumes
 _PAUSE_EVERY_STEPS = 1 << 16  # ~10-50 ms of steps between chances to react to Ctrl-C
-_ABI_VERSION = 3  # the C functions' argument lists (tk_layout reports the library's)
+_ABI_VERSION = 4  # the C functions' argument lists (tk_layout reports the library's)
 #: rows of the step record handed on at a time when the caller streams them (on_steps): 4.5 MiB
 #: of int64, so a job of millions of steps never holds its whole record
 STREAM_ROWS = 1 << 16
@@ -214,12 +214,22 @@ def _run(k: SchedulerParams, req, grp, q, width: int, c, fast: bool, max_steps: 
     kp = np.array(k, dtype=np.int64)
     n = req.shape[0]
     rec = np.zeros((STREAM_ROWS if on_steps is not None else 1024, N_COLS), dtype=np.int64)
-    inc = np.zeros(int(req[:, OUTPUT].max(initial=0)) + 2, dtype=np.int64)  # skip scratch
+    max_out = int(req[:, OUTPUT].max(initial=0))
+    inc = np.zeros(max_out + 2, dtype=np.int64)  # skip scratch
+    # the lazy decodes' scratch (tk_run): finish buckets by step mod H (H > any request's
+    # steps left), block phases, the running list (2 x width) and its exact requests; per
+    # request: its base step (-1: exact), bucket link and admission order
+    hsize = 1 << max(max_out + 2, 2).bit_length()
+    lz = np.zeros(hsize + k.block_size + 3 * width + 3, dtype=np.int64)
+    lz[:hsize] = -1
+    aux = np.zeros(3 * n, dtype=np.int32)
+    aux[:n] = -1
     step = np.zeros(1, dtype=np.int64)
     base = 0  # the step in rec's first row
     while True:
         status = lib.tk_run(kp, req, n, grp, q, width, c, rec, base, rec.shape[0], step,
-                            int(fast), max_steps, int(step[0]) + _PAUSE_EVERY_STEPS, inc)
+                            int(fast), max_steps, int(step[0]) + _PAUSE_EVERY_STEPS, inc, lz,
+                            hsize, aux)
         if status == STATUS_FULL and on_steps is not None:
             on_steps(rec)
             base = int(step[0])

@@ -499,7 +499,9 @@ class _Reader:
             if (~texts).any():
                 tokenizer += "; token-id prompts counted as given"
             prompt = np.where(texts, counts, prompt)
-        used = sorted(OUTPUT_FIELDS[c] for c in np.unique(field) if c)
+        # bincount, not np.unique: its plain form imports numpy.ma (~10 ms of a simulate)
+        present = np.flatnonzero(np.bincount(field, minlength=len(OUTPUT_FIELDS)))
+        used = sorted(OUTPUT_FIELDS[c] for c in present if c)
         label = " / ".join(used)
         if label in ("max_tokens", "max_completion_tokens", "max_completion_tokens / max_tokens"):
             label += " (the cap, taken as the output length)"
