@@ -238,18 +238,21 @@ def against(rev: str, env: dict, tmp: Path, repeats: int,
     """The start-up cases (tuner --help, simulate of the example, the warm README job) and
     the `large` jobs' searches (once each) on this tree and on git revision `rev` (a
     worktree, imported first through PYTHONPATH; the simulator's compiled kernels copied when
-    their C source is the same), as ratios."""
+    their C source is the same, else built from that revision's), as ratios."""
     base = tmp / "base"
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(base), rev],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         same = subprocess.run(["git", "-C", str(REPO), "diff", "--quiet", rev, "--",
                                "tuner/sim/_kernels.c"]).returncode == 0
-        if not same:
-            print(f"(--against {rev}: the simulator's C kernels differ; build them there first)")
-            return
         for so in (REPO / "tuner" / "sim").glob("_kernels*.so"):
-            shutil.copy2(so, base / "tuner" / "sim" / so.name)
+            target = base / "tuner" / "sim" / so.name
+            if same:
+                shutil.copy2(so, target)
+            else:  # that revision's own C loop, built as setup.py builds it
+                subprocess.run([os.environ.get("CC") or "cc", "-O3", "-shared", "-fPIC", "-o",
+                                str(target), str(base / "tuner" / "sim" / "_kernels.c")],
+                               check=True)
         # the installed layout (pyproject's package-dir: predictors/ is tuner.predictors ...)
         # as a tree of links, first on PYTHONPATH
         root = tmp / "base-root" / "tuner"
