@@ -269,7 +269,9 @@ def run_schedule(prompt_tokens: np.ndarray, output_tokens: np.ndarray, params: S
     held once per group while any request of the group runs; a request admitted while they are
     cached and complete skips their prefill (vLLM's automatic prefix caching; blocks are not kept
     after the group's last request leaves, a conservative reading of its LRU cache).
-    fast: skip ahead over decode-only stretches (same result as fast=False, step for step).
+    fast: running decodes priced as a count and a context sum between the steps where one
+    finishes (V0's prompt-first loop: skip ahead over decode-only stretches); the same rows
+    as fast=False, step for step.
     arrival_step: replaying arrivals, the first step at which each request may be admitted (the
     queue is in arrival order); None: every request is there at step 0.
     on_steps: called with consecutive slices of the step record (in step order, views reused
