@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tuner.core.io import dumps, write_atomic
+from tuner.core.io import dumps, user_cache_dir, write_atomic
 from tuner.core.provenance import Provenance
 from tuner.predictors.features import BatchFeatures
 
@@ -58,8 +58,7 @@ def default_store() -> Path:
     env = os.environ.get("TUNER_CALIBRATION_DIR")
     if env:
         return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(base) / "tuner" / "calibration"
+    return user_cache_dir("calibration")
 
 
 def _slug(s: str) -> str:

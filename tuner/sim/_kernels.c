@@ -66,11 +66,11 @@ typedef struct {
      * how many take one at steps = k mod B). */
     int lazy;
     i64 boff;             /* batch places taken by lazy decodes (their rows are not written) */
-    i32 *t0, *nxt, *seq;  /* per request; seq: order of admission within the lazy session */
+    i32 *t0, *nxt;        /* per request */
     i64 *fin, hmask, *cls;
     i64 *list, qlen;      /* the running list in order while lazy (finished ones linger) */
     i64 *ex, nex;         /* the running requests kept exact, in list order */
-    i64 n_lazy, sum_c, max_lazy_seq, next_seq;
+    i64 n_lazy, sum_c;
 } State;
 
 #define REQ(r, col) s->req[(r) * N_REQ_COLS + (col)]
@@ -98,6 +98,11 @@ static void prefix_lookup(const State *s, i64 r, i64 *hit, i64 *sh, i64 *extra) 
         *sh = REQ(r, PREFIX_BLOCKS);
         *extra = REQ(r, PREFIX_BLOCKS);
     }
+}
+
+/* Whether running request r is decoding: its next token is its last computed one. */
+static inline int is_decode(const State *s, i64 r) {
+    return REQ(r, PROMPT) + REQ(r, GENERATED) - REQ(r, COMPUTED) == 1 && REQ(r, GENERATED) > 0;
 }
 
 /* Put `new_tokens` tokens of request r at place j of the current step's batch. */
@@ -156,7 +161,6 @@ static inline void run_append(State *s, i64 r) {
         if (s->qlen == 2 * s->w + 2) compact_list(s);  /* at most w of them run */
         s->list[s->qlen++] = r;
         s->ex[s->nex++] = r;
-        s->seq[r] = (i32)s->next_seq++;
     } else {
         Q(Q_RUNNING, C(N_RUNNING)) = r;
     }
@@ -255,7 +259,7 @@ static void schedule_running(State *s) {
             i64 r = Q(Q_RUNNING, i);
             i++;
             i64 remaining = REQ(r, PROMPT) + REQ(r, GENERATED) - REQ(r, COMPUTED);
-            int is_pf = !(remaining == 1 && REQ(r, GENERATED) > 0);
+            int is_pf = !is_decode(s, r);
             if (K(K_DECODES_FIRST) && is_pf == (ps == 0)) continue;
             i64 new_tokens = 1;
             if (is_pf) {  /* a chunk within both budgets (unchunked: the whole rest, or it waits) */
@@ -351,21 +355,9 @@ static void write_row(State *s, i64 *row, const Sums *m) {
 static int record_step(State *s, i64 *row, i64 step) {
     Sums m = {0, 0, 0, 0, 0, 0};
     int any_done = 0;
-    /* The batch is the running list in its own order when one pass scheduled every running
-     * request (admissions join both at the end): the finished ones then leave the list in
-     * this same pass instead of a second one over it */
-    i64 nb = C(N_BATCH), kept = 0;
-    int inline_drop = !K(K_DECODES_FIRST) && nb == C(N_RUNNING);
-    for (i64 j = 0; j < nb; j++) {
-        if (record_entry(s, j, step, &m)) {
-            any_done = 1;
-        } else if (inline_drop) {
-            Q(Q_RUNNING, kept++) = Q(Q_BATCH_REQ, j);
-        }
-    }
-    if (inline_drop) {
-        C(N_RUNNING) = kept;
-    } else if (any_done) {  /* drop finished requests from the running list, keeping its order */
+    for (i64 j = 0; j < C(N_BATCH); j++)
+        any_done |= record_entry(s, j, step, &m);
+    if (any_done) {  /* drop finished requests from the running list, keeping its order */
         i64 j = 0;
         for (i64 i = 0; i < C(N_RUNNING); i++) {
             i64 r = Q(Q_RUNNING, i);
@@ -457,9 +449,7 @@ static inline i64 mod_b(i64 a, i64 b) { i64 m = a % b; return m < 0 ? m + b : m;
  * tight blocks (no spare block reserved); returns whether it did. */
 static int make_lazy(State *s, i64 r, i64 t) {
     i64 B = K(K_BLOCK_SIZE), c0 = REQ(r, COMPUTED), g0 = REQ(r, GENERATED);
-    if (g0 <= 0 || REQ(r, PROMPT) + g0 - c0 != 1
-            || REQ(r, BLOCKS) + REQ(r, SHARED) != ceil_div(c0, B))
-        return 0;
+    if (!is_decode(s, r) || REQ(r, BLOCKS) + REQ(r, SHARED) != ceil_div(c0, B)) return 0;
     i64 g = REQ(r, GROUP);  /* an owner whose prefix outlasts its prompt makes it ready later */
     if (g >= 0 && REQ(r, SHARED) > 0 && GRP(g, G_OWNER) == r && !GRP(g, G_READY)) return 0;
     s->t0[r] = (i32)t;
@@ -469,7 +459,6 @@ static int make_lazy(State *s, i64 r, i64 t) {
     s->fin[b] = r;
     s->n_lazy += 1;
     s->sum_c += c0;
-    if (s->seq[r] > s->max_lazy_seq) s->max_lazy_seq = s->seq[r];
     return 1;
 }
 
@@ -485,13 +474,11 @@ static inline void materialise(State *s, i64 r, i64 t) {
 /* Start a lazy session at step t over the running list. */
 static void enter_lazy(State *s, i64 t) {
     s->lazy = 1;
-    s->qlen = s->nex = s->n_lazy = s->sum_c = s->next_seq = 0;
-    s->max_lazy_seq = -1;
+    s->qlen = s->nex = s->n_lazy = s->sum_c = 0;
     memset(s->cls, 0, (size_t)K(K_BLOCK_SIZE) * sizeof(i64));
     for (i64 i = 0; i < C(N_RUNNING); i++) {
         i64 r = Q(Q_RUNNING, i);
         s->list[s->qlen++] = r;
-        s->seq[r] = (i32)s->next_seq++;
         if (!make_lazy(s, r, t)) s->ex[s->nex++] = r;
     }
 }
@@ -520,42 +507,32 @@ static void leave_lazy(State *s, i64 t) {
 static int fast_step(State *s, i64 *row, i64 step) {
     if (s->n_lazy == 0) return 0;
     i64 B = K(K_BLOCK_SIZE), budget = C(BUDGET), pbudget = C(PREFILL_BUDGET);
-    i64 need = s->cls[step % B], ndec = s->n_lazy, max_dec = s->max_lazy_seq;
-    i64 min_pf = INT64_MAX;
-    for (i64 e = 0; e < s->nex; e++) {
-        i64 r = s->ex[e];
-        if (REQ(r, PROMPT) + REQ(r, GENERATED) - REQ(r, COMPUTED) == 1 && REQ(r, GENERATED) > 0) {
-            ndec++;
-            if (s->seq[r] > max_dec) max_dec = s->seq[r];
-        } else if (s->seq[r] < min_pf) {
-            min_pf = s->seq[r];
-        }
-    }
-    /* every decode scheduled; one pass: the prefills all after the decodes in the list (a
-     * chunk then sees the budget the decodes leave, as in order; with chunked prefill a
-     * request still prefilling never precedes a decode, so this guards unchunked presets) */
-    if (ndec > budget || (!K(K_DECODES_FIRST) && min_pf < max_dec)) return 0;
-    budget -= ndec;
-    i64 ne = 0;
-    for (int pf = 0; pf < 2; pf++) {  /* the exact decodes, then the chunks in list order */
+    i64 need = s->cls[step % B], ndec = s->n_lazy, ne = 0;
+    /* The exact loop's order: every decode one token, then the chunks in list order. With
+     * chunked prefill (tk_run's condition) a request still prefilling never precedes a decode
+     * in the list (one admitted behind it needs budget its chunk would have taken), so one
+     * pass gives them that order too; decodes first (Sarathi) does by construction. */
+    for (int pf = 0; pf < 2; pf++) {
         for (i64 e = 0; e < s->nex; e++) {
-            i64 r = s->ex[e];
-            i64 remaining = REQ(r, PROMPT) + REQ(r, GENERATED) - REQ(r, COMPUTED);
-            int is_pf = !(remaining == 1 && REQ(r, GENERATED) > 0);
-            if (is_pf != pf) continue;
-            i64 new_tokens = 1;
-            if (is_pf) {
+            i64 r = s->ex[e], new_tokens = 1;
+            if (is_decode(s, r) == pf) continue;
+            if (pf) {
                 if (budget <= 0) break;
-                i64 lim = min64(budget, pbudget);
-                new_tokens = K(K_CHUNKED_PREFILL) ? min64(remaining, lim)
-                                                  : (remaining <= lim ? remaining : 0);
+                new_tokens = min64(REQ(r, PROMPT) + REQ(r, GENERATED) - REQ(r, COMPUTED),
+                                   min64(budget, pbudget));
                 if (new_tokens <= 0) continue;
                 budget -= new_tokens;
                 pbudget -= new_tokens;
+            } else {
+                ndec++;
             }
             i64 over = REQ(r, COMPUTED) + new_tokens - (REQ(r, BLOCKS) + REQ(r, SHARED)) * B;
             need += over > 0 ? ceil_div(over, B) : 0;
-            push(s, ne++, r, new_tokens, is_pf);
+            push(s, ne++, r, new_tokens, pf);
+        }
+        if (!pf) {
+            if (ndec > budget) return 0;  /* a decode would not be scheduled */
+            budget -= ndec;
         }
     }
     if (need > C(FREE_BLOCKS)) return 0;  /* the exact loop would evict */
@@ -612,13 +589,13 @@ static int fast_step(State *s, i64 *row, i64 step) {
 i64 tk_run(const i64 *kp, i32 *req, i64 n, i32 *grp, i32 *q, i64 w, i64 *c, i64 *rec,
            i64 base, i64 cap, i64 *step_io, i64 fast, i64 max_steps, i64 pause_step,
            i64 *inc, i64 *lz, i64 hsize, i32 *aux) {
-    State st = { kp, req, grp, q, c, n, w, 0, 0, aux, aux + n, aux + 2 * n, lz, hsize - 1,
-                 lz + hsize, lz + hsize + kp[K_BLOCK_SIZE], 0,
-                 lz + hsize + kp[K_BLOCK_SIZE] + 2 * w + 2, 0, 0, 0, 0, 0 };
+    State st = { kp, req, grp, q, c, n, w, 0, 0, aux, aux + n, lz, hsize - 1, lz + hsize,
+                 lz + hsize + kp[K_BLOCK_SIZE], 0, lz + hsize + kp[K_BLOCK_SIZE] + 2 * w + 2, 0,
+                 0, 0 };
     State *s = &st;
     i64 step = *step_io, status = STATUS_OK;
-    /* lazy decodes where the loop is fast (V0's prompt-first steps stay exact) */
-    int use_lazy = fast && !K(K_PREFILL_FIRST);
+    /* lazy decodes where the loop is fast (V0's prompt-first, unchunked steps stay exact) */
+    int use_lazy = fast && K(K_CHUNKED_PREFILL) && !K(K_PREFILL_FIRST);
     if (use_lazy) enter_lazy(s, step);
     while (C(DONE) < n) {
         if (step >= max_steps) { status = STATUS_MAX_STEPS; break; }

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from tuner.core.errors import TunerError
+from tuner.core.io import user_cache_dir
 
 _HERE = Path(__file__).resolve().parent
 _SOURCE = _HERE / "_kernels.c"
@@ -40,8 +41,7 @@ def _built_library() -> Path | None:
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "tuner" / "kernels"
+    return user_cache_dir("kernels")
 
 
 def _compile_into_cache() -> Path:

@@ -218,11 +218,11 @@ def _run(k: SchedulerParams, req, grp, q, width: int, c, fast: bool, max_steps: 
     inc = np.zeros(max_out + 2, dtype=np.int64)  # skip scratch
     # the lazy decodes' scratch (tk_run): finish buckets by step mod H (H > any request's
     # steps left), block phases, the running list (2 x width) and its exact requests; per
-    # request: its base step (-1: exact), bucket link and admission order
+    # request: its base step (-1: exact) and bucket link
     hsize = 1 << max(max_out + 2, 2).bit_length()
     lz = np.zeros(hsize + k.block_size + 3 * width + 3, dtype=np.int64)
     lz[:hsize] = -1
-    aux = np.zeros(3 * n, dtype=np.int32)
+    aux = np.zeros(2 * n, dtype=np.int32)
     aux[:n] = -1
     step = np.zeros(1, dtype=np.int64)
     base = 0  # the step in rec's first row
