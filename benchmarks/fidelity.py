@@ -146,26 +146,12 @@ def index_model(row: dict, base: Path, catalog: dict) -> ModelSpec | None:
         return catalog[m]
     if m.endswith(".json") and (base / m).is_file():
         return model_from_hf_config(base / m, hf_id=row.get("hf_model", ""))
-    import re
+    from tuner.core.catalog import catalog_base_model
 
-    def norm(ref: str) -> str:
-        # "meta-llama/Meta-Llama-3.1-8B-Instruct-FP8" -> "llama-3.1-8b": the base model's name
-        n = ref.lower().rsplit("/", 1)[-1]
-        n = re.sub(r"-fp8(-dynamic)?$", "", n)
-        n = re.sub(r"-(instruct|chat|hf)(-[\w.]+)?$", "", n)
-        return re.sub(r"-v\d+(\.\d+)*$", "", n.removeprefix("meta-"))
-
-    from tuner.core.catalog import model_aliases
-
-    hf = re.sub(r"-fp8(-dynamic)?$", "", row.get("hf_model") or "", flags=re.I)
-    alias = {k.lower(): v for k, v in model_aliases(catalog).items()}.get(hf.lower())
-    if alias in catalog:
-        return catalog[alias]
-    want = norm(hf)
-    # exact base name, else a fine-tune named after its base (Hermes-3-Llama-3.1-405B)
-    return next((s for k, s in catalog.items() if want and (norm(s.hf_id or "") == want
-                                                             or k == want)), None) or next(
-        (s for k, s in catalog.items() if want and want.endswith("-" + k)), None)
+    # an FP8 or -Instruct checkpoint, or a fine-tune named after its base (Hermes-3-Llama-3.1-
+    # 405B): the catalog entry it is named after, as `tuner` prices such a repo offline
+    name = catalog_base_model(row.get("hf_model") or "", catalog)
+    return catalog[name] if name else None
 
 
 def _scheduler_steps(row: dict) -> int | None:

@@ -396,6 +396,80 @@ def test_hf_download_result_is_used(tmp_path, monkeypatch, models):
     assert m.num_params == models["gpt-oss-20b"].num_params and m.hf_id == "someone/gpt-oss-finetune"
 
 
+def _offline_empty_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.mark.parametrize("repo, base, bits", [
+    ("meta-llama/Meta-Llama-3.1-8B-Instruct-FP8", "llama-3.1-8b", 8),  # not an alias: FP8
+    ("neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8", "llama-3.1-70b", 8),
+    ("NousResearch/Hermes-3-Llama-3.1-405B-FP8", "llama-3.1-405b", 8),  # a named fine-tune
+    ("meta-llama/Llama-2-7b-chat-hf", "llama-2-7b", 16),
+    ("someone/Qwen2.5-7B-Instruct-v2", "qwen2.5-7b", 16),
+])
+def test_an_unreadable_repo_named_after_a_catalog_model_takes_its_shape(
+        repo, base, bits, tmp_path, monkeypatch, models):
+    """Offline (or gated), a repo named after a catalog model is priced with that model's
+    shape, its FP8 weights kept, and the source says the shape is assumed from the name."""
+    _offline_empty_cache(tmp_path, monkeypatch)
+    from tuner.core.catalog import shape_note
+
+    m = get_model(repo, models)
+    want = models[base]
+    assert (m.num_params, m.num_layers, m.kv_bytes_per_token_per_layer(16)) == (
+        want.num_params, want.num_layers, want.kv_bytes_per_token_per_layer(16))
+    assert m.checkpoint_bits == bits and m.load_id == m.hf_id == repo
+    note = shape_note(m)
+    assert note and f"catalog {base}'s shape, assumed from the name {repo}" in note
+    assert "offline" in note and ("FP8 weights" in note) == (bits == 8)
+    assert shape_note(models[base]) is None
+
+
+def test_a_repo_named_after_nothing_or_missing_is_still_refused(tmp_path, monkeypatch, models):
+    from tuner.core import catalog
+
+    _offline_empty_cache(tmp_path, monkeypatch)
+    for repo in ("acme/Foo-7B", "meta-llama/Llama-3.2-11B-Vision-Instruct"):
+        with pytest.raises(TunerError, match=f"No config.json for '{repo}'.*offline"):
+            get_model(repo, models)
+
+    def not_found(repo_id):  # the Hub answered: no such repo (a typo, not an offline machine)
+        raise TunerError(f"No config.json for {repo_id!r}: no such repo on the Hugging Face Hub")
+
+    monkeypatch.setattr(catalog, "hf_config_path", not_found)
+    with pytest.raises(TunerError, match="no such repo"):
+        get_model("meta-llama/Meta-Llama-3.1-8B-Instruct-FP8", models)
+
+
+def test_the_lambda_runs_instruct_checkpoints_are_catalog_aliases(models):
+    """The -Instruct repos of lambda-a100's index resolve offline, exactly, with no note."""
+    for repo, base in (("meta-llama/Meta-Llama-3-8B-Instruct", "llama-3-8b"),
+                       ("meta-llama/Meta-Llama-3-70B-Instruct", "llama-3-70b"),
+                       ("mistralai/Mistral-7B-Instruct-v0.3", "mistral-7b"),
+                       ("mistralai/Mistral-Nemo-Instruct-2407", "mistral-nemo-12b")):
+        m = get_model(repo, models)
+        assert m.name == base and m.checkpoint == repo and m.source == models[base].source
+
+
+def test_simulate_says_when_the_shape_is_assumed(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from tuner.cli.main import app
+
+    _offline_empty_cache(tmp_path, monkeypatch)
+    wl = Path(__file__).resolve().parents[1] / "examples" / "arxiv.jsonl"
+    r = CliRunner().invoke(app, ["simulate", "-w", str(wl), "-g", "H100", "-m",
+                                 "neuralmagic/Meta-Llama-3.1-8B-Instruct-FP8"])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "model: catalog llama-3.1-8b's shape, assumed from the name" in text
+    assert "8-bit weights" in text
+
+
 def test_unknown_plain_name_still_suggests(models, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(TunerError, match="Did you mean") as err:

@@ -248,7 +248,7 @@ def replay(
     """
     import numpy as np
 
-    from tuner.core.catalog import get_model
+    from tuner.core.catalog import get_model, shape_note
     from tuner.core.workload import Workload
     from tuner.predictors.sources import cost_model_for
     from tuner.sim.simulator import simulate as run_sim
@@ -312,6 +312,8 @@ def replay(
     out.print(engine_line(defaults, entry_point, num_scheduler_steps), style="dim",
               markup=False)
     out.print(f"cost model: {res.provenance}", style="dim", markup=False)
+    if note := shape_note(spec):
+        out.print(note, style="yellow", markup=False)
     if "recorded_in" in doc:
         out.print(f"recorded in {doc['recorded_in']} (fit with: tuner calibrate --device "
                   f"{g.name} --model {spec.name} --runner replay --method makespan)",

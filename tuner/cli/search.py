@@ -344,6 +344,7 @@ def cap_workers(workers: int) -> int:
 
 def _announce(job: _SearchInputs, settings, workload_name: str, workers: int) -> int:
     """Print what is searched and how; return the number of trials the progress bar counts."""
+    from tuner.core.catalog import shape_note
     from tuner.search import sample_size, sampler_name
 
     size = job.space.size(len(job.gpus))
@@ -358,6 +359,8 @@ def _announce(job: _SearchInputs, settings, workload_name: str, workers: int) ->
               f"({size:,} configurations), {how}, study {escape(repr(settings.study_name))} in "
               f"{escape(mask_secrets(settings.storage))}" + (f", {workers} workers" if workers > 1 else "")
               + _constraint_words(settings.constraints))
+    if note := shape_note(job.model):
+        err.print(note, style="yellow", markup=False)
     for note in job.space_notes or []:
         err.print(f"[dim]{escape(note)}[/]")
     return size if settings.exhaustive else settings.n_trials

@@ -291,7 +291,7 @@ def simulate(
 
     SGLang: tuner simulate -w examples/shared_system_prompt.jsonl -m llama-3-8b -g A10 --engine sglang --schedule-policy lpm
     """
-    from tuner.core.catalog import get_model
+    from tuner.core.catalog import get_model, shape_note
     from tuner.core.workload import apply_on_too_long
     from tuner.predictors.sources import cost_model_for
     from tuner.sim.simulator import simulate as run_sim
@@ -424,6 +424,8 @@ def simulate(
         if summary["defaulted"]:
             out.print(f"not given ({', '.join(summary['defaulted'])}): {defaults.describe()}",
                       style="dim", markup=False)
+    if note := shape_note(spec):
+        out.print(note, style="yellow", markup=False)
     if sp:
         out.print(f"spot: {sp['note']}; {sp['model']}; not modelled: waiting for capacity, "
                   "the interruption notice, correlated interruptions", style="dim",

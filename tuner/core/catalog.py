@@ -799,6 +799,48 @@ def model_from_hf_config(path: str | Path, *, hf_id: str = "") -> ModelSpec:
     return model_from_config_dict(cfg, where=str(path), name=name, source=str(path), hf_id=hf_id)
 
 
+class HubConfigUnavailable(TunerError):
+    """A repo's config.json could not be read (offline, no network, or a gated repo), though
+    the repo may exist: get_model may then lend it a catalog entry's shape by its name."""
+
+
+#: suffixes of a repo name that keep its base model's shape: the weights' FP8 form (its
+#: precision is kept apart), and a tuned variant (-Instruct, -chat-hf, -Instruct-v0.3)
+_FP8_SUFFIX = re.compile(r"-fp8(-dynamic)?$", re.I)
+_TUNED_SUFFIX = re.compile(r"-(instruct|chat|hf|it)(-[\w.]+)?$", re.I)
+
+
+def _base_name(ref: str) -> str:
+    """"meta-llama/Meta-Llama-3.1-8B-Instruct-FP8" -> "llama-3.1-8b": a repo name without its
+    owner, FP8 and tuned-variant suffixes, a trailing version or Meta's "Meta-" prefix."""
+    n = _TUNED_SUFFIX.sub("", _FP8_SUFFIX.sub("", ref.strip().rsplit("/", 1)[-1].lower()))
+    return re.sub(r"-v\d+(\.\d+)*$", "", n.removeprefix("meta-"))
+
+
+def catalog_base_model(ref: str, models: dict[str, ModelSpec] | None = None) -> str | None:
+    """The catalog entry whose shape a repo `ref` is named after, or None: the same base name
+    ("Meta-Llama-3-8B-Instruct" -> llama-3-8b), else a fine-tune named after its base
+    ("Hermes-3-Llama-3.1-405B-FP8" -> llama-3.1-405b; the longest such name)."""
+    models = load_models() if models is None else models
+    aliases = model_aliases(models)
+    exact = aliases.get(_FP8_SUFFIX.sub("", ref.strip()).lower())
+    if exact in models:
+        return exact
+    want = _base_name(ref)
+    if not want:
+        return None
+    for alias, name in aliases.items():
+        if name in models and want in (name, _base_name(alias)):
+            return name
+    named = [k for k in models if want.endswith("-" + k)]
+    return max(named, key=len) if named else None
+
+
+def is_fp8_repo(ref: str) -> bool:
+    """The repo's name says its weights are FP8 (neuralmagic/...-FP8, ...-FP8-dynamic)."""
+    return bool(_FP8_SUFFIX.search(ref.strip()))
+
+
 def _hf_cache_dir() -> str | None:
     """The Hub cache folder as the environment names it now (huggingface_hub reads HF_HOME /
     HF_HUB_CACHE once, at import); None = the library's default."""
@@ -836,6 +878,7 @@ def hf_config_path(repo_id: str) -> Path:
     how = (f"download it (`hf download {repo_id} config.json`) or pass the path to its "
            "config.json or model folder as --model")
     why = "offline (HF_HUB_OFFLINE is set)"
+    unreadable = True  # the repo may exist: offline, no network, or gated
     if not _hf_offline():
         # the library logs each network retry as a warning; the one error below says it all
         import logging
@@ -853,6 +896,7 @@ def hf_config_path(repo_id: str) -> Path:
             why = "the repo is gated (accept its licence on huggingface.co and log in)"
         except RepositoryNotFoundError:
             why = "no such repo on the Hugging Face Hub (or it is private)"
+            unreadable = False
         except HFValidationError as exc:
             raise TunerError(f"{repo_id!r} is not a Hugging Face repo id ({exc}).") from None
         except Exception as exc:  # network down, timeouts, HTTP errors: fall back to the cache
@@ -863,8 +907,9 @@ def hf_config_path(repo_id: str) -> Path:
     cached = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache_dir)
     if isinstance(cached, str):
         return Path(cached)
-    raise TunerError(f"No config.json for {repo_id!r}: {why}, and none in the local Hugging "
-                     f"Face cache{f' ({cache_dir})' if cache_dir else ''}; {how}.")
+    err = HubConfigUnavailable if unreadable else TunerError
+    raise err(f"No config.json for {repo_id!r}: {why}, and none in the local Hugging "
+              f"Face cache{f' ({cache_dir})' if cache_dir else ''}; {how}.")
 
 
 def _catalog_repo(key: str, name: str, spec: ModelSpec) -> str:
@@ -887,6 +932,37 @@ def _local_checkpoint(key: str, path: Path) -> str:
     if path.is_dir():
         return typed
     return os.path.dirname(typed) or "."
+
+
+def _named_after_catalog(repo: str, models: dict[str, ModelSpec], why: str) -> ModelSpec | None:
+    """`repo` priced with the shape of the catalog entry it is named after, where its own
+    config.json cannot be read (`why`): said in `source`, which every provenance line shows.
+    An FP8-named repo keeps FP8 weights, as vLLM serves them."""
+    name = catalog_base_model(repo, models)
+    if name is None:
+        return None
+    spec = models[name]
+    fp8 = is_fp8_repo(repo) and spec.checkpoint_bits == 16
+    quant = {"checkpoint_bits": 8, "checkpoint_quantization": "fp8 (from the repo name)"} \
+        if fp8 else {}
+    reason = why.split(": ", 1)[-1].split(", and none", 1)[0]
+    return replace(spec, hf_id=repo, checkpoint=repo, **quant,
+                   source=f"catalog {name}'s shape, {ASSUMED_FROM_NAME} {repo} (its "
+                          f"config.json unread: {reason})"
+                          + ("; FP8 weights, from the name" if fp8 else ""))
+
+
+#: what `source` says of a model priced with a catalog shape its repo name points to
+ASSUMED_FROM_NAME = "assumed from the name"
+
+
+def shape_note(spec: ModelSpec) -> str | None:
+    """One line for the commands that price `spec`, where its shape is assumed from a repo
+    name (its config.json unread), else None."""
+    if ASSUMED_FROM_NAME not in spec.source:
+        return None
+    return (f"model: {spec.source}; pass its config.json (or go online) to price its own "
+            "shape")
 
 
 def get_model(name_or_path: str, models: dict[str, ModelSpec] | None = None) -> ModelSpec:
@@ -914,7 +990,14 @@ def get_model(name_or_path: str, models: dict[str, ModelSpec] | None = None) -> 
         checkpoint = _local_checkpoint(key, p)
         return replace(model_from_hf_config(p), name=checkpoint, hf_id="", checkpoint=checkpoint)
     if _HF_ID.match(key) and not key.startswith((".", "/", "~")) and not key.endswith(".json"):
-        return replace(model_from_hf_config(hf_config_path(key), hf_id=key), checkpoint=key)
+        try:
+            path = hf_config_path(key)
+        except HubConfigUnavailable as exc:
+            spec = _named_after_catalog(key, models, str(exc))
+            if spec is None:
+                raise
+            return spec
+        return replace(model_from_hf_config(path, hf_id=key), checkpoint=key)
     if key.endswith(".json") or key.startswith((".", "/", "~")):
         raise TunerError(f"Model config {key} does not exist (pass a config.json, a folder "
                          "holding one, a catalog name or a Hugging Face repo id).")
@@ -926,8 +1009,9 @@ def get_model(name_or_path: str, models: dict[str, ModelSpec] | None = None) -> 
 
 
 __all__ = [
-    "GPU", "GIB", "GPU_FIELD_RANGES", "MAX_PRICE_USD_PER_H", "ModelSpec", "apply_prices",
-    "check_checkpoint_ref", "get_gpu", "get_model", "hf_config_path",
+    "GPU", "GIB", "GPU_FIELD_RANGES", "HubConfigUnavailable", "MAX_PRICE_USD_PER_H", "ModelSpec",
+    "apply_prices", "catalog_base_model", "check_checkpoint_ref", "get_gpu", "get_model",
+    "hf_config_path", "is_fp8_repo", "shape_note",
     "load_gpus", "load_models", "model_aliases", "model_from_config_dict", "model_from_hf_config",
     "parse_price_overrides",
 ]
