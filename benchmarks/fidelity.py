@@ -28,20 +28,24 @@ predicted by the profile fitted on the others (the MoE run is never in the fit: 
 predicted by the profile fitted on the dense runs); --fit --write-summary stores the per-GPU
 leave-one-out errors that the measured cost model's provenance cites.
 
---fit also fits the V0 profile's host terms on the A100 runs (host work between GPU steps, so
-predicted makespan = GPU-only schedule + the terms x their step features, linear): every set
-of terms (per step, per running sequence, per sampled token, per new request, per prefill
-chunk, per extra TP rank) is fitted by least squares on predicted / measured makespan, sets with a negative term
-are dropped as unphysical, and the set with the lowest leave-one-out median error is kept;
-the table of sets is printed so the choice can be checked.
+--fit also fits the V0 profile's host terms on the A100 runs and the two published vLLM 0.6.0
+figures below (v0_fit_runs; host work between GPU steps, so predicted makespan = GPU-only
+schedule + the terms x their step features, linear): every set of terms (per step, per
+running sequence, per sampled token, per new request, per logged request, per prefill chunk,
+per extra TP rank) is fitted by least squares on predicted / measured makespan, sets with a
+negative term are dropped as unphysical, and the set with the lowest leave-one-out median
+error is kept; the table of sets is printed so the choice can be checked. The A100 runs' API
+server logged every request (LambdaLabs' benchmark.py starts it without
+--disable-log-requests); the published figures' server did not: they tell the request log's
+cost apart from the rest of a request's intake.
 
 Published figures have no per-request lengths. SGLang's benchmark of vLLM 0.6.0 (offline,
 5,000 ShareGPT prompts; sgl-project/sglang benchmark/benchmark_vllm_060/README.md) is rebuilt
 from its stated length distribution (published_workload: ShareGPT lengths resampled from the
 lambda-a100 Llama-3-8B run, outputs rescaled to the published output tok/s / req/s) and
 simulated with the settings its commands state; predicted vs published req/s and output tok/s.
-These figures are never fitted on. MLPerf v5.1's vLLM figure is listed with the reason it is
-not re-simulated.
+They are in the V0 fit (above), so --fit prints each one's leave-one-out error beside them.
+MLPerf v5.1's vLLM figure is listed with the reason it is not re-simulated.
 
 SGLang: the same README's SGLang v0.3.0 rows (PUBLISHED_SGLANG_RUNS, the same 5,000 requests
 rebuilt the same way) are simulated as SGLang (engine="sglang": tuner.sim.sglang's scheduler,
@@ -120,6 +124,9 @@ class Run:
     engine: EngineProfile | None = None  # the profile of its engine, where not the suite's
     # the engine simulated: "vllm", or "sglang" with its settings (tuner.core.sglang)
     simulated_engine: str = "vllm"
+    # the API server logged each request (vLLM before 0.10.2 without --disable-log-requests):
+    # EngineProfile.per_logged_request_s applies
+    log_requests: bool = False
     sglang: object | None = None  # SGLangSettings of an SGLang run
 
 
@@ -152,6 +159,18 @@ def index_model(row: dict, base: Path, catalog: dict) -> ModelSpec | None:
     # 405B): the catalog entry it is named after, as `tuner` prices such a repo offline
     name = catalog_base_model(row.get("hf_model") or "", catalog)
     return catalog[name] if name else None
+
+
+def _logs_requests(row: dict, version: str) -> bool:
+    """Whether the run's API server logged each request: its `log_requests` column, else the
+    server's default for the release (lambda-a100's benchmark.py starts `python3 -m
+    vllm.entrypoints.openai.api_server` without --disable-log-requests)."""
+    from tuner.predictors.engine_overhead import logs_requests_by_default
+
+    cell = (row.get("log_requests") or "").strip().lower()
+    if cell:
+        return cell in ("1", "true", "yes", "on")
+    return logs_requests_by_default(version, "serve")
 
 
 def _scheduler_steps(row: dict) -> int | None:
@@ -189,6 +208,7 @@ def load_index_runs(root: Path, folder: str, gpus: dict | None = None) -> list[R
             fp8 = "fp8" in (row.get("hf_model", "") + row.get("model", "")).lower()
             version = row.get("vllm_version", "").split()[0] or "0.6.0"
             steps = _scheduler_steps(row)
+            logs = _logs_requests(row, version)
             cfg = ServingConfig(gpu=gpu, tp=int(row["tp"]), scheduler=row["scheduler"],
                                 chunk_size=int(row["max_num_batched_tokens"]),
                                 max_running=int(row["max_num_seqs"]),
@@ -202,7 +222,8 @@ def load_index_runs(root: Path, folder: str, gpus: dict | None = None) -> list[R
                             measured_makespan_s=float(row["measured_duration_s"]),
                             measured_kv_blocks=None, timeline=None, moe=False,
                             engine_version=version, suite=folder, model=spec,
-                            engine=profile_for(version, "serve", steps)))
+                            engine=profile_for(version, "serve", steps, logs),
+                            log_requests=logs))
     return runs
 
 
@@ -365,6 +386,17 @@ def published_workload(root: Path, fig: dict, seed: int = PUBLISHED_SEED) -> Wor
                     output_source="measured (vLLM, EOS-stopped), rescaled to the published mean")
 
 
+def v0_fit_runs(root: Path, gpus: dict) -> list[Run]:
+    """What the V0 host terms are fitted on: the lambda-a100 runs (requests logged) and the
+    published vLLM 0.6.0 figures rebuilt (--disable-log-requests), those whose model is in the
+    catalog."""
+    runs = load_lambda_a100(root)
+    if runs:
+        runs += [r for r in (published_run(root, fig, gpus) for fig in PUBLISHED_RUNS)
+                 if r.model is not None]
+    return runs
+
+
 def published_run(root: Path, fig: dict, gpus: dict) -> Run:
     """A published figure as a Run: its rebuilt workload on vLLM 0.6.0's defaults under the
     API server, with the settings its commands state (SGLANG_ENGINE), simulated with the
@@ -383,13 +415,14 @@ def published_run(root: Path, fig: dict, gpus: dict) -> Run:
                moe=False, engine_version=e["engine_version"], suite="published",
                model=load_models().get(fig["model"]),
                engine=profile_for(e["engine_version"], e["entry_point"],
-                                  e["num_scheduler_steps"]))
+                                  e["num_scheduler_steps"], log_requests=False),
+               log_requests=False)  # the server command passes --disable-log-requests
 
 
 def evaluate_published(root: Path, gpus: dict, engine: EngineProfile | None = None) -> list[dict]:
     """Predicted vs published req/s and output tok/s of every PUBLISHED_RUNS figure (signed
     error %: predicted / published - 1). `engine`: the V0 profile (default: the run's own,
-    profile_for(0.6.0, serve, 10)). Nothing here is fitted on these figures."""
+    profile_for(0.6.0, serve, 10), with no request log, as their server ran)."""
     rows = []
     for fig in PUBLISHED_RUNS:
         tp = "" if fig["tp"] == 1 else f" --tensor {fig['tp']}"
@@ -405,7 +438,7 @@ def evaluate_published(root: Path, gpus: dict, engine: EngineProfile | None = No
         if run.model is None:
             rows.append(row | {"status": f"skipped: {fig['model']} is not in the catalog"})
             continue
-        eng = engine if engine is not None else run.engine
+        eng = as_run_logs(engine if engine is not None else run.engine, run)
         res, cm = simulate_run(run, eng, gpus)
         wl, n = run.workload, len(run.workload)
         req_s = n / res.makespan_s
@@ -635,8 +668,8 @@ def simulate_run(run: Run, engine: EngineProfile | None, gpus: dict, *, timeline
 
 # ---- the V0 host-cost fit (lambda-a100) --------------------------------------------------------
 #: EngineProfile host terms and the step feature each multiplies (EngineProfile.host_s)
-HOST_TERMS = ("fixed_s", "per_seq_s", "per_token_s", "per_new_request_s", "per_chunk_s",
-              "per_tp_rank_s")
+HOST_TERMS = ("fixed_s", "per_seq_s", "per_token_s", "per_new_request_s", "per_logged_request_s",
+              "per_chunk_s", "per_tp_rank_s")
 
 
 def host_features(run: Run, gpus: dict) -> tuple[float, dict[str, float]]:
@@ -653,7 +686,16 @@ def host_features(run: Run, gpus: dict) -> tuple[float, dict[str, float]]:
     for term in HOST_TERMS:
         unit = EP(name="unit", entry_point="", generation="", overlapped=False, **{term: 1.0})
         feats[term] = float(unit.host_s(f, run.config.tp).sum())
+    if not run.log_requests:  # no request log: the term has nothing to price
+        feats["per_logged_request_s"] = 0.0
     return res.makespan_s, feats
+
+
+def as_run_logs(engine: EngineProfile | None, run: Run) -> EngineProfile | None:
+    """`engine` as `run` ran it: its request-log term only where the run logged requests."""
+    if engine is None or run.log_requests or not engine.per_logged_request_s:
+        return engine
+    return engine.with_params(per_logged_request_s=0.0)
 
 
 def fit_host_terms(rows: list[tuple[float, dict, float]], terms: tuple[str, ...]) -> dict | None:
@@ -723,7 +765,7 @@ def evaluate(runs: list[Run], engines: dict[str, EngineProfile | None], gpus: di
     only)."""
     rows = []
     for run in runs:
-        engine = engines[run.suite] if run.suite in engines else run.engine
+        engine = as_run_logs(engines[run.suite] if run.suite in engines else run.engine, run)
         if run.gpu not in gpus:
             rows.append({"run": run.name, "gpu": run.gpu, "suite": run.suite,
                          "measured_makespan_s": run.measured_makespan_s,
@@ -840,14 +882,17 @@ def main(argv=None) -> int:
                             "error_pct": 100.0 * (res.makespan_s / r.measured_makespan_s - 1.0)})
         engine = fitted
         if v0_runs:
-            v0 = fit_v0(v0_runs, gpus)
+            fit_runs = v0_fit_runs(a.data, gpus)
+            v0 = fit_v0(fit_runs, gpus)
             out["v0_fit"] = v0
             best = v0["best"]
             v0_engine = v0_engine.with_params(**{t: 0.0 for t in HOST_TERMS} | best["coef"])
             for r in v0_runs:
                 loo.append({"run": r.name, "gpu": r.gpu, "engine": v0_engine.name,
-                            "term": "terms fitted on the other 10",
+                            "term": f"terms fitted on the other {len(fit_runs) - 1}",
                             "error_pct": best["loo"][r.name]})
+            out["published_loo"] = {r.name: best["loo"][r.name] for r in fit_runs
+                                    if r.suite == "published"}
         out["leave_one_out"] = loo
     rows = evaluate(runs + v0_runs + other, {"llmservingsim": engine, "lambda-a100": v0_engine},
                     gpus)
@@ -925,7 +970,9 @@ def main(argv=None) -> int:
         if r.get("status") == "ok":
             print(f"  {r['run']}: {r['provenance']}")
     if "v0_fit" in out:
-        print("\nV0 host terms fitted on the A100 runs (leave-one-out over 11 runs):")
+        n_fit = len(out["v0_fit"]["best"]["loo"])
+        print(f"\nV0 host terms fitted on the A100 runs and the published vLLM 0.6.0 figures "
+              f"(leave-one-out over {n_fit} runs):")
         print(f"  {'terms':<44} {'fitted':<40} {'in-sample':>9} {'LOO med':>8} {'LOO worst':>9}")
         for t in out["v0_fit"]["table"]:
             name = " + ".join(t["terms"])
@@ -948,8 +995,11 @@ def main(argv=None) -> int:
             print(f"  {g:<14} runs {v['runs']}  leave-one-out median |error| "
                   f"{v['median_abs_pct']:.1f} %  worst {v['worst_abs_pct']:.1f} %")
     print(f"\nstart-up: {STARTUP_NOTE}")
-    print("\npublished figures (rebuilt workloads, never fitted on):")
-    print_published_table(published)
+    print("\npublished figures (rebuilt workloads; in the V0 host-term fit beside the A100 runs: "
+          "their server ran with --disable-log-requests, which tells the request-log term "
+          "apart" + ("; leave-one-out in the last column" if "published_loo" in out else "")
+          + "):")
+    print_published_table(published, out.get("published_loo"))
     for p in published:
         print(f"  {p['run']}: {p['what']} [{p['source']}]; {p['command']}")
         if p["status"] == "ok":
@@ -966,10 +1016,11 @@ def main(argv=None) -> int:
     return 0
 
 
-def print_published_table(rows: list[dict]) -> None:
-    """Published vs predicted req/s and output tok/s, a row per rebuilt figure."""
+def print_published_table(rows: list[dict], loo: dict | None = None) -> None:
+    """Published vs predicted req/s and output tok/s, a row per rebuilt figure (`loo`: run ->
+    leave-one-out makespan error %, printed last)."""
     print(f"  {'run':<44} {'req/s pub':>9} {'pred':>7} {'error':>7}  {'out tok/s pub':>13} "
-          f"{'pred':>7} {'error':>7}")
+          f"{'pred':>7} {'error':>7}" + ("  LOO makespan" if loo else ""))
     for p in rows:
         if p["status"] != "ok":
             print(f"  {p['run']:<44} {p['published_req_s']:9.2f} {'':>7} {'':>7}  "
@@ -977,7 +1028,8 @@ def print_published_table(rows: list[dict]) -> None:
             continue
         print(f"  {p['run']:<44} {p['published_req_s']:9.2f} {p['predicted_req_s']:7.2f} "
               f"{p['req_s_error_pct']:+6.1f}%  {p['published_output_tok_s']:13.2f} "
-              f"{p['predicted_output_tok_s']:7.0f} {p['output_tok_s_error_pct']:+6.1f}%")
+              f"{p['predicted_output_tok_s']:7.0f} {p['output_tok_s_error_pct']:+6.1f}%"
+              + (f"  {loo[p['run']]:+11.1f}%" if loo and p["run"] in loo else ""))
 
 
 def print_sglang(out: dict) -> None:

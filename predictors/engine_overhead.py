@@ -11,12 +11,16 @@ depends on the engine generation:
              step = max(gpu, host) + exposed, where `exposed` is what never overlaps
 
     host = fixed + per_seq * running + per_token * sampled + per_new_request * admitted
-           + per_chunk * prefill chunks + per_tp_rank * (tp - 1)
+           + per_logged_request * admitted + per_chunk * prefill chunks + per_tp_rank * (tp - 1)
 
 `running` is the step's decodes plus its prefill chunks; prefill chunks are not in
 BatchFeatures and are counted as max(1, prefills completed) in a step with prefill tokens.
 `admitted` is the prefills completed in the step (sampled - decodes where the step has prefill
 tokens): once per request (and per recompute after a preemption), its intake cost.
+`per_logged_request` is the part of it that request logging adds: vLLM's API server logged
+every request (its prompt and token ids) unless started with --disable-log-requests, until
+0.10.2 made logging opt-in (--enable-log-requests, vllm-project/vllm#21739); profile_for keeps
+it only where the job logs requests.
 
 PROFILES holds the named profiles. Their numbers are FITTED (on the public runs of
 benchmarks/fidelity.py, with the leave-one-out error it prints) or ESTIMATED (from published
@@ -44,6 +48,7 @@ class EngineProfile:
     per_chunk_s: float = 0.0
     per_tp_rank_s: float = 0.0
     per_new_request_s: float = 0.0
+    per_logged_request_s: float = 0.0  # the API server's request log (see the module doc)
     exposed_s: float = 0.0  # overlapped engines: per-step time that never overlaps
     source: str = "estimated"  # "fitted on ..." | "estimated: ..."
     # True only where a fit on public runs moved a term; False for estimates and for terms a
@@ -56,7 +61,8 @@ class EngineProfile:
         chunks = np.where(prefilling, np.maximum(admitted, 1.0), 0.0)
         return (self.fixed_s + self.per_seq_s * (f.decodes + chunks)
                 + self.per_token_s * f.seqs_sampled + self.per_chunk_s * chunks
-                + self.per_new_request_s * admitted + self.per_tp_rank_s * (tp - 1))
+                + (self.per_new_request_s + self.per_logged_request_s) * admitted
+                + self.per_tp_rank_s * (tp - 1))
 
     def step_time_s(self, gpu_s: np.ndarray, f: BatchFeatures, tp: int = 1) -> np.ndarray:
         if not self.has_host_terms:  # skip the array work
@@ -81,6 +87,8 @@ class EngineProfile:
             host.append(f"{1e6 * self.per_chunk_s:.0f} us/prefill chunk")
         if self.per_new_request_s:
             host.append(f"{1e3 * self.per_new_request_s:.2f} ms/new request")
+        if self.per_logged_request_s:
+            host.append(f"{1e3 * self.per_logged_request_s:.2f} ms/logged request")
         if self.per_tp_rank_s:
             host.append(f"{1e3 * self.per_tp_rank_s:.2f} ms/extra TP rank")
         terms = [f"host {' + '.join(host)}" if host else "no host terms"]
@@ -101,7 +109,7 @@ class EngineProfile:
     @property
     def has_host_terms(self) -> bool:
         return bool(self.fixed_s or self.per_seq_s or self.per_token_s or self.per_chunk_s
-                    or self.per_tp_rank_s or self.per_new_request_s)
+                    or self.per_tp_rank_s or self.per_new_request_s or self.per_logged_request_s)
 
 
 # Fitted by `python benchmarks/fidelity.py --fit` on the three dense vLLM 0.19 runs of
@@ -120,18 +128,25 @@ V1_ASYNC = EngineProfile(
 
 # Fitted by `python benchmarks/fidelity.py --fit` on the 11 public vLLM 0.6.0 A100-80GB runs of
 # ../shared/fidelity/lambda-a100 (OpenAI API server, streaming, --num-scheduler-steps 10, every
-# request at t = 0): least squares on predicted / measured makespan; of every set of up to
-# three host terms, the one with the lowest leave-one-out median error and no negative term
-# (the table is in benchmarks/RESULTS.md). Update both together.
-V0_MULTISTEP_FIXED_S = 1.286e-3
-V0_MULTISTEP_PER_NEW_REQUEST_S = 10.38e-3
-V0_MULTISTEP_SOURCE = ("fitted on 11 public vLLM 0.6.0 A100 runs (API server, "
-                       "--num-scheduler-steps 10; benchmarks/fidelity.py --fit: leave-one-out "
-                       "median |makespan error| 1.1 %, worst 4.7 %)")
+# request at t = 0, each request logged: LambdaLabs' benchmark.py starts the server without
+# --disable-log-requests) and SGLang's two published vLLM 0.6.0 figures, rebuilt (the same
+# server with --disable-log-requests): least squares on predicted / measured makespan; of every
+# set of up to three host terms, the one with the lowest leave-one-out median error and no
+# negative term (the table is in benchmarks/RESULTS.md). Update both together.
+V0_MULTISTEP_FIXED_S = 1.287e-3
+V0_MULTISTEP_PER_NEW_REQUEST_S = 5.642e-3
+V0_MULTISTEP_PER_LOGGED_REQUEST_S = 4.735e-3
+V0_MULTISTEP_SOURCE = ("fitted on 11 public vLLM 0.6.0 A100 runs (API server, requests logged, "
+                       "--num-scheduler-steps 10) and 2 published vLLM 0.6.0 figures (A100, "
+                       "H100; --disable-log-requests); benchmarks/fidelity.py --fit: "
+                       "leave-one-out median |makespan error| 1.1 % (worst 4.7 %) on the runs, "
+                       "5.8 % and 5.2 % on the figures")
 V0_MULTISTEP = EngineProfile(
     name="vllm-v0-multistep", entry_point="OpenAI API server (streaming)",
     generation="V0 multi-step", overlapped=False, fixed_s=V0_MULTISTEP_FIXED_S,
-    per_new_request_s=V0_MULTISTEP_PER_NEW_REQUEST_S, fitted=True, source=V0_MULTISTEP_SOURCE)
+    per_new_request_s=V0_MULTISTEP_PER_NEW_REQUEST_S,
+    per_logged_request_s=V0_MULTISTEP_PER_LOGGED_REQUEST_S, fitted=True,
+    source=V0_MULTISTEP_SOURCE)
 
 PROFILES: dict[str, EngineProfile] = {
     "vllm-v1-async": V1_ASYNC,
@@ -153,8 +168,9 @@ PROFILES: dict[str, EngineProfile] = {
     "vllm-v0": EngineProfile(
         name="vllm-v0", entry_point="any", generation="V0 single-step",
         overlapped=False, fixed_s=8e-3, per_new_request_s=V0_MULTISTEP_PER_NEW_REQUEST_S,
+        per_logged_request_s=V0_MULTISTEP_PER_LOGGED_REQUEST_S,
         source="estimated: 8 ms per step (the low end of the 8-16 ms observed on vLLM 0.5.x, "
-               "issue 14) + the multi-step fit's per-request term; no single-step run to fit"),
+               "issue 14) + the multi-step fit's per-request terms; no single-step run to fit"),
 }
 DEFAULT_PROFILE = "vllm-v1-offline"
 
@@ -222,14 +238,31 @@ def get_profile(name: str | None = None) -> EngineProfile:
     return PROFILES[name]
 
 
+#: the first vLLM release whose API server does not log each request by default (vllm-project/
+#: vllm#21739: --enable-log-requests, off by default, replaces --disable-log-requests)
+LOG_REQUESTS_OPT_IN_SINCE = (0, 10, 2)
+
+
+def logs_requests_by_default(engine_version: str | None, entry_point: str) -> bool:
+    """Whether vLLM logs each request without a logging flag: its API server before
+    LOG_REQUESTS_OPT_IN_SINCE (None = the newest release: no)."""
+    from tuner.core.engines import parse_version
+
+    v = parse_version(engine_version)
+    return entry_point == "serve" and v is not None and v < LOG_REQUESTS_OPT_IN_SINCE
+
+
 def profile_for(engine_version: str | None = None, entry_point: str = "llm",
-                num_scheduler_steps: int | None = None) -> EngineProfile:
+                num_scheduler_steps: int | None = None,
+                log_requests: bool | None = None) -> EngineProfile:
     """The host-cost profile of a release (tuner.core.engines generation), entry point
     (tuner.core.engine_defaults.ENTRY_POINTS) and --num-scheduler-steps. Where the profile was
     fitted under another entry point or step count, its `source` says so. V0 without
     --num-scheduler-steps: the fitted multi-step profile, the only V0 profile fitted on runs
     (every public V0 run here used multi-step, as vLLM 0.6's throughput guidance did), and the
-    source says that vLLM's own default is single-step."""
+    source says that vLLM's own default is single-step. `log_requests`: whether the API server
+    logs each request (None: its default, on for V0's `serve`, which is where the term is
+    priced; LLM.generate and run-batch do not log them)."""
     from tuner.core.engines import FITTED_SCHEDULER_STEPS as FITTED
     from tuner.core.engines import check_scheduler_steps, generation_of
 
@@ -237,20 +270,28 @@ def profile_for(engine_version: str | None = None, entry_point: str = "llm",
     steps = check_scheduler_steps(release, num_scheduler_steps)
     key = release.generation.key
     if key == "v0":
-        if steps == 1:
-            return PROFILES["vllm-v0"]
-        p = PROFILES["vllm-v0-multistep"]
+        p = PROFILES["vllm-v0" if steps == 1 else "vllm-v0-multistep"]
         notes = []
         if steps is None:
             notes.append(f"--num-scheduler-steps not given: priced as the multi-step ({FITTED}) "
                          "runs it was fitted on, and exported so; vLLM's own default is 1 "
                          "(pass --num-scheduler-steps 1 for the single-step estimate)")
-        elif steps != FITTED:
+        elif steps not in (1, FITTED):
             notes.append(f"fitted at {FITTED} scheduler steps, used for {steps}")
         if entry_point != "serve":
             notes.append(f"fitted under the API server, used for {entry_point}, which does not "
                          "stream (likely an overestimate)")
-        return replace(p, source=p.source + ("; " + "; ".join(notes) if notes else ""))
+        logged = (logs_requests_by_default(engine_version, entry_point) if log_requests is None
+                  else log_requests)
+        if logged:
+            notes.append("every request logged, as the API server does unless started with "
+                         "--disable-log-requests")
+        else:
+            p = replace(p, per_logged_request_s=0.0)
+            notes.append("requests not logged (--disable-log-requests"
+                         + (", or an entry point that does not log them)" if entry_point
+                            == "serve" else f": {entry_point} does not log them)"))
+        return replace(p, source=p.source + "; " + "; ".join(notes))
     if key == "v1-sync":
         return PROFILES["vllm-v1-sync"]
     return PROFILES["vllm-v1-async" if entry_point == "serve" else DEFAULT_PROFILE]

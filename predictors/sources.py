@@ -68,6 +68,8 @@ class CostQuery:
     entry_point: str = "llm"  # --entry-point (the engine-overhead profile)
     num_scheduler_steps: int | None = None  # --num-scheduler-steps (V0 multi-step)
     engine: str = "vllm"  # the engine simulated (tuner.core.sglang.ENGINES): whose kernels
+    # --disable-log-requests given: False; None: the entry point's default (profile_for)
+    log_requests: bool | None = None
 
     def shapes(self) -> str:
         c = self.config
@@ -112,7 +114,7 @@ def _engine_profile(q: CostQuery):
 
     if q.engine == "sglang":
         return sglang_profile_for(q.engine_version)
-    return profile_for(q.engine_version, q.entry_point, q.num_scheduler_steps)
+    return profile_for(q.engine_version, q.entry_point, q.num_scheduler_steps, q.log_requests)
 
 
 def _table_model(q: CostQuery):
@@ -208,12 +210,12 @@ def resolve(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
             profile: str | Path | None = None, mode: str = "auto",
             engine_version: str | None = None, calibrated: bool = True,
             entry_point: str = "llm", num_scheduler_steps: int | None = None,
-            engine: str = "vllm") -> Resolution:
+            engine: str = "vllm", log_requests: bool | None = None) -> Resolution:
     """Walk the registry (as `mode` restricts it) for (model, gpu, config); TunerError on a bad
     mode or folder, or where the restricted registry cannot price it. `engine`: the engine
     simulated ("vllm" | "sglang"): whose kernel tables and engine profile price it."""
     q = CostQuery(model, gpu, config, None if profile is None else Path(profile), mode,
-                  engine_version, entry_point, num_scheduler_steps, engine)
+                  engine_version, entry_point, num_scheduler_steps, engine, log_requests)
     declined: list[tuple[str, str]] = []
     for src in sources_for(mode, profile=q.profile is not None):
         out = src.price(q, tuple(declined))
@@ -238,19 +240,19 @@ def resolve_cost_model(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
                        engine_version: str | None = None, calibrated: bool = True,
                        entry_point: str = "llm",
                        num_scheduler_steps: int | None = None,
-                       engine: str = "vllm") -> CostModel:
+                       engine: str = "vllm", log_requests: bool | None = None) -> CostModel:
     """The registry's CostModel for (model, gpu, config): resolve(...).cost_model."""
     return resolve(model, gpu, config, profile=profile, mode=mode,
                    engine_version=engine_version, calibrated=calibrated,
                    entry_point=entry_point, num_scheduler_steps=num_scheduler_steps,
-                   engine=engine).cost_model
+                   engine=engine, log_requests=log_requests).cost_model
 
 
 def cost_model_for(model: ModelSpec, profile: str | Path | None = None, mode: str = "auto",
                    engine_version: str | None = None, *, calibrated: bool = True,
                    check_gpu: GPU | None = None, entry_point: str = "llm",
                    num_scheduler_steps: int | None = None,
-                   engine: str = "vllm") -> CostModelFor:
+                   engine: str = "vllm", log_requests: bool | None = None) -> CostModelFor:
     """`(gpu, config) -> CostModel` under a command's --profile / --profile-mode /
     --engine-version: what it resolves once and passes down. Each config is priced as its own
     engine simulates it (config.engine: whose kernel tables and engine profile); `engine` is
@@ -270,7 +272,8 @@ def cost_model_for(model: ModelSpec, profile: str | Path | None = None, mode: st
                                   engine_version=engine_version if named else None,
                                   calibrated=calibrated, entry_point=entry_point,
                                   num_scheduler_steps=num_scheduler_steps if named else None,
-                                  engine=config.engine)
+                                  engine=config.engine,
+                                  log_requests=log_requests if named else None)
 
     if check_gpu is not None and profile is not None:
         from tuner.core.config import ServingConfig

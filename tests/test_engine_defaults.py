@@ -276,9 +276,19 @@ def test_v0_defaults_follow_its_scalar_rules():
 
 
 def test_engine_profile_follows_generation_entry_point_and_steps():
-    from tuner.predictors.engine_overhead import profile_for
+    from tuner.predictors.engine_overhead import logs_requests_by_default, profile_for
 
     assert profile_for("0.6.0", "serve", 10).name == "vllm-v0-multistep"
+    # the API server logged each request before 0.10.2 unless --disable-log-requests
+    logged = profile_for("0.6.0", "serve", 10)
+    assert logged.per_logged_request_s > 0 and "every request logged" in logged.source
+    for quiet in (profile_for("0.6.0", "serve", 10, log_requests=False),
+                  profile_for("0.6.0", "llm", 10), profile_for("0.5.4", "run-batch", 1)):
+        assert quiet.per_logged_request_s == 0 and "not logged" in quiet.source
+        assert quiet.per_new_request_s == logged.per_new_request_s > 0
+    assert logs_requests_by_default("0.10.1", "serve") and logs_requests_by_default("0.6.0", "serve")
+    assert not logs_requests_by_default("0.10.2", "serve")
+    assert not logs_requests_by_default(None, "serve") and not logs_requests_by_default("0.6.0", "llm")
     # not given: the fitted multi-step profile, saying that vLLM's own default is single-step
     unsaid = profile_for("0.6.0", "serve")
     assert unsaid.name == "vllm-v0-multistep" and "not given" in unsaid.source

@@ -168,10 +168,16 @@ def test_v0_host_terms_fit_meets_the_bar_and_is_what_ships():
     """The fit over every set of host terms (leave-one-out): the kept set has no negative
     term, meets the issue's bar (A100 development runs median <= 7 %), and its terms are the
     shipped profile's (a refit that moves them must update predictors/engine_overhead.py)."""
-    fit = fidelity.fit_v0(fidelity.load_lambda_a100(DATA))
+    runs = fidelity.v0_fit_runs(DATA, load_gpus())
+    assert [r.log_requests for r in runs] == [True] * 11 + [False] * 2  # A100 runs, figures
+    fit = fidelity.fit_v0(runs)
     best = fit["best"]
     assert all(v >= 0 for v in best["coef"].values())
-    assert best["loo_median_abs_pct"] <= 7.0 and best["loo_worst_abs_pct"] <= 10.0
+    a100 = [abs(best["loo"][r.name]) for r in runs if r.suite == "lambda-a100"]
+    assert np.median(a100) <= 7.0 and max(a100) <= 10.0
+    # the request log is told apart by the figures whose server ran --disable-log-requests
+    assert best["coef"].get("per_logged_request_s", 0.0) > 0.0
+    assert all(abs(best["loo"][r.name]) <= 8.0 for r in runs if r.suite == "published")
     shipped = fidelity.PROFILES["vllm-v0-multistep"]
     assert shipped.fitted
     for term, value in best["coef"].items():
@@ -191,11 +197,11 @@ def test_a100_runs_through_the_cli_as_a_user_checks_one():
     from tuner.cli.main import app
 
     f = DATA / "lambda-a100" / "A100-80G_llama-3-8b_tp1_len2000_n1280.csv"
-    r = CliRunner().invoke(app, [
-        "simulate", "-w", str(f), "-m", "llama-3-8b", "-g", "A100-80G", "--engine-version",
-        "0.6.0", "--entry-point", "serve", "--num-scheduler-steps", "10",
-        "--max-num-batched-tokens", "2048", "--max-num-seqs", "1024",
-        "--gpu-memory-utilization", "0.95", "--startup-s", "0", "--json"])
+    args = ["simulate", "-w", str(f), "-m", "llama-3-8b", "-g", "A100-80G", "--engine-version",
+            "0.6.0", "--entry-point", "serve", "--num-scheduler-steps", "10",
+            "--max-num-batched-tokens", "2048", "--max-num-seqs", "1024",
+            "--gpu-memory-utilization", "0.95", "--startup-s", "0", "--json"]
+    r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     import json
 
@@ -204,6 +210,14 @@ def test_a100_runs_through_the_cli_as_a_user_checks_one():
     assert d["engine"]["generation"] == "v0"
     assert "vllm-v0-multistep (fitted on public runs)" in d["engine"]["overhead"]
     assert d["makespan_s"] == pytest.approx(60.68, rel=0.05)
+    # the same run had its server started --disable-log-requests: one log less per request
+    r2 = CliRunner().invoke(app, [*args, "--disable-log-requests"])
+    assert r2.exit_code == 0, r2.output
+    d2 = json.loads(r2.stdout)
+    assert d2["engine"]["disable_log_requests"] and not d["engine"]["disable_log_requests"]
+    per_log = fidelity.PROFILES["vllm-v0-multistep"].per_logged_request_s
+    assert d["makespan_s"] - d2["makespan_s"] == pytest.approx(
+        (d["requests"] + d["preemptions"]) * per_log, rel=1e-6)
 
 
 def test_rescale_to_total_hits_the_total_and_keeps_every_output():

@@ -97,6 +97,11 @@ SchedulerStepsOpt = Annotated[int | None, typer.Option(
     "--num-scheduler-steps): decode steps per scheduler call. Not given: V0 is priced with "
     "the host cost fitted on public multi-step (10) runs, and the output says so; 1 (vLLM's "
     "own default) is single-step, whose host cost is an estimate.", show_default=False)]
+DisableLogRequestsOpt = Annotated[bool, typer.Option(
+    "--disable-log-requests", help="The API server ran with --disable-log-requests. vLLM before "
+    "0.10.2 logs every request it receives unless told not to (from 0.10.2 logging is opt-in); "
+    "for V0 releases tuner prices that log as host time per request, fitted on public runs "
+    "with and without it.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 StartupOpt = Annotated[float | None, typer.Option(
     "--startup-s", help="Engine start-up per replica in seconds, instead of tuner's estimate "

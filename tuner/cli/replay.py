@@ -25,6 +25,7 @@ import typer
 from rich.table import Table
 
 from tuner.cli.app import (
+    DisableLogRequestsOpt,
     EngineVersionOpt,
     EntryPointOpt,
     GpuFileOpt,
@@ -230,6 +231,7 @@ def replay(
     profile_mode: ProfileModeOpt = "auto",
     engine_version: EngineVersionOpt = None,
     num_scheduler_steps: SchedulerStepsOpt = None,
+    disable_log_requests: DisableLogRequestsOpt = False,
     entry_point: EntryPointOpt = "serve",
     price: PriceOpt = None, gpu_file: GpuFileOpt = None,
     record: Annotated[bool, typer.Option(help="Append the comparison to the calibration store "
@@ -267,7 +269,8 @@ def replay(
                  arrival_s=m.arrival_s)
     for_config = cost_model_for(spec, profile, profile_mode, engine_version,
                                 entry_point=entry_point, num_scheduler_steps=num_scheduler_steps,
-                                calibrated=False)
+                                calibrated=False,
+                                log_requests=False if disable_log_requests else None)
     cm = for_config(g, config)
     res = run_sim(w, spec, g, config, cm, startup_s=0.0, engine_version=engine_version)
     out_tokens = float(m.output.sum())
@@ -276,7 +279,7 @@ def replay(
         "run": str(run), "read_as": m.kind, "note": m.note, "requests": int(m.prompt.size),
         "config": config.to_dict(), "engine": defaults.release.describe(),
         "entry_point": entry_point, "num_scheduler_steps": num_scheduler_steps,
-        "output_tokens": int(out_tokens),
+        "disable_log_requests": disable_log_requests, "output_tokens": int(out_tokens),
         "measured_makespan_s": m.measured_s, "predicted_makespan_s": res.makespan_s,
         "makespan_error_pct": err_pct,
         "measured_output_tok_s": out_tokens / m.measured_s,
@@ -309,8 +312,8 @@ def replay(
     out.print(t)
     out.print(f"read as: {m.kind}" + (f"; {m.note}" if m.note else ""), style="dim",
               markup=False)
-    out.print(engine_line(defaults, entry_point, num_scheduler_steps), style="dim",
-              markup=False)
+    out.print(engine_line(defaults, entry_point, num_scheduler_steps, disable_log_requests),
+              style="dim", markup=False)
     out.print(f"cost model: {res.provenance}", style="dim", markup=False)
     if note := shape_note(spec):
         out.print(note, style="yellow", markup=False)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from tuner.cli.app import (
+    DisableLogRequestsOpt,
     DistOpt,
     EngineVersionOpt,
     EntryPointOpt,
@@ -213,14 +214,23 @@ def _overhead(cm) -> str | None:
     return None if engine is None else engine.summary()
 
 
-def engine_line(defaults, entry_point: str, num_scheduler_steps: int | None) -> str:
+def engine_line(defaults, entry_point: str, num_scheduler_steps: int | None,
+                disable_log_requests: bool = False) -> str:
     """'engine: vLLM 0.6.0: vLLM V0 (...), entry point serve, 10 scheduler steps'."""
+    from tuner.predictors.engine_overhead import logs_requests_by_default
+
     steps = (f", {num_scheduler_steps} scheduler step(s)" if num_scheduler_steps else "")
     if num_scheduler_steps is None and defaults.release.generation.multi_step:
         steps = (", --num-scheduler-steps not given: priced as multi-step (10), the V0 host "
                  "cost fitted on public runs (vLLM's own default is 1: pass "
                  "--num-scheduler-steps 1 for single-step)")
-    return f"engine: {defaults.release.describe()}, entry point {entry_point}{steps}"
+    logs = ""
+    if defaults.release.generation.key == "v0" and entry_point == "serve":
+        logs = (", requests not logged (--disable-log-requests)" if disable_log_requests else
+                ", every request logged, as this release's API server does by default "
+                "(priced; --disable-log-requests if the server ran with it)"
+                if logs_requests_by_default(defaults.engine_version, entry_point) else "")
+    return f"engine: {defaults.release.describe()}, entry point {entry_point}{steps}{logs}"
 
 
 # ---- simulate ---------------------------------------------------------------------------------
@@ -251,6 +261,7 @@ def simulate(
     profile_mode: ProfileModeOpt = "auto",
     engine_version: EngineVersionOpt = None,
     num_scheduler_steps: SchedulerStepsOpt = None,
+    disable_log_requests: DisableLogRequestsOpt = False,
     exact: Annotated[bool, typer.Option(help="Step-by-step scheduler (no skip-ahead); same "
                      "result, slower.")] = False,
     timeline: Annotated[Path | None, typer.Option(help="Write a per-iteration timeline CSV.")] = None,
@@ -329,7 +340,8 @@ def simulate(
                                     spec.max_position, spec.name, on_too_long)
     # the cost source (own profile -> measured tables -> transfer -> roofline), resolved once
     cm = cost_model_for(spec, profile, profile_mode, engine_version, entry_point=entry_point,
-                        num_scheduler_steps=num_scheduler_steps, engine=engine)(g, config)
+                        num_scheduler_steps=num_scheduler_steps, engine=engine,
+                        log_requests=False if disable_log_requests else None)(g, config)
     if timeline is not None:  # a bad --timeline fails before the simulation, not after it
         from tuner.core.errors import ensure_writable_dir
 
@@ -356,6 +368,7 @@ def simulate(
                              "generation": defaults.release.generation.key,
                              "entry_point": entry_point,
                              "num_scheduler_steps": num_scheduler_steps,
+                             "disable_log_requests": disable_log_requests,
                              "overhead": _overhead(cm)}
         summary["defaulted"] = [k for k in DEFAULTED if knobs.get(k) is None]
     summary["failed_too_long"] = too_long
@@ -419,8 +432,8 @@ def simulate(
             out.print(f"not given ({', '.join(summary['defaulted'])}): "
                       f"{sg_defaults.describe()}", style="dim", markup=False)
     else:
-        out.print(engine_line(defaults, entry_point, num_scheduler_steps), style="dim",
-                  markup=False)
+        out.print(engine_line(defaults, entry_point, num_scheduler_steps, disable_log_requests),
+                  style="dim", markup=False)
         if summary["defaulted"]:
             out.print(f"not given ({', '.join(summary['defaulted'])}): {defaults.describe()}",
                       style="dim", markup=False)
