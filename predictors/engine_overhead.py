@@ -288,9 +288,10 @@ def profile_for(engine_version: str | None = None, entry_point: str = "llm",
                          "--disable-log-requests")
         else:
             p = replace(p, per_logged_request_s=0.0)
-            notes.append("requests not logged (--disable-log-requests"
-                         + (", or an entry point that does not log them)" if entry_point
-                            == "serve" else f": {entry_point} does not log them)"))
+            notes.append("requests not logged (--disable-log-requests)" if entry_point == "serve"
+                         else "requests priced as not logged (whether V0's run-batch pays the "
+                         "API server's log cost is not measured)" if entry_point == "run-batch"
+                         else "requests not logged (LLM.generate does not log them)")
         return replace(p, source=p.source + "; " + "; ".join(notes))
     if key == "v1-sync":
         return PROFILES["vllm-v1-sync"]

@@ -101,7 +101,7 @@ def read_profile(profile_dir: Path):
     need = {"operation", "median_s", "status"}
     if not need <= set(df.columns):
         raise TunerError(f"{csv_path} is not a tuner profile (missing {', '.join(sorted(need - set(df.columns)))}).")
-    df["variant"] = df["variant"].fillna("").astype(str)
+    df["variant"] = df["variant"].astype(object).fillna("").astype(str)
     df["status"] = df["status"].astype(str)
     prov_path = profile_dir / "provenance.json"
     try:

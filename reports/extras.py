@@ -133,7 +133,8 @@ def export_text(fmt: str, record: TrialRecord, model: ModelSpec, gpus: dict[str,
                 max_model_len: int, header: str, workload_path: str = "",
                 batch_output: str | None = None, extra: dict | None = None,
                 quantized_model: str | None = None,
-                num_scheduler_steps: int | None = None) -> str:
+                num_scheduler_steps: int | None = None,
+                disable_log_requests: bool = False) -> str:
     """One export of a trial record (``render_export`` with the record's figures; for a format
     that runs the batch (``ExportFormat.batch``) the study's workload as input and the model
     name its requests use)."""
@@ -160,13 +161,15 @@ def export_text(fmt: str, record: TrialRecord, model: ModelSpec, gpus: dict[str,
         kv_capacity_tokens=m.kv_capacity_tokens if m is not None else None,
         metrics=m.to_dict() if m is not None else None,
         memory=mem.to_dict() if mem is not None else None, extra=extra,
-        quantized_model=quantized_model, num_scheduler_steps=num_scheduler_steps, **kw)
+        quantized_model=quantized_model, num_scheduler_steps=num_scheduler_steps,
+        disable_log_requests=disable_log_requests, **kw)
 
 
 def export_snippets(records: list[TrialRecord], model: ModelSpec, gpus: dict[str, GPU], *,
                     max_model_len: int, requests: int, study: str | None = None,
                     workload_path: str = "", quantized_model: str | None = None,
-                    num_scheduler_steps: int | None = None) -> dict:
+                    num_scheduler_steps: int | None = None,
+                    disable_log_requests: bool = False) -> dict:
     """{'fastest'|'cheapest': {'trial': n, 'formats': {format: text}}} for the overall winners."""
     best, _ = winners(records)
     by_num = {r.number: r for r in records}
@@ -183,7 +186,8 @@ def export_snippets(records: list[TrialRecord], model: ModelSpec, gpus: dict[str
             fmt: export_text(fmt, r, model, gpus, max_model_len=max_model_len, header=header,
                              workload_path=workload_path, extra=extra,
                              quantized_model=quantized_model,
-                             num_scheduler_steps=num_scheduler_steps)
+                             num_scheduler_steps=num_scheduler_steps,
+                             disable_log_requests=disable_log_requests)
             for fmt in formats_for(r.config.engine)}}
     return out
 
@@ -454,7 +458,8 @@ def report_extras(study: optuna.Study, records: list[TrialRecord], workload: Wor
             requests=len(workload), study=study.study_name, workload_path=workload_path,
             quantized_model=limits.quantized_model,
             num_scheduler_steps=priced_scheduler_steps(meta.engine_version,
-                                                       meta.num_scheduler_steps)),
+                                                       meta.num_scheduler_steps),
+            disable_log_requests=meta.disable_log_requests),
         "deadline_s": limits.deadline_s,
     }
     validation = load_validation(out_dir) if out_dir is not None else None

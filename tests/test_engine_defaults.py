@@ -364,6 +364,36 @@ def test_a_v0_search_recommends_what_v0_runs(tmp_path):
     snippets = d.get("export_snippets") or {}
     for goal in snippets.values():
         assert "num-scheduler-steps" in goal["formats"]["vllm"]
+    assert "disable-log-requests" not in r.stdout  # priced with the server's request log
+
+
+def test_a_v0_search_without_the_request_log_prices_and_exports_it(tmp_path):
+    """--disable-log-requests: the search prices the V0 API server without its request log
+    (shorter than with it, by one log per request), stores it, and the `vllm serve` YAML
+    starts the server that way."""
+    wl = write_workload(tmp_path / "w.jsonl", [(300, 60)] * 64)
+    base = ["search", "--engines", "vllm", "-w", str(wl), "-m", "llama-3-8b", "--gpus",
+            "A100-80G", "--engine-version", "0.6.0", "--entry-point", "serve",
+            "--num-scheduler-steps", "10", "--exhaustive", "--json"]
+    makespans = {}
+    for flag in ("", "--disable-log-requests"):
+        out = tmp_path / f"o{flag}"
+        r = runner.invoke(app, [*base, "--out", str(out), *([flag] if flag else [])])
+        assert r.exit_code == 0, r.output
+        d = json.loads((out / "results.json").read_text())
+        makespans[flag] = {json.dumps(t["config"], sort_keys=True): t["metrics"]["makespan_s"]
+                           for t in d["pareto"]}
+    from tuner.predictors.engine_overhead import V0_MULTISTEP_PER_LOGGED_REQUEST_S as log_s
+
+    logged, quiet = makespans[""], makespans["--disable-log-requests"]
+    common = logged.keys() & quiet.keys()  # the same configuration on both fronts
+    assert common
+    for k in common:  # each replica's requests (64 / dp at least) pay one log less
+        dp = json.loads(k).get("dp", 1)
+        assert logged[k] - quiet[k] >= (64 // dp) * log_s * (1 - 1e-9), (k, logged[k], quiet[k])
+    r = runner.invoke(app, ["export", "--out", str(out), "--format", "vllm"])
+    assert r.exit_code == 0, r.output
+    assert "disable-log-requests: true" in r.stdout
 
 
 def test_a_v1_export_has_no_scheduler_steps(tmp_path):

@@ -132,7 +132,8 @@ def export_cmd(
                        workload_path=batch_input or str(workload or s.meta.workload),
                        batch_output=batch_output, extra=extra,
                        quantized_model=quantized_model or s.meta.constraints.quantized_model,
-                       num_scheduler_steps=steps)
+                       num_scheduler_steps=steps,
+                       disable_log_requests=s.meta.disable_log_requests)
     from tuner.exports.formats import check_export
 
     if steps is not None:  # a V0 export: the installed (V1) vLLM's parser is not its judge

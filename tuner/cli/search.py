@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tuner.cli.app import (
+    DisableLogRequestsOpt,
     DistOpt,
     EngineVersionOpt,
     EntryPointOpt,
@@ -89,6 +90,7 @@ def search(
     profile_mode: ProfileModeOpt = "auto",
     engine_version: EngineVersionOpt = None,
     num_scheduler_steps: SchedulerStepsOpt = None,
+    disable_log_requests: DisableLogRequestsOpt = False,
     entry_point: EntryPointOpt = "llm",
     provider: ProviderOpt = None, spot: SpotOpt = False,
     interruption_rate: InterruptionRateOpt = None,
@@ -141,7 +143,7 @@ def search(
                    sample_fraction=sample_fraction, sampler=sampler, seed=seed, timeout=timeout)
     workers = cap_workers(workers)
     cost_model_for = job.cost_model_for(profile, profile_mode, engine_version, entry_point,
-                                        num_scheduler_steps)
+                                        num_scheduler_steps, disable_log_requests)
     new_out = not out_dir.exists()
     check_writable(out_dir)
     try:
@@ -156,7 +158,7 @@ def search(
                     "profile": str(profile.resolve()) if profile is not None else None,
                     "profile_mode": profile_mode, "engine_version": engine_version,
                     "entry_point": entry_point, "num_scheduler_steps": num_scheduler_steps,
-                    "provider": provider, "spot": spot,
+                    "disable_log_requests": disable_log_requests, "provider": provider, "spot": spot,
                     "interruption_rate_per_h": interruption_rate,
                     "on_too_long": on_too_long, "too_long": job.too_long,
                     "outputs_known": outputs_known, "startup_s": startup_s,
@@ -280,13 +282,15 @@ class _SearchInputs:
 
     def cost_model_for(self, profile: Path | None, profile_mode: str,
                        engine_version: str | None, entry_point: str = "llm",
-                       num_scheduler_steps: int | None = None):
+                       num_scheduler_steps: int | None = None,
+                       disable_log_requests: bool = False):
         from tuner.predictors.sources import cost_model_for
 
         # a bad folder fails now; workers find the folder in the study's metadata
         return cost_model_for(self.model, profile, profile_mode, engine_version,
                               check_gpu=next(iter(self.gpus.values())), entry_point=entry_point,
-                              num_scheduler_steps=num_scheduler_steps)
+                              num_scheduler_steps=num_scheduler_steps,
+                              log_requests=False if disable_log_requests else None)
 
 
 def _check_entry_point(entry_point: str, engine_version: str | None, gpus: dict,

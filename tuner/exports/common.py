@@ -47,6 +47,9 @@ class Deployment:
     # V0 multi-step scheduling the prediction assumed (tuner.core.engines.priced_scheduler_steps);
     # None: a V1 engine, which has no such option
     num_scheduler_steps: int | None = None
+    # the search priced a V0 API server started with --disable-log-requests (the `vllm serve`
+    # YAML says so); False: the server's default
+    disable_log_requests: bool = False
 
     def __post_init__(self) -> None:
         if self.max_model_len < 1:

@@ -146,11 +146,18 @@ def _replica_lines(dep: common.Deployment, args: dict, run: str) -> list[str]:
 def to_vllm_yaml(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model_len: int,
                  header: str = "", kv_capacity_tokens: int | None = None,
                  quantized_model: str | None = None,
-                 num_scheduler_steps: int | None = None) -> str:
-    """YAML for ``vllm serve --config FILE`` (dashed long option names, as vLLM documents)."""
+                 num_scheduler_steps: int | None = None,
+                 disable_log_requests: bool = False) -> str:
+    """YAML for ``vllm serve --config FILE`` (dashed long option names, as vLLM documents).
+    ``disable_log_requests`` (a V0 engine, priced without the request log): written, as vLLM
+    before 0.10.2 logs every request without it."""
     args, notes = vllm_engine_args(
         config, model, gpu, max_model_len=max_model_len, kv_capacity_tokens=kv_capacity_tokens,
         quantized_model=quantized_model, num_scheduler_steps=num_scheduler_steps)
+    if disable_log_requests and num_scheduler_steps is not None:
+        args["disable_log_requests"] = True
+        notes.append("disable_log_requests: the request log this V0 server writes by default "
+                     "was priced out, as the search was told (--disable-log-requests)")
     title = [f"# vLLM engine configuration written by tuner for {config.gpu} x{config.num_gpus}.",
              *_replica_lines(common.Deployment(config, model, gpu, max_model_len), args,
                              "vllm serve --config THIS_FILE")]
@@ -236,7 +243,8 @@ def render_yaml(dep: common.Deployment, opts: common.RenderOptions) -> str:
     return to_vllm_yaml(dep.config, dep.model, dep.gpu, max_model_len=dep.max_model_len,
                         header=opts.header, kv_capacity_tokens=dep.kv_capacity_tokens,
                         quantized_model=dep.quantized_model,
-                        num_scheduler_steps=dep.num_scheduler_steps)
+                        num_scheduler_steps=dep.num_scheduler_steps,
+                        disable_log_requests=dep.disable_log_requests)
 
 
 def render_run_batch(dep: common.Deployment, opts: common.RenderOptions) -> str:

@@ -88,6 +88,7 @@ class StudyMeta:
     engine_version: str | None = None
     entry_point: str | None = None  # None: tuner.core.engine_defaults.DEFAULT_ENTRY_POINT
     num_scheduler_steps: int | None = None  # --num-scheduler-steps (V0 multi-step)
+    disable_log_requests: bool = False  # --disable-log-requests (the API server's request log)
     provider: str | None = None  # priced by a provider's instances and billing
     spot: bool = False
     # --interruption-rate (interruptions per machine-hour of every --spot machine); None: the
@@ -142,6 +143,7 @@ class StudyMeta:
             entry_point=d.get("entry_point"),
             num_scheduler_steps=(None if d.get("num_scheduler_steps") is None
                                  else int(d["num_scheduler_steps"])),
+            disable_log_requests=bool(d.get("disable_log_requests", False)),
             provider=d.get("provider"),
             spot=bool(d.get("spot", False)),
             interruption_rate_per_h=d.get("interruption_rate_per_h"),

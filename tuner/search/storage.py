@@ -540,6 +540,8 @@ def _cost_source(meta: StudyMeta) -> dict:
         d["entry_point"] = meta.entry_point or "llm"
     if meta.num_scheduler_steps is not None:
         d["num_scheduler_steps"] = meta.num_scheduler_steps
+    if meta.disable_log_requests:
+        d["disable_log_requests"] = True
     return d
 
 

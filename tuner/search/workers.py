@@ -115,7 +115,8 @@ def study_cost_model_for(meta: StudyMeta | dict, model: ModelSpec, gpus: dict[st
     return cost_model_for(model, path, profile_mode or meta.profile_mode or "auto",
                           meta.engine_version, check_gpu=next(iter(gpus.values())),
                           entry_point=meta.entry_point or DEFAULT_ENTRY_POINT,
-                          num_scheduler_steps=meta.num_scheduler_steps)
+                          num_scheduler_steps=meta.num_scheduler_steps,
+                          log_requests=False if meta.disable_log_requests else None)
 
 
 def connect_worker(study_name: str, storage: str, *, n_trials: int | None = None,
