@@ -85,6 +85,27 @@ def test_replay_of_a_bench_result_matches_simulate(tmp_path, capsys):
     assert d["predicted_makespan_s"] == pytest.approx(s["makespan_s"], rel=1e-9)
 
 
+def test_replay_of_a_v0_run_prices_the_request_log_unless_the_server_disabled_it(tmp_path,
+                                                                                   capsys):
+    """vLLM 0.6.0's API server logs every request unless --disable-log-requests: replayed with
+    the flag, the prediction is one fitted log cost per request shorter."""
+    from tuner.predictors.engine_overhead import V0_MULTISTEP_PER_LOGGED_REQUEST_S as log_s
+
+    rng = np.random.default_rng(1)
+    p, o = rng.integers(50, 800, 120), rng.integers(20, 300, 120)
+    f = _bench(tmp_path / "r.json", p, o, 30.0, request_rate="inf")
+    args = ["replay", str(f), "-m", "llama-3-8b", "-g", "A100-80G", "--engine-version", "0.6.0",
+            "--num-scheduler-steps", "10", "--max-num-seqs", "256", "--json"]
+    got = {}
+    for extra in ([], ["--disable-log-requests"]):
+        assert main_in_process([*args, *extra], tmp_path) == 0
+        got[bool(extra)] = json.loads(capsys.readouterr().out)
+    assert got[True]["disable_log_requests"] and not got[False]["disable_log_requests"]
+    assert got[True]["preemptions"] == got[False]["preemptions"] == 0
+    assert got[False]["predicted_makespan_s"] - got[True]["predicted_makespan_s"] == \
+        pytest.approx(120 * log_s, rel=1e-6)
+
+
 def test_replay_with_a_request_rate_spaces_arrivals_and_says_so(tmp_path, capsys):
     f = _bench(tmp_path / "r.json", [100] * 50, [10] * 50, 60.0, request_rate=1.0)
     assert main_in_process(["replay", str(f), "-m", "llama-3-8b", "-g", "A40", "--json"],
