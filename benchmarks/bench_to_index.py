@@ -29,12 +29,15 @@ def convert(result: Path, out: Path, *, gpu: str, model: str, hf_model: str = ""
             max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
             gpu_memory_utilization: float = 0.9, vllm_version: str = "",
             num_scheduler_steps: int | None = None) -> Path:
+    from tuner.cli.replay import read_bench_result
+    from tuner.core.errors import TunerError
+
     doc = json.loads(result.read_text())
-    for key in ("input_lens", "output_lens", "duration"):
-        if key not in doc:
-            raise SystemExit(f"{result}: no {key!r}: not a `vllm bench serve --save-result` file")
-    pairs = [(int(p), int(o)) for p, o in zip(doc["input_lens"], doc["output_lens"], strict=True)
-             if int(p) > 0 and int(o) > 0]  # a failed request has no output: left out
+    try:  # `tuner replay`'s reading: failed requests out, an empty answer is its EOS token
+        m = read_bench_result(result, doc)
+    except TunerError as exc:
+        raise SystemExit(str(exc)) from None
+    pairs = [(int(p), int(o)) for p, o in zip(m.prompt, m.output, strict=True)]
     out.mkdir(parents=True, exist_ok=True)
     name = f"{gpu}_{model}_tp{tp}_n{len(pairs)}_{result.stem}.csv"
     with (out / name).open("w", newline="") as fh:
@@ -55,8 +58,8 @@ def convert(result: Path, out: Path, *, gpu: str, model: str, hf_model: str = ""
            "max_num_batched_tokens": max_num_batched_tokens,
            "gpu_memory_utilization": gpu_memory_utilization,
            "num_scheduler_steps": "" if num_scheduler_steps is None else num_scheduler_steps,
-           "notes": f"vllm bench serve, request rate {doc.get('request_rate', 'inf')}, "
-                    f"{len(doc['input_lens']) - len(pairs)} failed request(s) left out"}
+           "notes": f"vllm bench serve, request rate {doc.get('request_rate', 'inf')}"
+                    + (f"; {m.note}" if m.note else "")}
     with index.open("a", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=COLUMNS)
         if new:

@@ -106,6 +106,43 @@ def test_replay_of_a_v0_run_prices_the_request_log_unless_the_server_disabled_it
         pytest.approx(120 * log_s, rel=1e-6)
 
 
+@pytest.mark.parametrize("keep", ["errors", "ttfts", "neither"])
+def test_a_bench_result_tells_failed_requests_from_empty_answers(tmp_path, keep):
+    """benchmark_serving saves a failed request and an empty answer both as output 0: its
+    `errors` (or `ttfts`) tell them apart. A failed request is left out; an empty answer
+    sampled its EOS token and stays, as 1 output token."""
+    from tuner.cli.replay import read_bench_result
+
+    doc = {"duration": 10.0, "input_lens": [100, 200, 300, 400],
+           "output_lens": [50, 0, 0, 70]}  # request 1 failed, request 2 answered nothing
+    if keep == "errors":
+        doc["errors"] = ["", "Server disconnected", "", ""]
+    elif keep == "ttfts":
+        doc["ttfts"] = [0.1, 0.0, 0.2, 0.1]
+    m = read_bench_result(tmp_path / "r.json", doc)
+    if keep == "neither":  # the file cannot tell: both zeros are taken as failed
+        assert m.prompt.tolist() == [100, 400] and m.output.tolist() == [50, 70]
+        assert "2 failed request(s) left out" in m.note
+        return
+    assert m.prompt.tolist() == [100, 300, 400] and m.output.tolist() == [50, 1, 70]
+    assert "1 failed request(s) left out" in m.note
+    assert "1 empty output(s) counted as 1 generated token (EOS)" in m.note
+
+
+def test_replay_takes_the_model_a_bench_result_names(tmp_path, capsys):
+    rng = np.random.default_rng(2)
+    p, o = rng.integers(50, 800, 50), rng.integers(20, 300, 50)
+    named = _bench(tmp_path / "r.json", p, o, 30.0, model_id="meta-llama/Meta-Llama-3-8B-Instruct")
+    assert main_in_process(["replay", str(named), "-g", "A100-80G", "--json"], tmp_path) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert main_in_process(["replay", str(named), "-g", "A100-80G", "-m", "llama-3-8b",
+                            "--json"], tmp_path) == 0
+    assert json.loads(capsys.readouterr().out)["predicted_makespan_s"] == d["predicted_makespan_s"]
+    bare = _bench(tmp_path / "b.json", p, o, 30.0)
+    assert main_in_process(["replay", str(bare), "-g", "A100-80G"], tmp_path) == 2
+    assert "names no model: pass --model" in capsys.readouterr().err
+
+
 def test_replay_with_a_request_rate_spaces_arrivals_and_says_so(tmp_path, capsys):
     f = _bench(tmp_path / "r.json", [100] * 50, [10] * 50, 60.0, request_rate=1.0)
     assert main_in_process(["replay", str(f), "-m", "llama-3-8b", "-g", "A40", "--json"],

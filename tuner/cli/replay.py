@@ -30,7 +30,6 @@ from tuner.cli.app import (
     EntryPointOpt,
     GpuFileOpt,
     JsonOpt,
-    ModelOpt,
     PriceOpt,
     ProfileModeOpt,
     SchedulerStepsOpt,
@@ -67,6 +66,7 @@ class MeasuredRun:
     kind: str  # how the file was read
     note: str = ""  # what is approximated
     kv_tokens: int | None = None  # the engine's KV capacity, where recorded
+    model_id: str = ""  # the model the run names (a bench result's model_id), if any
 
 
 def _fail(path: Path, msg: str) -> TunerError:
@@ -104,11 +104,19 @@ def read_bench_result(path: Path, doc: dict) -> MeasuredRun:
     if isinstance(duration, bool) or not isinstance(duration, int | float) or not (
             math.isfinite(duration) and duration > 0):
         raise _fail(path, f"duration must be a positive number of seconds, got {duration!r}.")
-    # a failed request has output 0 in the file (and no tokens to simulate): left out
-    ok = (prompt > 0) & (output > 0)
+    failed, how = _failed_requests(doc, output)
+    # a completed request whose text is empty still sampled one token (its EOS), which the
+    # file's re-tokenised count misses
+    empty = ~failed & (output == 0)
+    output = np.where(empty, 1, output)
+    ok = ~failed & (prompt > 0)
     note = ""
-    if not ok.all():
-        note = f"{int((~ok).sum())} request(s) with no prompt or no output left out; "
+    if failed.any():
+        note += f"{int(failed.sum())} failed request(s) left out ({how}); "
+    if (~failed & (prompt == 0)).any():
+        note += f"{int((~failed & (prompt == 0)).sum())} request(s) with no prompt left out; "
+    if empty.any():
+        note += f"{int(empty.sum())} empty output(s) counted as 1 generated token (EOS); "
     rate = doc.get("request_rate", "inf")
     try:
         rate_f = float(rate)
@@ -124,8 +132,31 @@ def read_bench_result(path: Path, doc: dict) -> MeasuredRun:
     if doc.get("max_concurrency"):
         note += (f"the client capped concurrency at {doc['max_concurrency']}: pass "
                  "--max-num-seqs at most that; ")
+    model_id = doc.get("model_id")
     return MeasuredRun(prompt[ok], output[ok], arrival, float(duration), "vllm bench serve result",
-                       note.rstrip("; "))
+                       note.rstrip("; "),
+                       model_id=model_id.strip() if isinstance(model_id, str) else "")
+
+
+def _failed_requests(doc: dict, output: np.ndarray) -> tuple[np.ndarray, str]:
+    """Which requests of a bench result failed, and how that is known: its `errors` (an
+    empty string for a success), else its `ttfts` (0 for a request that never answered), else
+    an output of 0 tokens (the file cannot tell a failure from an empty answer then)."""
+    import numpy as np
+
+    n = output.size
+    errors = doc.get("errors")
+    if isinstance(errors, list) and len(errors) == n:
+        return np.array([bool(e) for e in errors], dtype=bool), "their `errors`"
+    ttfts = doc.get("ttfts")
+    if isinstance(ttfts, list) and len(ttfts) == n:
+        try:
+            t = np.array([np.nan if x is None else x for x in ttfts], dtype=float)
+        except (TypeError, ValueError):
+            t = None
+        if t is not None:
+            return ~(t > 0), "no first token in `ttfts`"
+    return output == 0, "no output: the file keeps neither errors nor ttfts"
 
 
 def _first(row: dict, keys: tuple[str, ...]) -> str | None:
@@ -224,8 +255,11 @@ def replay(
     run: Annotated[Path, typer.Argument(help="The run: a `vllm bench serve --save-result` "
                    "JSON, or a per-request CSV/JSONL with prompt and output tokens, arrival "
                    "and finish times.", show_default=False)],
-    model: ModelOpt,
     knobs: dict[str, Any],  # one option per ServingConfig field (config_options)
+    model: Annotated[str | None, typer.Option(
+        "--model", "-m", help="Catalog name (`tuner models`), Hugging Face repo id or path to "
+        "a config.json; default: the model a bench result names (its model_id).",
+        show_default=False)] = None,
     profile: Annotated[Path | None, typer.Option(help="Profile or fit folder (`tuner "
                        "profile`): measured cost model of this device.")] = None,
     profile_mode: ProfileModeOpt = "auto",
@@ -256,8 +290,11 @@ def replay(
     from tuner.sim.simulator import simulate as run_sim
 
     g = catalog_gpu(knobs["gpu"], load_gpu_catalog(gpu_file, price), None)
-    spec = get_model(model)
     m = read_run(run)
+    if not (model or m.model_id):
+        raise TunerError(f"{run} names no model: pass --model (a catalog name, a Hugging Face "
+                         "repo id or a config.json).")
+    spec = get_model(model or m.model_id)
     config, defaults = engine_config(knobs, g, entry_point, engine_version, spec)
     too_long = np.flatnonzero(m.prompt + m.output > spec.max_position)
     if too_long.size:
