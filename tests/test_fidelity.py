@@ -218,6 +218,13 @@ def test_a100_runs_through_the_cli_as_a_user_checks_one():
     per_log = fidelity.PROFILES["vllm-v0-multistep"].per_logged_request_s
     assert d["makespan_s"] - d2["makespan_s"] == pytest.approx(
         (d["requests"] + d["preemptions"]) * per_log, rel=1e-6)
+    # the run's --max-model-len 2000 gives V0's default budget max(2000, 2048) = the 2,048 above
+    i = args.index("--max-num-batched-tokens")
+    r3 = CliRunner().invoke(app, [*args[:i], *args[i + 2:], "--max-model-len", "2000"])
+    assert r3.exit_code == 0, r3.output
+    d3 = json.loads(r3.stdout)
+    assert d3["config"]["chunk_size"] == 2048 and d3["engine"]["max_model_len"] == 2000
+    assert d3["makespan_s"] == pytest.approx(d["makespan_s"], rel=1e-9)
 
 
 def test_rescale_to_total_hits_the_total_and_keeps_every_output():

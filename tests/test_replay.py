@@ -143,6 +143,27 @@ def test_replay_takes_the_model_a_bench_result_names(tmp_path, capsys):
     assert "names no model: pass --model" in capsys.readouterr().err
 
 
+def test_max_model_len_bounds_the_requests_as_vllm_does(tmp_path, capsys):
+    p, o = np.array([100, 900, 200]), np.array([50, 200, 60])
+    f = _bench(tmp_path / "r.json", p, o, 10.0, model_id="llama-3-8b")
+    assert main_in_process(["replay", str(f), "-g", "A40", "--max-model-len", "1000"],
+                           tmp_path) == 2
+    assert "beyond --max-model-len 1,000: the engine would have failed it" in \
+        capsys.readouterr().err
+    assert main_in_process(["replay", str(f), "-g", "A40", "--max-model-len", "9000"],
+                           tmp_path) == 2
+    assert "must be between 1 and llama-3-8b's context of 8,192" in capsys.readouterr().err
+    assert main_in_process(["replay", str(f), "-g", "A40", "--max-model-len", "1100", "--json"],
+                           tmp_path) == 0
+    assert json.loads(capsys.readouterr().out)["max_model_len"] == 1100
+    w = _csv(tmp_path / "w.csv", list(zip(p, o, strict=True)),
+             "num_prefill_tokens,num_decode_tokens")
+    assert main_in_process(["simulate", "-w", str(w), "-m", "llama-3-8b", "-g", "A40",
+                            "--max-model-len", "1000", "--on-too-long", "skip"], tmp_path) == 0
+    assert "1 request(s) longer than --max-model-len of 1,000 tokens" in \
+        " ".join(capsys.readouterr().out.split())
+
+
 def test_replay_with_a_request_rate_spaces_arrivals_and_says_so(tmp_path, capsys):
     f = _bench(tmp_path / "r.json", [100] * 50, [10] * 50, 60.0, request_rate=1.0)
     assert main_in_process(["replay", str(f), "-m", "llama-3-8b", "-g", "A40", "--json"],

@@ -102,6 +102,10 @@ DisableLogRequestsOpt = Annotated[bool, typer.Option(
     "0.10.2 logs every request it receives unless told not to (from 0.10.2 logging is opt-in); "
     "for V0 releases tuner prices that log as host time per request, fitted on public runs "
     "with and without it.")]
+MaxModelLenOpt = Annotated[int | None, typer.Option(
+    "--max-model-len", help="vLLM's --max-model-len: the longest request (prompt + output "
+    "tokens) the engine takes; longer ones fail (--on-too-long). Default the model's context. "
+    "V0 releases take max(it, 2,048) as their default token budget.", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 StartupOpt = Annotated[float | None, typer.Option(
     "--startup-s", help="Engine start-up per replica in seconds, instead of tuner's estimate "

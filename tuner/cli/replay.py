@@ -30,6 +30,7 @@ from tuner.cli.app import (
     EntryPointOpt,
     GpuFileOpt,
     JsonOpt,
+    MaxModelLenOpt,
     PriceOpt,
     ProfileModeOpt,
     SchedulerStepsOpt,
@@ -39,7 +40,7 @@ from tuner.cli.app import (
     load_gpu_catalog,
     out,
 )
-from tuner.cli.simulate import config_options, engine_config, engine_line
+from tuner.cli.simulate import config_options, context_tokens, engine_config, engine_line
 from tuner.core.errors import TunerError
 
 if TYPE_CHECKING:
@@ -266,6 +267,7 @@ def replay(
     engine_version: EngineVersionOpt = None,
     num_scheduler_steps: SchedulerStepsOpt = None,
     disable_log_requests: DisableLogRequestsOpt = False,
+    max_model_len: MaxModelLenOpt = None,
     entry_point: EntryPointOpt = "serve",
     price: PriceOpt = None, gpu_file: GpuFileOpt = None,
     record: Annotated[bool, typer.Option(help="Append the comparison to the calibration store "
@@ -295,12 +297,15 @@ def replay(
         raise TunerError(f"{run} names no model: pass --model (a catalog name, a Hugging Face "
                          "repo id or a config.json).")
     spec = get_model(model or m.model_id)
-    config, defaults = engine_config(knobs, g, entry_point, engine_version, spec)
-    too_long = np.flatnonzero(m.prompt + m.output > spec.max_position)
+    config, defaults = engine_config(knobs, g, entry_point, engine_version, spec, max_model_len)
+    ctx = context_tokens(spec, max_model_len)
+    too_long = np.flatnonzero(m.prompt + m.output > ctx)
     if too_long.size:
         raise TunerError(f"{run}: request {int(too_long[0]) + 1} has {int(m.prompt[too_long[0]])}"
-                         f" + {int(m.output[too_long[0]])} tokens, beyond {spec.name}'s context "
-                         f"of {spec.max_position:,}: is --model the run's model?")
+                         f" + {int(m.output[too_long[0]])} tokens, beyond "
+                         + (f"{spec.name}'s context of {ctx:,}: is --model the run's model?"
+                            if max_model_len is None else f"--max-model-len {ctx:,}: the engine "
+                            "would have failed it; is --max-model-len the run's?"))
     w = Workload(prompt_tokens=m.prompt, output_tokens=m.output, source=str(run),
                  tokenizer="measured (the run's)", output_source="measured (the run's)",
                  arrival_s=m.arrival_s)
@@ -316,7 +321,8 @@ def replay(
         "run": str(run), "read_as": m.kind, "note": m.note, "requests": int(m.prompt.size),
         "config": config.to_dict(), "engine": defaults.release.describe(),
         "entry_point": entry_point, "num_scheduler_steps": num_scheduler_steps,
-        "disable_log_requests": disable_log_requests, "output_tokens": int(out_tokens),
+        "disable_log_requests": disable_log_requests, "max_model_len": ctx,
+        "output_tokens": int(out_tokens),
         "measured_makespan_s": m.measured_s, "predicted_makespan_s": res.makespan_s,
         "makespan_error_pct": err_pct,
         "measured_output_tok_s": out_tokens / m.measured_s,

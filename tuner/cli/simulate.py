@@ -26,6 +26,7 @@ from tuner.cli.app import (
     GpuFileOpt,
     InterruptionRateOpt,
     JsonOpt,
+    MaxModelLenOpt,
     ModelOpt,
     OnTooLongOpt,
     PriceOpt,
@@ -134,14 +135,26 @@ def config_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return with_knobs
 
 
+def context_tokens(model, max_model_len: int | None) -> int:
+    """The engine's --max-model-len: the one given (checked against the model's context, as
+    vLLM checks it), else the model's context."""
+    if max_model_len is None:
+        return model.max_position
+    if not 1 <= max_model_len <= model.max_position:
+        raise TunerError(f"--max-model-len {max_model_len} must be between 1 and "
+                         f"{model.name}'s context of {model.max_position:,} tokens.")
+    return max_model_len
+
+
 def engine_config(knobs: dict[str, Any], gpu, entry_point: str, engine_version: str | None,
-                  model):
+                  model, max_model_len: int | None = None):
     """(ServingConfig, EngineDefaults): the knobs given, the rest (ENGINE_DEFAULTED,
-    MODEL_DEFAULTED) vLLM's defaults for the GPU, entry point, engine version and model."""
+    MODEL_DEFAULTED) vLLM's defaults for the GPU, entry point, engine version and model (and
+    --max-model-len, which sets V0's default token budget)."""
     from tuner.core.engine_defaults import vllm_defaults
 
     defaults = vllm_defaults(gpu.name, gpu.memory_gib, entry_point, engine_version,
-                             model.max_position, model)
+                             max_model_len or model.max_position, model)
     engine = {k: defaults.knobs()[k] for k in DEFAULTED}
     config = ServingConfig(**(knobs | {"gpu": gpu.name} | {
         k: v for k, v in engine.items() if knobs.get(k) is None}))
@@ -262,6 +275,7 @@ def simulate(
     engine_version: EngineVersionOpt = None,
     num_scheduler_steps: SchedulerStepsOpt = None,
     disable_log_requests: DisableLogRequestsOpt = False,
+    max_model_len: MaxModelLenOpt = None,
     exact: Annotated[bool, typer.Option(help="Step-by-step scheduler (no skip-ahead); same "
                      "result, slower.")] = False,
     timeline: Annotated[Path | None, typer.Option(help="Write a per-iteration timeline CSV.")] = None,
@@ -335,9 +349,12 @@ def simulate(
                            max_prefill_tokens=max_prefill_tokens,
                            mem_fraction_static=mem_fraction_static,
                            disable_radix_cache=disable_radix_cache)
-        config, defaults = engine_config(knobs, g, entry_point, engine_version, spec)
-    w, too_long = apply_on_too_long(read_workload(workload, spec, skip_invalid, output_dist),
-                                    spec.max_position, spec.name, on_too_long)
+        config, defaults = engine_config(knobs, g, entry_point, engine_version, spec,
+                                         max_model_len)
+    ctx = context_tokens(spec, max_model_len)
+    w, too_long = apply_on_too_long(
+        read_workload(workload, spec, skip_invalid, output_dist), ctx, spec.name, on_too_long,
+        None if max_model_len is None else "--max-model-len")
     # the cost source (own profile -> measured tables -> transfer -> roofline), resolved once
     cm = cost_model_for(spec, profile, profile_mode, engine_version, entry_point=entry_point,
                         num_scheduler_steps=num_scheduler_steps, engine=engine,
@@ -369,6 +386,7 @@ def simulate(
                              "entry_point": entry_point,
                              "num_scheduler_steps": num_scheduler_steps,
                              "disable_log_requests": disable_log_requests,
+                             "max_model_len": context_tokens(spec, max_model_len),
                              "overhead": _overhead(cm)}
         summary["defaulted"] = [k for k in DEFAULTED if knobs.get(k) is None]
     summary["failed_too_long"] = too_long
@@ -444,7 +462,8 @@ def simulate(
                   "the interruption notice, correlated interruptions", style="dim",
                   markup=False)
     if too_long:
-        out.print(f"{too_long['count']} request(s) longer than {spec.name}'s context of "
+        limit = f"{spec.name}'s context" if max_model_len is None else "--max-model-len"
+        out.print(f"{too_long['count']} request(s) longer than {limit} of "
                   f"{too_long['context_tokens']:,} tokens failed (as vLLM rejects them) and are "
                   f"left out: request(s) {_ids(too_long['ids'])}", markup=False)
 

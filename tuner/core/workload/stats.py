@@ -71,7 +71,8 @@ def prefix_sharing_ratio(w: Workload) -> float:
     return float(x[has].sum() - x[has][first].sum()) / total
 
 
-def check_context(w: Workload, context_tokens: int, model_name: str) -> None:
+def check_context(w: Workload, context_tokens: int, model_name: str,
+                  limit_name: str | None = None) -> None:
     """One TunerError, before any search, when requests exceed the model's context window
     (prompt + output tokens): every configuration would be infeasible, and vLLM would fail
     those requests. Names how many and the longest, and the fix."""
@@ -82,7 +83,8 @@ def check_context(w: Workload, context_tokens: int, model_name: str) -> None:
         from tuner.core.errors import TunerError
 
         raise TunerError(
-            f"{int(over.sum())} of {len(w)} requests exceed {model_name}'s context of "
+            f"{int(over.sum())} of {len(w)} requests exceed "
+            f"{limit_name or model_name + chr(39) + 's context'} of "
             f"{context_tokens:,} tokens (longest: {int(total.max()):,} prompt + output tokens, "
             f"request {int(np.argmax(total)) + 1}); shorten or drop them, or pass "
             "--on-too-long skip to leave them out as vLLM fails them.")
@@ -116,13 +118,15 @@ def drop_too_long(w: Workload, context_tokens: int) -> tuple[Workload, dict | No
 
 
 def apply_on_too_long(w: Workload, context_tokens: int, model_name: str,
-                      on_too_long: str) -> tuple[Workload, dict | None]:
-    """--on-too-long: fail (one TunerError, see `check_context`) or skip (`drop_too_long`)."""
+                      on_too_long: str, limit_name: str | None = None
+                      ) -> tuple[Workload, dict | None]:
+    """--on-too-long: fail (one TunerError, see `check_context`) or skip (`drop_too_long`).
+    `limit_name`: what the limit is called where it is not the model's context."""
     if on_too_long not in ON_TOO_LONG:
         from tuner.core.errors import TunerError
 
         raise TunerError(f"--on-too-long must be fail or skip, got {on_too_long!r}.")
     if on_too_long == "fail":
-        check_context(w, context_tokens, model_name)
+        check_context(w, context_tokens, model_name, limit_name)
         return w, None
     return drop_too_long(w, context_tokens)
