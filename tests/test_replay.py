@@ -164,6 +164,15 @@ def test_max_model_len_bounds_the_requests_as_vllm_does(tmp_path, capsys):
         " ".join(capsys.readouterr().out.split())
 
 
+def test_disable_log_requests_says_where_it_changes_nothing(tmp_path, capsys):
+    w = _csv(tmp_path / "w.csv", [(100, 20)] * 8, "num_prefill_tokens,num_decode_tokens")
+    base = ["simulate", "-w", str(w), "-m", "llama-3-8b", "-g", "A40", "--disable-log-requests"]
+    assert main_in_process(base, tmp_path) == 0
+    assert "--disable-log-requests changes nothing here" in " ".join(capsys.readouterr().out.split())
+    assert main_in_process([*base, "--engine", "sglang"], tmp_path) == 2
+    assert "--disable-log-requests is vLLM's" in capsys.readouterr().err
+
+
 def test_replay_with_a_request_rate_spaces_arrivals_and_says_so(tmp_path, capsys):
     f = _bench(tmp_path / "r.json", [100] * 50, [10] * 50, 60.0, request_rate=1.0)
     assert main_in_process(["replay", str(f), "-m", "llama-3-8b", "-g", "A40", "--json"],

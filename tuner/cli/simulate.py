@@ -243,6 +243,9 @@ def engine_line(defaults, entry_point: str, num_scheduler_steps: int | None,
                 ", every request logged, as this release's API server does by default "
                 "(priced; --disable-log-requests if the server ran with it)"
                 if logs_requests_by_default(defaults.engine_version, entry_point) else "")
+    elif disable_log_requests:
+        logs = (", --disable-log-requests changes nothing here (the request log is priced only "
+                "for a V0 release's API server)")
     return f"engine: {defaults.release.describe()}, entry point {entry_point}{steps}{logs}"
 
 
@@ -331,6 +334,9 @@ def simulate(
         raise TunerError(f"--engine {engine!r} is not one of {' | '.join(ENGINES)}.")
     sg_settings = sg_defaults = None
     if engine == "sglang":
+        if disable_log_requests:
+            raise TunerError("--disable-log-requests is vLLM's; SGLang logs no requests unless "
+                             "started with --log-requests.")
         check_sglang_options(knobs, engine_version=engine_version,
                              num_scheduler_steps=num_scheduler_steps,
                              prefix_caching=prefix_caching)
