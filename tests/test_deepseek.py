@@ -115,6 +115,45 @@ def test_v32_cache_is_vllms_sparse_mla_layout_plus_the_indexer():
     assert plan.kv_capacity_tokens == int(plan.kv_bytes // page) * 64
 
 
+def test_v32_cache_on_sm120_is_fp8_as_vllm_serves_it(tmp_path):
+    """vLLM's FLASHINFER_MLA_SPARSE_SM120 backend turns kv_cache_dtype auto (and bfloat16, via
+    auto) into fp8_ds_mla: on an RTX PRO 6000 V3.2's cache is FP8 by default, a 16-bit one is
+    refused in one line, and a search of those GPUs alone fixes it; elsewhere nothing moves."""
+    from tuner.search.space import fit_space, load_space
+
+    v32 = get_model("deepseek-v3.2")
+    d = vllm_defaults("RTX-PRO-6000", 95, model=v32)
+    assert d.kv_bits == 8 and "fp8_ds_mla" in d.describe()
+    for gpu, model in (("H200", v32), ("RTX-PRO-6000", get_model("deepseek-v3")),
+                       ("RTX-PRO-6000", get_model("llama-3.1-8b"))):
+        other = vllm_defaults(gpu, GPUS[gpu].memory_gib, model=model)
+        assert other.kv_bits == 16 and not other.kv_cache
+    wl = tmp_path / "w.jsonl"
+    wl.write_text("".join(json.dumps({"prompt_tokens": 500, "output_tokens": 50}) + "\n"
+                          for _ in range(20)))
+    base = ["simulate", "-w", str(wl), "-m", "deepseek-v3.2", "-g", "RTX-PRO-6000", "--tp", "8",
+            "--startup-s", "0"]
+    r = runner.invoke(app, [*base, "--json"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.output)
+    assert got["config"]["kv_bits"] == 8 and "kv_bits" in got["defaulted"]
+    as_run = ServingConfig(**got["config"])
+    plan = plan_memory(v32, GPUS["RTX-PRO-6000"], as_run)
+    bf16 = plan_memory(v32, GPUS["RTX-PRO-6000"], ServingConfig(**got["config"] | {"kv_bits": 16}))
+    assert got["kv_capacity_tokens"] == plan.kv_capacity_tokens > bf16.kv_capacity_tokens * 1.5
+    r = runner.invoke(app, [*base, "--kv-bits", "16"])
+    assert isinstance(r.exception, TunerError) and "fp8_ds_mla" in str(r.exception)
+    one = {"RTX-PRO-6000": GPUS["RTX-PRO-6000"]}
+    space, notes = fit_space(load_space("default"), model=v32, gpus=one, gpu_caps={},
+                             defaults={}, outputs_from_input=True)
+    assert space.fixed["kv_bits"] == 8 and any(n.startswith("kv_bits: 8") for n in notes)
+    mixed = one | {"H200": GPUS["H200"]}
+    space, notes = fit_space(load_space("default"), model=v32, gpus=mixed, gpu_caps={},
+                             defaults={}, outputs_from_input=True)
+    assert space.fixed.get("kv_bits", 16) == 16 and any("priced with a larger cache" in n
+                                                         for n in notes)
+
+
 @pytest.mark.parametrize("source", ["tables", "roofline"])
 def test_sparse_attention_reads_at_most_topk_latents_and_stays_above_the_bound(source):
     from tuner.predictors.sources import cost_model_for

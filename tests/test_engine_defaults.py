@@ -87,12 +87,12 @@ def test_simulate_without_knobs_uses_vllm_defaults(tmp_path):
     d = json.loads(r.stdout)
     assert (d["config"]["chunk_size"], d["config"]["max_running"]) == (16384, 1024)
     assert d["defaulted"] == ["chunk_size", "max_running", "scheduler", "weight_bits",
-                              "block_size"]
+                              "block_size", "kv_bits"]
     r = runner.invoke(app, ["simulate", "-w", str(wl), "-m", "llama-3-8b", "-g", "H100",
                             "--entry-point", "serve", "--max-num-seqs", "64", "--json"])
     d = json.loads(r.stdout)
     assert (d["config"]["chunk_size"], d["config"]["max_running"]) == (8192, 64)
-    assert d["defaulted"] == ["chunk_size", "scheduler", "weight_bits", "block_size"]
+    assert d["defaulted"] == ["chunk_size", "scheduler", "weight_bits", "block_size", "kv_bits"]
     r = runner.invoke(app, ["simulate", "-w", str(wl), "-m", "llama-3-8b", "-g", "A10",
                             "--chunk-size", "512", "--json"])
     d = json.loads(r.stdout)

@@ -83,10 +83,12 @@ def _option_help(knob: Knob) -> str:
 #: (tuner.core.engine_defaults): the batch limits, and the scheduler (V0 batches differently)
 ENGINE_DEFAULTED = ("chunk_size", "max_running", "scheduler")
 #: knobs whose default the model sets (tuner.core.engine_defaults.model_defaults): a quantized
-#: checkpoint's precision, MLA's block size
+#: checkpoint's precision, MLA's block size, sparse MLA's cache on sm_120
 MODEL_DEFAULTED = {"weight_bits": " Default: the checkpoint's (its quantization_config; 16 "
                                   "without one).",
-                   "block_size": " Default: 64 for an MLA model (vLLM's MLA backends), else 16."}
+                   "block_size": " Default: 64 for an MLA model (vLLM's MLA backends), else 16.",
+                   "kv_bits": " Default: 16; 8 for DeepSeek's sparse MLA on an sm_120 GPU "
+                              "(RTX PRO 6000), as vLLM's backend there serves it."}
 DEFAULTED = (*ENGINE_DEFAULTED, *MODEL_DEFAULTED)  # knobs left to vLLM when not given
 
 
@@ -158,6 +160,10 @@ def engine_config(knobs: dict[str, Any], gpu, entry_point: str, engine_version: 
     engine = {k: defaults.knobs()[k] for k in DEFAULTED}
     config = ServingConfig(**(knobs | {"gpu": gpu.name} | {
         k: v for k, v in engine.items() if knobs.get(k) is None}))
+    if defaults.kv_cache and config.kv_bits > defaults.kv_bits:
+        raise TunerError(f"--kv-bits {config.kv_bits}: vLLM does not serve {model.name}'s cache "
+                         f"so on {gpu.name} ({defaults.kv_cache}; a bfloat16 request is turned "
+                         f"into auto); drop --kv-bits or pass {defaults.kv_bits}.")
     return config, defaults
 
 

@@ -118,6 +118,7 @@ class EngineDefaults:
     source: str = SOURCE
     release: EngineRelease | None = None  # the generation (None: the newest)
     checkpoint: str = ""  # the checkpoint's quantization where it sets weight_bits ("fp8 ...")
+    kv_cache: str = ""  # why the cache is not 16-bit by default, where the model and GPU set it
 
     def knobs(self) -> dict:
         """The ServingConfig fields these defaults set (tp, dp and the GPU are the plan's)."""
@@ -145,6 +146,8 @@ class EngineDefaults:
         gen = "" if self.release is None else f"; {self.release.describe()}"
         weights = (f"{self.weight_bits}-bit weights (the checkpoint's {self.checkpoint})"
                    if self.checkpoint else f"{self.weight_bits}-bit")
+        if self.kv_cache:
+            weights += f", {self.kv_bits}-bit KV cache ({self.kv_cache})"
         return (f"vLLM's defaults ({release}) for {self.entry_point} "
                 f"({self.usage_context}): max_num_batched_tokens {self.max_num_batched_tokens:,}, "
                 f"max_num_seqs {self.max_num_seqs:,}, gpu_memory_utilization "
@@ -179,16 +182,29 @@ def is_large_gpu(gpu_name: str, memory_gib: float) -> bool:
 MLA_BLOCK_SIZE = 64
 
 
-def model_defaults(model) -> dict:
+#: catalog GPUs of compute capability 12.0 (GB202, sm_120). vLLM serves DeepSeek's sparse MLA
+#: (V3.2) there with its FLASHINFER_MLA_SPARSE_SM120 backend, which turns kv_cache_dtype "auto"
+#: into fp8_ds_mla (vllm/model_executor/layers/attention/mla_attention.py,
+#: _canonicalize_sparse_mla_kv_cache_dtype, read in vLLM 0.32; the first release with it is not
+#: known here); elsewhere "auto" keeps the cache 16-bit
+SM120_GPUS = frozenset({"RTX-PRO-6000"})
+SPARSE_MLA_SM120_CACHE = ("fp8_ds_mla: what vLLM's FLASHINFER_MLA_SPARSE_SM120 backend makes of "
+                          "kv_cache_dtype auto for sparse MLA on sm_120")
+
+
+def model_defaults(model, gpu_name: str | None = None) -> dict:
     """The knobs vLLM's defaults take from the model rather than the engine: a quantized
-    checkpoint is served at its own precision (quantization_config), and an MLA model's cache
-    is paged in MLA_BLOCK_SIZE blocks. {} for a 16-bit GQA model (or None)."""
+    checkpoint is served at its own precision (quantization_config), an MLA model's cache is
+    paged in MLA_BLOCK_SIZE blocks, and sparse MLA's cache is FP8 on an sm_120 GPU
+    (SM120_GPUS). {} for a 16-bit GQA model (or None)."""
     out: dict = {}
     bits = getattr(model, "checkpoint_bits", 16)
     if bits != 16:
         out |= {"weight_bits": bits, "checkpoint": model.checkpoint_quantization}
     if getattr(model, "is_mla", False):
         out["block_size"] = MLA_BLOCK_SIZE
+    if getattr(model, "is_sparse_attention", False) and gpu_name in SM120_GPUS:
+        out |= {"kv_bits": 8, "kv_cache": SPARSE_MLA_SM120_CACHE}
     return out
 
 
@@ -202,7 +218,7 @@ def vllm_defaults(gpu_name: str, memory_gib: float, entry_point: str = DEFAULT_E
     model_defaults says: a quantized checkpoint's precision, MLA's block size."""
     return dataclasses.replace(_engine_defaults(gpu_name, memory_gib, entry_point,
                                                 engine_version, max_model_len),
-                               **model_defaults(model))
+                               **model_defaults(model, gpu_name))
 
 
 def _engine_defaults(gpu_name: str, memory_gib: float, entry_point: str,

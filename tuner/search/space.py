@@ -275,7 +275,7 @@ def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int]
         notes.append(f"scheduler: {engine_schedulers[0]} (the engine version's own batching) "
                      f"in place of the space's {fixed['scheduler']}")
         fixed["scheduler"] = engine_schedulers[0]
-    notes += _fit_checkpoint(knobs, fixed, model, shipped=is_shipped(space))
+    notes += _fit_checkpoint(knobs, fixed, model, shipped=is_shipped(space), gpus=gpus)
     if is_shipped(space) and "pp" not in knobs and int(fixed.get("pp", 1)) == 1:
         notes += _offer_pipeline(knobs, model, gpus)
     if "ordering" in knobs and not outputs_from_input:
@@ -307,12 +307,14 @@ def _offer_pipeline(knobs: dict[str, list], model, gpus: dict) -> list[str]:
             f"{bits}-bit weights: pipeline stages span machines"]
 
 
-def _fit_checkpoint(knobs: dict[str, list], fixed: dict, model, *, shipped: bool) -> list[str]:
+def _fit_checkpoint(knobs: dict[str, list], fixed: dict, model, *, shipped: bool,
+                    gpus: dict | None = None) -> list[str]:
     """What the model's checkpoint sets (tuner.core.engine_defaults.model_defaults), in place:
     a quantized checkpoint is served at its precision or below (vLLM cannot serve an FP8
     checkpoint's weights at 16 bits), in every space; a shipped space's block size is the
-    model's (MLA: 64). The notes say what changed."""
-    from tuner.core.engine_defaults import model_defaults
+    model's (MLA: 64), and its KV cache FP8 where every GPU serves sparse MLA's cache so
+    (SM120_GPUS). The notes say what changed."""
+    from tuner.core.engine_defaults import SM120_GPUS, model_defaults
 
     want = model_defaults(model)
     notes: list[str] = []
@@ -333,6 +335,18 @@ def _fit_checkpoint(knobs: dict[str, list], fixed: dict, model, *, shipped: bool
         fixed["block_size"] = block
         notes.append(f"block_size: {block}, vLLM's MLA backends page {model.name}'s latent "
                      "cache in 64-token blocks")
+    sm120 = sorted(g for g in gpus or () if g in SM120_GPUS)
+    if getattr(model, "is_sparse_attention", False) and sm120 and shipped \
+            and "kv_bits" not in knobs and int(fixed.get("kv_bits", DEFAULTS["kv_bits"])) > 8:
+        why = (f"vLLM serves {model.name}'s sparse MLA cache on {', '.join(sm120)} (sm_120) as "
+               "fp8_ds_mla whatever kv_cache_dtype asks")
+        if len(sm120) == len(gpus):
+            fixed["kv_bits"] = 8
+            notes.append(f"kv_bits: 8, {why}")
+        else:
+            notes.append(f"kv_bits: {fixed.get('kv_bits', DEFAULTS['kv_bits'])} as the space "
+                         f"says, though {why}: those plans are priced with a larger cache "
+                         "than they get")
     return notes
 
 
