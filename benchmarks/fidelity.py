@@ -386,11 +386,11 @@ def published_workload(root: Path, fig: dict, seed: int = PUBLISHED_SEED) -> Wor
                     output_source="measured (vLLM, EOS-stopped), rescaled to the published mean")
 
 
-def v0_fit_runs(root: Path, gpus: dict) -> list[Run]:
-    """What the V0 host terms are fitted on: the lambda-a100 runs (requests logged) and the
-    published vLLM 0.6.0 figures rebuilt (--disable-log-requests), those whose model is in the
-    catalog."""
-    runs = load_lambda_a100(root)
+def v0_fit_runs(root: Path, gpus: dict, a100: list[Run] | None = None) -> list[Run]:
+    """What the V0 host terms are fitted on: the lambda-a100 runs (requests logged; `a100`:
+    those already loaded) and the published vLLM 0.6.0 figures rebuilt
+    (--disable-log-requests), those whose model is in the catalog."""
+    runs = list(load_lambda_a100(root) if a100 is None else a100)
     if runs:
         runs += [r for r in (published_run(root, fig, gpus) for fig in PUBLISHED_RUNS)
                  if r.model is not None]
@@ -685,9 +685,7 @@ def host_features(run: Run, gpus: dict) -> tuple[float, dict[str, float]]:
     feats = {}
     for term in HOST_TERMS:
         unit = EP(name="unit", entry_point="", generation="", overlapped=False, **{term: 1.0})
-        feats[term] = float(unit.host_s(f, run.config.tp).sum())
-    if not run.log_requests:  # no request log: the term has nothing to price
-        feats["per_logged_request_s"] = 0.0
+        feats[term] = float(as_run_logs(unit, run).host_s(f, run.config.tp).sum())
     return res.makespan_s, feats
 
 
@@ -882,7 +880,7 @@ def main(argv=None) -> int:
                             "error_pct": 100.0 * (res.makespan_s / r.measured_makespan_s - 1.0)})
         engine = fitted
         if v0_runs:
-            fit_runs = v0_fit_runs(a.data, gpus)
+            fit_runs = v0_fit_runs(a.data, gpus, v0_runs)
             v0 = fit_v0(fit_runs, gpus)
             out["v0_fit"] = v0
             best = v0["best"]

@@ -156,7 +156,7 @@ def engine_config(knobs: dict[str, Any], gpu, entry_point: str, engine_version: 
     from tuner.core.engine_defaults import vllm_defaults
 
     defaults = vllm_defaults(gpu.name, gpu.memory_gib, entry_point, engine_version,
-                             max_model_len or model.max_position, model)
+                             context_tokens(model, max_model_len), model)
     engine = {k: defaults.knobs()[k] for k in DEFAULTED}
     config = ServingConfig(**(knobs | {"gpu": gpu.name} | {
         k: v for k, v in engine.items() if knobs.get(k) is None}))
@@ -398,7 +398,7 @@ def simulate(
                              "entry_point": entry_point,
                              "num_scheduler_steps": num_scheduler_steps,
                              "disable_log_requests": disable_log_requests,
-                             "max_model_len": context_tokens(spec, max_model_len),
+                             "max_model_len": ctx,
                              "overhead": _overhead(cm)}
         summary["defaulted"] = [k for k in DEFAULTED if knobs.get(k) is None]
     summary["failed_too_long"] = too_long

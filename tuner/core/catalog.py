@@ -801,7 +801,12 @@ def model_from_hf_config(path: str | Path, *, hf_id: str = "") -> ModelSpec:
 
 class HubConfigUnavailable(TunerError):
     """A repo's config.json could not be read (offline, no network, or a gated repo), though
-    the repo may exist: get_model may then lend it a catalog entry's shape by its name."""
+    the repo may exist: get_model may then lend it a catalog entry's shape by its name.
+    `reason`: why it could not be read."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 #: suffixes of a repo name that keep its base model's shape: the weights' FP8 form (its
@@ -824,13 +829,13 @@ def catalog_base_model(ref: str, models: dict[str, ModelSpec] | None = None) -> 
     models = load_models() if models is None else models
     aliases = model_aliases(models)
     exact = aliases.get(_FP8_SUFFIX.sub("", ref.strip()).lower())
-    if exact in models:
+    if exact is not None:
         return exact
     want = _base_name(ref)
     if not want:
         return None
     for alias, name in aliases.items():
-        if name in models and want in (name, _base_name(alias)):
+        if want in (name, _base_name(alias)):
             return name
     named = [k for k in models if want.endswith("-" + k)]
     return max(named, key=len) if named else None
@@ -907,9 +912,9 @@ def hf_config_path(repo_id: str) -> Path:
     cached = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache_dir)
     if isinstance(cached, str):
         return Path(cached)
-    err = HubConfigUnavailable if unreadable else TunerError
-    raise err(f"No config.json for {repo_id!r}: {why}, and none in the local Hugging "
-              f"Face cache{f' ({cache_dir})' if cache_dir else ''}; {how}.")
+    msg = (f"No config.json for {repo_id!r}: {why}, and none in the local Hugging Face "
+           f"cache{f' ({cache_dir})' if cache_dir else ''}; {how}.")
+    raise HubConfigUnavailable(msg, why) if unreadable else TunerError(msg)
 
 
 def _catalog_repo(key: str, name: str, spec: ModelSpec) -> str:
@@ -936,7 +941,7 @@ def _local_checkpoint(key: str, path: Path) -> str:
 
 def _named_after_catalog(repo: str, models: dict[str, ModelSpec], why: str) -> ModelSpec | None:
     """`repo` priced with the shape of the catalog entry it is named after, where its own
-    config.json cannot be read (`why`): said in `source`, which every provenance line shows.
+    config.json cannot be read (`why`): said in `source`, which shape_note prints.
     An FP8-named repo keeps FP8 weights, as vLLM serves them."""
     name = catalog_base_model(repo, models)
     if name is None:
@@ -945,10 +950,9 @@ def _named_after_catalog(repo: str, models: dict[str, ModelSpec], why: str) -> M
     fp8 = is_fp8_repo(repo) and spec.checkpoint_bits == 16
     quant = {"checkpoint_bits": 8, "checkpoint_quantization": "fp8 (from the repo name)"} \
         if fp8 else {}
-    reason = why.split(": ", 1)[-1].split(", and none", 1)[0]
     return replace(spec, hf_id=repo, checkpoint=repo, **quant,
                    source=f"catalog {name}'s shape, {ASSUMED_FROM_NAME} {repo} (its "
-                          f"config.json unread: {reason})"
+                          f"config.json unread: {why})"
                           + ("; FP8 weights, from the name" if fp8 else ""))
 
 
@@ -993,7 +997,7 @@ def get_model(name_or_path: str, models: dict[str, ModelSpec] | None = None) -> 
         try:
             path = hf_config_path(key)
         except HubConfigUnavailable as exc:
-            spec = _named_after_catalog(key, models, str(exc))
+            spec = _named_after_catalog(key, models, exc.reason)
             if spec is None:
                 raise
             return spec

@@ -314,7 +314,7 @@ def _fit_checkpoint(knobs: dict[str, list], fixed: dict, model, *, shipped: bool
     checkpoint's weights at 16 bits), in every space; a shipped space's block size is the
     model's (MLA: 64), and its KV cache FP8 where every GPU serves sparse MLA's cache so
     (SM120_GPUS). The notes say what changed."""
-    from tuner.core.engine_defaults import SM120_GPUS, model_defaults
+    from tuner.core.engine_defaults import model_defaults
 
     want = model_defaults(model)
     notes: list[str] = []
@@ -335,18 +335,22 @@ def _fit_checkpoint(knobs: dict[str, list], fixed: dict, model, *, shipped: bool
         fixed["block_size"] = block
         notes.append(f"block_size: {block}, vLLM's MLA backends page {model.name}'s latent "
                      "cache in 64-token blocks")
-    sm120 = sorted(g for g in gpus or () if g in SM120_GPUS)
-    if getattr(model, "is_sparse_attention", False) and sm120 and shipped \
-            and "kv_bits" not in knobs and int(fixed.get("kv_bits", DEFAULTS["kv_bits"])) > 8:
-        why = (f"vLLM serves {model.name}'s sparse MLA cache on {', '.join(sm120)} (sm_120) as "
-               "fp8_ds_mla whatever kv_cache_dtype asks")
-        if len(sm120) == len(gpus):
-            fixed["kv_bits"] = 8
-            notes.append(f"kv_bits: 8, {why}")
+    # the cache precision a GPU's engine imposes (model_defaults with the GPU: sparse MLA on
+    # sm_120), which no kv_cache_dtype changes
+    cache = {g: model_defaults(model, g) for g in gpus or ()}
+    cache = {g: d for g, d in cache.items() if "kv_cache" in d}
+    kv = int(fixed.get("kv_bits", DEFAULTS["kv_bits"]))
+    if cache and shipped and "kv_bits" not in knobs and kv > min(d["kv_bits"] for d in
+                                                                 cache.values()):
+        bits = min(d["kv_bits"] for d in cache.values())
+        why = (f"vLLM serves {model.name}'s cache on {', '.join(sorted(cache))} at {bits} bits "
+               f"({next(iter(cache.values()))['kv_cache']})")
+        if len(cache) == len(gpus):
+            fixed["kv_bits"] = bits
+            notes.append(f"kv_bits: {bits}, {why}")
         else:
-            notes.append(f"kv_bits: {fixed.get('kv_bits', DEFAULTS['kv_bits'])} as the space "
-                         f"says, though {why}: those plans are priced with a larger cache "
-                         "than they get")
+            notes.append(f"kv_bits: {kv} as the space says, though {why}: those plans are "
+                         "priced with a larger cache than they get")
     return notes
 
 

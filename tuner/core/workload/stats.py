@@ -82,9 +82,9 @@ def check_context(w: Workload, context_tokens: int, model_name: str,
     if over.any():
         from tuner.core.errors import TunerError
 
+        limit = limit_name or f"{model_name}'s context"
         raise TunerError(
-            f"{int(over.sum())} of {len(w)} requests exceed "
-            f"{limit_name or model_name + chr(39) + 's context'} of "
+            f"{int(over.sum())} of {len(w)} requests exceed {limit} of "
             f"{context_tokens:,} tokens (longest: {int(total.max()):,} prompt + output tokens, "
             f"request {int(np.argmax(total)) + 1}); shorten or drop them, or pass "
             "--on-too-long skip to leave them out as vLLM fails them.")
