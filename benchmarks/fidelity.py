@@ -78,7 +78,6 @@ from tuner.core.catalog import (  # noqa: E402
     model_from_hf_config,  # noqa: E402
 )
 from tuner.core.config import ServingConfig  # noqa: E402
-from tuner.core.memory import plan_memory  # noqa: E402
 from tuner.core.workload import Workload  # noqa: E402
 from tuner.predictors.aic import table_cost_model  # noqa: E402
 from tuner.predictors.engine_overhead import PROFILES, EngineProfile  # noqa: E402
@@ -459,7 +458,7 @@ def evaluate_published(root: Path, gpus: dict, engine: EngineProfile | None = No
             predicted_output_tok_s=out_s,
             output_tok_s_error_pct=100.0 * (out_s / fig["output_tok_s"] - 1.0),
             predicted_input_tok_s=float(wl.prompt_tokens.sum()) / res.makespan_s,
-            kv_capacity_blocks=plan_memory(run.model, gpus[run.gpu], run.config).kv_capacity_blocks,
+            kv_capacity_blocks=res.memory.kv_capacity_blocks,
             preemptions=res.preemptions, provenance=cm.describe(), kind=cm.kind)
         rows.append(row)
     return rows
@@ -661,8 +660,9 @@ def simulate_run(run: Run, engine: EngineProfile | None, gpus: dict, *, timeline
         sglang = {"engine": "sglang", "sglang": run.sglang,
                   "prefix_caching": run.sglang.radix_cache}
     # the real runs' makespans are timed after the engine is up: the schedule alone
+    version = {} if sglang else {"engine_version": run.engine_version}  # its memory profile
     res = simulate(run.workload, model, gpu, run.config, cm, timeline=timeline, startup_s=0.0,
-                   return_steps=return_steps, **sglang)
+                   return_steps=return_steps, **sglang, **version)
     return res, cm
 
 
@@ -783,7 +783,7 @@ def evaluate(runs: list[Run], engines: dict[str, EngineProfile | None], gpus: di
                    predicted_makespan_s=res.makespan_s,
                    makespan_error_pct=100.0 * (res.makespan_s / run.measured_makespan_s - 1.0),
                    provenance=cm.describe(), kind=cm.kind, preemptions=res.preemptions)
-        plan = plan_memory(model, gpus[run.gpu], run.config)
+        plan = res.memory  # the plan the simulation ran with (the run's release's profile)
         row["kv_capacity_blocks"] = plan.kv_capacity_blocks
         if run.measured_kv_blocks:
             row["measured_kv_blocks"] = run.measured_kv_blocks

@@ -190,12 +190,12 @@ DEFAULT_PROFILE = "vllm-v1-offline"
 # 70B on 4x H100; workloads rebuilt as the vLLM rows' are): of every single host term, the one
 # with the lowest leave-one-out error and no negative value (two figures: one term at most,
 # each predicted by the term fitted on the other). Update with benchmarks/RESULTS.md.
-SGLANG_V03_PER_SEQ_S = 59.05e-6
+SGLANG_V03_PER_SEQ_S = 58.83e-6
 SGLANG_V03_TERMS: dict[str, float] = {"per_seq_s": SGLANG_V03_PER_SEQ_S}
 SGLANG_V03_SOURCE = (
     "fitted on SGLang v0.3.0's 2 published offline figures (sgl-project/sglang "
     "benchmark/benchmark_vllm_060: Llama-3.1-8B on 1x A100, 70B on 4x H100; workloads "
-    "rebuilt; benchmarks/fidelity.py --fit): in-sample |makespan error| 3.8 % and 4.2 %, "
+    "rebuilt; benchmarks/fidelity.py --fit): in-sample |makespan error| 3.7 % and 4.2 %, "
     "leave-one-out 8.4 % and 7.6 %; a per-new-request term fits as well (the two figures "
     "cannot tell them apart)")
 SGLANG_V03 = EngineProfile(

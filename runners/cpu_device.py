@@ -6,8 +6,9 @@ writes a ``--gpu-file`` YAML (same fields as ``tuner gpus --json``). What the si
 of a device is its memory (for the memory plan -> KV capacity) and its peaks (for the roofline,
 only used where no profile applies; a CPU profile replaces them with measured rates). For a
 CPU run the engine's KV cache is set to exactly the memory plan's KV bytes (runners/vllm.py),
-so ``memory_gib`` is chosen to leave ``kv_mib`` MiB of KV cache after the plan's fixed 1 GiB
-runtime overhead: a small KV cache makes large R_max configurations preempt, as on a GPU.
+so ``memory_gib`` is chosen to leave ``kv_mib`` MiB of KV cache after the plan's runtime
+overhead (tuner.core.memory.runtime_overhead_bytes at TP 1, no CUDA graphs): a small KV
+cache makes large R_max configurations preempt, as on a GPU.
 
 Peaks are rough estimates from the core count (AVX-512: 32 BF16 FLOP/cycle/core at ~2.5 GHz;
 ~10 GB/s of memory bandwidth per core), marked as such in ``notes``; the price is nominal.
@@ -22,9 +23,10 @@ from pathlib import Path
 
 import yaml
 
+from tuner.core.catalog import GIB
+from tuner.core.config import ServingConfig
 from tuner.core.host import cpu_name
-
-RUNTIME_OVERHEAD_GIB = 1.0  # tuner.core.memory.RUNTIME_OVERHEAD_BYTES
+from tuner.core.memory import runtime_overhead_bytes
 
 
 def _meminfo_gib() -> float:
@@ -41,9 +43,10 @@ def cpu_entry(*, kv_mib: float = 64.0, utilization: float = 0.9, price_usd_per_h
               cores: int | None = None) -> dict:
     """GPU-catalog fields for this machine's CPU (see the module docstring)."""
     cores = cores or os.cpu_count() or 1
-    # usable = memory x utilisation must cover 1 GiB runtime + the KV + a little for weights
-    # and activations of a tiny model (the memory plan subtracts those exactly).
-    memory_gib = (RUNTIME_OVERHEAD_GIB + (kv_mib + 8.0) / 1024.0) / utilization
+    # usable = memory x utilisation must cover the runtime overhead + the KV + a little for
+    # weights and activations of a tiny model (the memory plan subtracts those exactly).
+    runtime_gib = runtime_overhead_bytes(ServingConfig(gpu="CPU"), cuda_graphs=False) / GIB
+    memory_gib = (runtime_gib + (kv_mib + 8.0) / 1024.0) / utilization
     return {
         "memory_gib": round(memory_gib, 6),
         "bf16_tflops": round(cores * 2.5e9 * 32 / 1e12, 3),
@@ -59,7 +62,7 @@ def cpu_entry(*, kv_mib: float = 64.0, utilization: float = 0.9, price_usd_per_h
         "price_date": "",
         "notes": (f"This machine's CPU ({cpu_name()}, {cores} cores) as a device for CPU "
                   "validation runs. memory_gib leaves ~{:g} MiB of KV cache after the memory "
-                  "plan's 1 GiB runtime overhead; peaks are estimates from the core count, "
+                  "plan's runtime overhead; peaks are estimates from the core count, "
                   "not measurements (a CPU profile replaces them).").format(kv_mib),
     }
 

@@ -84,7 +84,9 @@ def test_gpu_generations_are_ordered(gpus):
     a10, a100, h100, h200 = gpus["A10"], gpus["A100-80G"], gpus["H100"], gpus["H200"]
     assert h100.bf16_tflops > a100.bf16_tflops > a10.bf16_tflops
     assert h200.hbm_gbps > h100.hbm_gbps > a100.hbm_gbps > gpus["A100-40G"].hbm_gbps > a10.hbm_gbps
-    assert gpus["H200"].memory_gib > gpus["H100"].memory_gib == gpus["A100-80G"].memory_gib
+    assert gpus["H200"].memory_gib > gpus["H100"].memory_gib
+    # both 80 GB parts report ~79.2 GiB to CUDA
+    assert abs(gpus["H100"].memory_gib - gpus["A100-80G"].memory_gib) < 0.5
 
 
 def test_dense_not_sparsity_figures(gpus):
@@ -140,7 +142,9 @@ def test_links(gpus):
 def test_vasuki_table1_figures(gpus):
     assert gpus["A10"].vasuki_usd_per_fp32_gflop_per_w == 12
     assert gpus["A40"].vasuki_usd_per_fp32_gflop_per_w == 52
-    assert gpus["A10"].memory_gib == 24 and gpus["A40"].memory_gib == 48
+    # Vasuki's 24 GB and 48 GB: the catalog holds what CUDA reports, 2-8 % below the marketed
+    for name, marketed in (("A10", 24), ("A40", 48)):
+        assert 0.90 * marketed < gpus[name].memory_gib < 0.98 * marketed
 
 
 # --- shipped model catalog ---------------------------------------------------------------

@@ -325,10 +325,10 @@ def test_kv_capacity_grows_with_offloaded_layers_by_hand():
 
 def test_host_memory_is_a_hard_limit():
     m = get_model("llama-3-8b")
-    small = replace(get_gpu("A10", GPUS), host_ram_gib=12.0)  # 4 GiB usable after the reserve
+    small = replace(get_gpu("A10", GPUS), host_ram_gib=11.0)  # 3 GiB usable after the reserve
     cfg = ServingConfig(gpu="A10", kv_offload_layers=16)
     plan = plan_memory(m, small, cfg)
-    assert plan.host_limit_bytes == 12 * GIB - HOST_RESERVE_BYTES
+    assert plan.host_limit_bytes == 11 * GIB - HOST_RESERVE_BYTES
     assert plan.host_used_bytes == plan.host_kv_bytes > plan.host_limit_bytes
     assert not plan.fits and "host memory exceeded" in plan.reason and "GiB" in plan.reason
     w = wl([100] * 4, [50] * 4)

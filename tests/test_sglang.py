@@ -249,7 +249,7 @@ def test_cli_engine_sglang_json_and_option_errors():
     assert d["engine"]["name"] == "sglang"
     assert d["engine"]["settings"]["schedule_policy"] == "lpm"
     assert d["config"]["chunk_size"] == 2048 and d["config"]["block_size"] == 1
-    assert d["config"]["gpu_memory_utilization"] == 0.847
+    assert d["config"]["gpu_memory_utilization"] == 0.837  # nvidia-smi's 23,028 MiB A10
     assert d["sglang_defaults"]["chunked_prefill_size"] == 2048
     assert "SGLang priced with vLLM's kernel tables" in d["provenance"]
     for args, words in [

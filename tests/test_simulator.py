@@ -11,7 +11,7 @@ from tests.sim import simulate_default
 from tuner.core.catalog import GIB, get_gpu, get_model, load_gpus
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
-from tuner.core.memory import RUNTIME_OVERHEAD_BYTES, activation_bytes, plan_memory
+from tuner.core.memory import activation_bytes, plan_memory, runtime_overhead_bytes
 from tuner.core.provenance import Provenance
 from tuner.core.workload import Workload
 from tuner.predictors.features import BatchFeatures
@@ -30,8 +30,8 @@ def test_memory_plan_by_hand():
     m, g = get_model("llama-3-8b"), get_gpu("A40", GPUS)
     cfg = ServingConfig(gpu="A40", chunk_size=2048, max_running=128)
     plan = plan_memory(m, g, cfg)
-    usable = 48 * GIB * 0.9
-    kv = usable - m.weight_bytes(16) - activation_bytes(m, cfg) - RUNTIME_OVERHEAD_BYTES
+    usable = 44.35 * GIB * 0.9  # the A40's total as CUDA reports it
+    kv = usable - m.weight_bytes(16) - activation_bytes(m, cfg) - runtime_overhead_bytes(cfg)
     per_token = 2 * 32 * 8 * 128 * 2  # K+V x layers x kv heads x head dim x 2 bytes
     assert plan.kv_bytes_per_token == per_token == m.kv_bytes_per_token(16)
     assert plan.kv_capacity_blocks == int(kv // (per_token * 16))
@@ -292,3 +292,59 @@ def test_streamed_timeline_is_the_kept_one():
     assert list(kept.timeline) == list(streamed.timeline)  # the CSV's column order
     for k, v in kept.timeline.items():
         np.testing.assert_allclose(streamed.timeline[k], v, rtol=1e-12, err_msg=k)
+
+
+# ---- vLLM's start-up profile by release (tuner.core.memory.ProfileRun) -----------------------
+def test_profile_run_follows_the_release_and_the_model_runner():
+    from tuner.core.memory import PROFILE_RUNS, profile_run_for
+
+    assert profile_run_for("0.6.0").sampler_bytes_per_logit == 40.0  # V0's sort path
+    assert profile_run_for("0.11.0").sampler_bytes_per_logit == 38.5  # V1, sort path
+    tri = profile_run_for("0.17.0")
+    assert tri.sampler_buffer_rows and not tri.cuda_graphs_in_budget  # Triton top-k / top-p
+    assert profile_run_for("0.19.0").cuda_graphs_in_budget  # graph probes inside the profile
+    mrv2 = profile_run_for("0.23.0")
+    assert mrv2.sampler_bytes_per_logit == 2.0 and not mrv2.cuda_graphs_in_budget
+    assert profile_run_for("0.23.0", moe=True) == profile_run_for("0.19.0")  # old runner
+    assert profile_run_for(None) == profile_run_for("0.29.0") == PROFILE_RUNS[-1]
+    assert profile_run_for(None, moe=True) == PROFILE_RUNS[-1]
+
+
+def test_the_sampler_reserve_grows_with_max_num_seqs_where_vllm_samples_top_k():
+    """vLLM 0.6-0.22 reserve the sampler's top-k / top-p over max_num_seqs dummy requests at
+    start-up, so a smaller max_num_seqs leaves more KV; the newest release samples greedily
+    there and the forward pass sets the reserve."""
+    m, g = get_model("llama-3.1-8b"), get_gpu("RTX4090", GPUS)
+    cap = lambda r, v: plan_memory(m, g, ServingConfig(  # noqa: E731
+        gpu="RTX4090", chunk_size=2048, max_running=r), engine_version=v).kv_capacity_tokens
+    for version in ("0.6.0", "0.11.0", "0.19.0"):
+        assert cap(128, version) > cap(256, version), version
+    assert cap(128, None) == cap(256, None)
+    # the forward pass and the sampler do not add: the reserve is the larger of the two
+    cfg = ServingConfig(gpu="RTX4090", chunk_size=2048, max_running=256)
+    assert activation_bytes(m, cfg, "0.6.0") == pytest.approx(
+        40.0 * 256 * m.vocab_size + 2 * 2048 * m.hidden_size)
+
+
+def test_no_cuda_graphs_are_reserved_on_a_cpu_device():
+    cfg = ServingConfig(gpu="A10")
+    assert runtime_overhead_bytes(cfg, None, cuda_graphs=False) < runtime_overhead_bytes(cfg, None)
+    assert runtime_overhead_bytes(replace(cfg, tp=2)) > runtime_overhead_bytes(cfg)
+
+
+def test_kv_budget_against_vllm_start_up_logs():
+    """benchmarks/kv_logs.py: tuner's KV budget against the figure vLLM printed at start-up in
+    public logs (and the RTX 4090 run's reported blocks where ../shared is present)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import kv_logs
+
+    rows = kv_logs.rows_with_predictions()
+    err = np.abs([r["error"] for r in rows])
+    assert np.median(err) <= 0.05
+    assert all(abs(r["error"]) <= 0.20 for r in rows)
+    for r in rows:
+        if r["name"].startswith("Llama-3.1-8B, RTX 4090"):  # its own resolved config
+            assert abs(r["error"]) <= 0.01

@@ -23,7 +23,7 @@ ARCHITECTURES = ("ampere", "ada", "hopper", "blackwell")
 # plausible ranges of a GPU's figures (GPU.__post_init__): field -> (low, high, unit, whole
 # number, may be null); low is exclusive for a float (> 0), inclusive for a whole number
 GPU_FIELD_RANGES: dict[str, tuple[float, float, str, bool, bool]] = {
-    "memory_gib": (1, 1024, "GiB", False, False),
+    "memory_gib": (0, 1024, "GiB", False, False),  # (a CPU validation device: < 1 GiB)
     "bf16_tflops": (0, 100_000, "TFLOP/s", False, False),
     "fp32_tflops": (0, 100_000, "TFLOP/s", False, False),
     "fp8_tflops": (0, 100_000, "TFLOP/s", False, True),

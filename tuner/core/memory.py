@@ -6,13 +6,24 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from tuner.core.catalog import GIB, GPU, ModelSpec
+from tuner.core.catalog import ARCHITECTURES, GIB, GPU, ModelSpec
 from tuner.core.config import ServingConfig
 
-# CUDA context, cuBLAS/NCCL workspaces and CUDA graphs: vLLM counts this non-torch memory
-# inside gpu_memory_utilization. ~1 GiB per GPU is what vLLM's startup log typically reports
-# for 7-8B models (estimate).
-RUNTIME_OVERHEAD_BYTES = 1.0 * GIB
+# What vLLM's start-up memory profile takes from the KV budget besides weights and activations
+# (tuner.core.memory.runtime_overhead_bytes). The CUDA context is not among it: vLLM takes its
+# baseline after the context exists, so the context sits outside gpu_memory_utilization (vLLM
+# 0.6.0 worker.determine_num_available_blocks, 0.19 / 0.32 gpu_worker.determine_available_memory).
+# Non-torch memory (cuBLAS workspaces, NCCL and custom all-reduce buffers): 0.05-0.35 GiB on one
+# GPU (median ~0.15), 0.30-0.55 on two, 2.1 on eight in public vLLM start-up logs (V0 0.6-0.8,
+# V1 0.10-0.11; benchmarks/kv_logs.py lists them): an ESTIMATE, 0.15 GiB + 0.28 GiB per extra
+# tensor-parallel rank.
+NON_TORCH_BYTES = 0.15 * GIB
+NON_TORCH_PER_EXTRA_RANK_BYTES = 0.28 * GIB
+# CUDA graphs, where a release counts them in the budget (ProfileRun.cuda_graphs_in_budget: 0.18
+# and 0.19 capture their graph-memory probes inside the memory profile, and from 0.20 vLLM
+# subtracts the estimate): 0.1-1.0 GiB per GPU in public logs; 0.5 GiB is an ESTIMATE (with it
+# the RTX 4090 run of ../shared/fidelity, vLLM 0.19, plans the 2,588 blocks vLLM reported).
+CUDA_GRAPH_BYTES = 0.5 * GIB
 # Host memory the serving process cannot give to offloaded tensors: OS, the engine's Python
 # process (tokenizer, scheduler, CUDA host allocations), page cache for the checkpoint while
 # loading. ~8 GiB per GPU is an ESTIMATE; host RAM per GPU comes from the GPU catalog
@@ -81,10 +92,74 @@ class MemoryPlan:
         return cls(**kw)
 
 
-def activation_bytes(model: ModelSpec, config: ServingConfig) -> float:
-    """Peak activation memory of one step at the full token budget (what vLLM's profiling run
-    reserves): hidden states + QKV + the gated MLP's intermediate tensors in 16-bit, plus fp32
-    sampler logits for up to R_max sequences."""
+@dataclass(frozen=True)
+class ProfileRun:
+    """How a vLLM release's start-up profile run sizes what it reserves besides the weights:
+    the forward pass over max_num_batched_tokens, then the sampler over min(max_num_seqs,
+    max_num_batched_tokens) dummy requests; the reservation is the larger of the two peaks (the
+    forward pass's intermediates are freed before the sampler runs)."""
+
+    since: tuple[int, int, int]
+    sampler_bytes_per_logit: float  # x rows x vocabulary
+    # rows of the fp32 [rows, vocabulary] buffer Triton's top-k / top-p kernel keeps (the GPU's
+    # SM count, capped at the rows; ~128); 0 where that kernel does not run
+    sampler_buffer_rows: int
+    cuda_graphs_in_budget: bool
+    source: str
+    dense_only: bool = False  # the model runner this row describes serves dense models only
+
+
+#: Oldest first; a release takes the last row whose `since` it has reached (an MoE model skips
+#: `dense_only` rows). Each `since` is the first release whose wheel was checked to have the
+#: change (vLLM wheels 0.8.0-0.31.0 read from PyPI, 0.6.0, 0.19.1 and the installed 0.32).
+PROFILE_RUNS: tuple[ProfileRun, ...] = (
+    ProfileRun((0, 5, 0), 40.0, 0, False,
+               "vLLM 0.6.0 model_runner.profile_run: PyTorch's sort-based top-k / top-p over "
+               "bf16 + fp32 logits (sorted values, int64 indices, masks, softmax, cumsum, "
+               "scatter): ~40 bytes per logit; public V0 logs give 1.40 GiB for R 256 x "
+               "V 151,936 (1.45 predicted) and 1.26 GiB for R 256 x V 128,256 (1.22)"),
+    ProfileRun((0, 8, 0), 38.5, 0, False,
+               "V1 gpu_model_runner._dummy_sampler_run, sort-based top-k / top-p until 0.16: "
+               "public vLLM 0.11 logs on H100 at R 1,024 give 4.76, 5.56 and 7.38 GiB for "
+               "vocabularies of 128,256, 151,936 and 201,088 (38.5 bytes per logit)"),
+    ProfileRun((0, 17, 0), 14.0, 128, False,
+               "Triton top-k / top-p from 0.17 (rows >= 8), in place on the fp32 logits; bf16 + "
+               "fp32 logits, probabilities and sampling noise: 14 bytes per logit, plus the "
+               "kernel's cached fp32 [SMs, vocabulary] buffer (0.19.1 source)"),
+    ProfileRun((0, 18, 0), 14.0, 128, True,
+               "as 0.17, and CUDA graphs count: vLLM captures its graph-memory probes inside "
+               "the memory profile (0.19.1 gpu_worker.determine_available_memory; "
+               "profile_cudagraph_memory is new in 0.18) and from 0.20 subtracts that estimate "
+               "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 1)"),
+    ProfileRun((0, 23, 0), 2.0, 0, False,
+               "model runner V2, vLLM's default for Llama, Mistral and Qwen3 from 0.23 (every "
+               "dense model from 0.25): its dummy requests sample greedily (bf16 logits only) "
+               "and its CUDA-graph estimate is 0 until 0.29", dense_only=True),
+    ProfileRun((0, 29, 0), 2.0, 0, True,
+               "model runner V2 for every model from 0.29: greedy dummy sampling; its CUDA-graph "
+               "estimate (captures into a throwaway pool) is subtracted"),
+)
+
+
+def profile_run_for(engine_version: str | None = None, moe: bool = False) -> ProfileRun:
+    """The start-up profile of `engine_version` (None / 'newest': the newest release) for a
+    dense or an MoE (`moe`) model."""
+    from tuner.core.engines import parse_version
+
+    v = parse_version(engine_version)
+    rows = [p for p in PROFILE_RUNS if not (moe and p.dense_only)]
+    if v is None:
+        return rows[-1]
+    return ([p for p in rows if p.since <= v] or rows[:1])[-1]
+
+
+def activation_bytes(model: ModelSpec, config: ServingConfig,
+                     engine_version: str | None = None) -> float:
+    """Peak memory of vLLM's start-up profile run (what it reserves for activations): the larger
+    of the forward pass at the full token budget (at the MLP: the residual and normed hidden
+    states, gate/up and activated intermediate in 16-bit) and the sampler over
+    min(R_max, budget) dummy requests (`ProfileRun`, by release; the [tokens, hidden] output is
+    still alive then)."""
     tokens = config.chunk_size
     tp = config.tp
     # FFN width one token touches: a dense layer's, or an MoE layer's top-k experts + shared
@@ -92,13 +167,24 @@ def activation_bytes(model: ModelSpec, config: ServingConfig) -> float:
     moe_width = model.experts_per_token * model.moe_intermediate_size \
         + model.shared_expert_intermediate_size if model.is_moe else 0
     ffn_width = max(model.intermediate_size if model.num_dense_layers else 0, moe_width)
-    per_token = 2.0 * (
-        4 * model.hidden_size
-        + (model.num_heads + 2 * model.num_kv_heads) * model.head_dim / tp
-        + 3 * ffn_width / tp
-    )
-    logits = 4.0 * min(config.max_running, tokens) * model.vocab_size / tp
-    return tokens * per_token + logits
+    forward = tokens * 2.0 * (2 * model.hidden_size + 3 * ffn_width / tp)
+    run = profile_run_for(engine_version, model.is_moe)
+    rows = min(config.max_running, tokens)
+    sampler = (run.sampler_bytes_per_logit * rows * model.vocab_size
+               + 4.0 * min(rows, run.sampler_buffer_rows) * model.vocab_size
+               + 2.0 * tokens * model.hidden_size)
+    return max(forward, sampler)
+
+
+def runtime_overhead_bytes(config: ServingConfig, engine_version: str | None = None,
+                           moe: bool = False, cuda_graphs: bool = True) -> float:
+    """Non-torch memory (grows with tensor-parallel ranks) and, where the release counts them
+    and the device captures them (`cuda_graphs`: an NVIDIA GPU; not a CPU device, and not AMD,
+    whose estimate vLLM skipped until 0.3x), CUDA graphs: what vLLM's profile takes from the
+    budget besides weights and activations."""
+    counted = cuda_graphs and profile_run_for(engine_version, moe).cuda_graphs_in_budget
+    graphs = CUDA_GRAPH_BYTES if counted else 0.0
+    return NON_TORCH_BYTES + NON_TORCH_PER_EXTRA_RANK_BYTES * (config.tp - 1) + graphs
 
 
 def kv_bytes_per_token_per_layer_rank(model: ModelSpec, kv_bits: int, tp: int = 1) -> float:
@@ -167,16 +253,21 @@ def weight_bytes_per_rank(model: ModelSpec, config: ServingConfig) -> float:
 
 
 def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
-                mean_request_tokens: float = 0.0, max_request_tokens: int = 0) -> MemoryPlan:
-    """KV capacity M for (model, gpu, config); `fits` False with the numbers when it cannot run."""
+                mean_request_tokens: float = 0.0, max_request_tokens: int = 0,
+                engine_version: str | None = None) -> MemoryPlan:
+    """KV capacity M for (model, gpu, config) under vLLM `engine_version` (None: the newest;
+    its start-up profile, `ProfileRun`, sets what the budget loses besides the weights);
+    `fits` False with the numbers when it cannot run."""
     tp = config.tp
     usable = gpu.memory_bytes * config.gpu_memory_utilization
     all_weights = weight_bytes_per_rank(model, config)
     offloaded = all_weights * config.weight_offload_fraction
     weights = all_weights - offloaded
-    acts = activation_bytes(model, config)
+    acts = activation_bytes(model, config, engine_version)
+    runtime = runtime_overhead_bytes(config, engine_version, model.is_moe,
+                                     cuda_graphs=gpu.architecture in ARCHITECTURES)
     staging = offload_staging_bytes(model, offloaded)
-    kv = usable - weights - acts - RUNTIME_OVERHEAD_BYTES - staging
+    kv = usable - weights - acts - runtime - staging
     # a pipeline stage keeps the KV of its layers (the first, of ceil(layers / pp), the most)
     stage_layers = math.ceil(model.num_layers / config.pp)
     layers_on_gpu = max(stage_layers - config.kv_offload_layers, 0)
@@ -200,7 +291,7 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
         shape = f"TP {tp}" + (f" x PP {config.pp}" if config.pp > 1 else "")
         reason = (f"{model.name} at {config.weight_bits}-bit weights, {shape}, does not fit on "
                   f"{gpu.name}: weights {gib(weights)} + activations {gib(acts)} + runtime "
-                  f"{gib(RUNTIME_OVERHEAD_BYTES)} > {gib(usable)} usable "
+                  f"{gib(runtime)} > {gib(usable)} usable "
                   f"({gpu.memory_gib:g} GiB x {config.gpu_memory_utilization:g})")
         if tp * config.pp >= gpu.gpus_per_machine:  # a machine's worth: say what spans more
             reason += (f"; --pp {2 * config.pp} splits the layers over "
@@ -228,7 +319,7 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
         weight_bytes=weights,
         weight_offloaded_bytes=offloaded,
         activation_bytes=acts,
-        runtime_overhead_bytes=RUNTIME_OVERHEAD_BYTES,
+        runtime_overhead_bytes=runtime,
         kv_bytes=max(kv, 0.0),
         kv_bytes_per_token=kv_per_token,
         kv_capacity_blocks=blocks,

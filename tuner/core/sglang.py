@@ -184,9 +184,21 @@ def sglang_defaults(gpu: GPU, tp: int = 1, pp: int = 1, chunked_prefill_size: in
                     ) -> SGLangDefaults:
     """SGLang's defaults on `gpu` (a given chunked_prefill_size enters the mem fraction, as in
     the source)."""
-    chunk = chunked_prefill_size or chunked_prefill_default(gpu.memory_bytes)
-    return SGLangDefaults(chunk, cuda_graph_max_bs_default(gpu.memory_bytes, tp),
-                          mem_fraction_static_default(gpu.memory_bytes, chunk, tp, pp))
+    smi = nvidia_smi_total_bytes(gpu)
+    chunk = chunked_prefill_size or chunked_prefill_default(smi)
+    return SGLangDefaults(chunk, cuda_graph_max_bs_default(smi, tp),
+                          mem_fraction_static_default(smi, chunk, tp, pp))
+
+
+#: nvidia-smi's memory.total above the total CUDA reports (GPU.memory_gib): 441-652 MiB over
+#: eight GPU types in public logs (median ~480); an ESTIMATE
+NVIDIA_SMI_EXTRA_BYTES = 480 * _MIB
+
+
+def nvidia_smi_total_bytes(gpu: GPU) -> int:
+    """The device memory SGLang sizes its defaults by: it asks nvidia-smi (memory.total), which
+    reports more than CUDA's total, the catalog's figure."""
+    return int(gpu.memory_bytes + NVIDIA_SMI_EXTRA_BYTES)
 
 
 def default_config(model: ModelSpec, gpu: GPU, given: dict) -> tuple[ServingConfig,

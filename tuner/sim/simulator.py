@@ -233,10 +233,11 @@ def machines_for(gpu: GPU, config: ServingConfig) -> Machines:
 
 
 def check_feasible(workload: Workload, model: ModelSpec, gpu: GPU,
-                   config: ServingConfig, engine: str | None = None) -> MemoryPlan:
-    """The memory plan of `engine` (default config.engine: tuner.core.memory's for vLLM,
-    tuner.core.sglang's for SGLang); raises InfeasibleConfig with the numbers when the config
-    cannot run."""
+                   config: ServingConfig, engine: str | None = None,
+                   engine_version: str | None = None) -> MemoryPlan:
+    """The memory plan of `engine` (default config.engine: tuner.core.memory's for vLLM under
+    vLLM `engine_version`, None the newest; tuner.core.sglang's for SGLang); raises
+    InfeasibleConfig with the numbers when the config cannot run."""
     engine = engine or config.engine
     try:
         check_model_config(config, model)  # e.g. expert parallelism on a dense model
@@ -257,9 +258,10 @@ def check_feasible(workload: Workload, model: ModelSpec, gpu: GPU,
             f"expert parallelism over {config.num_gpus} GPUs spans {machines.count} machines; "
             "tuner models expert parallelism inside one machine only (fewer replicas, or no "
             "expert parallelism: each replica then holds every expert)")
+    version = {} if engine == "sglang" else {"engine_version": engine_version}
     plan = (plan_memory_sglang if engine == "sglang" else plan_memory)(
         model, gpu, config, mean_request_tokens=float(total.mean()),
-        max_request_tokens=int(total.max()))
+        max_request_tokens=int(total.max()), **version)
     if not plan.fits:
         raise InfeasibleConfig(plan.reason)
     if (engine == "vllm" and not SCHEDULER_PRESETS[config.scheduler].chunked_prefill
@@ -557,7 +559,7 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     if not prefix_caching and workload.prefix_ids is not None:
         workload = dataclasses.replace(workload, prefix_ids=None, prefix_tokens=None)
     start = resolve_startup(model, gpu, config, startup_s, engine_version)
-    plan = check_feasible(workload, model, gpu, config, engine)
+    plan = check_feasible(workload, model, gpu, config, engine, engine_version)
     cost_model = pipelined(cost_model, model, gpu, config)  # PP stages (tuner.sim.pipeline)
     provenance = cost_model.provenance
     if engine == "sglang":
@@ -653,7 +655,8 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         res.vasuki_cost_metric = res.qps / gpu.vasuki_usd_per_fp32_gflop_per_w
     if off_ctx.active:
         base = plan_memory(model, gpu, dataclasses.replace(
-            config, kv_offload_layers=0, weight_offload_fraction=0.0)).kv_capacity_tokens
+            config, kv_offload_layers=0, weight_offload_fraction=0.0),
+            engine_version=engine_version).kv_capacity_tokens
         res.offload = off_totals.summary(off_ctx, plan, dp=config.dp,
                                          kv_capacity_tokens_no_offload=base)
         res.offload_stall_s = res.offload["offload_stall_s"]
