@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from tuner.core.catalog import ARCHITECTURES, GIB, GPU, ModelSpec
 from tuner.core.config import ServingConfig
+from tuner.core.engines import parse_version
 
 # What vLLM's start-up memory profile takes from the KV budget besides weights and activations
 # (tuner.core.memory.runtime_overhead_bytes). The CUDA context is not among it: vLLM takes its
@@ -16,9 +17,11 @@ from tuner.core.config import ServingConfig
 # Non-torch memory (cuBLAS workspaces, NCCL and custom all-reduce buffers): 0.05-0.35 GiB on one
 # GPU (median ~0.15), 0.30-0.55 on two, 2.1 on eight in public vLLM start-up logs (V0 0.6-0.8,
 # V1 0.10-0.11; benchmarks/kv_logs.py lists them): an ESTIMATE, 0.15 GiB + 0.28 GiB per extra
-# tensor-parallel rank.
+# tensor-parallel rank where vLLM's custom all-reduce maps its peers' buffers (NVLink GPUs: the
+# logs that grow by it are A100 / H100 / H200), half that over PCIe (an L40S pair: +0.15 GiB).
 NON_TORCH_BYTES = 0.15 * GIB
 NON_TORCH_PER_EXTRA_RANK_BYTES = 0.28 * GIB
+NON_TORCH_PER_EXTRA_PCIE_RANK_BYTES = 0.14 * GIB
 # CUDA graphs, where a release counts them in the budget (ProfileRun.cuda_graphs_in_budget: 0.18
 # and 0.19 capture their graph-memory probes inside the memory profile, and from 0.20 vLLM
 # subtracts the estimate): 0.1-1.0 GiB per GPU in public logs; 0.5 GiB is an ESTIMATE (with it
@@ -144,8 +147,6 @@ PROFILE_RUNS: tuple[ProfileRun, ...] = (
 def profile_run_for(engine_version: str | None = None, moe: bool = False) -> ProfileRun:
     """The start-up profile of `engine_version` (None / 'newest': the newest release) for a
     dense or an MoE (`moe`) model."""
-    from tuner.core.engines import parse_version
-
     v = parse_version(engine_version)
     rows = [p for p in PROFILE_RUNS if not (moe and p.dense_only)]
     if v is None:
@@ -177,14 +178,16 @@ def activation_bytes(model: ModelSpec, config: ServingConfig,
 
 
 def runtime_overhead_bytes(config: ServingConfig, engine_version: str | None = None,
-                           moe: bool = False, cuda_graphs: bool = True) -> float:
+                           moe: bool = False, cuda_graphs: bool = True,
+                           nvlink: bool = True) -> float:
     """Non-torch memory (grows with tensor-parallel ranks) and, where the release counts them
     and the device captures them (`cuda_graphs`: an NVIDIA GPU; not a CPU device, and not AMD,
     whose estimate vLLM skipped until 0.3x), CUDA graphs: what vLLM's profile takes from the
     budget besides weights and activations."""
     counted = cuda_graphs and profile_run_for(engine_version, moe).cuda_graphs_in_budget
     graphs = CUDA_GRAPH_BYTES if counted else 0.0
-    return NON_TORCH_BYTES + NON_TORCH_PER_EXTRA_RANK_BYTES * (config.tp - 1) + graphs
+    per_rank = NON_TORCH_PER_EXTRA_RANK_BYTES if nvlink else NON_TORCH_PER_EXTRA_PCIE_RANK_BYTES
+    return NON_TORCH_BYTES + per_rank * (config.tp - 1) + graphs
 
 
 def kv_bytes_per_token_per_layer_rank(model: ModelSpec, kv_bits: int, tp: int = 1) -> float:
@@ -265,7 +268,8 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
     weights = all_weights - offloaded
     acts = activation_bytes(model, config, engine_version)
     runtime = runtime_overhead_bytes(config, engine_version, model.is_moe,
-                                     cuda_graphs=gpu.architecture in ARCHITECTURES)
+                                     cuda_graphs=gpu.architecture in ARCHITECTURES,
+                                     nvlink=gpu.nvlink_gbps is not None)
     staging = offload_staging_bytes(model, offloaded)
     kv = usable - weights - acts - runtime - staging
     # a pipeline stage keeps the KV of its layers (the first, of ceil(layers / pp), the most)
