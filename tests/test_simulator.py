@@ -319,10 +319,10 @@ def test_the_sampler_reserve_grows_with_max_num_seqs_where_vllm_samples_top_k():
         gpu="RTX4090", chunk_size=2048, max_running=r), engine_version=v).kv_capacity_tokens
     for version in ("0.6.0", "0.11.0", "0.19.0"):
         assert cap(128, version) > cap(256, version), version
-    assert cap(128, None) == cap(256, None)
+    cfg = lambda r: ServingConfig(gpu="RTX4090", chunk_size=2048, max_running=r)  # noqa: E731
+    assert activation_bytes(m, cfg(128), None) == activation_bytes(m, cfg(256), None)
     # the forward pass and the sampler do not add: the reserve is the larger of the two
-    cfg = ServingConfig(gpu="RTX4090", chunk_size=2048, max_running=256)
-    assert activation_bytes(m, cfg, "0.6.0") == pytest.approx(
+    assert activation_bytes(m, cfg(256), "0.6.0") == pytest.approx(
         40.0 * 256 * m.vocab_size + 2 * 2048 * m.hidden_size)
 
 
@@ -348,3 +348,18 @@ def test_kv_budget_against_vllm_start_up_logs():
     for r in rows:
         if r["name"].startswith("Llama-3.1-8B, RTX 4090"):  # its own resolved config
             assert abs(r["error"]) <= 0.01
+
+
+def test_cuda_graph_reserve_follows_the_sizes_vllm_captures():
+    """vLLM captures graphs for [1, 2, 4] + 8..248 by 8 + 256..min(2 R, 512, budget) by 16 and
+    extrapolates its memory estimate per graph: a smaller max_num_seqs reserves less."""
+    from tuner.core.memory import cuda_graph_capture_sizes
+
+    assert cuda_graph_capture_sizes(256, 2048) == 51  # the RTX 4090 run's 51 sizes
+    assert cuda_graph_capture_sizes(128, 2048) == 35
+    assert cuda_graph_capture_sizes(1024, 256) == 35  # capped by the token budget
+    small, big = (runtime_overhead_bytes(ServingConfig(gpu="A10", max_running=r), "0.19.0")
+                  for r in (128, 256))
+    assert small < big
+    assert runtime_overhead_bytes(ServingConfig(gpu="A10", max_running=128), "0.6.0") == \
+        runtime_overhead_bytes(ServingConfig(gpu="A10", max_running=256), "0.6.0")  # not counted

@@ -24,9 +24,21 @@ NON_TORCH_PER_EXTRA_RANK_BYTES = 0.28 * GIB
 NON_TORCH_PER_EXTRA_PCIE_RANK_BYTES = 0.14 * GIB
 # CUDA graphs, where a release counts them in the budget (ProfileRun.cuda_graphs_in_budget: 0.18
 # and 0.19 capture their graph-memory probes inside the memory profile, and from 0.20 vLLM
-# subtracts the estimate): 0.1-1.0 GiB per GPU in public logs; 0.5 GiB is an ESTIMATE (with it
-# the RTX 4090 run of ../shared/fidelity, vLLM 0.19, plans the 2,588 blocks vLLM reported).
+# subtracts the estimate): 0.1-1.0 GiB per GPU in public logs; 0.5 GiB at vLLM's default 51
+# capture sizes is an ESTIMATE (with it the RTX 4090 run of ../shared/fidelity, vLLM 0.19, plans
+# the 2,588 blocks vLLM reported). vLLM extrapolates its estimate per graph, and the sizes it
+# captures follow max_num_seqs (cuda_graph_capture_sizes), so the reserve scales with them.
 CUDA_GRAPH_BYTES = 0.5 * GIB
+DEFAULT_CAPTURE_SIZES = 51  # [1, 2, 4] + 8..248 by 8 + 256..512 by 16
+
+
+def cuda_graph_capture_sizes(max_running: int, chunk_size: int) -> int:
+    """How many batch sizes vLLM captures CUDA graphs for: [1, 2, 4] + range(8, 256, 8) +
+    range(256, m + 1, 16) up to m = min(2 x max_num_seqs, 512, max_num_batched_tokens)
+    (vLLM 0.19 config/vllm.py _set_cudagraph_sizes)."""
+    m = min(2 * max_running, 512, chunk_size)
+    sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 513, 16))
+    return sum(1 for x in sizes if x <= m)
 # Host memory the serving process cannot give to offloaded tensors: OS, the engine's Python
 # process (tokenizer, scheduler, CUDA host allocations), page cache for the checkpoint while
 # loading. ~8 GiB per GPU is an ESTIMATE; host RAM per GPU comes from the GPU catalog
@@ -42,7 +54,7 @@ class MemoryPlan:
     usable_bytes: float  # memory x gpu_memory_utilization
     weight_bytes: float  # on GPU, after offload, per rank
     weight_offloaded_bytes: float  # in host memory, per rank
-    activation_bytes: float  # peak activations of a full token budget + sampler logits
+    activation_bytes: float  # start-up profile peak: forward pass or sampler (ProfileRun)
     runtime_overhead_bytes: float
     kv_bytes: float  # what remains for the KV cache
     kv_bytes_per_token: float  # per rank, KV layers resident on the GPU only
@@ -185,7 +197,8 @@ def runtime_overhead_bytes(config: ServingConfig, engine_version: str | None = N
     whose estimate vLLM skipped until 0.3x), CUDA graphs: what vLLM's profile takes from the
     budget besides weights and activations."""
     counted = cuda_graphs and profile_run_for(engine_version, moe).cuda_graphs_in_budget
-    graphs = CUDA_GRAPH_BYTES if counted else 0.0
+    graphs = (CUDA_GRAPH_BYTES * cuda_graph_capture_sizes(config.max_running, config.chunk_size)
+              / DEFAULT_CAPTURE_SIZES if counted else 0.0)
     per_rank = NON_TORCH_PER_EXTRA_RANK_BYTES if nvlink else NON_TORCH_PER_EXTRA_PCIE_RANK_BYTES
     return NON_TORCH_BYTES + per_rank * (config.tp - 1) + graphs
 
