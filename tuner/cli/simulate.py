@@ -259,13 +259,16 @@ def engine_line(defaults, entry_point: str, num_scheduler_steps: int | None,
 def _memory_table(plan, gpu_name: str, title: str) -> Table:
     from rich.table import Table
 
-    t = Table(title=title)
+    t = Table(title=title, caption=getattr(plan, "reserve_note", "") or None,
+              caption_justify="left")
     t.add_column("per GPU")
     t.add_column(gpu_name, justify="right")
     t.add_row("usable (memory x utilisation)", fmt_gib(plan.usable_bytes))
     t.add_row("weights", fmt_gib(plan.weight_bytes))
     t.add_row("activations (start-up profile peak)", fmt_gib(plan.activation_bytes))
-    t.add_row("runtime (non-torch memory, graphs)", fmt_gib(plan.runtime_overhead_bytes))
+    vllm_plan = bool(getattr(plan, "reserve_note", ""))  # SGLang's plan: its preload instead
+    t.add_row("runtime (non-torch memory, CUDA graphs)" if vllm_plan
+              else "runtime (held before the weights load)", fmt_gib(plan.runtime_overhead_bytes))
     t.add_row("KV cache", fmt_gib(plan.kv_bytes))
     t.add_row("KV capacity", f"{plan.kv_capacity_tokens:,} tokens")
     t.add_row("max concurrent requests (mean length)", f"{plan.max_concurrent_requests:.1f}")

@@ -69,6 +69,8 @@ class MemoryPlan:
     host_kv_bytes: float = 0.0  # offloaded layers' KV at full KV capacity
     host_limit_bytes: float = 0.0  # host RAM per GPU - HOST_RESERVE_BYTES
     host_used_bytes: float = 0.0  # offloaded weights + host KV
+    # what the reserve besides weights and KV stands for (vLLM's start-up profile, by release)
+    reserve_note: str = ""
 
     @property
     def kv_gpu_bytes_used(self) -> float:
@@ -201,6 +203,23 @@ def runtime_overhead_bytes(config: ServingConfig, engine_version: str | None = N
               / DEFAULT_CAPTURE_SIZES if counted else 0.0)
     per_rank = NON_TORCH_PER_EXTRA_RANK_BYTES if nvlink else NON_TORCH_PER_EXTRA_PCIE_RANK_BYTES
     return NON_TORCH_BYTES + per_rank * (config.tp - 1) + graphs
+
+
+def describe_reserve(model: ModelSpec, config: ServingConfig,
+                     engine_version: str | None = None) -> str:
+    """One line on what vLLM's start-up profile reserves for this plan (ProfileRun)."""
+    run = profile_run_for(engine_version, model.is_moe)
+    rows = min(config.max_running, config.chunk_size)
+    release = f"vLLM {engine_version}" if parse_version(engine_version) else "the newest vLLM"
+    sampler = {40.0: "top-k / top-p by sort", 38.5: "top-k / top-p by sort",
+               14.0: "Triton top-k / top-p", 2.0: "greedy"}.get(
+        run.sampler_bytes_per_logit, f"{run.sampler_bytes_per_logit:g} B per logit")
+    graphs = (f"CUDA graphs for {cuda_graph_capture_sizes(config.max_running, config.chunk_size)}"
+              " batch sizes counted" if run.cuda_graphs_in_budget
+              else "CUDA graphs outside the budget")
+    return (f"{release}'s start-up profile: the larger of the forward pass at "
+            f"{config.chunk_size:,} tokens and the sampler over {rows:,} dummy requests "
+            f"({sampler}); {graphs}")
 
 
 def kv_bytes_per_token_per_layer_rank(model: ModelSpec, kv_bits: int, tp: int = 1) -> float:
@@ -349,6 +368,7 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
         host_kv_bytes=host_kv,
         host_limit_bytes=host_limit,
         host_used_bytes=host_used,
+        reserve_note=describe_reserve(model, config, engine_version),
     )
 
 
