@@ -256,18 +256,17 @@ def engine_line(defaults, entry_point: str, num_scheduler_steps: int | None,
 
 
 # ---- simulate ---------------------------------------------------------------------------------
-def _memory_table(plan, gpu_name: str, title: str) -> Table:
+def _memory_table(plan, gpu_name: str, title: str, reserve_note: str = "") -> Table:
+    """The plan per GPU; `reserve_note` (vLLM's: tuner.core.memory.describe_reserve) under it."""
     from rich.table import Table
 
-    t = Table(title=title, caption=getattr(plan, "reserve_note", "") or None,
-              caption_justify="left")
+    t = Table(title=title, caption=reserve_note or None, caption_justify="left")
     t.add_column("per GPU")
     t.add_column(gpu_name, justify="right")
     t.add_row("usable (memory x utilisation)", fmt_gib(plan.usable_bytes))
     t.add_row("weights", fmt_gib(plan.weight_bytes))
     t.add_row("activations (start-up profile peak)", fmt_gib(plan.activation_bytes))
-    vllm_plan = bool(getattr(plan, "reserve_note", ""))  # SGLang's plan: its preload instead
-    t.add_row("runtime (non-torch memory, CUDA graphs)" if vllm_plan
+    t.add_row("runtime (non-torch memory, CUDA graphs)" if reserve_note  # SGLang's: preload
               else "runtime (held before the weights load)", fmt_gib(plan.runtime_overhead_bytes))
     t.add_row("KV cache", fmt_gib(plan.kv_bytes))
     t.add_row("KV capacity", f"{plan.kv_capacity_tokens:,} tokens")
@@ -447,9 +446,13 @@ def simulate(
     t.add_row("preemptions (recompute)", f"{res.preemptions:,}")
     t.add_row("peak / mean KV use", f"{100 * res.peak_kv_fraction:.0f} % / {100 * res.mean_kv_fraction:.0f} %")
     out.print(t)
+    from tuner.core.memory import describe_reserve
+
     out.print(_memory_table(res.memory, g.name, "Memory plan" if engine == "vllm" else
                             "Memory plan (SGLang: memory x --mem-fraction-static; activations "
-                            "and CUDA graphs outside it)"))
+                            "and CUDA graphs outside it)",
+                            describe_reserve(spec, res.config, engine_version)
+                            if engine == "vllm" else ""))
     if summary.get("offload"):
         out.print(_offload_table(summary["offload"], g.name))
     out.print(f"cost model: {res.provenance}", style="dim", markup=False)

@@ -69,8 +69,6 @@ class MemoryPlan:
     host_kv_bytes: float = 0.0  # offloaded layers' KV at full KV capacity
     host_limit_bytes: float = 0.0  # host RAM per GPU - HOST_RESERVE_BYTES
     host_used_bytes: float = 0.0  # offloaded weights + host KV
-    # what the reserve besides weights and KV stands for (vLLM's start-up profile, by release)
-    reserve_note: str = ""
 
     @property
     def kv_gpu_bytes_used(self) -> float:
@@ -368,7 +366,6 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
         host_kv_bytes=host_kv,
         host_limit_bytes=host_limit,
         host_used_bytes=host_used,
-        reserve_note=describe_reserve(model, config, engine_version),
     )
 
 
