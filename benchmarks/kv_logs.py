@@ -64,7 +64,7 @@ LOGS: list[dict] = [
      "dennislee22/vLLM-benchmarking log/vllm-7B-1gpuA10080GB-0.5GRAM.log @608c86e",
      "model": "qwen2.5-7b", "gpu": "A100-80G", "total_gib": 79.25, "version": "0.10.1",
      "tp": 1, "util": 0.50, "tokens": 2048, "seqs": 256, "kv_gib": 24.83,
-     "assumed": "Qwen2.5-7B's shape (Qwen2-7B's: 28 layers, 3,584 hidden, 152,064 vocabulary); 256 seqs (vllm serve default on an A100); the A100-80G's total"},
+     "assumed": "Qwen2.5-7B's shape (Qwen2-7B's: 28 layers, 3,584 hidden, 152,064 vocabulary); 256 seqs (vllm serve default on an A100); the A100-80G's total; the sort-path sampler (with FlashInfer installed 0.10 samples through it and reserves less: the log's 0.56 GiB of activations + non-torch fits that)"},
     {"name": "Qwen2-7B-Instruct, A100 80GB, util 0.25", "where":
      "dennislee22/vLLM-benchmarking log/vllm-7B-1gpuA10080GB-0.25GRAM.log @391660d",
      "model": "qwen2.5-7b", "gpu": "A100-80G", "total_gib": 79.25, "version": "0.10.1",

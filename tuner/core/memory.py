@@ -136,7 +136,10 @@ PROFILE_RUNS: tuple[ProfileRun, ...] = (
     ProfileRun((0, 8, 0), 38.5, 0, False,
                "V1 gpu_model_runner._dummy_sampler_run, sort-based top-k / top-p until 0.16: "
                "public vLLM 0.11 logs on H100 at R 1,024 give 4.76, 5.56 and 7.38 GiB for "
-               "vocabularies of 128,256, 151,936 and 201,088 (38.5 bytes per logit)"),
+               "vocabularies of 128,256, 151,936 and 201,088 (38.5 bytes per logit). Where "
+               "FlashInfer is installed (an optional extra until 0.11, in the vllm-openai image), "
+               "0.8-0.11 sample through it by default and reserve far less (the 0.10 A100 rows "
+               "of benchmarks/kv_logs.py); from 0.12 it is opt-in"),
     ProfileRun((0, 17, 0), 14.0, 128, False,
                "Triton top-k / top-p from 0.17 (rows >= 8), in place on the fp32 logits; bf16 + "
                "fp32 logits, probabilities and sampling noise: 14 bytes per logit, plus the "
