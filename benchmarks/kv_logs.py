@@ -79,7 +79,7 @@ def llmservingsim_row() -> dict | None:
         return None
     meta = json.loads(meta_path.read_text())
     kw, kv, hw = meta["engine_kwargs"], meta["kv_cache"], meta["hardware"]
-    block_bytes = kv["block_size"] * 2 * 32 * 8 * 128 * 2  # Llama-3.1-8B, 16-bit KV
+    block_bytes = kv["block_size"] * get_model("llama-3.1-8b").kv_bytes_per_token(16)
     return {"name": "Llama-3.1-8B, RTX 4090, LLM (LLMServingSim run)",
             "where": "../shared/fidelity/llmservingsim/RTX4090_Llama-3.1-8B/meta.json",
             "model": "llama-3.1-8b", "gpu": "RTX4090",

@@ -115,6 +115,7 @@ class ProfileRun:
     forward pass's intermediates are freed before the sampler runs)."""
 
     since: tuple[int, int, int]
+    sampler: str  # how the dummy requests sample (said in describe_reserve)
     sampler_bytes_per_logit: float  # x rows x vocabulary
     # rows of the fp32 [rows, vocabulary] buffer Triton's top-k / top-p kernel keeps (the GPU's
     # SM count, capped at the rows; ~128); 0 where that kernel does not run
@@ -128,32 +129,32 @@ class ProfileRun:
 #: `dense_only` rows). Each `since` is the first release whose wheel was checked to have the
 #: change (vLLM wheels 0.8.0-0.31.0 read from PyPI, 0.6.0, 0.19.1 and the installed 0.32).
 PROFILE_RUNS: tuple[ProfileRun, ...] = (
-    ProfileRun((0, 5, 0), 40.0, 0, False,
+    ProfileRun((0, 5, 0), "top-k / top-p by sort", 40.0, 0, False,
                "vLLM 0.6.0 model_runner.profile_run: PyTorch's sort-based top-k / top-p over "
                "bf16 + fp32 logits (sorted values, int64 indices, masks, softmax, cumsum, "
                "scatter): ~40 bytes per logit; public V0 logs give 1.40 GiB for R 256 x "
                "V 151,936 (1.45 predicted) and 1.26 GiB for R 256 x V 128,256 (1.22)"),
-    ProfileRun((0, 8, 0), 38.5, 0, False,
+    ProfileRun((0, 8, 0), "top-k / top-p by sort", 38.5, 0, False,
                "V1 gpu_model_runner._dummy_sampler_run, sort-based top-k / top-p until 0.16: "
                "public vLLM 0.11 logs on H100 at R 1,024 give 4.76, 5.56 and 7.38 GiB for "
                "vocabularies of 128,256, 151,936 and 201,088 (38.5 bytes per logit). Where "
                "FlashInfer is installed (an optional extra until 0.11, in the vllm-openai image), "
                "0.8-0.11 sample through it by default and reserve far less (the 0.10 A100 rows "
                "of benchmarks/kv_logs.py); from 0.12 it is opt-in"),
-    ProfileRun((0, 17, 0), 14.0, 128, False,
+    ProfileRun((0, 17, 0), "Triton top-k / top-p", 14.0, 128, False,
                "Triton top-k / top-p from 0.17 (rows >= 8), in place on the fp32 logits; bf16 + "
                "fp32 logits, probabilities and sampling noise: 14 bytes per logit, plus the "
                "kernel's cached fp32 [SMs, vocabulary] buffer (0.19.1 source)"),
-    ProfileRun((0, 18, 0), 14.0, 128, True,
+    ProfileRun((0, 18, 0), "Triton top-k / top-p", 14.0, 128, True,
                "as 0.17, and CUDA graphs count: vLLM captures its graph-memory probes inside "
                "the memory profile (0.19.1 gpu_worker.determine_available_memory; "
                "profile_cudagraph_memory is new in 0.18) and from 0.20 subtracts that estimate "
                "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 1)"),
-    ProfileRun((0, 23, 0), 2.0, 0, False,
+    ProfileRun((0, 23, 0), "greedy", 2.0, 0, False,
                "model runner V2, vLLM's default for Llama, Mistral and Qwen3 from 0.23 (every "
                "dense model from 0.25): its dummy requests sample greedily (bf16 logits only) "
                "and its CUDA-graph estimate is 0 until 0.29", dense_only=True),
-    ProfileRun((0, 29, 0), 2.0, 0, True,
+    ProfileRun((0, 29, 0), "greedy", 2.0, 0, True,
                "model runner V2 for every model from 0.29: greedy dummy sampling; its CUDA-graph "
                "estimate (captures into a throwaway pool) is subtracted"),
 )
@@ -212,15 +213,12 @@ def describe_reserve(model: ModelSpec, config: ServingConfig,
     run = profile_run_for(engine_version, model.is_moe)
     rows = min(config.max_running, config.chunk_size)
     release = f"vLLM {engine_version}" if parse_version(engine_version) else "the newest vLLM"
-    sampler = {40.0: "top-k / top-p by sort", 38.5: "top-k / top-p by sort",
-               14.0: "Triton top-k / top-p", 2.0: "greedy"}.get(
-        run.sampler_bytes_per_logit, f"{run.sampler_bytes_per_logit:g} B per logit")
     graphs = (f"CUDA graphs for {cuda_graph_capture_sizes(config.max_running, config.chunk_size)}"
               " batch sizes counted" if run.cuda_graphs_in_budget
               else "CUDA graphs outside the budget")
     return (f"{release}'s start-up profile: the larger of the forward pass at "
             f"{config.chunk_size:,} tokens and the sampler over {rows:,} dummy requests "
-            f"({sampler}); {graphs}")
+            f"({run.sampler}); {graphs}")
 
 
 def kv_bytes_per_token_per_layer_rank(model: ModelSpec, kv_bits: int, tp: int = 1) -> float:
