@@ -130,21 +130,23 @@ V1_ASYNC = EngineProfile(
 # ../shared/fidelity/lambda-a100 (OpenAI API server, streaming, --num-scheduler-steps 10, every
 # request at t = 0, each request logged: LambdaLabs' benchmark.py starts the server without
 # --disable-log-requests) and SGLang's two published vLLM 0.6.0 figures, rebuilt (the same
-# server with --disable-log-requests): least squares on predicted / measured makespan; of every
-# set of up to three host terms, the one with the lowest leave-one-out median error and no
-# negative term (the table is in benchmarks/RESULTS.md). Update both together.
-V0_MULTISTEP_FIXED_S = 1.287e-3
-V0_MULTISTEP_PER_NEW_REQUEST_S = 5.642e-3
-V0_MULTISTEP_PER_LOGGED_REQUEST_S = 4.735e-3
+# server with --disable-log-requests): least squares on predicted / measured makespan and, on
+# the A100 runs, on their median gap between streamed chunks (benchmark_serving's median ITL:
+# the decode step, which the makespan alone cannot tell from a per-request cost); of every set
+# of up to three host terms, the one with the lowest leave-one-out median error (makespan +
+# ITL), the fewest terms within 0.5 point, no negative term (the table is in
+# benchmarks/RESULTS.md). Update both together.
+V0_MULTISTEP_PER_SEQ_S = 32.18e-6
+V0_MULTISTEP_PER_LOGGED_REQUEST_S = 6.352e-3
 V0_MULTISTEP_SOURCE = ("fitted on 11 public vLLM 0.6.0 A100 runs (API server, requests logged, "
-                       "--num-scheduler-steps 10) and 2 published vLLM 0.6.0 figures (A100, "
-                       "H100; --disable-log-requests); benchmarks/fidelity.py --fit: "
-                       "leave-one-out median |makespan error| 1.1 % (worst 4.7 %) on the runs, "
-                       "5.8 % and 5.2 % on the figures")
+                       "--num-scheduler-steps 10; makespans and median ITL) and 2 published vLLM "
+                       "0.6.0 figures (A100, H100; --disable-log-requests); benchmarks/fidelity.py"
+                       " --fit: leave-one-out median |makespan error| 1.8 % (worst 6.8 %) and "
+                       "|median ITL error| 5.4 % (worst 14.3 %) on the runs, 5.4 % and 0.5 % on "
+                       "the figures")
 V0_MULTISTEP = EngineProfile(
     name="vllm-v0-multistep", entry_point="OpenAI API server (streaming)",
-    generation="V0 multi-step", overlapped=False, fixed_s=V0_MULTISTEP_FIXED_S,
-    per_new_request_s=V0_MULTISTEP_PER_NEW_REQUEST_S,
+    generation="V0 multi-step", overlapped=False, per_seq_s=V0_MULTISTEP_PER_SEQ_S,
     per_logged_request_s=V0_MULTISTEP_PER_LOGGED_REQUEST_S, fitted=True,
     source=V0_MULTISTEP_SOURCE)
 
@@ -162,15 +164,17 @@ PROFILES: dict[str, EngineProfile] = {
         source="estimated: the spec-sheet roofline's V1 step overhead (1.5 ms + 2 us per "
                "request), no public V1-sync run to fit"),
     "vllm-v0-multistep": V0_MULTISTEP,
-    # V0 single-step: the scheduler runs every step. The per-request term is the multi-step
-    # fit's; the fixed term is the low end of the 8-16 ms per step observed on vLLM 0.5.x
-    # (issue 14), where multi-step spreads the scheduler call over N steps (ESTIMATE)
+    # V0 single-step: the scheduler runs every step. The per-sequence and request-log terms
+    # are the multi-step fit's; the fixed term is the low end of the 8-16 ms per step observed
+    # on vLLM 0.5.x (issue 14), where multi-step spreads the scheduler call over N steps
+    # (ESTIMATE)
     "vllm-v0": EngineProfile(
         name="vllm-v0", entry_point="any", generation="V0 single-step",
-        overlapped=False, fixed_s=8e-3, per_new_request_s=V0_MULTISTEP_PER_NEW_REQUEST_S,
+        overlapped=False, fixed_s=8e-3, per_seq_s=V0_MULTISTEP_PER_SEQ_S,
         per_logged_request_s=V0_MULTISTEP_PER_LOGGED_REQUEST_S,
         source="estimated: 8 ms per step (the low end of the 8-16 ms observed on vLLM 0.5.x, "
-               "issue 14) + the multi-step fit's per-request terms; no single-step run to fit"),
+               "issue 14) + the multi-step fit's per-sequence and request-log terms; no "
+               "single-step run to fit"),
 }
 DEFAULT_PROFILE = "vllm-v1-offline"
 

@@ -285,7 +285,7 @@ def test_engine_profile_follows_generation_entry_point_and_steps():
     for quiet in (profile_for("0.6.0", "serve", 10, log_requests=False),
                   profile_for("0.6.0", "llm", 10), profile_for("0.5.4", "run-batch", 1)):
         assert quiet.per_logged_request_s == 0 and "not logged" in quiet.source
-        assert quiet.per_new_request_s == logged.per_new_request_s > 0
+        assert quiet.per_seq_s == logged.per_seq_s > 0
     assert logs_requests_by_default("0.10.1", "serve") and logs_requests_by_default("0.6.0", "serve")
     assert not logs_requests_by_default("0.10.2", "serve")
     assert not logs_requests_by_default(None, "serve") and not logs_requests_by_default("0.6.0", "llm")

@@ -239,3 +239,38 @@ def test_replay_of_a_public_per_request_file_agrees_with_the_fidelity_suite(tmp_
     d = json.loads(capsys.readouterr().out)
     assert d["measured_makespan_s"] == pytest.approx(run.measured_makespan_s)
     assert d["predicted_makespan_s"] == pytest.approx(row["predicted_makespan_s"], rel=1e-6)
+
+
+@pytest.mark.skipif(not (DATA / "lambda-a100" / "index.csv").is_file(),
+                    reason=f"A100 runs not at {DATA}")
+def test_replay_compares_the_median_itl_a_bench_result_records(tmp_path, capsys):
+    """A bench result's median_itl_ms (gaps between streamed chunks) is predicted from the
+    simulated decode steps, 10 tokens a chunk under --num-scheduler-steps 10: the public A100
+    run (Llama-3-8B, 1,280 requests, 689.3 ms) rebuilt as the file `vllm bench serve` saves."""
+    import csv
+
+    row = next(r for r in csv.DictReader((DATA / "lambda-a100" / "index.csv").open())
+               if r["file"] == "A100-80G_llama-3-8b_tp1_len2000_n1280.csv")
+    a = np.genfromtxt(DATA / "lambda-a100" / row["file"], delimiter=",", names=True,
+                      dtype=np.int64)
+    itl_ms = float(row["measured_median_itl_ms"])
+    args = ["-m", "llama-3-8b", "-g", "A100-80G", "--engine-version", "0.6.0",
+            "--max-num-seqs", "1024", "--max-num-batched-tokens", "2048",
+            "--gpu-memory-utilization", "0.95", "--json"]
+    got = {}
+    for steps, extra in ((10, {"median_itl_ms": itl_ms}), (1, {"median_itl_ms": itl_ms}),
+                         (10, {"median_itl_ms": "n/a"}), (10, {})):
+        f = _bench(tmp_path / "r.json", a["num_prefill_tokens"], a["num_decode_tokens"],
+                   float(row["measured_duration_s"]), request_rate="inf", **extra)
+        code = main_in_process(["replay", str(f), *args, "--num-scheduler-steps", str(steps)],
+                               tmp_path)
+        assert code == 0
+        got[(steps, json.dumps(extra))] = json.loads(capsys.readouterr().out)
+    d = got[(10, json.dumps({"median_itl_ms": itl_ms}))]
+    assert d["tokens_per_chunk"] == 10 and d["measured_median_itl_s"] == itl_ms / 1e3
+    assert abs(d["itl_error_pct"]) < 5.0  # in the V0 fit: in-sample
+    single = got[(1, json.dumps({"median_itl_ms": itl_ms}))]
+    assert single["tokens_per_chunk"] == 1  # one step a chunk: a far shorter gap
+    assert single["predicted_median_itl_s"] < d["predicted_median_itl_s"] / 3
+    for extra in ({"median_itl_ms": "n/a"}, {}):  # not recorded (or not a number): no ITL row
+        assert "predicted_median_itl_s" not in got[(10, json.dumps(extra))]

@@ -363,3 +363,41 @@ def test_cuda_graph_reserve_follows_the_sizes_vllm_captures():
     assert small < big
     assert runtime_overhead_bytes(ServingConfig(gpu="A10", max_running=128), "0.6.0") == \
         runtime_overhead_bytes(ServingConfig(gpu="A10", max_running=256), "0.6.0")  # not counted
+
+
+# ---- streamed-chunk gaps (median ITL) from step records -------------------------------------
+def test_itl_chunks_by_hand():
+    """A decoding request waits its step and the decode-free (prefill-first) steps before it;
+    N tokens a chunk sums N decoding steps; the median is weighted by the decodes."""
+    from tuner.sim.steps import DECODES, N_COLS, itl_chunks, median_itl_s
+
+    st = np.zeros((6, N_COLS))
+    st[:, DECODES] = [0, 3, 3, 0, 3, 1]
+    t = np.array([5.0, 1.0, 1.0, 2.0, 1.0, 1.0])
+    gaps, w = itl_chunks(st, t, 1)
+    assert gaps.tolist() == [6.0, 1.0, 3.0, 1.0] and w.tolist() == [3.0, 3.0, 3.0, 1.0]
+    gaps, w = itl_chunks(st, t, 2)
+    assert gaps.tolist() == [7.0, 4.0, 4.0] and w.tolist() == [3.0, 3.0, 3.0]
+    assert median_itl_s([st], [t], 1) == 3.0  # weights 3,3,3,1 over gaps 1,1,3,6
+    assert median_itl_s([st[:1]], [t[:1]], 1) is None  # nothing decodes
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.floats(0.0, 1.0), st.floats(0.0, 1.0)),
+                min_size=1, max_size=40), st.integers(1, 12))
+def test_itl_chunks_are_linear_in_step_time_and_conserve_it(rows, k):
+    """The gaps of a sum of step-time terms are the sum of their gaps (what the host-term fit
+    relies on), and with one token a chunk they add up to the time up to the last decoding
+    step."""
+    from tuner.sim.steps import DECODES, N_COLS, itl_chunks
+
+    st_ = np.zeros((len(rows), N_COLS))
+    st_[:, DECODES] = [r[0] for r in rows]
+    a, b = np.array([r[1] for r in rows]), np.array([r[2] for r in rows])
+    ga, wa = itl_chunks(st_, a, k)
+    gb, _ = itl_chunks(st_, b, k)
+    gab, wab = itl_chunks(st_, a + b, k)
+    assert np.allclose(gab, ga + gb) and np.array_equal(wa, wab)
+    g1, _ = itl_chunks(st_, a, 1)
+    dec = np.flatnonzero(st_[:, DECODES] > 0)
+    assert g1.sum() == pytest.approx(a[:dec[-1] + 1].sum() if dec.size else 0.0)

@@ -8,8 +8,9 @@ Reads what a real run left behind:
 * a per-request file, CSV or JSONL, one row per request: prompt and output token counts and
   when it arrived and when its last token came (column names below).
 
-and prints predicted vs measured makespan and output throughput, with the KV capacity the
-plan gives (and the engine's where the file records it). ``--record`` appends the comparison
+and prints predicted vs measured makespan and output throughput, the median gap between
+streamed chunks where a bench result records it (median_itl_ms: the decode step), with the KV
+capacity the plan gives (and the engine's where the file records it). ``--record`` appends the comparison
 to the calibration store, where ``tuner calibrate --method makespan`` fits on it.
 """
 
@@ -68,6 +69,9 @@ class MeasuredRun:
     note: str = ""  # what is approximated
     kv_tokens: int | None = None  # the engine's KV capacity, where recorded
     model_id: str = ""  # the model the run names (a bench result's model_id), if any
+    # the client's median gap between a request's streamed chunks (a bench result's
+    # median_itl_ms), where recorded
+    median_itl_s: float | None = None
 
 
 def _fail(path: Path, msg: str) -> TunerError:
@@ -134,9 +138,13 @@ def read_bench_result(path: Path, doc: dict) -> MeasuredRun:
         note += (f"the client capped concurrency at {doc['max_concurrency']}: pass "
                  "--max-num-seqs at most that; ")
     model_id = doc.get("model_id")
+    itl_ms = doc.get("median_itl_ms")
+    itl_ok = (isinstance(itl_ms, int | float) and not isinstance(itl_ms, bool)
+              and math.isfinite(itl_ms) and itl_ms > 0)
     return MeasuredRun(prompt[ok], output[ok], arrival, float(duration), "vllm bench serve result",
                        note.rstrip("; "),
-                       model_id=model_id.strip() if isinstance(model_id, str) else "")
+                       model_id=model_id.strip() if isinstance(model_id, str) else "",
+                       median_itl_s=float(itl_ms) / 1e3 if itl_ok else None)
 
 
 def _failed_requests(doc: dict, output: np.ndarray) -> tuple[np.ndarray, str]:
@@ -314,7 +322,8 @@ def replay(
                                 calibrated=False,
                                 log_requests=False if disable_log_requests else None)
     cm = for_config(g, config)
-    res = run_sim(w, spec, g, config, cm, startup_s=0.0, engine_version=engine_version)
+    res = run_sim(w, spec, g, config, cm, startup_s=0.0, engine_version=engine_version,
+                  return_steps=m.median_itl_s is not None)
     out_tokens = float(m.output.sum())
     err_pct = 100.0 * (res.makespan_s / m.measured_s - 1.0)
     doc = {
@@ -331,6 +340,8 @@ def replay(
         "preemptions": res.preemptions, "iterations": res.iterations,
         "provenance": res.provenance,
     }
+    if m.median_itl_s is not None:
+        doc.update(_itl(m, res, cm, engine_version, num_scheduler_steps))
     if record:
         doc["recorded_in"] = str(_record(doc, res, cm, spec, g, config, store))
     if as_json:
@@ -351,6 +362,11 @@ def replay(
               f"{res.memory.kv_capacity_tokens:,}",
               f"{100.0 * (res.memory.kv_capacity_tokens / kv_eng - 1.0):+.1f} %"
               if kv_eng else "")
+    if doc.get("predicted_median_itl_s") is not None:
+        t.add_row(f"median ITL ({doc['tokens_per_chunk']} token"
+                  f"{'s' if doc['tokens_per_chunk'] > 1 else ''} a chunk)",
+                  fmt_s(m.median_itl_s), fmt_s(doc["predicted_median_itl_s"]),
+                  f"{doc['itl_error_pct']:+.1f} %")
     t.add_row("preemptions (simulated)", "", f"{res.preemptions:,}", "")
     out.print(t)
     out.print(f"read as: {m.kind}" + (f"; {m.note}" if m.note else ""), style="dim",
@@ -364,6 +380,22 @@ def replay(
         out.print(f"recorded in {doc['recorded_in']} (fit with: tuner calibrate --device "
                   f"{g.name} --model {spec.name} --runner replay --method makespan)",
                   markup=False)
+
+
+def _itl(m: MeasuredRun, res, cm, engine_version: str | None,
+         num_scheduler_steps: int | None) -> dict:
+    """Predicted vs measured median gap between a request's streamed chunks: the simulated
+    decode steps, grouped as the engine streams them (a V0 multi-step engine sends N tokens a
+    chunk, the N it was priced with; V1 one a step; tuner.sim.steps.median_itl_s)."""
+    from tuner.core.engines import priced_scheduler_steps
+    from tuner.sim.steps import batch_features, median_itl_s
+
+    k = priced_scheduler_steps(engine_version, num_scheduler_steps) or 1
+    pred = median_itl_s(res.steps, [cm.iteration_time_s(batch_features(s)) for s in res.steps],
+                        k)
+    return {"tokens_per_chunk": k, "measured_median_itl_s": m.median_itl_s,
+            "predicted_median_itl_s": pred,
+            "itl_error_pct": None if pred is None else 100.0 * (pred / m.median_itl_s - 1.0)}
 
 
 def _record(doc: dict, res, cm, spec, g, config, store: Path | None) -> Path:

@@ -35,3 +35,58 @@ def batch_features(steps: np.ndarray) -> BatchFeatures:
         prefill_tokens=st[:, PREFILL_TOKENS], prefill_sq=st[:, PREFILL_SQ],
         prefill_ctx=st[:, PREFILL_CTX], decodes=st[:, DECODES], decode_kv=st[:, DECODE_KV],
         seqs_sampled=st[:, SAMPLED])
+
+
+def itl_chunks(steps: np.ndarray, step_s: np.ndarray,
+               tokens_per_chunk: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """The gaps a streaming client sees between a request's chunks, from one engine's step
+    records and their times: (gap of every window of `tokens_per_chunk` consecutive decoding
+    steps, the decodes of its first step as its weight).
+
+    A request that decodes in a step waits that step and every step without decodes before it
+    (V0's prefill-first steps stall the running requests); an engine that streams N tokens per
+    chunk (V0 multi-step, --num-scheduler-steps N) sends one every N decoding steps. Linear in
+    `step_s`, so the gaps of a sum of step-time terms are the sum of their gaps."""
+    decodes = np.asarray(steps, dtype=np.float64)[:, DECODES]
+    t = np.asarray(step_s, dtype=np.float64)
+    if not (decodes > 0).any():
+        return np.zeros(0), np.zeros(0)
+    # a step belongs to the gap closed by the next step that decodes (itself if it decodes)
+    gap = np.concatenate(([0], np.cumsum(decodes[:-1] > 0)))
+    n = int(gap[-1]) + 1
+    closes = np.bincount(gap, weights=(decodes > 0).astype(np.float64), minlength=n) > 0
+    gaps = np.bincount(gap, weights=t, minlength=n)[closes]
+    weight = np.bincount(gap, weights=decodes, minlength=n)[closes]
+    k = max(1, min(int(tokens_per_chunk), len(gaps)))
+    return np.convolve(gaps, np.ones(k), mode="valid"), weight[:len(gaps) - k + 1]
+
+
+def weighted_median(x: np.ndarray, weight: np.ndarray) -> float:
+    """The value below which half the weight lies (x and weight of equal length, weight > 0)."""
+    order = np.argsort(x, kind="stable")
+    c = np.cumsum(np.asarray(weight, dtype=np.float64)[order])
+    return float(np.asarray(x)[order][np.searchsorted(c, 0.5 * c[-1])])
+
+
+def median_itl_s(steps_by_replica: list[np.ndarray], step_s_by_replica: list[np.ndarray],
+                 tokens_per_chunk: int = 1) -> float | None:
+    """Median inter-token (inter-chunk) latency over every chunk a streaming client receives,
+    as `vllm bench serve` / benchmark_serving.py report it (`median_itl_ms`: the gaps between
+    a request's chunks after its first, pooled over requests); None when nothing decodes."""
+    parts = [itl_chunks(s, t, tokens_per_chunk)
+             for s, t in zip(steps_by_replica, step_s_by_replica, strict=True)]
+    gaps = np.concatenate([g for g, _ in parts]) if parts else np.zeros(0)
+    if not gaps.size:
+        return None
+    return weighted_median(gaps, np.concatenate([w for _, w in parts]))
+
+
+def mean_itl_s(steps_by_replica: list[np.ndarray],
+               step_s_by_replica: list[np.ndarray]) -> float | None:
+    """Mean gap between a request's consecutive tokens over every token after each request's
+    first: sum over requests of (last token - first token) / sum of (output tokens - 1), the
+    decode speed a per-request log with first- and last-token times measures; None when
+    nothing decodes."""
+    parts = [itl_chunks(s, t, 1) for s, t in zip(steps_by_replica, step_s_by_replica, strict=True)]
+    w = sum(float(w.sum()) for _, w in parts)
+    return sum(float((g * w).sum()) for g, w in parts) / w if w > 0 else None
