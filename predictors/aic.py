@@ -61,7 +61,13 @@ import numpy as np
 
 from tuner.core.provenance import Provenance
 from tuner.predictors.aic_tables import FRAMEWORKS, MEASURED, KernelTables, data_dir, has_tables
-from tuner.predictors.aic_transfer import spec_peaks, transfer_source, transfer_tables
+from tuner.predictors.aic_transfer import (
+    achievable_fraction,
+    spec_peaks,
+    transfer_source,
+    transfer_tables,
+    typical_fractions,
+)
 from tuner.predictors.features import BatchFeatures, sum_parts
 from tuner.predictors.moe import MoEParallel, MoEShape
 from tuner.predictors.protocol import group_ops
@@ -525,11 +531,16 @@ def _allreduce_curve(tables: KernelTables, tp: int, bytes_per_token: float, m: n
 
 # ---- transfer error: the rule applied between two measured GPUs ----------------------------
 def transfer_check(source: KernelTables, target: KernelTables, source_gpu, target_gpu,
-                   model, *, tp: int = 1) -> dict:
+                   model, *, tp: int = 1, achievable: dict | None = None) -> dict:
     """Error of predicting `target`'s measured kernels from `source` via spec-sheet ratios, at
     `model`'s shapes over a grid of iterations (prefill chunks 64..8192 tokens, decode batches
-    1..256 at KV lengths 128..8192): median and worst |error| of the per-iteration GPU time."""
-    moved = transfer_tables(source, source_gpu, target_gpu)
+    1..256 at KV lengths 128..8192): median and worst |error| of the per-iteration GPU time.
+    `achievable`: the measured GPUs' achievable fractions (achievable_fractions); the target's
+    own is left out, as for a GPU without tables (its typical fraction is the others')."""
+    if achievable:
+        others = {g: f for g, f in achievable["per_gpu"].items() if g != target.gpu}
+        achievable = {"per_gpu": others, "typical": typical_fractions(others)}
+    moved = transfer_tables(source, source_gpu, target_gpu, achievable)
     real = MeasuredTableCostModel.build(model, target_gpu, target, tp=tp)
     pred = MeasuredTableCostModel.build(model, target_gpu, moved, tp=tp)
     f = reference_iterations()
@@ -598,22 +609,43 @@ def transfer_error_summary(path: Path | None = None) -> dict | None:
     return doc.get("summary")
 
 
+def measured_achievable(gpus: dict) -> dict:
+    """Every measured GPU's achievable tensor FLOP/s fraction per dtype (its own tables,
+    aic_transfer.achievable_fraction) and their median: what achievable_fractions ships."""
+    per_gpu = {g: {d: achievable_fraction(KernelTables.load(g), gpus[g], d)
+                   for d in ("bf16", "fp8")} for g in MEASURED if g in gpus}
+    return {"per_gpu": per_gpu, "typical": typical_fractions(per_gpu)}
+
+
+@lru_cache(maxsize=2)
+def achievable_fractions(path: Path | None = None) -> dict | None:
+    """The shipped achievable fractions (TRANSFER_CHECKS_FILE's "achievable", written by
+    `python -m predictors.aic`); None where absent (transfers then use spec sheets alone)."""
+    p = (path or data_dir()) / TRANSFER_CHECKS_FILE
+    if not p.is_file():
+        return None
+    return json.loads(p.read_text()).get("achievable")
+
+
 def write_transfer_checks(gpus: dict, models: dict, path: Path | None = None) -> dict:
     """The transfer rule applied between every ordered pair of measured GPUs, at CHECK_MODEL's
-    shapes, written next to the tables."""
+    shapes (each target's own achievable fraction left out), written next to the tables with
+    the achievable fractions transfers use."""
     names = [g for g in MEASURED if g in gpus]
+    achievable = measured_achievable(gpus)
     pairs = []
     for s in names:
         for t in names:
             if s != t:
                 pairs.append(transfer_check(KernelTables.load(s), KernelTables.load(t),
-                                            gpus[s], gpus[t], models[CHECK_MODEL]))
+                                            gpus[s], gpus[t], models[CHECK_MODEL],
+                                            achievable=achievable))
     med = [p["median_pct"] for p in pairs]
     summary = {"median_pct": float(np.median(med)), "worst_pct": float(max(med)),
                "pairs": len(pairs), "model": CHECK_MODEL,
                "what": "per pair: median |error| of per-iteration GPU time over "
                        "reference_iterations(); summary: median and worst of those"}
-    doc = {"summary": summary, "pairs": pairs}
+    doc = {"summary": summary, "pairs": pairs, "achievable": achievable}
     p = (path or data_dir()) / TRANSFER_CHECKS_FILE
     p.write_text(json.dumps(doc, indent=1) + "\n")
     return doc
@@ -655,7 +687,8 @@ def table_cost_model(model, gpu, *, tp: int = 1, weight_bits: int = 16, kv_bits:
             err = None
         else:
             src_gpu = gpus[src] if gpus is not None else _catalog_gpu(src)
-            tables = transfer_tables(KernelTables.load(src), src_gpu, gpu)
+            tables = transfer_tables(KernelTables.load(src), src_gpu, gpu,
+                                     achievable_fractions())
             err = transfer_error_summary()
         cm = MeasuredTableCostModel.build(model, gpu, tables, tp=tp, weight_bits=weight_bits,
                                           kv_bits=kv_bits, engine_version=engine_version,
@@ -704,3 +737,8 @@ if __name__ == "__main__":
     s = d["summary"]
     print(f"summary over {s['pairs']} pairs: median {s['median_pct']:.1f} %, "
           f"worst pair {s['worst_pct']:.1f} %")
+    a = d["achievable"]
+    print("achievable tensor FLOP/s (fraction of spec, from each GPU's tables): "
+          + ", ".join(f"{g} {v['bf16']:.2f}" + (f" / FP8 {v['fp8']:.2f}" if v.get("fp8") else "")
+                      for g, v in a["per_gpu"].items())
+          + f"; median {a['typical']['bf16']:.2f} / FP8 {a['typical'].get('fp8', 0):.2f}")

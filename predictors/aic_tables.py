@@ -349,11 +349,21 @@ class KernelTables:
                         f"({MEASURED[self.gpu]}, {self.device}){self._borrowed_note()}")
             return (f"SGLang kernels transferred to {self.gpu} from {self.transfer['source']} "
                     f"(AIConfigurator sglang {self.gemm_version} tables, {self.device}) via "
-                    f"spec-sheet ratios{self._borrowed_note()}")
+                    f"spec-sheet ratios{self._achievable_note()}{self._borrowed_note()}")
         if self.measured:
             return (f"measured: AIConfigurator, vLLM {self.gemm_version} kernels on {self.device}")
         return (f"transferred to {self.gpu} from {self.transfer['source']} ({self.device}, vLLM "
-                f"{self.gemm_version} kernels) via spec-sheet ratios")
+                f"{self.gemm_version} kernels) via spec-sheet ratios{self._achievable_note()}")
+
+    def _achievable_note(self) -> str:
+        """How a transfer scaled tensor FLOP/s (predictors.aic_transfer), for describe()."""
+        f = (self.transfer or {}).get("achievable", {}).get("bf16")
+        if not f:
+            return ""
+        return (f", BF16 tensor FLOP/s as achieved: {self.transfer['source']} {f[0]:.2f} of "
+                f"its spec (its tables), {self.gpu} {f[1]:.2f} (estimated: "
+                + ("the source's, same spec" if f[0] == f[1] else "the measured GPUs' median")
+                + ")")
 
     def _borrowed_note(self) -> str:
         """What an SGLang table set prices from the GPU's vLLM tables, for describe()."""

@@ -10,6 +10,15 @@ bandwidth ratio. A GPU with no architecture (or one without a measured GPU) gets
 the caller falls back to the roofline. The same rule applied between two measured GPUs gives
 its error (predictors.aic.transfer_check).
 
+Tensor FLOP/s enter as what a GPU achieves, not its spec sheet (`achievable_fraction`): the
+source's fraction of its spec is read off its own tables (the 90th percentile of its measured
+large-GEMM throughput; the eight measured GPUs' figures are within 8 % of the public MAMF
+benchmark where it has them, RESULTS.md), the target's is the median fraction of the measured
+GPUs (a GPU with the source's spec, the same chip at the same clocks, keeps the source's).
+Spec ratios alone carried a power-capped source's shortfall to every target: the L40S reaches
+0.74 of its 362 TF, the A100 0.94; the rule's prefill error over the measured pairs fell from
+11.9 to 10.4 % (median, Llama-3-8B shapes; worst 27 -> 18 %).
+
 Here: the rule itself (plain numpy on duck-typed GPUs); KernelTables applies it at every
 lookup of a transferred table.
 """
@@ -43,12 +52,64 @@ def spec_peaks(gpu) -> dict:
             "link": (getattr(gpu, "nvlink_gbps", None) or gpu.host_link_gbps) * 1e9}
 
 
-def transfer_tables(source, source_gpu, target_gpu):
+# large GEMMs whose throughput says what a GPU's tensor cores achieve (m x n x k at least)
+ACHIEVABLE_MIN_M, ACHIEVABLE_MIN_NK = 1024, 4096
+ACHIEVABLE_PERCENTILE = 90.0
+
+
+def achievable_fraction(tables, gpu, dtype: str = "bf16") -> float | None:
+    """The fraction of its spec-sheet tensor FLOP/s (`dtype` "bf16" or "fp8") a measured GPU's
+    GEMMs reach: the ACHIEVABLE_PERCENTILE-th percentile of the throughput of the measured
+    (not filled) cells of at least ACHIEVABLE_MIN_M x ACHIEVABLE_MIN_NK x ACHIEVABLE_MIN_NK;
+    None where the tables have no such cells (no GEMM table of that dtype)."""
+    if f"gemm_{dtype}_loglat" not in tables.arrays:
+        return None
+    a = tables.arrays
+    m, n, k = (a[f"gemm_{dtype}_{x}"].astype(np.float64) for x in "mnk")
+    M, N, K = np.meshgrid(m, n, k, indexing="ij")
+    keep = (a[f"gemm_{dtype}_measured"].astype(bool) & (M >= ACHIEVABLE_MIN_M)
+            & (N >= ACHIEVABLE_MIN_NK) & (K >= ACHIEVABLE_MIN_NK))
+    if not keep.any():
+        return None
+    flops_s = 2.0 * M * N * K / (np.exp(a[f"gemm_{dtype}_loglat"]) * 1e-3)
+    return float(np.percentile(flops_s[keep], ACHIEVABLE_PERCENTILE)
+                 / spec_peaks(gpu)["flops"][dtype])
+
+
+def typical_fractions(per_gpu: dict[str, dict[str, float | None]]) -> dict[str, float]:
+    """Median achievable fraction per dtype over the measured GPUs that have one."""
+    out = {}
+    for dtype in ("bf16", "fp8"):
+        v = [d[dtype] for d in per_gpu.values() if d.get(dtype)]
+        if v:
+            out[dtype] = float(np.median(v))
+    return out
+
+
+def transfer_tables(source, source_gpu, target_gpu, achievable: dict | None = None):
     """`source`'s tables (a predictors.aic_tables.KernelTables) re-priced for `target_gpu`
-    (both GPUs duck-typed tuner GPUs): the same tables with the rule's ratios attached."""
+    (both GPUs duck-typed tuner GPUs): the same tables with the rule's ratios attached.
+    `achievable` ({"per_gpu": {gpu: {dtype: fraction}}, "typical": {dtype: fraction}}, as
+    predictors.aic.achievable_fractions ships them): tensor FLOP/s as achieved (the module
+    doc); None: spec sheets alone."""
     s, t = spec_peaks(source_gpu), spec_peaks(target_gpu)
-    tr = {"source": source.gpu, "src_flops": s["flops"], "dst_flops": t["flops"],
-          "src_bw": s["bw"], "dst_bw": t["bw"], "link_ratio": s["link"] / t["link"]}
+    src_flops, dst_flops = dict(s["flops"]), dict(t["flops"])
+    fractions = {}
+    if achievable:
+        own = achievable.get("per_gpu", {})
+        for dtype in src_flops:
+            f_src = (own.get(source.gpu) or {}).get(dtype)
+            if not f_src:  # no table of this dtype on the source: spec ratio
+                continue
+            f_dst = ((own.get(target_gpu.name) or {}).get(dtype)
+                     or (f_src if src_flops[dtype] == dst_flops[dtype]
+                         else achievable.get("typical", {}).get(dtype, f_src)))
+            src_flops[dtype] *= f_src
+            dst_flops[dtype] *= f_dst
+            fractions[dtype] = (f_src, f_dst)
+    tr = {"source": source.gpu, "src_flops": src_flops, "dst_flops": dst_flops,
+          "src_bw": s["bw"], "dst_bw": t["bw"], "link_ratio": s["link"] / t["link"],
+          "achievable": fractions}
     return replace(source, gpu=target_gpu.name, transfer=tr)
 
 
