@@ -361,9 +361,8 @@ class KernelTables:
         if not f:
             return ""
         return (f", BF16 tensor FLOP/s as achieved: {self.transfer['source']} {f[0]:.2f} of "
-                f"its spec (its tables), {self.gpu} {f[1]:.2f} (estimated: "
-                + ("the source's, same spec" if f[0] == f[1] else "the measured GPUs' median")
-                + ")")
+                f"its spec (its tables), {self.gpu} {f[1]:.2f} ("
+                + ("its tables" if f[2] == "measured" else f"estimated: {f[2]}") + ")")
 
     def _borrowed_note(self) -> str:
         """What an SGLang table set prices from the GPU's vLLM tables, for describe()."""

@@ -12,8 +12,8 @@ its error (predictors.aic.transfer_check).
 
 Tensor FLOP/s enter as what a GPU achieves, not its spec sheet (`achievable_fraction`): the
 source's fraction of its spec is read off its own tables (the 90th percentile of its measured
-large-GEMM throughput; the eight measured GPUs' figures are within 8 % of the public MAMF
-benchmark where it has them, RESULTS.md), the target's is the median fraction of the measured
+large-GEMM throughput; within 8 % of the public MAMF benchmark on the five measured GPUs it
+covers, RESULTS.md), the target's is the median fraction of the measured
 GPUs (a GPU with the source's spec, the same chip at the same clocks, keeps the source's).
 Spec ratios alone carried a power-capped source's shortfall to every target: the L40S reaches
 0.74 of its 362 TF, the A100 0.94; the rule's prefill error over the measured pairs fell from
@@ -101,12 +101,17 @@ def transfer_tables(source, source_gpu, target_gpu, achievable: dict | None = No
             f_src = (own.get(source.gpu) or {}).get(dtype)
             if not f_src:  # no table of this dtype on the source: spec ratio
                 continue
-            f_dst = ((own.get(target_gpu.name) or {}).get(dtype)
-                     or (f_src if src_flops[dtype] == dst_flops[dtype]
-                         else achievable.get("typical", {}).get(dtype, f_src)))
+            if (own.get(target_gpu.name) or {}).get(dtype):
+                f_dst, how = own[target_gpu.name][dtype], "measured"
+            elif src_flops[dtype] == dst_flops[dtype]:
+                f_dst, how = f_src, "the source's, same spec"
+            elif achievable.get("typical", {}).get(dtype):
+                f_dst, how = achievable["typical"][dtype], "the measured GPUs' median"
+            else:
+                f_dst, how = f_src, "the source's"
             src_flops[dtype] *= f_src
             dst_flops[dtype] *= f_dst
-            fractions[dtype] = (f_src, f_dst)
+            fractions[dtype] = (f_src, f_dst, how)
     tr = {"source": source.gpu, "src_flops": src_flops, "dst_flops": dst_flops,
           "src_bw": s["bw"], "dst_bw": t["bw"], "link_ratio": s["link"] / t["link"],
           "achievable": fractions}

@@ -262,7 +262,8 @@ def test_transfer_scales_tensor_flops_as_achieved():
     spec = aic_transfer.transfer_tables(l40s, GPUS["L40S"], GPUS["RTX4090"])
     ach = aic_transfer.transfer_tables(l40s, GPUS["L40S"], GPUS["RTX4090"], a)
     f_src, f_dst = a["per_gpu"]["L40S"]["bf16"], a["typical"]["bf16"]
-    assert ach.transfer["achievable"]["bf16"] == (f_src, f_dst)
+    assert ach.transfer["achievable"]["bf16"] == (f_src, f_dst, "the measured GPUs' median")
+    assert same.transfer["achievable"]["bf16"][2] == "the source's, same spec"
     big = np.searchsorted(l40s.gemm_m_grid(), 8192)
     assert (ach.gemm_s(4096, 14336)[big] / spec.gemm_s(4096, 14336)[big]
             == pytest.approx(f_src / f_dst, rel=1e-9))

@@ -285,7 +285,8 @@ def replay(
     as_json: JsonOpt = False,
 ) -> None:
     """Check tuner against a real run of your own: re-simulate it with the run's engine
-    settings and print predicted vs measured makespan and throughput. The engine was already
+    settings and print predicted vs measured makespan and throughput, and the median ITL (the
+    decode step) where a bench result records it. The engine was already
     up when the run was timed, so no start-up is added. The settings are vLLM's defaults for
     --engine-version and --entry-point (default serve, as `vllm bench serve` drives) unless
     given.
