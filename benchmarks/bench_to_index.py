@@ -22,7 +22,7 @@ from pathlib import Path
 COLUMNS = ("file", "source_path", "gpu", "model", "hf_model", "tp", "num_prompts", "completed",
            "measured_duration_s", "total_input_tokens", "total_output_tokens", "vllm_version",
            "scheduler", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization",
-           "num_scheduler_steps", "notes")
+           "num_scheduler_steps", "measured_median_itl_ms", "notes")
 
 
 def convert(result: Path, out: Path, *, gpu: str, model: str, hf_model: str = "", tp: int = 1,
@@ -58,10 +58,14 @@ def convert(result: Path, out: Path, *, gpu: str, model: str, hf_model: str = ""
            "max_num_batched_tokens": max_num_batched_tokens,
            "gpu_memory_utilization": gpu_memory_utilization,
            "num_scheduler_steps": "" if num_scheduler_steps is None else num_scheduler_steps,
+           # the client's median gap between streamed chunks: the suite checks the decode step
+           "measured_median_itl_ms": "" if m.median_itl_s is None else 1e3 * m.median_itl_s,
            "notes": f"vllm bench serve, request rate {doc.get('request_rate', 'inf')}"
                     + (f"; {m.note}" if m.note else "")}
+    # an index written before a column was added keeps its header (the new column left out)
+    fields = COLUMNS if new else next(csv.reader(index.open(newline="")))
     with index.open("a", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=COLUMNS)
+        w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
         if new:
             w.writeheader()
         w.writerow(row)

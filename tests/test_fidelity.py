@@ -326,7 +326,8 @@ def test_a_bench_serve_result_becomes_a_run_the_suite_reads(tmp_path):
     res = tmp_path / "serve_40.json"
     res.write_text(json.dumps({"duration": 9.5, "request_rate": "inf", "num_prompts": 41,
                                "input_lens": [512] * 40 + [512],
-                               "output_lens": [256] * 40 + [0]}))  # one failed request
+                               "output_lens": [256] * 40 + [0],  # one failed request
+                               "median_itl_ms": 21.5}))
     csv_path = bench_to_index.convert(res, tmp_path / "runs" / "H100-serve", gpu="H100",
                                       model="llama-3-8b", vllm_version="0.11.0")
     assert csv_path.read_text().count("\n") == 41  # header + 40 requests
@@ -335,6 +336,17 @@ def test_a_bench_serve_result_becomes_a_run_the_suite_reads(tmp_path):
     assert runs[0].engine.name == "vllm-v1-async" and runs[0].config.scheduler == "vllm"
     row = fidelity.evaluate(runs, {}, load_gpus(), timeline=False)[0]
     assert row["status"] == "ok" and row["measured_makespan_s"] == 9.5
+    # its median ITL is carried and predicted (one token a chunk: a V1 server)
+    assert runs[0].measured_median_itl_s == pytest.approx(0.0215) and runs[0].scheduler_steps == 1
+    assert row["predicted_median_itl_s"] > 0 and "itl_error_pct" in row
+    # an index written before that column existed keeps its header: rows stay aligned
+    old = tmp_path / "runs" / "old"
+    old.mkdir()
+    cols = [c for c in bench_to_index.COLUMNS if c != "measured_median_itl_ms"]
+    (old / "index.csv").write_text(",".join(cols) + "\n")
+    bench_to_index.convert(res, old, gpu="H100", model="llama-3-8b", vllm_version="0.11.0")
+    (again,) = fidelity.load_index_runs(tmp_path / "runs", "old")
+    assert again.measured_makespan_s == 9.5 and again.measured_median_itl_s is None
 
 
 def test_on_gpu_script_parses_and_dry_runs(tmp_path):
