@@ -1048,8 +1048,17 @@ def main(argv=None) -> int:
         per_gpu = summarise(loo_rows)["per_gpu"]
         for g, v in per_gpu.items():  # the engine profile each GPU's runs check
             v["engine"] = next(x["engine"] for x in out["leave_one_out"] if x["gpu"] == g)
+        if "v0_fit" in out:  # the decode step too, where the runs report their median ITL
+            gpu_of = {r.name: r.gpu for r in v0_runs}
+            by_gpu: dict[str, list[float]] = {}
+            for name, e in out["v0_fit"]["best"]["loo_itl"].items():
+                by_gpu.setdefault(gpu_of[name], []).append(abs(e))
+            for g, errs in by_gpu.items():
+                per_gpu[g].update(itl_runs=len(errs), itl_median_abs_pct=float(np.median(errs)),
+                                  itl_worst_abs_pct=float(np.max(errs)))
         doc = {"what": "benchmarks/fidelity.py --fit: leave-one-out |predicted / measured "
-                       "makespan - 1| per GPU (engine profile fitted on the other runs)",
+                       "makespan - 1| per GPU (engine profile fitted on the other runs); "
+                       "itl_*: the same for the median ITL where the runs report it",
                "engines": sorted({x["engine"] for x in out["leave_one_out"]}),
                "per_gpu": per_gpu,
                "runs": [{k: r[k] for k in ("run", "gpu", "engine", "makespan_error_pct")}

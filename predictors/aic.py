@@ -386,6 +386,9 @@ class MeasuredTableCostModel:
                        f"{fid.get('unit', 'run(s)')}, leave-one-out "
                        f"median |makespan error| {fid['median_abs_pct']:.1f} %, "
                        f"worst {fid['worst_abs_pct']:.1f} %")
+            if fid.get("itl_runs"):
+                detail += (f", median |ITL error| {fid['itl_median_abs_pct']:.1f} %, worst "
+                           f"{fid['itl_worst_abs_pct']:.1f} % (the decode step)")
         else:
             detail += (f"; the public runs on {fid['gpu']} check the {checked} engine profile, "
                        "not this one")

@@ -397,3 +397,19 @@ def test_llmservingsim_runs_check_the_decode_speed_their_request_logs_measure():
     st = np.zeros((4, N_COLS))
     st[:, DECODES] = [0, 2, 0, 1]  # 2 tokens wait 1 + 2 s, 1 token waits 3 + 4 s
     assert mean_itl_s([st], [np.array([1.0, 2.0, 3.0, 4.0])]) == pytest.approx((2 * 3 + 7) / 3)
+
+
+def test_shipped_summary_cites_the_decode_step_where_the_runs_check_it():
+    """--write-summary stores the V0 fit's leave-one-out median ITL beside the makespan for
+    the A100 (the runs that report it), and the measured cost model's provenance cites it."""
+    from tuner.core.catalog import get_model
+    from tuner.predictors.aic import fidelity_summary, table_cost_model
+    from tuner.predictors.engine_overhead import profile_for
+
+    a100 = fidelity_summary()["A100-80G"]
+    assert a100["itl_runs"] == 11 and a100["itl_median_abs_pct"] <= 7.0
+    assert "itl_runs" not in fidelity_summary()["RTX-PRO-6000"]
+    cm = table_cost_model(get_model("llama-3-8b"), load_gpus()["A100-80G"],
+                          engine_version="0.6.0", engine=profile_for("0.6.0", "serve", 10))
+    assert (f"median |ITL error| {a100['itl_median_abs_pct']:.1f} %"
+            in str(cm.provenance))
