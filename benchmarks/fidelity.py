@@ -727,7 +727,7 @@ class HostRow:
     def makespan_s(self, coef: dict) -> float:
         return self.base_s + sum(c * self.feats[t] for t, c in coef.items())
 
-    def _median_chunk(self, coef: dict) -> int:
+    def median_chunk(self, coef: dict) -> int:
         """Index of the chunk at the weighted median gap under `coef`."""
         gaps = self.itl_base_s + sum(c * self.itl_feats[t] for t, c in coef.items())
         order = np.argsort(gaps, kind="stable")
@@ -737,7 +737,7 @@ class HostRow:
     def itl_s(self, coef: dict) -> float | None:
         if self.measured_itl_s is None:
             return None
-        j = self._median_chunk(coef)
+        j = self.median_chunk(coef)
         return float(self.itl_base_s[j] + sum(c * self.itl_feats[t][j] for t, c in coef.items()))
 
 
@@ -790,7 +790,7 @@ def fit_host_terms(rows: list[HostRow], terms: tuple[str, ...]) -> dict | None:
             X.append([r.feats[t] / r.measured_s for t in terms])
             y.append(1.0 - r.base_s / r.measured_s)
             if r.measured_itl_s is not None:
-                j = r._median_chunk(coef or {})
+                j = r.median_chunk(coef or {})
                 X.append([r.itl_feats[t][j] / r.measured_itl_s for t in terms])
                 y.append(1.0 - r.itl_base_s[j] / r.measured_itl_s)
         sol, *_ = np.linalg.lstsq(np.array(X), np.array(y), rcond=None)
