@@ -680,21 +680,20 @@ def simulate_run(run: Run, engine: EngineProfile | None, gpus: dict, *, timeline
     return res, cm
 
 
-def itl_row(run: Run, res, cm) -> dict:
+def itl_row(run: Run, res) -> dict:
     """Predicted vs measured decode speed of a simulation run with return_steps: the median
     gap between streamed chunks (`run.scheduler_steps` tokens a chunk) where the run reports
     it, the per-request mean gap between tokens where it logs first and last token times
-    (tuner.sim.steps)."""
-    from tuner.sim.steps import batch_features, mean_itl_s, median_itl_s
+    (tuner.sim.steps, over the simulation's own step times)."""
+    from tuner.sim.steps import mean_itl_s, median_itl_s
 
-    step_s = [cm.iteration_time_s(batch_features(s)) for s in res.steps]
     row = {}
     if run.measured_median_itl_s is not None:
-        pred = median_itl_s(res.steps, step_s, run.scheduler_steps)
+        pred = median_itl_s(res.steps, res.step_s, run.scheduler_steps)
         row.update(measured_median_itl_s=run.measured_median_itl_s, predicted_median_itl_s=pred,
                    itl_error_pct=100.0 * (pred / run.measured_median_itl_s - 1.0))
     if run.measured_mean_itl_s is not None:
-        pred = mean_itl_s(res.steps, step_s)
+        pred = mean_itl_s(res.steps, res.step_s)
         row.update(measured_mean_itl_s=run.measured_mean_itl_s, predicted_mean_itl_s=pred,
                    mean_itl_error_pct=100.0 * (pred / run.measured_mean_itl_s - 1.0))
     return row
@@ -729,10 +728,10 @@ class HostRow:
 
     def median_chunk(self, coef: dict) -> int:
         """Index of the chunk at the weighted median gap under `coef`."""
+        from tuner.sim.steps import weighted_median_index
+
         gaps = self.itl_base_s + sum(c * self.itl_feats[t] for t, c in coef.items())
-        order = np.argsort(gaps, kind="stable")
-        c = np.cumsum(self.itl_weight[order])
-        return int(order[np.searchsorted(c, 0.5 * c[-1])])
+        return weighted_median_index(gaps, self.itl_weight)
 
     def itl_s(self, coef: dict) -> float | None:
         if self.measured_itl_s is None:
@@ -747,7 +746,7 @@ def host_row(run: Run, gpus: dict) -> HostRow:
     from tuner.predictors.engine_overhead import EngineProfile as EP
     from tuner.sim.steps import batch_features, itl_chunks
 
-    res, cm = simulate_run(run, None, gpus, return_steps=True)
+    res, _ = simulate_run(run, None, gpus, return_steps=True)
     per_replica = [batch_features(s) for s in res.steps]
     unit = {t: as_run_logs(EP(name="unit", entry_point="", generation="", overlapped=False,
                               **{t: 1.0}), run) for t in HOST_TERMS}
@@ -764,7 +763,7 @@ def host_row(run: Run, gpus: dict) -> HostRow:
             return np.concatenate([itl_chunks(s, t, k)[0]
                                    for s, t in zip(res.steps, step_s, strict=True)])
 
-        row.itl_base_s = gaps([cm.iteration_time_s(f) for f in per_replica])
+        row.itl_base_s = gaps(res.step_s)
         row.itl_feats = {t: gaps(v) for t, v in host.items()}
         row.itl_weight = np.concatenate([itl_chunks(s, np.zeros(len(s)), k)[1]
                                          for s in res.steps])
@@ -903,7 +902,7 @@ def evaluate(runs: list[Run], engines: dict[str, EngineProfile | None], gpus: di
         itl = run.measured_median_itl_s is not None or run.measured_mean_itl_s is not None
         res, cm = simulate_run(run, engine, gpus, timeline=timeline, return_steps=itl)
         if itl:
-            row.update(itl_row(run, res, cm))
+            row.update(itl_row(run, res))
         row.update(status="ok", moe=run.moe, expert_parallel=run.config.expert_parallel,
                    predicted_makespan_s=res.makespan_s,
                    makespan_error_pct=100.0 * (res.makespan_s / run.measured_makespan_s - 1.0),

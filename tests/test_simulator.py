@@ -401,3 +401,17 @@ def test_itl_chunks_are_linear_in_step_time_and_conserve_it(rows, k):
     g1, _ = itl_chunks(st_, a, 1)
     dec = np.flatnonzero(st_[:, DECODES] > 0)
     assert g1.sum() == pytest.approx(a[:dec[-1] + 1].sum() if dec.size else 0.0)
+
+
+def test_return_steps_keeps_the_times_the_simulation_priced():
+    """SimResult.step_s: each kept step's time as priced (what the ITL checks read instead of
+    pricing the steps again): one per step, summing to each replica's schedule."""
+    rng = np.random.default_rng(3)
+    w = Workload(prompt_tokens=rng.integers(50, 900, 300), output_tokens=rng.integers(5, 300, 300))
+    m, g = get_model("llama-3-8b"), get_gpu("A100-80G", GPUS)
+    for dp in (1, 2):
+        res = simulate_default(w, m, g, ServingConfig(gpu="A100-80G", dp=dp, max_running=64),
+                               return_steps=True, startup_s=0.0)
+        assert [len(t) for t in res.step_s] == [len(s) for s in res.steps]
+        assert max(float(t.sum()) for t in res.step_s) == pytest.approx(res.makespan_s)
+    assert simulate_default(w, m, g, ServingConfig(gpu="A100-80G")).step_s is None

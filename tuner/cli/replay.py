@@ -342,7 +342,7 @@ def replay(
         "provenance": res.provenance,
     }
     if m.median_itl_s is not None:
-        doc.update(_itl(m, res, cm, engine_version, num_scheduler_steps))
+        doc.update(_itl(m, res, engine_version, num_scheduler_steps))
     if record:
         doc["recorded_in"] = str(_record(doc, res, cm, spec, g, config, store))
     if as_json:
@@ -383,17 +383,16 @@ def replay(
                   markup=False)
 
 
-def _itl(m: MeasuredRun, res, cm, engine_version: str | None,
+def _itl(m: MeasuredRun, res, engine_version: str | None,
          num_scheduler_steps: int | None) -> dict:
     """Predicted vs measured median gap between a request's streamed chunks: the simulated
     decode steps, grouped as the engine streams them (a V0 multi-step engine sends N tokens a
     chunk, the N it was priced with; V1 one a step; tuner.sim.steps.median_itl_s)."""
     from tuner.core.engines import priced_scheduler_steps
-    from tuner.sim.steps import batch_features, median_itl_s
+    from tuner.sim.steps import median_itl_s
 
     k = priced_scheduler_steps(engine_version, num_scheduler_steps) or 1
-    pred = median_itl_s(res.steps, [cm.iteration_time_s(batch_features(s)) for s in res.steps],
-                        k)
+    pred = median_itl_s(res.steps, res.step_s, k)
     return {"tokens_per_chunk": k, "measured_median_itl_s": m.median_itl_s,
             "predicted_median_itl_s": pred,
             "itl_error_pct": None if pred is None else 100.0 * (pred / m.median_itl_s - 1.0)}

@@ -56,6 +56,8 @@ class SimResult:
     offload: dict | None = None  # tuner.sim.offload breakdown (memory, transfer vs budget, stalls)
     # simulate(return_steps=True): each replica's step records (tuner.sim.steps.STEP_COLUMNS)
     steps: list[np.ndarray] | None = field(default=None, repr=False)
+    # with them, each step's time as the simulation priced it (offload and host terms included)
+    step_s: list[np.ndarray] | None = field(default=None, repr=False)
     # --provider: the instances rented and the billed time
     rental: Rental | None = None
     # engine start-up of every replica (tuner.core.startup), in parallel: makespan_s, cost_usd
@@ -298,6 +300,7 @@ class _Replica:
     schedule: sch.Schedule  # steps empty when they were streamed
     span_s: float  # the replica's makespan
     end_s: np.ndarray | None = None  # when each step ends (replayed arrivals only)
+    step_s: np.ndarray | None = None  # each kept step's time (keep_steps only)
 
 
 def _submission_order(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConfig,
@@ -497,9 +500,10 @@ def _simulate_replica(workload: Workload, idx: np.ndarray, params: sch.Scheduler
         s = _schedule(workload, idx, params, exact, plan, cancel=cancel)
         # priced in slices all the same: a cost model's temporaries over millions of steps
         # at once took GiBs (the report's timelines of a 2 M-request job)
-        for i in range(0, len(s.steps), sch.STREAM_ROWS):
-            totals.price(s.steps[i:i + sch.STREAM_ROWS])
-        return _Replica(s, totals.time_s)
+        dt = [totals.price(s.steps[i:i + sch.STREAM_ROWS])
+              for i in range(0, len(s.steps), sch.STREAM_ROWS)]
+        return _Replica(s, totals.time_s,
+                        step_s=np.concatenate(dt) if dt else np.zeros(0))
     arrival_step = None
     for _ in range(ARRIVAL_ITERATIONS):
         s = _schedule(workload, idx, params, exact, plan, arrival_step, cancel=cancel)
@@ -510,7 +514,7 @@ def _simulate_replica(workload: Workload, idx: np.ndarray, params: sch.Scheduler
             break  # the schedule and its clock agree on every arrival
         arrival_step = nxt
     totals.add(s.steps, dt, priced)
-    return _Replica(s, float(end_s[-1]), end_s)
+    return _Replica(s, float(end_s[-1]), end_s, step_s=dt)
 
 
 def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConfig,
@@ -527,7 +531,7 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     exact=True runs the scheduler strictly step by step; the default skips ahead over
     decode-only stretches, which yields the same steps (tested) in less time. timeline: replica
     0's per-step figures in `SimResult.timeline` (time from the engines being up);
-    return_steps: every replica's step records in `SimResult.steps`.
+    return_steps: every replica's step records in `SimResult.steps`, their times in `step_s`.
 
     Engine start-up (tuner.core.startup: weight loading, torch.compile, CUDA graphs of vLLM
     `engine_version`, default the newest) runs on every replica at once before the schedule:
@@ -595,7 +599,7 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     off_totals = _offload.OffloadTotals()
     makespan = kv_time_integral = peak_kv = running_s = 0.0
     iterations = preemptions = cached = 0
-    tl, steps = None, []
+    tl, steps, step_s = None, [], []
     cap = max(plan.kv_capacity_blocks, 1)
     jobs = [(replica, idx) for replica, idx in
             enumerate(split_replicas(workload, order, config.dp)[:replicas]) if idx.size]
@@ -625,6 +629,7 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         kv_time_integral += totals.kv_block_s / cap / max(rep.span_s, 1e-12)
         if return_steps:
             steps.append(rep.schedule.steps)
+            step_s.append(rep.step_s)
         if want_tl:
             tl = totals.timeline(plan.kv_capacity_blocks, rep.end_s)
     # every replica starts its engine at once, then runs its schedule; the rented GPUs are
@@ -648,6 +653,7 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         machines=machines_for(gpu, config).to_dict(),
         price_usd_per_h=gpu.price_usd_per_h, memory=plan, provenance=provenance,
         cached_prompt_tokens=cached, timeline=tl, steps=steps if return_steps else None,
+        step_s=step_s if return_steps else None,
         startup_s=start.total_s, startup=start.to_dict(),
         mean_residence_s=running_s / max(sum(idx.size for _, idx in jobs), 1),
         engine=engine)

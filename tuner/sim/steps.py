@@ -61,11 +61,17 @@ def itl_chunks(steps: np.ndarray, step_s: np.ndarray,
     return np.convolve(gaps, np.ones(k), mode="valid"), weight[:len(gaps) - k + 1]
 
 
-def weighted_median(x: np.ndarray, weight: np.ndarray) -> float:
-    """The value below which half the weight lies (x and weight of equal length, weight > 0)."""
+def weighted_median_index(x: np.ndarray, weight: np.ndarray) -> int:
+    """Index of the element below which half the weight lies (x and weight of equal length,
+    weight > 0)."""
     order = np.argsort(x, kind="stable")
     c = np.cumsum(np.asarray(weight, dtype=np.float64)[order])
-    return float(np.asarray(x)[order][np.searchsorted(c, 0.5 * c[-1])])
+    return int(order[np.searchsorted(c, 0.5 * c[-1])])
+
+
+def weighted_median(x: np.ndarray, weight: np.ndarray) -> float:
+    """The value below which half the weight lies (weighted_median_index)."""
+    return float(np.asarray(x)[weighted_median_index(x, weight)])
 
 
 def median_itl_s(steps_by_replica: list[np.ndarray], step_s_by_replica: list[np.ndarray],
@@ -88,5 +94,5 @@ def mean_itl_s(steps_by_replica: list[np.ndarray],
     decode speed a per-request log with first- and last-token times measures; None when
     nothing decodes."""
     parts = [itl_chunks(s, t, 1) for s, t in zip(steps_by_replica, step_s_by_replica, strict=True)]
-    w = sum(float(w.sum()) for _, w in parts)
-    return sum(float((g * w).sum()) for g, w in parts) / w if w > 0 else None
+    tokens = sum(float(w.sum()) for _, w in parts)
+    return sum(float((g * w).sum()) for g, w in parts) / tokens if tokens > 0 else None
