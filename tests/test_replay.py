@@ -274,3 +274,6 @@ def test_replay_compares_the_median_itl_a_bench_result_records(tmp_path, capsys)
     assert single["predicted_median_itl_s"] < d["predicted_median_itl_s"] / 3
     for extra in ({"median_itl_ms": "n/a"}, {}):  # not recorded (or not a number): no ITL row
         assert "predicted_median_itl_s" not in got[(10, json.dumps(extra))]
+    assert "median_itl_ms 'n/a' is not a positive number" in got[
+        (10, json.dumps({"median_itl_ms": "n/a"}))]["note"]
+    assert "median_itl_ms" not in got[(10, json.dumps({}))]["note"]

@@ -141,6 +141,8 @@ def read_bench_result(path: Path, doc: dict) -> MeasuredRun:
     itl_ms = doc.get("median_itl_ms")
     itl_ok = (isinstance(itl_ms, int | float) and not isinstance(itl_ms, bool)
               and math.isfinite(itl_ms) and itl_ms > 0)
+    if itl_ms is not None and not itl_ok:
+        note += f"median_itl_ms {itl_ms!r} is not a positive number: ITL not compared; "
     return MeasuredRun(prompt[ok], output[ok], arrival, float(duration), "vllm bench serve result",
                        note.rstrip("; "),
                        model_id=model_id.strip() if isinstance(model_id, str) else "",
