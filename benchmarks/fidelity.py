@@ -142,19 +142,13 @@ class Run:
     measured_mean_itl_s: float | None = None
 
 
-#: catalog GPU of a run-index `gpu` cell (LambdaLabsML names GPUs like "A100-80G", "H100")
+#: catalog GPU of a run-index `gpu` cell (LambdaLabsML names GPUs like "A100-80G", "H100";
+#: LLMServingSim's folders like "RTXPRO6000"): the catalog's names and aliases, as --gpu reads them
 def catalog_gpu_name(cell: str, gpus: dict) -> str | None:
-    import re
+    from tuner.core.catalog import find_gpu
 
-    name = GPU_OF.get(cell, cell)
-    if name in gpus:
-        return name
-    base = re.sub(r"[-_ ]?(SXM\d?|PCIE|NVL|HBM3E?)$", "", name, flags=re.I)
-    for cand in (base, re.sub(r"[-_ ]?80G(B)?$", "", base, flags=re.I)):
-        hit = next((g for g in gpus if g.lower() == cand.lower()), None)
-        if hit:
-            return hit
-    return None
+    hit = find_gpu(GPU_OF.get(cell, cell), gpus)
+    return hit.name if hit is not None else None
 
 
 def index_model(row: dict, base: Path, catalog: dict) -> ModelSpec | None:

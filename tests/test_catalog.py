@@ -196,6 +196,53 @@ def test_get_gpu_is_case_insensitive(gpus):
     assert get_gpu(" h100 ", gpus).name == "H100"
 
 
+@pytest.mark.parametrize(("spelling", "name"), [
+    ("NVIDIA A100-SXM4-80GB", "A100-80G"),  # nvidia-smi / torch.cuda.get_device_name()
+    ("NVIDIA H100 80GB HBM3", "H100"),
+    ("8xH100-80GB-SXM", "H100"),  # LambdaLabs' results folders
+    ("A100-40GB-SXM", "A100-40G"),
+    ("h200_141gb", "H200"),
+    ("NVIDIA GeForce RTX 4090", "RTX4090"),
+    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTX-PRO-6000"),
+    ("AMD Instinct MI300X", "MI300X"),
+    ("rtx pro 6000", "RTX-PRO-6000"),
+])
+def test_gpu_aliases(gpus, spelling, name):
+    assert get_gpu(spelling, gpus).name == name
+
+
+@pytest.mark.parametrize("spelling", ["H100 PCIe", "NVIDIA H100 NVL", "A100-80GB-PCIe", "A10G",
+                                      "A100", "GH200"])
+def test_other_parts_are_not_aliases(gpus, spelling):
+    """Another form factor, a cut-down part or an ambiguous name is refused, not read as the
+    catalog GPU its name resembles (its clocks, power and bandwidth differ)."""
+    with pytest.raises(TunerError, match="Unknown GPU"):
+        get_gpu(spelling, gpus)
+
+
+def test_aliases_name_one_gpu_each(gpus):
+    from tuner.core.catalog import gpu_key
+
+    owner: dict[str, str] = {}
+    for g in gpus.values():
+        for spelling in (g.name, *g.aliases):
+            assert owner.setdefault(gpu_key(spelling), g.name) == g.name, spelling
+
+
+def test_aliases_of_a_gpu_file_gpu(tmp_path):
+    f = tmp_path / "g.yaml"
+    f.write_text("gpus:\n  H100-PCIE:\n    aliases: [NVIDIA H100 PCIe]\n" + "".join(
+        f"    {k}: {v}\n" for k, v in {
+            "memory_gib": 79.2, "bf16_tflops": 756, "fp32_tflops": 51, "hbm_gbps": 2000,
+            "pcie_gen": 5, "host_link_gbps": 50, "host_ram_gib": 200, "cpu_cores": 26,
+            "tdp_w": 350, "price_usd_per_h": 2.0, "price_source": "mine",
+            "price_date": "2026-11"}.items()))
+    assert get_gpu("NVIDIA H100 PCIe", load_gpus(f)).name == "H100-PCIE"
+    f.write_text("gpus:\n  H100:\n    aliases: NVIDIA H100\n")
+    with pytest.raises(TunerError, match="aliases must be a list"):
+        load_gpus(f)
+
+
 def test_unknown_gpu_suggests_close_match(gpus):
     with pytest.raises(TunerError, match="Did you mean") as err:
         get_gpu("A1OO", gpus)

@@ -79,6 +79,14 @@ def test_max_gpus_total_and_per_type():
 def test_max_gpus_names_follow_gpus_and_appear_once_and_limits_are_finite():
     c = Constraints(max_gpus_per_type={"a10": 2}).check_gpus(["A10", "A40"])
     assert c.max_gpus_per_type == {"A10": 2}
+    # given the GPUs, an alias names one of them (as --gpus reads it), once
+    from tuner.core.catalog import load_gpus
+
+    gpus = {n: g for n, g in load_gpus().items() if n in ("A10", "H100")}
+    c = Constraints(max_gpus_per_type={"H100-80GB-SXM": 4}).check_gpus(gpus)
+    assert c.max_gpus_per_type == {"H100": 4}
+    with pytest.raises(TunerError, match="twice"):
+        Constraints(max_gpus_per_type={"H100-SXM": 4, "h100": 2}).check_gpus(gpus)
     with pytest.raises(TunerError, match="twice"):
         parse_max_gpus("A10=2,a10=4")
     for kw in ({"budget_usd": float("inf")}, {"deadline_s": float("inf")}):

@@ -488,3 +488,21 @@ def test_ci_profile_fit_simulate_on_cpu(tmp_path):  # 46 s at load average 7 on 
     res = simulate(load_workload(REPO / "examples" / "arxiv.jsonl", model=TINY), TINY,
                    GPUS["A10"], cfg, cost_model=cm)
     assert res.makespan_s > 0 and str(res.provenance).startswith("measured:")
+
+
+@pytest.mark.parametrize(("device", "memory_bytes", "want"), [
+    ("NVIDIA A100-SXM4-80GB", 85_100_000_000, "A100-80G"),
+    ("NVIDIA A100-SXM4-40GB", 42_500_000_000, "A100-40G"),
+    ("NVIDIA H100 80GB HBM3", 85_000_000_000, "H100"),
+    ("NVIDIA GeForce RTX 4090", 25_250_627_584, "RTX4090"),
+    ("NVIDIA L40S", 48_300_000_000, "L40S"),
+    ("NVIDIA H100 PCIe", 85_000_000_000, None),  # 350 W, 2.0 TB/s: not the SXM entry's specs
+    ("NVIDIA H100 NVL", 99_900_000_000, None),
+    ("NVIDIA A10G", 24_100_000_000, None),  # AWS's A10 variant, other tensor rates
+])
+def test_profiled_device_names(device, memory_bytes, want):
+    """A profile names the catalog GPU it measured only where it is that part."""
+    from tuner.core.catalog import load_gpus
+    from tuner.predictors.devices import match_gpu
+
+    assert match_gpu(device, memory_bytes, load_gpus()) == want

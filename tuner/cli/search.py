@@ -51,7 +51,7 @@ from tuner.core.units import fmt_duration
 def search(
     workload: WorkloadOpt,
     model: ModelOpt,
-    gpus_: Annotated[str, typer.Option("--gpus", help="Comma-separated GPU types, e.g. A10,A40.")],
+    gpus_: Annotated[str, typer.Option("--gpus", help="Comma-separated GPU types, e.g. A10,A40 (catalog names or their aliases, `tuner gpus --json`).")],
     space: Annotated[Path | None, typer.Option(help="Search space YAML (default: "
                      "search_spaces/default.yaml).")] = None,
     engines: Annotated[str | None, typer.Option(

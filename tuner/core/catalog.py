@@ -93,8 +93,14 @@ class GPU:
     # the measured GPU of its architecture (transferred by spec-sheet ratios); None = not stated
     # (no tables: the spec-sheet roofline)
     architecture: str | None = None
+    # other spellings --gpu accepts (nvidia-smi's device name, vendor SKU names; gpu_key)
+    aliases: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        al = self.aliases
+        if isinstance(al, str) or not all(isinstance(a, str) and a.strip() for a in al or ()):
+            raise TunerError(f"GPU {self.name}: aliases must be a list of names, got {al!r}.")
+        object.__setattr__(self, "aliases", tuple(al or ()))
         if isinstance(self.billing, dict):  # a study's stored specs (dataclasses.asdict form)
             object.__setattr__(self, "billing", Billing.from_dict(self.billing))
         arch = self.architecture
@@ -487,11 +493,31 @@ def check_checkpoint_ref(value: str | None, option: str = "--quantized-model") -
                      "Face repo id (owner/name).")
 
 
-def get_gpu(name: str, gpus: dict[str, GPU]) -> GPU:
-    """Look a GPU up case-insensitively; unknown names raise with close matches."""
-    for key, gpu in gpus.items():
-        if key.lower() == name.strip().lower():
+def gpu_key(name: str) -> str:
+    """How GPU names compare: case, spaces, '-' and '_', a leading vendor ('NVIDIA', 'AMD') and
+    a count ('8x', as in '8xH100-80GB-SXM') ignored: 'NVIDIA A100-SXM4-80GB' -> 'a100sxm480gb'."""
+    s = re.sub(r"^\s*\d+\s*x\s*(?=[a-z])", "", name.strip().lower())
+    s = re.sub(r"^(nvidia|amd)\b", "", s.strip())
+    return re.sub(r"[^a-z0-9]", "", s)
+
+
+def find_gpu(name: str, gpus: dict[str, GPU]) -> GPU | None:
+    """The catalog GPU a name means: its catalog name, else one of its aliases (gpu_key);
+    None when none does. A user's --gpu-file GPU of the exact name wins over an alias."""
+    key = gpu_key(name)
+    for gpu_name, gpu in gpus.items():
+        if gpu_key(gpu_name) == key:
             return gpu
+    hits = [g for g in gpus.values() if any(gpu_key(a) == key for a in g.aliases)]
+    return hits[0] if len(hits) == 1 else None
+
+
+def get_gpu(name: str, gpus: dict[str, GPU]) -> GPU:
+    """Look a GPU up by its catalog name or an alias (find_gpu); unknown names raise with close
+    matches."""
+    gpu = find_gpu(name, gpus)
+    if gpu is not None:
+        return gpu
     raise TunerError(f"Unknown GPU {name!r}.{close_matches_hint(name, gpus)} (`tuner gpus` lists them; add more with --gpu-file.)")
 
 

@@ -127,7 +127,7 @@ class ServingConfig:
     """Every knob of one serving deployment. Defaults follow vLLM V1's offline defaults (the
     batch limits: tuner.core.engine_defaults.COMMON_BATCH)."""
 
-    gpu: str = _knob(help="GPU type (`tuner gpus`).", flags=("--gpu", "-g"))
+    gpu: str = _knob(help="GPU type (`tuner gpus`): a catalog name or an alias such as nvidia-smi prints it (NVIDIA A100-SXM4-80GB).", flags=("--gpu", "-g"))
     engine: str = _knob(
         "vllm", help="Serving engine: vllm, or sglang (SGLang's scheduler, radix cache and "
         "memory plan; chunk_size is then --chunked-prefill-size, max_running "

@@ -110,16 +110,26 @@ class Constraints:
         return "cheapest" if self.deadline_s is not None or self.budget_usd is None \
             else "fastest"
 
-    def check_gpus(self, gpu_names: Iterable[str]) -> Constraints:
-        """These constraints with --max-gpus's GPU names spelled as --gpus spells them (both
-        are case-insensitive); one error line for a name not among them."""
-        names = list(gpu_names)
-        canon = {n.lower(): n for n in names}
-        unknown = sorted(k for k in self.max_gpus_per_type if k.lower() not in canon)
+    def check_gpus(self, gpus: Iterable[str] | dict) -> Constraints:
+        """These constraints with --max-gpus's GPU names spelled as the catalog spells the
+        --gpus GPUs (names compare as --gpus reads them: case, '-', a GPU's aliases; given the
+        GPUs, not just their names); one error line for a name not among them."""
+        from tuner.core.catalog import find_gpu, gpu_key
+
+        names = list(gpus)
+        canon = {}
+        for k in self.max_gpus_per_type:
+            hit = (find_gpu(k, gpus) if isinstance(gpus, dict)
+                   else next((n for n in names if gpu_key(n) == gpu_key(k)), None))
+            canon[k] = hit.name if hasattr(hit, "name") else hit
+        unknown = sorted(k for k, n in canon.items() if n is None)
         if unknown:
             raise TunerError(f"--max-gpus names {', '.join(unknown)}, not among --gpus "
                              f"{','.join(names)}.")
-        return replace(self, max_gpus_per_type={canon[k.lower()]: v
+        if len(set(canon.values())) < len(canon):
+            twice = sorted(k for k in canon if list(canon.values()).count(canon[k]) > 1)
+            raise TunerError(f"--max-gpus names one GPU twice ({', '.join(twice)}).")
+        return replace(self, max_gpus_per_type={canon[k]: v
                                                 for k, v in self.max_gpus_per_type.items()})
 
     # ---- before simulating ----------------------------------------------------------------
