@@ -347,6 +347,146 @@ PUBLISHED = [
 ]
 
 
+#: vLLM's own throughput figures in the description of vllm-project/vllm#12093 ("[Kernel] Flash
+#: Attention 3 Support", January 2025, first released in 0.7.0): benchmarks/benchmark_throughput.py
+#: (LLM.generate, every request at t = 0, timed around generate(): no start-up) on
+#: Llama-3.1-8B-Instruct with --input-len 2048 --output-len 128 (ignore_eos) and its default
+#: 1,000 prompts, under FlashAttention 2 and 3, V0 single-step, V0 --num-scheduler-steps 4 and
+#: V1 (VLLM_USE_V1=1, then alpha). The printed total tok/s / req/s is 2,176 = 2,048 + 128: every
+#: request has those lengths. The PR does not name its GPU: an H100 is assumed (FA3 then ran only
+#: on Hopper, sm 9.0); on an H200 the figures would be still further from these predictions.
+VLLM_PR12093 = "vllm-project/vllm#12093 (its description: benchmark_throughput.py figures)"
+VLLM_PR12093_CMD = ("env VLLM_FLASH_ATTN_VERSION={fa} VLLM_USE_V1={v1} python "
+                    "benchmarks/benchmark_throughput.py --model meta-llama/Llama-3.1-8B-Instruct "
+                    "--input-len 2048 --output-len 128 --max-num-batched-tokens 16384{steps}")
+VLLM_PR12093_RUNS = [
+    {"name": "vllm12093_v0_fa2", "v1": 0, "fa": 2, "steps": 1, "req_s": 12.40},
+    {"name": "vllm12093_v0_fa3", "v1": 0, "fa": 3, "steps": 1, "req_s": 12.74},
+    {"name": "vllm12093_v0_ms4_fa2", "v1": 0, "fa": 2, "steps": 4, "req_s": 13.20},
+    {"name": "vllm12093_v0_ms4_fa3", "v1": 0, "fa": 3, "steps": 4, "req_s": 13.34},
+    {"name": "vllm12093_v1_fa2", "v1": 1, "fa": 2, "steps": None, "req_s": 12.81},
+    {"name": "vllm12093_v1_fa3", "v1": 1, "fa": 3, "steps": None, "req_s": 14.24},
+]
+#: how each is simulated: V0 as the release before the PR (0.6.6, chunked prefill on: V0 turns
+#: it on for a context over 32K, and Llama-3.1's is 131,072); V1 alpha (no asynchronous
+#: scheduling) as tuner's V1-sync generation (0.8); max_num_seqs 256 (EngineArgs' default then)
+VLLM_PR12093_ENGINE = {"v0": "0.6.6", "v1": "0.8.0", "gpu": "H100", "model": "llama-3.1-8b",
+                       "num_prompts": 1000, "prompt_tokens": 2048, "output_tokens": 128,
+                       "max_num_batched_tokens": 16384, "max_num_seqs": 256,
+                       "max_model_len": 131072}
+
+
+def vllm_pr12093_run(fig: dict, gpus: dict) -> Run:
+    """One VLLM_PR12093_RUNS figure as a Run (VLLM_PR12093_ENGINE says how it is simulated)."""
+    from tuner.core.engine_defaults import vllm_defaults
+    from tuner.predictors.engine_overhead import profile_for
+
+    e = VLLM_PR12093_ENGINE
+    version = e["v1"] if fig["v1"] else e["v0"]
+    gpu, model = gpus[e["gpu"]], load_models()[e["model"]]
+    d = vllm_defaults(gpu.name, gpu.memory_gib, "llm", version, max_model_len=e["max_model_len"])
+    cfg = ServingConfig(gpu=gpu.name, tp=1, **(d.knobs() | {
+        "chunk_size": e["max_num_batched_tokens"], "max_running": e["max_num_seqs"]}))
+    n = e["num_prompts"]
+    wl = Workload(prompt_tokens=np.full(n, e["prompt_tokens"], dtype=np.int64),
+                  output_tokens=np.full(n, e["output_tokens"], dtype=np.int64),
+                  source=f"{n:,} requests of {e['prompt_tokens']:,} prompt + "
+                         f"{e['output_tokens']} output tokens (benchmark_throughput.py's fixed "
+                         "lengths, EOS ignored)",
+                  tokenizer="stated lengths", output_source="stated lengths (ignore_eos)")
+    return Run(name=fig["name"], source=VLLM_PR12093, gpu=gpu.name,
+               model_id="meta-llama/Llama-3.1-8B-Instruct", config=cfg, workload=wl,
+               measured_makespan_s=n / fig["req_s"], measured_kv_blocks=None, timeline=None,
+               moe=False, engine_version=version, suite="vllm-pr12093", model=model,
+               engine=profile_for(version, "llm", fig["steps"] if not fig["v1"] else None))
+
+
+def evaluate_vllm_pr12093(gpus: dict, v0_engine: EngineProfile | None = None) -> list[dict]:
+    """Predicted vs published req/s of every VLLM_PR12093_RUNS figure: a check, fitted on
+    nothing (signed error %: predicted / published - 1). tuner's tables measured FA3 on the
+    H100, so the FA2 and FA3 figures of one engine get one prediction; their published ratio
+    is the end-to-end size of that kernel difference. `v0_engine`: the V0 multi-step profile
+    (default the shipped one; --fit: the refitted one), single-step rows from it
+    (engine_overhead.v0_single_step)."""
+    from tuner.predictors.engine_overhead import v0_single_step
+
+    rows = []
+    for fig in VLLM_PR12093_RUNS:
+        steps = f" --num-scheduler-steps {fig['steps']}" if fig["steps"] not in (None, 1) else ""
+        row = {"run": fig["name"], "source": VLLM_PR12093, "gpu": VLLM_PR12093_ENGINE["gpu"],
+               "command": VLLM_PR12093_CMD.format(fa=fig["fa"], v1=fig["v1"], steps=steps),
+               "flash_attention": fig["fa"], "published_req_s": fig["req_s"],
+               "scheduler_steps": fig["steps"]}
+        run = vllm_pr12093_run(fig, gpus)
+        if v0_engine is not None and not fig["v1"]:
+            run = replace(run, engine=v0_engine if fig["steps"] != 1 else v0_single_step(v0_engine))
+        res, cm = simulate_run(run, as_run_logs(run.engine, run), gpus)
+        req_s = len(run.workload) / res.makespan_s
+        row.update(status="ok", engine=run.engine.name, engine_version=run.engine_version,
+                   config=(f"vLLM {run.engine_version} as simulated, LLM.generate, scheduler "
+                           f"{run.config.scheduler}, max_num_seqs {run.config.max_running}, "
+                           f"max_num_batched_tokens {run.config.chunk_size}, "
+                           f"gpu_memory_utilization {run.config.gpu_memory_utilization:g}, "
+                           "every request at t = 0, no start-up"),
+                   workload=run.workload.source, predicted_makespan_s=res.makespan_s,
+                   published_makespan_s=run.measured_makespan_s, predicted_req_s=req_s,
+                   req_s_error_pct=100.0 * (req_s / fig["req_s"] - 1.0),
+                   makespan_error_pct=100.0 * (res.makespan_s / run.measured_makespan_s - 1.0),
+                   preemptions=res.preemptions, iterations=res.iterations,
+                   provenance=cm.describe())
+        rows.append(row)
+    return rows
+
+
+def single_step_gap_s(rows: list[dict]) -> dict[int, float]:
+    """What vLLM's single-step vs --num-scheduler-steps 4 figures (the same job) say a V0
+    scheduler call costs: their makespan gap over the scheduler calls multi-step saves (3 of
+    every 4 of the job's simulated steps), per FlashAttention version."""
+    out = {}
+    for fa in (2, 3):
+        one = [r for r in rows if r["flash_attention"] == fa and r["scheduler_steps"] == 1]
+        four = [r for r in rows if r["flash_attention"] == fa and r["scheduler_steps"] == 4]
+        if one and four:
+            gap = one[0]["published_makespan_s"] - four[0]["published_makespan_s"]
+            out[fa] = gap / (0.75 * four[0]["iterations"])
+    return out
+
+
+def print_vllm_pr12093(rows: list[dict]) -> None:
+    print("\nvLLM's own throughput figures (" + VLLM_PR12093 + "; Llama-3.1-8B, 1,000 x (2,048 "
+          "prompt + 128 output) tokens, LLM.generate; H100 assumed, the PR names no GPU; a "
+          "check, fitted on nothing):")
+    print(f"  {'run':<24} {'FA':>3} {'req/s pub':>9} {'pred':>7} {'error':>7}  {'makespan pub':>12} "
+          f"{'pred':>7}  engine")
+    for p in rows:
+        print(f"  {p['run']:<24} {p['flash_attention']:>3} {p['published_req_s']:9.2f} "
+              f"{p['predicted_req_s']:7.2f} {p['req_s_error_pct']:+6.1f}%  "
+              f"{p['published_makespan_s']:11.1f}s {p['predicted_makespan_s']:6.1f}s  "
+              f"{p['engine']} (vLLM {p['engine_version']}), {p['preemptions']} preemptions")
+    by = {p["run"]: p for p in rows}
+    for a, b, what in (("vllm12093_v0_fa2", "vllm12093_v0_fa3", "V0 single-step"),
+                       ("vllm12093_v0_ms4_fa2", "vllm12093_v0_ms4_fa3", "V0 multi-step 4"),
+                       ("vllm12093_v1_fa2", "vllm12093_v1_fa3", "V1")):
+        if a in by and b in by:
+            print(f"  FlashAttention 2 -> 3, {what}: {by[a]['published_req_s']:.2f} -> "
+                  f"{by[b]['published_req_s']:.2f} req/s published "
+                  f"({100 * (by[b]['published_req_s'] / by[a]['published_req_s'] - 1):+.1f} %); "
+                  "tuner prices both with the FA3 it measured")
+    gaps = single_step_gap_s(rows)
+    if gaps:
+        from tuner.predictors.engine_overhead import V0_SINGLE_STEP_FIXED_S
+
+        print("  V0 single-step vs --num-scheduler-steps 4, published: "
+              + ", ".join(f"FA{fa} {1e3 * g:.1f} ms" for fa, g in gaps.items())
+              + " a scheduler call (their makespan gap over 3 of every 4 of the job's "
+              f"simulated steps); tuner's single-step estimate {1e3 * V0_SINGLE_STEP_FIXED_S:.0f}"
+              " ms a step")
+    if rows:
+        print(f"  cost model: {rows[0]['provenance']}")
+        for p in rows:
+            print(f"  {p['run']}: {p['command']}; {p['config']}")
+
+
 def sharegpt_pool(root: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """(prompt, output) lengths of the distinct ShareGPT requests in lambda-a100's Llama-3-8B
     runs, and the files they come from. vLLM's sampler takes the first N of one seeded shuffle,
@@ -604,8 +744,11 @@ def fit_sglang(root: Path, gpus: dict | None = None) -> dict:
     """SGLang v0.3's host terms on PUBLISHED_SGLANG_RUNS: each single HOST_TERMS term (two
     figures fit one term at most) by least squares on predicted / published makespan, with
     in-sample and leave-one-out errors (each figure predicted by the term fitted on the other);
-    the kept term: the lowest leave-one-out median |error| among terms that come out
-    non-negative on both. {} without the data."""
+    the kept term: the lowest leave-one-out median |error| among the host terms that come out
+    non-negative on both. gpu_excess is fitted and printed, not kept: two makespans cannot tell
+    a GPU-time excess from a host term (the V0 fit tells them apart with its runs' ITL), and
+    the kept term carries to the overlap scheduler's estimate, which hides host time and would
+    not hide a GPU excess. {} without the data."""
     gpus = gpus or load_gpus()
     if not (root / "lambda-a100" / "index.csv").is_file():
         return {}
@@ -641,7 +784,7 @@ def fit_sglang(root: Path, gpus: dict | None = None) -> dict:
                      in_sample_worst_abs_pct=float(np.max(np.abs(ins))),
                      loo_median_abs_pct=float(np.median(np.abs(loo))),
                      loo_worst_abs_pct=float(np.max(np.abs(loo))))
-    ok = [t for t in table if t["status"] == "ok"]
+    ok = [t for t in table if t["status"] == "ok" and "gpu_excess" not in t["terms"]]
     best = min(ok, key=lambda t: (t["loo_median_abs_pct"], len(t["terms"])))
     return {"table": table, "best": best, "aliases": aliases,
             "gpu_only_makespan_s": {r.name: r.base_s for r in rows},
@@ -696,7 +839,14 @@ def itl_row(run: Run, res) -> dict:
 # ---- the V0 host-cost fit (lambda-a100) --------------------------------------------------------
 #: EngineProfile host terms and the step feature each multiplies (EngineProfile.host_s)
 HOST_TERMS = ("fixed_s", "per_seq_s", "per_token_s", "per_new_request_s", "per_logged_request_s",
-              "per_chunk_s", "per_tp_rank_s")
+              "per_chunk_s", "per_tp_rank_s", "gpu_excess")
+
+
+def term_value(term: str, v: float) -> str:
+    """A fitted term as printed: seconds in ms (or us), gpu_excess in percent."""
+    if term == "gpu_excess":
+        return f"GPU {100 * v:+.1f} %"
+    return f"{1e3 * v:.4g} ms" if v >= 1e-4 else f"{1e6 * v:.3g} us"
 
 
 @dataclass
@@ -743,9 +893,11 @@ def host_row(run: Run, gpus: dict) -> HostRow:
     res, _ = simulate_run(run, None, gpus, return_steps=True)
     per_replica = [batch_features(s) for s in res.steps]
     unit = {t: as_run_logs(EP(name="unit", entry_point="", generation="", overlapped=False,
-                              **{t: 1.0}), run) for t in HOST_TERMS}
+                              **{t: 1.0}), run) for t in HOST_TERMS if t != "gpu_excess"}
     host = {t: [u.host_s(f, run.config.tp) * np.ones_like(f.decodes) for f in per_replica]
             for t, u in unit.items()}
+    # gpu_excess scales the GPU time: its step feature is the GPU-only step time
+    host["gpu_excess"] = [np.asarray(s, dtype=np.float64) for s in res.step_s]
     # (an SGLang run's scheduler is step-based too: its schedule does not depend on time)
     row = HostRow(run.name, res.makespan_s,
                   {t: float(sum(h.sum() for h in v)) for t, v in host.items()},
@@ -1027,7 +1179,9 @@ def main(argv=None) -> int:
                 for r, e in sg_fit["best"]["loo"].items()]
     published_sglang = evaluate_published_sglang(a.data, gpus, sg_engine)
     out.update(runs=rows, summary=summarise(rows), published=published + PUBLISHED,
-               published_sglang=published_sglang, startup=STARTUP_NOTE)
+               published_sglang=published_sglang,
+               vllm_pr12093=evaluate_vllm_pr12093(gpus, v0_engine if a.fit else None),
+               startup=STARTUP_NOTE)
     if a.write_summary:
         from tuner.predictors.aic import FIDELITY_FILE
         from tuner.predictors.aic_tables import data_dir
@@ -1121,7 +1275,7 @@ def main(argv=None) -> int:
             if t["status"] != "ok":
                 print(f"  {name:<44} {t['status']}")
                 continue
-            coef = ", ".join(f"{1e3 * v:.4g} ms" for v in t["coef"].values())
+            coef = ", ".join(term_value(k, v) for k, v in t["coef"].items())
             mark = "  <- kept" if t is out["v0_fit"]["best"] else ""
             itl = (f"{t['in_sample_itl_median_abs_pct']:5.1f} {t['loo_itl_median_abs_pct']:5.1f} "
                    f"{t['loo_itl_worst_abs_pct']:5.1f} %" if "loo_itl_median_abs_pct" in t else "")
@@ -1141,8 +1295,8 @@ def main(argv=None) -> int:
                   f"{v['median_abs_pct']:.1f} %  worst {v['worst_abs_pct']:.1f} %")
     print(f"\nstart-up: {STARTUP_NOTE}")
     print("\npublished figures (rebuilt workloads; in the V0 host-term fit beside the A100 runs: "
-          "their server ran with --disable-log-requests, which tells the request-log term "
-          "apart" + ("; leave-one-out in the last column" if "published_loo" in out else "")
+          "their server ran with --disable-log-requests, which tells a request-log term "
+          "apart where a set of terms has one" + ("; leave-one-out in the last column" if "published_loo" in out else "")
           + "):")
     print_published_table(published, out.get("published_loo"))
     for p in published:
@@ -1157,6 +1311,7 @@ def main(argv=None) -> int:
             print(f"    cost model: {p['provenance']}")
     for p in PUBLISHED:
         print(f"  {p['what']} [{p['source']}] -- {p['status']}")
+    print_vllm_pr12093(out["vllm_pr12093"])
     print_sglang(out)
     return 0
 
@@ -1208,7 +1363,7 @@ def print_sglang(out: dict) -> None:
         if t["status"] != "ok":
             print(f"  {name:<20} {t['status']}")
             continue
-        coef = ", ".join(f"{1e6 * v:.1f} us" for v in t["coef"].values()) or "-"
+        coef = ", ".join(term_value(k, v) for k, v in t["coef"].items()) or "-"
         per = "; ".join(f"{r.split('_')[1]} {t['in_sample'][r]:+.1f} / {t['loo'][r]:+.1f} %"
                         for r in t["in_sample"])
         mark = "  <- kept" if t is fit["best"] else ""

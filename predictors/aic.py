@@ -271,7 +271,8 @@ class MeasuredTableCostModel:
         if not own:
             prov += (f"; {FRAMEWORKS[framework]} priced with {tables.label}'s kernel tables (no "
                      f"{FRAMEWORKS[framework]} tables for {gpu.name})")
-        prov += _older_engine_note(table_version, tables.gemm_version, tables.label)
+        prov += _older_engine_note(table_version, tables.gemm_version, tables.label,
+                                   tables.attention_backends)
         if tables.transfer and transfer_error:
             prov += (f"; transfer error {transfer_error['median_pct']:.1f} % (median over "
                      f"{transfer_error['pairs']} pairs of measured GPUs, worst pair "
@@ -567,18 +568,35 @@ def reference_iterations() -> BatchFeatures:
     return BatchFeatures(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4], a[:, 5])
 
 
+#: vLLM runs FlashAttention 3 on Hopper from this release (vllm-project/vllm#12093, January
+#: 2025); before it, FlashAttention 2
+FA3_ON_HOPPER_SINCE = (0, 7, 0)
+#: what the FA2 -> FA3 change measured end to end, in vLLM's own figures of that PR (an H100
+#: assumed: FA3 then ran only on Hopper; benchmarks/fidelity.py prints them)
+FA2_TO_FA3_MEASURED = ("vllm-project/vllm#12093 measured FA3 1.1-2.7 % faster end to end under "
+                       "V0 (11 % under V1 alpha) on a 2,048-token-prompt job")
+
+
 def _older_engine_note(engine_version: str | None, table_version: str,
-                       label: str = "vLLM") -> str:
-    """What pricing an older release with newer kernel tables means ("" when not older)."""
+                       label: str = "vLLM", attention_backends: dict | None = None) -> str:
+    """What pricing an older release with newer kernel tables means ("" when not older): the
+    kernel differences known between them (attention backend), and how they are handled."""
     from tuner.core.engines import parse_version
 
     asked, measured = parse_version(engine_version), parse_version(table_version)
     if asked is None or measured is None or asked >= measured:
         return ""
+    known = ""
+    gen = (attention_backends or {}).get("bf16", {}).get("generation", "")
+    if label == "vLLM" and gen.endswith("fa3") and asked < FA3_ON_HOPPER_SINCE:
+        known = (f"; known: these tables' attention is FlashAttention 3 ({gen}), vLLM "
+                 f"{engine_version} ran FlashAttention 2 on Hopper (FA3 from 0.7.0), priced "
+                 f"as FA3: {FA2_TO_FA3_MEASURED}")
+    other = "other " if known else ""
     return (f"; {label} {engine_version} priced with the {table_version} kernels (the closest "
-            "version shipped for this GPU): kernel changes between the releases are not "
-            "modelled; the engine profile's host terms, fitted on that generation's runs where "
-            "it is fitted, absorb what its public runs show")
+            f"version shipped for this GPU): {other}kernel changes between the releases are not "
+            "modelled; the engine profile's terms, fitted on that generation's runs where it "
+            f"is fitted, absorb what its public runs show{known}")
 
 
 # ---- shipped summaries: the transfer checks and the fidelity suite -------------------------

@@ -93,6 +93,11 @@ def version_name(code: float) -> str:
 
 
 # ---- one GPU's tables --------------------------------------------------------------------
+#: a decode-attention cell whose one-layer KV is at least this large cannot sit in any
+#: measured GPU's L2 (the largest: 128 MB, RTX PRO 6000 Blackwell; B200 126 MB)
+KV_BEYOND_L2_BYTES = 1 << 30
+
+
 @dataclass(frozen=True, eq=False)
 class KernelTables:
     """Measured (or transferred) kernel latencies of one GPU, in seconds."""
@@ -200,23 +205,35 @@ class KernelTables:
     def generation_attention(self, heads: int, kv_heads: int, head_dim: int,
                              kv_fp8: bool = False):
         """(batch grid, KV-length grid, seconds[batch, length]) of one decode step's attention;
-        missing cells filled along the length axis (log-log, last slope continued); a head
-        configuration the table lacks is scaled from the nearest measured one by KV heads x
-        head_dim (decode attention is memory-bound)."""
+        missing cells filled along the length axis (log-log, last slope continued, at least
+        1); a head configuration the table lacks is scaled from the nearest measured one by KV
+        heads x head_dim (decode attention is memory-bound). No cell reads its KV faster than
+        the table's large cells do (the 90th percentile of the KV bytes per second of the
+        measured cells holding KV_BEYOND_L2_BYTES or more): the collector times one layer's
+        attention over and over, so a KV that fits the GPU's L2 is read from L2 (the L40S's
+        cells of 64-256 MB reach 2.2x its GDDR6 bandwidth, the RTX PRO 6000's 1.5x), while in a
+        model's step every layer's KV, weights and activations pass through L2 in turn and
+        each layer's KV comes from device memory."""
         rows, (_h, kv, hd), _ = self._attn_rows("gen_attn", heads, kv_heads, head_dim, kv_fp8)
         b, bi = np.unique(rows[:, 1], return_inverse=True)
         s, si = np.unique(rows[:, 2], return_inverse=True)
         g = np.full((len(b), len(s)), np.nan)
         g[bi, si] = np.log(rows[:, 6] * 1e-3)
+        measured = np.isfinite(g)
         g = fill_loglog(np.log(s), g, axis=1)
         g = fill_loglog(np.log(b), g, axis=0)
         t = np.exp(g) * (kv_heads * head_dim) / (kv * hd)
+        bb, ss = np.meshgrid(b, s, indexing="ij")
+        kvb = (1.0 if kv_fp8 else 2.0)
+        byts = bb * ss * 2.0 * kv_heads * head_dim * kvb
         if self.transfer:
-            bb, ss = np.meshgrid(b, s, indexing="ij")
-            kvb = (1.0 if kv_fp8 else 2.0)
-            byts = bb * ss * 2.0 * kv_heads * head_dim * kvb
             flops = 4.0 * heads * head_dim * bb * ss
             t = t * roof_ratio(self.transfer, flops, byts, "bf16")
+        # the cells with at least KV_BEYOND_L2_BYTES of KV in the table's own head layout
+        big = measured & (bb * ss * 2.0 * kv * hd * kvb >= KV_BEYOND_L2_BYTES)
+        if big.any():
+            s_per_byte = float(np.percentile(t[big] / byts[big], 10))
+            t = np.maximum(t, byts * s_per_byte)
         return b, s, t
 
     # -- MLA / DeepSeek sparse attention modules ---------------------------------------------
@@ -435,4 +452,15 @@ def _load_tables(path: str, system: str, gpu_name: str) -> KernelTables:
                         moe_version=info.get("moe_version", ""),
                         modules={k: {"version": info[f"{k}_version"],
                                      "backends": info.get(f"{k}_backends", {})}
-                                 for k in ("mla", "dsa") if f"{k}_version" in info})
+                                 for k in ("mla", "dsa") if f"{k}_version" in info},
+                        attention_backends=_by_kv_dtype(info.get("attention_kernels", {})))
+
+
+def _by_kv_dtype(kernels: dict) -> dict:
+    """The manifest's {phase: {kv dtype: kernel}} as {kv dtype: {phase: kernel}} (the form of
+    KernelTables.attention_backends)."""
+    out: dict[str, dict] = {}
+    for phase, by_dtype in kernels.items():
+        for dtype, kernel in by_dtype.items():
+            out.setdefault(dtype, {})[phase] = kernel
+    return out

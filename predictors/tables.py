@@ -228,9 +228,15 @@ def log_bracket(grid, x: float):
     return i, i + 1, (lx - lg[i]) / (lg[i + 1] - lg[i]), 0.0
 
 
-def fill_loglog(lx: np.ndarray, g: np.ndarray, axis: int) -> np.ndarray:
+def fill_loglog(lx: np.ndarray, g: np.ndarray, axis: int,
+                min_slope: float = 1.0) -> np.ndarray:
     """Fill NaN cells of log-latency grid g along `axis` (log coordinates lx): interpolate
-    between measured cells, continue the last segment's slope beyond them, hold below."""
+    between measured cells, hold below them, and beyond them continue the last segment's
+    log-log slope, at least `min_slope`. The tables' missing cells are their largest (batch x
+    length past what the collector's memory held), where the work is throughput-bound: time
+    grows at least in proportion to size (slope 1: the last measured cell's throughput). A
+    last segment still partly launch-bound has a slope below 1, and continuing it would give
+    a throughput that grows without bound (decode attention above the HBM bandwidth)."""
     g = np.moveaxis(g.copy(), axis, -1)
     for idx in np.ndindex(g.shape[:-1]):
         row = g[idx]
@@ -240,7 +246,7 @@ def fill_loglog(lx: np.ndarray, g: np.ndarray, axis: int) -> np.ndarray:
         x, y = lx[ok], row[ok]
         v = np.interp(lx, x, y)
         if ok.sum() >= 2:
-            slope = (y[-1] - y[-2]) / (x[-1] - x[-2])
+            slope = max((y[-1] - y[-2]) / (x[-1] - x[-2]), min_slope)
             hi = lx > x[-1]
             v[hi] = y[-1] + slope * (lx[hi] - x[-1])
         g[idx] = np.where(ok, row, v)

@@ -153,7 +153,9 @@ def _gemm(df, kernels, dtype: str | None = None) -> dict | None:
             "lat_ms": filled.astype(np.float32), "measured": mask}
 
 
-def _attn(df, pos_col: str) -> np.ndarray:
+def _attn(df, pos_col: str, kept: dict | None = None) -> np.ndarray:
+    """Attention rows (window 0, beam 1, BF16 math) of the first kernel of BF16_ATTN /
+    FP8_ATTN the table has per KV dtype; `kept` gets {"bf16" | "fp8": that kernel_source}."""
     d = df
     if "window_size" in d.columns:
         d = d[d["window_size"] == 0]
@@ -169,6 +171,8 @@ def _attn(df, pos_col: str) -> np.ndarray:
                 break
         else:
             continue
+        if kept is not None:
+            kept["fp8" if fp8 else "bf16"] = kern
         s = s.groupby(["batch_size", pos_col, "num_heads", "num_key_value_heads", "head_dim"],
                       as_index=False)["latency"].median()
         a = np.column_stack([np.full(len(s), fp8), s["batch_size"], s[pos_col], s["num_heads"],
@@ -371,10 +375,14 @@ def convert(wheel: Path, out: Path) -> dict:
             info[f"gemm_{tag}_filled_cells"] = int((~g["measured"]).sum())
         av = versions(sysname, "attention", "context_attention_perf.parquet")
         info["attention_version"] = av[-1]
+        kernels: dict[str, dict] = {"context": {}, "generation": {}}
         arrays["ctx_attn"] = _attn(read(f"{root}{sysname}/attention/vllm/{av[-1]}/"
-                                        "context_attention_perf.parquet"), "isl")
+                                        "context_attention_perf.parquet"), "isl",
+                                   kernels["context"])
         arrays["gen_attn"] = _attn(read(f"{root}{sysname}/attention/vllm/{av[-1]}/"
-                                        "generation_attention_perf.parquet"), "step")
+                                        "generation_attention_perf.parquet"), "step",
+                                   kernels["generation"])
+        info["attention_kernels"] = kernels
         rows = []
         cv = versions(sysname, "comm", "custom_allreduce_perf.parquet")
         for v in cv:

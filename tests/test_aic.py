@@ -337,3 +337,74 @@ def test_search_cost_models_follow_engine_version_and_roofline_mode():
     assert old.provenance.kind == "tables" and "vLLM 0.19.0 custom all-reduce" in old.describe()
     rf = cost_model_for(model, None, "roofline")(h100, cfg)
     assert rf.provenance.kind == "roofline"
+
+
+def test_decode_attention_reads_kv_no_faster_than_device_memory_allows():
+    """No decode-attention cell of any shipped table reads its KV faster than the table's own
+    cells too large for L2 (>= 1 GiB) do: the L40S's and RTX PRO 6000's L2-resident cells
+    (up to 2.2x their memory bandwidth) are held to it, and cells past the measured range
+    keep the last measured throughput (never above the HBM bandwidth)."""
+    for name in aic_tables.MEASURED:
+        t = aic_tables.KernelTables.load(name)
+        b, s, g = t.generation_attention(32, 8, 128)
+        kv_bytes = b[:, None] * s[None, :] * 2 * 8 * 128 * 2
+        frac = kv_bytes / g / (GPUS[name].hbm_gbps * 1e9)
+        assert frac.max() <= 1.0, name
+    # the artifact the floor removes: the L40S's measured cells of 64-256 MB of KV
+    t = aic_tables.KernelTables.load("L40S")
+    rows, _, _ = t._attn_rows("gen_attn", 32, 8, 128, False)
+    raw = rows[:, 1] * rows[:, 2] * 4096 / (rows[:, 6] * 1e-3) / (GPUS["L40S"].hbm_gbps * 1e9)
+    assert raw.max() > 2.0
+
+
+def test_fill_loglog_continues_throughput_bound_past_the_measured_cells():
+    from tuner.predictors.tables import fill_loglog
+
+    lx = np.log(np.array([256.0, 512.0, 1024.0, 2048.0, 4096.0]))
+    # a last segment still partly launch-bound (slope 0.7): continued at slope 1
+    row = np.log(np.array([0.13, 0.22, 0.36, np.nan, np.nan]))
+    out = fill_loglog(lx, row[None, :], axis=1)[0]
+    assert np.exp(out[3]) == pytest.approx(0.72) and np.exp(out[4]) == pytest.approx(1.44)
+    # a steeper last segment (slope 2, compute-bound) is kept
+    row = np.log(np.array([1.0, 4.0, np.nan, np.nan, np.nan]))
+    assert np.exp(fill_loglog(lx, row[None, :], axis=1)[0][2]) == pytest.approx(16.0)
+
+
+def test_older_vllm_on_hopper_names_the_attention_kernel_difference():
+    """The tables say which attention kernel they measured (manifest attention_kernels); a
+    vLLM before 0.7.0 on Hopper ran FlashAttention 2 where the H100 tables measured FA3, and
+    the provenance says so; the A100's tables measured FA2, as 0.6 ran it: no such note."""
+    from tuner.core.catalog import load_models
+
+    m = load_models()["llama-3-8b"]
+    h100 = aic_tables.KernelTables.load("H100")
+    assert h100.attention_backends["bf16"]["generation"] == "vllm_flash_attn_fa3"
+    old = aic.table_cost_model(m, GPUS["H100"], engine_version="0.6.0").describe()
+    assert "ran FlashAttention 2 on Hopper" in old and "vllm-project/vllm#12093" in old
+    new = aic.table_cost_model(m, GPUS["H100"], engine_version="0.8.0").describe()
+    assert "FlashAttention" not in new
+    a100 = aic.table_cost_model(m, GPUS["A100-80G"], engine_version="0.6.0").describe()
+    assert aic_tables.KernelTables.load("A100-80G").attention_backends["bf16"][
+        "generation"] == "vllm_flash_attn"
+    assert "FlashAttention" not in a100 and "kernel changes between the releases" in a100
+
+
+def test_gpu_excess_scales_the_gpu_time_before_the_host_terms():
+    """step = GPU x (1 + gpu_excess) + host (additive engines), max(GPU x (1 + e), host) +
+    exposed (overlapped); the description names it; V0 single-step keeps it."""
+    from tuner.predictors.engine_overhead import V0_MULTISTEP, v0_single_step
+
+    f = BatchFeatures(*(np.array([0.0, 0.0]),) * 3, np.array([10.0, 100.0]),
+                      np.array([1e4, 1e5]), np.array([10.0, 100.0]))
+    gpu = np.array([0.010, 0.030])
+    add = EngineProfile(name="t", entry_point="", generation="", overlapped=False,
+                        fixed_s=1e-3, gpu_excess=0.2)
+    np.testing.assert_allclose(add.step_time_s(gpu, f), gpu * 1.2 + 1e-3)
+    over = dataclasses.replace(add, overlapped=True, fixed_s=0.0, per_seq_s=300e-6,
+                               exposed_s=0.5e-3)
+    np.testing.assert_allclose(over.step_time_s(gpu, f),
+                               np.maximum(gpu * 1.2, np.array([3e-3, 30e-3])) + 0.5e-3)
+    assert "GPU time +20.0 % over the kernel tables" in add.describe()
+    single = v0_single_step(V0_MULTISTEP)
+    assert single.gpu_excess == V0_MULTISTEP.gpu_excess and single.fixed_s == 8e-3
+    assert not single.fitted and "estimated" in single.source

@@ -236,7 +236,7 @@ def _overhead(cm) -> str | None:
 def engine_line(defaults, entry_point: str, num_scheduler_steps: int | None,
                 disable_log_requests: bool = False) -> str:
     """'engine: vLLM 0.6.0: vLLM V0 (...), entry point serve, 10 scheduler steps'."""
-    from tuner.predictors.engine_overhead import logs_requests_by_default
+    from tuner.predictors.engine_overhead import PROFILES, logs_requests_by_default
 
     steps = (f", {num_scheduler_steps} scheduler step(s)" if num_scheduler_steps else "")
     if num_scheduler_steps is None and defaults.release.generation.multi_step:
@@ -245,9 +245,11 @@ def engine_line(defaults, entry_point: str, num_scheduler_steps: int | None,
                  "--num-scheduler-steps 1 for single-step)")
     logs = ""
     if defaults.release.generation.key == "v0" and entry_point == "serve":
+        priced = ("priced" if PROFILES["vllm-v0-multistep"].per_logged_request_s else
+                  "the V0 fit prices no cost per logged request")
         logs = (", requests not logged (--disable-log-requests)" if disable_log_requests else
                 ", every request logged, as this release's API server does by default "
-                "(priced; --disable-log-requests if the server ran with it)"
+                f"({priced}; --disable-log-requests if the server ran with it)"
                 if logs_requests_by_default(defaults.engine_version, entry_point) else "")
     elif disable_log_requests:
         logs = (", --disable-log-requests changes nothing here (the request log is priced only "
