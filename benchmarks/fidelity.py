@@ -35,14 +35,22 @@ leave-one-out errors that the measured cost model's provenance cites.
 figures below (v0_fit_runs; host work between GPU steps, so predicted makespan = GPU-only
 schedule + the terms x their step features, linear): every set of terms (per step, per
 running sequence, per sampled token, per new request, per logged request, per prefill chunk,
-per extra TP rank) is fitted by least squares on predicted / measured makespan and, on the
+per extra TP rank, and the GPU-time excess over the kernel tables, whose step feature is the
+GPU time itself) is fitted by least squares on predicted / measured makespan and, on the
 A100 runs, median ITL (the decode step: a per-request term and a per-step term can give the
 same makespan, not the same ITL), sets with a negative term are dropped as unphysical, and the
 set with the lowest leave-one-out median error (makespan + ITL) is kept, the fewest terms
 within PARSIMONY_PP of it; the table of sets is printed so the choice can be checked. The A100 runs' API
 server logged every request (LambdaLabs' benchmark.py starts it without
---disable-log-requests); the published figures' server did not: they tell the request log's
-cost apart from the rest of a request's intake.
+--disable-log-requests); the published figures' server did not: they tell a request-log
+cost apart from the rest of a request's intake, where a set of terms has one.
+
+vLLM's own throughput figures in vllm-project/vllm#12093 (VLLM_PR12093_RUNS: Llama-3.1-8B,
+1,000 requests of 2,048 + 128 tokens, LLM.generate, FlashAttention 2 and 3 under V0
+single-step, V0 multi-step 4 and V1; an H100 assumed, the PR names no GPU) are a check,
+fitted on nothing: predicted vs published req/s, the FA2 -> FA3 change end to end (the kernel
+difference an older vLLM on Hopper has from the tables), and what the single-step vs
+multi-step pair says a V0 scheduler call costs.
 
 Published figures have no per-request lengths. SGLang's benchmark of vLLM 0.6.0 (offline,
 5,000 ShareGPT prompts; sgl-project/sglang benchmark/benchmark_vllm_060/README.md) is rebuilt

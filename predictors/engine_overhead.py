@@ -10,6 +10,9 @@ depends on the engine generation:
   overlapped V1 with asynchronous scheduling prepares step k+1 while the GPU runs step k:
              step = max(gpu, host) + exposed, where `exposed` is what never overlaps
 
+where gpu = the kernel tables' time x (1 + gpu_excess): what an engine's step spends on the GPU
+beyond the tables' isolated, back-to-back kernel timings (fitted for V0, 0 elsewhere), and
+
     host = fixed + per_seq * running + per_token * sampled + per_new_request * admitted
            + per_logged_request * admitted + per_chunk * prefill chunks + per_tp_rank * (tp - 1)
 
