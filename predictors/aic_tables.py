@@ -94,7 +94,7 @@ def version_name(code: float) -> str:
 
 # ---- one GPU's tables --------------------------------------------------------------------
 #: a decode-attention cell whose one-layer KV is at least this large cannot sit in any
-#: measured GPU's L2 (the largest: 128 MB, RTX PRO 6000 Blackwell; B200 126 MB)
+#: measured GPU's L2 (several times the largest, ~128 MB on the Blackwell parts)
 KV_BEYOND_L2_BYTES = 1 << 30
 
 
