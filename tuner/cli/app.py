@@ -100,8 +100,9 @@ SchedulerStepsOpt = Annotated[int | None, typer.Option(
 DisableLogRequestsOpt = Annotated[bool, typer.Option(
     "--disable-log-requests", help="The API server ran with --disable-log-requests. vLLM before "
     "0.10.2 logs every request it receives unless told not to (from 0.10.2 logging is opt-in); "
-    "for V0 releases tuner prices that log as host time per request, fitted on public runs "
-    "with and without it.")]
+    "for V0 releases the fit on public runs with and without it sets that log's host time per "
+    "request (the shipped fit: none; the engine line says so). Recorded, and passed on to the "
+    "`vllm serve` export.")]
 MaxModelLenOpt = Annotated[int | None, typer.Option(
     "--max-model-len", help="vLLM's --max-model-len: the longest request (prompt + output "
     "tokens) the engine takes; longer ones fail (--on-too-long). Default the model's context. "
