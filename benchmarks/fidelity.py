@@ -104,8 +104,6 @@ DEFAULT_DATA = REPO.parent / "shared" / "fidelity"
 QWEN3_32B = ModelSpec(name="qwen3-32b", num_layers=64, hidden_size=5120, num_heads=64,
                       num_kv_heads=8, head_dim=128, intermediate_size=25600, vocab_size=151936,
                       max_position=40960, hf_id="Qwen/Qwen3-32B", source="Qwen/Qwen3-32B config.json")
-# folder GPU prefix -> tuner catalog GPU
-GPU_OF = {"RTX4090": "RTX4090", "RTXPRO6000": "RTX-PRO-6000", "A100-80G": "A100-80G"}
 
 
 def model_spec(hf_id: str) -> ModelSpec | None:
@@ -151,11 +149,12 @@ class Run:
 
 
 #: catalog GPU of a run-index `gpu` cell (LambdaLabsML names GPUs like "A100-80G", "H100";
-#: LLMServingSim's folders like "RTXPRO6000"): the catalog's names and aliases, as --gpu reads them
+#: LLMServingSim's folders like "RTXPRO6000"): the catalog's names and aliases, as --gpu reads
+#: them (tuner.core.catalog.find_gpu)
 def catalog_gpu_name(cell: str, gpus: dict) -> str | None:
     from tuner.core.catalog import find_gpu
 
-    hit = find_gpu(GPU_OF.get(cell, cell), gpus)
+    hit = find_gpu(cell, gpus)
     return hit.name if hit is not None else None
 
 
@@ -261,7 +260,7 @@ def load_all(root: Path, gpus: dict | None = None) -> list[Run]:
 
 
 def load_llmservingsim(root: Path) -> list[Run]:
-    runs = []
+    runs, gpus = [], load_gpus()
     base = root / "llmservingsim"
     for d in sorted(p for p in base.iterdir() if p.is_dir()):
         meta = json.loads((d / "meta.json").read_text())
@@ -280,7 +279,9 @@ def load_llmservingsim(root: Path) -> list[Run]:
                       source=str(d / "requests.jsonl"), tokenizer="measured (vLLM)",
                       output_source="measured (vLLM)", arrival_s=arrival)
         kv = meta.get("kv_cache") or {}
-        cfg = ServingConfig(gpu=GPU_OF[d.name.split("_")[0]], tp=int(kw["tensor_parallel_size"]),
+        # the folder's GPU prefix ("RTXPRO6000_...") as --gpu reads it
+        cfg = ServingConfig(gpu=catalog_gpu_name(d.name.split("_")[0], gpus),
+                            tp=int(kw["tensor_parallel_size"]),
                             dp=int(kw["data_parallel_size"]), scheduler="vllm",
                             chunk_size=int(kw["max_num_batched_tokens"]),
                             max_running=int(kw["max_num_seqs"]),
@@ -845,7 +846,8 @@ def itl_row(run: Run, res) -> dict:
 
 
 # ---- the V0 host-cost fit (lambda-a100) --------------------------------------------------------
-#: EngineProfile host terms and the step feature each multiplies (EngineProfile.host_s)
+#: the EngineProfile terms the fits offer: host terms, each multiplying its step feature
+#: (EngineProfile.host_s), and gpu_excess, whose step feature is the GPU time (step_time_s)
 HOST_TERMS = ("fixed_s", "per_seq_s", "per_token_s", "per_new_request_s", "per_logged_request_s",
               "per_chunk_s", "per_tp_rank_s", "gpu_excess")
 

@@ -225,8 +225,10 @@ def test_aliases_name_one_gpu_each(gpus):
 
     owner: dict[str, str] = {}
     for g in gpus.values():
-        for spelling in (g.name, *g.aliases):
-            assert owner.setdefault(gpu_key(spelling), g.name) == g.name, spelling
+        keys = [gpu_key(spelling) for spelling in (g.name, *g.aliases)]
+        assert len(set(keys)) == len(keys), g.name  # no alias the name or another one gives
+        for spelling, key in zip((g.name, *g.aliases), keys, strict=True):
+            assert owner.setdefault(key, g.name) == g.name, spelling
 
 
 def test_aliases_of_a_gpu_file_gpu(tmp_path):

@@ -117,11 +117,14 @@ class Constraints:
         from tuner.core.catalog import find_gpu, gpu_key
 
         names = list(gpus)
-        canon = {}
-        for k in self.max_gpus_per_type:
-            hit = (find_gpu(k, gpus) if isinstance(gpus, dict)
-                   else next((n for n in names if gpu_key(n) == gpu_key(k)), None))
-            canon[k] = hit.name if hasattr(hit, "name") else hit
+
+        def owner(k: str) -> str | None:
+            if isinstance(gpus, dict):
+                hit = find_gpu(k, gpus)
+                return None if hit is None else hit.name
+            return next((n for n in names if gpu_key(n) == gpu_key(k)), None)
+
+        canon = {k: owner(k) for k in self.max_gpus_per_type}
         unknown = sorted(k for k, n in canon.items() if n is None)
         if unknown:
             raise TunerError(f"--max-gpus names {', '.join(unknown)}, not among --gpus "
