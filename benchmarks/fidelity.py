@@ -142,6 +142,8 @@ class Run:
     # median_itl_ms), where the run reports it; the engine streamed `scheduler_steps` tokens a
     # chunk (V0 multi-step) or one
     measured_median_itl_s: float | None = None
+    # V0 --num-scheduler-steps (1: single-step, V1, SGLang): simulated as decode runs of that
+    # many steps (tuner.sim.scheduler.multi_step_outputs)
     scheduler_steps: int = 1
     # sum of (last token - first token) / sum of (output tokens - 1) over the run's requests,
     # where it logs both times per request (LLMServingSim's requests.jsonl)
@@ -407,7 +409,8 @@ def vllm_pr12093_run(fig: dict, gpus: dict) -> Run:
                model_id="meta-llama/Llama-3.1-8B-Instruct", config=cfg, workload=wl,
                measured_makespan_s=n / fig["req_s"], measured_kv_blocks=None, timeline=None,
                moe=False, engine_version=version, suite="vllm-pr12093", model=model,
-               engine=profile_for(version, "llm", fig["steps"] if not fig["v1"] else None))
+               engine=profile_for(version, "llm", fig["steps"] if not fig["v1"] else None),
+               scheduler_steps=1 if fig["v1"] else fig["steps"])
 
 
 def evaluate_vllm_pr12093(gpus: dict, v0_engine: EngineProfile | None = None) -> list[dict]:
@@ -580,7 +583,8 @@ def published_run(root: Path, fig: dict, gpus: dict) -> Run:
                model=load_models().get(fig["model"]),
                engine=profile_for(e["engine_version"], e["entry_point"],
                                   e["num_scheduler_steps"], log_requests=False),
-               log_requests=False)  # the server command passes --disable-log-requests
+               # the server command passes --disable-log-requests
+               log_requests=False, scheduler_steps=e["num_scheduler_steps"])
 
 
 def evaluate_published(root: Path, gpus: dict, engine: EngineProfile | None = None) -> list[dict]:
@@ -820,7 +824,9 @@ def simulate_run(run: Run, engine: EngineProfile | None, gpus: dict, *, timeline
         sglang = {"engine": "sglang", "sglang": run.sglang,
                   "prefix_caching": run.sglang.radix_cache}
     # the real runs' makespans are timed after the engine is up: the schedule alone
-    version = {} if sglang else {"engine_version": run.engine_version}  # its memory profile
+    # its memory profile and (V0) its decode runs of --num-scheduler-steps
+    version = {} if sglang else {"engine_version": run.engine_version,
+                                 "num_scheduler_steps": run.scheduler_steps}
     res = simulate(run.workload, model, gpu, run.config, cm, timeline=timeline, startup_s=0.0,
                    return_steps=return_steps, **sglang, **version)
     return res, cm

@@ -149,22 +149,30 @@ V1_ASYNC = EngineProfile(
 # the decode step, which the makespan alone cannot tell from a per-request cost); of every set
 # of up to three terms (the host terms and the GPU-time excess), the one with the lowest
 # leave-one-out median error (makespan + ITL), the fewest terms within 0.5 point, no negative
-# term (the table is in benchmarks/RESULTS.md). The kept set has no request-log term: the runs
-# do not need one once the GPU time carries its excess. Update both together.
-V0_MULTISTEP_FIXED_S = 1.175e-3
-V0_MULTISTEP_PER_SEQ_S = 14.68e-6
-V0_MULTISTEP_GPU_EXCESS = 0.1239
-V0_MULTISTEP_PER_LOGGED_REQUEST_S = 0.0  # the fit's answer (see above)
+# term (the table is in benchmarks/RESULTS.md). The runs are simulated as the engine ran them,
+# in decode runs of 10 steps (tuner.sim.scheduler.multi_step_outputs: a request that stops
+# mid-run is computed to the run's end); under that schedule the kept set is host time only:
+# per running sequence, per new request and per extra TP rank, with no fixed term, no GPU-time
+# excess and no request-log term (the published figures, not logged, fit beside the logged
+# runs without one). Update both together.
+V0_MULTISTEP_FIXED_S = 0.0  # the fit's answer (see above)
+V0_MULTISTEP_PER_SEQ_S = 28.93e-6
+V0_MULTISTEP_PER_NEW_REQUEST_S = 5.708e-3
+V0_MULTISTEP_PER_TP_RANK_S = 0.3145e-3
+V0_MULTISTEP_GPU_EXCESS = 0.0  # the fit's answer
+V0_MULTISTEP_PER_LOGGED_REQUEST_S = 0.0  # the fit's answer
 V0_MULTISTEP_SOURCE = ("fitted on 11 public vLLM 0.6.0 A100 runs (API server, requests logged, "
                        "--num-scheduler-steps 10; makespans and median ITL) and 2 published vLLM "
-                       "0.6.0 figures (A100, H100; --disable-log-requests); benchmarks/fidelity.py"
-                       " --fit: leave-one-out median |makespan error| 3.0 % (worst 8.8 %) and "
-                       "|median ITL error| 3.1 % (worst 10.2 %) on the runs, 1.3 % and 8.8 % on "
-                       "the figures; checked, not fitted, on vLLM's own H100 figures (vllm#12093)")
+                       "0.6.0 figures (A100, H100; --disable-log-requests), simulated in decode "
+                       "runs of 10 steps; benchmarks/fidelity.py --fit: leave-one-out median "
+                       "|makespan error| 2.0 % (worst 5.9 %) and |median ITL error| 4.8 % (worst "
+                       "14.0 %) on the runs, 0.0 % and 4.9 % on the figures; checked, not fitted, "
+                       "on vLLM's own H100 figures (vllm#12093)")
 V0_MULTISTEP = EngineProfile(
     name="vllm-v0-multistep", entry_point="OpenAI API server (streaming)",
     generation="V0 multi-step", overlapped=False, fixed_s=V0_MULTISTEP_FIXED_S,
-    per_seq_s=V0_MULTISTEP_PER_SEQ_S, gpu_excess=V0_MULTISTEP_GPU_EXCESS,
+    per_seq_s=V0_MULTISTEP_PER_SEQ_S, per_new_request_s=V0_MULTISTEP_PER_NEW_REQUEST_S,
+    per_tp_rank_s=V0_MULTISTEP_PER_TP_RANK_S, gpu_excess=V0_MULTISTEP_GPU_EXCESS,
     per_logged_request_s=V0_MULTISTEP_PER_LOGGED_REQUEST_S, fitted=True,
     source=V0_MULTISTEP_SOURCE)
 #: V0 single-step's host time per step (the scheduler runs every step): the low end of the 8-16
@@ -176,14 +184,16 @@ V0_SINGLE_STEP_FIXED_S = 8e-3
 
 
 def v0_single_step(multistep: EngineProfile) -> EngineProfile:
-    """V0 single-step from a V0 multi-step profile: its per-sequence, request-log and GPU
-    terms, with V0_SINGLE_STEP_FIXED_S per step in place of the multi-step fixed term."""
+    """V0 single-step from a V0 multi-step profile: its per-sequence, per-request, TP,
+    request-log and GPU terms, with V0_SINGLE_STEP_FIXED_S per step in place of the multi-step
+    fixed term."""
     return replace(multistep, name="vllm-v0", entry_point="any", generation="V0 single-step",
                    fixed_s=V0_SINGLE_STEP_FIXED_S, fitted=False,
                    source=("estimated: 8 ms per step (the low end of the 8-16 ms observed on "
-                           "vLLM 0.5.x, issue 14) + the multi-step fit's per-sequence, "
-                           "request-log and GPU terms; no single-step run to fit; vLLM's own "
-                           "H100 single-step figures (vllm#12093) check it"))
+                           "vLLM 0.5.x, issue 14) + the multi-step fit's other terms (per "
+                           "running sequence, per new request, per extra TP rank); no "
+                           "single-step run to fit; vLLM's own H100 single-step figures "
+                           "(vllm#12093) check it"))
 
 
 PROFILES: dict[str, EngineProfile] = {

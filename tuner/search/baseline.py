@@ -33,7 +33,8 @@ def simulate_baseline(workload: Workload, model: ModelSpec, gpu: GPU, *, tp: int
                       engine_version: str | None = None,
                       cost_model_for: Callable[[GPU, ServingConfig], CostModel] | None = None,
                       simulated: dict[ServingConfig, Metrics] | None = None,
-                      startup_s: float | None = None, engine: str = "vllm") -> dict:
+                      startup_s: float | None = None, engine: str = "vllm",
+                      num_scheduler_steps: int | None = None) -> dict:
     """`engine`'s defaults (vLLM's, or SGLang's) on `gpu` x (tp, dp), simulated: {'config',
     'defaults', 'feasible', 'reason', 'metrics', 'engine'}. `simulated`: figures the search already has ({config: metrics} of
     feasible trials on the whole workload); the defaults are taken from there when they are
@@ -60,7 +61,8 @@ def simulate_baseline(workload: Workload, model: ModelSpec, gpu: GPU, *, tp: int
     try:
         cm = (cost_model_for or default_cost_models(model))(gpu, config)
         res = simulate(workload, model, gpu, config, cm, startup_s=startup_s,
-                       engine_version=engine_version)  # start-up as the search priced it
+                       engine_version=engine_version,  # start-up as the search priced it
+                       num_scheduler_steps=num_scheduler_steps)
     except InfeasibleConfig as exc:
         out["reason"] = str(exc)
         return out
@@ -117,7 +119,8 @@ def attach_baselines(records: list[TrialRecord], numbers: Iterable[int], workloa
                      model: ModelSpec, gpus: dict[str, GPU], *,
                      entry_point: str = DEFAULT_ENTRY_POINT, engine_version: str | None = None,
                      cost_model_for: Callable[[GPU, ServingConfig], CostModel] | None = None,
-                     startup_s: float | None = None) -> dict[tuple, dict]:
+                     startup_s: float | None = None,
+                     num_scheduler_steps: int | None = None) -> dict[tuple, dict]:
     """Set `baseline` (the defaults' simulation plus the `gain` ratios) on the records numbered
     `numbers`; one simulation per (GPU type, TP, DP). Returns the simulations by that key."""
     by_num = {r.number: r for r in records}
@@ -138,7 +141,8 @@ def attach_baselines(records: list[TrialRecord], numbers: Iterable[int], workloa
                                  weight_bits=key[3], kv_bits=key[4], pp=key[5],
                                  entry_point=entry_point, engine_version=engine_version,
                                  cost_model_for=cost_model_for, simulated=simulated,
-                                 startup_s=startup_s, engine=key[6])
+                                 startup_s=startup_s, engine=key[6],
+                                 num_scheduler_steps=num_scheduler_steps)
 
     # independent simulations (those the study has not run already): a thread each on a
     # large job

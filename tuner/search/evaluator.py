@@ -218,15 +218,17 @@ class Evaluator:
                  space: SearchSpace, *, sample_fraction: float | None = None,
                  cost_model_for: Callable[[GPU, ServingConfig], CostModel] | None = None,
                  startup_s: float | None = None, engine_version: str | None = None,
-                 defer: bool = True) -> None:
+                 num_scheduler_steps: int | None = None, defer: bool = True) -> None:
         self.workload, self.model, self.gpus, self.space = workload, model, gpus, space
         # defer: SearchSettings.defer_candidates
         self.defer = defer
         # the command's cost models (resolved once by the CLI), else the registry's default
         self.cost_model_for = cost_model_for or default_cost_models(model)
         # engine start-up (tuner.core.startup): the search's --startup-s, or the model for its
-        # --engine-version (tuner.search.meta.StudyMeta.sim_options: both from a study's metadata)
-        self.sim_options = {"startup_s": startup_s, "engine_version": engine_version}
+        # --engine-version; V0's decode runs: its --num-scheduler-steps
+        # (tuner.search.meta.StudyMeta.sim_options: all from a study's metadata)
+        self.sim_options = {"startup_s": startup_s, "engine_version": engine_version,
+                            "num_scheduler_steps": num_scheduler_steps}
         n = len(workload)
         self.n_sample = sample_size(n, sample_fraction)
         self.sampled = self.n_sample < n  # multi-fidelity on

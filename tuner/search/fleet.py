@@ -150,6 +150,7 @@ def simulate_fleet(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
                    shares: np.ndarray | None = None, tolerance: float = 0.02,
                    rounds: int = 6, startup_s: float | None = None,
                    engine_version: str | None = None,
+                   num_scheduler_steps: int | None = None,
                    trials: list[int | None] | None = None,
                    beaten_by: list[tuple[float, float]] = (),
                    margin: float = ESTIMATE_MARGIN) -> FleetPlan | None:
@@ -171,7 +172,8 @@ def simulate_fleet(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
             _i, idx, cfg = job
             g = gpus[cfg.gpu]
             return simulate(workload.take(idx), model, g, cfg, cost_model_for(g, cfg),
-                            startup_s=startup_s, engine_version=engine_version)
+                            startup_s=startup_s, engine_version=engine_version,
+                            num_scheduler_steps=num_scheduler_steps)
 
         # the parts are independent simulations: a thread each on a large job
         results = thread_map(one, todo, parallel_workers(len(todo), len(workload)))
@@ -321,7 +323,8 @@ def fleet_front(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
                 cost_model_for: Callable[[GPU, ServingConfig], CostModel],
                 max_plans: int = 6, max_total_gpus: int | None = None,
                 startup_s: float | None = None,
-                engine_version: str | None = None) -> list[FleetPlan]:
+                engine_version: str | None = None,
+                num_scheduler_steps: int | None = None) -> list[FleetPlan]:
     """The simulated mixes of GPU types that neither a single-type plan among `records` nor
     another mix beats on both makespan and $ (fastest first); [] with fewer than two GPU types
     that have a feasible plan."""
@@ -334,7 +337,8 @@ def fleet_front(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
         try:
             plan = simulate_fleet(workload, model, gpus, configs, cost_model_for,
                                   shares=shares, startup_s=startup_s,
-                                  engine_version=engine_version, trials=trials,
+                                  engine_version=engine_version,
+                                  num_scheduler_steps=num_scheduler_steps, trials=trials,
                                   beaten_by=singles)
         except InfeasibleConfig:
             continue  # a part cannot hold its share (a request longer than its KV)

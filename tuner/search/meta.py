@@ -211,8 +211,10 @@ class StudyMeta:
         return self.on_too_long == "skip"
 
     def sim_options(self) -> dict:
-        """simulate()'s start-up keywords: the search's --startup-s and --engine-version."""
-        return {"startup_s": self.startup_s, "engine_version": self.engine_version}
+        """simulate()'s engine keywords: the search's --startup-s, --engine-version and
+        --num-scheduler-steps."""
+        return {"startup_s": self.startup_s, "engine_version": self.engine_version,
+                "num_scheduler_steps": self.num_scheduler_steps}
 
     @classmethod
     def of(cls, meta: StudyMeta | dict | None) -> StudyMeta:

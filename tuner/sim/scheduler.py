@@ -249,6 +249,22 @@ def _run(k: SchedulerParams, req, grp, q, width: int, c, fast: bool, max_steps: 
             return rec[:0], int(status), int(c[CACHED_TOKENS])
 
 
+def multi_step_outputs(output_tokens: np.ndarray, run_steps: int) -> np.ndarray:
+    """The output tokens each request is computed for when the engine runs `run_steps` decode
+    steps per scheduler call (vLLM V0 --num-scheduler-steps): the prefill step samples the
+    first token, then the worker runs the batch for whole runs of `run_steps` steps without
+    checking stop conditions (vLLM 0.6 MultiStepOutputProcessor truncates the tokens after EOS
+    or max_tokens on the host afterwards), so a request that stops mid-run keeps its slot, its
+    lookahead KV slots and its share of the GPU work to the run's end, and the next scheduler
+    call, the first chance to admit a waiting request, comes only then. Scheduling those
+    lengths gives both: every request's last step ends a run. Unchanged for run_steps <= 1."""
+    out = np.asarray(output_tokens)
+    if run_steps <= 1:
+        return out
+    runs = -(-(out.astype(np.int64) - 1) // run_steps)  # ceil((o - 1) / N) decode runs
+    return np.where(out > 1, 1 + runs * run_steps, out).astype(out.dtype, copy=False)
+
+
 def step_limit(prompt: np.ndarray, output: np.ndarray, max_steps: int | None = None) -> int:
     """The steps a schedule may take: `max_steps`, or (None) a bound no schedule that makes
     progress reaches (every step makes progress on at least one token; recompute after a

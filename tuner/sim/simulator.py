@@ -12,6 +12,7 @@ import numpy as np
 
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ENGINES, ServingConfig, check_model_config
+from tuner.core.engines import check_scheduler_steps, generation_of, priced_scheduler_steps
 from tuner.core.errors import TunerError
 from tuner.core.memory import MemoryPlan, plan_memory
 from tuner.core.pricing import Machines, Rental, job_cost_usd, place, rent, usd_per_million_tokens
@@ -71,6 +72,8 @@ class SimResult:
     # (Little's law). What an interrupted engine loses is half of it (tuner.search.spot).
     mean_residence_s: float = 0.0
     engine: str = "vllm"  # the engine simulated (tuner.core.sglang.ENGINES)
+    # decode steps per scheduler call (vLLM V0 multi-step: decode_run_steps), 1 elsewhere
+    decode_run_steps: int = 1
 
     @property
     def schedule_s(self) -> float:
@@ -517,13 +520,26 @@ def _simulate_replica(workload: Workload, idx: np.ndarray, params: sch.Scheduler
     return _Replica(s, float(end_s[-1]), end_s, step_s=dt)
 
 
+def decode_run_steps(engine: str, engine_version: str | None,
+                     num_scheduler_steps: int | None) -> int:
+    """Decode steps per scheduler call: vLLM V0's --num-scheduler-steps, or the count its
+    fitted profile assumes where not given (tuner.core.engines.priced_scheduler_steps); 1 for
+    V1 (which refuses a count above 1) and for SGLang, which schedules every step (a search
+    over both engines gives the count for its vLLM configurations)."""
+    if engine != "vllm":
+        return 1
+    check_scheduler_steps(generation_of(engine_version), num_scheduler_steps)
+    return priced_scheduler_steps(engine_version, num_scheduler_steps) or 1
+
+
 def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConfig,
              cost_model: CostModel, *, timeline: bool = False,
              exact: bool = False, return_steps: bool = False, startup_s: float | None = None,
              engine_version: str | None = None, replicas: int | None = None,
              timeline_rows: int | None = None,
              engine: str | None = None, sglang: SGLangSettings | None = None,
-             prefix_caching: bool = True) -> SimResult:
+             prefix_caching: bool = True,
+             num_scheduler_steps: int | None = None) -> SimResult:
     """Simulate the whole job iteration by iteration, each step priced by `cost_model`
     (predictors.sources.resolve_cost_model / cost_model_for give the registry's); raises
     InfeasibleConfig if it cannot run.
@@ -551,7 +567,14 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     --mem-fraction-static; priced with `cost_model`: one resolved for SGLang, engine="sglang"
     in predictors.sources, says so in its provenance; another gets a line saying it is vLLM's).
     `prefix_caching` False: shared prefixes are computed by every request (vLLM
-    --no-enable-prefix-caching, SGLang --disable-radix-cache)."""
+    --no-enable-prefix-caching, SGLang --disable-radix-cache).
+
+    `num_scheduler_steps`: vLLM V0's --num-scheduler-steps (a V0 `engine_version` without it
+    runs the multi-step count its host profile was fitted at, as the profile and the exports
+    do: tuner.core.engines.priced_scheduler_steps): each request is scheduled for whole decode
+    runs of that many steps (tuner.sim.scheduler.multi_step_outputs: the worker computes a
+    request that stopped mid-run to the run's end); the result's token counts stay the
+    workload's."""
     if len(workload) == 0:
         raise TunerError("The workload has no requests.")
     if engine is not None and engine != config.engine:
@@ -559,6 +582,7 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
             raise TunerError(f"engine {engine!r} is not one of {', '.join(ENGINES)}.")
         config = dataclasses.replace(config, engine=engine)
     engine = config.engine
+    run_steps = decode_run_steps(engine, engine_version, num_scheduler_steps)
     full_workload = workload  # the physical limit counts every shared prefix once regardless
     if not prefix_caching and workload.prefix_ids is not None:
         workload = dataclasses.replace(workload, prefix_ids=None, prefix_tokens=None)
@@ -593,6 +617,10 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         if not prefix_caching:  # a preempted request's blocks are not cached either
             params = params._replace(cache_preempted=False)
     order = _submission_order(workload, model, gpu, config, plan)
+    # what the engine computes (V0 multi-step: whole decode runs); the figures count the
+    # workload's own tokens
+    scheduled = workload if run_steps == 1 else dataclasses.replace(
+        workload, output_tokens=sch.multi_step_outputs(workload.output_tokens, run_steps))
     # a fitted CostModel may carry its measured host<->device curve (predictors.transfer_model)
     off_ctx = _offload.OffloadContext.build(model, gpu, config,
                                             transfer=cost_model.transfer_model)
@@ -612,7 +640,7 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
                 timeline_rows if workload.arrival_s is None else None))
         else:
             totals = _StepTotals(cost_model, off_ctx, off_totals)
-        rep = _simulate_replica(workload, idx, params, totals, plan, exact,
+        rep = _simulate_replica(scheduled, idx, params, totals, plan, exact,
                                 keep_steps=return_steps, cancel=cancel)
         return want_tl, totals, rep
 
@@ -656,7 +684,7 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         step_s=step_s if return_steps else None,
         startup_s=start.total_s, startup=start.to_dict(),
         mean_residence_s=running_s / max(sum(idx.size for _, idx in jobs), 1),
-        engine=engine)
+        engine=engine, decode_run_steps=run_steps)
     if gpu.vasuki_usd_per_fp32_gflop_per_w:
         res.vasuki_cost_metric = res.qps / gpu.vasuki_usd_per_fp32_gflop_per_w
     if off_ctx.active:
