@@ -345,7 +345,7 @@ def replay(
         "provenance": res.provenance,
     }
     if m.median_itl_s is not None:
-        doc.update(_itl(m, res, engine_version, num_scheduler_steps))
+        doc.update(_itl(m, res))
     if record:
         doc["recorded_in"] = str(_record(doc, res, cm, spec, g, config, store))
     if as_json:
@@ -375,8 +375,8 @@ def replay(
     out.print(t)
     out.print(f"read as: {m.kind}" + (f"; {m.note}" if m.note else ""), style="dim",
               markup=False)
-    out.print(engine_line(defaults, entry_point, num_scheduler_steps, disable_log_requests),
-              style="dim", markup=False)
+    out.print(engine_line(defaults, entry_point, num_scheduler_steps, disable_log_requests,
+                          res.decode_run_steps), style="dim", markup=False)
     out.print(f"cost model: {res.provenance}", style="dim", markup=False)
     if note := shape_note(spec):
         out.print(note, style="yellow", markup=False)
@@ -386,15 +386,13 @@ def replay(
                   markup=False)
 
 
-def _itl(m: MeasuredRun, res, engine_version: str | None,
-         num_scheduler_steps: int | None) -> dict:
+def _itl(m: MeasuredRun, res) -> dict:
     """Predicted vs measured median gap between a request's streamed chunks: the simulated
     decode steps, grouped as the engine streams them (a V0 multi-step engine sends N tokens a
-    chunk, the N it was priced with; V1 one a step; tuner.sim.steps.median_itl_s)."""
-    from tuner.core.engines import priced_scheduler_steps
+    chunk, the N of its simulated decode runs; V1 one a step; tuner.sim.steps.median_itl_s)."""
     from tuner.sim.steps import median_itl_s
 
-    k = priced_scheduler_steps(engine_version, num_scheduler_steps) or 1
+    k = res.decode_run_steps
     pred = median_itl_s(res.steps, res.step_s, k)
     return {"tokens_per_chunk": k, "measured_median_itl_s": m.median_itl_s,
             "predicted_median_itl_s": pred,

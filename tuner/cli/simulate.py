@@ -234,9 +234,9 @@ def _overhead(cm) -> str | None:
 
 
 def engine_line(defaults, entry_point: str, num_scheduler_steps: int | None,
-                disable_log_requests: bool = False) -> str:
-    """'engine: vLLM 0.6.0: vLLM V0 (...), entry point serve, 10 scheduler steps'."""
-    from tuner.core.engines import FITTED_SCHEDULER_STEPS
+                disable_log_requests: bool = False, decode_run_steps: int = 1) -> str:
+    """'engine: vLLM 0.6.0: vLLM V0 (...), entry point serve, 10 scheduler steps';
+    `decode_run_steps`: the simulation's (SimResult.decode_run_steps)."""
     from tuner.predictors.engine_overhead import PROFILES, logs_requests_by_default
 
     steps = (f", {num_scheduler_steps} scheduler step(s)" if num_scheduler_steps else "")
@@ -244,11 +244,10 @@ def engine_line(defaults, entry_point: str, num_scheduler_steps: int | None,
         steps = (", --num-scheduler-steps not given: priced as multi-step (10), the V0 host "
                  "cost fitted on public runs (vLLM's own default is 1: pass "
                  "--num-scheduler-steps 1 for single-step)")
-    runs = (num_scheduler_steps or FITTED_SCHEDULER_STEPS
-            if defaults.release.generation.multi_step else 1)
-    if runs > 1:
-        steps += (f"; simulated in decode runs of {runs} steps (a request that stops mid-run "
-                  "is computed to the run's end, and waiting requests start only then)")
+    if decode_run_steps > 1:
+        steps += (f"; simulated in decode runs of {decode_run_steps} steps (a request that "
+                  "stops mid-run is computed to the run's end, and waiting requests start "
+                  "only then)")
     logs = ""
     if defaults.release.generation.key == "v0" and entry_point == "serve":
         priced = ("priced" if PROFILES["vllm-v0-multistep"].per_logged_request_s else
@@ -479,8 +478,8 @@ def simulate(
             out.print(f"not given ({', '.join(summary['defaulted'])}): "
                       f"{sg_defaults.describe()}", style="dim", markup=False)
     else:
-        out.print(engine_line(defaults, entry_point, num_scheduler_steps, disable_log_requests),
-                  style="dim", markup=False)
+        out.print(engine_line(defaults, entry_point, num_scheduler_steps, disable_log_requests,
+                              res.decode_run_steps), style="dim", markup=False)
         if summary["defaulted"]:
             out.print(f"not given ({', '.join(summary['defaulted'])}): {defaults.describe()}",
                       style="dim", markup=False)
