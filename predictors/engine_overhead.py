@@ -301,19 +301,24 @@ def profile_for(engine_version: str | None = None, entry_point: str = "llm",
     fitted under another entry point or step count, its `source` says so. V0 without
     --num-scheduler-steps: the fitted multi-step profile, the only V0 profile fitted on runs
     (every public V0 run here used multi-step, as vLLM 0.6's throughput guidance did), and the
-    source says that vLLM's own default is single-step. `log_requests`: whether the API server
+    source says that vLLM's own default is single-step; a V0 release before 0.5.5 has no
+    multi-step and is priced single-step. `log_requests`: whether the API server
     logs each request (None: its default, on for V0's `serve`, which is where the term is
     priced; LLM.generate and run-batch do not log them)."""
     from tuner.core.engines import FITTED_SCHEDULER_STEPS as FITTED
-    from tuner.core.engines import check_scheduler_steps, generation_of
+    from tuner.core.engines import MULTI_STEP_SINCE, check_scheduler_steps, generation_of
 
     release = generation_of(engine_version)
     steps = check_scheduler_steps(release, num_scheduler_steps)
     key = release.generation.key
     if key == "v0":
-        p = PROFILES["vllm-v0" if steps == 1 else "vllm-v0-multistep"]
+        single = steps == 1 or not release.multi_step
+        p = PROFILES["vllm-v0" if single else "vllm-v0-multistep"]
         notes = []
-        if steps is None:
+        if not release.multi_step:
+            notes.append(f"vLLM {release.version} has no multi-step scheduling (from "
+                         f"{'.'.join(map(str, MULTI_STEP_SINCE))}): single-step")
+        elif steps is None:
             notes.append(f"--num-scheduler-steps not given: priced as the multi-step ({FITTED}) "
                          "runs it was fitted on, and exported so; vLLM's own default is 1 "
                          "(pass --num-scheduler-steps 1 for the single-step estimate)")

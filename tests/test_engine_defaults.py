@@ -264,6 +264,34 @@ def test_generations_by_release():
         generation_of("latest-ish")
 
 
+def test_multi_step_exists_from_0_5_5_only(tmp_path):
+    """--num-scheduler-steps arrived in vLLM 0.5.5 (vllm-project/vllm#7000): an earlier V0
+    release is priced, simulated and exported single-step, and refuses a count above 1."""
+    from tuner.core.engines import check_scheduler_steps, generation_of, priced_scheduler_steps
+    from tuner.predictors.engine_overhead import profile_for
+    from tuner.sim.simulator import decode_run_steps
+
+    old, new = generation_of("0.5.4"), generation_of("0.5.5")
+    assert old.generation is new.generation and not old.multi_step and new.multi_step
+    assert not generation_of(None).multi_step and not generation_of("0.8.0").multi_step
+    assert priced_scheduler_steps("0.5.4", None) is None
+    assert priced_scheduler_steps("0.5.5", None) == 10
+    assert decode_run_steps("vllm", "0.5.4", None) == 1
+    assert decode_run_steps("vllm", "0.5.5", None) == 10
+    assert check_scheduler_steps(old, 1) == 1
+    with pytest.raises(TunerError, match="arrived in 0.5.5"):
+        check_scheduler_steps(old, 4)
+    p = profile_for("0.5.4", "serve")
+    assert p.name == "vllm-v0" and "no multi-step scheduling" in p.source
+    assert profile_for("0.5.5", "serve").name == "vllm-v0-multistep"
+    wl = write_workload(tmp_path / "w.jsonl", [(300, 60)] * 16)
+    r = runner.invoke(app, ["simulate", "-w", str(wl), "-m", "llama-3-8b", "-g", "A100-80G",
+                            "--engine-version", "0.5.4", "--startup-s", "0", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["engine"]["decode_run_steps"] == 1 and "vllm-v0 " in d["engine"]["overhead"] + " "
+
+
 def test_v0_defaults_follow_its_scalar_rules():
     # chunked prefill off: the whole prompt in one step, so the budget covers the context
     d = vllm_defaults("A100-80G", 80, "serve", "0.6.0", max_model_len=8192)
@@ -331,6 +359,7 @@ def test_v0_host_terms_lengthen_the_schedule(tmp_path):
     (["--engine-version", "0.4.0"], "0.5.0"),
     (["--num-scheduler-steps", "10"], "needs a V0 engine"),
     (["--engine-version", "0.6.0", "--num-scheduler-steps", "0"], "1 to 64"),
+    (["--engine-version", "0.5.2", "--num-scheduler-steps", "8"], "arrived in 0.5.5"),
 ])
 def test_engine_errors_are_one_line(tmp_path, capsys, args, match):
     from tests.test_bad_inputs import main_in_process

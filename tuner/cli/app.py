@@ -93,12 +93,12 @@ EngineVersionOpt = Annotated[str | None, typer.Option(
     "scheduling); kernels are priced from the closest measured kernel-table version. A "
     "release tuner has not seen gets its generation's behaviour, and the output says so.")]
 SchedulerStepsOpt = Annotated[int | None, typer.Option(
-    "--num-scheduler-steps", help="V0 multi-step scheduling (vLLM 0.6-0.7 "
+    "--num-scheduler-steps", help="V0 multi-step scheduling (vLLM 0.5.5-0.7 "
     "--num-scheduler-steps): decode steps per scheduler call, simulated as the engine runs "
     "them (a request that stops mid-run is computed to the run's end; waiting requests start "
     "only then). Not given: V0 is priced with the host cost fitted on public multi-step (10) "
-    "runs, and the output says so; 1 (vLLM's own default) is single-step, whose host cost is "
-    "an estimate.", show_default=False)]
+    "runs, and the output says so (0.5.0-0.5.4 have no multi-step: single-step); 1 (vLLM's "
+    "own default) is single-step, whose host cost is an estimate.", show_default=False)]
 DisableLogRequestsOpt = Annotated[bool, typer.Option(
     "--disable-log-requests", help="The API server ran with --disable-log-requests. vLLM before "
     "0.10.2 logs every request it receives unless told not to (from 0.10.2 logging is opt-in); "

@@ -240,10 +240,12 @@ def engine_line(defaults, entry_point: str, num_scheduler_steps: int | None,
     from tuner.predictors.engine_overhead import PROFILES, logs_requests_by_default
 
     steps = (f", {num_scheduler_steps} scheduler step(s)" if num_scheduler_steps else "")
-    if num_scheduler_steps is None and defaults.release.generation.multi_step:
+    if num_scheduler_steps is None and defaults.release.multi_step:
         steps = (", --num-scheduler-steps not given: priced as multi-step (10), the V0 host "
                  "cost fitted on public runs (vLLM's own default is 1: pass "
                  "--num-scheduler-steps 1 for single-step)")
+    elif num_scheduler_steps is None and defaults.release.generation.multi_step:
+        steps = ", single-step (multi-step scheduling arrived in vLLM 0.5.5)"
     if decode_run_steps > 1:
         steps += (f"; simulated in decode runs of {decode_run_steps} steps (a request that "
                   "stops mid-run is computed to the run's end, and waiting requests start "

@@ -30,7 +30,9 @@ class EngineGeneration:
     # the scheduler presets (tuner.core.schedulers) its flags select, its default first: what
     # a search may recommend under it
     schedulers: tuple[str, ...]
-    multi_step: bool  # --num-scheduler-steps N exists (V0 only; V1 removed it)
+    # --num-scheduler-steps N exists in the generation (V0 only; V1 removed it); from which
+    # release is EngineRelease.multi_step's (MULTI_STEP_SINCE)
+    multi_step: bool
 
     @property
     def scheduler(self) -> str:
@@ -46,7 +48,7 @@ class EngineGeneration:
 GENERATIONS: tuple[EngineGeneration, ...] = (
     # synchronous engine: scheduling, input preparation and output processing sit between GPU
     # steps; prefill-first batches without chunked prefill (on by default only for contexts
-    # over 32K: Sarathi-style batches); --num-scheduler-steps N (0.6+) runs N decode steps
+    # over 32K: Sarathi-style batches); --num-scheduler-steps N (0.5.5+) runs N decode steps
     # per scheduler call
     EngineGeneration("v0", "vLLM V0", (0, 5, 0), ("vllm-v0", "sarathi"),
                      multi_step=True),
@@ -59,6 +61,10 @@ GENERATIONS: tuple[EngineGeneration, ...] = (
                      multi_step=False),
 )
 OLDEST: Version = GENERATIONS[0].since
+#: the first release with --num-scheduler-steps: multi-step scheduling (vllm-project/vllm#7000,
+#: merged August 2024) shipped in 0.5.5 (vllm-project/vllm#8016 runs 0.5.5 with
+#: --num-scheduler-steps 8); 0.5.0 - 0.5.4 schedule every step
+MULTI_STEP_SINCE: Version = (0, 5, 5)
 NEWEST: EngineGeneration = GENERATIONS[-1]
 #: releases whose behaviour tuner has from public runs or from reading their source
 KNOWN: dict[Version, str] = {
@@ -91,6 +97,13 @@ class EngineRelease:
     generation: EngineGeneration
     known: str  # what tuner knows it from; "" where the generation's behaviour is assumed
 
+    @property
+    def multi_step(self) -> bool:
+        """Whether this release has --num-scheduler-steps: its generation's, from
+        MULTI_STEP_SINCE on."""
+        v = parse_version(self.version)
+        return self.generation.multi_step and (v is None or v >= MULTI_STEP_SINCE)
+
     def describe(self) -> str:
         if self.version == "newest":
             return f"the newest vLLM: {self.generation.label}"
@@ -119,27 +132,30 @@ FITTED_SCHEDULER_STEPS = 10
 
 def priced_scheduler_steps(engine_version: str | None, steps: int | None) -> int | None:
     """The --num-scheduler-steps a prediction assumed, for an export to run the engine that
-    way: the value given, or FITTED_SCHEDULER_STEPS on a V0 engine without one; None on V1
-    (no such option)."""
+    way: the value given, or FITTED_SCHEDULER_STEPS on a V0 engine without one; None where the
+    release has no such option (V1, V0 before MULTI_STEP_SINCE: single-step)."""
     release = generation_of(engine_version)
-    if not release.generation.multi_step:
+    if not release.multi_step:
         return None
     return FITTED_SCHEDULER_STEPS if steps is None else steps
 
 
 def check_scheduler_steps(release: EngineRelease, steps: int | None) -> int | None:
-    """--num-scheduler-steps: an integer from 1 to 64, above 1 only on V0 (V1 dropped it);
-    None (not given) passes."""
+    """--num-scheduler-steps: an integer from 1 to 64, above 1 only on a V0 release that has it
+    (0.5.5 on; V1 dropped it); None (not given) passes."""
     if steps is None:
         return None
     if not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= 64:
         raise TunerError(f"--num-scheduler-steps must be an integer from 1 to 64, got {steps!r}.")
-    if steps > 1 and not release.generation.multi_step:
+    if steps > 1 and not release.multi_step:
+        since = ("" if not release.generation.multi_step
+                 else f" (it arrived in {_dotted(MULTI_STEP_SINCE)})")
         raise TunerError(
-            f"--num-scheduler-steps {steps} needs a V0 engine (vLLM 0.6 - 0.7, e.g. "
-            f"--engine-version 0.6.0); {release.describe()} has no multi-step scheduling.")
+            f"--num-scheduler-steps {steps} needs a V0 engine from vLLM "
+            f"{_dotted(MULTI_STEP_SINCE)} (0.5.5 - 0.7, e.g. --engine-version 0.6.0); "
+            f"{release.describe()} has no multi-step scheduling{since}.")
     return steps
 
 
-__all__ = ["GENERATIONS", "KNOWN", "NEWEST", "OLDEST", "EngineGeneration", "EngineRelease",
+__all__ = ["GENERATIONS", "KNOWN", "MULTI_STEP_SINCE", "NEWEST", "OLDEST", "EngineGeneration", "EngineRelease",
            "check_scheduler_steps", "generation_of", "parse_version"]

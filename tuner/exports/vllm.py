@@ -112,7 +112,7 @@ def vllm_engine_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_m
     if "quantization" in args and not gpu.fp8_tflops:  # FP8 weights need FP8 tensor cores
         del args["quantization"]
     notes = dep.quantized_checkpoint_notes(args, common.notes_for(dep, _NOTES), "model", "vLLM")
-    if num_scheduler_steps is not None:  # a V0 engine (0.6 - 0.7), run as it was priced
+    if num_scheduler_steps is not None:  # a V0 engine (0.5.5 - 0.7), run as it was priced
         args["num_scheduler_steps"] = num_scheduler_steps
         notes.append(f"num_scheduler_steps={num_scheduler_steps}: vLLM V0's multi-step "
                      "scheduling, as the prediction assumed (V1 engines have no such option)")
