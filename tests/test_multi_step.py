@@ -93,3 +93,26 @@ def test_the_cli_says_it_simulates_decode_runs(tmp_path):
     assert "decode runs of 10 steps" in " ".join(r.stdout.split())
     r = runner.invoke(app, [*base, "--num-scheduler-steps", "1", "--json"])
     assert json.loads(r.stdout)["engine"]["decode_run_steps"] == 1
+
+
+def test_multi_step_with_chunked_prefill_refuses_pipeline_stages():
+    """vLLM V0's EngineArgs: 'Multi-Step Chunked-Prefill is not supported for
+    pipeline-parallel-size > 1'; single-step, prefill-first batches or one stage run."""
+    import dataclasses
+
+    from tuner.sim.simulator import InfeasibleConfig
+
+    model, gpu = get_model("llama-3-70b"), GPUS["A100-80G"]
+    wl = Workload(prompt_tokens=np.full(8, 200), output_tokens=np.full(8, 30))
+    cfg = ServingConfig(gpu="A100-80G", tp=2, pp=2, scheduler="sarathi", chunk_size=2048,
+                        max_running=64)
+    with pytest.raises(InfeasibleConfig, match="pipeline-parallel-size > 1"):
+        simulate_default(wl, model, gpu, cfg, engine_version="0.6.0", startup_s=0.0)
+    with pytest.raises(InfeasibleConfig, match="pipeline-parallel-size > 1"):
+        simulate_default(wl, model, gpu, cfg, engine_version="0.6.0", num_scheduler_steps=4,
+                         startup_s=0.0)
+    ok = [simulate_default(wl, model, gpu, c, engine_version="0.6.0", num_scheduler_steps=n,
+                           startup_s=0.0)
+          for c, n in ((cfg, 1), (dataclasses.replace(cfg, scheduler="vllm-v0"), None),
+                       (dataclasses.replace(cfg, pp=1, tp=4), None))]
+    assert all(r.makespan_s > 0 for r in ok)

@@ -583,6 +583,16 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         config = dataclasses.replace(config, engine=engine)
     engine = config.engine
     run_steps = decode_run_steps(engine, engine_version, num_scheduler_steps)
+    preset = SCHEDULER_PRESETS.get(config.scheduler)
+    if run_steps > 1 and config.pp > 1 and preset is not None and preset.chunked_prefill:
+        # vLLM V0's EngineArgs refuses the combination ("Multi-Step Chunked-Prefill is not
+        # supported for pipeline-parallel-size > 1")
+        raise InfeasibleConfig(
+            f"vLLM V0 runs multi-step scheduling ({run_steps} steps) with chunked prefill "
+            f"({config.scheduler}) only without pipeline parallelism (pp {config.pp}): vLLM "
+            "refuses it ('Multi-Step Chunked-Prefill is not supported for "
+            "pipeline-parallel-size > 1'). Use --num-scheduler-steps 1, --scheduler vllm-v0 "
+            "or --pp 1.")
     full_workload = workload  # the physical limit counts every shared prefix once regardless
     if not prefix_caching and workload.prefix_ids is not None:
         workload = dataclasses.replace(workload, prefix_ids=None, prefix_tokens=None)
