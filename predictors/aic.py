@@ -76,6 +76,9 @@ from tuner.predictors.tables import IntTable, UniformLogCurve, UniformLogGrid, l
 # vLLM captures CUDA graphs up to this many tokens (cudagraph_capture_sizes' maximum in the
 # resolved config of the vLLM 0.19 fidelity run); larger steps run eager
 CUDA_GRAPH_MAX_TOKENS = 512
+# vLLM V0 (0.5 - 0.7) captures decode batches up to 256 sequences (model_runner.py's
+# _BATCH_SIZES_TO_CAPTURE: [1, 2, 4] + 8..256 by 8) and runs prefill steps eager
+V0_CUDA_GRAPH_MAX_TOKENS = 256
 # vLLM's custom all-reduce takes messages up to 8 MiB (CustomAllreduce max_size default); larger
 # ones go to NCCL
 CUSTOM_ALLREDUCE_MAX_BYTES = 8 * 1024 * 1024
@@ -248,8 +251,9 @@ class MeasuredTableCostModel:
         empty = np.zeros(0)
         ar_tok, ar_s, ar_note = empty, empty, ""
         if tp > 1:
-            ar_tok, ar_s, ar_note = _allreduce_curve(tables, tp, 2.0 * h, m, table_version,
-                                                     _graph_max_tokens(framework, gpu, tp))
+            ar_tok, ar_s, ar_note = _allreduce_curve(
+                tables, tp, 2.0 * h, m, table_version,
+                _graph_max_tokens(framework, gpu, tp, engine_version))
         # norms (2, fused with residual add), rotary on q and k, SiLU*mul: bytes per token
         ffn_width = 3 * inter // tp
         moe_fields = {}
@@ -492,12 +496,16 @@ def _moe_curves(moe: MoEShape, par: MoEParallel, tables: KernelTables, gpu, weig
     return fields, notes, moe.activation_width(par)
 
 
-def _graph_max_tokens(framework: str, gpu, tp: int) -> int:
-    """The largest step the engine runs as a CUDA graph: vLLM's CUDA_GRAPH_MAX_TOKENS; SGLang's
-    decode batches up to its default --cuda-graph-max-bs (tuner.core.sglang: by GPU memory
-    and TP; prefill and larger batches run eager)."""
+def _graph_max_tokens(framework: str, gpu, tp: int, engine_version: str | None = None) -> int:
+    """The largest step the engine runs as a CUDA graph: vLLM's CUDA_GRAPH_MAX_TOKENS
+    (V0 releases: V0_CUDA_GRAPH_MAX_TOKENS); SGLang's decode batches up to its default
+    --cuda-graph-max-bs (tuner.core.sglang: by GPU memory and TP; prefill and larger batches
+    run eager)."""
     if framework != "sglang":
-        return CUDA_GRAPH_MAX_TOKENS
+        from tuner.core.engines import generation_of
+
+        v0 = generation_of(engine_version).generation.key == "v0"
+        return V0_CUDA_GRAPH_MAX_TOKENS if v0 else CUDA_GRAPH_MAX_TOKENS
     from tuner.core.sglang import cuda_graph_max_bs_default
 
     return cuda_graph_max_bs_default(gpu.memory_bytes, tp)

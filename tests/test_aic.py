@@ -326,6 +326,26 @@ def test_allreduce_table_version_closest_to_the_engine_version():
     assert big > 0
 
 
+def test_v0_decode_batches_above_256_run_their_all_reduce_eager():
+    """vLLM V0 captures CUDA graphs for decode batches up to 256 sequences; V1 (0.19) up to
+    512 tokens: a 300-token step's all-reduce is priced eager under V0, graphed under V1."""
+    m, a100 = MODELS["llama-3-70b"], GPUS["A100-80G"]
+    v0 = aic.table_cost_model(m, a100, tp=4, engine_version="0.6.0", engine=None)
+    v1 = aic.table_cost_model(m, a100, tp=4, engine_version="0.14.0", engine=None)
+    assert "CUDA-graph timing up to 256 tokens" in v0.describe()
+    assert "CUDA-graph timing up to" not in v1.describe()
+
+    def ar(cm, n):
+        return cm.gpu_breakdown(feats([[0, 0, 0, n, n * 500, n]]))["allreduce"][0]
+
+    # the same table version (0.14.0) prices both below the cut; above it V0 is the slower
+    v014 = aic.table_cost_model(m, a100, tp=4, engine_version="0.14.0", engine=None)
+    assert ar(v0, 128) == pytest.approx(ar(v014, 128), rel=1e-9)
+    assert ar(v0, 300) > 1.03 * ar(v014, 300)
+    assert ar(v0, 512) > 1.03 * ar(v014, 512)
+    assert ar(v0, 2048) == pytest.approx(ar(v014, 2048), rel=1e-9)  # NCCL: no graph either way
+
+
 def test_search_cost_models_follow_engine_version_and_roofline_mode():
     from tuner.predictors.sources import cost_model_for
 
