@@ -151,11 +151,11 @@ def check_scheduler_steps(release: EngineRelease, steps: int | None) -> int | No
         since = ("" if not release.generation.multi_step
                  else f" (it arrived in {_dotted(MULTI_STEP_SINCE)})")
         raise TunerError(
-            f"--num-scheduler-steps {steps} needs a V0 engine from vLLM "
-            f"{_dotted(MULTI_STEP_SINCE)} (0.5.5 - 0.7, e.g. --engine-version 0.6.0); "
+            f"--num-scheduler-steps {steps} needs a V0 engine of vLLM "
+            f"{_dotted(MULTI_STEP_SINCE)} - 0.7 (e.g. --engine-version 0.6.0); "
             f"{release.describe()} has no multi-step scheduling{since}.")
     return steps
 
 
-__all__ = ["GENERATIONS", "KNOWN", "MULTI_STEP_SINCE", "NEWEST", "OLDEST", "EngineGeneration", "EngineRelease",
-           "check_scheduler_steps", "generation_of", "parse_version"]
+__all__ = ["GENERATIONS", "KNOWN", "MULTI_STEP_SINCE", "NEWEST", "OLDEST", "EngineGeneration",
+           "EngineRelease", "check_scheduler_steps", "generation_of", "parse_version"]
