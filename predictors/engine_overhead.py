@@ -203,8 +203,8 @@ PROFILES: dict[str, EngineProfile] = {
     # (vLLM >= 0.11); no public offline run with per-request data was found to fit it apart
     "vllm-v1-offline": replace(V1_ASYNC, name="vllm-v1-offline", entry_point="LLM.generate",
                                source=V1_ASYNC.source + ", as vllm-v1-async"),
-    # V1 before asynchronous scheduling (0.8 - 0.10): host work between GPU steps; no public
-    # run of it with per-request lengths is in ../shared/fidelity (ESTIMATE)
+    # V1 before asynchronous scheduling by default (0.8 - 0.13): host work between GPU steps;
+    # no public run of it with per-request lengths is in ../shared/fidelity (ESTIMATE)
     "vllm-v1-sync": EngineProfile(
         name="vllm-v1-sync", entry_point="any", generation="V1 sync scheduling",
         overlapped=False, fixed_s=1.5e-3, per_seq_s=2e-6,

@@ -254,7 +254,10 @@ def test_generations_by_release():
     assert generation_of("0.7.3").generation.key == "v0"
     assert generation_of("0.8.0").generation.key == "v1-sync"
     assert generation_of("0.10.2").generation.key == "v1-sync"
-    assert generation_of("0.11.0").generation.key == "v1-async"
+    # asynchronous scheduling on by default from 0.14.0 (vllm-project/vllm#27614)
+    assert generation_of("0.13.0").generation.key == "v1-sync"
+    assert generation_of("0.11.0").generation.key == "v1-sync"
+    assert generation_of("0.14.0").generation.key == "v1-async"
     assert generation_of(None).generation.key == "v1-async"
     assert generation_of("0.6.0").known and not generation_of("0.6.3").known
     assert "not seen by tuner" in generation_of("0.6.3").describe()

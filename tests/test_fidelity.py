@@ -342,7 +342,7 @@ def test_a_bench_serve_result_becomes_a_run_the_suite_reads(tmp_path):
                                "output_lens": [256] * 40 + [0],  # one failed request
                                "median_itl_ms": 21.5}))
     csv_path = bench_to_index.convert(res, tmp_path / "runs" / "H100-serve", gpu="H100",
-                                      model="llama-3-8b", vllm_version="0.11.0")
+                                      model="llama-3-8b", vllm_version="0.14.0")
     assert csv_path.read_text().count("\n") == 41  # header + 40 requests
     runs = fidelity.load_all(tmp_path / "runs")
     assert len(runs) == 1 and len(runs[0].workload) == 40
@@ -357,7 +357,7 @@ def test_a_bench_serve_result_becomes_a_run_the_suite_reads(tmp_path):
     old.mkdir()
     cols = [c for c in bench_to_index.COLUMNS if c != "measured_median_itl_ms"]
     (old / "index.csv").write_text(",".join(cols) + "\n")
-    bench_to_index.convert(res, old, gpu="H100", model="llama-3-8b", vllm_version="0.11.0")
+    bench_to_index.convert(res, old, gpu="H100", model="llama-3-8b", vllm_version="0.14.0")
     (again,) = fidelity.load_index_runs(tmp_path / "runs", "old")
     assert again.measured_makespan_s == 9.5 and again.measured_median_itl_s is None
 

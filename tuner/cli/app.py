@@ -89,7 +89,7 @@ DistOpt = Annotated[str | None, typer.Option("--output-dist", help="Output lengt
 EngineVersionOpt = Annotated[str | None, typer.Option(
     "--engine-version", help="vLLM release the job runs on, 0.5.0 or later (default the "
     "newest): its generation sets the batching, the defaults and the host cost per step "
-    "(0.5-0.7 V0: prefill-first, synchronous; 0.8-0.10 V1 synchronous; 0.11+ V1 asynchronous "
+    "(0.5-0.7 V0: prefill-first, synchronous; 0.8-0.13 V1 synchronous; 0.14+ V1 asynchronous "
     "scheduling); kernels are priced from the closest measured kernel-table version. A "
     "release tuner has not seen gets its generation's behaviour, and the output says so.")]
 SchedulerStepsOpt = Annotated[int | None, typer.Option(

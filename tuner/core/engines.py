@@ -41,8 +41,9 @@ class EngineGeneration:
 
 
 #: Oldest first. The boundaries: V1 the default engine from 0.8.0 (VLLM_USE_V1=1 default,
-#: vLLM 0.8.0 release notes); asynchronous scheduling on by default from 0.11 (its V1 engine
-#: core as ../shared/fidelity/llmservingsim's 0.19 runs resolve it). Whether host work sits
+#: vLLM 0.8.0 release notes); asynchronous scheduling on by default from 0.14.0
+#: (vllm-project/vllm#27614; opt-in `--async-scheduling` before it, from 0.10; the 0.19 runs
+#: of ../shared/fidelity/llmservingsim resolve it on). Whether host work sits
 #: between GPU steps or hides under them is the generation's engine profile's
 #: (predictors.engine_overhead.profile_for).
 GENERATIONS: tuple[EngineGeneration, ...] = (
@@ -57,7 +58,7 @@ GENERATIONS: tuple[EngineGeneration, ...] = (
     EngineGeneration("v1-sync", "vLLM V1, synchronous scheduling", (0, 8, 0), ("vllm",),
                      multi_step=False),
     # V1 engine core preparing step k+1 while the GPU runs step k
-    EngineGeneration("v1-async", "vLLM V1, asynchronous scheduling", (0, 11, 0), ("vllm",),
+    EngineGeneration("v1-async", "vLLM V1, asynchronous scheduling", (0, 14, 0), ("vllm",),
                      multi_step=False),
 )
 OLDEST: Version = GENERATIONS[0].since
