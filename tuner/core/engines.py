@@ -42,8 +42,8 @@ class EngineGeneration:
 
 #: Oldest first. The boundaries: V1 the default engine from 0.8.0 (VLLM_USE_V1=1 default,
 #: vLLM 0.8.0 release notes); asynchronous scheduling on by default from 0.14.0
-#: (vllm-project/vllm#27614; opt-in `--async-scheduling` before it, from 0.10; the 0.19 runs
-#: of ../shared/fidelity/llmservingsim resolve it on). Whether host work sits
+#: (vllm-project/vllm#27614; an opt-in `--async-scheduling` before it, vllm-project/vllm#19970;
+#: the 0.19 runs of ../shared/fidelity/llmservingsim resolve it on). Whether host work sits
 #: between GPU steps or hides under them is the generation's engine profile's
 #: (predictors.engine_overhead.profile_for).
 GENERATIONS: tuple[EngineGeneration, ...] = (
