@@ -96,8 +96,9 @@ def test_the_cli_says_it_simulates_decode_runs(tmp_path):
 
 
 def test_multi_step_with_chunked_prefill_refuses_pipeline_stages():
-    """vLLM V0's EngineArgs: 'Multi-Step Chunked-Prefill is not supported for
-    pipeline-parallel-size > 1'; single-step, prefill-first batches or one stage run."""
+    """vLLM V0's EngineArgs (0.6.2 on; earlier releases refuse chunked prefill with multi-step
+    at all): 'Multi-Step Chunked-Prefill is not supported for pipeline-parallel-size > 1';
+    single-step, prefill-first batches or one stage run."""
     import dataclasses
 
     from tuner.sim.simulator import InfeasibleConfig
@@ -107,12 +108,44 @@ def test_multi_step_with_chunked_prefill_refuses_pipeline_stages():
     cfg = ServingConfig(gpu="A100-80G", tp=2, pp=2, scheduler="sarathi", chunk_size=2048,
                         max_running=64)
     with pytest.raises(InfeasibleConfig, match="pipeline-parallel-size > 1"):
-        simulate_default(wl, model, gpu, cfg, engine_version="0.6.0", startup_s=0.0)
+        simulate_default(wl, model, gpu, cfg, engine_version="0.6.3", startup_s=0.0)
     with pytest.raises(InfeasibleConfig, match="pipeline-parallel-size > 1"):
-        simulate_default(wl, model, gpu, cfg, engine_version="0.6.0", num_scheduler_steps=4,
+        simulate_default(wl, model, gpu, cfg, engine_version="0.6.3", num_scheduler_steps=4,
                          startup_s=0.0)
-    ok = [simulate_default(wl, model, gpu, c, engine_version="0.6.0", num_scheduler_steps=n,
+    ok = [simulate_default(wl, model, gpu, c, engine_version="0.6.3", num_scheduler_steps=n,
                            startup_s=0.0)
           for c, n in ((cfg, 1), (dataclasses.replace(cfg, scheduler="vllm-v0"), None),
                        (dataclasses.replace(cfg, pp=1, tp=4), None))]
     assert all(r.makespan_s > 0 for r in ok)
+
+
+def test_multi_step_with_chunked_prefill_needs_0_6_2():
+    """vLLM 0.5.5 - 0.6.1 refuse multi-step with chunked prefill (vllm-project/vllm#8274 on
+    0.6.0); V0 turns chunked prefill on above a 32K context, so Llama-3.1 under 0.6.0 with the
+    multi-step pricing needs a shorter --max-model-len, prefill-first batches or single-step."""
+    import dataclasses
+
+    from tuner.core.engines import generation_of
+    from tuner.sim.simulator import InfeasibleConfig
+
+    assert not generation_of("0.6.1").multi_step_chunked
+    assert generation_of("0.6.2").multi_step_chunked
+    assert not generation_of("0.5.4").multi_step_chunked  # no multi-step at all
+    wl = Workload(prompt_tokens=np.full(8, 200), output_tokens=np.full(8, 30))
+    cfg = ServingConfig(gpu="A100-80G", scheduler="sarathi", chunk_size=512, max_running=64)
+    gpu = GPUS["A100-80G"]
+    with pytest.raises(InfeasibleConfig, match="not supported with multi-step"):
+        simulate_default(wl, MODEL, gpu, cfg, engine_version="0.6.0", startup_s=0.0)
+    with pytest.raises(InfeasibleConfig, match="as tuner prices V0 without"):
+        simulate_default(wl, MODEL, gpu, cfg, engine_version="0.6.0", startup_s=0.0)
+    ok = [simulate_default(wl, MODEL, gpu, c, engine_version=v, num_scheduler_steps=n,
+                           startup_s=0.0)
+          for c, v, n in ((cfg, "0.6.2", None), (cfg, "0.6.0", 1),
+                          (dataclasses.replace(cfg, scheduler="vllm-v0", chunk_size=2048),
+                           "0.6.0", None))]
+    assert all(r.makespan_s > 0 for r in ok)
+    # the CLI: one line naming the ways out
+    r = CliRunner().invoke(app, ["simulate", "-w", "examples/arxiv.jsonl", "-m", "llama-3.1-8b",
+                                 "-g", "A100-80G", "--engine-version", "0.6.0", "--json"])
+    assert r.exit_code != 0
+    assert "--max-model-len" in str(r.exception) or "--max-model-len" in r.output

@@ -66,6 +66,10 @@ OLDEST: Version = GENERATIONS[0].since
 #: merged August 2024) shipped in 0.5.5 (vllm-project/vllm#8016 runs 0.5.5 with
 #: --num-scheduler-steps 8); 0.5.0 - 0.5.4 schedule every step
 MULTI_STEP_SINCE: Version = (0, 5, 5)
+#: the first release that runs multi-step with chunked prefill: 0.5.5 - 0.6.1 refuse it ("Chunked
+#: prefill is not supported with multi-step", vllm-project/vllm#8274 on 0.6.0); vllm-project/
+#: vllm#8378 (multi-step prefills through the chunked-prefill path) shipped in 0.6.2
+MULTI_STEP_CHUNKED_SINCE: Version = (0, 6, 2)
 NEWEST: EngineGeneration = GENERATIONS[-1]
 #: releases whose behaviour tuner has from public runs or from reading their source
 KNOWN: dict[Version, str] = {
@@ -104,6 +108,13 @@ class EngineRelease:
         MULTI_STEP_SINCE on."""
         v = parse_version(self.version)
         return self.generation.multi_step and (v is None or v >= MULTI_STEP_SINCE)
+
+    @property
+    def multi_step_chunked(self) -> bool:
+        """Whether this release runs multi-step scheduling with chunked prefill (from
+        MULTI_STEP_CHUNKED_SINCE on)."""
+        v = parse_version(self.version)
+        return self.multi_step and (v is None or v >= MULTI_STEP_CHUNKED_SINCE)
 
     def describe(self) -> str:
         if self.version == "newest":
@@ -158,5 +169,5 @@ def check_scheduler_steps(release: EngineRelease, steps: int | None) -> int | No
     return steps
 
 
-__all__ = ["GENERATIONS", "KNOWN", "MULTI_STEP_SINCE", "NEWEST", "OLDEST", "EngineGeneration",
+__all__ = ["GENERATIONS", "KNOWN", "MULTI_STEP_CHUNKED_SINCE", "MULTI_STEP_SINCE", "NEWEST", "OLDEST", "EngineGeneration",
            "EngineRelease", "check_scheduler_steps", "generation_of", "parse_version"]

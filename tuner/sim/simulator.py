@@ -584,7 +584,17 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     engine = config.engine
     run_steps = decode_run_steps(engine, engine_version, num_scheduler_steps)
     preset = SCHEDULER_PRESETS.get(config.scheduler)
-    if run_steps > 1 and config.pp > 1 and preset is not None and preset.chunked_prefill:
+    chunked = preset is not None and preset.chunked_prefill
+    if run_steps > 1 and chunked and not generation_of(engine_version).multi_step_chunked:
+        assumed = ("" if num_scheduler_steps is not None else
+                   ", as tuner prices V0 without --num-scheduler-steps")
+        raise InfeasibleConfig(
+            f"vLLM {engine_version} runs multi-step scheduling ({run_steps} steps{assumed}) only "
+            f"without chunked prefill ({config.scheduler}): it refuses the two together ('Chunked "
+            "prefill is not supported with multi-step', vllm-project/vllm#8274; supported from "
+            "0.6.2). Use --num-scheduler-steps 1, --scheduler vllm-v0, or a --max-model-len of "
+            "32,768 or less (V0 turns chunked prefill on above it).")
+    if run_steps > 1 and config.pp > 1 and chunked:
         # vLLM V0's EngineArgs refuses the combination ("Multi-Step Chunked-Prefill is not
         # supported for pipeline-parallel-size > 1")
         raise InfeasibleConfig(
