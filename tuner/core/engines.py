@@ -67,8 +67,9 @@ OLDEST: Version = GENERATIONS[0].since
 #: --num-scheduler-steps 8); 0.5.0 - 0.5.4 schedule every step
 MULTI_STEP_SINCE: Version = (0, 5, 5)
 #: the first release that runs multi-step with chunked prefill: 0.5.5 - 0.6.1 refuse it ("Chunked
-#: prefill is not supported with multi-step", vllm-project/vllm#8274 on 0.6.0); vllm-project/
-#: vllm#8378 (multi-step prefills through the chunked-prefill path) shipped in 0.6.2
+#: prefill is not supported with multi-step", vllm-project/vllm#8274 on 0.6.0); the pair works
+#: after vllm-project/vllm#8378 and #8645 (September 2024, which vllm#8274 names as its fix):
+#: 0.6.2 is the first release after them
 MULTI_STEP_CHUNKED_SINCE: Version = (0, 6, 2)
 NEWEST: EngineGeneration = GENERATIONS[-1]
 #: releases whose behaviour tuner has from public runs or from reading their source
