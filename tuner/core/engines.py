@@ -69,7 +69,7 @@ MULTI_STEP_SINCE: Version = (0, 5, 5)
 #: the first release that runs multi-step with chunked prefill: 0.5.5 - 0.6.1 refuse it ("Chunked
 #: prefill is not supported with multi-step", vllm-project/vllm#8274 on 0.6.0); the pair works
 #: after vllm-project/vllm#8378 and #8645 (September 2024, which vllm#8274 names as its fix):
-#: 0.6.2 is the first release after them
+#: their dates put them in 0.6.2 or 0.6.3; tuner takes 0.6.2 (the boundary that refuses less)
 MULTI_STEP_CHUNKED_SINCE: Version = (0, 6, 2)
 NEWEST: EngineGeneration = GENERATIONS[-1]
 #: releases whose behaviour tuner has from public runs or from reading their source
