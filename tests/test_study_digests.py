@@ -132,13 +132,14 @@ def test_an_explicit_other_workload_keeps_its_message(searched: Path, capfd) -> 
 
 
 def test_resume_refuses_other_engine_settings(tmp_path: Path, capfd) -> None:
-    """Under vLLM 0.6.0 the engine profile follows --num-scheduler-steps and --entry-point: a
-    resume with others would mix trials priced under two profiles."""
+    """Under vLLM 0.6.3 (multi-step with the space's chunked prefill: 0.6.2 on) the engine
+    profile follows --num-scheduler-steps and --entry-point: a resume with others would mix
+    trials priced under two profiles."""
     _setup(tmp_path)
-    v0 = [*SEARCH, "--engine-version", "0.6.0", "--num-scheduler-steps", "10"]
+    v0 = [*SEARCH, "--engine-version", "0.6.3", "--num-scheduler-steps", "10"]
     code, _out, err = _run(v0, tmp_path, capfd)
     assert code == 0, err[-3000:]
-    line = _one_error(*_run([*SEARCH, "--engine-version", "0.6.0", "--resume"], tmp_path,
+    line = _one_error(*_run([*SEARCH, "--engine-version", "0.6.3", "--resume"], tmp_path,
                             capfd))
     assert "another cost model" in line and "num_scheduler_steps" in line, line
     line = _one_error(*_run([*v0, "--entry-point", "serve", "--resume"], tmp_path, capfd))
