@@ -307,7 +307,7 @@ def profile_for(engine_version: str | None = None, entry_point: str = "llm",
     logs each request (None: its default, on for V0's `serve`, which is where the term is
     priced; LLM.generate and run-batch do not log them)."""
     from tuner.core.engines import FITTED_SCHEDULER_STEPS as FITTED
-    from tuner.core.engines import MULTI_STEP_SINCE, check_scheduler_steps, generation_of
+    from tuner.core.engines import MULTI_STEP_SINCE, check_scheduler_steps, dotted, generation_of
 
     release = generation_of(engine_version)
     steps = check_scheduler_steps(release, num_scheduler_steps)
@@ -318,7 +318,7 @@ def profile_for(engine_version: str | None = None, entry_point: str = "llm",
         notes = []
         if not release.multi_step:
             notes.append(f"vLLM {release.version} has no multi-step scheduling (from "
-                         f"{'.'.join(map(str, MULTI_STEP_SINCE))}): single-step")
+                         f"{dotted(MULTI_STEP_SINCE)}): single-step")
         elif steps is None:
             notes.append(f"--num-scheduler-steps not given: priced as the multi-step ({FITTED}) "
                          "runs it was fitted on, and exported so; vLLM's own default is 1 "

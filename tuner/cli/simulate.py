@@ -245,7 +245,9 @@ def engine_line(defaults, entry_point: str, num_scheduler_steps: int | None,
                  "cost fitted on public runs (vLLM's own default is 1: pass "
                  "--num-scheduler-steps 1 for single-step)")
     elif num_scheduler_steps is None and defaults.release.generation.multi_step:
-        steps = ", single-step (multi-step scheduling arrived in vLLM 0.5.5)"
+        from tuner.core.engines import MULTI_STEP_SINCE, dotted
+
+        steps = f", single-step (multi-step scheduling arrived in vLLM {dotted(MULTI_STEP_SINCE)})"
     if decode_run_steps > 1:
         steps += (f"; simulated in decode runs of {decode_run_steps} steps (a request that "
                   "stops mid-run is computed to the run's end, and waiting requests start "

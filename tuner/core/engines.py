@@ -91,7 +91,7 @@ def parse_version(engine_version: str | None) -> Version | None:
     return tuple((parts + [0, 0, 0])[:3])  # type: ignore[return-value]
 
 
-def _dotted(v: Version) -> str:
+def dotted(v: Version) -> str:
     return ".".join(map(str, v))
 
 
@@ -132,7 +132,7 @@ def generation_of(engine_version: str | None) -> EngineRelease:
     if v is None:
         return EngineRelease("newest", NEWEST, "")
     if v < OLDEST:
-        raise TunerError(f"--engine-version {engine_version} is older than vLLM {_dotted(OLDEST)}, "
+        raise TunerError(f"--engine-version {engine_version} is older than vLLM {dotted(OLDEST)}, "
                          "the oldest release tuner models; give 0.5.0 or later.")
     gen = [g for g in GENERATIONS if g.since <= v][-1]
     return EngineRelease(str(engine_version), gen, KNOWN.get(v, ""))
@@ -162,13 +162,36 @@ def check_scheduler_steps(release: EngineRelease, steps: int | None) -> int | No
         raise TunerError(f"--num-scheduler-steps must be an integer from 1 to 64, got {steps!r}.")
     if steps > 1 and not release.multi_step:
         since = ("" if not release.generation.multi_step
-                 else f" (it arrived in {_dotted(MULTI_STEP_SINCE)})")
+                 else f" (it arrived in {dotted(MULTI_STEP_SINCE)})")
         raise TunerError(
             f"--num-scheduler-steps {steps} needs a V0 engine of vLLM "
-            f"{_dotted(MULTI_STEP_SINCE)} - 0.7 (e.g. --engine-version 0.6.0); "
+            f"{dotted(MULTI_STEP_SINCE)} - 0.7 (e.g. --engine-version 0.6.0); "
             f"{release.describe()} has no multi-step scheduling{since}.")
     return steps
 
 
-__all__ = ["GENERATIONS", "KNOWN", "MULTI_STEP_CHUNKED_SINCE", "MULTI_STEP_SINCE", "NEWEST", "OLDEST", "EngineGeneration",
-           "EngineRelease", "check_scheduler_steps", "generation_of", "parse_version"]
+def multi_step_refusal(release: EngineRelease, steps: int, chunked_prefill: bool,
+                       pp: int) -> str | None:
+    """Why vLLM refuses `steps`-step multi-step scheduling with chunked prefill (a preset with
+    chunked_prefill) on this release and `pp` pipeline stages, as its EngineArgs do; None where
+    it runs."""
+    if steps <= 1 or not chunked_prefill:
+        return None
+    if not release.multi_step_chunked:
+        return (f"vLLM {release.version} runs multi-step scheduling ({steps} steps) only "
+                "without chunked prefill: it refuses the two together ('Chunked prefill is not "
+                "supported with multi-step', vllm-project/vllm#8274; supported from "
+                f"{dotted(MULTI_STEP_CHUNKED_SINCE)}). Use --num-scheduler-steps 1, --scheduler "
+                "vllm-v0, or a --max-model-len of 32,768 or less (V0 turns chunked prefill on "
+                "above it).")
+    if pp > 1:
+        return (f"vLLM V0 runs multi-step scheduling ({steps} steps) with chunked prefill only "
+                f"without pipeline parallelism (pp {pp}): vLLM refuses it ('Multi-Step "
+                "Chunked-Prefill is not supported for pipeline-parallel-size > 1'). Use "
+                "--num-scheduler-steps 1, --scheduler vllm-v0 or --pp 1.")
+    return None
+
+
+__all__ = ["GENERATIONS", "KNOWN", "MULTI_STEP_CHUNKED_SINCE", "MULTI_STEP_SINCE", "NEWEST",
+           "OLDEST", "EngineGeneration", "EngineRelease", "check_scheduler_steps", "dotted",
+           "generation_of", "multi_step_refusal", "parse_version"]

@@ -12,7 +12,12 @@ import numpy as np
 
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ENGINES, ServingConfig, check_model_config
-from tuner.core.engines import check_scheduler_steps, generation_of, priced_scheduler_steps
+from tuner.core.engines import (
+    check_scheduler_steps,
+    generation_of,
+    multi_step_refusal,
+    priced_scheduler_steps,
+)
 from tuner.core.errors import TunerError
 from tuner.core.memory import MemoryPlan, plan_memory
 from tuner.core.pricing import Machines, Rental, job_cost_usd, place, rent, usd_per_million_tokens
@@ -584,25 +589,13 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     engine = config.engine
     run_steps = decode_run_steps(engine, engine_version, num_scheduler_steps)
     preset = SCHEDULER_PRESETS.get(config.scheduler)
-    chunked = preset is not None and preset.chunked_prefill
-    if run_steps > 1 and chunked and not generation_of(engine_version).multi_step_chunked:
+    why = multi_step_refusal(generation_of(engine_version), run_steps,
+                             preset is not None and preset.chunked_prefill, config.pp)
+    if why is not None:  # `config.scheduler` chunks prefills
         assumed = ("" if num_scheduler_steps is not None else
-                   ", as tuner prices V0 without --num-scheduler-steps")
-        raise InfeasibleConfig(
-            f"vLLM {engine_version} runs multi-step scheduling ({run_steps} steps{assumed}) only "
-            f"without chunked prefill ({config.scheduler}): it refuses the two together ('Chunked "
-            "prefill is not supported with multi-step', vllm-project/vllm#8274; supported from "
-            "0.6.2). Use --num-scheduler-steps 1, --scheduler vllm-v0, or a --max-model-len of "
-            "32,768 or less (V0 turns chunked prefill on above it).")
-    if run_steps > 1 and config.pp > 1 and chunked:
-        # vLLM V0's EngineArgs refuses the combination ("Multi-Step Chunked-Prefill is not
-        # supported for pipeline-parallel-size > 1")
-        raise InfeasibleConfig(
-            f"vLLM V0 runs multi-step scheduling ({run_steps} steps) with chunked prefill "
-            f"({config.scheduler}) only without pipeline parallelism (pp {config.pp}): vLLM "
-            "refuses it ('Multi-Step Chunked-Prefill is not supported for "
-            "pipeline-parallel-size > 1'). Use --num-scheduler-steps 1, --scheduler vllm-v0 "
-            "or --pp 1.")
+                   f" [{run_steps} steps: as tuner prices V0 without --num-scheduler-steps; "
+                   f"scheduler {config.scheduler}]")
+        raise InfeasibleConfig(why + assumed)
     full_workload = workload  # the physical limit counts every shared prefix once regardless
     if not prefix_caching and workload.prefix_ids is not None:
         workload = dataclasses.replace(workload, prefix_ids=None, prefix_tokens=None)
