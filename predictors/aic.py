@@ -59,6 +59,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tuner.core.engines import generation_of, parse_version
 from tuner.core.provenance import Provenance
 from tuner.predictors.aic_tables import FRAMEWORKS, MEASURED, KernelTables, data_dir, has_tables
 from tuner.predictors.aic_transfer import (
@@ -502,8 +503,6 @@ def _graph_max_tokens(framework: str, gpu, tp: int, engine_version: str | None =
     --cuda-graph-max-bs (tuner.core.sglang: by GPU memory and TP; prefill and larger batches
     run eager)."""
     if framework != "sglang":
-        from tuner.core.engines import generation_of
-
         v0 = generation_of(engine_version).generation.key == "v0"
         return V0_CUDA_GRAPH_MAX_TOKENS if v0 else CUDA_GRAPH_MAX_TOKENS
     from tuner.core.sglang import cuda_graph_max_bs_default
@@ -589,8 +588,6 @@ def _older_engine_note(engine_version: str | None, table_version: str,
                        label: str = "vLLM", attention_backends: dict | None = None) -> str:
     """What pricing an older release with newer kernel tables means ("" when not older): the
     kernel differences known between them (attention backend), and how they are handled."""
-    from tuner.core.engines import parse_version
-
     asked, measured = parse_version(engine_version), parse_version(table_version)
     if asked is None or measured is None or asked >= measured:
         return ""

@@ -591,7 +591,7 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     preset = SCHEDULER_PRESETS.get(config.scheduler)
     why = multi_step_refusal(generation_of(engine_version), run_steps,
                              preset is not None and preset.chunked_prefill, config.pp)
-    if why is not None:  # `config.scheduler` chunks prefills
+    if why is not None:  # vLLM's EngineArgs would refuse to start this plan
         assumed = ("" if num_scheduler_steps is not None else
                    f" [{run_steps} steps: as tuner prices V0 without --num-scheduler-steps; "
                    f"scheduler {config.scheduler}]")
