@@ -78,6 +78,31 @@ def test_every_config_field_is_an_option_with_vllm_names_first():
     assert params["gpu"].required and not params["chunk_size"].required
 
 
+def test_sglang_flag_names_are_aliases_of_the_same_knobs(workload):
+    sg = run("-w", workload, "-m", "llama-3-8b", "-g", "A40", "--engine", "sglang", "--tp-size", "2",
+             "--chunked-prefill-size", "1024", "--max-running-requests", "32", "--page-size", "1",
+             "--json")
+    ours = run("-w", workload, "-m", "llama-3-8b", "-g", "A40", "--engine", "sglang", "--tp", "2",
+               "--max-num-batched-tokens", "1024", "--max-num-seqs", "32", "--block-size", "1",
+               "--json")
+    assert sg.returncode == 0 and ours.returncode == 0, sg.stderr + ours.stderr
+    a, b = json.loads(sg.stdout), json.loads(ours.stdout)
+    assert a["config"] == b["config"] and a["makespan_s"] == b["makespan_s"]
+    assert (a["config"]["tp"], a["config"]["chunk_size"], a["config"]["max_running"],
+            a["config"]["block_size"]) == (2, 1024, 32, 1)
+
+
+def test_not_given_line_names_only_the_defaults_applied(workload):
+    r = run("-w", workload, "-m", "llama-3-8b", "-g", "A100-80G", "--engine-version", "0.6.0",
+            "--max-num-seqs", "1024", "--gpu-memory-utilization", "0.95")
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())  # rich wraps the line
+    line = text[text.index("not given ("):]
+    assert "max_num_batched_tokens" in line
+    # given, so not printed as a default (vLLM 0.6.0's are 256 and 0.9)
+    assert "max_num_seqs 256" not in line and "gpu_memory_utilization 0.9" not in line
+
+
 def test_vllm_names_and_old_aliases_give_the_same_config(workload):
     new = run("-w", workload, "-m", "llama-3-8b", "-g", "A10", "--tensor-parallel-size", "2",
               "--max-num-batched-tokens", "1024", "--max-num-seqs", "32", "--json")

@@ -307,6 +307,29 @@ def test_v0_defaults_follow_its_scalar_rules():
     assert "V0" in d.describe()
 
 
+def test_describe_only_names_the_knobs_asked_for():
+    d = vllm_defaults("A100-80G", 80, "serve", "0.6.0", max_model_len=8192)
+    full = d.describe()
+    assert "max_num_seqs 256" in full and "max_num_batched_tokens 8,192" in full
+    part = d.describe(["chunk_size", "scheduler"])
+    # the knobs the user gave (max_num_seqs here) are not printed as defaults
+    assert "max_num_batched_tokens 8,192" in part and "prefill-first" in part
+    assert "max_num_seqs" not in part and "gpu_memory_utilization" not in part
+    assert "-bit" not in part and "block" not in part and "V0" in part
+    assert "16-bit KV cache" in d.describe(["kv_bits"])
+
+
+def test_sglang_describe_only_names_the_knobs_asked_for():
+    from tuner.core.catalog import get_gpu, load_gpus
+    from tuner.core.sglang import sglang_defaults
+
+    d = sglang_defaults(get_gpu("H100", load_gpus()))
+    assert "--max-running-requests" in d.describe() and "page size" in d.describe()
+    part = d.describe(["chunk_size"])
+    assert "--chunked-prefill-size" in part and "--mem-fraction-static" not in part
+    assert "--max-running-requests" not in part
+
+
 def test_engine_profile_follows_generation_entry_point_and_steps():
     from tuner.predictors.engine_overhead import logs_requests_by_default, profile_for
 

@@ -480,12 +480,13 @@ def simulate(
                   markup=False)
         if summary["defaulted"]:
             out.print(f"not given ({', '.join(summary['defaulted'])}): "
-                      f"{sg_defaults.describe()}", style="dim", markup=False)
+                      f"{sg_defaults.describe(summary['defaulted'])}", style="dim", markup=False)
     else:
         out.print(engine_line(defaults, entry_point, num_scheduler_steps, disable_log_requests,
                               res.decode_run_steps), style="dim", markup=False)
         if summary["defaulted"]:
-            out.print(f"not given ({', '.join(summary['defaulted'])}): {defaults.describe()}",
+            out.print(f"not given ({', '.join(summary['defaulted'])}): "
+                      f"{defaults.describe(summary['defaulted'])}",
                       style="dim", markup=False)
     if note := shape_note(spec):
         out.print(note, style="yellow", markup=False)

@@ -135,18 +135,18 @@ class ServingConfig:
         choices=ENGINES, flags=("--engine",))
     tp: int = _knob(
         1, help="Tensor-parallel degree (GPUs per replica).", unit="GPUs", choices=(1, 2, 4, 8),
-        flags=("--tensor-parallel-size", "--tp"),
+        flags=("--tensor-parallel-size", "--tp", "--tp-size"),
         vllm=EngineArg("tensor_parallel_size"), sglang=EngineArg("tp-size"),
         lenient="max")  # weights and KV split over more GPUs
     dp: int = _knob(
         1, help="Data-parallel replicas; the workload is split across them.", unit="replicas",
-        minimum=1, flags=("--data-parallel-size", "--dp"),
+        minimum=1, flags=("--data-parallel-size", "--dp", "--dp-size"),
         vllm=EngineArg("data_parallel_size", omit_default=True),
         sglang=EngineArg("dp-size", omit_default=True))
     pp: int = _knob(
         1, help="Pipeline-parallel stages per replica (the layers split over PP groups of TP "
         "GPUs; stages may span machines): for a model one machine cannot hold.", unit="stages",
-        choices=(1, 2, 4, 8), flags=("--pipeline-parallel-size", "--pp"),
+        choices=(1, 2, 4, 8), flags=("--pipeline-parallel-size", "--pp", "--pp-size"),
         vllm=EngineArg("pipeline_parallel_size", omit_default=True),
         sglang=EngineArg("pp-size", omit_default=True), lenient="max")
     scheduler: str = _knob(
@@ -161,13 +161,13 @@ class ServingConfig:
     chunk_size: int = _knob(
         COMMON_BATCH[0], help="Token budget per step (decodes + prefill chunks; the prefill "
         "chunk is the budget).", unit="tokens", minimum=1,
-        flags=("--max-num-batched-tokens", "--chunk-size"),
+        flags=("--max-num-batched-tokens", "--chunk-size", "--chunked-prefill-size"),
         vllm=EngineArg("max_num_batched_tokens"),
         # chunked: the budget; prefill-first: -1 (off) and --max-prefill-tokens
         sglang=EngineArg("chunked-prefill-size", derived=True), lenient="min")
     max_running: int = _knob(
         COMMON_BATCH[1], help="Most requests running at once (R_max).", unit="requests",
-        minimum=1, flags=("--max-num-seqs", "--max-running"),
+        minimum=1, flags=("--max-num-seqs", "--max-running", "--max-running-requests"),
         vllm=EngineArg("max_num_seqs"), sglang=EngineArg("max-running-requests"),
         lenient="min")
     weight_bits: int = _knob(
@@ -211,6 +211,7 @@ class ServingConfig:
         lenient="max")
     block_size: int = _knob(
         16, help="KV block (page) size.", unit="tokens", minimum=1,
+        flags=("--block-size", "--page-size"),
         vllm=EngineArg("block_size"), sglang=EngineArg("page-size"))
     attention_on_cpu: bool = _knob(
         False, help="Decode attention of the KV-offloaded layers runs on the CPU.",

@@ -39,7 +39,7 @@ Read from vLLM's source as of release 0.11 (arg_utils.py, the dict form of both 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from tuner.core.engines import EngineRelease, generation_of, parse_version
@@ -134,7 +134,9 @@ class EngineDefaults:
         (tuner.search.space.fit_space): knobs() but offloading, which a space searches."""
         return {k: v for k, v in self.knobs().items() if k not in _OFFLOAD_KNOBS}
 
-    def describe(self) -> str:
+    def describe(self, only: Iterable[str] | None = None) -> str:
+        """vLLM's defaults here; with `only` (ServingConfig knob names), just those knobs', so a
+        line about the knobs not given does not print defaults the user overrode."""
         release = ("the newest release" if self.engine_version == "newest"
                    else f"release {self.engine_version}")
         if self.scheduler == "vllm":
@@ -145,14 +147,21 @@ class EngineDefaults:
             batching = "V0 prefill-first batches, chunked prefill off"
         gen = "" if self.release is None else f"; {self.release.describe()}"
         weights = (f"{self.weight_bits}-bit weights (the checkpoint's {self.checkpoint})"
-                   if self.checkpoint else f"{self.weight_bits}-bit")
-        if self.kv_cache:
-            weights += f", {self.kv_bits}-bit KV cache ({self.kv_cache})"
+                   if self.checkpoint else f"{self.weight_bits}-bit weights")
+        parts = {"chunk_size": f"max_num_batched_tokens {self.max_num_batched_tokens:,}",
+                 "max_running": f"max_num_seqs {self.max_num_seqs:,}",
+                 "gpu_memory_utilization":
+                     f"gpu_memory_utilization {self.gpu_memory_utilization:g}",
+                 "block_size": f"block {self.block_size}", "weight_bits": weights,
+                 "kv_bits": f"{self.kv_bits}-bit KV cache"
+                            + (f" ({self.kv_cache})" if self.kv_cache else ""),
+                 "scheduler": f"FCFS, {batching}"}
+        wanted = set(parts) if only is None else set(only)
+        if only is None and not self.kv_cache:
+            wanted.discard("kv_bits")  # the full line names the cache only where not 16-bit
+        keys = [k for k in parts if k in wanted]
         return (f"vLLM's defaults ({release}) for {self.entry_point} "
-                f"({self.usage_context}): max_num_batched_tokens {self.max_num_batched_tokens:,}, "
-                f"max_num_seqs {self.max_num_seqs:,}, gpu_memory_utilization "
-                f"{self.gpu_memory_utilization:g}, block {self.block_size}, {weights}, FCFS, "
-                f"{batching}{gen}")
+                f"({self.usage_context}): {', '.join(parts[k] for k in keys)}{gen}")
 
     def to_dict(self) -> dict:
         return {"entry_point": self.entry_point, "usage_context": self.usage_context,

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tuner.core.catalog import GIB, GPU, ModelSpec
@@ -169,12 +170,17 @@ class SGLangDefaults:
     page_size: int = PAGE_SIZE
     source: str = SOURCE
 
-    def describe(self) -> str:
-        return (f"SGLang's defaults for this GPU: --chunked-prefill-size "
-                f"{self.chunked_prefill_size:,}, --mem-fraction-static {self.mem_fraction_static}"
-                f" (cuda_graph_max_bs {self.cuda_graph_max_bs}), --schedule-policy "
-                f"{self.schedule_policy}, --max-running-requests from the KV pool, page size "
-                f"{self.page_size} ({self.source})")
+    def describe(self, only: Iterable[str] | None = None) -> str:
+        """SGLang's defaults here; with `only` (ServingConfig knob names), just those knobs'."""
+        parts = {"chunk_size": f"--chunked-prefill-size {self.chunked_prefill_size:,}",
+                 "gpu_memory_utilization": f"--mem-fraction-static {self.mem_fraction_static}"
+                                           f" (cuda_graph_max_bs {self.cuda_graph_max_bs})",
+                 "ordering": f"--schedule-policy {self.schedule_policy}",
+                 "max_running": "--max-running-requests from the KV pool",
+                 "block_size": f"page size {self.page_size}"}
+        wanted = set(parts) if only is None else set(only)
+        return (f"SGLang's defaults for this GPU: "
+                f"{', '.join(v for k, v in parts.items() if k in wanted)} ({self.source})")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
