@@ -40,7 +40,8 @@ def match_gpu(device_name: str, memory_bytes: float | None, gpus: dict) -> str |
     """The catalog name for a CUDA device name ('NVIDIA A100-SXM4-80GB' -> 'A100-80G'), or None.
     The catalog's names and aliases first (tuner.core.catalog.find_gpu); else the catalog GPU
     whose base name is a word of it, the closest in memory. A PCIe or NVL part is not matched
-    to an SXM entry (its clocks, power and bandwidth differ)."""
+    to an SXM entry, nor another part to a PCIe or NVL entry (their clocks, power and bandwidth
+    differ)."""
     from tuner.core.catalog import find_gpu
 
     hit = find_gpu(device_name, gpus)
@@ -54,6 +55,8 @@ def match_gpu(device_name: str, memory_bytes: float | None, gpus: dict) -> str |
         if other_form and any(t.startswith("sxm") for a in getattr(g, "aliases", ())
                               for t in _tokens(a)):
             continue
+        if not other_form and _tokens(name) & {"pcie", "nvl"}:
+            continue  # nor an unnamed part to a PCIe / NVL entry (H100-PCIe) by memory alone
         base = name.split("-")[0].lower()
         if base in toks or (base.startswith("rtx") and base[3:] in toks and "rtx" in joined):
             mem = getattr(g, "memory_gib", 0.0)

@@ -134,7 +134,7 @@ def test_transfer_scales_memory_bound_work_by_bandwidth():
     assert ratio == pytest.approx(GPUS["A100-80G"].hbm_gbps / GPUS["A100-40G"].hbm_gbps)
 
 
-# a GPU the catalog does not ship (RTX A6000: Ampere GA102; H100 PCIe: Hopper), as a --gpu-file
+# a GPU the catalog does not ship (RTX A6000: Ampere GA102; H800 PCIe: Hopper), as a --gpu-file
 # states it; `architecture` left out below to check the roofline fallback
 GPU_FILE = """
 A6000:
@@ -152,7 +152,7 @@ A6000:
   price_usd_per_h: 0.49
   price_source: test
   price_date: "2026-11"
-H100-PCIE:
+H800-PCIE:
   architecture: Hopper
   memory_gib: 80
   bf16_tflops: 756
@@ -176,8 +176,8 @@ def test_a_gpu_file_gpu_is_transferred_from_the_measured_gpu_of_its_architecture
     gpus = load_gpus(path)
     m = MODELS["llama-3-8b"]
     assert aic_transfer.transfer_source(gpus["A6000"]) == "A100-80G"
-    assert aic_transfer.transfer_source(gpus["H100-PCIE"]) == "H100"
-    for name, src in (("A6000", "A100-80G"), ("H100-PCIE", "H100")):
+    assert aic_transfer.transfer_source(gpus["H800-PCIE"]) == "H100"
+    for name, src in (("A6000", "A100-80G"), ("H800-PCIE", "H100")):
         cm = aic.table_cost_model(m, gpus[name], gpus=gpus)
         assert cm.provenance.kind == "transferred"
         assert f"transferred to {name} from {src}" in str(cm.provenance)

@@ -21,8 +21,9 @@ from tuner.core.catalog import (
 )
 from tuner.core.errors import TunerError
 
-SHIPPED_GPUS = {"A10", "A40", "L4", "L40S", "A100-40G", "A100-80G", "H100", "H200", "RTX4090",
-                "RTX-PRO-6000", "B200", "B300", "GB200", "MI300X", "MI325X"}
+SHIPPED_GPUS = {"A10", "A40", "L4", "L40S", "A100-40G", "A100-80G", "A100-80G-PCIe", "H100",
+                "H100-PCIe", "H100-NVL", "GH200-96G", "H200", "RTX4090", "RTX-PRO-6000", "B200",
+                "B300", "GB200", "MI300X", "MI325X"}
 SHIPPED_MODELS = {
     "llama-2-7b", "llama-2-13b", "llama-3-8b", "mistral-7b", "qwen2.5-7b", "llama-3-70b",
     "llama-2-70b", "tiny-llama",
@@ -110,7 +111,9 @@ def test_architectures(gpus):
     # (predictors.aic_transfer): the catalog states every shipped NVIDIA GPU's; the AMD ones
     # state none (no measured tables to transfer from: roofline)
     want = {"A10": "ampere", "A40": "ampere", "A100-40G": "ampere", "A100-80G": "ampere",
-            "L4": "ada", "L40S": "ada", "RTX4090": "ada", "H100": "hopper", "H200": "hopper",
+            "A100-80G-PCIe": "ampere", "L4": "ada", "L40S": "ada", "RTX4090": "ada",
+            "H100": "hopper", "H100-PCIe": "hopper", "H100-NVL": "hopper", "GH200-96G": "hopper",
+            "H200": "hopper",
             "RTX-PRO-6000": "blackwell", "B200": "blackwell", "B300": "blackwell",
             "GB200": "blackwell", "MI300X": None, "MI325X": None}
     assert {n: g.architecture for n, g in gpus.items()} == want
@@ -211,13 +214,35 @@ def test_gpu_aliases(gpus, spelling, name):
     assert get_gpu(spelling, gpus).name == name
 
 
-@pytest.mark.parametrize("spelling", ["H100 PCIe", "NVIDIA H100 NVL", "A100-80GB-PCIe", "A10G",
-                                      "A100", "GH200"])
+@pytest.mark.parametrize("spelling", ["A10G", "A100", "GH200", "GH200 144G HBM3e", "H100 NVL 2x"])
 def test_other_parts_are_not_aliases(gpus, spelling):
-    """Another form factor, a cut-down part or an ambiguous name is refused, not read as the
-    catalog GPU its name resembles (its clocks, power and bandwidth differ)."""
+    """A cut-down part or an ambiguous name (GH200: the 96 GB HBM3 or the 144 GB HBM3e part) is
+    refused, not read as the catalog GPU its name resembles (its clocks, power and bandwidth
+    differ)."""
     with pytest.raises(TunerError, match="Unknown GPU"):
         get_gpu(spelling, gpus)
+
+
+@pytest.mark.parametrize(("spelling", "name"), [
+    ("NVIDIA H100 PCIe", "H100-PCIe"), ("H100-80GB-PCIe", "H100-PCIe"),
+    ("NVIDIA H100 NVL", "H100-NVL"), ("NVIDIA GH200 480GB", "GH200-96G"),
+    ("NVIDIA A100 80GB PCIe", "A100-80G-PCIe"), ("A100-80GB-PCIe", "A100-80G-PCIe"),
+    ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA A100-SXM4-80GB", "A100-80G"),
+])
+def test_other_form_factors_are_their_own_entries(gpus, spelling, name):
+    """The PCIe / NVL / Grace Hopper parts of a chip are separate entries with their own spec
+    sheets (the SXM part's name never resolves to them, nor theirs to it)."""
+    g = get_gpu(spelling, gpus)
+    assert g.name == name
+    sxm = gpus["H100"] if g.architecture == "hopper" else gpus["A100-80G"]
+    if g.name not in ("H100", "A100-80G"):
+        assert g.hbm_gbps != sxm.hbm_gbps and g.nvlink_gbps is None
+
+
+def test_gh200_is_one_gpu_a_machine_with_a_c2c_host_link(gpus):
+    g = gpus["GH200-96G"]
+    assert g.gpus_per_machine == 1 and g.host_link_gbps >= 9 * gpus["H100"].host_link_gbps
+    assert g.bf16_tflops == gpus["H100"].bf16_tflops and g.hbm_gbps > gpus["H100"].hbm_gbps
 
 
 def test_aliases_name_one_gpu_each(gpus):
@@ -233,16 +258,28 @@ def test_aliases_name_one_gpu_each(gpus):
 
 def test_aliases_of_a_gpu_file_gpu(tmp_path):
     f = tmp_path / "g.yaml"
-    f.write_text("gpus:\n  H100-PCIE:\n    aliases: [NVIDIA H100 PCIe]\n" + "".join(
+    f.write_text("gpus:\n  H800-PCIE:\n    aliases: [NVIDIA H800 PCIe]\n" + "".join(
         f"    {k}: {v}\n" for k, v in {
             "memory_gib": 79.2, "bf16_tflops": 756, "fp32_tflops": 51, "hbm_gbps": 2000,
             "pcie_gen": 5, "host_link_gbps": 50, "host_ram_gib": 200, "cpu_cores": 26,
             "tdp_w": 350, "price_usd_per_h": 2.0, "price_source": "mine",
             "price_date": "2026-11"}.items()))
-    assert get_gpu("NVIDIA H100 PCIe", load_gpus(f)).name == "H100-PCIE"
+    assert get_gpu("NVIDIA H800 PCIe", load_gpus(f)).name == "H800-PCIE"
     f.write_text("gpus:\n  H100:\n    aliases: NVIDIA H100\n")
     with pytest.raises(TunerError, match="aliases must be a list"):
         load_gpus(f)
+
+
+def test_gpu_file_spelling_of_a_shipped_gpu_overrides_it(tmp_path):
+    """A --gpu-file entry spelled like a shipped GPU (H100-PCIE for H100-PCIe) overrides it,
+    not a second GPU the name would never reach."""
+    f = tmp_path / "g.yaml"
+    f.write_text("gpus:\n  H100-PCIE:\n    price_usd_per_h: 1.23\n    hbm_gbps: 2039\n")
+    gpus = load_gpus(f)
+    assert "H100-PCIE" not in gpus
+    g = get_gpu("H100-PCIE", gpus)
+    assert (g.name, g.price_usd_per_h, g.hbm_gbps) == ("H100-PCIe", 1.23, 2039)
+    assert g.bf16_tflops == load_gpus()["H100-PCIe"].bf16_tflops  # the rest stays shipped
 
 
 def test_unknown_gpu_suggests_close_match(gpus):

@@ -496,8 +496,8 @@ def test_ci_profile_fit_simulate_on_cpu(tmp_path):  # 46 s at load average 7 on 
     ("NVIDIA H100 80GB HBM3", 85_000_000_000, "H100"),
     ("NVIDIA GeForce RTX 4090", 25_250_627_584, "RTX4090"),
     ("NVIDIA L40S", 48_300_000_000, "L40S"),
-    ("NVIDIA H100 PCIe", 85_000_000_000, None),  # 350 W, 2.0 TB/s: not the SXM entry's specs
-    ("NVIDIA H100 NVL", 99_900_000_000, None),
+    ("NVIDIA H100 PCIe", 85_000_000_000, "H100-PCIe"),  # 350 W, 2.0 TB/s: its own entry
+    ("NVIDIA H100 NVL", 99_900_000_000, "H100-NVL"),
     ("NVIDIA A10G", 24_100_000_000, None),  # AWS's A10 variant, other tensor rates
 ])
 def test_profiled_device_names(device, memory_bytes, want):

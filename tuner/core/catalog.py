@@ -436,9 +436,12 @@ def load_gpus(extra_yaml: str | Path | None = None) -> dict[str, GPU]:
                 raise TunerError(f"{path}: GPU {name!r} needs a mapping of fields (e.g. "
                                  f"price_usd_per_h: 1.1), got {d!r}.")
         for name, d in user.items():
-            base = gpus.get(name)
-            if base is not None:  # partial override of a shipped GPU
-                gpus[name] = _gpu_from_dict(name, {**asdict(base), **(d or {})}, str(path))
+            # a shipped GPU however spelled (H100-PCIE for H100-PCIe): a partial override of
+            # it, not a second GPU the same name would find first
+            shipped = next((n for n in gpus if gpu_key(n) == gpu_key(str(name))), None)
+            if shipped is not None:
+                gpus[shipped] = _gpu_from_dict(shipped, {**asdict(gpus[shipped]), **(d or {})},
+                                               str(path))
             else:
                 gpus[name] = _gpu_from_dict(name, d, str(path))
     return gpus
