@@ -254,7 +254,8 @@ class MeasuredTableCostModel:
         if tp > 1:
             ar_tok, ar_s, ar_note = _allreduce_curve(
                 tables, tp, 2.0 * h, m, table_version,
-                _graph_max_tokens(framework, gpu, tp, engine_version))
+                _graph_max_tokens(framework, gpu, tp, engine_version),
+                custom=custom_allreduce_on(gpu, tp))
         # norms (2, fused with residual add), rotary on q and k, SiLU*mul: bytes per token
         ffn_width = 3 * inter // tp
         moe_fields = {}
@@ -510,17 +511,34 @@ def _graph_max_tokens(framework: str, gpu, tp: int, engine_version: str | None =
     return cuda_graph_max_bs_default(gpu.memory_bytes, tp)
 
 
+def custom_allreduce_on(gpu, tp: int) -> bool:
+    """Whether the engine runs its custom all-reduce on `tp` GPUs of this type (duck-typed
+    tuner GPU): vLLM (custom_all_reduce.py) and SGLang, which copies it, turn it off on more
+    than two GPUs unless NVLink joins every pair (an NVSwitch board: SXM, not a PCIe card,
+    nor cards bridged in pairs), and NCCL carries every all-reduce."""
+    return tp <= 2 or (getattr(gpu, "nvlink_gbps", None) is not None
+                       and getattr(gpu, "nvlink_all_pairs", True))
+
+
 def _allreduce_curve(tables: KernelTables, tp: int, bytes_per_token: float, m: np.ndarray,
-                     engine_version: str | None, graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS):
+                     engine_version: str | None, graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS,
+                     custom: bool = True):
     """(log tokens, log seconds, provenance note) of one all-reduce of a step's hidden states:
     the tables' custom all-reduce (vLLM's or SGLang's) up to CUSTOM_ALLREDUCE_MAX_BYTES
     (CUDA-graph timing up to `graph_max_tokens` tokens, eager above), NCCL beyond (custom
-    where no NCCL table)."""
+    where no NCCL table); NCCL at every size where the engine turns its custom all-reduce off
+    (`custom` False: custom_allreduce_on)."""
+    nccl = tables.nccl_allreduce(tp)
+    if not custom and nccl is not None:
+        tok = np.unique(m.astype(np.float64))
+        t = loglog_curve(tok * bytes_per_token, np.log(nccl[0]), np.log(nccl[1]))
+        return np.log(tok), np.log(t), (
+            f"; all-reduce: NCCL table at every size (the engine turns its custom all-reduce "
+            f"off on {tp} GPUs without NVLink between every pair)")
     g = tables.allreduce(tp, True, engine_version)
     e = tables.allreduce(tp, False, engine_version)
     if g is None or e is None:
         raise ValueError(f"{tables.device} has no all-reduce table for {tp} GPUs")
-    nccl = tables.nccl_allreduce(tp)
     lim_tok = CUSTOM_ALLREDUCE_MAX_BYTES / bytes_per_token
     gt = float(graph_max_tokens)
     tok = np.unique(np.concatenate([m, [gt, gt + 1, np.floor(lim_tok), np.floor(lim_tok) + 1]]))
@@ -742,7 +760,7 @@ def _shape_key(model) -> tuple:
 def _gpu_key(gpu) -> tuple:
     return tuple(getattr(gpu, k, None) for k in (
         "name", "architecture", "bf16_tflops", "fp8_tflops", "hbm_gbps", "host_link_gbps",
-        "nvlink_gbps"))
+        "nvlink_gbps", "nvlink_all_pairs"))
 
 
 @lru_cache(maxsize=8)

@@ -326,6 +326,34 @@ def test_allreduce_table_version_closest_to_the_engine_version():
     assert big > 0
 
 
+@pytest.mark.parametrize(("gpu", "tp", "custom"), [
+    ("H100", 8, True), ("A100-80G", 4, True),  # NVSwitch boards: custom at any TP
+    ("A40", 2, True), ("A40", 4, False),  # NVLink bridges join pairs only
+    ("H100-PCIe", 2, True), ("H100-PCIe", 4, False), ("L40S", 8, False), ("A10", 4, False),
+])
+def test_custom_allreduce_only_where_the_engine_runs_it(gpu, tp, custom):
+    """vLLM's custom_all_reduce.py (and SGLang's copy) turns the custom all-reduce off on more
+    than two GPUs unless NVLink joins every pair: NCCL then carries every message size."""
+    assert aic.custom_allreduce_on(GPUS[gpu], tp) is custom
+    m = MODELS["llama-3-8b"]
+    cm = aic.table_cost_model(m, GPUS[gpu], tp=tp, engine=None)
+    assert ("NCCL table at every size" in cm.describe()) is (not custom)
+    if not custom:
+        # the same GPU with NVLink between every pair runs the custom kernel: on the boards the
+        # A10/A40/H100-PCIe tables come from (A100, H100 SXM) NCCL's latency floor is 2-4x the
+        # custom kernel's, so a small decode step's all-reduce takes longer without it
+        on = dataclasses.replace(GPUS[gpu], nvlink_gbps=GPUS[gpu].nvlink_gbps or 50.0,
+                                 nvlink_all_pairs=True)
+        assert aic.custom_allreduce_on(on, tp)
+        with_custom = aic.table_cost_model(m, on, tp=tp, engine=None)
+        f = feats([[0, 0, 0, 8, 8000, 1]])
+        off_s = cm.gpu_breakdown(f)["allreduce"][0]
+        on_s = with_custom.gpu_breakdown(f)["allreduce"][0]
+        assert off_s != on_s
+        if gpu != "L40S":
+            assert off_s > on_s
+
+
 def test_v0_decode_batches_above_256_run_their_all_reduce_eager():
     """vLLM V0 captures CUDA graphs for decode batches up to 256 sequences; V1 (0.19) up to
     512 tokens: a 300-token step's all-reduce is priced eager under V0, graphed under V1."""

@@ -447,3 +447,14 @@ def test_apply_prices(gpus):
     assert gpus["A10"].price_usd_per_h != 0.75  # input dict not mutated
     with pytest.raises(TunerError, match="Unknown GPU"):
         apply_prices(gpus, {"A1OO": 1.0})
+
+
+def test_nvlink_all_pairs_marks_bridged_pairs(gpus, tmp_path):
+    """NVSwitch boards join every pair; the A40's bridges join pairs only (the engines' custom
+    all-reduce then stops at 2 GPUs, predictors.aic.custom_allreduce_on)."""
+    assert gpus["A40"].nvlink_all_pairs is False
+    assert all(g.nvlink_all_pairs for n, g in gpus.items() if n != "A40")
+    f = tmp_path / "g.yaml"
+    f.write_text("gpus:\n  A40:\n    nvlink_all_pairs: maybe\n")
+    with pytest.raises(TunerError, match="nvlink_all_pairs must be true or false"):
+        load_gpus(f)

@@ -80,6 +80,9 @@ class GPU:
     fp8_tflops: float | None = None  # dense; None where the GPU has no FP8 tensor cores
     int8_tops: float | None = None  # dense
     nvlink_gbps: float | None = None  # per-GPU NVLink bandwidth (one direction), None = PCIe only
+    # NVLink joins every pair of a machine's GPUs (an NVSwitch board); False where bridges join
+    # pairs only (A40): vLLM and SGLang then keep their custom all-reduce to 2 GPUs
+    nvlink_all_pairs: bool = True
     vasuki_usd_per_fp32_gflop_per_w: float | None = None  # Vasuki Table 1 (A10, A40 only)
     notes: str = ""
     # --provider: the provider's instances and billing rule (tuner.core.pricing); None = the
@@ -115,6 +118,9 @@ class GPU:
         for name, (low, high, unit, whole, optional) in GPU_FIELD_RANGES.items():
             _check_gpu_figure(self.name, name, getattr(self, name), low, high, unit, whole,
                               optional)
+        if not isinstance(self.nvlink_all_pairs, bool):
+            raise TunerError(f"GPU {self.name}: nvlink_all_pairs must be true or false, got "
+                             f"{self.nvlink_all_pairs!r}.")
         per = self.gpus_per_machine
         if isinstance(per, bool) or not isinstance(per, int) or not 1 <= per <= 64:
             raise TunerError(f"GPU {self.name}: gpus_per_machine must be a whole number of GPUs "
