@@ -286,6 +286,10 @@ def test_unknown_gpu_suggests_close_match(gpus):
     with pytest.raises(TunerError, match="Did you mean") as err:
         get_gpu("A1OO", gpus)
     assert "A10" in str(err.value)
+    # a name inside a catalog name comes first: the part itself before a merely similar one
+    with pytest.raises(TunerError, match="Did you mean") as err:
+        get_gpu("GH200", gpus)
+    assert str(err.value).split("Did you mean: ")[1].startswith("GH200-96G")
 
 
 def test_get_model_by_name(models):

@@ -17,11 +17,11 @@ def close_matches_hint(name: str, choices: Iterable[str]) -> str:
     """' Did you mean: A10, A100-40G?' or '' — case-insensitive, for unknown-name errors."""
     choices = list(choices)
     lowered = {c.lower(): c for c in choices}
-    hits = difflib.get_close_matches(name.lower(), list(lowered), n=3, cutoff=0.4)
-    # Substring hits matter for GPU/model names ("a100" -> "A100-40G", "A100-80G").
-    for c in choices:
-        if name.lower() in c.lower() and c.lower() not in hits:
-            hits.append(c.lower())
+    # Substring hits first: they name the very part ("a100" -> "A100-40G", "A100-80G";
+    # "gh200" -> "GH200-96G", before the merely similar "H200")
+    hits = [c.lower() for c in choices if name.lower() in c.lower()]
+    hits += [h for h in difflib.get_close_matches(name.lower(), list(lowered), n=3, cutoff=0.4)
+             if h not in hits]
     if not hits:
         return f" Known: {', '.join(sorted(choices))}."
     return f" Did you mean: {', '.join(lowered[h] for h in hits[:4])}?"
