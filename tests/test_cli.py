@@ -82,6 +82,9 @@ def test_gpus_table_and_json():
     r = runner.invoke(app, ["gpus"])
     assert r.exit_code == 0, r.output
     assert "A10" in r.stdout and "A40" in r.stdout
+    # the A40's NVLink bridges join pairs only: said in its row, not in an NVSwitch board's
+    rows = {ln.split("│")[1].strip(): ln for ln in r.stdout.splitlines() if ln.count("│") > 3}
+    assert "56 pairs" in rows["A40"] and "pairs" not in rows["H100"]
     r = runner.invoke(app, ["gpus", "--json", "--price", "A10=0.75"])
     assert r.exit_code == 0, r.output
     cat = json.loads(r.stdout)
@@ -90,6 +93,7 @@ def test_gpus_table_and_json():
         assert cat[name]["price_source"]
         assert cat[name]["memory_gib"] > 0 and cat[name]["price_usd_per_h"] > 0
     assert cat["A10"]["price_usd_per_h"] == 0.75
+    assert cat["A40"]["nvlink_all_pairs"] is False and cat["H100"]["nvlink_all_pairs"] is True
 
 
 def test_models_table_and_json():

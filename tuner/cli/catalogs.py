@@ -55,12 +55,20 @@ def gpus(gpu_file: GpuFileOpt = None, price: PriceOpt = None, provider: Provider
         t.add_row(g.name, f"{g.memory_gib:g}", f"{g.bf16_tflops:g}",
                   f"{g.fp8_tflops:g}" if g.fp8_tflops else "—", f"{g.hbm_gbps:g}",
                   _host_link(g),
-                  f"{g.nvlink_gbps:g}" if g.nvlink_gbps else "—", f"{g.price_usd_per_h:.2f}",
+                  _nvlink(g), f"{g.price_usd_per_h:.2f}",
                   g.price_date or "—", f"[{i}]",
                   f"${g.vasuki_usd_per_fp32_gflop_per_w:g}" if g.vasuki_usd_per_fp32_gflop_per_w else "—")
     out.print(t)
     for i, g in enumerate(cat.values(), 1):
         out.print(f"[dim][{i}] {g.name}: {g.price_source}[/]", highlight=False)
+
+
+def _nvlink(g) -> str:
+    """'450', '56 pairs' where bridges join pairs only (the engines' custom all-reduce then
+    stops at 2 GPUs), or '—' without NVLink."""
+    if not g.nvlink_gbps:
+        return "—"
+    return f"{g.nvlink_gbps:g}" + ("" if g.nvlink_all_pairs else " pairs")
 
 
 #: one-way GB/s of a x16 link by PCIe generation (2 x per generation from Gen4's 32)
