@@ -100,16 +100,31 @@ class Deployment:
                      c.pp)
 
     @property
+    def replicas_by_machine(self) -> list[list[int]]:
+        """The DP replicas each machine runs (replica K on machine K // replicas_per_machine),
+        one list per machine."""
+        m, dp = self.machines, self.config.dp
+        per = m.replicas_per_machine
+        return [list(range(j * per, min(j * per + per, dp))) for j in range(m.count)]
+
+    @property
     def one_engine(self) -> bool:
         """The whole plan is one engine: expert parallelism splits the experts over all TP x DP
         GPUs (inside one machine); otherwise every DP replica is an engine of its own."""
         return bool(self.config.expert_parallel) and self.config.dp > 1
 
-    def machines_line(self) -> str:
+    def machines_line(self, engine: str = "vllm") -> str:
         """'# Needs 4 x H100 machine (8 GPUs each): 8 replicas of TP 1 per machine (32 GPUs).'"""
         m = self.machines
         line = f"# Needs {m.describe()} ({m.gpus_used} GPUs in use)."
-        if m.machines_per_replica > 1:  # vLLM runs stages on other machines through Ray
+        if m.machines_per_replica > 1 and engine == "sglang":
+            # SGLang's own multi-node launch (docs.sglang.io, "Multi-Node Deployment")
+            line += (f"\n# Each server's {m.pp} pipeline stages span {m.machines_per_replica} "
+                     f"machines: start the same command on each of them with --nnodes "
+                     f"{m.machines_per_replica} --node-rank K (K = 0 .. "
+                     f"{m.machines_per_replica - 1}) --dist-init-addr HEAD_IP:5000 (machine 0's "
+                     "address), one such group per replica.")
+        elif m.machines_per_replica > 1:  # vLLM runs stages on other machines through Ray
             line += (f"\n# Each engine's {m.pp} pipeline stages span {m.machines_per_replica} "
                      "machines: join them in one Ray cluster (`ray start --head` on one, "
                      "`ray start --address HEAD:6379` on the others) and start the engine on "

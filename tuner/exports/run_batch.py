@@ -41,7 +41,7 @@ from pathlib import Path
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
 from tuner.exports import common
-from tuner.exports.vllm import vllm_cli_options, vllm_engine_args
+from tuner.exports.vllm import v0_server_flags, vllm_cli_options, vllm_engine_args
 
 #: Requests in flight per replica per running slot (max_num_seqs): the engine's waiting queue
 #: never runs dry (vLLM admits from it as slots free), so the running batch is the simulated one.
@@ -60,13 +60,14 @@ def to_run_batch_script(dep: common.Deployment, opts: common.RenderOptions) -> s
                                    quantized_model=dep.quantized_model,
                                    num_scheduler_steps=dep.num_scheduler_steps)
     args.pop("data_parallel_size", None)  # the replicas are separate engines
+    v0_server_flags(args, dep.num_scheduler_steps, dep.disable_log_requests)
     notes += common.notes_for(dep, {"moe_dp": common.MOE_SEPARATE_ENGINES_NOTE})
     options = [("model", args.pop("model"))]
     served = options[0][1]  # the model name the requests are sent with
     if opts.served_model_name and opts.served_model_name != served:
         options.append(("served-model-name", opts.served_model_name))
         served = opts.served_model_name
-    options += vllm_cli_options(args)
+    options += vllm_cli_options(args, v0=dep.num_scheduler_steps is not None)
     m = dep.machines
     per = m.replicas_per_machine
     title = [
@@ -91,7 +92,7 @@ def to_run_batch_script(dep: common.Deployment, opts: common.RenderOptions) -> s
     head = common.export_head(title, opts.header, notes, c)
     # replica K runs on machine K // per, on that machine's GPUs (K % per) * TP ..
     gpus = [",".join(str((k % per) * c.tp + i) for i in range(c.tp)) for k in range(c.dp)]
-    by_machine = [list(range(j * per, min(j * per + per, c.dp))) for j in range(m.count)]
+    by_machine = dep.replicas_by_machine
     serve = common.write_command([], '"$VLLM" serve', options).rstrip("\n")
     serve += ' \\\n  --host 127.0.0.1 \\\n  --port "$port"'
     serve = "\n".join("  " + line for line in serve.split("\n"))

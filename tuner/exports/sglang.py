@@ -137,17 +137,46 @@ def sglang_server_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max
     return list(common.in_order(opts, _OPTION_ORDER).items()), notes
 
 
+#: Marks a launch command that is one machine's server of a plan over several machines: its
+#: --dp-size counts that machine's replicas; the plan's DP is the ``# tuner-config:`` line's.
+PER_MACHINE_MARK = "# ONE machine's server"
+
+
+def machine_shares(dep: common.Deployment) -> list[list[int]] | None:
+    """The replicas of each machine when the plan's replicas, each inside one machine, spread
+    over several machines (SGLang's --dp-size runs replicas inside one server, on one
+    machine); None when one server (or one multi-node group per replica) runs the plan."""
+    m = dep.machines
+    if m.count <= 1 or m.machines_per_replica > 1 or dep.one_engine:
+        return None
+    return dep.replicas_by_machine
+
+
 def to_sglang_command(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model_len: int,
                       header: str = "", kv_capacity_tokens: int | None = None,
                       quantized_model: str | None = None) -> str:
-    """``python -m sglang.launch_server`` with every server argument, notes on top."""
+    """``python -m sglang.launch_server`` with every server argument, notes on top; for a plan
+    over several machines, one machine's server (its replicas as --dp-size)."""
     opts, notes = sglang_server_args(config, model, gpu, max_model_len=max_model_len,
                                      kv_capacity_tokens=kv_capacity_tokens,
                                      quantized_model=quantized_model)
+    dep = common.Deployment(config, model, gpu, max_model_len)
     title = [f"# SGLang server launch written by tuner for {config.gpu} x{config.num_gpus}.",
-             common.Deployment(config, model, gpu, max_model_len).machines_line(),
-             "# Then submit the batch JSONL through its OpenAI-compatible API (port 30000), e.g.",
-             "# the Batch API (/v1/files, /v1/batches) or an OpenAI client over the file's bodies."]
+             dep.machines_line("sglang")]
+    shares = machine_shares(dep)
+    if shares is not None:
+        per, last = len(shares[0]), len(shares[-1])
+        opts = [(k, per) if k == "dp-size" else (k, v) for k, v in opts if per > 1 or k != "dp-size"]
+        title.append(
+            f"{PER_MACHINE_MARK} ({per} replica{'s' if per > 1 else ''} of TP {config.tp}): "
+            f"run this command on each of the {len(shares)} machines"
+            + (f" (on the last one with --dp-size {last})" if last != per else "")
+            + f", each serving its 1/{len(shares)} share of the requests split by tokens as "
+            "the prediction splits them (the .sglang-offline.py export splits the job so: "
+            "MACHINE=K).")
+    title += ["# Then submit the batch JSONL through its OpenAI-compatible API (port 30000), e.g.",
+              "# the Batch API (/v1/files, /v1/batches) or an OpenAI client over the file's "
+              "bodies."]
     return common.write_command(common.export_head(title, header, notes, config),
                                 "python -m sglang.launch_server", opts)
 
@@ -178,6 +207,8 @@ def from_sglang_command(text: str, *, gpu: str | None = None) -> ServingConfig:
     what = "SGLang launch command"
     raw = common.read_command(text, "sglang.launch_server", what)
     opts = {_SGLANG_ALIASES.get(k, k): v for k, v in raw.items()}
+    if PER_MACHINE_MARK in text and common.tuner_config_line(text).get("dp"):
+        opts.pop("dp-size", None)  # one machine's replicas: the plan's DP is the line's
     base, had_line = common.parsed_fields(text, opts, "sglang")
     chunk = opts.get("chunked-prefill-size")
     if isinstance(chunk, int) and chunk > 0:

@@ -23,7 +23,7 @@ import ast
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
 from tuner.exports import common
-from tuner.exports.sglang import sglang_server_args
+from tuner.exports.sglang import machine_shares, sglang_server_args
 
 _SCRIPT = '''
 import asyncio
@@ -35,6 +35,9 @@ import sys
 INPUT = sys.argv[1] if len(sys.argv) > 1 else {input_path!r}
 OUTPUT = sys.argv[2] if len(sys.argv) > 2 else {output_path!r}
 ENGINE_KWARGS = {engine_kwargs}
+# The plan's DP replicas each machine runs (one list per machine): with several machines each
+# runs MACHINE=K on its share of the job, split by tokens as the prediction splits it.
+REPLICAS_BY_MACHINE = {replicas_by_machine!r}
 
 
 def request_key(line):
@@ -69,6 +72,48 @@ def read_requests(path):
     return out
 
 
+def work(request):
+    """A request's work for the split: its prompt (characters / 4) plus its max_new_tokens."""
+    _, asked, sampling = request
+    return len(json.dumps(asked)) // 4 + int(sampling.get("max_new_tokens") or 0)
+
+
+def owners(requests, replicas):
+    """The replica of each request: longest first, each to the replica with the fewest tokens
+    so far (as the simulator splits a job); deterministic, the same on every machine."""
+    load, owner = [0] * replicas, [0] * len(requests)
+    for i in sorted(range(len(requests)), key=lambda i: -work(requests[i])):
+        k = min(range(replicas), key=load.__getitem__)
+        owner[i], load[k] = k, load[k] + work(requests[i])
+    return owner
+
+
+def machine_output(machine):
+    root, ext = os.path.splitext(OUTPUT)
+    return f"{{root}}.machine-{{machine}}{{ext or '.jsonl'}}"
+
+
+def write_in_order(requests, done, path):
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for key, _, _ in requests:
+            f.write(json.dumps(done[key]) + "\\n")
+    os.replace(tmp, path)
+    print(f"{{len(requests)}} results in {{path}}")
+
+
+def merge(requests):
+    """Every machine's results into OUTPUT, in the input's order (exit 1 if one is missing)."""
+    done = {{}}
+    for machine in range(len(REPLICAS_BY_MACHINE)):
+        done.update(answered(machine_output(machine)))
+    missing = [key for key, _, _ in requests if key not in done]
+    if missing:
+        sys.exit(f"{{len(missing)}} request(s) have no result (e.g. {{missing[0]!r}}): rerun "
+                 "their machine, or gather every machine's output file here")
+    write_in_order(requests, done, OUTPUT)
+
+
 def answered(path):
     """{{key: result line}} already written (a line a kill cut short is dropped)."""
     done = {{}}
@@ -97,7 +142,20 @@ def main():
     from transformers import AutoTokenizer
 
     requests = read_requests(INPUT)
-    done = answered(OUTPUT)
+    output, kwargs, machines = OUTPUT, dict(ENGINE_KWARGS), len(REPLICAS_BY_MACHINE)
+    if machines > 1:
+        if os.environ.get("MERGE"):
+            return merge(requests)
+        machine = os.environ.get("MACHINE", "")
+        if machine not in [str(j) for j in range(machines)]:
+            sys.exit(f"this plan runs on {{machines}} machines: run MACHINE=K python "
+                     f"{{sys.argv[0]}} on machine K (K = 0 .. {{machines - 1}}), gather the "
+                     f"output files, then MERGE=1 python {{sys.argv[0]}}")
+        mine = REPLICAS_BY_MACHINE[int(machine)]
+        owner = owners(requests, sum(len(r) for r in REPLICAS_BY_MACHINE))
+        requests = [r for r, o in zip(requests, owner) if o in mine]
+        output, kwargs["dp_size"] = machine_output(int(machine)), len(mine)
+    done = answered(output)
     todo = [r for r in requests if r[0] not in done]
     if todo:
         tokenizer = AutoTokenizer.from_pretrained(ENGINE_KWARGS["model_path"])
@@ -108,22 +166,17 @@ def main():
                                                      add_generation_prompt=True)
             return "\\n".join(m.get("content") or "" for m in messages)
 
-        engine = sgl.Engine(**ENGINE_KWARGS)
+        engine = sgl.Engine(**kwargs)
         try:
-            with open(OUTPUT, "a", encoding="utf-8") as out:
+            with open(output, "a", encoding="utf-8") as out:
                 asyncio.run(run(engine, todo, render, out))
         finally:
             engine.shutdown()
-        done = answered(OUTPUT)
+        done = answered(output)
     missing = [key for key, _, _ in requests if key not in done]
     if missing:
         sys.exit(f"{{len(missing)}} request(s) have no result (e.g. {{missing[0]!r}}); rerun")
-    tmp = OUTPUT + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for key, _, _ in requests:
-            f.write(json.dumps(done[key]) + "\\n")
-    os.replace(tmp, OUTPUT)
-    print(f"{{len(requests)}} results in {{OUTPUT}}")
+    write_in_order(requests, done, output)
 
 
 if __name__ == "__main__":
@@ -143,18 +196,29 @@ def engine_kwargs(dep: common.Deployment) -> tuple[dict, list[str]]:
 def to_sglang_offline_script(dep: common.Deployment, opts: common.RenderOptions) -> str:
     c = dep.config
     kwargs, notes = engine_kwargs(dep)
+    shares = machine_shares(dep) or [list(range(c.dp))]
+    run = "python THIS_FILE [INPUT.jsonl [OUTPUT.jsonl]]"
+    if len(shares) > 1:
+        what = (f"one sglang.Engine per machine on {len(shares)} machines (TP {c.tp}, "
+                f"{len(shares[0])} replica(s) each; {c.num_gpus} x {c.gpu} in all)")
+        how = [f"# On machine K (K = 0 .. {len(shares) - 1}):  MACHINE=K {run}   (its share of "
+               "the job, split by tokens the same way on every machine, to "
+               "OUTPUT.machine-K.jsonl); gather those files on one machine, then MERGE=1 "
+               f"{run}."]
+    else:
+        what = (f"one sglang.Engine on {c.num_gpus} x {c.gpu} (TP {c.tp}"
+                + (f", DP {c.dp}" if c.dp > 1 else "") + ")")
+        how = [f"# Run: {run}"]
     title = ["#!/usr/bin/env python3",
-             f"# SGLang offline batch job written by tuner: one sglang.Engine on {c.num_gpus} x "
-             f"{c.gpu} (TP {c.tp}" + (f", DP {c.dp}" if c.dp > 1 else "") + ").",
-             common.Deployment(c, dep.model, dep.gpu, dep.max_model_len).machines_line(),
-             "# Needs: pip install 'sglang[all]'.   Run: python THIS_FILE [INPUT.jsonl "
-             "[OUTPUT.jsonl]]",
+             f"# SGLang offline batch job written by tuner: {what}.",
+             common.Deployment(c, dep.model, dep.gpu, dep.max_model_len).machines_line("sglang"),
+             "# Needs: pip install 'sglang[all]'.", *how,
              "# Resumable: each result is appended as it completes; after an interruption rerun "
              "the same command and only unanswered requests run."]
     head = common.export_head(title, opts.header, notes, c)
+    kwargs_text = "{\n" + "".join(f"    {k!r}: {v!r},\n" for k, v in kwargs.items()) + "}"
     body = _SCRIPT.format(input_path=opts.input_path, output_path=opts.output_path,
-                          engine_kwargs="{\n" + "".join(f"    {k!r}: {v!r},\n"
-                                                         for k, v in kwargs.items()) + "}")
+                          engine_kwargs=kwargs_text, replicas_by_machine=shares)
     text = "\n".join(head) + "\n" + body
     try:
         compile(text, "sglang_offline_job.py", "exec")

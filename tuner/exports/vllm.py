@@ -119,9 +119,27 @@ def vllm_engine_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_m
     return common.in_order(args, _ARG_ORDER), notes
 
 
-def vllm_cli_options(args: dict[str, Any]) -> list[tuple[str, Any]]:
-    """vLLM engine args (snake_case) as [(dashed CLI option, value)], in the same order."""
-    return [(k.replace("_", "-"), v) for k, v in args.items()]
+def vllm_cli_options(args: dict[str, Any], *, v0: bool = False) -> list[tuple[str, Any]]:
+    """vLLM engine args (snake_case) as [(dashed CLI option, value)], in the same order.
+    ``v0``: for a V0 release's parser (0.5.4 - 0.8), which has no ``--no-X`` form:
+    --enable-chunked-prefill is a StoreBoolean taking "False", its other flags are store_true
+    (False is their default: left out)."""
+    out = []
+    for k, v in args.items():
+        if v0 and v is False:
+            if k != "enable_chunked_prefill":
+                continue
+            v = "False"
+        out.append((k.replace("_", "-"), v))
+    return out
+
+
+def v0_server_flags(args: dict[str, Any], num_scheduler_steps: int | None,
+                    disable_log_requests: bool) -> None:
+    """A V0 API server priced without its request log (--disable-log-requests) starts so:
+    vLLM before 0.10.2 logs every request unless told not to."""
+    if disable_log_requests and num_scheduler_steps is not None:
+        args["disable_log_requests"] = True
 
 
 def _replica_lines(dep: common.Deployment, args: dict, run: str) -> list[str]:
@@ -155,7 +173,7 @@ def to_vllm_yaml(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model
         config, model, gpu, max_model_len=max_model_len, kv_capacity_tokens=kv_capacity_tokens,
         quantized_model=quantized_model, num_scheduler_steps=num_scheduler_steps)
     if disable_log_requests and num_scheduler_steps is not None:
-        args["disable_log_requests"] = True
+        v0_server_flags(args, num_scheduler_steps, disable_log_requests)
         notes.append("disable_log_requests: the request log this V0 server writes by default "
                      "was priced out, as the search was told (--disable-log-requests)")
     title = [f"# vLLM engine configuration written by tuner for {config.gpu} x{config.num_gpus}.",
@@ -223,7 +241,7 @@ def to_vllm_run_batch(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_
     options = [("model", args.pop("model"))]
     if served_model_name and served_model_name != options[0][1]:
         options.append(("served-model-name", served_model_name))
-    options += vllm_cli_options(args)
+    options += vllm_cli_options(args, v0=num_scheduler_steps is not None)
     prog = f"vllm run-batch -i {shlex.quote(input_path)} -o {shlex.quote(output_path)}"
     return common.write_command(common.export_head(title, header, notes, config), prog, options)
 
