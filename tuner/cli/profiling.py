@@ -186,7 +186,9 @@ def cost(
                            "(or a folder of them); default: shipped profiles, else roofline.")] = None,
     profile_mode: ProfileModeOpt = "auto",
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
-    weight_bits: Annotated[int, typer.Option(help="16, 8 or 4.")] = 16,
+    weight_bits: Annotated[int | None, typer.Option(help="16, 8 or 4. Default: the "
+                           "checkpoint's (its quantization_config; 16 without one).",
+                           show_default=False)] = None,
     kv_bits: Annotated[int, typer.Option(help="16, 8 or 4.")] = 16,
     gpu_file: Annotated[Path | None, typer.Option("--gpu-file", help="YAML with more GPUs.")] = None,
     engine_version: EngineVersionOpt = None,
@@ -210,36 +212,86 @@ def cost(
             raise TunerError(f"{name} must be >= 0, got {v}.")
     if tokens == 0 and decodes == 0:
         raise TunerError("An iteration needs --tokens N (prefill) and/or --decodes B.")
+    _check_cost_tokens(spec, tokens, context, decodes, kv_tokens)
     if decodes and kv_tokens < decodes:
         kv_tokens = max(kv_tokens, decodes)  # each decode reads at least its own token
-    g, cm = _cost_model(spec, gpu, profile_dir, profile_mode, gpu_file, tp=tp,
-                        weight_bits=weight_bits, kv_bits=kv_bits, engine_version=engine_version)
+    # as `tuner simulate`: vLLM serves a quantized checkpoint at its own precision
+    bits = spec.checkpoint_bits if weight_bits is None else weight_bits
+    g, cm, in_catalog = _cost_model(spec, gpu, profile_dir, profile_mode, gpu_file, tp=tp,
+                                    weight_bits=bits, kv_bits=kv_bits,
+                                    engine_version=engine_version)
     f = BatchFeatures.single(prefill_tokens=tokens, context=context, decodes=decodes,
                              kv_tokens=kv_tokens)
     ops, groups = _cost_operations(cm, f, spec.num_layers)
     total = float(cm.iteration_time_s(f)[0])
     kind = provenance_kind(cm)
-    doc = {"model": spec.name, "gpu": g.name, "tp": tp, "weight_bits": weight_bits,
+    # a stand-in for a profiled device borrows another GPU's memory: no note on it
+    note = _weights_note(spec, g, tp, bits) if in_catalog else None
+    doc = {"model": spec.name, "gpu": g.name, "tp": tp, "weight_bits": bits,
            "kv_bits": kv_bits,
            "batch": {"prefill_tokens": tokens, "context": context, "decodes": decodes,
                      "kv_tokens": kv_tokens},
            "provenance": {"kind": kind, "description": cm.describe(),
                           "error_pct": cm.provenance.error_pct},
-           "operations": ops, "groups": groups, "total_s": total}
+           "operations": ops, "groups": groups, "total_s": total, "note": note}
     if as_json:
         print(json.dumps(jsonable(doc), indent=2))
         return
     _print_cost(doc, cm, kind)
+    if note:
+        out, _err = _consoles()
+        out.print(f"note: {note}", style="yellow", markup=False, highlight=False)
+
+
+def _check_cost_tokens(spec, tokens: int, context: int, decodes: int, kv_tokens: int) -> None:
+    """One TunerError where the iteration cannot exist: a prefill chunk and its cached
+    context beyond the model's context length (one request holds both), or decodes reading
+    more KV than `decodes` requests of that length hold."""
+    ctx = spec.max_position
+    if context + tokens > ctx:
+        what = (f"--context {context:,} + --tokens {tokens:,} = {context + tokens:,} tokens"
+                if context else f"--tokens {tokens:,}")
+        raise TunerError(f"{what} is beyond {spec.name}'s context length of {ctx:,} tokens: "
+                         "a request's cached context and its prefill chunk must fit in it.")
+    if kv_tokens > decodes * ctx:
+        raise TunerError(f"--kv-tokens {kv_tokens:,} is more than {decodes:,} decode(s) can "
+                         f"read: each holds at most {spec.name}'s context length of {ctx:,} "
+                         "tokens.")
+
+
+def _weights_note(spec, g, tp: int, weight_bits: int) -> str | None:
+    """One line where the weights alone outgrow the GPU at this TP (`tuner cost` prices one
+    iteration all the same: a note, not an error), else None."""
+    from tuner.core.catalog import GIB
+    from tuner.core.config import ServingConfig
+    from tuner.core.memory import weight_bytes_per_rank
+
+    def per_gpu(n: int) -> float:
+        return weight_bytes_per_rank(spec, ServingConfig(gpu=g.name, tp=n,
+                                                         weight_bits=weight_bits))
+
+    if per_gpu(tp) <= g.memory_bytes:
+        return None
+    # the smallest TP whose share of the weights fits, within one machine of the GPU
+    wider = next((n for n in (2, 4, 8, 16, 32, 64) if tp < n <= g.gpus_per_machine
+                  and per_gpu(n) <= g.memory_bytes), None)
+    fix = (f"--tp {wider} holds them ({per_gpu(wider) / GIB:.1f} GiB per GPU, before any KV "
+           "cache)" if wider else f"no TP within one {g.gpus_per_machine}-GPU machine holds "
+           "them")
+    return (f"{spec.name}'s {weight_bits}-bit weights take {per_gpu(tp) / GIB:.1f} GiB per GPU "
+            f"at TP {tp}, more than {g.name}'s {g.memory_gib:g} GiB: this plan does not run "
+            f"there; {fix}.")
 
 
 def _cost_model(spec, gpu: str | None, profile_dir: Path | None, profile_mode: str,
                 gpu_file: Path | None, *, tp: int, weight_bits: int, kv_bits: int,
                 engine_version: str | None = None):
-    """(GPU, CostModel) of `tuner cost`: the cost-source registry's (predictors.sources: own
-    profile -> measured tables -> transfer -> roofline), uncalibrated; without --gpu the
-    profile's own device."""
+    """(GPU, CostModel, whether the GPU is a catalog one) of `tuner cost`: the cost-source
+    registry's (predictors.sources: own profile -> measured tables -> transfer -> roofline),
+    uncalibrated; without --gpu the profile's own device. A quantized checkpoint is refused
+    at more bits than it stores, as `tuner simulate` does."""
     from tuner.core.catalog import get_gpu, load_gpus
-    from tuner.core.config import ServingConfig
+    from tuner.core.config import ServingConfig, check_model_config
     from tuner.predictors.loader import check_profile_mode
     from tuner.predictors.sources import resolve_cost_model
 
@@ -254,8 +306,10 @@ def _cost_model(spec, gpu: str | None, profile_dir: Path | None, profile_mode: s
     else:
         g = get_gpu(gpu, cat)
     config = ServingConfig(gpu=g.name, tp=tp, weight_bits=weight_bits, kv_bits=kv_bits)
+    check_model_config(config, spec)
     return g, resolve_cost_model(spec, g, config, profile=profile_dir, mode=profile_mode,
-                                 engine_version=engine_version, calibrated=False)
+                                 engine_version=engine_version, calibrated=False), \
+        g.name in cat
 
 
 def _cost_operations(cm, f, L: int) -> tuple[list[dict], dict]:

@@ -174,10 +174,13 @@ def _first(row: dict, keys: tuple[str, ...]) -> str | None:
     return next((k for k in keys if k in row), None)
 
 
-def read_per_request(path: Path, rows: list[dict]) -> MeasuredRun:
-    """A per-request CSV or JSONL with token counts, arrival and finish times."""
+def read_per_request(path: Path, rows: list[dict],
+                     lines: list[int] | None = None) -> MeasuredRun:
+    """A per-request CSV or JSONL with token counts, arrival and finish times; `lines`: each
+    row's line in the file (errors name it; default: the row's number)."""
     import numpy as np
 
+    lines = lines or list(range(1, len(rows) + 1))
     if not rows:
         raise _fail(path, "no requests.")
     head = rows[0]
@@ -195,13 +198,18 @@ def read_per_request(path: Path, rows: list[dict]) -> MeasuredRun:
         key = cols[name]
         vals = []
         for i, r in enumerate(rows):
+            where = f"request {i + 1} (line {lines[i]})"
             try:
                 v = float(r[key])
             except (KeyError, TypeError, ValueError):
-                raise _fail(path, f"request {i + 1}: {key} must be a number, got "
+                raise _fail(path, f"{where}: {key} must be a number, got "
                                   f"{r.get(key)!r}.") from None
             if not math.isfinite(v) or v < 0:
-                raise _fail(path, f"request {i + 1}: {key} must be a finite number >= 0, got "
+                raise _fail(path, f"{where}: {key} must be a finite number >= 0, got "
+                                  f"{r.get(key)!r}.")
+            # a fractional count is no count: int64 would truncate it (100.9 -> 100) silently
+            if kind is np.int64 and not v.is_integer():
+                raise _fail(path, f"{where}: {key} must be a whole number of tokens, got "
                                   f"{r.get(key)!r}.")
             vals.append(v)
         return np.asarray(vals, dtype=kind)
@@ -210,16 +218,25 @@ def read_per_request(path: Path, rows: list[dict]) -> MeasuredRun:
     arrival, finish = column("arrival", np.float64), column("finish", np.float64)
     bad = np.flatnonzero(finish < arrival)
     if bad.size:
-        raise _fail(path, f"request {int(bad[0]) + 1} finishes ({finish[bad[0]]:g}) before it "
-                          f"arrives ({arrival[bad[0]]:g}).")
+        i = int(bad[0])
+        raise _fail(path, f"request {i + 1} (line {lines[i]}) finishes ({finish[i]:g}) before "
+                          f"it arrives ({arrival[i]:g}).")
     ok = (prompt > 0) & (output > 0)
+    if not ok.any():
+        raise _fail(path, f"no request has both a prompt and an output ({cols['prompt']} and "
+                          f"{cols['output']} > 0): nothing to replay.")
     note = "" if ok.all() else f"{int((~ok).sum())} request(s) with no prompt or output left out"
     t0 = float(arrival.min())
+    span_s = float(finish.max() - t0)
+    if span_s <= 0:  # predicted / measured would divide by zero: nothing to compare
+        raise _fail(path, f"the run's measured span ({cols['arrival']} of the first request "
+                          f"-> {cols['finish']} of the last) is 0 s, so there is nothing to "
+                          "compare with; are the times rounded to whole seconds?")
     kv = None
     for key in KV_TOKEN_KEYS:
         if key in head:
             kv = int(float(head[key]))
-    return MeasuredRun(prompt[ok], output[ok], arrival[ok] - t0, float(finish.max() - t0),
+    return MeasuredRun(prompt[ok], output[ok], arrival[ok] - t0, span_s,
                        f"per-request file ({cols['arrival']} -> {cols['finish']})", note, kv)
 
 
@@ -241,7 +258,7 @@ def read_run(path: Path) -> MeasuredRun:
                 return read_per_request(path, [doc])
             raise _fail(path, "a JSON object without input_lens/output_lens/duration: not a "
                               "`vllm bench serve --save-result` file.")
-        rows = []
+        rows, lines = [], []
         for i, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
@@ -252,12 +269,16 @@ def read_run(path: Path) -> MeasuredRun:
             if not isinstance(obj, dict):
                 raise _fail(path, f"line {i}: expected a JSON object per request.")
             rows.append(obj)
-        return read_per_request(path, rows)
+            lines.append(i)
+        return read_per_request(path, rows, lines)
     import csv
 
-    rows = list(csv.DictReader(text.splitlines()))
-    rows = [{(k or "").strip(): v for k, v in r.items()} for r in rows]
-    return read_per_request(path, rows)
+    reader = csv.DictReader(text.splitlines())
+    rows, lines = [], []
+    for r in reader:
+        rows.append({(k or "").strip(): v for k, v in r.items()})
+        lines.append(reader.line_num)  # the header is line 1
+    return read_per_request(path, rows, lines)
 
 
 @app.command()

@@ -6,9 +6,10 @@ import json
 import math
 import os
 import re
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
 from tuner.core.errors import TunerError, close_matches_hint
 from tuner.core.io import load_shipped_yaml, read_shipped
@@ -20,44 +21,131 @@ GIB = 1024**3
 ARCHITECTURES = ("ampere", "ada", "hopper", "blackwell")
 
 
-# plausible ranges of a GPU's figures (GPU.__post_init__): field -> (low, high, unit, whole
-# number, may be null); low is exclusive for a float (> 0), inclusive for a whole number
-GPU_FIELD_RANGES: dict[str, tuple[float, float, str, bool, bool]] = {
-    "memory_gib": (0, 1024, "GiB", False, False),  # (a CPU validation device: < 1 GiB)
-    "bf16_tflops": (0, 100_000, "TFLOP/s", False, False),
-    "fp32_tflops": (0, 100_000, "TFLOP/s", False, False),
-    "fp8_tflops": (0, 100_000, "TFLOP/s", False, True),
-    "int8_tops": (0, 100_000, "TOP/s", False, True),
-    "hbm_gbps": (1, 100_000, "GB/s", False, False),
-    "pcie_gen": (1, 7, "", True, False),
-    "host_link_gbps": (0, 10_000, "GB/s", False, False),
-    "nvlink_gbps": (0, 100_000, "GB/s", False, True),
-    "host_ram_gib": (0, 1_048_576, "GiB", False, False),
-    "cpu_cores": (1, 100_000, "cores", True, False),
-    "tdp_w": (0, 100_000, "W", False, False),
-    "price_usd_per_h": (0, MAX_PRICE_USD_PER_H, "$/GPU-h", False, False),
-    "vasuki_usd_per_fp32_gflop_per_w": (0, 1e9, "$ per FP32 GFLOP/s per W", False, True),
+class Figure(NamedTuple):
+    """The range one GPU figure must lie in (GPU.__post_init__). `low` is exclusive when 0
+    (> 0), else inclusive; `example` and the two hints turn a value 1000x off (a unit typed
+    wrong) into an error that names the unit the file should have used."""
+
+    low: float
+    high: float
+    unit: str
+    whole: bool = False  # a whole number (checked inclusively)
+    optional: bool = False  # may be null
+    example: str = ""  # "2039 for an A100-80G"
+    too_low: str = ""  # the unit a too-small value was probably given in ("TB/s")
+    too_high: str = ""  # ... a too-large one ("MB/s")
+
+
+# plausible ranges of a GPU's figures: wide enough for a CPU validation device
+# (runners/cpu_device.py: ~0.25 GiB; 0.08 TFLOP/s and 10 GB/s per core), narrow enough that a
+# figure typed in the neighbouring unit (TB/s for GB/s, PFLOP/s, MiB) falls outside
+GPU_FIELD_RANGES: dict[str, Figure] = {
+    "memory_gib": Figure(0, 1024, "GiB", example="79.25 for an A100-80G", too_high="MiB"),
+    "bf16_tflops": Figure(0, 100_000, "TFLOP/s", example="312 for an A100-80G",
+                          too_high="GFLOP/s"),
+    "fp32_tflops": Figure(0, 100_000, "TFLOP/s", example="19.5 for an A100-80G",
+                          too_high="GFLOP/s"),
+    "fp8_tflops": Figure(0, 100_000, "TFLOP/s", optional=True, example="1979 for an H100",
+                         too_high="GFLOP/s"),
+    "int8_tops": Figure(0, 100_000, "TOP/s", optional=True, example="624 for an A100-80G",
+                        too_high="GOP/s"),
+    # the slowest real device memory is ~100 GB/s; a 1-core CPU device states 10
+    "hbm_gbps": Figure(10, 100_000, "GB/s", example="2039 for an A100-80G", too_low="TB/s",
+                       too_high="MB/s"),
+    "pcie_gen": Figure(1, 7, "", whole=True),
+    # PCIe 3 x1 moves ~1 GB/s; a PCIe 4 x16 host link ~25
+    "host_link_gbps": Figure(1, 10_000, "GB/s", example="25 for an A100-80G (PCIe 4)",
+                             too_low="TB/s", too_high="MB/s"),
+    "nvlink_gbps": Figure(1, 100_000, "GB/s", optional=True, example="300 for an A100-80G",
+                          too_low="TB/s", too_high="MB/s"),
+    "host_ram_gib": Figure(0, 1_048_576, "GiB", example="225 for an A100-80G"),
+    "cpu_cores": Figure(1, 100_000, "cores", whole=True),
+    "tdp_w": Figure(0, 100_000, "W", optional=True, example="400 for an A100-80G"),
+    "price_usd_per_h": Figure(0, MAX_PRICE_USD_PER_H, "$/GPU-h"),
+    "vasuki_usd_per_fp32_gflop_per_w": Figure(0, 1e9, "$ per FP32 GFLOP/s per W",
+                                              optional=True),
+}
+
+# peak FLOP (or OP) per byte of device memory traffic: GPUs lie between ~10 (FP32) and ~850
+# (FP8), a CPU device at ~8; a rate or a bandwidth 1000x off lands far outside, which the
+# per-figure ranges alone cannot see (0.3 TFLOP/s is a small CPU, or an A100 in PFLOP/s)
+FLOP_PER_BYTE_RANGE = (1.0, 10_000.0)
+RATE_FIELDS = ("bf16_tflops", "fp32_tflops", "fp8_tflops", "int8_tops")
+
+#: what a GPU file's required figures mean, with their units: a GPU missing one is refused
+#: with these (host_ram_gib and cpu_cores have no default: they set what offloading can hold
+#: and how fast CPU attention runs, and a guess would move those predictions silently)
+GPU_FIELD_HELP: dict[str, str] = {
+    "memory_gib": "GPU memory in GiB, e.g. 79.25 for an A100-80G",
+    "bf16_tflops": "dense BF16 tensor TFLOP/s, e.g. 312",
+    "fp32_tflops": "FP32 TFLOP/s, e.g. 19.5",
+    "hbm_gbps": "memory bandwidth in GB/s, e.g. 2039",
+    "pcie_gen": "PCIe generation, e.g. 4",
+    "host_link_gbps": "one-way host-GPU copy bandwidth in GB/s, e.g. 25 for PCIe 4",
+    "host_ram_gib": "host RAM per GPU in GiB, e.g. 225; no default: it caps offloaded "
+                    "weights and KV",
+    "cpu_cores": "CPU cores per GPU, e.g. 30; no default: CPU attention runs on them",
+    "price_usd_per_h": "on-demand price in $/GPU-h, e.g. 1.29",
+}
+
+#: a new GPU of a --gpu-file may leave these out: bookkeeping no prediction reads ("{path}":
+#: the file); the shipped catalog states them all
+GPU_FILE_DEFAULTS: dict[str, object] = {
+    "price_source": "given in --gpu-file {path}",
+    "price_date": "",  # not given: `tuner gpus` shows "—"
+    "tdp_w": None,  # not given: read by no prediction
 }
 
 
-def _check_gpu_figure(gpu: str, name: str, value, low: float, high: float, unit: str,
-                      whole: bool, optional: bool) -> None:
-    """One TunerError naming the GPU, field and value unless `value` lies in its range."""
-    if value is None and optional:
+def _check_gpu_figure(gpu: str, name: str, value, fig: Figure) -> None:
+    """One TunerError naming the GPU, field and value unless `value` lies in its range: "must
+    be" for a value of the wrong kind, "is implausible" (with the unit, an example and the
+    unit it was probably given in) for a number out of range."""
+    if value is None and fig.optional:
+        return
+    unit_text = f" {fig.unit}" if fig.unit else ""
+    null = " (or null)" if fig.optional else ""
+    if fig.whole:
+        if not (isinstance(value, int) and not isinstance(value, bool)
+                and fig.low <= value <= fig.high):
+            raise TunerError(f"GPU {gpu}: {name} must be a whole number from {fig.low:g} to "
+                             f"{fig.high:g}{unit_text}{null}, got {value!r}.")
         return
     number = isinstance(value, int | float) and not isinstance(value, bool)
-    if whole:
-        ok = isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
-        want = f"a whole number from {low:g} to {high:g}"
-    else:
-        ok = number and math.isfinite(value) and (low < value if low == 0 else low <= value) \
-            and value <= high
-        want = (f"a positive finite number up to {high:g}" if low == 0
-                else f"a finite number from {low:g} to {high:g}")
-    if not ok:
-        unit_text = f" {unit}" if unit else ""
-        null = " (or null)" if optional else ""
-        raise TunerError(f"GPU {gpu}: {name} must be {want}{unit_text}{null}, got {value!r}.")
+    if not (number and math.isfinite(value) and value > 0):
+        raise TunerError(f"GPU {gpu}: {name} must be a positive finite number{unit_text}"
+                         f"{null}, got {value!r}.")
+    low_ok = fig.low < value if fig.low == 0 else fig.low <= value
+    if low_ok and value <= fig.high:
+        return
+    span = f"up to {fig.high:g}" if fig.low == 0 else f"from {fig.low:g} to {fig.high:g}"
+    example = f", e.g. {fig.example}" if fig.example else ""
+    typo = fig.too_high if low_ok else fig.too_low
+    hint = f" (did you give {typo}?)" if typo else ""
+    raise TunerError(f"GPU {gpu}: {name} {value!r} is implausible: {fig.unit or 'a number'}, "
+                     f"{span}{example}{hint}.")
+
+
+def _check_flop_per_byte(gpu: GPU) -> None:
+    """One TunerError where a peak rate and the memory bandwidth are each in range but their
+    ratio is not: one of them is in the wrong unit (TB/s, PFLOP/s, GFLOP/s)."""
+    low, high = FLOP_PER_BYTE_RANGE
+    for name in RATE_FIELDS:
+        rate = getattr(gpu, name)
+        if rate is None:
+            continue
+        ratio = rate * 1e12 / (gpu.hbm_gbps * 1e9)
+        if low <= ratio <= high:
+            continue
+        unit = GPU_FIELD_RANGES[name].unit
+        what = "OP" if unit == "TOP/s" else "FLOP"
+        typo = (f"hbm_gbps in TB/s or {name} in G{unit[1:]}" if ratio > high
+                else f"{name} in P{unit[1:]} or hbm_gbps in MB/s")
+        shown = f"{ratio:,.0f}" if ratio >= 10 else f"{ratio:.2g}"
+        raise TunerError(
+            f"GPU {gpu.name}: {name} {rate:g} {unit} over hbm_gbps {gpu.hbm_gbps:g} GB/s is "
+            f"{shown} {what} per byte of memory traffic, implausible (devices do "
+            f"{low:g} to {high:,g}; an A100-80G 153 at BF16): did you give {typo}?")
 
 
 @dataclass(frozen=True)
@@ -73,7 +161,7 @@ class GPU:
     host_link_gbps: float  # realistic one-direction host<->device copy bandwidth, GB/s
     host_ram_gib: float  # typical host RAM per GPU in cloud offerings
     cpu_cores: int  # typical vCPUs per GPU in cloud offerings
-    tdp_w: float
+    tdp_w: float | None  # None: not given (a --gpu-file GPU; no prediction reads it)
     price_usd_per_h: float
     price_source: str
     price_date: str
@@ -115,9 +203,9 @@ class GPU:
         # a zero, negative, non-finite or absurd spec or price would divide by zero, turn
         # every $ into nan or make a plan look 1000x faster far from where it was typed
         # (--price, --gpu-file): each figure positive, finite and within a plausible range
-        for name, (low, high, unit, whole, optional) in GPU_FIELD_RANGES.items():
-            _check_gpu_figure(self.name, name, getattr(self, name), low, high, unit, whole,
-                              optional)
+        for name, fig in GPU_FIELD_RANGES.items():
+            _check_gpu_figure(self.name, name, getattr(self, name), fig)
+        _check_flop_per_byte(self)
         if not isinstance(self.nvlink_all_pairs, bool):
             raise TunerError(f"GPU {self.name}: nvlink_all_pairs must be true or false, got "
                              f"{self.nvlink_all_pairs!r}.")
@@ -397,15 +485,28 @@ def _load_yaml_resource(filename: str) -> dict:
     return load_shipped_yaml(read_shipped(filename))
 
 
-def _gpu_from_dict(name: str, d: dict, where: str) -> GPU:
+def _gpu_from_dict(name: str, d: dict | None, where: str, *, new: bool = False) -> GPU:
+    """GPU `name` from its fields `d` (read from `where`); `new`: a --gpu-file GPU of its own
+    (not an override of a shipped one), whose bookkeeping fields may be left out
+    (GPU_FILE_DEFAULTS)."""
+    d = dict(d or {})
+    d.pop("name", None)
     known = {f.name for f in fields(GPU)}
     unknown = set(d) - known
     if unknown:
         raise TunerError(f"{where}: unknown field(s) for GPU {name!r}: {', '.join(sorted(unknown))}.")
+    if new:
+        for key, value in GPU_FILE_DEFAULTS.items():
+            d.setdefault(key, value.format(path=where) if isinstance(value, str) else value)
+    required = [f.name for f in fields(GPU) if f.name != "name" and f.default is MISSING
+                and f.default_factory is MISSING]
+    missing = [k for k in required if k not in d]
+    if missing:
+        raise TunerError(f"{where}: GPU {name!r} is missing fields: " + "; ".join(
+            f"{k} ({GPU_FIELD_HELP.get(k, 'see `tuner gpus --json`')})" for k in missing)
+            + ".")
     try:
-        return GPU(name=name, **{k: v for k, v in d.items() if k != "name"})
-    except TypeError as exc:
-        raise TunerError(f"{where}: GPU {name!r} is missing fields ({exc}).") from None
+        return GPU(name=name, **d)
     except TunerError as exc:  # a figure out of range: say which file it came from
         raise TunerError(f"{where}: {exc}") from None
 
@@ -449,7 +550,7 @@ def load_gpus(extra_yaml: str | Path | None = None) -> dict[str, GPU]:
                 gpus[shipped] = _gpu_from_dict(shipped, {**asdict(gpus[shipped]), **(d or {})},
                                                str(path))
             else:
-                gpus[name] = _gpu_from_dict(name, d, str(path))
+                gpus[name] = _gpu_from_dict(name, d, str(path), new=True)
     return gpus
 
 

@@ -321,7 +321,21 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
 
     fits, reason = True, ""
     gib = lambda b: f"{b / GIB:.1f} GiB"  # noqa: E731
-    if kv <= 0:
+    # the offload checks come first: with no KV layer left on the GPU the capacity below is 0
+    # tokens, and "holds 0 tokens" would hide why
+    k = config.kv_offload_layers
+    held = (f"{model.name}'s {stage_layers} layers" if config.pp == 1 else
+            f"the {stage_layers} layers of each of {model.name}'s {config.pp} pipeline stages")
+    if k > model.num_layers:
+        fits = False
+        reason = (f"kv_offload_layers {k} is more than {model.name} has ({model.num_layers} "
+                  f"layers): offload at most {stage_layers - 1}, the GPU must keep at least "
+                  "one layer's KV")
+    elif layers_on_gpu == 0:
+        fits = False
+        reason = (f"all KV layers offloaded (kv_offload_layers {k}, {held}): the GPU must "
+                  f"keep at least one layer's KV; offload at most {stage_layers - 1}")
+    elif kv <= 0:
         fits = False
         shape = f"TP {tp}" + (f" x PP {config.pp}" if config.pp > 1 else "")
         reason = (f"{model.name} at {config.weight_bits}-bit weights, {shape}, does not fit on "
@@ -335,9 +349,6 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
         fits = False
         reason = (f"KV cache on {gpu.name} holds {tokens} tokens ({gib(kv)}), fewer than the "
                   f"longest request ({max_request_tokens} tokens)")
-    elif layers_on_gpu == 0:
-        fits = False
-        reason = "all KV layers offloaded: the GPU must keep at least one layer's KV"
     host_kv = tokens * host_kv_per_token
     host_used = host_kv + offloaded
     host_limit = host_limit_bytes(gpu)
