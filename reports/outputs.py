@@ -190,15 +190,23 @@ def fleet_entries(study: optuna.Study, records: list[TrialRecord], workload: Wor
 
     if len({r.gpu for r in records if r.feasible}) < 2:
         return []
+    from tuner.search.space import DEFAULT_MAX_GPUS
+
     meta = study_meta(study)
     limits = meta.constraints
+    # a mix is one plan: the default cap on a plan's GPUs holds for its total too, unless
+    # --max-gpus set the total or what each type can be had at
+    total = limits.max_gpus if limits.max_gpus is not None or limits.max_gpus_per_type \
+        else DEFAULT_MAX_GPUS
     plans = fleet_front(workload, model, gpus, records,
                         caps={g: limits.gpu_cap(g) for g in gpus},
-                        max_total_gpus=limits.max_gpus,
+                        max_total_gpus=total,
                         cost_model_for=cost_model_for or default_cost_models(model),
                         max_plans=4, **meta.sim_options())
-    return [{**p.to_dict(), "meets_constraints": limits.meets(p.makespan_s, p.cost_usd)}
-            for p in plans]
+    # with --deadline / --budget, a mix that misses them is no answer (its rivals are the
+    # single-type plans that meet them)
+    return [{**p.to_dict(), "meets_constraints": True} for p in plans
+            if limits.meets(p.makespan_s, p.cost_usd)]
 
 
 def fleet_verdicts(fleets: list[dict], records: list[TrialRecord]) -> list[str]:
@@ -475,6 +483,15 @@ def write_outputs(outputs: StudyOutputs, out_dir: Path) -> dict:
     ``out_dir`` as one set (:func:`write_output_set`); return the results.json document."""
     texts, summary = output_texts(outputs, out_dir)
     write_output_set(out_dir, texts)
+    # a winner's export an earlier write left (the other engine's form, a vLLM plan's scale
+    # files) would sit beside this study's winners as if it were theirs
+    for goal in GOALS:
+        written = {f for fmts in ENGINE_FORMATS.values() for f in fmts} | set(SCALE_FORMATS)
+        for suffix in {EXPORT_SUFFIX[f] for f in written}:
+            stale = Path(out_dir) / f"{goal}{suffix}"
+            if stale.name not in texts:
+                with contextlib.suppress(FileNotFoundError):
+                    stale.unlink()
     return summary
 
 

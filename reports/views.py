@@ -265,7 +265,8 @@ def _winner_card(trials: dict[int, TrialRecord], n: int | None) -> dict | None:
     return dict(gpu=t.gpu, number=n, label=f"{count} × {t.gpu}" if count > 1 else t.gpu,
                 makespan=fmt_duration(t.makespan_s), cost=fmt_usd(t.cost_usd),
                 usd_per_mtok=fmt_usd_mtok((t.metrics or Metrics()).cost_per_million_tokens()),
-                vs_defaults=gain_text(t), summary=config_summary(t.config))
+                vs_defaults=gain_text(t), summary=config_summary(t.config),
+                engine="SGLang" if t.config.engine == "sglang" else "vLLM")
 
 
 def _per_gpu_lines(ctx: ReportContext, trials: dict[int, TrialRecord], gpu_names: list[str],

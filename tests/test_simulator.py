@@ -120,7 +120,8 @@ class ConstantCost:
 def test_makespan_is_sum_of_priced_iterations():
     w = wl([100, 50, 300], [10, 5, 20])
     res = simulate(w, get_model("llama-3-8b"), get_gpu("A40", GPUS),
-                   ServingConfig(gpu="A40", chunk_size=128), ConstantCost(), timeline=True,
+                   ServingConfig(gpu="A40", chunk_size=128, max_running=128), ConstantCost(),
+                   timeline=True,
                    startup_s=0)  # the schedule alone (tests/test_startup.py: with start-up)
     assert res.makespan_s == pytest.approx(0.01 * res.iterations)
     assert res.timeline["time_s"][-1] == pytest.approx(res.makespan_s)
@@ -253,7 +254,8 @@ def test_streamed_steps_price_like_kept_ones(n, seed, rows, chunk, r_max, dp, of
     rng = np.random.default_rng(seed)
     w = wl(rng.integers(1, 3000, n), rng.integers(1, 600, n))
     m, g = get_model("llama-3-8b"), get_gpu("A10", GPUS)
-    cfg = ServingConfig(gpu="A10", chunk_size=chunk, max_running=r_max, dp=dp,
+    # vLLM refuses a token budget below its running requests (SchedulerConfig._verify_args)
+    cfg = ServingConfig(gpu="A10", chunk_size=chunk, max_running=min(r_max, chunk), dp=dp,
                         gpu_memory_utilization=0.8, kv_offload_layers=offload)
     kept = simulate_default(w, m, g, cfg, startup_s=0, return_steps=True)
     with pytest.MonkeyPatch.context() as mp:

@@ -75,8 +75,9 @@ def tool_version() -> str:
 WorkloadOpt = Annotated[Path, typer.Option("--workload", "-w", help="JSONL (OpenAI batch, "
                         "{prompt,max_tokens} or {prompt_tokens,output_tokens}) or CSV trace; "
                         "- reads standard input.")]
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalog name (`tuner models`) or "
-                     "path to a Hugging Face config.json.")]
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalog name (`tuner models`), a "
+                     "Hugging Face model id (its config.json: the local cache, else the Hub), "
+                     "or the path to a config.json.")]
 PriceOpt = Annotated[list[str] | None, typer.Option("--price", help="Override a GPU's $/h, "
                      "e.g. --price A10=0.75 (repeatable).")]
 GpuFileOpt = Annotated[Path | None, typer.Option("--gpu-file", help="YAML with more GPUs or "

@@ -65,11 +65,13 @@ def export_cmd(
     study: StudyOpt = None,
     storage: StorageOpt = None,
     out: OutOpt = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="vllm (vllm serve --config "
-                   "YAML) | vllm-run-batch (command line) | sglang (launch_server "
-                   "arguments) | json (every figure) | run-batch (the plan's DP replicas, "
-                   "each `vllm run-batch` on a split of the workload: a bash script) | "
-                   "ray-data (a Ray Data LLM batch job: a Python script).")] = "vllm",
+    fmt: Annotated[str, typer.Option("--format", "-f", help="auto (the plan's engine: vllm "
+                   "for a vLLM plan, sglang for an SGLang one) | vllm (vllm serve --config "
+                   "YAML) | vllm-run-batch (command line) | run-batch (the plan's DP replicas, "
+                   "each a `vllm serve` on its share of the workload, resumable: a bash "
+                   "script) | ray-data (a Ray Data LLM batch job: a Python script) | sglang "
+                   "(launch_server command) | sglang-offline (an sglang.Engine batch job: a "
+                   "Python script) | json (every figure).")] = "auto",
     rank: Annotated[int, typer.Option("--rank", "-k", help="1 = the best on --goal, 2 = "
                     "the runner-up, ... among feasible trials.")] = 1,
     goal: Annotated[str, typer.Option("--goal", help="fastest (makespan) or cheapest "
@@ -96,7 +98,8 @@ def export_cmd(
     installed (this Python, .venv-vllm or TUNER_VLLM_PYTHON), its own argument parser checks
     the export's engine arguments first.
 
-    Example: tuner export --out tuner-out --format vllm-run-batch --goal cheapest
+    Example: tuner export --out tuner-out --goal cheapest   (the plan in its engine's form:
+    a vllm serve YAML or an SGLang launch command; --format picks another)
     """
     from tuner.core.catalog import check_checkpoint_ref
     from tuner.core.engines import priced_scheduler_steps
@@ -116,11 +119,20 @@ def export_cmd(
                          f"{s.model.max_position}.")
     w = s.workload
     rec = _ranked_record(st, goal, rank)
+    if fmt == "auto":  # the plan's engine's own form
+        fmt = "sglang" if rec.config.engine == "sglang" else "vllm"
     requests = None
+    if max_model_len is not None and max_model_len < 1:
+        raise TunerError("--max-model-len must be >= 1.")
     if w is not None:
         requests = len(w)
+        longest = max_request_tokens(w)
         if max_model_len is None:
-            max_model_len = max_request_tokens(w)
+            max_model_len = longest
+        elif max_model_len < longest:
+            typer.echo(f"warning: --max-model-len {max_model_len} is below the workload's "
+                       f"longest request ({longest} tokens): the engine will reject the "
+                       "requests longer than that.", err=True)
     if max_model_len is None or max_model_len < 1:
         raise TunerError("--max-model-len must be >= 1.")
     label = goal if rank == 1 else f"rank {rank} {goal}"
@@ -213,8 +225,9 @@ def _check_export_options(fmt: str, goal: str, rank: int, storage: str | None,
     from tuner.exports import EXPORT_FORMATS
     from tuner.search.records import GOALS
 
-    if fmt not in EXPORT_FORMATS:
-        raise TunerError(f"Unknown --format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}.")
+    if fmt != "auto" and fmt not in EXPORT_FORMATS:
+        raise TunerError(f"Unknown --format {fmt!r}; choose auto or one of "
+                         f"{', '.join(EXPORT_FORMATS)}.")
     if goal not in GOALS:
         raise TunerError(f"Unknown --goal {goal!r}; choose fastest or cheapest.")
     if rank < 1:

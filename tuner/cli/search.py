@@ -59,9 +59,11 @@ def search(
         "each with its own scheduler, memory plan and defaults as its baseline; a --space that "
         "lists `engine` keeps its own). The report gives the best plan of each engine; a "
         "winner's exports are its engine's.", show_default=False)] = None,
-    n_trials: Annotated[int, typer.Option(help="Trials of the study in total, over all "
-                        "--workers and every --resume (a configuration proposed again counts "
-                        "as a trial but is not simulated again).")] = 300,
+    n_trials: Annotated[int, typer.Option(help="Trials the search proposes, in total over "
+                        "all --workers and every --resume (a configuration proposed again "
+                        "counts as a trial but is not simulated again); the full simulations "
+                        "of the front's candidates and the engines' defaults beside the winners "
+                        "come on top.")] = 300,
     timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
     sampler: Annotated[str, typer.Option(help="auto | tpe | nsga2 (Optuna samplers; auto: TPE "
                        "up to 300 trials, NSGA-II beyond).")] = "auto",
@@ -71,8 +73,9 @@ def search(
                           "--n-trials).")] = False,
     sample_fraction: Annotated[float | None, typer.Option(help="Multi-fidelity: share of the "
                                "workload each candidate is simulated on first; promising ones "
-                               "go on to the full workload (default 0.125 from 256 requests "
-                               "up; 1: full workload only).")] = None,
+                               "go on to the full workload (default: 1/8 of the job, at "
+                               "least 512 and at most 8,192 requests, on jobs of 2,048 "
+                               "requests and more; 0 or 1: full workload only).")] = None,
     workers: Annotated[int, typer.Option(help="Local worker processes (shared study in "
                        "--storage; more machines: `tuner worker`).")] = 1,
     storage: Annotated[str | None, typer.Option(help="Optuna storage (default: the journal "
@@ -134,6 +137,10 @@ def search(
     job = _SearchInputs.read(workload, model, gpus_, space, gpu_file, price, skip_invalid,
                              output_dist, allow_quantization=allow_quantization,
                              provider=provider, spot=spot, on_too_long=on_too_long)
+    bits = job.space.knobs.get("weight_bits") or [job.space.fixed.get("weight_bits", 16)]
+    if quantized_model and min(bits) >= 16:
+        raise TunerError("--quantized-model names a checkpoint for quantized-weight plans, but "
+                         "the space has none (16-bit weights only); add --allow-quantization.")
     _check_entry_point(entry_point, engine_version, job.gpus, num_scheduler_steps)
     rates = spot_rates_for(provider, gpu_file, spot, interruption_rate)
     for g in job.gpus.values() if rates is not None else ():  # a rate for every spot machine
@@ -261,6 +268,13 @@ class _SearchInputs:
             chosen[g.name] = g
         spec = get_model(model)
         w = read_workload(workload, spec, skip_invalid, output_dist)
+        if w.arrival_s is not None:
+            # an offline job has every request at t = 0; workers read the stored token counts,
+            # which carry no arrivals either
+            err.print(f"note: the workload's arrival times ({len(w):,} requests over "
+                      f"{fmt_duration(w.arrival_span_s)}) are ignored: the search plans an offline job, "
+                      "every request at t = 0. `tuner simulate` replays them.", soft_wrap=True)
+            w = w.offline()
         # before any trial, not after all: fail, or leave them out as vLLM fails them
         w, too_long = apply_on_too_long(w, spec.max_position, spec.name, on_too_long)
         sp = load_space(space)
@@ -571,7 +585,7 @@ def _stats_line(stats: dict) -> str:
                  "still within its error of a front)")
     line += f", {stats['duplicates']} duplicates"
     if stats.get("vllm_defaults_checks"):
-        line += (f"; vLLM's defaults on a winner's GPUs: {stats['vllm_defaults_checks']} more "
+        line += (f"; the engines' defaults on a winner's GPUs: {stats['vllm_defaults_checks']} more "
                  "full simulations (beyond --n-trials)")
     se = stats.get("sampling_error")
     if stats.get("screened_on_sample") or se:

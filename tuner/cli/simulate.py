@@ -222,6 +222,9 @@ def sglang_config(knobs: dict[str, Any], gpu, model, mem_fraction_static: float 
     defaults for the GPU (tuner.core.sglang.default_config)."""
     given = {k: v for k, v in knobs.items()
              if k not in _VLLM_ONLY_KNOBS and k not in ("gpu_memory_utilization", "block_size")}
+    if mem_fraction_static is not None and not 0 < mem_fraction_static <= 1:
+        raise TunerError(f"--mem-fraction-static must be in (0, 1], got {mem_fraction_static:g}: "
+                         "the share of GPU memory for weights and the KV pool.")
     return default_config(model, gpu, given | {"gpu_memory_utilization": mem_fraction_static,
                                                "schedule_policy": schedule_policy})
 
@@ -292,7 +295,8 @@ def simulate(
     model: ModelOpt,
     knobs: dict[str, Any],  # one option per ServingConfig field (config_options)
     profile: Annotated[Path | None, typer.Option(help="Profile or fit folder (`tuner profile`, "
-                       "`tuner fit`): measured cost model instead of the spec-sheet roofline.")] = None,
+                       "`tuner fit`): your own measured cost model instead of the shipped kernel "
+                       "tables (or their transfer to an unmeasured GPU, or the roofline).")] = None,
     profile_mode: ProfileModeOpt = "auto",
     engine_version: EngineVersionOpt = None,
     num_scheduler_steps: SchedulerStepsOpt = None,
@@ -328,6 +332,10 @@ def simulate(
     mem_fraction_static: Annotated[float | None, typer.Option(
         "--mem-fraction-static", rich_help_panel=ENGINE_PANEL, help="SGLang only: share of GPU memory for weights + KV pool "
         "(default: SGLang's by GPU memory, chunk size and TP).", show_default=False)] = None,
+    ignore_arrivals: Annotated[bool, typer.Option(
+        "--ignore-arrivals", help="A workload with arrival times (CSV `arrived_at` or "
+        "`arrival_s`) is replayed by default (makespan: first arrival to last token); this "
+        "runs it as an offline job instead, every request at t = 0.")] = False,
 ) -> None:
     """Simulate one serving config on a workload: makespan, $, memory plan, physical limit.
     Knobs not given take vLLM's defaults for the GPU and --entry-point (--engine sglang:
@@ -356,6 +364,10 @@ def simulate(
         if disable_log_requests:
             raise TunerError("--disable-log-requests is vLLM's; SGLang logs no requests unless "
                              "started with --log-requests.")
+        if entry_point != "llm":  # the option's default: not given
+            raise TunerError("--entry-point selects vLLM's defaults (LLM.generate, vllm serve, "
+                             "run-batch); SGLang's defaults do not depend on it: drop it with "
+                             "--engine sglang.")
         check_sglang_options(knobs, engine_version=engine_version,
                              num_scheduler_steps=num_scheduler_steps,
                              prefix_caching=prefix_caching)
@@ -377,9 +389,11 @@ def simulate(
         config, defaults = engine_config(knobs, g, entry_point, engine_version, spec,
                                          max_model_len)
     ctx = context_tokens(spec, max_model_len)
-    w, too_long = apply_on_too_long(
-        read_workload(workload, spec, skip_invalid, output_dist), ctx, spec.name, on_too_long,
-        None if max_model_len is None else "--max-model-len")
+    w = read_workload(workload, spec, skip_invalid, output_dist)
+    if ignore_arrivals:
+        w = w.offline()
+    w, too_long = apply_on_too_long(w, ctx, spec.name, on_too_long,
+                                    None if max_model_len is None else "--max-model-len")
     # the cost source (own profile -> measured tables -> transfer -> roofline), resolved once
     cm = cost_model_for(spec, profile, profile_mode, engine_version, entry_point=entry_point,
                         num_scheduler_steps=num_scheduler_steps, engine=engine,
@@ -418,6 +432,17 @@ def simulate(
                              "overhead": _overhead(cm)}
         summary["defaulted"] = [k for k in DEFAULTED if knobs.get(k) is None]
     summary["failed_too_long"] = too_long
+    cap = res.memory.kv_capacity_tokens
+    summary["start_refused"] = None
+    if engine == "vllm" and not spec.num_window_layers and cap < ctx:
+        # vLLM checks at start-up that one sequence of max_model_len fits the KV cache
+        summary["start_refused"] = (
+            f"vLLM would refuse to start: max_model_len {ctx:,} needs {ctx:,} KV tokens for one "
+            f"sequence and the cache holds {cap:,}; pass --max-model-len {cap:,} or less (as "
+            "tuner's exports set it: the longest request). The figures assume the engine "
+            "starts.")
+    summary["arrivals"] = None if w.arrival_s is None else {
+        "replayed": True, "requests": len(w), "span_s": w.arrival_span_s}
     if rates is not None:
         from tuner.search.spot import plan_spot
 
@@ -435,6 +460,10 @@ def simulate(
     t.add_row("makespan", f"{fmt_s(res.makespan_s)}  ({res.makespan_s:,.0f} s)")
     t.add_row("start-up (included)", _startup_text(res.startup))
     t.add_row("schedule", f"{fmt_s(res.schedule_s)}  (engines up to the last token)")
+    if w.arrival_s is not None:
+        t.add_row("arrivals", f"replayed from the file: {len(w):,} requests over "
+                  f"{fmt_s(w.arrival_span_s)} (schedule from the first arrival; "
+                  "--ignore-arrivals: all at t = 0)")
     t.add_row("physical limit T_o", f"{fmt_s(res.schedule_lower_bound_s)} schedule + "
               f"{fmt_s(res.startup_s)} start-up  (makespan is "
               f"{100 * res.lower_bound_s / res.makespan_s:.0f} % of the limit's speed)")
@@ -490,6 +519,16 @@ def simulate(
                       style="dim", markup=False)
     if note := shape_note(spec):
         out.print(note, style="yellow", markup=False)
+    if summary["start_refused"]:
+        out.print(f"warning: {summary['start_refused']}", style="yellow", markup=False)
+    if engine == "vllm" and config.kv_bits == 4:
+        out.print("warning: --kv-bits 4: vLLM has no 4-bit KV cache (its smallest "
+                  "kv_cache_dtype is fp8); this is a simulator study, not a plan vLLM runs.",
+                  style="yellow", markup=False)
+    if config.dp > len(w):
+        out.print(f"warning: {config.dp - len(w)} of the {config.dp} replicas get no request "
+                  f"({len(w)} requests) but are started and billed; a smaller --dp costs less.",
+                  style="yellow", markup=False)
     if sp:
         out.print(f"spot: {sp['note']}; {sp['model']}; not modelled: waiting for capacity, "
                   "the interruption notice, correlated interruptions", style="dim",

@@ -21,6 +21,7 @@ import typer
 
 from tuner.cli.app import JsonOpt, StorageOpt, StoredStudyOpt, StoredWorkloadOpt
 from tuner.cli.app import StoredProfileOpt as ProfileOpt
+from tuner.core.errors import TunerError
 
 StudyOpt = Annotated[str, typer.Option("--study", help="Study name.")]
 
@@ -66,6 +67,10 @@ def worker(
     from tuner.search import connect_worker
 
     check_timeout(timeout)
+    if n_trials is not None and n_trials < 1:
+        raise TunerError("--n-trials must be >= 1.")
+    if wait < 0:
+        raise TunerError(f"--wait must be >= 0 seconds, got {wait:g}.")
     job = connect_worker(study, storage, n_trials=n_trials, timeout_s=timeout, seed=seed,
                          workload_path=workload, wait_s=wait, profile=profile)
     mine: list[int] = []

@@ -186,7 +186,8 @@ class Constraints:
         if self.deadline_s is not None:
             parts.append(f"finishes within {fmt_duration(self.deadline_s)}")
         if self.budget_usd is not None:
-            parts.append(f"costs at most ${self.budget_usd:,.2f}")
+            b = self.budget_usd  # cents hide a budget under $1 (e.g. $0.001)
+            parts.append(f"costs at most ${b:,.2f}" if b >= 1 else f"costs at most ${b:.4g}")
         return " and ".join(parts)
 
     def to_dict(self) -> dict:

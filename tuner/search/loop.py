@@ -18,7 +18,7 @@ from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import KNOBS, ServingConfig
 from tuner.core.engine_defaults import SEARCH_PRESETS
 from tuner.core.errors import TunerError
-from tuner.core.sglang import sglang_defaults
+from tuner.core.sglang import default_config, sglang_defaults
 from tuner.core.workload import Workload
 from tuner.core.workload.base import lengths_from_input
 from tuner.predictors.protocol import CostModel
@@ -202,15 +202,25 @@ def _objective(ev: Evaluator, gpu_names: list[str], shared: bool,
 BUDGET_STATES = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING)
 
 
+#: trials the search adds after its budget (add_final_candidates, add_default_trials): beyond
+#: --n-trials on every run, so a resumed study's budget counts only what the search proposed
+EXTRA_TRIAL_ATTRS = ("final_candidate", "vllm_defaults")
+
+
+def _budget_trials(study: optuna.Study) -> list:
+    return [t for t in study.get_trials(deepcopy=False, states=BUDGET_STATES)
+            if not any(t.user_attrs.get(k) for k in EXTRA_TRIAL_ATTRS)]
+
+
 def _count_budget(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=BUDGET_STATES))
+    return len(_budget_trials(study))
 
 
 def _over_budget(trial: optuna.Trial, n_trials: int) -> bool:
     """Several workers on one study: trial `trial` is beyond the budget when n_trials trials
     numbered before it are COMPLETE or RUNNING. Trial numbers are handed out by the storage
     one at a time, so this rule lets exactly the first n_trials counting trials run."""
-    ahead = trial.study.get_trials(deepcopy=False, states=BUDGET_STATES)
+    ahead = _budget_trials(trial.study)
     return sum(1 for t in ahead if t.number < trial.number) >= n_trials
 
 
@@ -674,8 +684,14 @@ def add_default_trials(study: optuna.Study, ev: Evaluator, settings: SearchSetti
             r = by_num[n]
             if r.gpu not in engine:
                 continue
-            want = {**engine[r.gpu], **{k: getattr(r.config, k) for k in
-                                        ("tp", "dp", "pp", "weight_bits", "kv_bits")}}
+            same = {k: getattr(r.config, k) for k in ("tp", "dp", "pp", "weight_bits", "kv_bits")}
+            if r.config.engine == "sglang":  # SGLang's own defaults on the same GPUs
+                try:
+                    want = default_config(ev.model, ev.gpus[r.gpu], same)[0].to_dict()
+                except TunerError:  # no default on this GPU
+                    continue
+            else:
+                want = {**engine[r.gpu], **same}
             if any(name in want and want[name] not in values
                    for name, values in ev.space.knobs.items()):
                 continue  # the space does not hold vLLM's defaults (a user's own space)

@@ -269,6 +269,8 @@ def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int]
         knobs["dp"] = _powers_of_two_to(max(caps.values()))
     if is_shipped(space):  # a space of the user's own lists what the user chose
         _offer_defaults(knobs, defaults)
+        if "sglang" in knobs.get("engine", ()):
+            _offer_sglang_defaults(knobs, model, gpus)
     notes: list[str] = []
     if (engine_schedulers and is_shipped(space)
             and fixed.get("scheduler") not in (None, *engine_schedulers)):
@@ -367,6 +369,27 @@ def _offer_defaults(knobs: dict[str, list], defaults: dict[str, dict]) -> None:
         for name, v in g_defaults.items():
             if name in knobs:
                 knobs[name] = _with_value(list(knobs[name]), v)
+
+
+def _offer_sglang_defaults(knobs: dict[str, list], model, gpus: dict) -> None:
+    """Add SGLang's defaults on every GPU at every TP searched (its chunked prefill size,
+    --mem-fraction-static and --max-running-requests: tuner.core.sglang.default_config) to the
+    knobs searched (in place), so SGLang untuned is a candidate too, as vLLM's defaults are."""
+    from tuner.core.sglang import default_config
+
+    tps = [int(t) for t in knobs.get("tp", [1]) if isinstance(t, int | float)]
+    for g in gpus.values():
+        for tp in tps:
+            if not tp_splits_heads(tp, model.num_heads, model.num_kv_heads) \
+                    or tp > g.gpus_per_machine:
+                continue
+            try:
+                config, _ = default_config(model, g, {"tp": tp})
+            except TunerError:  # no default on this GPU (its reserve exceeds the memory)
+                continue
+            for name in ("chunk_size", "max_running", "gpu_memory_utilization"):
+                if name in knobs:
+                    knobs[name] = _with_value(list(knobs[name]), getattr(config, name))
 
 
 def _drop_output_orderings(knobs: dict[str, list]) -> list[str]:

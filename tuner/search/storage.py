@@ -380,6 +380,11 @@ def _settle_existing(settings: SearchSettings, storage, alone: bool | None,
     except Exception as exc:  # noqa: BLE001 - storage URLs fail in many driver-specific ways
         raise _storage_error(url, exc) from None
     if name not in names:
+        if settings.resume and names:  # e.g. another -m: another default study name
+            raise TunerError(
+                f"--resume: {shown} holds no study {name!r} (it holds "
+                f"{', '.join(repr(n) for n in sorted(names))}); pass --study NAME to resume one "
+                f"of those, or a new --out to start {name!r}.")
         return storage
     study = optuna.load_study(study_name=name, storage=storage)
     differs = _differs(study.user_attrs.get("metadata"),
@@ -699,7 +704,7 @@ def study_workload(meta: StudyMeta, model: ModelSpec, workload_path: str | Path 
         raise TunerError(f"Workload {path} of {of} is not stored in the study nor on this "
                          "machine; pass --workload FILE.")
     w = load_workload(Path(path), model=model, skip_invalid=meta.skip_invalid,
-                      output_dist=meta.output_dist)
+                      output_dist=meta.output_dist).offline()  # the search ignored arrivals
     if meta.skips_too_long:  # the search left these out (--on-too-long skip)
         w = drop_too_long(w, model.max_position)[0]
     want = meta.workload_sha256

@@ -279,6 +279,13 @@ def check_feasible(workload: Workload, model: ModelSpec, gpu: GPU,
         raise InfeasibleConfig(
             f"{config.scheduler} has no chunked prefill: chunk_size {config.chunk_size} must be "
             f">= the longest request ({int(total.max())} tokens)")
+    if engine == "vllm" and config.chunk_size < config.max_running:
+        # SchedulerConfig._verify_args (V0 and V1): every running sequence needs a token of
+        # the step's budget, so vLLM refuses to start
+        raise InfeasibleConfig(
+            f"vLLM refuses max_num_batched_tokens ({config.chunk_size}) below max_num_seqs "
+            f"({config.max_running}) at start-up: raise the chunk size or lower the running "
+            "requests")
     if int(total.max()) > model.max_position:
         raise InfeasibleConfig(
             f"longest request has {int(total.max())} tokens, beyond {model.name}'s context "
@@ -685,8 +692,10 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         output_tokens=int(workload.output_tokens.sum()), iterations=iterations,
         preemptions=preemptions, peak_kv_fraction=peak_kv,
         mean_kv_fraction=kv_time_integral / config.dp,
-        # the schedule's physical limit T_o plus the same start-up: a bound of makespan_s
-        lower_bound_s=lower_bound_s(full_workload, model, gpu, config) + start.total_s,
+        # the schedule's physical limit T_o plus the same start-up: a bound of makespan_s;
+        # replaying arrivals, the job cannot end before its last request arrives
+        lower_bound_s=max(lower_bound_s(full_workload, model, gpu, config),
+                          full_workload.arrival_span_s) + start.total_s,
         cost_usd=(rental.cost_usd if rental is not None
                   else job_cost_usd(makespan, gpu.price_usd_per_h, config.tp, config.dp,
                                    pp=config.pp)),

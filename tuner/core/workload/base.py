@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import zlib
 from dataclasses import dataclass
 
@@ -52,6 +53,16 @@ class Workload:
             skipped=self.skipped,
             arrival_s=None if self.arrival_s is None else self.arrival_s[idx],
         )
+
+    def offline(self) -> Workload:
+        """The same requests as an offline job: every one at t = 0 (arrival times dropped)."""
+        return self if self.arrival_s is None else dataclasses.replace(self, arrival_s=None)
+
+    @property
+    def arrival_span_s(self) -> float:
+        """Seconds from the first arrival to the last (0 for an offline job)."""
+        a = self.arrival_s
+        return 0.0 if a is None or not a.size else float(a.max() - a.min())
 
 
 def lengths_from_input(output_source: str) -> bool:
