@@ -17,7 +17,6 @@ from tuner.cli.app import (
     PriceOpt,
     ProviderOpt,
     SkipOpt,
-    SpotOpt,
     app,
     fmt_gib,
     load_gpu_catalog,
@@ -30,7 +29,10 @@ from tuner.cli.app import (
 # ---- catalogs ---------------------------------------------------------------------------------
 @app.command()
 def gpus(gpu_file: GpuFileOpt = None, price: PriceOpt = None, provider: ProviderOpt = None,
-         spot: SpotOpt = False, as_json: JsonOpt = False) -> None:
+         spot: Annotated[bool, typer.Option("--spot", help="With --provider: the instances' "
+                         "spot / interruptible prices and published interruption rates "
+                         "instead of on-demand.")] = False,
+         as_json: JsonOpt = False) -> None:
     """List the GPU catalog: specs and on-demand prices with their source and date; with
     --provider, that provider's instances and billing instead.
 

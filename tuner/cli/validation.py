@@ -290,6 +290,9 @@ def validate_cmd(
     meta, chosen, out_dir = _chosen_configs(study, storage, out, top, pick, trials, config_files,
                                             workload, model, gpu)
     spec, cat, w = _validate_inputs(meta, model, gpu_file, workload)
+    from tuner.runners.registry import find_python
+
+    find_python(runner, python)  # the runner not installed: one line, after the inputs' own
     prof = profile or meta.profile
     mode = profile_mode or meta.profile_mode or "auto"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -325,8 +328,8 @@ def _validate_inputs(meta: StudyMeta, model: str | None, gpu_file: Path | None,
 
 def _check_validate_options(runner: str, top: int, repeats: int, warmup_passes: int,
                             python: Path | None) -> None:
-    """Bad options and a runner that is not installed fail in one line, before anything runs."""
-    from tuner.runners.registry import RUNNERS, find_python
+    """Bad options fail in one line, before anything runs."""
+    from tuner.runners.registry import RUNNERS
 
     if runner not in RUNNERS:
         raise TunerError(f"Unknown --runner {runner!r}; choose {' or '.join(RUNNERS)}.")
@@ -336,7 +339,6 @@ def _check_validate_options(runner: str, top: int, repeats: int, warmup_passes: 
         raise TunerError("--repeats must be >= 1.")
     if warmup_passes < 0:
         raise TunerError("--warmup-passes must be >= 0.")
-    find_python(runner, python)  # not installed: one line, before anything runs
 
 
 def _chosen_configs(study, storage, out, top: int, pick: str, trials: str | None,
