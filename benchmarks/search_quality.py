@@ -51,8 +51,8 @@ SHARED_TRACE = REPO.parent / "shared" / "traces" / \
 def _bests(study) -> dict:
     recs = trial_records(study)
     fm, fc = rank(recs, "fastest")[0], rank(recs, "cheapest")[0]
-    return {"makespan_s": fm.makespan_s, "makespan_config": fm.config,
-            "cost_usd": fc.cost_usd, "cost_config": fc.config}
+    return {"makespan_s": fm.makespan_s, "makespan_config": fm.config.to_dict(),
+            "cost_usd": fc.cost_usd, "cost_config": fc.config.to_dict()}
 
 
 def _setup(workload: str, model: str, gpus: list[str], space: str | None):
@@ -150,7 +150,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2, help="processes for the exhaustive reference")
     ap.add_argument("--cache-dir", type=Path,
                     default=Path(tempfile.gettempdir()) / "tuner-search-quality")
-    ap.add_argument("--mf-trace", type=Path, default=SHARED_TRACE if SHARED_TRACE.is_file()
+    ap.add_argument("--mf-trace", type=lambda s: Path(s) if s else None, default=SHARED_TRACE if SHARED_TRACE.is_file()
                     else None, help="large CSV trace for the multi-fidelity part ('' to skip)")
     ap.add_argument("--mf-model", default="mistral-7b")
     ap.add_argument("--mf-trials", type=int, default=400)

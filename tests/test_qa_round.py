@@ -209,3 +209,38 @@ def test_meaningless_flags_are_one_line(tmp_path, args, message):
 def test_a_budget_under_a_dollar_is_printed_as_given():
     assert Constraints(budget_usd=0.001).describe() == "costs at most $0.001"
     assert Constraints(budget_usd=12.5).describe() == "costs at most $12.50"
+
+
+# ---- the search: SGLang's defaults as candidates, the polish's targets ------------------------
+def test_sglang_defaults_are_values_of_a_shipped_space_and_simulated_beside_its_winners(
+        sglang_study):
+    from tuner.core.sglang import default_config
+    from tuner.search import load_study
+    from tuner.search.meta import StudyMeta
+
+    st = load_study(None, out_dir=sglang_study)
+    knobs = StudyMeta.from_dict(st.user_attrs["metadata"]).knobs
+    for tp in (1, 2):
+        config, _ = default_config(LLAMA, GPUS["A40"], {"tp": tp})
+        for name in ("chunk_size", "max_running", "gpu_memory_utilization"):
+            assert getattr(config, name) in knobs[name]
+    # SGLang untuned on a winner's GPUs is a trial of the study, its knobs SGLang's own
+    checks = [t for t in st.trials if t.user_attrs.get("vllm_defaults")
+              and t.params.get("engine", "sglang") == "sglang"]
+    assert checks
+    for t in checks:
+        want, _ = default_config(LLAMA, GPUS["A40"], {"tp": t.params["tp"],
+                                                      "dp": t.params["dp"]})
+        assert t.params["gpu_memory_utilization"] == want.gpu_memory_utilization
+        assert t.params["max_running"] == want.max_running
+        assert t.params["chunk_size"] == want.chunk_size
+
+
+def test_the_polish_moves_on_only_for_a_real_gain():
+    from tuner.search.evaluator import improves
+
+    assert improves((99.0, 1.0, "a"), (100.0, 1.0, "b"))
+    assert improves((99.99, 0.5, "a"), (100.0, 1.0, "b"))  # a tie, and half the $
+    assert not improves((99.99, 1.0, "a"), (100.0, 1.0, "b"))  # 0.01 %: the same plan
+    assert not improves((100.0, 0.9999, "a"), (100.0, 1.0, "b"))
+    assert not improves((101.0, 0.1, "a"), (100.0, 1.0, "b"))

@@ -276,11 +276,15 @@ def next_polish(ev: Evaluator, gpu_names: list[str], constraints: Constraints) -
     fastest, the cheapest, the best within --deadline / --budget) that is not simulated yet;
     None when every neighbour of every target is (each target is a local optimum). Derived
     from the trials alone, so a resumed search polishes as the uninterrupted one would."""
+    pick = None
     for key in polish_targets(ev, constraints):
-        for p in neighbours(key, ev.space, gpu_names):
-            if config_key(p) not in ev.known.done:
-                return p
-    return None
+        near = neighbours(key, ev.space, gpu_names)
+        todo = [p for p in near if config_key(p) not in ev.known.done]
+        # the target whose neighbourhood is least explored goes first, so a short budget is
+        # shared among the targets (each engine's best included) rather than spent on the first
+        if todo and (pick is None or len(near) - len(todo) < pick[0]):
+            pick = (len(near) - len(todo), todo[0])
+    return None if pick is None else pick[1]
 
 
 def neighbours(key: tuple, space: SearchSpace, gpu_names: list[str]) -> list[dict]:
