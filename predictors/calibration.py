@@ -356,13 +356,50 @@ def load_calibration(device: str, model: str, store: str | Path | None = None,
         return None
 
 
-def apply_stored(cost_model, device: str, model: str, store: str | Path | None = None):
-    """`cost_model` calibrated with the stored fit for (device, model), if there is one and
-    TUNER_NO_CALIBRATION is not set; otherwise `cost_model` unchanged."""
+def engine_generation(engine: str) -> str | None:
+    """'sglang', or the vLLM generation key ('v0' | 'v1-sync' | 'v1-async') of an engine
+    string as runs record it ('vLLM 0.6.0: vLLM V0', 'vllm 0.32.0'); None when it names no
+    version (a calibration that old applies wherever its device and model do)."""
+    from tuner.core.engines import GENERATIONS, generation_of
+    from tuner.core.errors import TunerError
+
+    text = str(engine or "").lower()
+    if "sglang" in text:
+        return "sglang"
+    # a generation's label ('vLLM V1, asynchronous scheduling': EngineRelease.describe), the
+    # longest first ('synchronous' is within 'asynchronous')
+    for g in sorted(GENERATIONS, key=lambda g: -len(g.label)):
+        if g.label.lower() in text:
+            return g.key
+    m = re.search(r"(\d+\.\d+(?:\.\d+)?)", text)
+    if m is None:
+        return None
+
+    try:
+        return generation_of(m.group(1)).generation.key
+    except TunerError:
+        return None
+
+
+def apply_stored(cost_model, device: str, model: str, store: str | Path | None = None, *,
+                 engine: str = "vllm", engine_version: str | None = None):
+    """`cost_model` calibrated with the stored fit for (device, model), if there is one, it was
+    fitted on runs of the same engine generation as the prediction's (a V0 engine's host cost
+    per step is not a V1 one's), and TUNER_NO_CALIBRATION is not set; otherwise `cost_model`
+    unchanged."""
     if os.environ.get("TUNER_NO_CALIBRATION") or isinstance(cost_model, CalibratedCostModel):
         return cost_model
     cal = load_calibration(device, model, store)
-    return cal.apply(cost_model) if cal is not None else cost_model
+    if cal is None:
+        return cost_model
+    fitted = engine_generation(cal.engine)
+    if fitted is not None:
+        from tuner.core.engines import generation_of
+
+        wanted = "sglang" if engine == "sglang" else generation_of(engine_version).generation.key
+        if fitted != wanted:
+            return cost_model
+    return cal.apply(cost_model)
 
 
 def median_abs(values: list[float]) -> float | None:

@@ -227,7 +227,8 @@ def resolve(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
             # the residual of every later prediction there (TUNER_NO_CALIBRATION=1: off)
             from tuner.predictors.calibration import apply_stored
 
-            out = apply_stored(out, gpu.name, model.name)
+            out = apply_stored(out, gpu.name, model.name, engine=engine,
+                               engine_version=engine_version)
         return Resolution(out, src.name, tuple(declined))
     from tuner.core.errors import TunerError
 

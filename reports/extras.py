@@ -22,6 +22,7 @@ Pure functions over a finished study; nothing is written.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable, Collection
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 import optuna
 
-from tuner.core.catalog import GPU, ModelSpec
+from tuner.core.catalog import GPU, ModelSpec, chat_checkpoint
 from tuner.core.config import ServingConfig
 from tuner.core.engines import priced_scheduler_steps
 from tuner.core.errors import TunerError
@@ -77,8 +78,38 @@ def winner_roles(records: list[TrialRecord]) -> dict[int, list[str]]:
 
 
 def max_request_tokens(workload: Workload) -> int:
-    """The longest request (prompt + output): the export's max-model-len."""
+    """The longest request (prompt + output) in tokens."""
     return int((np.asarray(workload.prompt_tokens) + np.asarray(workload.output_tokens)).max())
+
+
+#: The deployed context's margin over the longest request when its tokens were estimated (4
+#: characters per token under-counts code and non-Latin text by tens of percent; a prompt over
+#: max_model_len is refused, and vLLM's server cuts the output of one that nearly fills it)
+ESTIMATE_MARGIN = 1.25
+
+
+def deploy_max_model_len(workload: Workload, model: ModelSpec,
+                         record: TrialRecord | None = None) -> tuple[int, str]:
+    """(the max-model-len an export deploys, a note or ""): the longest request when its
+    tokens were counted; with ESTIMATE_MARGIN more when they were estimated, at most the
+    model's context and the plan's KV capacity (the engine refuses to start below one
+    max-model-len of KV), never below the longest request."""
+    longest = max_request_tokens(workload)
+    if not str(workload.tokenizer).startswith("estimate"):
+        return longest, ""
+    mml = min(model.max_position, -(-int(longest * ESTIMATE_MARGIN) // 16) * 16)
+    kv = record.metrics.kv_capacity_tokens if record is not None and record.metrics else None
+    if kv:
+        mml = min(mml, int(kv))
+    if record is not None and not record.config.chunked_prefill:
+        mml = min(mml, record.config.chunk_size)  # without chunks the budget holds a prompt
+    mml = max(mml, longest)
+    if mml == longest:
+        return longest, ""
+    return mml, (f"max-model-len {mml}: the longest request ({longest} tokens) was estimated at "
+                 "4 characters per token (no tokenizer offline), so the context keeps a margin "
+                 "(up to 25 %); for exact counts give -m a local model folder with its "
+                 "tokenizer.json, or pass --max-model-len.")
 
 
 
@@ -93,6 +124,54 @@ def winner_header(label: str, record: TrialRecord, requests: int | None,
     return (f"{label} config found by tuner{which}: predicted makespan "
             f"{fmt_duration(record.makespan_s)}, ${record.cost_usd:.2f}{job} "
             f"({record.provenance or 'cost model not recorded'})")
+
+
+#: the endpoints `vllm run-batch` serves (vllm/entrypoints/launchers/run_batch.py, 0.32: its
+#: endpoint registry); a /v1/completions line fails its validation and stops the run
+RUN_BATCH_URLS = ("/v1/chat/completions", "/v1/embeddings", "/v1/audio/transcriptions",
+                  "/v1/audio/translations")
+
+
+def run_batch_refused_urls(path: str | Path, max_lines: int = 10_000) -> list[str]:
+    """The request URLs of the first lines of a Batch API JSONL that `vllm run-batch` has no
+    endpoint for (sorted; [] when none, or the file cannot be read)."""
+    bad: set[str] = set()
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for i, line in enumerate(fh):
+                if i >= max_lines:
+                    break
+                try:
+                    url = json.loads(line).get("url") if line.strip() else None
+                except (json.JSONDecodeError, AttributeError):
+                    continue
+                if isinstance(url, str) and url not in RUN_BATCH_URLS \
+                        and not url.endswith(("/score", "/rerank")):
+                    bad.add(url)
+    except OSError:
+        return []
+    return sorted(bad)
+
+
+def chat_requests(path: str | Path, max_lines: int = 50) -> bool:
+    """Whether the first requests of a JSONL job are chat messages (``messages``, top level or
+    in a Batch API body); False when the file cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for i, line in enumerate(fh):
+                if i >= max_lines:
+                    break
+                try:
+                    obj = json.loads(line) if line.strip() else None
+                except json.JSONDecodeError:
+                    return False
+                if isinstance(obj, dict):
+                    body = obj.get("body") if isinstance(obj.get("body"), dict) else obj
+                    if "messages" in body:
+                        return True
+    except (OSError, UnicodeDecodeError):
+        return False
+    return False
 
 
 def openai_batch_info(path: str | Path, max_lines: int = 50) -> tuple[bool, str | None]:
@@ -142,6 +221,16 @@ def export_text(fmt: str, record: TrialRecord, model: ModelSpec, gpus: dict[str,
     if config.gpu not in gpus:
         raise TunerError(f"GPU {config.gpu!r} of trial #{record.number} is not in the GPU "
                          "catalog; pass the --gpu-file the search used.")
+    chat = chat_checkpoint(model)
+    if chat and workload_path and workload_path != STDIN_NAME and chat_requests(workload_path):
+        # a base checkpoint has no chat template: vLLM (transformers >= 4.44) and SGLang answer
+        # every chat request with an error; its chat form has the same shapes and cost
+        header += (f"\nNOTE: the requests are chat messages and {model.load_id} is a base "
+                   "checkpoint without a chat template (vLLM answers each one 400, 'default chat "
+                   f"template is no longer allowed'): this serves {chat}, the chat model of the "
+                   "same shapes and cost; to serve the base one, set it back and give the "
+                   "engine a chat template (vLLM --chat-template FILE).")
+        model = dataclasses.replace(model, checkpoint=chat)
     m, mem = record.metrics, record.memory
     kw: dict[str, Any] = {}
     exporter = EXPORTERS.get(fmt)  # render_export refuses an unknown format
@@ -154,7 +243,16 @@ def export_text(fmt: str, record: TrialRecord, model: ModelSpec, gpus: dict[str,
                        "FILE, or INPUT=FILE for a script).")
         elif workload_path and not ok and exporter.batch_api_input:
             header += (f"\nNOTE: {src} is not an OpenAI Batch API JSONL (custom_id, method, url, "
-                       "body); convert it to that form before running.")
+                       "body); convert it to that form (url /v1/chat/completions) before "
+                       "running.")
+        elif workload_path and fmt == "vllm-run-batch":
+            refused = run_batch_refused_urls(src)
+            if refused:
+                header += (f"\nNOTE: {src} has requests to {', '.join(refused)}, which `vllm "
+                           "run-batch` does not serve (it takes /v1/chat/completions, not "
+                           "/v1/completions: each such line fails and stops the run); use the "
+                           "run-batch export (tuner export --format run-batch), which sends "
+                           "every request to a `vllm serve` at its own URL.")
         kw = dict(input_path=src, output_path=batch_output or dst, served_model_name=served)
     return render_export(
         fmt, config, model, gpus[config.gpu], max_model_len=max_model_len, header=header,
@@ -166,11 +264,13 @@ def export_text(fmt: str, record: TrialRecord, model: ModelSpec, gpus: dict[str,
 
 
 def export_snippets(records: list[TrialRecord], model: ModelSpec, gpus: dict[str, GPU], *,
-                    max_model_len: int, requests: int, study: str | None = None,
+                    max_model_len: int | Callable[[TrialRecord], tuple[int, str]],
+                    requests: int, study: str | None = None,
                     workload_path: str = "", quantized_model: str | None = None,
                     num_scheduler_steps: int | None = None,
-                    disable_log_requests: bool = False) -> dict:
-    """{'fastest'|'cheapest': {'trial': n, 'formats': {format: text}}} for the overall winners."""
+                    disable_log_requests: bool = False, misses: str = "") -> dict:
+    """{'fastest'|'cheapest': {'trial': n, 'formats': {format: text}}} for the overall winners;
+    `misses`: a NOTE every winner carries (the --deadline / --budget no single type meets)."""
     best, _ = winners(records)
     by_num = {r.number: r for r in records}
     out = {}
@@ -180,10 +280,15 @@ def export_snippets(records: list[TrialRecord], model: ModelSpec, gpus: dict[str
             continue
         r = by_num[n]
         header = winner_header(which, r, requests, study)
+        mml, note = (max_model_len(r) if callable(max_model_len) else (max_model_len, ""))
+        if note:
+            header += f"\nNOTE: {note}"
+        if misses:
+            header += f"\nNOTE: {misses}"
         extra = {"trial": n, "goal": which, "rank": 1, "study": study,
                  "provenance": r.provenance}
         out[which] = {"trial": n, "formats": {
-            fmt: export_text(fmt, r, model, gpus, max_model_len=max_model_len, header=header,
+            fmt: export_text(fmt, r, model, gpus, max_model_len=mml, header=header,
                              workload_path=workload_path, extra=extra,
                              quantized_model=quantized_model,
                              num_scheduler_steps=num_scheduler_steps,
@@ -457,7 +562,13 @@ def report_extras(study: optuna.Study, records: list[TrialRecord], workload: Wor
                                       cost_model_for=cost_model_for, **meta.sim_options()),
         "importances": param_importances(study, numbers={r.number for r in records}),
         "export_snippets": export_snippets(
-            records, model, gpus, max_model_len=max_request_tokens(workload),
+            records, model, gpus,
+            max_model_len=lambda r: deploy_max_model_len(workload, model, r),
+            misses=(f"no plan of one GPU type {limits.describe()}, this one included: only a "
+                    "mix of GPU types meets it (results.json \"fleets\"; tuner export --fleet "
+                    "K --output DIR)"
+                    if limits.on_figures and not any(r.feasible and r.within for r in records)
+                    else ""),
             requests=len(workload), study=study.study_name, workload_path=workload_path,
             quantized_model=limits.quantized_model,
             num_scheduler_steps=priced_scheduler_steps(meta.engine_version,
@@ -499,6 +610,7 @@ def load_validation(out_dir: str | Path) -> list[dict] | None:
 __all__ = [
     "batch_paths", "downsample_timeline", "export_snippets", "export_text", "fanova_importances",
     "load_validation",
+    "deploy_max_model_len",
     "max_request_tokens",
     "openai_batch_info", "param_importances", "report_extras", "winner_header", "winner_roles",
     "winner_timelines",

@@ -157,6 +157,7 @@ def study_outputs(study: optuna.Study, workload: Workload, model: ModelSpec,
         spot_attach(rates, records, fleets)
     verdicts = constraint_verdicts(study, records, fleets)
     bounds = winner_bounds(study, records, gpus)
+    verdicts += estimate_verdicts(records)
     verdicts += engine_verdicts(records) + defaults_verdicts(records) + [
         f"{goal} sits on a bound of the search: {'; '.join(lines)}."
         for goal, lines in bounds.items() if lines]
@@ -240,6 +241,34 @@ def winner_bounds(study: optuna.Study, records: list[TrialRecord],
         r = by_num[n]
         per = gpus[r.gpu].gpus_per_machine if r.gpu in gpus else 8
         out[goal] = bounds_hit(r, meta.knobs or {}, limits, per, Path(meta.space).name)
+    return out
+
+
+#: how an unmeasured GPU's step times are had, by provenance kind (tuner.core.provenance)
+_ESTIMATED_HOW = {
+    "transferred": "its kernel times are carried from a measured GPU by spec-sheet ratios",
+    "roofline": "its step times come from its spec sheet (roofline), nothing measured",
+}
+
+
+def estimate_verdicts(records: list[TrialRecord]) -> list[str]:
+    """One line per overall winner whose GPU's figures are estimated (transferred or roofline),
+    so the answer never reads as measured where it is not."""
+    best, _ = winners(records)
+    by_num = {r.number: r for r in records}
+    by_gpu: dict[str, tuple[list[str], TrialRecord]] = {}
+    for goal, n in best.items():
+        r = by_num[n]
+        if r.provenance is not None and r.provenance.kind in _ESTIMATED_HOW:
+            by_gpu.setdefault(r.gpu, ([], r))[0].append(goal)
+    out = []
+    for gpu, (named, r) in by_gpu.items():
+        p = r.provenance
+        err = (f" (that rule's error: {p.error_pct:.1f} % median where it could be checked)"
+               if p.error_pct is not None else "")
+        plans = " and ".join(named).capitalize() + (" plans" if len(named) > 1 else " plan")
+        out.append(f"{plans} on {gpu}: estimated, not measured on {gpu}: "
+                   f"{_ESTIMATED_HOW[p.kind]}{err}; the cost-model lines below say how.")
     return out
 
 
@@ -370,6 +399,12 @@ def too_long_note(info: dict) -> str:
     ids = info.get("ids") or []
     shown = ", ".join(str(i) for i in ids[:50]) + (f" and {len(ids) - 50} more"
                                                     if len(ids) > 50 else "")
+    if info.get("mode") == "cap":
+        return (f"{info['count']} of {info['requests']} requests exceed the model's context of "
+                f"{info['context_tokens']:,} tokens (longest {info['longest_tokens']:,} prompt + "
+                "output tokens): their outputs end at the context, as LLM.generate ends them "
+                f"({info['output_tokens_lost']:,} output tokens fewer; "
+                f"{info.get('id_kind', 'request numbers')}: {shown}).")
     return (f"{info['count']} of {info['requests']} requests exceed the model's context of "
             f"{info['context_tokens']:,} tokens (longest {info['longest_tokens']:,} prompt + "
             "output tokens): reported as failed, as vLLM rejects them, and left out of the "
@@ -398,9 +433,12 @@ def constraint_verdicts(study: optuna.Study, records: list[TrialRecord],
                 raise TunerError(no_plan_line(records, limits, fmt_usd))
             key = "cost_usd" if limits.goal == "cheapest" else "makespan_s"
             m = min(mixes, key=lambda f: f[key])
+            k = next(i for i, f in enumerate(fleets, 1) if f is m)
             return [f"Plan: only a mix of GPU types {limits.describe()}: {m['description']}: "
                     f"{fmt_duration(m['makespan_s'])}, {fmt_usd(m['cost_usd'])} (results.json "
-                    f"\"fleets\"; as one GPU type, {no_plan_line(records, limits, fmt_usd)[:-1]})."]
+                    f"\"fleets\" #{k}: `tuner export --fleet {k} --output DIR` writes it; as one "
+                    f"GPU type, {no_plan_line(records, limits, fmt_usd)[:-1]}: the fastest and "
+                    "cheapest files are single-type plans that miss it)."]
         best = rank(records, limits.goal)[0]
         c = best.config
         out.append(f"Plan: the {limits.goal} that {limits.describe()} is "

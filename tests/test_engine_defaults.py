@@ -370,8 +370,10 @@ def test_v0_host_terms_lengthen_the_schedule(tmp_path):
     """The same job on the same GPU under vLLM 0.6.0 (API server, multi-step) takes longer
     than under the newest vLLM: V0's host work sits between GPU steps."""
     wl = write_workload(tmp_path / "w.jsonl", [(300, 200)] * 200)
+    # --max-model-len 2048: vLLM refuses a prefill-first budget below max_model_len (V0)
     base = ["simulate", "-w", str(wl), "-m", "llama-3-8b", "-g", "A100-80G", "--startup-s", "0",
-            "--max-num-batched-tokens", "2048", "--max-num-seqs", "256", "--json"]
+            "--max-num-batched-tokens", "2048", "--max-num-seqs", "256", "--max-model-len",
+            "2048", "--json"]
     new = json.loads(runner.invoke(app, base).stdout)
     r = runner.invoke(app, base + ["--engine-version", "0.6.0", "--entry-point", "serve",
                                    "--num-scheduler-steps", "10"])

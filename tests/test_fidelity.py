@@ -227,7 +227,8 @@ def test_a100_runs_through_the_cli_as_a_user_checks_one():
     args = ["simulate", "-w", str(f), "-m", "llama-3-8b", "-g", "A100-80G", "--engine-version",
             "0.6.0", "--entry-point", "serve", "--num-scheduler-steps", "10",
             "--max-num-batched-tokens", "2048", "--max-num-seqs", "1024",
-            "--gpu-memory-utilization", "0.95", "--startup-s", "0", "--json"]
+            "--gpu-memory-utilization", "0.95", "--max-model-len", "2000", "--startup-s", "0",
+            "--json"]
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     import json

@@ -234,8 +234,18 @@ def test_sglang_export_uses_ep_size_and_dp_attention():
             "--dp-size 2 --enable-dp-attention --ep-size 4\n")
     got = from_sglang_command(bare, gpu="H100")
     assert (got.tp, got.dp, got.expert_parallel) == (2, 2, True)
-    _, notes = sglang_server_args(ServingConfig(gpu="H100", dp=2), MOE, g, max_model_len=8192)
-    assert any("independent servers" in n for n in notes)
+    # without expert parallelism the plan is still one engine (the experts tensor-split over
+    # tp x dp GPUs, as priced): DP attention, no --ep-size; it parses back to the same plan
+    no_ep = ServingConfig(gpu="H100", tp=2, dp=2)
+    opts, notes = sglang_server_args(no_ep, MOE, g, max_model_len=8192)
+    opts = dict(opts)
+    assert (opts["tp-size"], opts["dp-size"], opts["enable-dp-attention"]) == (4, 2, True)
+    assert "ep-size" not in opts and any("DP attention" in n for n in notes)
+    assert from_sglang_command(to_sglang_command(no_ep, MOE, g, max_model_len=8192)) == no_ep
+    bare = ("python -m sglang.launch_server --model-path Qwen/Qwen3-30B-A3B --tp-size 4 "
+            "--dp-size 2 --enable-dp-attention\n")
+    got = from_sglang_command(bare, gpu="H100")
+    assert (got.tp, got.dp, got.expert_parallel) == (2, 2, False)
 
 
 def test_expert_parallel_on_a_dense_model_is_an_infeasible_config_not_a_crash():

@@ -205,7 +205,7 @@ def test_drop_too_long_keeps_the_rest():
     assert drop_too_long(kept, 8192) == (kept, None)
     with pytest.raises(TunerError, match="--on-too-long skip"):
         apply_on_too_long(w, 8192, "m", "fail")
-    with pytest.raises(TunerError, match="fail or skip"):
+    with pytest.raises(TunerError, match="fail, skip or cap"):
         apply_on_too_long(w, 8192, "m", "drop")
     with pytest.raises(TunerError, match="nothing is left"):
         drop_too_long(w, 10)

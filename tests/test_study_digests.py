@@ -143,6 +143,6 @@ def test_resume_refuses_other_engine_settings(tmp_path: Path, capfd) -> None:
                             capfd))
     assert "another cost model" in line and "num_scheduler_steps" in line, line
     line = _one_error(*_run([*v0, "--entry-point", "serve", "--resume"], tmp_path, capfd))
-    assert "entry_point" in line, line
+    assert "--entry-point (llm vs now serve)" in line, line
     code, _out, err = _run([*v0, "--resume", "--n-trials", "5"], tmp_path, capfd)
     assert code == 0, err[-3000:]

@@ -134,8 +134,9 @@ EntryPointOpt = Annotated[str, typer.Option("--entry-point", help="llm | serve |
                           f"{ENTRY_POINT_HELP}")]
 OnTooLongOpt = Annotated[str, typer.Option("--on-too-long", help="Requests longer than the "
                          "model's context (prompt + output): fail (default: stop before "
-                         "simulating, naming them) or skip (as vLLM does: they are reported as "
-                         "failed, with their ids, and left out of the simulation).")]
+                         "simulating, naming them), skip (as vLLM's server does: they are "
+                         "reported as failed, with their ids, and left out of the simulation) "
+                         "or cap (as LLM.generate does: their outputs end at the context).")]
 PROFILE_MODE_HELP = ("Where kernel times come from: auto | measured | transfer | roofline "
                      "(roofline: the spec sheet even where kernel tables exist).")
 ProfileModeOpt = Annotated[str, typer.Option("--profile-mode", help=PROFILE_MODE_HELP)]

@@ -103,7 +103,12 @@ def export_cmd(
     """
     from tuner.core.catalog import check_checkpoint_ref
     from tuner.core.engines import priced_scheduler_steps
-    from tuner.reports.extras import export_text, max_request_tokens, winner_header
+    from tuner.reports.extras import (
+        deploy_max_model_len,
+        export_text,
+        max_request_tokens,
+        winner_header,
+    )
     from tuner.search import load_study
 
     if fleet is not None:
@@ -124,11 +129,12 @@ def export_cmd(
     requests = None
     if max_model_len is not None and max_model_len < 1:
         raise TunerError("--max-model-len must be >= 1.")
+    margin = ""
     if w is not None:
         requests = len(w)
         longest = max_request_tokens(w)
         if max_model_len is None:
-            max_model_len = longest
+            max_model_len, margin = deploy_max_model_len(w, s.model, rec)
         elif max_model_len < longest:
             typer.echo(f"warning: --max-model-len {max_model_len} is below the workload's "
                        f"longest request ({longest} tokens): the engine will reject the "
@@ -140,7 +146,8 @@ def export_cmd(
              "provenance": rec.provenance}
     steps = priced_scheduler_steps(s.meta.engine_version, s.meta.num_scheduler_steps)
     text = export_text(fmt, rec, s.model, s.gpus, max_model_len=max_model_len,
-                       header=winner_header(label, rec, requests, st.study_name),
+                       header=winner_header(label, rec, requests, st.study_name)
+                       + (f"\nNOTE: {margin}" if margin else ""),
                        workload_path=batch_input or str(workload or s.meta.workload),
                        batch_output=batch_output, extra=extra,
                        quantized_model=quantized_model or s.meta.constraints.quantized_model,
@@ -171,7 +178,7 @@ def _export_fleet(k: int, study: str | None, storage: str | None, out: Path | No
 
     from tuner.core.engines import priced_scheduler_steps
     from tuner.exports.fleet import fleet_files
-    from tuner.reports.extras import max_request_tokens
+    from tuner.reports.extras import deploy_max_model_len
     from tuner.reports.outputs import fleet_entries
     from tuner.search import load_study, study_cost_model_for
     from tuner.search.records import trial_records
@@ -197,7 +204,7 @@ def _export_fleet(k: int, study: str | None, storage: str | None, out: Path | No
         raise TunerError(f"Cannot read the workload {src}: {exc.strerror or exc}.") from None
     files = fleet_files(
         fleets[k - 1], lines, s.workload, s.model, s.gpus,
-        max_model_len=max_model_len or max_request_tokens(s.workload),
+        max_model_len=max_model_len or deploy_max_model_len(s.workload, s.model)[0],
         header=f"Fleet plan {k} of study {st.study_name!r}.",
         quantized_model=quantized_model or s.meta.constraints.quantized_model,
         num_scheduler_steps=priced_scheduler_steps(s.meta.engine_version,

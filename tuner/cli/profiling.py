@@ -130,6 +130,11 @@ def fit(
     if not profile_dir.is_dir():
         raise TunerError(f"Profile folder {profile_dir} does not exist (make one with "
                          "`tuner profile --model M --out DIR`).")
+    from tuner.predictors.fit import resolve_stat
+
+    resolve_stat(stat, {})  # a bad --stat or --folds fails before --out is made
+    if folds < 2:
+        raise TunerError(f"--folds must be >= 2, got {folds}.")
     target = out_dir or profile_dir
     check_out_dir(target)
     res = fit_profile(profile_dir, folds=folds, stat=stat)
@@ -403,7 +408,12 @@ def transfer(
     tname = tprov.get("gpu") or tprov.get("device_name") or str(target)
     label = f"{tname} ({tprov.get('model')}, {tspecs.source}, threads {tprov.get('intra_threads')})"
     recorded = None
-    if record and "fitted_in_memory" not in sfit:
+    same = sname is not None and str(sname) == str(tname)
+    if record and same:  # not a transfer: the same device's own curves
+        _consoles()[1].print(f"not recorded: {source} and {target} were both measured on "
+                             f"{sname}; a transfer error needs two devices", style="yellow",
+                             markup=False)
+    elif record and "fitted_in_memory" not in sfit:
         recorded = record_transfer_check(Path(sfit["_dir"]), label, jsonable(res))
     if as_json:
         print(json.dumps(jsonable({"source": str(source), "target": str(target),

@@ -270,7 +270,7 @@ def read_run(path: Path) -> MeasuredRun:
                 raise _fail(path, f"line {i}: expected a JSON object per request.")
             rows.append(obj)
             lines.append(i)
-        return read_per_request(path, rows, lines)
+        return _with_meta_kv(path, read_per_request(path, rows, lines))
     import csv
 
     reader = csv.DictReader(text.splitlines())
@@ -278,7 +278,25 @@ def read_run(path: Path) -> MeasuredRun:
     for r in reader:
         rows.append({(k or "").strip(): v for k, v in r.items()})
         lines.append(reader.line_num)  # the header is line 1
-    return read_per_request(path, rows, lines)
+    return _with_meta_kv(path, read_per_request(path, rows, lines))
+
+
+def _with_meta_kv(path: Path, run: MeasuredRun) -> MeasuredRun:
+    """`run` with the engine's KV capacity from a meta.json beside the file (LLMServingSim's
+    runs: kv_cache.num_kv_tokens, or num_gpu_blocks x block_size) where the file has none."""
+    meta = path.with_name("meta.json")
+    if run.kv_tokens is not None or not meta.is_file():
+        return run
+    try:
+        kv = json.loads(meta.read_text(encoding="utf-8")).get("kv_cache") or {}
+        tokens = kv.get("num_kv_tokens") or (int(kv["num_gpu_blocks"]) * int(kv["block_size"])
+                                             if kv.get("num_gpu_blocks") and kv.get("block_size")
+                                             else None)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return run
+    if isinstance(tokens, int | float) and not isinstance(tokens, bool) and tokens > 0:
+        run.kv_tokens = int(tokens)
+    return run
 
 
 @app.command()

@@ -178,6 +178,7 @@ def search(
         try:
             with SearchProgress(err, total, disable=as_json) as prog:
                 st = _run(job, settings, metadata, workers, prog, cost_model_for)
+            _say_timeout(st, settings, as_json)
             finish_search(st, w, spec, chosen, out_dir, as_json, cost_model_for=cost_model_for)
         except BaseException as exc:  # a failed search leaves no study without results (Ctrl-C: kept)
             discard_failed_study(settings, exc)
@@ -186,6 +187,20 @@ def search(
         if new_out and out_dir.is_dir() and not any(out_dir.iterdir()):
             out_dir.rmdir()
         raise
+
+
+def _say_timeout(st, settings, as_json: bool) -> None:
+    """One line when --timeout, not --n-trials, ended the search (the answer is from fewer
+    trials than asked for)."""
+    from tuner.search.loop import _count_budget
+
+    if settings.timeout_s is None or settings.exhaustive:
+        return
+    done = _count_budget(st)
+    if done < settings.n_trials:
+        err.print(f"--timeout {settings.timeout_s:g} s stopped the search after {done} of "
+                  f"{settings.n_trials} trials (--resume continues it).", style="yellow",
+                  markup=False)
 
 
 def _run(job: _SearchInputs, settings, metadata: dict, workers: int, prog, cost_model_for):
@@ -450,6 +465,8 @@ def print_search(outputs) -> None:
         from tuner.reports.outputs import too_long_note
 
         out.print(too_long_note(outputs.failed_too_long), markup=False, style="yellow")
+    for line in _uncovered_lines(outputs.records, ctx.gpus):
+        out.print(line, markup=False, style="yellow")
     out.print(_best_table(ctx, by_num, knobs))
     out.print(_pareto_table(ctx, by_num, knobs))
     _print_importances(ctx.importances or {})
@@ -461,6 +478,23 @@ def print_search(outputs) -> None:
         out.print(f"[dim]{escape(line)}[/]")
     for k, v in outputs.files.items():
         out.print(f"wrote {k}: {v}", markup=False)
+
+
+def _uncovered_lines(records, gpus: dict) -> list[str]:
+    """One line per GPU type with no feasible plan (it is then missing from the tables), with
+    its trials' most common reason."""
+    from collections import Counter
+
+    have = {r.gpu for r in records if r.feasible}
+    out = []
+    for g in gpus:
+        if g in have:
+            continue
+        why = Counter(r.reason for r in records if r.gpu == g and not r.feasible)
+        reason = why.most_common(1)[0][0] if why else "no trial ran on it"
+        out.append(f"{g}: no feasible plan in the space ({sum(why.values())} tried; most "
+                   f"often: {reason})")
+    return out
 
 
 def cost_model_lines(records, gpus: dict) -> list[str]:

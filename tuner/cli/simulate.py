@@ -237,9 +237,11 @@ def _overhead(cm) -> str | None:
 
 
 def engine_line(defaults, entry_point: str, num_scheduler_steps: int | None,
-                disable_log_requests: bool = False, decode_run_steps: int = 1) -> str:
+                disable_log_requests: bool = False, decode_run_steps: int = 1,
+                prefix_caching: bool | None = None) -> str:
     """'engine: vLLM 0.6.0: vLLM V0 (...), entry point serve, 10 scheduler steps';
-    `decode_run_steps`: the simulation's (SimResult.decode_run_steps)."""
+    `decode_run_steps`: the simulation's (SimResult.decode_run_steps); `prefix_caching`: as
+    given (None: the release's default, said where it is off)."""
     from tuner.predictors.engine_overhead import PROFILES, logs_requests_by_default
 
     steps = (f", {num_scheduler_steps} scheduler step(s)" if num_scheduler_steps else "")
@@ -266,7 +268,12 @@ def engine_line(defaults, entry_point: str, num_scheduler_steps: int | None,
     elif disable_log_requests:
         logs = (", --disable-log-requests changes nothing here (the request log is priced only "
                 "for a V0 release's API server)")
-    return f"engine: {defaults.release.describe()}, entry point {entry_point}{steps}{logs}"
+    cache = ""
+    if prefix_caching is None and not defaults.release.generation.prefix_caching:
+        cache = (", prefix caching off (this generation's default; --enable-prefix-caching "
+                 "turns it on)")
+    return (f"engine: {defaults.release.describe()}, entry point {entry_point}{steps}{logs}"
+            f"{cache}")
 
 
 # ---- simulate ---------------------------------------------------------------------------------
@@ -313,8 +320,8 @@ def simulate(
     engine: EngineOpt = "vllm",
     prefix_caching: Annotated[bool | None, typer.Option(
         "--enable-prefix-caching/--no-enable-prefix-caching", rich_help_panel=ENGINE_PANEL, help="vLLM only: automatic "
-        "prefix caching (on by default): requests of a shared-prefix group skip the cached "
-        "prefix.", show_default=False)] = None,
+        "prefix caching (on by default from 0.8, V1; off before, as V0 had it): requests of a "
+        "shared-prefix group skip the cached prefix.", show_default=False)] = None,
     disable_radix_cache: Annotated[bool, typer.Option(
         "--disable-radix-cache", rich_help_panel=ENGINE_PANEL, help="SGLang only: no radix cache (every request computes its "
         "whole prompt; lpm and dfs-weight then run as fcfs, as SGLang does).")] = False,
@@ -389,6 +396,13 @@ def simulate(
         config, defaults = engine_config(knobs, g, entry_point, engine_version, spec,
                                          max_model_len)
     ctx = context_tokens(spec, max_model_len)
+    if engine == "vllm" and not config.chunked_prefill and config.chunk_size < ctx:
+        # SchedulerConfig.verify_max_model_len (V0's _verify_args alike) refuses to start
+        raise TunerError(
+            f"vLLM refuses to start: max_num_batched_tokens ({config.chunk_size}) is smaller "
+            f"than max_model_len ({ctx}) without chunked prefill (scheduler "
+            f"{config.scheduler}); raise --max-num-batched-tokens to {ctx} or pass "
+            f"--max-model-len {config.chunk_size} or less.")
     w = read_workload(workload, spec, skip_invalid, output_dist)
     if ignore_arrivals:
         w = w.offline()
@@ -398,16 +412,27 @@ def simulate(
     cm = cost_model_for(spec, profile, profile_mode, engine_version, entry_point=entry_point,
                         num_scheduler_steps=num_scheduler_steps, engine=engine,
                         log_requests=False if disable_log_requests else None)(g, config)
+    made = None
     if timeline is not None:  # a bad --timeline fails before the simulation, not after it
         from tuner.core.errors import ensure_writable_dir
 
+        made = next((p for p in reversed(timeline.parent.absolute().parents)
+                     if not p.exists()), None) or (
+            None if timeline.parent.exists() else timeline.parent.absolute())
         ensure_writable_dir(timeline.parent, "the timeline")
-    res = run_sim(w, spec, g, config, cm, timeline=timeline is not None, exact=exact,
-                  startup_s=startup_s, engine_version=engine_version, engine=engine,
-                  num_scheduler_steps=num_scheduler_steps,
-                  sglang=sg_settings, prefix_caching=(
-                      not disable_radix_cache if engine == "sglang"
-                      else prefix_caching is not False))
+    try:
+        res = run_sim(w, spec, g, config, cm, timeline=timeline is not None, exact=exact,
+                      startup_s=startup_s, engine_version=engine_version, engine=engine,
+                      num_scheduler_steps=num_scheduler_steps,
+                      sglang=sg_settings, prefix_caching=(
+                          not disable_radix_cache if engine == "sglang" else prefix_caching))
+    except BaseException:  # a plan that cannot run leaves no empty --timeline folder behind
+        if made is not None:
+            import shutil
+
+            if not any(f.is_file() for f in made.rglob("*")):
+                shutil.rmtree(made, ignore_errors=True)
+        raise
     if timeline is not None:
         _write_timeline(timeline, res.timeline)
     summary = res.summary()
@@ -512,7 +537,7 @@ def simulate(
                       f"{sg_defaults.describe(summary['defaulted'])}", style="dim", markup=False)
     else:
         out.print(engine_line(defaults, entry_point, num_scheduler_steps, disable_log_requests,
-                              res.decode_run_steps), style="dim", markup=False)
+                              res.decode_run_steps, prefix_caching), style="dim", markup=False)
         if summary["defaulted"]:
             out.print(f"not given ({', '.join(summary['defaulted'])}): "
                       f"{defaults.describe(summary['defaulted'])}",
@@ -533,7 +558,13 @@ def simulate(
         out.print(f"spot: {sp['note']}; {sp['model']}; not modelled: waiting for capacity, "
                   "the interruption notice, correlated interruptions", style="dim",
                   markup=False)
-    if too_long:
+    if too_long and too_long.get("mode") == "cap":
+        limit = f"{spec.name}'s context" if max_model_len is None else "--max-model-len"
+        out.print(f"{too_long['count']} request(s) longer than {limit} of "
+                  f"{too_long['context_tokens']:,} tokens end their outputs there (as "
+                  f"LLM.generate does; {too_long['output_tokens_lost']:,} output tokens fewer): "
+                  f"request(s) {_ids(too_long['ids'])}", markup=False)
+    elif too_long:
         limit = f"{spec.name}'s context" if max_model_len is None else "--max-model-len"
         out.print(f"{too_long['count']} request(s) longer than {limit} of "
                   f"{too_long['context_tokens']:,} tokens failed (as vLLM rejects them) and are "

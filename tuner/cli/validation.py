@@ -475,7 +475,8 @@ def calibrate_cmd(
     store: Annotated[Path | None, typer.Option("--store", help="Calibration store (default "
                      "$TUNER_CALIBRATION_DIR or ~/.cache/tuner/calibration).")] = None,
     runner: Annotated[str | None, typer.Option("--runner", help="Engine whose runs to fit "
-                      "(vllm | transformers; default: the only one among the runs). "
+                      "(vllm | transformers | replay: runs recorded by `tuner replay --record`; "
+                      "default: the only one among the runs). "
                       "Engines differ in their per-step cost: one calibration per device "
                       "and model, fitted on one engine.")] = None,
     method: Annotated[str, typer.Option("--method", help="auto | steps (per engine step) | "

@@ -691,6 +691,28 @@ def load_models() -> dict[str, ModelSpec]:
     return dict(_shipped_models()[0])
 
 
+#: how a published checkpoint names its chat-tuned form (the base form has no chat template)
+_CHAT_MARKS = ("instruct", "-chat", "-it")
+
+
+def chat_checkpoint(model: ModelSpec) -> str | None:
+    """The chat-tuned checkpoint of the same shape for a catalog entry loaded as its base
+    checkpoint (models.yaml lists it among the entry's aliases: Meta-Llama-3-8B ->
+    Meta-Llama-3-8B-Instruct), or None: the model is not a catalog base checkpoint, or the
+    catalog knows no chat form of it."""
+    ckpt = model.load_id
+    if model.name not in _shipped_models()[1] or any(m in ckpt.lower() for m in _CHAT_MARKS):
+        return None
+    if ckpt.lower() != model.hf_id.lower():
+        return None
+    owner = ckpt.partition("/")[0].lower()
+    for alias in _shipped_models()[1][model.name]:
+        low = alias.lower()
+        if "/" in alias and low.partition("/")[0] == owner and any(m in low for m in _CHAT_MARKS):
+            return alias
+    return None
+
+
 def model_aliases(models: dict[str, ModelSpec] | None = None) -> dict[str, str]:
     """Every name a catalog model answers to (lower-case) -> its catalog name: the name, its
     Hugging Face id, the id without the owner ("Llama-3.1-8B"), and the entry's aliases

@@ -33,6 +33,10 @@ class EngineGeneration:
     # --num-scheduler-steps N exists in the generation (V0 only; V1 removed it); from which
     # release is EngineRelease.multi_step's (MULTI_STEP_SINCE)
     multi_step: bool
+    # automatic prefix caching when --enable-prefix-caching is not given: off in V0
+    # (EngineArgs.enable_prefix_caching = False through 0.7), on in V1 (its KV cache manager
+    # caches by default: vLLM 0.8.0 release notes)
+    prefix_caching: bool = True
 
     @property
     def scheduler(self) -> str:
@@ -52,7 +56,7 @@ GENERATIONS: tuple[EngineGeneration, ...] = (
     # over 32K: Sarathi-style batches); --num-scheduler-steps N (0.5.5+) runs N decode steps
     # per scheduler call
     EngineGeneration("v0", "vLLM V0", (0, 5, 0), ("vllm-v0", "sarathi"),
-                     multi_step=True),
+                     multi_step=True, prefix_caching=False),
     # V1 engine core (one token budget for decodes and prefill chunks, prefix caching), host
     # work between GPU steps
     EngineGeneration("v1-sync", "vLLM V1, synchronous scheduling", (0, 8, 0), ("vllm",),

@@ -192,8 +192,11 @@ class Machines:
             rep = (f"each replica's {self.pp} stages of {shape} over "
                    f"{self.machines_per_replica} machines")
         else:
-            rep = (f"{self.replicas_per_machine} replica"
-                   f"{'s' if self.replicas_per_machine != 1 else ''} of {shape} per machine")
+            per = self.replicas_per_machine
+            rep = f"{per} replica{'s' if per != 1 else ''} of {shape} per machine"
+            last = self.dp - per * (self.count - 1)
+            if self.count > 1 and 0 < last < per:  # e.g. DP 9 on 8-GPU machines: 8 + 1
+                rep += f" ({last} on the last)"
         return (f"{self.count} x {self.instance} ({self.gpus_per_machine} GPUs each): {rep}")
 
     def to_dict(self) -> dict:

@@ -4,6 +4,7 @@ ServingConfig's field metadata, the notes for knobs an engine lacks, the comment
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
@@ -109,9 +110,12 @@ class Deployment:
 
     @property
     def one_engine(self) -> bool:
-        """The whole plan is one engine: expert parallelism splits the experts over all TP x DP
-        GPUs (inside one machine); otherwise every DP replica is an engine of its own."""
-        return bool(self.config.expert_parallel) and self.config.dp > 1
+        """The whole plan is one engine: a mixture-of-experts model at dp > 1 is priced and
+        sized as vLLM's data-parallel engine runs it (attention per replica, the experts split
+        over all TP x DP GPUs, tensor-wise or, with expert parallelism, whole: its memory
+        plan and predictors.moe), so its export keeps it one engine (vLLM --data-parallel-size,
+        SGLang's DP attention); otherwise every DP replica is an engine of its own."""
+        return self.model.is_moe and self.config.dp > 1
 
     def machines_line(self, engine: str = "vllm") -> str:
         """'# Needs 4 x H100 machine (8 GPUs each): 8 replicas of TP 1 per machine (32 GPUs).'"""
@@ -124,6 +128,17 @@ class Deployment:
                      f"{m.machines_per_replica} --node-rank K (K = 0 .. "
                      f"{m.machines_per_replica - 1}) --dist-init-addr HEAD_IP:5000 (machine 0's "
                      "address), one such group per replica.")
+        elif self.one_engine and m.count > 1 and engine == "sglang":
+            line += (f"\n# The one engine spans the {m.count} machines: start the same command "
+                     f"on each with --nnodes {m.count} --node-rank K (K = 0 .. {m.count - 1}) "
+                     "--dist-init-addr HEAD_IP:5000 (machine 0's address).")
+        elif self.one_engine and m.count > 1:  # vLLM's multi-node data parallel
+            local = m.replicas_per_machine
+            line += (f"\n# The one engine spans the {m.count} machines ({local} data-parallel "
+                     f"rank(s) each): on machine 0 add --data-parallel-size-local {local} "
+                     "--data-parallel-address HEAD_IP --data-parallel-rpc-port 13345; on "
+                     f"machine K (K = 1 .. {m.count - 1}) the same plus --headless "
+                     f"--data-parallel-start-rank {local}*K (vLLM's multi-node data parallel).")
         elif m.machines_per_replica > 1:  # vLLM runs stages on other machines through Ray
             line += (f"\n# Each engine's {m.pp} pipeline stages span {m.machines_per_replica} "
                      "machines: join them in one Ray cluster (`ray start --head` on one, "
@@ -225,14 +240,19 @@ WHEN: dict[str, Callable[[Deployment], bool]] = {
     # all tp x dp GPUs, as one vLLM engine with --data-parallel-size does; independent
     # engines (SGLang's --dp-size without EP, run-batch replicas, Ray Data) each hold all
     "moe_dp": lambda d: d.model.is_moe and d.config.dp > 1,
-    "moe_dp_no_ep": lambda d: d.model.is_moe and d.config.dp > 1 and not d.config.expert_parallel,
 }
-#: the note of the `moe_dp` condition, for exports that run the replicas as separate engines
-MOE_SEPARATE_ENGINES_NOTE = (
-    "dp={c.dp} of a mixture-of-experts model: the prediction splits its experts over all "
-    "{c.num_gpus} GPUs, as one vLLM engine with --data-parallel-size {c.dp} does; here each of "
-    "the {c.dp} replicas is its own engine holding every expert on {c.tp} GPU(s): check it "
-    "fits (`tuner simulate ... --tp {c.tp} --dp 1`), or run the `vllm` export's single engine.")
+def moe_separate_engines_note(dep: Deployment) -> str:
+    """The note of the `moe_dp` condition, for exports that run the replicas as separate
+    engines: whether one replica holding every expert fits its GPUs at all."""
+    c = dep.config
+    alone = plan_memory(dep.model, dep.gpu, dataclasses.replace(c, dp=1, expert_parallel=False),
+                        max_request_tokens=dep.max_model_len)
+    fit = ("it fits, with another KV capacity and makespan than predicted" if alone.fits else
+           f"it does NOT fit ({alone.reason})")
+    return (f"dp={c.dp} of a mixture-of-experts model: the prediction is one vLLM engine with "
+            f"--data-parallel-size {c.dp} (its experts split over all {c.num_gpus} GPUs; the "
+            f"`vllm` export, --format vllm, runs it so); here each of the {c.dp} replicas is its "
+            f"own engine holding every expert on {c.tp} GPU(s): {fit}.")
 NoteText = str | Callable[[Deployment], str]
 
 

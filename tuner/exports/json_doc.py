@@ -9,7 +9,7 @@ from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
 from tuner.core.io import jsonable
 from tuner.exports.common import Deployment, RenderOptions, finish_config
-from tuner.exports.sglang import sglang_server_args
+from tuner.exports.sglang import machine_shares, sglang_server_args
 from tuner.exports.vllm import vllm_engine_args
 
 
@@ -65,6 +65,13 @@ def render_document(dep: Deployment, opts: RenderOptions) -> str:
         "vllm": vllm_doc,
         "sglang": {"server_args": dict(sopts), "notes": snotes},
     }
+    shares = machine_shares(dep)
+    if shares is not None:  # SGLang's --dp-size runs one machine's replicas: the .sh's form
+        doc["sglang"]["per_machine_dp_size"] = [len(ks) for ks in shares]
+        doc["sglang"]["notes"] = [*snotes, (
+            f"server_args hold the whole plan (dp-size {dep.config.dp}); SGLang runs one "
+            f"server per machine, each with --dp-size its replicas ({[len(k) for k in shares]},"
+            " per_machine_dp_size): the sglang export writes that server")]
     if opts.header:
         doc["summary"] = opts.header
     return to_json(dep.config, opts.metrics, opts.memory, doc)

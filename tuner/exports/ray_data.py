@@ -222,7 +222,7 @@ def ray_job(dep: common.Deployment) -> tuple[str, dict, list[str]]:
                                    num_scheduler_steps=dep.num_scheduler_steps)
     model = args.pop("model")
     args.pop("data_parallel_size", None)  # Ray's concurrency runs the replicas
-    notes += common.notes_for(dep, {"moe_dp": common.MOE_SEPARATE_ENGINES_NOTE})
+    notes += common.notes_for(dep, {"moe_dp": common.moe_separate_engines_note})
     return model, args, notes
 
 

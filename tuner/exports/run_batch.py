@@ -61,7 +61,7 @@ def to_run_batch_script(dep: common.Deployment, opts: common.RenderOptions) -> s
                                    num_scheduler_steps=dep.num_scheduler_steps)
     args.pop("data_parallel_size", None)  # the replicas are separate engines
     v0_server_flags(args, dep.num_scheduler_steps, dep.disable_log_requests)
-    notes += common.notes_for(dep, {"moe_dp": common.MOE_SEPARATE_ENGINES_NOTE})
+    notes += common.notes_for(dep, {"moe_dp": common.moe_separate_engines_note})
     options = [("model", args.pop("model"))]
     served = options[0][1]  # the model name the requests are sent with
     if opts.served_model_name and opts.served_model_name != served:

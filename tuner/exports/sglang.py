@@ -13,7 +13,9 @@ group, which lives inside one server's tensor-parallel group (SGLang's ``--dp-si
 independent replicas, each with every expert). vLLM's data parallel + expert parallel (attention
 per replica, experts split over all tp x dp GPUs) is SGLang's DP attention:
 ``--tp-size tp*dp --dp-size dp --enable-dp-attention --ep-size tp*dp`` (docs.sglang.io, "Expert
-Parallelism" and "Server Arguments": ``--ep-size``, ``--enable-dp-attention``).
+Parallelism" and "Server Arguments": ``--ep-size``, ``--enable-dp-attention``); without expert
+parallelism the same less ``--ep-size`` (the experts tensor-split over the tp*dp GPUs, as vLLM's
+data-parallel engine does and as tuner sizes and prices any MoE plan at dp > 1).
 """
 
 from __future__ import annotations
@@ -92,11 +94,13 @@ _NOTES: dict[str, common.NoteText] = {
         "sort the input so and submit it in order (SGLang queues them as they arrive, "
         "schedule-policy {c.schedule_policy})."),
     "eviction_free": _eviction_note,
-    "moe_dp_no_ep": (
-        "dp={c.dp} without expert parallelism: the prediction splits the mixture-of-experts "
-        "model's experts over all {c.num_gpus} GPUs as vLLM does; SGLang's --dp-size runs "
-        "{c.dp} independent servers that each hold every expert (more weight memory per GPU, "
-        "no cross-replica gather): expect a different KV capacity and makespan."),
+    "moe_dp": (
+        "dp={c.dp} of a mixture-of-experts model: one server with DP attention "
+        "(--enable-dp-attention, --tp-size {c.num_gpus} = tp x dp), attention per replica and "
+        "the experts split over all {c.num_gpus} GPUs, as the prediction sizes and prices it "
+        "(plain --dp-size would run {c.dp} servers that each hold every expert); SGLang runs "
+        "DP attention for the DeepSeek, Qwen MoE and other MoE families it lists: check yours "
+        "is among them."),
 }
 
 
@@ -110,12 +114,16 @@ def sglang_server_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max
     dep = common.Deployment(config, model, gpu, max_model_len, kv_capacity_tokens,
                             quantized_model)
     opts = common.mapped_args(config, "sglang")
-    opts |= {"model-path": dep.checkpoint, "context-length": max_model_len}
+    # SGLang refuses a request whose prompt + max_new_tokens reaches the context length
+    # (TokenizerManager._validate_one_request: `>= self.context_len`), where vLLM allows
+    # max_model_len itself: one token more serves the longest request
+    opts |= {"model-path": dep.checkpoint,
+             "context-length": min(max_model_len + 1, max(model.max_position, max_model_len))}
     if config.expert_parallel:  # see the module docstring
         opts["ep-size"] = config.tp * config.dp
-        if config.dp > 1:
-            opts["tp-size"] = config.tp * config.dp
-            opts["enable-dp-attention"] = True
+    if dep.one_engine:  # experts over all tp x dp GPUs, attention per replica: DP attention
+        opts["tp-size"] = config.tp * config.dp
+        opts["enable-dp-attention"] = True
     # P = C: the prefill chunk and the step's prefill budget are the token budget; prefill-first
     # turns chunking off (-1) and keeps the budget where SGLang allows it (>= context length).
     if not config.chunked_prefill:
@@ -213,12 +221,12 @@ def from_sglang_command(text: str, *, gpu: str | None = None) -> ServingConfig:
     chunk = opts.get("chunked-prefill-size")
     if isinstance(chunk, int) and chunk > 0:
         base["chunk_size"] = chunk
+    dp = opts.get("dp-size")
+    if opts.get("enable-dp-attention") and isinstance(dp, int) and dp > 1 \
+            and isinstance(opts.get("tp-size"), int):
+        base["tp"] = opts["tp-size"] // dp  # DP attention: --tp-size counts every GPU
     ep = opts.get("ep-size")
     if isinstance(ep, int):
-        dp = opts.get("dp-size")
-        if opts.get("enable-dp-attention") and isinstance(dp, int) and dp > 1 \
-                and isinstance(opts.get("tp-size"), int):
-            base["tp"] = opts["tp-size"] // dp  # DP attention: --tp-size counts every GPU
         # on one GPU --ep-size is 1 with expert parallelism on or off (the same plan): there
         # the tuner-config line keeps what the search chose
         if ep > 1 or not had_line or base.get("tp", 1) * base.get("dp", 1) > 1:

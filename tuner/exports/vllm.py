@@ -67,7 +67,8 @@ _NOTES: dict[str, common.NoteText] = {
         "the predicted KV capacity, so expect fewer concurrent requests)."),
     "weight_bits_8": (
         "weight_bits=8: {gpu.name} has no FP8 tensor cores; use an INT8 (W8A16) "
-        "checkpoint, e.g. GPTQ/compressed-tensors, as the model."),
+        "checkpoint, e.g. GPTQ/compressed-tensors, as the model (or quantization: fp8, which "
+        "vLLM runs there as weight-only FP8 through its Marlin kernels, also W8A16)."),
     "weight_bits_4": (
         "weight_bits=4: use a 4-bit AWQ/GPTQ checkpoint of the model; vLLM picks "
         "awq_marlin/gptq_marlin."),
@@ -144,13 +145,17 @@ def v0_server_flags(args: dict[str, Any], num_scheduler_steps: int | None,
 
 def _replica_lines(dep: common.Deployment, args: dict, run: str) -> list[str]:
     """The machines the plan needs and how this one engine's file is run: one engine per
-    replica (`args` loses data_parallel_size: an engine does not span machines), or, for
-    expert parallelism over TP x DP GPUs, the whole plan as one engine in one machine."""
+    replica (`args` loses data_parallel_size), or, for a mixture-of-experts model at dp > 1
+    (its experts split over all TP x DP GPUs), the whole plan as one data-parallel engine."""
     c = dep.config
     lines = [dep.machines_line()]
     if dep.one_engine:
-        return [*lines, f"# One engine over all {c.num_gpus} GPUs (expert parallelism): run "
-                        f"{run} once, on one machine."]
+        where = ("once, on one machine" if dep.machines.count == 1 else
+                 "on every machine, with the multi-node flags above")
+        how = ("whole experts split over them: expert parallelism" if c.expert_parallel else
+               "every expert tensor-split over them")
+        return [*lines, f"# One data-parallel engine over all {c.num_gpus} GPUs ({how}; "
+                        f"attention runs per replica): run {run} {where}."]
     args.pop("data_parallel_size", None)
     if c.dp == 1:
         return [*lines, f"# Run: {run}"]

@@ -63,6 +63,13 @@ RUNG_EPS_FLOOR = 0.002
 NEAR_FRONT = "within the sampling error of the front"  # the promotion a candidate defers
 
 
+def front_key(params: dict) -> tuple[str, str]:
+    """The front a configuration is judged against: its GPU's, per engine, so each engine's
+    best plans (the "best per engine" line, the gain over its defaults) are full simulations
+    too, not only the plans of the engine that wins on that GPU."""
+    return params["gpu"], str(params.get("engine", "vllm"))
+
+
 # ---- multi-fidelity: the sample -----------------------------------------------------------------
 def rung_size(n: int, n_sample: int) -> int:
     """Requests in the reference rung (n: the full job is the reference)."""
@@ -125,7 +132,8 @@ class Knowledge:
     fronts (promotion), and (sample estimate, full) pairs (calibration, sampling error)."""
 
     done: dict = field(default_factory=dict)  # key -> (values, TrialRecord, number)
-    fronts: dict = field(default_factory=dict)  # gpu -> [(makespan, cost), ...] non-dominated
+    # (gpu, engine) -> [(makespan, cost), ...] non-dominated (front_key)
+    fronts: dict = field(default_factory=dict)
     pairs: list = field(default_factory=list)  # (scaled sample makespan, reference makespan)
     rung_pairs: list = field(default_factory=list)  # (scaled rung makespan, full makespan)
     seen: set = field(default_factory=set)  # trial numbers ingested
@@ -165,7 +173,7 @@ class Knowledge:
         if rec.level == "sample":
             return
         # the reference levels: the full job, or the rung standing in for it during the search
-        add_to_front(self.fronts.setdefault(params["gpu"], []), tuple(values))
+        add_to_front(self.fronts.setdefault(front_key(params), []), tuple(values))
         fid = rec.fidelity
         schedule_s = values[0] - (fid.get("startup_s") or 0.0)  # schedules, no start-up
         if fid.get("sample_makespan_s") is not None:
@@ -313,7 +321,7 @@ class Evaluator:
                 s = self._simulate(sample, gpu, dataclasses.replace(config, dp=1))
                 k, eps = self.known.calibration()
                 est = self.estimate(config, s.schedule_s, scale, s.startup_s, k)
-                why = self._promotion(params["gpu"], est, eps, number)
+                why = self._promotion(front_key(params), est, eps, number)
                 candidate = why == NEAR_FRONT and self.defer
                 if candidate:
                     why = None
@@ -351,15 +359,17 @@ class Evaluator:
             "fidelity": fid,
         }
 
-    def _promotion(self, gpu: str, est: tuple, eps: float, number: int) -> str | None:
-        """Why the configuration goes to the full workload, or None to keep the estimate."""
+    def _promotion(self, key: tuple[str, str], est: tuple, eps: float,
+                   number: int) -> str | None:
+        """Why the configuration goes to the full workload, or None to keep the estimate;
+        `key`: its front (front_key)."""
         if len(self.known.pairs) < N_CALIBRATE:
             return "calibration"
         if number % AUDIT_EVERY == 0:
             return "audit"
-        front = self.known.fronts.get(gpu)
+        front = self.known.fronts.get(key)
         if not front:
-            return "first of its GPU"
+            return "first of its GPU" + (f" under {key[1]}" if key[1] != "vllm" else "")
         for m, c in front:
             if m * (1 + eps) <= est[0] and c * (1 + eps) <= est[1]:
                 return None

@@ -24,7 +24,7 @@ from tuner.core.workload.base import lengths_from_input
 from tuner.predictors.protocol import CostModel
 from tuner.search.baseline import engine_presets
 from tuner.search.constraints import Constraints
-from tuner.search.evaluator import Evaluator, config_key
+from tuner.search.evaluator import Evaluator, config_key, front_key
 from tuner.search.meta import StudyMeta
 from tuner.search.records import TrialRecord
 from tuner.search.settings import SearchSettings, make_sampler
@@ -514,7 +514,8 @@ def search_space(space: SearchSpace, workload: Workload, model: ModelSpec,
 
 def final_candidates(ev: Evaluator) -> list[tuple[dict, TrialRecord]]:
     """The deferred configurations (screened on the sample, within its error of a front) that
-    can still be on their GPU's front: no other configuration of that GPU dominates them on
+    can still be on their GPU's front (per engine, `front_key`): no other configuration of that
+    GPU and engine dominates them on
     both figures beyond the sampling error eps (a reference simulation, full or rung, by a
     factor 1 + eps, an estimate by (1 + eps)^2: both may err). Estimates re-scaled with the
     calibration as it stands now. (params, the sample trial's record) each, in trial order."""
@@ -528,14 +529,14 @@ def final_candidates(ev: Evaluator) -> list[tuple[dict, TrialRecord]]:
             continue
         params = dict(key)
         if rec.level != "sample":
-            points.setdefault(params["gpu"], []).append((values[0], values[1], 1, number))
+            points.setdefault(front_key(params), []).append((values[0], values[1], 1, number))
             continue
         fid = rec.fidelity
         if not fid.get("candidate"):
             continue
         est = ev.estimate(ev.config(params), fid["sample_makespan_s"], fid["scale"],
                           fid.get("startup_s") or 0.0, k)
-        points.setdefault(params["gpu"], []).append((*est, 2, number))
+        points.setdefault(front_key(params), []).append((*est, 2, number))
         deferred.append((number, params, rec, est))
     return _unbeaten(deferred, points, eps)
 
@@ -548,7 +549,7 @@ def _unbeaten(cands: list, points: dict, eps: float) -> list[tuple[dict, TrialRe
         # at eps 0 a plan with the very same figures does not beat it (both stay)
         beaten = any(m * (1 + eps) ** margin <= est[0] and c * (1 + eps) ** margin <= est[1]
                      and (eps > 0 or (m, c) != tuple(est))
-                     for m, c, margin, other in points[params["gpu"]] if other != number)
+                     for m, c, margin, other in points[front_key(params)] if other != number)
         if not beaten:
             out.append((params, rec))
     return out
@@ -574,7 +575,7 @@ def full_candidates(ev: Evaluator, first: bool = False) -> list[tuple[dict, Tria
             continue
         params = dict(key)
         margin = 1 if rec.level == "full" else 2
-        points.setdefault(params["gpu"], []).append((values[0], values[1], margin, number))
+        points.setdefault(front_key(params), []).append((values[0], values[1], margin, number))
         if rec.level == "rung":
             cands.append((number, params, rec, tuple(values)))
     out = _unbeaten(cands, points, eps_r)
@@ -588,7 +589,7 @@ def full_candidates(ev: Evaluator, first: bool = False) -> list[tuple[dict, Tria
     return [(params, rec) for params, rec in out
             if not any(m <= rec.values[0] * (1 + FRONT_TOLERANCE)
                        and c <= rec.values[1] * (1 + FRONT_TOLERANCE)
-                       for m, c in full[params["gpu"]])]
+                       for m, c in full[front_key(params)])]
 
 
 def _evaluate_many(ev: Evaluator, todo: list[dict], first_number: int,
@@ -675,7 +676,7 @@ def add_default_trials(study: optuna.Study, ev: Evaluator, settings: SearchSetti
 
     engine = engine_presets(ev.gpus, metadata, ev.model)
     dists = _distributions(ev.space, list(ev.gpus))
-    added = 0
+    added = _cover_every_gpu(study, ev, settings, dists, engine)
     for _ in range(DEFAULT_ROUNDS):
         records = trial_records(study)
         best, per_gpu = winners(records)
@@ -716,6 +717,40 @@ def add_default_trials(study: optuna.Study, ev: Evaluator, settings: SearchSetti
             number += 1
         study.add_trials(batch)
         added += len(batch)
+    return added
+
+
+def _cover_every_gpu(study: optuna.Study, ev: Evaluator, settings: SearchSettings,
+                     dists: dict, engine: dict[str, dict]) -> int:
+    """For each GPU type the search found no feasible plan on (its trials all at TPs too small
+    for the model, or over the GPU cap): vLLM's defaults at DP 1 on the smallest TP of the
+    space that runs, simulated in full as trials of the study, so a GPU type is left out of
+    the answer only where nothing the space holds runs on it. Returns the trials added."""
+    from tuner.search.records import trial_records
+
+    feasible = {r.gpu for r in trial_records(study) if r.feasible}
+    added = 0
+    for g, gpu in ev.gpus.items():
+        if g in feasible or g not in engine:
+            continue
+        tps = sorted(t for t in ev.space.knobs.get("tp", [1]) if t <= gpu.gpus_per_machine)
+        for tp in tps or [1]:
+            want = {**engine[g], "tp": tp, "dp": 1, "pp": 1}
+            params = {"gpu": g, **{name: _preset_value(name, values, want)
+                                   for name, values in ev.space.knobs.items()}}
+            prev = ev.known.done.get(config_key(params))
+            if prev is not None and prev[1].level == "full":
+                if prev[1].feasible:
+                    break
+                continue
+            number = len(study.get_trials(deepcopy=False))
+            ((values, attrs),) = _evaluate_many(ev, [params], number, settings.constraints,
+                                                "full")
+            study.add_trials([_record_trial(ev, params, number, settings, dists, values, attrs,
+                                            {"vllm_defaults": True})])
+            added += 1
+            if attrs.get("feasible"):
+                break
     return added
 
 

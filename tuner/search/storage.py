@@ -318,8 +318,19 @@ def _differs(old: dict | None, new: dict | None) -> str | None:
     stored form: a key only one of them has is no difference, as for a study an older version
     wrote)."""
     for key, what in _SAME.items():
-        if old and new and key in old and key in new and old[key] != new[key]:
-            return f"another {what} ({_short(old[key])} vs now {_short(new[key])})"
+        if not (old and new and key in old and key in new):
+            continue
+        a, b = old[key], new[key]
+        if key == "entry_point":  # None: the default entry point
+            from tuner.core.engine_defaults import DEFAULT_ENTRY_POINT
+
+            a, b = a or DEFAULT_ENTRY_POINT, b or DEFAULT_ENTRY_POINT
+        if a != b:
+            if isinstance(a, dict) and isinstance(b, dict):  # name what differs, not the start
+                keys = [k for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
+                a = {k: a.get(k) for k in keys}
+                b = {k: b.get(k) for k in keys}
+            return f"another {what} ({_short(a)} vs now {_short(b)})"
     return None
 
 
@@ -345,10 +356,12 @@ def _drop_study(storage, url: str, name: str, names: list[str]) -> bool:
 
 
 def _n_results(study: optuna.Study) -> int:
-    """How many finished trials of `study` are results: a feasible plan on the full workload
-    that meets the study's own --deadline / --budget. A study with none (e.g. every plan
-    missed `--deadline 1s`: "no plan finishes within 1 s") holds nothing worth keeping; the
-    rerun with another constraint replaces it instead of being refused."""
+    """How many finished trials of `study` are results: a feasible plan that meets the study's
+    own --deadline / --budget, simulated on the full workload or estimated from its sample (an
+    interrupted large search may hold only estimates: --resume continues from them). A study
+    with none (e.g. every plan missed `--deadline 1s`: "no plan finishes within 1 s") holds
+    nothing worth keeping; the rerun with another constraint replaces it instead of being
+    refused."""
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     try:
         limits = study_meta(study).constraints
@@ -357,8 +370,6 @@ def _n_results(study: optuna.Study) -> int:
     n = 0
     for t in done:
         if not t.user_attrs.get("feasible"):
-            continue
-        if (t.user_attrs.get("fidelity") or {}).get("level", "full") != "full":
             continue
         if limits is not None and limits.on_figures and t.values is not None \
                 and not limits.meets(*t.values[:2]):
@@ -498,12 +509,12 @@ def discard_failed_study(settings: SearchSettings, exc: BaseException) -> bool:
 _SAME = {"workload_sha256": "workload", "model": "model", "gpus": "GPU types",
          "knobs": "search space", "fixed": "fixed knobs", "prices": "GPU prices",
          "constraints": "--deadline/--budget/--max-gpus/--quantized-model",
-         "startup_s": "--startup-s"}
+         "startup_s": "--startup-s", "entry_point": "--entry-point"}
 
 
 def _short(v) -> str:
     text = str(v)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 # ---- the study's metadata: everything a worker or `tuner results` needs ------------------------

@@ -550,7 +550,7 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
              engine_version: str | None = None, replicas: int | None = None,
              timeline_rows: int | None = None,
              engine: str | None = None, sglang: SGLangSettings | None = None,
-             prefix_caching: bool = True,
+             prefix_caching: bool | None = None,
              num_scheduler_steps: int | None = None) -> SimResult:
     """Simulate the whole job iteration by iteration, each step priced by `cost_model`
     (predictors.sources.resolve_cost_model / cost_model_for give the registry's); raises
@@ -579,7 +579,8 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     --mem-fraction-static; priced with `cost_model`: one resolved for SGLang, engine="sglang"
     in predictors.sources, says so in its provenance; another gets a line saying it is vLLM's).
     `prefix_caching` False: shared prefixes are computed by every request (vLLM
-    --no-enable-prefix-caching, SGLang --disable-radix-cache).
+    --no-enable-prefix-caching, SGLang --disable-radix-cache); None: the engine's default (on,
+    except vLLM V0, `engine_version` before 0.8, where it was off unless asked for).
 
     `num_scheduler_steps`: vLLM V0's --num-scheduler-steps (a V0 `engine_version` without it
     runs the multi-step count its host profile was fitted at, as the profile and the exports
@@ -603,6 +604,8 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
                    f" [{run_steps} steps: as tuner prices V0 without --num-scheduler-steps; "
                    f"scheduler {config.scheduler}]")
         raise InfeasibleConfig(why + assumed)
+    if prefix_caching is None:
+        prefix_caching = engine == "sglang" or generation_of(engine_version).generation.prefix_caching
     full_workload = workload  # the physical limit counts every shared prefix once regardless
     if not prefix_caching and workload.prefix_ids is not None:
         workload = dataclasses.replace(workload, prefix_ids=None, prefix_tokens=None)

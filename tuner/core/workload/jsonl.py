@@ -87,7 +87,8 @@ def _chat_estimate(messages: list) -> int | None:
 def _fast_row(obj: Any, want_text: bool) -> tuple | None:
     """(shape, known, est, texts, output, field, cid) of a common record, or None (the general
     path, :func:`.records.parse_record`, then decides and words any error)."""
-    if type(obj) is not dict or "prefix_id" in obj or "prefix_tokens" in obj:
+    if type(obj) is not dict or "prefix_id" in obj or "prefix_tokens" in obj \
+            or "arrival_s" in obj or "arrived_at" in obj:
         return None  # (a null prefix_id is valid: the general path reads it)
     if "body" in obj:
         body = obj["body"]
@@ -265,8 +266,9 @@ class _Reader:
         # (NO_ID: none).
         self.cols = _Columns(line=np.int64, prompt=np.int64, output=np.int64, field=np.int8,
                              cid=np.int64)
-        # Sparse: the records with a shared prefix.
+        # Sparse: the records with a shared prefix; those with an arrival time.
         self.pref = _Columns(req=np.int64, group=np.int64, tokens=np.int64)
+        self.arr = _Columns(req=np.int64, t=np.float64)
 
     # ---- the counter of prompt texts (created at the first text prompt) ----
     def _text_counter(self) -> TokenCounter:
@@ -406,10 +408,14 @@ class _Reader:
                     self._count_texts(n, texts)
                 if group >= 0:
                     self._add_prefix(n, group, ptoks)
+                if rec is not None and rec.arrival_s is not None:
+                    self.arr.bufs["req"].append(n)
+                    self.arr.bufs["t"].append(rec.arrival_s)
                 n += 1
                 if n % chunk == 0:
                     self.cols.flush()
                     self.pref.flush()
+                    self.arr.flush()
         self.n = n
 
     def _count_texts(self, n: int, texts: list[tuple[str, bool, int]]) -> None:
@@ -514,7 +520,27 @@ class _Reader:
             ptoks[req] = self.pref.array("tokens")
             pids, ptoks = kept(pids), kept(ptoks)
             ptoks = np.where(ptoks == WHOLE_PROMPT, prompt, ptoks)
-        return RequestColumns(lines, prompt, output, label, pids, ptoks, tokenizer, self.skipped)
+        return RequestColumns(lines, prompt, output, label, pids, ptoks, tokenizer, self.skipped,
+                              self._arrivals(n, lines, kept))
+
+    def _arrivals(self, n: int, lines: np.ndarray, kept) -> np.ndarray | None:
+        """Seconds after the first arrival of every request, or None when no record has an
+        arrival time; a TunerError when some have one and others not."""
+        req = self.arr.array("req")
+        if not req.size:
+            return None
+        t = np.full(n, np.nan)
+        t[req] = self.arr.array("t")
+        t = kept(t)
+        missing = np.isnan(t)
+        if missing.any():
+            i = int(np.argmax(missing))
+            j = int(np.argmax(~missing))
+            raise TunerError(f"{self.name}:{int(lines[i])}: no arrival_s / arrived_at, but line "
+                             f"{int(lines[j])} has one; give every request an arrival time, or "
+                             "none (all at t = 0)")
+        # replayed from the first arrival: the makespan runs from it to the last token
+        return t - t.min()
 
 
 def _hashable(value: Any) -> bool:

@@ -19,6 +19,7 @@ from tuner.core.workload.base import (
     CSV_ARRIVAL_COLUMNS,
     CSV_OUTPUT_COLUMN,
     CSV_PROMPT_COLUMN,
+    MAX_ARRIVAL_S,
     MAX_TOKENS,
     RequestColumns,
     Workload,
@@ -110,8 +111,6 @@ def _looks_like_csv(path: Path, name: str | Path | None = None) -> bool:
 CSV_CHUNK_ROWS = 262_144
 
 
-#: latest arrival accepted (a year): a larger figure is a unit mistake (e.g. milliseconds)
-MAX_ARRIVAL_S = 365 * 86400.0
 
 
 def _csv_chunk(df, wanted: list[str], arrival: str | None = None

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.core.workload.base import MAX_TOKENS
+from tuner.core.workload.base import CSV_ARRIVAL_COLUMNS, MAX_ARRIVAL_S, MAX_TOKENS
 from tuner.core.workload.tokens import CHAT_MESSAGE_OVERHEAD_TOKENS, chat_message_text
 
 #: Most completions one request may ask for (``n``): vLLM runs them as n sequences of one
@@ -35,6 +35,7 @@ class Record:
     prefix_tokens: int | None = None
     custom_id: Any = None  # OpenAI Batch API: how results are matched back to requests
     n: int = 1  # completions asked for: n requests of this prompt, sharing it as a prefix
+    arrival_s: float | None = None  # arrival time (top-level arrival_s or arrived_at), seconds
 
 
 SHAPE_NAMES = {
@@ -138,7 +139,26 @@ def parse_record(obj: Any) -> Record:
         raise BadLine(f"expected a JSON object, got {type(obj).__name__}")
     rec = _shaped_record(obj)
     _prefix_into(rec, obj)
+    rec.arrival_s = parse_arrival(obj)
     return rec
+
+
+def parse_arrival(obj: dict) -> float | None:
+    """The record's arrival time in seconds (top-level ``arrival_s`` or ``arrived_at``, as the
+    CSV traces name it), or None; BadLine for both, or a value that is not a time >= 0."""
+    given = [k for k in CSV_ARRIVAL_COLUMNS if obj.get(k) is not None]
+    if not given:
+        return None
+    if len(given) > 1:
+        raise BadLine(f"both {' and '.join(given)}; give one arrival time")
+    key = given[0]
+    value = obj[key]
+    ok = (not isinstance(value, bool) and isinstance(value, int | float)
+          and math.isfinite(value) and 0 <= value <= MAX_ARRIVAL_S)
+    if not ok:
+        raise BadLine(f"{key} must be a time in seconds >= 0 (at most {MAX_ARRIVAL_S:,.0f}), "
+                      f"got {json.dumps(value)[:40]}")
+    return float(value)
 
 
 def _shaped_record(obj: dict) -> Record:

@@ -87,10 +87,42 @@ def check_context(w: Workload, context_tokens: int, model_name: str,
             f"{int(over.sum())} of {len(w)} requests exceed {limit} of "
             f"{context_tokens:,} tokens (longest: {int(total.max()):,} prompt + output tokens, "
             f"request {int(np.argmax(total)) + 1}); shorten or drop them, or pass "
-            "--on-too-long skip to leave them out as vLLM fails them.")
+            "--on-too-long skip to leave them out as vLLM's server fails them, or "
+            "--on-too-long cap to end their outputs at the limit as LLM.generate does.")
 
 
-ON_TOO_LONG = ("fail", "skip")
+ON_TOO_LONG = ("fail", "skip", "cap")
+
+
+def cap_too_long(w: Workload, context_tokens: int) -> tuple[Workload, dict | None]:
+    """(the workload with each too-long request's output cut to fit the context, what was cut
+    or None): vLLM's LLM.generate runs such a request and ends it when prompt + output reach
+    max_model_len (check_stop: FINISHED_LENGTH_CAPPED); it refuses a prompt that leaves no
+    room for one output token (InputProcessor: prompt_len >= max_model_len), and so does
+    this, with one TunerError."""
+    import dataclasses
+
+    p = np.asarray(w.prompt_tokens, dtype=np.int64)
+    o = np.asarray(w.output_tokens, dtype=np.int64)
+    over = p + o > context_tokens
+    if not over.any():
+        return w, None
+    from tuner.core.errors import TunerError
+
+    full = p >= context_tokens
+    if full.any():
+        raise TunerError(
+            f"{int(full.sum())} prompt(s) of {context_tokens:,} tokens or more (request "
+            f"{int(np.argmax(full)) + 1}: {int(p[full].max()):,} tokens) leave no room for an "
+            "output token: LLM.generate refuses them; shorten them, or pass --on-too-long "
+            "skip to leave them out.")
+    capped = np.where(over, context_tokens - p, o)
+    info = {"mode": "cap", "count": int(over.sum()), "requests": len(w),
+            "context_tokens": int(context_tokens), "longest_tokens": int((p + o).max()),
+            "ids": [int(i) + 1 for i in np.flatnonzero(over)],
+            "id_kind": "request number (1-based, file order of the valid records)",
+            "output_tokens_lost": int((o - capped).sum())}
+    return dataclasses.replace(w, output_tokens=capped.astype(np.asarray(w.output_tokens).dtype)), info
 
 
 def drop_too_long(w: Workload, context_tokens: int) -> tuple[Workload, dict | None]:
@@ -125,8 +157,10 @@ def apply_on_too_long(w: Workload, context_tokens: int, model_name: str,
     if on_too_long not in ON_TOO_LONG:
         from tuner.core.errors import TunerError
 
-        raise TunerError(f"--on-too-long must be fail or skip, got {on_too_long!r}.")
+        raise TunerError(f"--on-too-long must be fail, skip or cap, got {on_too_long!r}.")
     if on_too_long == "fail":
         check_context(w, context_tokens, model_name, limit_name)
         return w, None
+    if on_too_long == "cap":
+        return cap_too_long(w, context_tokens)
     return drop_too_long(w, context_tokens)
