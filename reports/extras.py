@@ -132,45 +132,39 @@ RUN_BATCH_URLS = ("/v1/chat/completions", "/v1/embeddings", "/v1/audio/transcrip
                   "/v1/audio/translations")
 
 
-def run_batch_refused_urls(path: str | Path, max_lines: int = 10_000) -> list[str]:
-    """The request URLs of the first lines of a Batch API JSONL that `vllm run-batch` has no
-    endpoint for (sorted; [] when none, or the file cannot be read)."""
-    bad: set[str] = set()
+def _head_objects(path: str | Path, max_lines: int):
+    """The JSON values of the first `max_lines` non-blank lines of a JSONL file (None for a
+    line that is not JSON); nothing more once the file cannot be read."""
     try:
         with open(path, encoding="utf-8") as fh:
             for i, line in enumerate(fh):
                 if i >= max_lines:
-                    break
-                try:
-                    url = json.loads(line).get("url") if line.strip() else None
-                except (json.JSONDecodeError, AttributeError):
-                    continue
-                if isinstance(url, str) and url not in RUN_BATCH_URLS \
-                        and not url.endswith(("/score", "/rerank")):
-                    bad.add(url)
-    except OSError:
-        return []
-    return sorted(bad)
+                    return
+                if line.strip():
+                    try:
+                        yield json.loads(line)
+                    except json.JSONDecodeError:
+                        yield None
+    except (OSError, UnicodeDecodeError):
+        return
+
+
+def run_batch_refused_urls(path: str | Path, max_lines: int = 10_000) -> list[str]:
+    """The request URLs of the first lines of a Batch API JSONL that `vllm run-batch` has no
+    endpoint for (sorted; [] when none, or the file cannot be read)."""
+    urls = {obj.get("url") for obj in _head_objects(path, max_lines) if isinstance(obj, dict)}
+    return sorted(u for u in urls if isinstance(u, str) and u not in RUN_BATCH_URLS
+                  and not u.endswith(("/score", "/rerank")))
 
 
 def chat_requests(path: str | Path, max_lines: int = 50) -> bool:
     """Whether the first requests of a JSONL job are chat messages (``messages``, top level or
     in a Batch API body); False when the file cannot be read."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            for i, line in enumerate(fh):
-                if i >= max_lines:
-                    break
-                try:
-                    obj = json.loads(line) if line.strip() else None
-                except json.JSONDecodeError:
-                    return False
-                if isinstance(obj, dict):
-                    body = obj.get("body") if isinstance(obj.get("body"), dict) else obj
-                    if "messages" in body:
-                        return True
-    except (OSError, UnicodeDecodeError):
-        return False
+    for obj in _head_objects(path, max_lines):
+        if isinstance(obj, dict):
+            body = obj.get("body") if isinstance(obj.get("body"), dict) else obj
+            if "messages" in body:
+                return True
     return False
 
 

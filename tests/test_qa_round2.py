@@ -105,13 +105,19 @@ def test_estimated_counts_deploy_a_context_with_a_margin():
     assert deploy_max_model_len(w, LLAMA, Rec(None, prefill_first))[0] == longest + 8
 
 
-def test_search_exports_carry_the_margin(tmp_path):
-    out = tmp_path / "out"
+@pytest.fixture(scope="module")
+def a40_vllm_study(tmp_path_factory) -> Path:
+    """The shipped example (chat requests, estimated tokens) on one A40 under vLLM."""
+    out = tmp_path_factory.mktemp("qa2") / "out"
     r = runner.invoke(app, ["search", "-w", str(EXAMPLE), "-m", "llama-3-8b", "--gpus", "A40",
                             "--engines", "vllm", "--max-gpus", "1", "--n-trials", "6",
                             "--out", str(out)])
     assert r.exit_code == 0, r.output
-    text = (out / "cheapest.vllm.yaml").read_text()
+    return out
+
+
+def test_search_exports_carry_the_margin(a40_vllm_study):
+    text = (a40_vllm_study / "cheapest.vllm.yaml").read_text()
     assert yaml.safe_load(text)["max-model-len"] > 4095
     assert "NOTE: max-model-len" in text and "estimated at 4 characters per token" in text
 
@@ -293,18 +299,13 @@ def test_winners_on_an_unmeasured_gpu_are_labelled_estimated():
 
 
 # ---- exports a real engine runs: chat requests, run-batch's endpoints ----------------------------
-def test_chat_requests_on_a_base_checkpoint_serve_its_chat_model(tmp_path):
+def test_chat_requests_on_a_base_checkpoint_serve_its_chat_model(a40_vllm_study, tmp_path):
     from tuner.core.catalog import chat_checkpoint
 
     assert chat_checkpoint(LLAMA) == "meta-llama/Meta-Llama-3-8B-Instruct"
     assert chat_checkpoint(get_model("meta-llama/Meta-Llama-3-8B-Instruct")) is None
     assert chat_checkpoint(get_model("qwen3-8b")) is None  # no other form in the catalog
-    out = tmp_path / "out"
-    r = runner.invoke(app, ["search", "-w", str(EXAMPLE), "-m", "llama-3-8b", "--gpus", "A40",
-                            "--engines", "vllm", "--max-gpus", "1", "--n-trials", "6",
-                            "--out", str(out)])
-    assert r.exit_code == 0, r.output
-    text = (out / "cheapest.vllm.yaml").read_text()
+    text = (a40_vllm_study / "cheapest.vllm.yaml").read_text()
     assert yaml.safe_load(text)["model"] == "meta-llama/Meta-Llama-3-8B-Instruct"
     assert "is a base checkpoint without a chat template" in text
     # token-count requests are not chat: the base checkpoint stays
@@ -415,3 +416,16 @@ def test_json_export_of_an_sglang_plan_over_machines_gives_each_servers_dp():
     doc = json.loads(render_export("json", cfg, LLAMA, GPUS["A40"], max_model_len=4096))
     assert doc["sglang"]["server_args"]["dp-size"] == 8
     assert doc["sglang"]["per_machine_dp_size"] == [2, 2, 2, 2]
+
+
+def test_v0_long_context_model_runs_single_step_when_steps_are_not_given(tmp_path):
+    path = tmp_path / "w.jsonl"
+    path.write_text(json.dumps({"prompt_tokens": 300, "output_tokens": 20}) + "\n")
+    base = ["simulate", "-w", str(path), "-m", "llama-3.1-8b", "-g", "A100-80G",
+            "--engine-version", "0.6.0"]
+    r = runner.invoke(app, base)  # a 128K context: vLLM 0.6.0 turns chunked prefill on
+    assert r.exit_code == 0, r.output
+    assert "single-step, as vLLM 0.6.0 runs chunked prefill" in " ".join(r.output.split())
+    # asked for multi-step with it: refused, as vLLM 0.6.0 refuses it
+    r = runner.invoke(app, [*base, "--num-scheduler-steps", "10"])
+    assert r.exit_code != 0

@@ -367,6 +367,7 @@ def simulate(
     if engine not in ENGINES:
         raise TunerError(f"--engine {engine!r} is not one of {' | '.join(ENGINES)}.")
     sg_settings = sg_defaults = None
+    single_step_note = ""
     if engine == "sglang":
         if disable_log_requests:
             raise TunerError("--disable-log-requests is vLLM's; SGLang logs no requests unless "
@@ -395,6 +396,16 @@ def simulate(
                            disable_radix_cache=disable_radix_cache)
         config, defaults = engine_config(knobs, g, entry_point, engine_version, spec,
                                          max_model_len)
+        rel = defaults.release
+        if (num_scheduler_steps is None and rel.multi_step and not rel.multi_step_chunked
+                and config.chunked_prefill):
+            # tuner prices V0 as multi-step by default (its fitted profile), but this release
+            # runs chunked prefill (on by default above a 32K context) only single-step, as
+            # vLLM itself does by default (--num-scheduler-steps 1)
+            num_scheduler_steps = 1
+            single_step_note = (f"--num-scheduler-steps not given: single-step, as vLLM "
+                                f"{rel.version} runs chunked prefill (scheduler "
+                                f"{config.scheduler}) only so")
     ctx = context_tokens(spec, max_model_len)
     if engine == "vllm" and not config.chunked_prefill and config.chunk_size < ctx:
         # SchedulerConfig.verify_max_model_len (V0's _verify_args alike) refuses to start
@@ -538,6 +549,8 @@ def simulate(
     else:
         out.print(engine_line(defaults, entry_point, num_scheduler_steps, disable_log_requests,
                               res.decode_run_steps, prefix_caching), style="dim", markup=False)
+        if single_step_note:
+            out.print(single_step_note, style="dim", markup=False)
         if summary["defaulted"]:
             out.print(f"not given ({', '.join(summary['defaulted'])}): "
                       f"{defaults.describe(summary['defaulted'])}",
