@@ -407,7 +407,7 @@ def too_long_note(info: dict) -> str:
                 f"{info.get('id_kind', 'request numbers')}: {shown}).")
     return (f"{info['count']} of {info['requests']} requests exceed the model's context of "
             f"{info['context_tokens']:,} tokens (longest {info['longest_tokens']:,} prompt + "
-            "output tokens): reported as failed, as vLLM rejects them, and left out of the "
+            "output tokens): reported as failed, as vLLM's server once refused them, and left out of the "
             f"simulation ({info.get('id_kind', 'request numbers')}: {shown}).")
 
 

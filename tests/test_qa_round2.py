@@ -6,6 +6,7 @@ plan on a sampled search, the study a rerun may replace, and the answer's estima
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -196,7 +197,7 @@ def test_on_too_long_cap_ends_outputs_at_the_context(tmp_path):
     path = tmp_path / "w.jsonl"
     path.write_text(json.dumps({"prompt_tokens": 100, "output_tokens": 10000}) + "\n")
     r = runner.invoke(app, ["simulate", "-w", str(path), "-m", "llama-3-8b", "-g", "A100-80G"])
-    _refused(r, "--on-too-long cap to end their outputs at the limit as LLM.generate does")
+    _refused(r, "--on-too-long cap to end their outputs at the limit as LLM.generate")
     r = runner.invoke(app, ["simulate", "-w", str(path), "-m", "llama-3-8b", "-g", "A100-80G",
                             "--on-too-long", "cap", "--json"])
     assert r.exit_code == 0, r.output
@@ -429,3 +430,79 @@ def test_v0_long_context_model_runs_single_step_when_steps_are_not_given(tmp_pat
     # asked for multi-step with it: refused, as vLLM 0.6.0 refuses it
     r = runner.invoke(app, [*base, "--num-scheduler-steps", "10"])
     assert r.exit_code != 0
+
+
+# ---- SGLang's DP attention as SGLang runs it -------------------------------------------------------
+def test_dp_attention_exports_the_whole_servers_budget():
+    from tuner.exports.formats import render_export
+    from tuner.exports.sglang import from_sglang_command, to_sglang_command
+
+    cfg = ServingConfig(gpu="H100", engine="sglang", tp=2, dp=8, chunk_size=8192,
+                        max_running=256)
+    opts = dict(sglang_server_args(cfg, MOE, GPUS["H100"], max_model_len=4096)[0])
+    # ServerArgs divides the chunk by dp and scales conservativeness by 0.3; each worker runs
+    # max_running_requests // dp: the export gives what makes each rank the plan's
+    assert (opts["tp-size"], opts["chunked-prefill-size"], opts["max-running-requests"]) \
+        == (16, 65536, 2048)
+    assert opts["schedule-conservativeness"] * 0.3 == pytest.approx(1.0, abs=1e-4)
+    assert from_sglang_command(to_sglang_command(cfg, MOE, GPUS["H100"],
+                                                 max_model_len=4096)) == cfg
+    # over two machines the offline job is one engine: NODE_RANK / DIST_INIT_ADDR on each
+    script = render_export("sglang-offline", cfg, MOE, GPUS["H100"], max_model_len=4096)
+    assert "ENGINE_NODES = 2" in script and "NODE_RANK=K DIST_INIT_ADDR=HEAD_IP:5000" in script
+    one = render_export("sglang-offline", ServingConfig(gpu="H100", engine="sglang", dp=4), MOE,
+                        GPUS["H100"], max_model_len=4096)
+    assert "ENGINE_NODES = 1" in one
+
+
+def test_sglang_moe_at_dp_needs_a_family_with_dp_attention():
+    from tests.sim import simulate_default
+    from tuner.sim.simulator import InfeasibleConfig
+
+    w = Workload(np.full(16, 500), np.full(16, 50))
+    mixtral = get_model("mixtral-8x7b")
+    with pytest.raises(InfeasibleConfig, match="only as independent servers"):
+        simulate_default(w, mixtral, GPUS["H100"],
+                         ServingConfig(gpu="H100", engine="sglang", tp=2, dp=2))
+    simulate_default(w, mixtral, GPUS["H100"], ServingConfig(gpu="H100", tp=2, dp=2))  # vLLM
+    simulate_default(w, MOE, GPUS["H100"], ServingConfig(gpu="H100", engine="sglang", dp=2))
+
+
+# ---- the separate-engine exports of a one-engine plan ------------------------------------------
+def test_separate_engine_exports_give_no_one_engine_launch_lines(tmp_path):
+    from tuner.exports.formats import render_export
+
+    cfg = ServingConfig(gpu="H100", tp=2, dp=8)  # 16 GPUs: two machines
+    text = render_export("run-batch", cfg, MOE, GPUS["H100"], max_model_len=4096,
+                         input_path=str(tmp_path / "in.jsonl"),
+                         output_path=str(tmp_path / "out.jsonl"))
+    assert "--headless" not in text and "NOTE: dp=8 of a mixture-of-experts model" in text
+    assert "--headless" in render_export("vllm", cfg, MOE, GPUS["H100"], max_model_len=4096)
+
+
+# ---- a mixture-of-experts plan's sample is one replica of the whole plan ----------------------
+def test_moe_sample_screening_simulates_a_replica_of_the_whole_plan():
+    from tuner.search.evaluator import Evaluator
+    from tuner.search.space import load_space
+
+    rng = np.random.default_rng(0)
+    w = Workload(rng.integers(50, 2000, 4000), rng.integers(10, 400, 4000))
+    space = load_space(None)
+    ev = Evaluator(w, MOE, {"H100": GPUS["H100"]}, space, sample_fraction=0.25)
+    cfg = ServingConfig(gpu="H100", tp=1, dp=4)
+    s, sample, scale = ev._one_replica(GPUS["H100"], cfg)
+    full = ev._simulate(w, GPUS["H100"], cfg)
+    # the one-replica estimate of the whole plan's schedule: within a few percent (a dp-1
+    # replica would hold every expert and gather no other rank's tokens)
+    assert s.schedule_s * scale == pytest.approx(full.schedule_s, rel=0.08)
+    alone = ev._simulate(sample, GPUS["H100"], dataclasses.replace(cfg, dp=1))
+    assert abs(alone.schedule_s * scale / full.schedule_s - 1) > \
+        abs(s.schedule_s * scale / full.schedule_s - 1)
+
+
+def test_small_fixes_2(tmp_path):
+    from tuner.core.workload import apply_on_too_long
+
+    w = Workload(np.array([8192, 8191, 8000, 9000, 100]), np.array([5, 5, 500, 5, 5]))
+    with pytest.raises(TunerError, match=r"\(request 1: 8,192 tokens\)"):
+        apply_on_too_long(w, 8192, "llama-3-8b", "cap")

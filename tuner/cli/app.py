@@ -134,9 +134,10 @@ EntryPointOpt = Annotated[str, typer.Option("--entry-point", help="llm | serve |
                           f"{ENTRY_POINT_HELP}")]
 OnTooLongOpt = Annotated[str, typer.Option("--on-too-long", help="Requests longer than the "
                          "model's context (prompt + output): fail (default: stop before "
-                         "simulating, naming them), skip (as vLLM's server does: they are "
-                         "reported as failed, with their ids, and left out of the simulation) "
-                         "or cap (as LLM.generate does: their outputs end at the context).")]
+                         "simulating, naming them), skip (they are reported as failed, with their "
+                         "ids, and left out, as vLLM's OpenAI server refused them before it "
+                         "capped them) or cap (their outputs end at the context, as "
+                         "LLM.generate and vLLM's current server do).")]
 PROFILE_MODE_HELP = ("Where kernel times come from: auto | measured | transfer | roofline "
                      "(roofline: the spec sheet even where kernel tables exist).")
 ProfileModeOpt = Annotated[str, typer.Option("--profile-mode", help=PROFILE_MODE_HELP)]

@@ -141,6 +141,14 @@ def export_cmd(
                        "requests longer than that.", err=True)
     if max_model_len is None or max_model_len < 1:
         raise TunerError("--max-model-len must be >= 1.")
+    c = rec.config
+    if c.engine == "vllm" and not c.chunked_prefill and c.chunk_size < max_model_len:
+        # SchedulerConfig.verify_max_model_len (V0's _verify_args alike): vLLM would not start
+        raise TunerError(
+            f"--max-model-len {max_model_len}: trial #{rec.number} runs without chunked prefill "
+            f"(scheduler {c.scheduler}) with max_num_batched_tokens {c.chunk_size}, and vLLM "
+            "refuses to start with a token budget below max_model_len; pass --max-model-len "
+            f"{c.chunk_size} or less.")
     label = goal if rank == 1 else f"rank {rank} {goal}"
     extra = {"trial": rec.number, "goal": goal, "rank": rank, "study": st.study_name,
              "provenance": rec.provenance}

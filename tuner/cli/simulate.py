@@ -580,7 +580,7 @@ def simulate(
     elif too_long:
         limit = f"{spec.name}'s context" if max_model_len is None else "--max-model-len"
         out.print(f"{too_long['count']} request(s) longer than {limit} of "
-                  f"{too_long['context_tokens']:,} tokens failed (as vLLM rejects them) and are "
+                  f"{too_long['context_tokens']:,} tokens failed (as vLLM's server once refused them) and are "
                   f"left out: request(s) {_ids(too_long['ids'])}", markup=False)
 
 

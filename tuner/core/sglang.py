@@ -277,3 +277,15 @@ def plan_memory_sglang(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
         kv_capacity_tokens=tokens,
         max_concurrent_requests=tokens / mean_request_tokens if mean_request_tokens > 0 else 0.0,
         host_kv_bytes_per_token=0.0, fits=fits, reason=reason)
+
+
+def dp_attention_supported(model) -> bool:
+    """Whether SGLang runs DP attention for `model` (a tuner.core.catalog.ModelSpec): attention
+    per data-parallel rank with its experts split over every rank, the way tuner sizes and
+    prices a mixture-of-experts plan at dp > 1. SGLang's models size their attention by the
+    attention-TP group only in the families that implement it: DeepSeek's MLA models and the
+    Qwen MoE models (sglang/srt/models/qwen3_moe.py: get_attention_tp_size()); others (e.g.
+    Mixtral) split attention over all tp x dp GPUs, so such a plan is not what tuner priced."""
+    names = f"{getattr(model, 'name', '')} {getattr(model, 'hf_id', '')}".lower()
+    return bool(getattr(model, "is_moe", False)) and (
+        getattr(model, "kv_lora_rank", 0) > 0 or "qwen" in names)

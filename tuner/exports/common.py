@@ -117,8 +117,10 @@ class Deployment:
         SGLang's DP attention); otherwise every DP replica is an engine of its own."""
         return self.model.is_moe and self.config.dp > 1
 
-    def machines_line(self, engine: str = "vllm") -> str:
-        """'# Needs 4 x H100 machine (8 GPUs each): 8 replicas of TP 1 per machine (32 GPUs).'"""
+    def machines_line(self, engine: str = "vllm", separate: bool = False) -> str:
+        """'# Needs 4 x H100 machine (8 GPUs each): 8 replicas of TP 1 per machine (32 GPUs).'
+        `separate`: for an export that runs every replica as an engine of its own (run-batch,
+        Ray Data): no one-engine launch lines."""
         m = self.machines
         line = f"# Needs {m.describe()} ({m.gpus_used} GPUs in use)."
         if m.machines_per_replica > 1 and engine == "sglang":
@@ -128,11 +130,11 @@ class Deployment:
                      f"{m.machines_per_replica} --node-rank K (K = 0 .. "
                      f"{m.machines_per_replica - 1}) --dist-init-addr HEAD_IP:5000 (machine 0's "
                      "address), one such group per replica.")
-        elif self.one_engine and m.count > 1 and engine == "sglang":
+        elif self.one_engine and m.count > 1 and engine == "sglang" and not separate:
             line += (f"\n# The one engine spans the {m.count} machines: start the same command "
                      f"on each with --nnodes {m.count} --node-rank K (K = 0 .. {m.count - 1}) "
                      "--dist-init-addr HEAD_IP:5000 (machine 0's address).")
-        elif self.one_engine and m.count > 1:  # vLLM's multi-node data parallel
+        elif self.one_engine and m.count > 1 and not separate:  # vLLM's multi-node DP
             local = m.replicas_per_machine
             line += (f"\n# The one engine spans the {m.count} machines ({local} data-parallel "
                      f"rank(s) each): on machine 0 add --data-parallel-size-local {local} "

@@ -235,7 +235,7 @@ def to_ray_data_script(dep: common.Deployment, opts: common.RenderOptions) -> st
     title = ["#!/usr/bin/env python3",
              f"# Ray Data LLM batch job written by tuner: {c.dp} vLLM replica(s) x {c.tp} "
              f"{c.gpu} GPU(s) each.",
-             dep.machines_line().replace("# Needs ", "# Needs a Ray cluster of "),
+             dep.machines_line(separate=True).replace("# Needs ", "# Needs a Ray cluster of "),
              "# Needs: pip install 'ray[data,llm]' vllm.   Run: python THIS_FILE [INPUT.jsonl "
              "[OUTPUT_DIR [MERGED.jsonl]]]",
              "# Resumable: results are written block by block as they complete; after an "

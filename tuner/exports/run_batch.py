@@ -74,7 +74,7 @@ def to_run_batch_script(dep: common.Deployment, opts: common.RenderOptions) -> s
         "#!/usr/bin/env bash",
         f"# Data-parallel, resumable batch job written by tuner: {c.dp} replica(s) x {c.tp} "
         f"{c.gpu} GPU(s) each ({c.num_gpus} GPUs), each a vLLM engine (vllm serve).",
-        dep.machines_line(),
+        dep.machines_line(separate=True),
         "# Input: OpenAI Batch API JSONL (custom_id, method, url, body), one request a line, "
         "each custom_id once.",
         ("# One machine:  bash THIS_FILE   (every replica at once, outputs merged)"

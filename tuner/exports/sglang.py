@@ -25,6 +25,7 @@ from typing import Any
 
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import SGLANG_SCHEDULE_POLICY, ServingConfig, check_model_config
+from tuner.core.sglang import DEFAULT_CONSERVATIVENESS
 from tuner.exports import common
 
 _SGLANG_ORDERING = {v: k for k, v in SGLANG_SCHEDULE_POLICY.items()}
@@ -34,8 +35,13 @@ SGLANG_KNOWN_OPTIONS = frozenset({
     "model-path", "tp-size", "pp-size", "dp-size", "chunked-prefill-size", "max-prefill-tokens",
     "enable-mixed-chunk", "max-running-requests", "mem-fraction-static", "page-size",
     "context-length", "kv-cache-dtype", "quantization", "cpu-offload-gb", "schedule-policy",
-    "ep-size", "enable-dp-attention",
+    "ep-size", "enable-dp-attention", "schedule-conservativeness",
 })
+#: what SGLang's DP attention does to the server's arguments (ServerArgs._handle_data_parallelism:
+#: chunked_prefill_size //= dp_size, schedule_conservativeness *= 0.3; the pool configurator:
+#: max_running_requests // dp_size per worker): the export gives the whole server's figures so
+#: each rank runs the plan's
+DP_ATTENTION_CONSERVATIVENESS = 0.3
 _SGLANG_ALIASES = {"tp": "tp-size", "tensor-parallel-size": "tp-size",
                    "pp": "pp-size", "pipeline-parallel-size": "pp-size",
                    "dp": "dp-size", "data-parallel-size": "dp-size", "model": "model-path"}
@@ -44,7 +50,7 @@ _OPTION_ORDER = ("model-path", "tp-size", "pp-size", "dp-size", "enable-dp-atten
                  "chunked-prefill-size", "max-prefill-tokens",
                  "enable-mixed-chunk", "max-running-requests", "mem-fraction-static", "page-size",
                  "context-length", "kv-cache-dtype", "quantization", "cpu-offload-gb",
-                 "schedule-policy")
+                 "schedule-policy", "schedule-conservativeness")
 
 
 # ---- notes: what SGLang cannot be told, in the order the command lists them -------------------
@@ -130,6 +136,12 @@ def sglang_server_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max
         opts["chunked-prefill-size"] = -1
     if config.chunked_prefill or config.chunk_size >= max_model_len:
         opts["max-prefill-tokens"] = config.chunk_size
+    if dep.one_engine:  # DP attention divides these by dp (DP_ATTENTION_CONSERVATIVENESS)
+        if opts.get("chunked-prefill-size", 0) > 0:
+            opts["chunked-prefill-size"] *= config.dp
+        opts["max-running-requests"] = config.max_running * config.dp
+        opts["schedule-conservativeness"] = round(
+            DEFAULT_CONSERVATIVENESS / DP_ATTENTION_CONSERVATIVENESS, 4)
     if "quantization" in opts and not gpu.fp8_tflops:  # FP8 weights need FP8 tensor cores
         del opts["quantization"]
     if "cpu-offload-gb" in opts:  # per GPU, an int in SGLang's parser
@@ -219,11 +231,13 @@ def from_sglang_command(text: str, *, gpu: str | None = None) -> ServingConfig:
         opts.pop("dp-size", None)  # one machine's replicas: the plan's DP is the line's
     base, had_line = common.parsed_fields(text, opts, "sglang")
     chunk = opts.get("chunked-prefill-size")
-    if isinstance(chunk, int) and chunk > 0:
-        base["chunk_size"] = chunk
     dp = opts.get("dp-size")
-    if opts.get("enable-dp-attention") and isinstance(dp, int) and dp > 1 \
-            and isinstance(opts.get("tp-size"), int):
+    dp_attention = bool(opts.get("enable-dp-attention")) and isinstance(dp, int) and dp > 1
+    if isinstance(chunk, int) and chunk > 0:
+        base["chunk_size"] = chunk // dp if dp_attention else chunk  # per rank
+    if dp_attention and isinstance(opts.get("max-running-requests"), int):
+        base["max_running"] = opts["max-running-requests"] // dp
+    if dp_attention and isinstance(opts.get("tp-size"), int):
         base["tp"] = opts["tp-size"] // dp  # DP attention: --tp-size counts every GPU
     ep = opts.get("ep-size")
     if isinstance(ep, int):

@@ -38,6 +38,9 @@ ENGINE_KWARGS = {engine_kwargs}
 # The plan's DP replicas each machine runs (one list per machine): with several machines each
 # runs MACHINE=K on its share of the job, split by tokens as the prediction splits it.
 REPLICAS_BY_MACHINE = {replicas_by_machine!r}
+# Machines the one engine spans (SGLang's multi-node launch): with more than one, run
+# NODE_RANK=K DIST_INIT_ADDR=HEAD_IP:5000 on each machine K; machine 0 runs the job.
+ENGINE_NODES = {engine_nodes!r}
 
 
 def request_key(line):
@@ -141,8 +144,20 @@ def main():
     import sglang as sgl
     from transformers import AutoTokenizer
 
+    kwargs = dict(ENGINE_KWARGS)
+    if ENGINE_NODES > 1:
+        try:
+            rank, addr = int(os.environ["NODE_RANK"]), os.environ["DIST_INIT_ADDR"]
+        except (KeyError, ValueError):
+            sys.exit(f"this engine spans {{ENGINE_NODES}} machines: run NODE_RANK=K "
+                     f"DIST_INIT_ADDR=HEAD_IP:5000 python {{sys.argv[0]}} on machine K "
+                     f"(K = 0 .. {{ENGINE_NODES - 1}}; HEAD_IP: machine 0's address)")
+        kwargs.update(nnodes=ENGINE_NODES, node_rank=rank, dist_init_addr=addr)
+        if rank > 0:  # a worker machine: its ranks serve machine 0's engine until it ends
+            sgl.Engine(**kwargs)
+            return
     requests = read_requests(INPUT)
-    output, kwargs, machines = OUTPUT, dict(ENGINE_KWARGS), len(REPLICAS_BY_MACHINE)
+    output, machines = OUTPUT, len(REPLICAS_BY_MACHINE)
     if machines > 1:
         if os.environ.get("MERGE"):
             return merge(requests)
@@ -198,7 +213,14 @@ def to_sglang_offline_script(dep: common.Deployment, opts: common.RenderOptions)
     kwargs, notes = engine_kwargs(dep)
     shares = machine_shares(dep) or [list(range(c.dp))]
     run = "python THIS_FILE [INPUT.jsonl [OUTPUT.jsonl]]"
-    if len(shares) > 1:
+    m = dep.machines
+    nodes = m.count if dep.one_engine else m.machines_per_replica if c.dp == 1 else 1
+    if nodes > 1:
+        what = f"one sglang.Engine over {nodes} machines ({c.num_gpus} x {c.gpu})"
+        how = [f"# On machine K (K = 0 .. {nodes - 1}):  NODE_RANK=K DIST_INIT_ADDR=HEAD_IP:5000 "
+               f"{run}   (HEAD_IP: machine 0's address; machine 0 runs the job and writes "
+               "the output)."]
+    elif len(shares) > 1:
         what = (f"one sglang.Engine per machine on {len(shares)} machines (TP {c.tp}, "
                 f"{len(shares[0])} replica(s) each; {c.num_gpus} x {c.gpu} in all)")
         how = [f"# On machine K (K = 0 .. {len(shares) - 1}):  MACHINE=K {run}   (its share of "
@@ -218,7 +240,8 @@ def to_sglang_offline_script(dep: common.Deployment, opts: common.RenderOptions)
     head = common.export_head(title, opts.header, notes, c)
     kwargs_text = "{\n" + "".join(f"    {k!r}: {v!r},\n" for k, v in kwargs.items()) + "}"
     body = _SCRIPT.format(input_path=opts.input_path, output_path=opts.output_path,
-                          engine_kwargs=kwargs_text, replicas_by_machine=shares)
+                          engine_kwargs=kwargs_text, replicas_by_machine=shares,
+                          engine_nodes=nodes)
     text = "\n".join(head) + "\n" + body
     try:
         compile(text, "sglang_offline_job.py", "exec")

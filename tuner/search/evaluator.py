@@ -296,13 +296,25 @@ class Evaluator:
         return est_s, job_cost_usd(est_s, gpu.price_usd_per_h, config.tp, config.dp,
                                    gpu.billing, config.pp)
 
-    def _simulate(self, w: Workload, gpu: GPU, config: ServingConfig):
+    def _simulate(self, w: Workload, gpu: GPU, config: ServingConfig,
+                  replicas: int | None = None):
         t0 = time.perf_counter()
         try:
             return simulate(w, self.model, gpu, config, self.cost_model_for(gpu, config),
-                            **self.sim_options)
+                            replicas=replicas, **self.sim_options)
         finally:
             self.sim_s += time.perf_counter() - t0
+
+    def _one_replica(self, gpu: GPU, config: ServingConfig, size: int | None = None):
+        """(the simulation of one replica on its sample, the sample, its scale). A dense
+        replica runs alone (dp 1); a mixture-of-experts one is not alone (its experts are split
+        over every rank and each MoE layer gathers every rank's tokens: predictors.moe), so
+        replica 0 of the whole plan is simulated on dp samples' worth of requests."""
+        sample, scale = self.replica_sample(config.dp, size)
+        if not (self.model.is_moe and config.dp > 1):
+            return self._simulate(sample, gpu, dataclasses.replace(config, dp=1)), sample, scale
+        wide = self._sample_of(min(len(self.workload), len(sample) * config.dp))
+        return self._simulate(wide, gpu, config, replicas=1), sample, scale
 
     def evaluate(self, params: dict, number: int, *,
                  level: str | None = None) -> tuple[tuple, dict]:
@@ -317,8 +329,7 @@ class Evaluator:
         target = "rung" if level == "rung" and self.use_rung else "full"
         try:
             if self.sampled and level is None:
-                sample, scale = self.replica_sample(config.dp)
-                s = self._simulate(sample, gpu, dataclasses.replace(config, dp=1))
+                s, sample, scale = self._one_replica(gpu, config)
                 k, eps = self.known.calibration()
                 est = self.estimate(config, s.schedule_s, scale, s.startup_s, k)
                 why = self._promotion(front_key(params), est, eps, number)
@@ -336,8 +347,7 @@ class Evaluator:
                 fid["level"] = "full"
                 target = "rung" if self.use_rung else "full"
             if target == "rung":
-                rung, scale_r = self.replica_sample(config.dp, self.n_rung)
-                r = self._simulate(rung, gpu, dataclasses.replace(config, dp=1))
+                r, rung, scale_r = self._one_replica(gpu, config, self.n_rung)
                 _, eps = self.known.calibration()
                 k_r, _ = self.known.rung_calibration(eps)
                 est = self.estimate(config, r.schedule_s, scale_r, r.startup_s, k_r)

@@ -23,7 +23,7 @@ from tuner.core.memory import MemoryPlan, plan_memory
 from tuner.core.pricing import Machines, Rental, job_cost_usd, place, rent, usd_per_million_tokens
 from tuner.core.provenance import Provenance
 from tuner.core.schedulers import SCHEDULER_PRESETS
-from tuner.core.sglang import SGLangSettings, plan_memory_sglang
+from tuner.core.sglang import SGLangSettings, dp_attention_supported, plan_memory_sglang
 from tuner.core.startup import resolve_startup
 from tuner.core.workload import Workload
 from tuner.predictors.protocol import CostModel
@@ -268,6 +268,12 @@ def check_feasible(workload: Workload, model: ModelSpec, gpu: GPU,
             f"expert parallelism over {config.num_gpus} GPUs spans {machines.count} machines; "
             "tuner models expert parallelism inside one machine only (fewer replicas, or no "
             "expert parallelism: each replica then holds every expert)")
+    if engine == "sglang" and model.is_moe and config.dp > 1 and not dp_attention_supported(model):
+        raise InfeasibleConfig(
+            f"SGLang runs {model.name} at dp {config.dp} only as independent servers, each "
+            "with every expert (its DP attention, which splits the experts over all ranks as "
+            "tuner prices a mixture-of-experts plan at dp > 1, is for the DeepSeek and Qwen MoE "
+            "families): run it under vLLM, or at dp 1")
     version = {} if engine == "sglang" else {"engine_version": engine_version}
     plan = (plan_memory_sglang if engine == "sglang" else plan_memory)(
         model, gpu, config, mean_request_tokens=float(total.mean()),

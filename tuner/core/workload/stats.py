@@ -87,8 +87,8 @@ def check_context(w: Workload, context_tokens: int, model_name: str,
             f"{int(over.sum())} of {len(w)} requests exceed {limit} of "
             f"{context_tokens:,} tokens (longest: {int(total.max()):,} prompt + output tokens, "
             f"request {int(np.argmax(total)) + 1}); shorten or drop them, or pass "
-            "--on-too-long skip to leave them out as vLLM's server fails them, or "
-            "--on-too-long cap to end their outputs at the limit as LLM.generate does.")
+            "--on-too-long skip to leave them out as failed, or --on-too-long cap to "
+            "end their outputs at the limit as LLM.generate and vLLM's current server do.")
 
 
 ON_TOO_LONG = ("fail", "skip", "cap")
@@ -111,9 +111,10 @@ def cap_too_long(w: Workload, context_tokens: int) -> tuple[Workload, dict | Non
 
     full = p >= context_tokens
     if full.any():
+        first = int(np.argmax(full))
         raise TunerError(
             f"{int(full.sum())} prompt(s) of {context_tokens:,} tokens or more (request "
-            f"{int(np.argmax(full)) + 1}: {int(p[full].max()):,} tokens) leave no room for an "
+            f"{first + 1}: {int(p[first]):,} tokens) leave no room for an "
             "output token: LLM.generate refuses them; shorten them, or pass --on-too-long "
             "skip to leave them out.")
     capped = np.where(over, context_tokens - p, o)
