@@ -224,11 +224,17 @@ def searched(request, tmp_path_factory):
     return out, checkpoint, base
 
 
+def served(checkpoint: str) -> str:
+    """What the exports load: the named checkpoint, except the catalog's base checkpoint, which
+    has no chat template, for the chat requests of WORKLOAD: its chat model (same shapes)."""
+    return INSTRUCT if checkpoint == BASE else checkpoint
+
+
 def test_search_outputs_load_the_named_checkpoint(searched):
     out, checkpoint, base = searched
     for goal in ("fastest", "cheapest"):
         assert exported_models(out, goal) == dict.fromkeys(
-            ["vllm.yaml", "json", "run-batch.sh", "ray-data.py"], checkpoint)
+            ["vllm.yaml", "json", "run-batch.sh", "ray-data.py"], served(checkpoint))
     report = html.unescape((out / "report.html").read_text())
     assert re.search(r"<dt>model</dt><dd>[^<]*" + re.escape(checkpoint), report)
     if base is not None:
@@ -239,18 +245,19 @@ def test_search_outputs_load_the_named_checkpoint(searched):
 
 def test_stored_study_re_exports_the_named_checkpoint(searched, tmp_path):
     out, checkpoint, base = searched
-    assert option(export(out, "sglang"), "--model-path") == checkpoint
+    assert option(export(out, "sglang"), "--model-path") == served(checkpoint)
     assert setup_from_study(load_study(None, out_dir=out)).model.load_id == checkpoint
-    assert option(export(out, "vllm-run-batch"), "--model") == checkpoint
-    assert yaml.safe_load(export(out, "vllm", "--goal", "cheapest"))["model"] == checkpoint
+    assert option(export(out, "vllm-run-batch"), "--model") == served(checkpoint)
+    assert yaml.safe_load(export(out, "vllm", "--goal", "cheapest"))["model"] \
+        == served(checkpoint)
     doc = json.loads(export(out, "json"))
     assert doc["model"]["checkpoint"] == doc["vllm"]["engine_args"]["model"] \
-        == doc["sglang"]["server_args"]["model-path"] == checkpoint
+        == doc["sglang"]["server_args"]["model-path"] == served(checkpoint)
     # --gpu-file rebuilds the GPUs from the catalogs; the model still comes from the study
     gpu_file = tmp_path / "gpus.yaml"
     gpu_file.write_text("A40:\n  price_usd_per_h: 0.5\n")
     assert yaml.safe_load(export(out, "vllm", "--gpu-file", str(gpu_file)))["model"] \
-        == checkpoint
+        == served(checkpoint)
     r = runner.invoke(app, ["report", "--out", str(out), "-o", str(tmp_path / "r.html")])
     assert r.exit_code == 0, r.output
     report = html.unescape((tmp_path / "r.html").read_text())

@@ -144,8 +144,13 @@ def test_multi_step_with_chunked_prefill_needs_0_6_2():
                           (dataclasses.replace(cfg, scheduler="vllm-v0", chunk_size=2048),
                            "0.6.0", None))]
     assert all(r.makespan_s > 0 for r in ok)
-    # the CLI: one line naming the ways out
-    r = CliRunner().invoke(app, ["simulate", "-w", "examples/arxiv.jsonl", "-m", "llama-3.1-8b",
-                                 "-g", "A100-80G", "--engine-version", "0.6.0", "--json"])
+    # the CLI: without --num-scheduler-steps it runs single-step, as vLLM 0.6.0 runs chunked
+    # prefill; asked for multi-step, one line naming the ways out
+    args = ["simulate", "-w", "examples/arxiv.jsonl", "-m", "llama-3.1-8b", "-g", "A100-80G",
+            "--engine-version", "0.6.0", "--json"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["engine"]["num_scheduler_steps"] == 1
+    r = CliRunner().invoke(app, [*args, "--num-scheduler-steps", "10"])
     assert r.exit_code != 0
     assert "--max-model-len" in str(r.exception) or "--max-model-len" in r.output
