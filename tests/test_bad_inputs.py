@@ -132,6 +132,18 @@ def with_study(ctx: Ctx) -> None:
     shutil.copytree(ctx.study_dir(), ctx.tmp / "out")
 
 
+def with_vllm_config(ctx: Ctx) -> None:
+    """cfg.vllm.yaml: a vLLM plan's exported engine config (whatever engine the study's
+    winners run), and w.jsonl."""
+    from tuner.core.catalog import get_model, load_gpus
+    from tuner.core.config import ServingConfig
+    from tuner.exports.vllm import to_vllm_yaml
+
+    (ctx.tmp / "cfg.vllm.yaml").write_text(to_vllm_yaml(
+        ServingConfig(gpu="A10"), get_model("llama-3-8b"), load_gpus()["A10"],
+        max_model_len=4096))
+
+
 def searched_then_changed(ctx: Ctx) -> None:
     """out/: a search of this folder's w.jsonl, after which w.jsonl grew one request."""
     assert main_in_process(shlex.split(SEARCH), ctx.tmp) == 0
@@ -424,7 +436,7 @@ ROWS = [
         ("needs vLLM", ".[validate]"),
         marks=(pytest.mark.skipif(HAS_VLLM, reason="vLLM is available"),)),
     Row("validate-config-without-vllm",
-        "validate --config out/fastest.vllm.yaml -w w.jsonl -m llama-3-8b", with_study,
+        "validate --config cfg.vllm.yaml -w w.jsonl -m llama-3-8b", with_vllm_config,
         "needs vLLM", marks=(pytest.mark.skipif(HAS_VLLM, reason="vLLM is available"),)),
     Row("validate-runner-unknown", "validate --out out --runner bogus", with_study,
         "--runner 'bogus'"),
