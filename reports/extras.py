@@ -112,8 +112,6 @@ def deploy_max_model_len(workload: Workload, model: ModelSpec,
                  "tokenizer.json, or pass --max-model-len.")
 
 
-
-
 def winner_header(label: str, record: TrialRecord, requests: int | None,
                   study: str | None = None, *, cite_trial: bool = True) -> str:
     """The summary line an export starts with: which trial (``cite_trial``), what it predicts,
@@ -216,13 +214,15 @@ def export_text(fmt: str, record: TrialRecord, model: ModelSpec, gpus: dict[str,
         raise TunerError(f"GPU {config.gpu!r} of trial #{record.number} is not in the GPU "
                          "catalog; pass the --gpu-file the search used.")
     chat = chat_checkpoint(model)
+    if chat and not (workload_path and workload_path != STDIN_NAME
+                     and chat_requests(workload_path)):
+        chat = None  # no chat requests: the base checkpoint serves them
     quantized = quantized_model if quantized_model and config.weight_bits < 16 else None
-    if chat and workload_path and workload_path != STDIN_NAME and chat_requests(workload_path) \
-            and quantized:  # the user's checkpoint is served: say what it needs
+    if chat and quantized:  # the user's checkpoint is served: say what it needs
         header += (f"\nNOTE: the requests are chat messages: {quantized} must carry a chat "
                    f"template (a quantization of the base {model.load_id} has none; quantize "
                    f"its chat model, {chat}).")
-    elif chat and workload_path and workload_path != STDIN_NAME and chat_requests(workload_path):
+    elif chat:
         # a base checkpoint has no chat template: vLLM (transformers >= 4.44) and SGLang answer
         # every chat request with an error; its chat form has the same shapes and cost
         header += (f"\nNOTE: the requests are chat messages and {model.load_id} is a base "

@@ -102,6 +102,7 @@ def export_cmd(
     a vllm serve YAML or an SGLang launch command; --format picks another)
     """
     from tuner.core.catalog import check_checkpoint_ref
+    from tuner.core.config import prefill_budget_refusal
     from tuner.core.engines import priced_scheduler_steps
     from tuner.reports.extras import (
         deploy_max_model_len,
@@ -141,14 +142,10 @@ def export_cmd(
                        "requests longer than that.", err=True)
     if max_model_len is None or max_model_len < 1:
         raise TunerError("--max-model-len must be >= 1.")
-    c = rec.config
-    if c.engine == "vllm" and not c.chunked_prefill and c.chunk_size < max_model_len:
-        # SchedulerConfig.verify_max_model_len (V0's _verify_args alike): vLLM would not start
-        raise TunerError(
-            f"--max-model-len {max_model_len}: trial #{rec.number} runs without chunked prefill "
-            f"(scheduler {c.scheduler}) with max_num_batched_tokens {c.chunk_size}, and vLLM "
-            "refuses to start with a token budget below max_model_len; pass --max-model-len "
-            f"{c.chunk_size} or less.")
+    refusal = prefill_budget_refusal(rec.config, max_model_len)
+    if refusal:
+        raise TunerError(f"--max-model-len {max_model_len}, trial #{rec.number}: {refusal}; "
+                         f"pass --max-model-len {rec.config.chunk_size} or less.")
     label = goal if rank == 1 else f"rank {rank} {goal}"
     extra = {"trial": rec.number, "goal": goal, "rank": rank, "study": st.study_name,
              "provenance": rec.provenance}

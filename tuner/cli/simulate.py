@@ -46,7 +46,7 @@ from tuner.cli.app import (
     read_workload,
     spot_rates_for,
 )
-from tuner.core.config import DEFAULTS, ENGINES, KNOBS, Knob, ServingConfig
+from tuner.core.config import DEFAULTS, ENGINES, KNOBS, Knob, ServingConfig, prefill_budget_refusal
 from tuner.core.errors import TunerError
 from tuner.core.sglang import (
     DEFAULT_CONSERVATIVENESS,
@@ -407,13 +407,10 @@ def simulate(
                                 f"{rel.version} runs chunked prefill (scheduler "
                                 f"{config.scheduler}) only so")
     ctx = context_tokens(spec, max_model_len)
-    if engine == "vllm" and not config.chunked_prefill and config.chunk_size < ctx:
-        # SchedulerConfig.verify_max_model_len (V0's _verify_args alike) refuses to start
-        raise TunerError(
-            f"vLLM refuses to start: max_num_batched_tokens ({config.chunk_size}) is smaller "
-            f"than max_model_len ({ctx}) without chunked prefill (scheduler "
-            f"{config.scheduler}); raise --max-num-batched-tokens to {ctx} or pass "
-            f"--max-model-len {config.chunk_size} or less.")
+    refusal = prefill_budget_refusal(config, ctx)
+    if refusal:
+        raise TunerError(f"{refusal}; raise --max-num-batched-tokens to {ctx} or pass "
+                         f"--max-model-len {config.chunk_size} or less.")
     w = read_workload(workload, spec, skip_invalid, output_dist)
     if ignore_arrivals:
         w = w.offline()
@@ -423,13 +420,12 @@ def simulate(
     cm = cost_model_for(spec, profile, profile_mode, engine_version, entry_point=entry_point,
                         num_scheduler_steps=num_scheduler_steps, engine=engine,
                         log_requests=False if disable_log_requests else None)(g, config)
-    made = None
+    made = None  # the outermost folder --timeline creates (removed if the plan cannot run)
     if timeline is not None:  # a bad --timeline fails before the simulation, not after it
         from tuner.core.errors import ensure_writable_dir
 
-        made = next((p for p in reversed(timeline.parent.absolute().parents)
-                     if not p.exists()), None) or (
-            None if timeline.parent.exists() else timeline.parent.absolute())
+        parent = timeline.parent.absolute()
+        made = next((p for p in [*reversed(parent.parents), parent] if not p.exists()), None)
         ensure_writable_dir(timeline.parent, "the timeline")
     try:
         res = run_sim(w, spec, g, config, cm, timeline=timeline is not None, exact=exact,

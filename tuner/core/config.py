@@ -255,6 +255,17 @@ class ServingConfig:
         return cls(**d)
 
 
+def prefill_budget_refusal(config: ServingConfig, max_model_len: int) -> str | None:
+    """Why vLLM refuses to start `config` at `max_model_len`, or None: without chunked prefill
+    its token budget must hold max_model_len (SchedulerConfig.verify_max_model_len; V0's
+    _verify_args alike)."""
+    if config.engine != "vllm" or config.chunked_prefill or config.chunk_size >= max_model_len:
+        return None
+    return (f"vLLM refuses to start: max_num_batched_tokens ({config.chunk_size}) is smaller "
+            f"than max_model_len ({max_model_len}) without chunked prefill (scheduler "
+            f"{config.scheduler})")
+
+
 def check_model_config(config: ServingConfig, model: Any) -> None:
     """TunerError where a knob does not apply to `model` (a tuner.core.catalog.ModelSpec):
     expert parallelism needs a mixture-of-experts model; a quantized checkpoint is not served

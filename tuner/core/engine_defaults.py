@@ -160,7 +160,10 @@ class EngineDefaults:
         if only is None and not self.kv_cache:
             wanted.discard("kv_bits")  # the full line names the cache only where not 16-bit
         keys = [k for k in parts if k in wanted]
-        if "older than the table" in self.source and wanted & {"chunk_size", "max_running"}:
+        v = parse_version(self.engine_version)
+        before_table = (self.release is not None and self.release.generation.key != "v0"
+                        and v is not None and v < TABLE_SINCE)
+        if before_table and wanted & {"chunk_size", "max_running"}:
             # 0.8's _set_default_args_v1 chose its larger batch by device name (H100, H200)
             gen += ("; the batch defaults are 0.11's table, the closest tuner has read (0.8 "
                     "chose by device name: the larger ones on H100/H200 only)")

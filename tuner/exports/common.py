@@ -15,7 +15,13 @@ from typing import Any
 import yaml
 
 from tuner.core.catalog import GIB, GPU, ModelSpec
-from tuner.core.config import DEFAULTS, KNOBS, SGLANG_SCHEDULE_POLICY, ServingConfig
+from tuner.core.config import (
+    DEFAULTS,
+    KNOBS,
+    SGLANG_SCHEDULE_POLICY,
+    ServingConfig,
+    prefill_budget_refusal,
+)
 from tuner.core.errors import TunerError
 from tuner.core.memory import plan_memory, weight_bytes_per_rank
 from tuner.core.pricing import Machines, place
@@ -222,8 +228,7 @@ def in_order(args: dict[str, Any], order: Iterable[str]) -> dict[str, Any]:
 #: (max_model_len) and ``howto`` (the ordering in words), or a function of the deployment.
 WHEN: dict[str, Callable[[Deployment], bool]] = {
     "model_id": lambda d: not (d.model.checkpoint or d.model.hf_id),
-    "prefill_budget": lambda d: (not d.config.chunked_prefill
-                                 and d.config.chunk_size < d.max_model_len),
+    "prefill_budget": lambda d: prefill_budget_refusal(d.config, d.max_model_len) is not None,
     "kv_bits_4": lambda d: d.config.kv_bits == 4,
     "weight_bits_8": lambda d: d.config.weight_bits == 8 and not d.gpu.fp8_tflops,
     "weight_bits_4": lambda d: d.config.weight_bits == 4,

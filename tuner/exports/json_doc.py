@@ -67,11 +67,12 @@ def render_document(dep: Deployment, opts: RenderOptions) -> str:
     }
     shares = machine_shares(dep)
     if shares is not None:  # SGLang's --dp-size runs one machine's replicas: the .sh's form
-        doc["sglang"]["per_machine_dp_size"] = [len(ks) for ks in shares]
+        sizes = [len(ks) for ks in shares]
+        doc["sglang"]["per_machine_dp_size"] = sizes
         doc["sglang"]["notes"] = [*snotes, (
             f"server_args hold the whole plan (dp-size {dep.config.dp}); SGLang runs one "
-            f"server per machine, each with --dp-size its replicas ({[len(k) for k in shares]},"
-            " per_machine_dp_size): the sglang export writes that server")]
+            f"server per machine, each with --dp-size its replicas ({sizes}, "
+            "per_machine_dp_size): the sglang export writes that server")]
     if opts.header:
         doc["summary"] = opts.header
     return to_json(dep.config, opts.metrics, opts.memory, doc)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from tuner.core.workload.base import Workload
@@ -100,8 +102,6 @@ def cap_too_long(w: Workload, context_tokens: int) -> tuple[Workload, dict | Non
     max_model_len (check_stop: FINISHED_LENGTH_CAPPED); it refuses a prompt that leaves no
     room for one output token (InputProcessor: prompt_len >= max_model_len), and so does
     this, with one TunerError."""
-    import dataclasses
-
     p = np.asarray(w.prompt_tokens, dtype=np.int64)
     o = np.asarray(w.output_tokens, dtype=np.int64)
     over = p + o > context_tokens
@@ -123,7 +123,8 @@ def cap_too_long(w: Workload, context_tokens: int) -> tuple[Workload, dict | Non
             "ids": [int(i) + 1 for i in np.flatnonzero(over)],
             "id_kind": "request number (1-based, file order of the valid records)",
             "output_tokens_lost": int((o - capped).sum())}
-    return dataclasses.replace(w, output_tokens=capped.astype(np.asarray(w.output_tokens).dtype)), info
+    out = dataclasses.replace(w, output_tokens=capped.astype(np.asarray(w.output_tokens).dtype))
+    return out, info
 
 
 def drop_too_long(w: Workload, context_tokens: int) -> tuple[Workload, dict | None]:
