@@ -223,6 +223,16 @@ def test_other_parts_are_not_aliases(gpus, spelling):
         get_gpu(spelling, gpus)
 
 
+@pytest.mark.parametrize("spelling", ["A10G", "NVIDIA A10G", "8x a10g"])
+def test_a_known_part_outside_the_catalog_says_why_and_what_to_use(gpus, spelling):
+    """AWS's A10G is refused with the reason (no datasheet of its own) and the way to price it
+    (--gpu A10, as the AWS provider table prices the g5 instances), not 'did you mean A100'."""
+    with pytest.raises(TunerError) as err:
+        get_gpu(spelling, gpus)
+    msg = str(err.value)
+    assert "g5" in msg and "--gpu A10" in msg and "Did you mean" not in msg
+
+
 @pytest.mark.parametrize(("spelling", "name"), [
     ("NVIDIA H100 PCIe", "H100-PCIe"), ("H100-80GB-PCIe", "H100-PCIe"),
     ("NVIDIA H100 NVL", "H100-NVL"), ("NVIDIA GH200 480GB", "GH200-96G"),

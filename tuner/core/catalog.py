@@ -628,7 +628,10 @@ def get_gpu(name: str, gpus: dict[str, GPU]) -> GPU:
     gpu = find_gpu(name, gpus)
     if gpu is not None:
         return gpu
-    raise TunerError(f"Unknown GPU {name!r}.{close_matches_hint(name, gpus)} (`tuner gpus` lists them; add more with --gpu-file.)")
+    why = next((f" {part}: {text}." for part, text in
+                (_load_yaml_resource("gpus.yaml").get("not_in_catalog") or {}).items()
+                if gpu_key(part) == gpu_key(name)), "")
+    raise TunerError(f"Unknown GPU {name!r}.{why or close_matches_hint(name, gpus)} (`tuner gpus` lists them; add more with --gpu-file.)")
 
 
 # ---------------------------------------------------------------------------------------
