@@ -188,7 +188,9 @@ def test_run_batch_script_splits_runs_every_replica_and_merges(tmp_path, fake_vl
     for c in calls:
         assert " serve " in f" {c} " and "--tensor-parallel-size 2" in c
         assert "--max-num-seqs 128" in c and "--port" in c
-        assert "--data-parallel-size" not in c and f"--model {LLAMA.hf_id}" in c
+        # the model positional, as `vllm serve MODEL` takes it (vLLM 0.9+ warns on --model)
+        assert "--data-parallel-size" not in c and f" serve {LLAMA.hf_id} " in f" {c} "
+        assert "--model" not in c
     # done: a rerun starts no engine and rewrites the same output
     log.unlink()
     r = subprocess.run(["bash", str(script)], env=env, text=True, capture_output=True,
@@ -201,7 +203,7 @@ def test_run_batch_script_splits_runs_every_replica_and_merges(tmp_path, fake_vl
                        capture_output=True, timeout=120)
     assert r.returncode == 0, r.stderr
     (call,) = log.read_text().splitlines()
-    assert call.startswith("0,1 serve --model")
+    assert call.startswith(f"0,1 serve {LLAMA.hf_id} ")
 
 
 # ---- quantized plans --------------------------------------------------------------------------
@@ -224,7 +226,7 @@ def test_quantized_plan_names_the_checkpoint():
                            .Deployment(cfg, LLAMA, GPUS["A40"], 4096,
                                        quantized_model="org/Llama-3-8B-AWQ"))
     assert "quantization" not in kwargs
-    assert "--model org/Llama-3-8B-AWQ" in render("run-batch", cfg,
+    assert "serve org/Llama-3-8B-AWQ " in render("run-batch", cfg,
                                                  quantized_model="org/Llama-3-8B-AWQ")
     # a 16-bit plan keeps the model's own checkpoint even when one is given
     assert yaml.safe_load(render("vllm", ServingConfig(gpu="A40"),

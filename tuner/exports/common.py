@@ -419,9 +419,14 @@ def _cli_tokens(options: list[tuple[str, Any]]) -> list[str]:
     return tokens
 
 
-def read_command(text: str, marker: str, what: str) -> dict[str, Any]:
-    """The options of the command after ``marker`` in ``text`` (see :func:`_parse_options`)."""
-    return _parse_options(_command_tokens(text, marker, what), what)
+def read_command(text: str, marker: str, what: str, *,
+                 positional: str | None = None) -> dict[str, Any]:
+    """The options of the command after ``marker`` in ``text`` (see :func:`_parse_options`);
+    `positional`: the key a leading positional argument is read as (``vllm serve MODEL``)."""
+    tokens = _command_tokens(text, marker, what)
+    if positional is not None and tokens and not _OPTION.match(tokens[0]):
+        return {positional: _scalar(tokens[0])} | _parse_options(tokens[1:], what)
+    return _parse_options(tokens, what)
 
 
 def write_command(head: list[str], prog: str, options: list[tuple[str, Any]]) -> str:

@@ -62,8 +62,10 @@ def to_run_batch_script(dep: common.Deployment, opts: common.RenderOptions) -> s
     args.pop("data_parallel_size", None)  # the replicas are separate engines
     v0_server_flags(args, dep.num_scheduler_steps, dep.disable_log_requests)
     notes += common.notes_for(dep, {"moe_dp": common.moe_separate_engines_note})
-    options = [("model", args.pop("model"))]
-    served = options[0][1]  # the model name the requests are sent with
+    # `vllm serve MODEL`: the positional form every vLLM with `vllm serve` takes (0.5 on);
+    # vLLM 0.9+ warns that `--model` will be removed from `vllm serve`
+    served = model = args.pop("model")  # the model name the requests are sent with
+    options = []
     if opts.served_model_name and opts.served_model_name != served:
         options.append(("served-model-name", opts.served_model_name))
         served = opts.served_model_name
@@ -93,7 +95,8 @@ def to_run_batch_script(dep: common.Deployment, opts: common.RenderOptions) -> s
     # replica K runs on machine K // per, on that machine's GPUs (K % per) * TP ..
     gpus = [",".join(str((k % per) * c.tp + i) for i in range(c.tp)) for k in range(c.dp)]
     by_machine = dep.replicas_by_machine
-    serve = common.write_command([], '"$VLLM" serve', options).rstrip("\n")
+    serve = common.write_command([], f'"$VLLM" serve {shlex.quote(str(model))}',
+                                 options).rstrip("\n")
     serve += ' \\\n  --host 127.0.0.1 \\\n  --port "$port"'
     serve = "\n".join("  " + line for line in serve.split("\n"))
     helper = helper_source()
@@ -203,7 +206,9 @@ _PLUMBING = ("i", "o", "input-file", "output-file", "served-model-name", "host",
 
 def _engine_options(text: str, what: str) -> dict:
     command, marker = _engine_command(text)
-    return common.read_command(command, marker, what)
+    # `vllm serve MODEL` (scripts of earlier tuner versions: `vllm serve --model MODEL`)
+    return common.read_command(command, marker, what,
+                               positional="model" if marker == "serve" else None)
 
 
 def _dashed(opts: dict) -> dict:
