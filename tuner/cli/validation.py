@@ -3,6 +3,7 @@
     tuner validate --out tuner-out [--study NAME] [--top 3] [--runner vllm|transformers]
     tuner validate --config tuner-out/fastest.vllm.yaml --workload W --model M [--gpu-file F]
     tuner calibrate [--device CPU] [--model tiny-llama] [--runs OUT/validation.json]
+                    [--engine-version 0.6.0] [--force]
 
 validate re-simulates each chosen configuration with the study's cost model (the prediction),
 runs it on the real engine (runners/), and prints predicted vs measured makespan, the error,
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -33,6 +35,10 @@ if TYPE_CHECKING:
     from tuner.search.records import TrialRecord
 
 PICKS = ("fastest", "spread")
+#: A replayed run whose requests arrive within this fraction of its simulated makespan is
+#: fitted as if all came at once: an engine can only wait for requests before the last one
+#: arrives, so the wait the fit scales is at most this share.
+ARRIVAL_SPAN_TOLERATED = 0.02
 # Run options only some runners take (runners.registry.Runner.options).
 RUNNER_OPTIONS = frozenset({"warmup_passes"})
 
@@ -479,8 +485,16 @@ def calibrate_cmd(
                       "default: the only one among the runs). "
                       "Engines differ in their per-step cost: one calibration per device "
                       "and model, fitted on one engine.")] = None,
+    engine_version: Annotated[str | None, typer.Option("--engine-version", help="Fit only "
+                              "the runs of this vLLM release's generation (0.5-0.7 V0, "
+                              "0.8-0.13 V1 synchronous, 0.14+ and 'newest' V1 asynchronous; "
+                              "'sglang'): runs of different generations are not fitted "
+                              "together, and the fit applies to predictions of its "
+                              "generation only.")] = None,
     method: Annotated[str, typer.Option("--method", help="auto | steps (per engine step) | "
                       "makespan (per run).")] = "auto",
+    force: Annotated[bool, typer.Option("--force", help="Write a fit whose kernel factor is "
+                     "outside the plausible range (refused otherwise).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Fit the residual of the cost model (per-step overhead, kernel factor) on measured runs;
@@ -488,38 +502,74 @@ def calibrate_cmd(
 
     Example: tuner calibrate --device CPU --model tiny-llama
     """
-    from tuner.predictors.calibration import fit_calibration
+    from tuner.predictors.calibration import (
+        engine_generation,
+        fit_calibration,
+        load_calibration,
+        plausibility_problem,
+    )
 
     if method not in ("auto", "steps", "makespan"):
         raise TunerError(f"Unknown --method {method!r}; choose auto, steps or makespan.")
-    recs, devs, mods = _calibration_runs(runs, store, device, model, runner)
+    sel = _calibration_runs(runs, store, device, model, runner, engine_version)
     try:
-        cal = fit_calibration(recs, device=devs[0], model=mods[0], method=method)
+        cal = fit_calibration(sel.runs, device=sel.device, model=sel.model, method=method)
     except ValueError as exc:
         raise TunerError(f"Cannot calibrate: {exc}.") from None
+    notes = list(sel.notes)
+    if problem := plausibility_problem(cal):
+        if not force:
+            raise TunerError(f"Not writing the calibration of {cal.model} on {cal.device}: "
+                             f"{problem}. Check those runs, or pass --force to write it "
+                             "anyway.")
+        notes.append(f"written anyway (--force): {problem}")
+    old = load_calibration(cal.device, cal.model, store)
+    if old is not None and engine_generation(old.engine) != engine_generation(cal.engine):
+        from tuner.predictors.calibration import generation_label
+
+        # one fit per device and model: a fit of another generation is replaced
+        notes.append(f"this replaces the fit for {generation_label(engine_generation(old.engine))}"
+                     f" in the store ({old.describe()})")
     path = cal.save(store)
+    notes.append(_where_used(cal, store))
     if as_json:
-        print(json.dumps({**cal.to_json(), "file": str(path)}, indent=1))
+        print(json.dumps({**cal.to_json(), "file": str(path), "notes": notes,
+                          "left_out": sel.left_out}, indent=1))
         return
-    _print_calibration(cal, recs, path)
+    _print_calibration(cal, sel, path, notes)
 
 
-def _calibration_runs(runs, store, device, model, runner):
-    """(runs, [device], [model]): the measured runs to fit, of one device, model and engine."""
-    from tuner.predictors.calibration import load_runs, runs_path
+@dataclass
+class _Selection:
+    """The runs `tuner calibrate` fits, and what it says about the ones it left out."""
+
+    runs: list[dict]
+    origins: list[str]
+    device: str
+    model: str
+    notes: list[str] = field(default_factory=list)
+    left_out: list[dict] = field(default_factory=list)  # {"run": origin, "why": ...}
+
+
+def _calibration_runs(runs, store, device, model, runner, engine_version=None) -> _Selection:
+    """The measured runs to fit, of one device, model, engine and engine generation."""
+    from tuner.predictors.calibration import RunsError, read_runs, runs_path
 
     for p in runs or []:
         if not p.is_file():
             raise TunerError(f"Runs file {p} does not exist.")
-    recs = load_runs(runs, store=store, device=device, model=model, runner=runner)
+    try:
+        read = read_runs(runs, store=store, device=device, model=model, runner=runner)
+    except RunsError as exc:
+        raise TunerError(str(exc)) from None
+    notes = [f"skipped {len(lines)} line(s) of {f} that are not JSON (line "
+             f"{', '.join(map(str, lines[:5]))}{', ...' if len(lines) > 5 else ''})"
+             for f, lines in read.bad_lines.items()]
+    recs, origins = read.runs, read.origins
     if not recs:
-        where = ", ".join(map(str, runs)) if runs else str(runs_path(store))
-        raise TunerError(f"No measured runs{f' of {model}' if model else ''}"
-                         f"{f' on {device}' if device else ''}"
-                         f"{f' with {runner}' if runner else ''} in {where}; run `tuner "
-                         "validate` first.")
-    devs = sorted({r.get("device_name", "?") for r in recs})
-    mods = sorted({r.get("model", "?") for r in recs})
+        raise TunerError(_no_runs_message(read, runs, runs_path(store), device, model, runner))
+    devs = sorted({str(r.get("device_name", "?")) for r in recs})
+    mods = sorted({str(r.get("model", "?")) for r in recs})
     if len(devs) > 1 or len(mods) > 1:
         raise TunerError(f"The runs cover devices {', '.join(devs)} and models "
                          f"{', '.join(mods)}; pick one with --device and --model.")
@@ -527,23 +577,176 @@ def _calibration_runs(runs, store, device, model, runner):
     if len(engines) > 1:
         raise TunerError(f"The runs come from the engines {', '.join(engines)}, whose "
                          "per-step costs differ; pick one with --runner.")
-    return recs, devs, mods
+    recs, origins = _one_generation(recs, origins, engine_version)
+    keep, left_out = _without_arrival_waits(recs, origins)
+    if left_out:
+        names = "; ".join(f"{x['run']}: {x['why']}" for x in left_out)
+        why = ("their simulated makespan includes time the engine waited for requests, which "
+               "these records do not tell apart from step time, so a fit would scale the wait "
+               "too and its error after would not be what a calibrated simulation gives. "
+               "Calibrate on runs whose requests were all sent at once (`vllm bench serve "
+               "--request-rate inf`)")
+        if not keep:
+            raise TunerError(f"No run to fit: every replayed run was left out ({names}); "
+                             f"{why}.")
+        notes.append(f"left out {len(left_out)} replayed run(s) ({names}): {why}")
+    recs = [recs[i] for i in keep]
+    origins = [origins[i] for i in keep]
+    return _Selection(recs, origins, devs[0], mods[0], notes, left_out)
 
 
-def _print_calibration(cal, recs: list[dict], path: Path) -> None:
+def _no_runs_message(read, runs, store_file: Path, device, model, runner) -> str:
+    """Why no run was found, and how to get some."""
+    where = ", ".join(map(str, runs)) if runs else str(store_file)
+    which = (f"{f' of {model}' if model else ''}{f' on {device}' if device else ''}"
+             f"{f' with {runner}' if runner else ''}")
+    how = ("run `tuner validate` first (a configuration on a real engine), or record a `vllm "
+           "bench serve --save-result` file with `tuner replay RESULT -g GPU --record`")
+    if read.filtered_out:
+        have = ", ".join(f"{n} of {m} on {d} with {r}"
+                         for (d, m, r), n in sorted(read.filtered_out.items()))
+        return f"No measured runs{which} in {where}; it has {have}."
+    if read.other_records:
+        from tuner.predictors.calibration import RUNS_EXPECTED
+
+        return (f"No measured runs in {where}: its {read.other_records} JSON record(s) are not "
+                f"measured runs (no measured_s and sim); expected {RUNS_EXPECTED}. To get runs, "
+                f"{how}.")
+    if read.bad_lines:
+        from tuner.predictors.calibration import RUNS_EXPECTED
+
+        return f"No measured runs in {where}: none of its lines is JSON; expected {RUNS_EXPECTED}."
+    return f"No measured runs{which} in {where}; {how}."
+
+
+def _one_generation(recs: list[dict], origins: list[str], engine_version: str | None,
+                    ) -> tuple[list[dict], list[str]]:
+    """The runs of one engine generation: --engine-version's, else all when they are of one;
+    refuses a mix (a V0 engine's host cost per step is not a V1 one's)."""
+    from tuner.core.engines import generation_of
+    from tuner.predictors.calibration import generation_label, generations
+
+    gens = generations(recs)
+    if engine_version is not None:
+        want = ("sglang" if engine_version.strip().lower() == "sglang"
+                else generation_of(engine_version).generation.key)
+        idx = gens.get(want, [])
+        if not idx:
+            raise TunerError(f"No run of {generation_label(want)} (--engine-version "
+                             f"{engine_version}) among the runs; they are of "
+                             f"{_generations_text(recs, gens)}.")
+        return [recs[i] for i in idx], [origins[i] for i in idx]
+    if len(gens) > 1:
+        raise TunerError(f"The runs come from different engine generations: "
+                         f"{_generations_text(recs, gens)}, whose host cost per step differs "
+                         "(a fit applies to one generation); fit them apart with "
+                         "--engine-version "
+                         + " or ".join(_version_of(recs, idx) for g, idx in gens.items()
+                                       if g is not None) + ".")
+    return recs, origins
+
+
+def _generations_text(recs: list[dict], gens: dict) -> str:
+    from tuner.predictors.calibration import generation_label
+
+    return ", ".join(f"{generation_label(g)} ({len(idx)} run(s)"
+                     + (f": {', '.join(sorted({_version_of(recs, [i]) for i in idx}))})"
+                        if g is not None else ")")
+                     for g, idx in gens.items())
+
+
+def _version_of(recs: list[dict], idx: list[int]) -> str:
+    """A --engine-version that selects these runs' generation."""
+    import re
+
+    text = str(recs[idx[-1]].get("engine", "")).lower()
+    if "sglang" in text:
+        return "sglang"
+    m = re.search(r"(\d+\.\d+(?:\.\d+)?)", text)
+    return m.group(1) if m else "newest"
+
+
+_GENERATION_SHORT = {"v0": "V0", "v1-sync": "V1 sync", "v1-async": "V1 async",
+                     "sglang": "SGLang"}
+
+
+def _engine_short(engine) -> str:
+    """'0.6.0 (V0)', 'newest (V1 async)': a run's engine and its generation, for a table."""
+    from tuner.predictors.calibration import engine_generation
+
+    text = str(engine or "")
+    key = engine_generation(text)
+    if key is None:
+        return text[:24] or "not recorded"
+    return f"{_version_of([{'engine': text}], [0])} ({_GENERATION_SHORT.get(key, key)})"
+
+
+def _without_arrival_waits(recs: list[dict], origins: list[str],
+                           ) -> tuple[list[int], list[dict]]:
+    """(indices kept, [{run, why}] left out): replayed runs whose simulated makespan holds an
+    unknown wait for arrivals. `tuner replay --record` stores the simulated schedule, arrivals
+    included; a record that says how long that schedule waited (sim.idle_s) is fitted without
+    scaling the wait, any other one only when its run file shows every request sent at once."""
+    from tuner.cli.replay import read_run
+
+    keep, left, spans = [], [], {}
+    for i, r in enumerate(recs):
+        if r.get("runner") != "replay" or "idle_s" in r["sim"]:
+            keep.append(i)
+            continue
+        src = str(r.get("source") or "")
+        if src not in spans:
+            try:
+                m = read_run(Path(src)) if src and Path(src).is_file() else None
+                spans[src] = (None if m is None else 0.0 if m.arrival_s is None
+                              else float(m.arrival_s.max() - m.arrival_s.min()))
+            except (TunerError, OSError, ValueError):
+                spans[src] = None
+        span = spans[src]
+        name = src or origins[i]
+        if span is None:
+            left.append({"run": name, "why": "its run file is not here to show when its "
+                         "requests arrived (calibrate from the folder `tuner replay` ran in)"})
+        elif span > ARRIVAL_SPAN_TOLERATED * float(r["sim"]["base_time_s"]):
+            left.append({"run": name, "why": f"requests arriving over {fmt_s(span)}"})
+        else:
+            keep.append(i)
+    return keep, left
+
+
+def _where_used(cal, store: Path | None) -> str:
+    """Which commands pick the fit up: simulate and search read $TUNER_CALIBRATION_DIR (or the
+    default store) only (predictors.sources.resolve -> apply_stored with no store)."""
+    from tuner.predictors.calibration import default_store, engine_generation, generation_label
+
+    gen = engine_generation(cal.engine)
+    scope = (f"{cal.model} on {cal.device}"
+             + (f" with {generation_label(gen)}" if gen is not None else ""))
+    if store is not None and Path(store).resolve() != default_store().resolve():
+        return (f"`tuner simulate` and `tuner search` read fits from $TUNER_CALIBRATION_DIR "
+                f"(else ~/.cache/tuner/calibration), not from --store: run them with "
+                f"TUNER_CALIBRATION_DIR={store} to use this one for {scope}; `tuner validate "
+                f"--store {store}` shows calibrated predictions")
+    return (f"`tuner simulate`, `tuner search` and `tuner validate` use it for {scope} from now "
+            "on (TUNER_NO_CALIBRATION=1 turns it off)")
+
+
+def _print_calibration(cal, sel: _Selection, path: Path, notes: list[str]) -> None:
     from rich.console import Console
     from rich.table import Table
 
     outc = Console(width=160) if not __import__("sys").stdout.isatty() else Console()
     t = Table(title=f"Calibration of {cal.model} on {cal.device}: {cal.method}")
-    for col in ("run", "chunk", "R_max", "measured", "error before", "error after",
+    for col in ("run", "engine", "chunk", "R_max", "measured", "error before", "error after",
                 "leave-one-out"):
         t.add_column(col, justify="right")
-    loo = cal.error_loo_pct or [None] * len(recs)
-    for i, r in enumerate(recs):
-        c = r.get("config", {})
-        t.add_row(str(r.get("trial", i)), str(c.get("chunk_size", "")),
-                  str(c.get("max_running", "")), fmt_s(r["measured_s"]),
+    loo = cal.error_loo_pct or [None] * len(sel.runs)
+    for i, r in enumerate(sel.runs):
+        c = r.get("config") or {}
+        run = (str(r["trial"]) if r.get("trial") is not None
+               else Path(str(r["source"])).name if r.get("source") else str(i))
+        t.add_row(run, _engine_short(r.get("engine")), str(c.get("chunk_size", "")),
+                  str(c.get("max_running", "")), fmt_s(float(r["measured_s"])),
                   _fmt_pct(cal.error_before_pct[i]), _fmt_pct(cal.error_after_pct[i]),
                   _fmt_pct(loo[i]))
     outc.print(t)
@@ -553,10 +756,11 @@ def _print_calibration(cal, recs: list[dict], path: Path) -> None:
         line += f" (leave-one-out {cal.median_error_loo_pct:.1f} %)"
     outc.print(line, highlight=False)
     outc.print(f"fit: {cal.describe()}", markup=False, highlight=False)
-    outc.print(f"wrote {path}; `tuner validate` shows calibrated predictions for "
-               f"{cal.model} on {cal.device} from now on, and so does every cost model "
-               "wrapped with predictors.calibration.apply_stored (TUNER_NO_CALIBRATION=1 "
-               "turns it off)", markup=False, highlight=False)
+    for w in cal.warnings:
+        outc.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
+    for n in notes[:-1]:
+        outc.print(f"note: {n}", markup=False, highlight=False)
+    outc.print(f"wrote {path}; {notes[-1]}", markup=False, highlight=False)
 
 
 def register(app: typer.Typer) -> None:
