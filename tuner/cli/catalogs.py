@@ -19,6 +19,7 @@ from tuner.cli.app import (
     SkipOpt,
     app,
     fmt_gib,
+    fmt_s,
     load_gpu_catalog,
     out,
     read_workload,
@@ -247,7 +248,13 @@ def workload_stats_cmd(
     from tuner.core.workload import workload_stats
 
     spec = get_model(model) if model else None
-    st = workload_stats(read_workload(file, spec, skip_invalid, output_dist))
+    w = read_workload(file, spec, skip_invalid, output_dist)
+    st = workload_stats(w)
+    span_s = w.arrival_span_s
+    # arrival times, which `tuner simulate` replays (None: an offline job, all at t = 0)
+    st["arrivals"] = None if w.arrival_s is None else {
+        "requests": len(w), "span_s": span_s,
+        "mean_rate_req_s": (len(w) - 1) / span_s if span_s > 0 else None}
     if as_json:
         print(json.dumps(st, indent=2, default=float))
         return
@@ -268,6 +275,12 @@ def workload_stats_cmd(
                   f"{st['prefix_sharing_ratio']:.1%} of prompt tokens (each prefix computed "
                   "once, the other copies served by a prefix cache)")
     out.print(f"prompt lengths: {st['tokenizer']}; output lengths: {st['output_source']}",
+              markup=False)
+    arr = st["arrivals"]
+    out.print("arrivals: none (an offline job: every request at t = 0)" if arr is None else
+              f"arrivals: {arr['requests']:,} requests over {fmt_s(arr['span_s'])}"
+              + (f", {arr['mean_rate_req_s']:.3g} req/s on average" if arr["mean_rate_req_s"]
+                 else "") + "; `tuner simulate` replays them (--ignore-arrivals: all at t = 0)",
               markup=False)
 
 

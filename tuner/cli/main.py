@@ -111,6 +111,10 @@ def _error_line(message: str) -> None:
     err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 
+#: what a Ctrl-C leaves to continue from, by command: only `search` has --resume (the others
+#: keep nothing half-done to resume, so they print plain "interrupted")
+INTERRUPTED_NOTE = {"search": " (finished trials are saved; rerun with --resume to continue)"}
+
 _QUIET_UNTIL_S = 0.0  # time.monotonic() until which Ctrl-C is ignored: main() is done, exiting
 
 
@@ -144,6 +148,7 @@ def main(leave: bool = False) -> None:
 def _main(leave: bool) -> None:
     global _QUIET_UNTIL_S
     _QUIET_UNTIL_S = 0.0
+    command = (_command_of(sys.argv[1:]) or [None])[0]
     interrupts.clear_sigint()
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when ignored (nohup)
         signal.signal(signal.SIGINT, _on_sigint)
@@ -185,7 +190,7 @@ def _main(leave: bool) -> None:
     if _is_process():
         atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)
     if rv == 130:  # typer turns Ctrl-C into exit code 130
-        err.print("interrupted (finished trials are saved; rerun with --resume to continue)")
+        err.print("interrupted" + INTERRUPTED_NOTE.get(command, ""))
         if _is_process():
             # A Ctrl-C that landed in the import machinery (a lazy import's module lock)
             # makes the interpreter's exit end in death by SIGINT, status -2 instead of 130,

@@ -2,11 +2,13 @@
 
 Reads what a real run left behind:
 
-* a ``vllm bench serve --save-result`` JSON (or vLLM's older benchmarks/benchmark_serving.py
-  result): ``input_lens``, ``output_lens``, ``duration`` (first request sent -> last response),
-  ``request_rate``; the engine's settings are not in it, so they are given as options;
-* a per-request file, CSV or JSONL, one row per request: prompt and output token counts and
-  when it arrived and when its last token came (column names below).
+* a ``vllm bench serve --save-result --save-detailed`` JSON (or vLLM's older
+  benchmarks/benchmark_serving.py result): ``input_lens``, ``output_lens``, ``duration`` (first
+  request sent -> last response), ``start_times`` (when each request was sent; recent
+  releases) else ``request_rate``, and ``max_concurrency``; without --save-detailed vLLM drops
+  the per-request lists. The engine's settings are not in it, so they are given as options;
+* a per-request file, CSV, JSONL or a JSON array, one row per request: prompt and output token
+  counts and when it arrived and when its last token came (column names below).
 
 and prints predicted vs measured makespan and output throughput, the median gap between
 streamed chunks where a bench result records it (median_itl_ms: the decode step), with the KV
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -41,7 +43,14 @@ from tuner.cli.app import (
     load_gpu_catalog,
     out,
 )
-from tuner.cli.simulate import config_options, context_tokens, engine_config, engine_line
+from tuner.cli.simulate import (
+    DEFAULTED,
+    config_options,
+    context_tokens,
+    engine_config,
+    engine_line,
+)
+from tuner.core.config import KNOBS
 from tuner.core.errors import TunerError
 
 if TYPE_CHECKING:
@@ -55,6 +64,18 @@ FINISH_KEYS = ("finished_s", "completed_at", "last_token_ts", "end_s", "finish_s
 #: KV capacity the engine reported, where a file carries it (tokens, or blocks x block size)
 KV_TOKEN_KEYS = ("kv_capacity_tokens", "num_gpu_kv_tokens")
 KV_BLOCK_KEYS = ("num_gpu_blocks",)
+#: a per-request file's times are seconds; Unix time past these is in ms, us or ns (1e11 s is
+#: the year 5138, and 1e11 ms 1973), converted by the scale of the earliest time
+EPOCH_UNITS = ((1e17, 1e9, "nanoseconds"), (1e14, 1e6, "microseconds"),
+               (1e11, 1e3, "milliseconds"))
+#: the longest span a per-request file may cover (simulate's cap on arrivals: a year)
+MAX_SPAN_S = 365 * 24 * 3600.0
+#: a real run's fastest request (of >= 16 output tokens) streams faster than this per token;
+#: slower, the times are likely milliseconds read as seconds (a 20 ms step reads as 20 s)
+SLOWEST_TOKEN_S = 5.0
+#: a bench result's summary fields: a JSON object with `duration` and one of these is one
+BENCH_SUMMARY_KEYS = ("completed", "request_throughput", "output_throughput",
+                      "total_input_tokens")
 
 
 @dataclass
@@ -72,6 +93,25 @@ class MeasuredRun:
     # the client's median gap between a request's streamed chunks (a bench result's
     # median_itl_ms), where recorded
     median_itl_s: float | None = None
+    # the client's cap on requests in flight (a bench result's max_concurrency) where the
+    # file keeps no send times that carry it; None: no cap, or replayed through start_times
+    client_cap: int | None = None
+    # why the comparison may not hold (printed as warnings; --record refuses them)
+    warnings: list[str] = field(default_factory=list)
+    # each kept request's 0-based position in the file, and its line there (a CSV or JSONL);
+    # errors name a request by these, not by its place after failed ones were left out
+    index: np.ndarray | None = None
+    lines: np.ndarray | None = None
+    list_name: str = ""  # the file's per-request list the index points into (input_lens)
+
+    def where(self, i: int) -> str:
+        """Request i (of those kept) as the file numbers it."""
+        if self.index is None:
+            return f"request {i + 1}"
+        k = int(self.index[i])
+        if self.lines is not None:
+            return f"request {k + 1} (line {int(self.lines[i])})"
+        return f"request {k + 1}" + (f" ({self.list_name}[{k}])" if self.list_name else "")
 
 
 def _fail(path: Path, msg: str) -> TunerError:
@@ -97,6 +137,13 @@ def read_bench_result(path: Path, doc: dict) -> MeasuredRun:
     """A vllm bench serve / benchmark_serving.py --save-result JSON."""
     import numpy as np
 
+    if "input_lens" not in doc and "duration" in doc:
+        # vllm bench serve saves its per-request lists only with --save-detailed (a pooling
+        # run's keeps input_lens, without output_lens: the generic message below)
+        raise _fail(path, "no 'input_lens': a `vllm bench serve --save-result` file keeps the "
+                          "per-request lengths (input_lens, output_lens, start_times) only "
+                          "when saved with --save-detailed; re-run the benchmark with "
+                          "--save-result --save-detailed.")
     for key in ("input_lens", "output_lens", "duration"):
         if key not in doc:
             raise _fail(path, f"no {key!r}: not a `vllm bench serve --save-result` file "
@@ -109,12 +156,18 @@ def read_bench_result(path: Path, doc: dict) -> MeasuredRun:
     if isinstance(duration, bool) or not isinstance(duration, int | float) or not (
             math.isfinite(duration) and duration > 0):
         raise _fail(path, f"duration must be a positive number of seconds, got {duration!r}.")
+    rate_f = _request_rate(doc, path)
+    cap = _max_concurrency(doc, path)
+    sent_s = _send_times(doc, path, prompt.size)
     failed, how = _failed_requests(doc, output)
     # a completed request whose text is empty still sampled one token (its EOS), which the
     # file's re-tokenised count misses
     empty = ~failed & (output == 0)
     output = np.where(empty, 1, output)
     ok = ~failed & (prompt > 0)
+    if not ok.any():
+        raise _fail(path, f"no completed request with a prompt ({int(failed.sum())} of "
+                          f"{failed.size} failed, {how}): nothing to replay.")
     note = ""
     if failed.any():
         note += f"{int(failed.sum())} failed request(s) left out ({how}); "
@@ -122,21 +175,26 @@ def read_bench_result(path: Path, doc: dict) -> MeasuredRun:
         note += f"{int((~failed & (prompt == 0)).sum())} request(s) with no prompt left out; "
     if empty.any():
         note += f"{int(empty.sum())} empty output(s) counted as 1 generated token (EOS); "
-    rate = doc.get("request_rate", "inf")
-    try:
-        rate_f = float(rate)
-    except (TypeError, ValueError):
-        rate_f = math.inf
     arrival = None
-    if math.isfinite(rate_f) and rate_f > 0:
-        # bench serve draws send times (Poisson or gamma) and does not save them: the mean
+    if sent_s is not None and not np.all(np.isfinite(sent_s[ok])):
+        i = int(np.flatnonzero(ok & ~np.isfinite(sent_s))[0])
+        raise _fail(path, f"start_times[{i}] must be a time in seconds, got "
+                          f"{doc['start_times'][i]!r}.")
+    if sent_s is not None:
+        # when the client sent each request: after its wait for a max_concurrency slot, so
+        # the cap is in these times and needs no simulating
+        arrival = sent_s[ok] - float(sent_s[ok].min())
+        note += ("arrivals: the file's start_times (when the client sent each request, from "
+                 "the first" + (f"; they carry the client's max_concurrency {cap}" if cap else "")
+                 + "); ")
+        cap = None
+    elif math.isfinite(rate_f):
+        # bench serve draws send times (Poisson or gamma): without start_times the mean
         # spacing is what the file allows
         arrival = np.arange(int(ok.sum()), dtype=np.float64) / rate_f
         note += (f"arrivals approximated as evenly spaced at the run's {rate_f:g} req/s (the "
-                 "file does not keep send times); ")
-    if doc.get("max_concurrency"):
-        note += (f"the client capped concurrency at {doc['max_concurrency']}: pass "
-                 "--max-num-seqs at most that; ")
+                 "file keeps no start_times: `vllm bench serve --save-detailed` saves them in "
+                 "recent releases); ")
     model_id = doc.get("model_id")
     itl_ms = doc.get("median_itl_ms")
     itl_ok = (isinstance(itl_ms, int | float) and not isinstance(itl_ms, bool)
@@ -146,7 +204,53 @@ def read_bench_result(path: Path, doc: dict) -> MeasuredRun:
     return MeasuredRun(prompt[ok], output[ok], arrival, float(duration), "vllm bench serve result",
                        note.rstrip("; "),
                        model_id=model_id.strip() if isinstance(model_id, str) else "",
-                       median_itl_s=float(itl_ms) / 1e3 if itl_ok else None)
+                       median_itl_s=float(itl_ms) / 1e3 if itl_ok else None,
+                       client_cap=cap, index=np.flatnonzero(ok), list_name="input_lens")
+
+
+def _request_rate(doc: dict, path: Path) -> float:
+    """A bench result's request_rate in requests/s: a positive number, or "inf" (vLLM's
+    default: every request sent at once); absent or null: inf."""
+    rate = doc.get("request_rate")
+    if rate is None:
+        return math.inf
+    try:
+        r = math.nan if isinstance(rate, bool) else float(rate)
+    except (TypeError, ValueError):
+        r = math.nan
+    if not r > 0:  # NaN too
+        raise _fail(path, f'request_rate must be a positive number of requests/s or "inf", '
+                          f"got {rate!r}.")
+    return r
+
+
+def _max_concurrency(doc: dict, path: Path) -> int | None:
+    """A bench result's max_concurrency (the client's cap on requests in flight), or None."""
+    cap = doc.get("max_concurrency")
+    if cap is None:
+        return None
+    if (isinstance(cap, bool) or not isinstance(cap, int | float) or not math.isfinite(cap)
+            or cap < 1 or cap != int(cap)):
+        raise _fail(path, f"max_concurrency must be a whole number of requests >= 1 (or null: "
+                          f"no cap), got {cap!r}.")
+    return int(cap)
+
+
+def _send_times(doc: dict, path: Path, n: int) -> np.ndarray | None:
+    """A bench result's start_times (seconds on the client's clock, one per request; NaN
+    where not a number), or None where the file has none."""
+    import numpy as np
+
+    sent = doc.get("start_times")
+    if sent is None:
+        return None
+    if not isinstance(sent, list) or len(sent) != n:
+        size = f"{len(sent)} entries" if isinstance(sent, list) else type(sent).__name__
+        raise _fail(path, f"start_times must be a list of {n} send times (one per input_lens "
+                          f"entry), got {size}.")
+    # NaN where not a time: only a completed request's must be one (read_bench_result)
+    return np.array([float(x) if isinstance(x, int | float) and not isinstance(x, bool)
+                     else math.nan for x in sent], dtype=float)
 
 
 def _failed_requests(doc: dict, output: np.ndarray) -> tuple[np.ndarray, str]:
@@ -176,11 +280,12 @@ def _first(row: dict, keys: tuple[str, ...]) -> str | None:
 
 def read_per_request(path: Path, rows: list[dict],
                      lines: list[int] | None = None) -> MeasuredRun:
-    """A per-request CSV or JSONL with token counts, arrival and finish times; `lines`: each
-    row's line in the file (errors name it; default: the row's number)."""
+    """A per-request CSV, JSONL or JSON array with token counts, arrival and finish times;
+    `lines`: each row's line in the file (errors name it; None: a JSON array, rows by number).
+    Times are seconds, relative (any origin, negative too: the first arrival is subtracted) or
+    Unix time; Unix time in ms, us or ns is converted (EPOCH_UNITS)."""
     import numpy as np
 
-    lines = lines or list(range(1, len(rows) + 1))
     if not rows:
         raise _fail(path, "no requests.")
     head = rows[0]
@@ -194,22 +299,25 @@ def read_per_request(path: Path, rows: list[dict],
         raise _fail(path, "per-request file needs " + "; ".join(
             f"a {n} column ({' | '.join(want[n])})" for n in missing) + ".")
 
+    def where(i: int) -> str:
+        return f"request {i + 1}" + (f" (line {lines[i]})" if lines else "")
+
     def column(name: str, kind: type) -> np.ndarray:
         key = cols[name]
         vals = []
         for i, r in enumerate(rows):
-            where = f"request {i + 1} (line {lines[i]})"
             try:
                 v = float(r[key])
             except (KeyError, TypeError, ValueError):
-                raise _fail(path, f"{where}: {key} must be a number, got "
+                raise _fail(path, f"{where(i)}: {key} must be a number, got "
                                   f"{r.get(key)!r}.") from None
-            if not math.isfinite(v) or v < 0:
-                raise _fail(path, f"{where}: {key} must be a finite number >= 0, got "
-                                  f"{r.get(key)!r}.")
+            # a count is >= 0; a time may be negative (times are taken from the first arrival)
+            if not math.isfinite(v) or (kind is np.int64 and v < 0):
+                raise _fail(path, f"{where(i)}: {key} must be a finite number"
+                                  f"{' >= 0' if kind is np.int64 else ''}, got {r.get(key)!r}.")
             # a fractional count is no count: int64 would truncate it (100.9 -> 100) silently
             if kind is np.int64 and not v.is_integer():
-                raise _fail(path, f"{where}: {key} must be a whole number of tokens, got "
+                raise _fail(path, f"{where(i)}: {key} must be a whole number of tokens, got "
                                   f"{r.get(key)!r}.")
             vals.append(v)
         return np.asarray(vals, dtype=kind)
@@ -219,25 +327,50 @@ def read_per_request(path: Path, rows: list[dict],
     bad = np.flatnonzero(finish < arrival)
     if bad.size:
         i = int(bad[0])
-        raise _fail(path, f"request {i + 1} (line {lines[i]}) finishes ({finish[i]:g}) before "
-                          f"it arrives ({arrival[i]:g}).")
+        raise _fail(path, f"{where(i)} finishes ({finish[i]:g}) before it arrives "
+                          f"({arrival[i]:g}).")
     ok = (prompt > 0) & (output > 0)
     if not ok.any():
         raise _fail(path, f"no request has both a prompt and an output ({cols['prompt']} and "
                           f"{cols['output']} > 0): nothing to replay.")
     note = "" if ok.all() else f"{int((~ok).sum())} request(s) with no prompt or output left out"
+    times = f"{cols['arrival']} -> {cols['finish']}"
+    earliest = float(arrival.min())
+    for above, per_s, unit in EPOCH_UNITS:
+        if earliest >= above:  # Unix time in a finer unit: seconds
+            arrival, finish = arrival / per_s, finish / per_s
+            note = (f"{note}; " if note else "") + (
+                f"times read as Unix time in {unit} ({cols['arrival']} from {earliest:.4g}) "
+                "and converted to seconds")
+            break
     t0 = float(arrival.min())
     span_s = float(finish.max() - t0)
     if span_s <= 0:  # predicted / measured would divide by zero: nothing to compare
         raise _fail(path, f"the run's measured span ({cols['arrival']} of the first request "
                           f"-> {cols['finish']} of the last) is 0 s, so there is nothing to "
                           "compare with; are the times rounded to whole seconds?")
+    if span_s > MAX_SPAN_S:
+        raise _fail(path, f"the run's measured span ({times}) is {span_s:,.0f} s, over a year: "
+                          "replay reads times in seconds (or Unix time); convert them.")
+    warnings = []
+    # seconds per output token of each request, arrival to last token: the fastest of a real
+    # run streams far under SLOWEST_TOKEN_S; milliseconds read as seconds do not
+    long = ok & (output >= 16)
+    pick = long if long.any() else ok
+    fastest_s = float(((finish - arrival)[pick] / output[pick]).min())
+    if fastest_s > SLOWEST_TOKEN_S:
+        warnings.append(
+            f"the fastest request took {fastest_s:,.1f} s per output token ({times}): the times "
+            "look like milliseconds, but replay reads seconds (divide them by 1,000); the "
+            "comparison is not valid if so")
     kv = None
     for key in KV_TOKEN_KEYS:
         if key in head:
             kv = int(float(head[key]))
     return MeasuredRun(prompt[ok], output[ok], arrival[ok] - t0, span_s,
-                       f"per-request file ({cols['arrival']} -> {cols['finish']})", note, kv)
+                       f"per-request file ({times})", note, kv, warnings=warnings,
+                       index=np.flatnonzero(ok),
+                       lines=np.asarray(lines)[ok] if lines else None)
 
 
 def read_run(path: Path) -> MeasuredRun:
@@ -246,6 +379,19 @@ def read_run(path: Path) -> MeasuredRun:
         raise TunerError(f"{path}: no such file.")
     text = path.read_text(encoding="utf-8", errors="replace")
     stripped = text.lstrip()
+    if stripped.startswith("["):  # a JSON array of per-request records
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise _fail(path, f"not JSON ({exc.msg}, line {exc.lineno}).") from None
+        bad = next((i for i, r in enumerate(doc) if not isinstance(r, dict)), None)
+        if bad is not None:
+            raise _fail(path, f"item {bad + 1} of the JSON array is not an object: expected "
+                              "one object per request.")
+        if doc and _is_bench(doc[0]):
+            raise _fail(path, f"a JSON array of {len(doc)} `vllm bench serve` results: replay "
+                              "compares one run; give each its own file.")
+        return _with_meta_kv(path, read_per_request(path, doc))
     if stripped.startswith("{"):
         try:
             doc = json.loads(text)
@@ -254,8 +400,9 @@ def read_run(path: Path) -> MeasuredRun:
         if isinstance(doc, dict):
             if "input_lens" in doc or "duration" in doc:
                 return read_bench_result(path, doc)
-            if _first(doc, PROMPT_KEYS):  # a per-request file of one request
-                return read_per_request(path, [doc])
+            if _first(doc, PROMPT_KEYS):  # a per-request file of one request (a JSONL line)
+                one_line = "\n" not in text.strip()
+                return read_per_request(path, [doc], [1] if one_line else None)
             raise _fail(path, "a JSON object without input_lens/output_lens/duration: not a "
                               "`vllm bench serve --save-result` file.")
         rows, lines = [], []
@@ -268,6 +415,10 @@ def read_run(path: Path) -> MeasuredRun:
                 raise _fail(path, f"line {i}: not JSON ({exc.msg}).") from None
             if not isinstance(obj, dict):
                 raise _fail(path, f"line {i}: expected a JSON object per request.")
+            if _is_bench(obj):  # --append-result: one run a line
+                raise _fail(path, f"line {i} is a whole `vllm bench serve` result (results "
+                                  "appended with --append-result?): replay compares one run; "
+                                  "give each its own file.")
             rows.append(obj)
             lines.append(i)
         return _with_meta_kv(path, read_per_request(path, rows, lines))
@@ -279,6 +430,12 @@ def read_run(path: Path) -> MeasuredRun:
         rows.append({(k or "").strip(): v for k, v in r.items()})
         lines.append(reader.line_num)  # the header is line 1
     return _with_meta_kv(path, read_per_request(path, rows, lines))
+
+
+def _is_bench(obj: dict) -> bool:
+    """`obj` is a bench result (its summary fields), not one request."""
+    return "input_lens" in obj or ("duration" in obj and any(k in obj
+                                                              for k in BENCH_SUMMARY_KEYS))
 
 
 def _with_meta_kv(path: Path, run: MeasuredRun) -> MeasuredRun:
@@ -299,12 +456,21 @@ def _with_meta_kv(path: Path, run: MeasuredRun) -> MeasuredRun:
     return run
 
 
+RUN_HELP = (
+    "The run: a `vllm bench serve --save-result --save-detailed` JSON (without --save-detailed "
+    "vLLM drops the per-request lengths replay needs; its start_times, where saved, are "
+    "replayed as the send times), or a per-request file (CSV, JSONL or a JSON array of "
+    "objects; one row per request) with these columns, the first name found wins: prompt "
+    f"tokens ({' | '.join(PROMPT_KEYS)}), output tokens ({' | '.join(OUTPUT_KEYS)}), arrival "
+    f"({' | '.join(ARRIVAL_KEYS)}) and finish, the last token ({' | '.join(FINISH_KEYS)}). "
+    "Times in seconds, from any origin (the first arrival is t = 0) or Unix time; Unix time in "
+    "milliseconds, microseconds or nanoseconds is converted.")
+
+
 @app.command()
 @config_options
 def replay(
-    run: Annotated[Path, typer.Argument(help="The run: a `vllm bench serve --save-result` "
-                   "JSON, or a per-request CSV/JSONL with prompt and output tokens, arrival "
-                   "and finish times.", show_default=False)],
+    run: Annotated[Path, typer.Argument(help=RUN_HELP, show_default=False)],
     knobs: dict[str, Any],  # one option per ServingConfig field (config_options)
     model: Annotated[str | None, typer.Option(
         "--model", "-m", help="Catalog name (`tuner models`), Hugging Face repo id or path to "
@@ -330,7 +496,10 @@ def replay(
     decode step) where a bench result records it. The engine was already
     up when the run was timed, so no start-up is added. The settings are vLLM's defaults for
     --engine-version and --entry-point (default serve, as `vllm bench serve` drives) unless
-    given.
+    given; the output names them. The prediction is uncalibrated: a stored `tuner calibrate`
+    fit is not applied. A client's --max-concurrency is replayed through the file's
+    start_times (saved with --save-detailed); without them a cap below the engine's
+    max_num_seqs cannot be, and --record refuses the run.
 
     Example: tuner replay result.json -m llama-3-8b -g A100-80G --engine-version 0.6.0 --num-scheduler-steps 10 --max-num-seqs 1024
     """
@@ -349,9 +518,29 @@ def replay(
     spec = get_model(model or m.model_id)
     config, defaults = engine_config(knobs, g, entry_point, engine_version, spec, max_model_len)
     ctx = context_tokens(spec, max_model_len)
+    warnings = list(m.warnings)
+    if m.client_cap is not None and config.max_running > m.client_cap:
+        # the client held requests back; the engine's max_num_seqs is a different limit (a
+        # cap at or above it binds no more than it does, so only a tighter one matters), and
+        # the simulator has no client-side cap on arrivals
+        warnings.append(
+            f"the client capped the requests in flight at {m.client_cap} (max_concurrency) "
+            "and the file keeps no send times (start_times) that carry the cap; the simulated "
+            f"engine runs up to max_num_seqs {config.max_running:,} at once, so this comparison "
+            "is not valid. Re-run the benchmark with --save-result --save-detailed (recent "
+            "vLLM saves start_times)")
+    note = m.note
+    if m.client_cap is not None and config.max_running <= m.client_cap:
+        note = (f"{note}; " if note else "") + (
+            f"the client capped the requests in flight at {m.client_cap} (max_concurrency), no "
+            f"fewer than the engine's max_num_seqs {config.max_running:,}: the engine's limit "
+            "binds first, so the cap changes nothing simulated")
+    if record and warnings:
+        raise TunerError(f"{run}: not recorded (a calibration would fit a wrong comparison): "
+                         f"{warnings[0]}.")
     too_long = np.flatnonzero(m.prompt + m.output > ctx)
     if too_long.size:
-        raise TunerError(f"{run}: request {int(too_long[0]) + 1} has {int(m.prompt[too_long[0]])}"
+        raise TunerError(f"{run}: {m.where(int(too_long[0]))} has {int(m.prompt[too_long[0]])}"
                          f" + {int(m.output[too_long[0]])} tokens, beyond "
                          + (f"{spec.name}'s context of {ctx:,}: is --model the run's model?"
                             if max_model_len is None else f"--max-model-len {ctx:,}: the engine "
@@ -369,9 +558,15 @@ def replay(
                   return_steps=m.median_itl_s is not None)
     out_tokens = float(m.output.sum())
     err_pct = 100.0 * (res.makespan_s / m.measured_s - 1.0)
+    defaulted = [k for k in DEFAULTED if knobs.get(k) is None]
     doc = {
-        "run": str(run), "read_as": m.kind, "note": m.note, "requests": int(m.prompt.size),
-        "config": config.to_dict(), "engine": defaults.release.describe(),
+        "run": str(run), "read_as": m.kind, "note": note, "warnings": warnings,
+        "requests": int(m.prompt.size), "client_max_concurrency": m.client_cap,
+        "config": config.to_dict(), "defaulted": defaulted,
+        "vllm_defaults": defaults.to_dict(), "engine": defaults.release.describe(),
+        "prefix_caching": defaults.release.generation.prefix_caching,
+        # replay compares tuner's own model: a stored `tuner calibrate` fit is not applied
+        "calibrated": False,
         "entry_point": entry_point, "num_scheduler_steps": num_scheduler_steps,
         "disable_log_requests": disable_log_requests, "max_model_len": ctx,
         "output_tokens": int(out_tokens),
@@ -412,17 +607,50 @@ def replay(
                   f"{doc['itl_error_pct']:+.1f} %")
     t.add_row("preemptions (simulated)", "", f"{res.preemptions:,}", "")
     out.print(t)
-    out.print(f"read as: {m.kind}" + (f"; {m.note}" if m.note else ""), style="dim",
+    out.print(f"read as: {m.kind}" + (f"; {note}" if note else ""), style="dim",
               markup=False)
     out.print(engine_line(defaults, entry_point, num_scheduler_steps, disable_log_requests,
                           res.decode_run_steps), style="dim", markup=False)
-    out.print(f"cost model: {res.provenance}", style="dim", markup=False)
+    out.print(settings_line(config, defaults), style="dim", markup=False)
+    if defaulted:  # as `tuner simulate` says it, with the flags that set them
+        out.print(f"not given ({', '.join(_flag(k) for k in defaulted)}): "
+                  f"{defaults.describe(defaulted)}; the run's file does not record its engine's "
+                  "settings: pass the run's where they differ", style="dim", markup=False)
+    out.print(f"cost model, uncalibrated (replay never applies a `tuner calibrate` fit): "
+              f"{res.provenance}", style="dim", markup=False)
     if note := shape_note(spec):
         out.print(note, style="yellow", markup=False)
+    for w in warnings:
+        out.print(f"warning: {w}.", style="yellow", markup=False)
     if "recorded_in" in doc:
         out.print(f"recorded in {doc['recorded_in']} (fit with: tuner calibrate --device "
                   f"{g.name} --model {spec.name} --runner replay --method makespan)",
                   markup=False)
+
+
+def settings_line(config, defaults) -> str:
+    """The engine settings simulated, given or vLLM's defaults: what a run's file leaves to
+    check (a bench result records none), and what "the newest" vLLM is taken as."""
+    from tuner.core.engines import KNOWN, dotted
+
+    release = defaults.release
+    parallel = f"TP {config.tp}" + (f", PP {config.pp}" if config.pp > 1 else "") + (
+        f", DP {config.dp}" if config.dp > 1 else "")
+    version = "" if release.version != "newest" else (
+        f"; --engine-version not given: the newest vLLM, taken as {release.generation.label} "
+        f"(vLLM {dotted(release.generation.since)} on; the newest release tuner has read is "
+        f"{dotted(max(KNOWN))})")
+    return (f"engine settings simulated: max_num_seqs {config.max_running:,}, "
+            f"max_num_batched_tokens {config.chunk_size:,}, {parallel}, prefix caching "
+            f"{'on' if release.generation.prefix_caching else 'off'}, block {config.block_size}, "
+            f"gpu_memory_utilization {config.gpu_memory_utilization:g}, {config.kv_bits}-bit "
+            f"KV{version}")
+
+
+def _flag(name: str) -> str:
+    """The option that sets ServingConfig field `name` (its first flag: vLLM's name)."""
+    flags = KNOBS[name].flags
+    return flags[0].split("/")[0] if flags else f"--{name.replace('_', '-')}"
 
 
 def _itl(m: MeasuredRun, res) -> dict:

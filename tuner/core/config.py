@@ -171,7 +171,8 @@ class ServingConfig:
         vllm=EngineArg("max_num_seqs"), sglang=EngineArg("max-running-requests"),
         lenient="min")
     weight_bits: int = _knob(
-        16, help="Weight precision (8: FP8 where the GPU has it, else INT8; 4: AWQ/GPTQ).",
+        16, help="Weight precision (8: FP8, quantized online; weight-only through Marlin "
+        "on GPUs without FP8 tensor cores; 4: an AWQ/GPTQ checkpoint).",
         unit="bits", choices=(16, 8, 4),
         vllm=EngineArg("quantization", values={8: "fp8"}),
         sglang=EngineArg("quantization", values={8: "fp8"}), lenient="min")
@@ -295,7 +296,10 @@ def _check_value(f: dataclasses.Field, value: Any) -> None:
         ok = isinstance(value, str) and (knob.allows(value) if knob.choices else bool(value))
     if not ok:
         rule = knob.rule() or ("true or false" if isinstance(default, bool) else "non-empty")
-        raise TunerError(f"{f.name} must be {rule}, got {value!r}. {knob.help}")
+        # the field and the option that sets it: a CLI user typed the flag, a file the field
+        flag = (knob.flags or (f"--{f.name.replace('_', '-')}",))[0].split("/")[0]
+        raise TunerError(f"{f.name} must be {rule}, got {value!r} (option {flag}). "
+                         f"{knob.help}")
 
 
 #: Field name -> its Knob, in field order (the one place the metadata is read from).

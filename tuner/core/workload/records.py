@@ -180,6 +180,10 @@ def _shaped_record(obj: dict) -> Record:
         _prompt_into(rec, obj, "")
         _output_into(rec, obj, ("max_tokens", "max_completion_tokens", "output_tokens"))
         rec.n = parse_n(obj.get("n"))
+    elif "duration" in obj and ("input_lens" in obj or "request_throughput" in obj):
+        # a run's measurements, not its requests: `tuner replay` compares tuner with them
+        raise BadLine("a `vllm bench serve --save-result` file (a run's measurements, not a "
+                      "workload): compare tuner with the run by `tuner replay FILE -g GPU`")
     else:
         keys = ", ".join(sorted(map(str, obj))) or "none"
         raise BadLine(
