@@ -36,20 +36,41 @@ def _tokens(s: str) -> set[str]:
     return set(re.split(r"[^a-z0-9]+", s.lower())) - {""}
 
 
+#: how far a device's memory may be from a catalog GPU's and still be that GPU: a card of
+#: another memory size is another part (A100 40 GB vs 80 GB, RTX 6000 Ada 48 GB vs RTX PRO
+#: 6000 96 GB); what drivers report differs from the catalog by a few %
+MEMORY_TOLERANCE = 0.15
+
+
+def _model_words(name: str) -> set[str]:
+    """The words of a catalog GPU name that say which part it is (the memory size left out:
+    'A100-80G' -> {'a100'}, 'RTX-PRO-6000' -> {'rtx', 'pro', '6000'})."""
+    return {t for t in _tokens(name) if not re.fullmatch(r"\d+gi?b?", t)}
+
+
+def _device_words(device_name: str) -> set[str]:
+    """A device name's words, and each pair of neighbours joined ('GeForce RTX 4090' ->
+    ..., 'rtx4090'), so 'RTX4090' matches 'RTX 4090'."""
+    seq = [t for t in re.split(r"[^a-z0-9]+", device_name.lower()) if t]
+    return set(seq) | {a + b for a, b in zip(seq, seq[1:], strict=False)}
+
+
 def match_gpu(device_name: str, memory_bytes: float | None, gpus: dict) -> str | None:
     """The catalog name for a CUDA device name ('NVIDIA A100-SXM4-80GB' -> 'A100-80G'), or None.
     The catalog's names and aliases first (tuner.core.catalog.find_gpu); else the catalog GPU
-    whose base name is a word of it, the closest in memory. A PCIe or NVL part is not matched
-    to an SXM entry, nor another part to a PCIe or NVL entry (their clocks, power and bandwidth
-    differ)."""
+    every word of whose name (its memory size aside) is a word of the device name, the
+    closest in memory, and none whose memory is more than MEMORY_TOLERANCE off: an RTX 3090,
+    A6000 or 6000 Ada is not an RTX PRO 6000, and a card the catalog lacks is None. A PCIe or
+    NVL part is not matched to an SXM entry, nor another part to a PCIe or NVL entry (their
+    clocks, power and bandwidth differ)."""
     from tuner.core.catalog import find_gpu
 
     hit = find_gpu(device_name, gpus)
     if hit is not None:
         return hit.name
-    toks = _tokens(device_name)
-    joined = "".join(sorted(toks))
+    toks = _device_words(device_name)
     other_form = bool(toks & {"pcie", "nvl"})
+    device_gib = (memory_bytes or 0) / 1024**3
     hits = []
     for name, g in gpus.items():
         if other_form and any(t.startswith("sxm") for a in getattr(g, "aliases", ())
@@ -57,11 +78,14 @@ def match_gpu(device_name: str, memory_bytes: float | None, gpus: dict) -> str |
             continue
         if not other_form and _tokens(name) & {"pcie", "nvl"}:
             continue  # nor an unnamed part to a PCIe / NVL entry (H100-PCIe) by memory alone
-        base = name.split("-")[0].lower()
-        if base in toks or (base.startswith("rtx") and base[3:] in toks and "rtx" in joined):
-            mem = getattr(g, "memory_gib", 0.0)
-            gap = abs(mem - (memory_bytes or 0) / 1024**3) if memory_bytes else 0.0
-            hits.append((gap, name))
+        words = _model_words(name)
+        if not words or not words <= toks:
+            continue
+        mem = float(getattr(g, "memory_gib", 0.0) or 0.0)
+        gap = abs(mem - device_gib) if memory_bytes else 0.0
+        if memory_bytes and mem > 0 and gap > MEMORY_TOLERANCE * mem:
+            continue  # same family, another memory size: another part
+        hits.append((gap, name))
     return min(hits)[1] if hits else None
 
 

@@ -8,9 +8,11 @@ and model, e.g. predictors/data). A profile without a fresh fit.json is fitted i
 
 mode
   auto       measured where a profile was taken on this GPU at this model's shapes (tp 1,
-             16-bit weights and KV); transferred from a measured GPU's efficiency curves to this
-             GPU's spec sheet otherwise (same-device transfer for tp > 1 or 8/4-bit); the
-             roofline where nothing applies (a CPU profile does not transfer to a GPU)
+             16-bit weights and KV); transferred from a measured GPU's efficiency curves at
+             this model's shapes to this GPU's spec sheet otherwise (same-device transfer for
+             tp > 1 or 8/4-bit); where no profile in the folder applies (a CPU profile, or
+             another model's), the folder is set aside, said in the provenance, and the model is
+             priced as without it (shipped kernel tables, their transfer, or the roofline)
   measured   use the profile at this model's shapes whatever device it was taken on (e.g. the
              shipped CPU profile of tiny-llama in CI); TunerError when there is none
   transfer   always transfer, even from a CPU profile
@@ -175,25 +177,35 @@ def read_profiles(profile_or_fit_dir, model, gpu, config, how: str):
     `profile_or_fit_dir` for (model, gpu, config); cached per folder state and config. `how`:
     a --profile-mode, or one half of `auto` (predictors.sources consults the halves as two
     cost sources). Raises TunerError on a missing or empty folder."""
-    from tuner.core.errors import TunerError
-
     path = Path(profile_or_fit_dir)
     if how in NO_PROFILE_MODES:
         return PROFILE_READERS[how](ProfileChoice([], model, gpu, config, path))
-    if not path.exists():
-        raise TunerError(f"Profile folder {path} does not exist (make one with `tuner profile`).")
-    dirs = find_profiles(path)
-    if not dirs:
-        raise TunerError(f"{path} holds no profile (profile.csv) or fit (fit.json): run "
-                         f"`tuner profile --model M --out {path}`.")
+    dirs = profile_dirs(path)
     key = (tuple((str(d.resolve()), _stamp(d)) for d in dirs), tuple(shape_dict(model).items()),
-           _gpu_key(gpu), config.tp, config.weight_bits, config.kv_bits, how)
+           _gpu_key(gpu), config.tp, config.weight_bits, config.kv_bits, how,
+           # a folder set aside prices as without it: by kernel tables that see these
+           getattr(config, "dp", 1), getattr(config, "expert_parallel", False))
     if key in _MODEL_CACHE:
         return _MODEL_CACHE[key]
     fits = [load_fit(d) for d in dirs]
     cm = _choose(fits, model, gpu, config, how, path)
     _MODEL_CACHE[key] = cm
     return cm
+
+
+def profile_dirs(path) -> list[Path]:
+    """find_profiles(path), or one TunerError: the folder does not exist, or holds no
+    profile or fit (the same words for every command that reads a --profile folder)."""
+    from tuner.core.errors import TunerError
+
+    path = Path(path)
+    if not path.exists():
+        raise TunerError(f"Profile folder {path} does not exist (make one with `tuner profile`).")
+    dirs = find_profiles(path)
+    if not dirs:
+        raise TunerError(f"{path} holds no profile (profile.csv) or fit (fit.json): run "
+                         f"`tuner profile --model M --out {path}`.")
+    return dirs
 
 
 def _gpu_key(gpu) -> tuple:
@@ -244,16 +256,20 @@ class ProfileChoice:
 
     def transferred(self, f: dict, specs=None, *, dtype_bytes: float = 2.0,
                     what: str | None = None):
-        """`f`'s efficiency curves on `specs` (default: this GPU's spec sheet)."""
+        """`f`'s efficiency curves on `specs` (default: this GPU's spec sheet); a profile of
+        another model's shapes (--profile-mode transfer) says so."""
         from tuner.core.errors import TunerError
         from tuner.predictors.devices import gpu_specs
         from tuner.predictors.fitted import transferred_cost_model
 
         gpu, c = self.gpu, self.config
         specs = specs or gpu_specs(gpu, "bfloat16")
+        other = "" if _same_shape(f, self.model) else (
+            f"; profiled at {f.get('provenance', {}).get('model', 'another model')}'s shapes, "
+            f"not {self.model.name}'s")
         desc = (f"transferred to {what or gpu.name} from {_source_label(f)} via efficiency "
                 f"curves and the {specs.name} {'spec sheet' if specs.kind == 'cuda' else 'peaks'}"
-                f"; {_transfer_note(f)}")
+                f"; {_transfer_note(f)}{other}")
         try:
             return transferred_cost_model(
                 f, self.model, specs, description=desc, dtype_bytes=dtype_bytes, tp=c.tp,
@@ -298,26 +314,79 @@ def _auto_measured(ch: ProfileChoice):
 
 def _auto_transferred(ch: ProfileChoice):
     """`auto`'s second half (after _auto_measured): this GPU's own profile carried to the
-    config's tp / bits, else a GPU profile transferred to this GPU; None where none applies."""
+    config's tp / bits, else a GPU profile at this model's shapes transferred to this GPU;
+    None where none applies (another model's efficiency curves are not this model's: a tiny
+    model's launch-bound kernels would price a large one several times too slow)."""
     on_gpu = ch.on_gpu
     if on_gpu:
         return ch.transferred(on_gpu[0], what=f"{ch.gpu.name} at {ch.tp_bits()}")
-    src = _pick_source(ch.fits, ch.model, gpu_only=True)
+    src = _pick_source(ch.same, ch.model, gpu_only=True)
     return ch.transferred(src) if src is not None else None
 
 
-def no_profile_applies(path, gpu) -> str:
-    """Why `auto` fell back to the roofline (the roofline's name says it)."""
-    return f"no GPU profile in {path} applies to {gpu.name}"
+def no_profile_applies(path, gpu, model=None) -> str:
+    """Why `auto` set a --profile folder aside (the cost model's provenance says it)."""
+    shapes = f" at {model.name}'s shapes" if model is not None else ""
+    return f"no GPU profile in {path} applies to {gpu.name}{shapes}"
+
+
+def set_aside_note(path, gpu, model) -> str:
+    """What a cost model priced as without a --profile folder that does not apply says."""
+    return f"--profile set aside ({no_profile_applies(path, gpu, model)}): priced as without it"
+
+
+class NotedCostModel:
+    """A CostModel with a note added to its provenance (a --profile folder set aside); every
+    figure and member is the base model's."""
+
+    def __init__(self, base, note: str):
+        self.base = base
+        self.note = note
+
+    def __getattr__(self, name: str):
+        if name in ("base", "note"):  # not set yet (copy / unpickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+    @property
+    def provenance(self):
+        p = self.base.provenance
+        return dataclasses.replace(p, detail=f"{p.detail}; {self.note}")
+
+    def describe(self) -> str:
+        return str(self.provenance)
+
+    @property
+    def transfer_model(self):
+        return self.base.transfer_model
+
+    def iteration_time_s(self, f):
+        return self.base.iteration_time_s(f)
+
+    def breakdown(self, f):
+        return self.base.breakdown(f)
+
+    def breakdown_ops(self, f):
+        return self.base.breakdown_ops(f)
+
+    def layer_time_s(self, f):
+        return self.base.layer_time_s(f)
+
+    def decode_attention_layer_s(self, f):
+        return self.base.decode_attention_layer_s(f)
 
 
 def _mode_auto(ch: ProfileChoice):
-    """Measured on this GPU, else transferred from a GPU profile, else the roofline."""
+    """Measured on this GPU, else transferred from a GPU profile at this model's shapes,
+    else (the folder set aside, said in the provenance) what auto gives without a folder."""
     for half in (_auto_measured, _auto_transferred):
         cm = half(ch)
         if cm is not None:
             return cm
-    return roofline(ch.model, ch.gpu, ch.config, no_profile_applies(ch.path, ch.gpu))
+    from tuner.predictors.sources import resolve_cost_model
+
+    return NotedCostModel(resolve_cost_model(ch.model, ch.gpu, ch.config, calibrated=False),
+                          set_aside_note(ch.path, ch.gpu, ch.model))
 
 
 def _mode_roofline(ch: ProfileChoice):

@@ -25,8 +25,9 @@ registry in order and takes the first price. Sources:
   roofline  the spec sheet (never declines)
 
 --profile-mode restricts the registry (SOURCES_BY_MODE). A --profile folder stands in for the
-shipped measurements: with one, `auto` consults profile -> transfer -> roofline (no kernel
-tables; the roofline then names why the folder did not apply), `measured` only the profile
+shipped measurements where it applies: with one, `auto` consults its profile -> transfer (a
+GPU profile at this model's shapes), and where neither applies sets the folder aside and walks
+the registry as without it (the provenance says so), `measured` only the profile
 source (the folder's profile at this model's shapes, whatever device it was taken on; an error
 where it has none), `transfer` only the transfer source (always transfer, even from a CPU
 profile). `roofline` is the spec sheet, folder or not. Without a folder `measured` and
@@ -39,6 +40,7 @@ The simulator takes the resulting CostModel and neither reads files nor chooses 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,7 +181,8 @@ SOURCE_NAMES = tuple(s.name for s in COST_SOURCES)
 #: --profile-mode -> the sources consulted, in registry order: (with a --profile folder,
 #: without one). Keys: predictors.loader.PROFILE_MODES.
 SOURCES_BY_MODE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "auto": (("profile", "transfer", "roofline"), SOURCE_NAMES),
+    # with a folder, then the whole registry without it (resolve) where the folder declines
+    "auto": (("profile", "transfer"), SOURCE_NAMES),
     "measured": (("profile",), SOURCE_NAMES),
     "transfer": (("transfer",), SOURCE_NAMES),
     "roofline": (("roofline",), ("roofline",)),
@@ -217,11 +220,18 @@ def resolve(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
     q = CostQuery(model, gpu, config, None if profile is None else Path(profile), mode,
                   engine_version, entry_point, num_scheduler_steps, engine, log_requests)
     declined: list[tuple[str, str]] = []
-    for src in sources_for(mode, profile=q.profile is not None):
-        out = src.price(q, tuple(declined))
+    walks = [(q, sources_for(mode, profile=q.profile is not None))]
+    if q.profile is not None and mode == "auto":  # a folder that does not apply is set aside
+        walks.append((dataclasses.replace(q, profile=None), sources_for(mode)))
+    for query, src in ((w, s) for w, srcs in walks for s in srcs):
+        out = src.price(query, tuple(declined))
         if isinstance(out, Declined):
             declined.append((src.name, out.reason))
             continue
+        if query is not q:
+            from tuner.predictors.loader import NotedCostModel, set_aside_note
+
+            out = NotedCostModel(out, set_aside_note(q.profile, gpu, model))
         if calibrated:
             # a fit from `tuner calibrate` (measured runs on this device and model) corrects
             # the residual of every later prediction there (TUNER_NO_CALIBRATION=1: off)

@@ -444,7 +444,7 @@ ROWS = [
     Row("calibrate-no-runs", "calibrate --store cal", None, ("No measured runs", "cal")),
     Row("fit-missing-folder", "fit nodir", None, ("nodir", "does not exist")),
     Row("fit-folder-without-profile", "fit .", None, "no profile.csv"),
-    Row("transfer-missing-profiles", "transfer a b", None, ("a", "no profile")),
+    Row("transfer-missing-profiles", "transfer a b", None, ("a", "does not exist")),
 ]
 
 

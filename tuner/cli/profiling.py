@@ -358,11 +358,9 @@ def _profile_device_gpu(profile_dir: Path, spec, cat: dict):
     """The GPU a profile was taken on (catalog entry), or a stand-in named after the device."""
     import dataclasses
 
-    from tuner.predictors.loader import find_profiles, load_fit
+    from tuner.predictors.loader import load_fit, profile_dirs
 
-    dirs = find_profiles(profile_dir)
-    if not dirs:
-        raise TunerError(f"{profile_dir} holds no profile (profile.csv) or fit (fit.json).")
+    dirs = profile_dirs(profile_dir)  # "does not exist" / "holds no profile", as simulate says
     prov = load_fit(dirs[0]).get("provenance", {})
     name = prov.get("gpu")
     if name and name in cat:
@@ -391,14 +389,11 @@ def transfer(
     """
     from tuner.predictors.devices import DeviceSpecs
     from tuner.predictors.fit import read_profile, resolve_stat
-    from tuner.predictors.loader import find_profiles, load_fit, record_transfer_check
+    from tuner.predictors.loader import load_fit, profile_dirs, record_transfer_check
     from tuner.predictors.transfer import transfer_error
 
-    for p in (source, target):
-        if not find_profiles(p):
-            raise TunerError(f"{p} holds no profile (profile.csv) or fit (fit.json).")
-    sfit = load_fit(find_profiles(source)[0])
-    tdir = find_profiles(target)[0]
+    sdir, tdir = (profile_dirs(p)[0] for p in (source, target))  # as simulate words it
+    sfit = load_fit(sdir)
     tfit = load_fit(tdir)
     tdf, tprov = read_profile(tdir)
     tspecs = DeviceSpecs.from_dict(tfit["specs"])

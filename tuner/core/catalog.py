@@ -236,6 +236,50 @@ class GPU:
         return (self.nvlink_gbps or self.host_link_gbps) * 1e9
 
 
+#: how many weights share one scale (and zero) in an AWQ / GPTQ / compressed-tensors group
+#: where the config names no group_size: 128, the default of every common 4-bit recipe
+DEFAULT_QUANT_GROUP = 128
+
+
+def scale_bytes_per_weight(bits: int, scheme: str = "") -> float:
+    """Bytes of quantization scales (and zero points) per weight at `bits`, for a checkpoint
+    quantized as `scheme` (ModelSpec.checkpoint_quantization; "" = vLLM quantizing a 16-bit
+    checkpoint at load, or an unnamed 4-bit checkpoint):
+
+    - 16-bit: none. FP8 / INT8 per tensor or per output channel (vLLM's online FP8, plain
+      `fp8`, FBGEMM, ModelOpt FP8, W8A8): ~0 (one scale per tensor or per row of thousands).
+    - FP8 in AxB blocks (DeepSeek-V3's 128x128): one FP32 scale per block, 4 / (A*B).
+    - AWQ / GPTQ / AutoRound at group g: an FP16 scale and a zero packed at `bits` per group,
+      (2 + bits/8) / g (2.5 / 128 at 4 bits); compressed-tensors groups are symmetric (scale
+      only), 2 / g. An unnamed 4-bit checkpoint is taken as AWQ / GPTQ at group 128.
+    - MXFP4: one E8M0 byte per 32 weights; NVFP4: one FP8 byte per 16.
+    - bitsandbytes 4-bit: an FP32 absmax per 64 weights (double quantization: 1 byte per 64
+      plus an FP32 per 256 blocks)."""
+    if bits >= 16:
+        return 0.0
+    s = scheme.lower()
+    blocks = re.search(r"blocks (\d+)x(\d+)", s)
+    if blocks:
+        return 4.0 / (int(blocks[1]) * int(blocks[2]))
+    if "nvfp4" in s:
+        return 1.0 / 16.0
+    if "mxfp4" in s:
+        return 1.0 / 32.0
+    if s.startswith(("bitsandbytes", "bnb")):
+        if bits != 4:
+            return 0.0  # LLM.int8: one scale per row
+        return 1.0 / 64 + 4.0 / (64 * 256) if "double quant" in s else 4.0 / 64
+    grouped = re.search(r"group (-?\d+)", s)
+    group = int(grouped[1]) if grouped else DEFAULT_QUANT_GROUP
+    if group <= 0:
+        return 0.0  # one scale per output channel
+    if s.startswith("compressed-tensors"):
+        return 2.0 / group if grouped else 0.0  # per channel unless a group is named
+    if bits == 4 or re.match(r"(awq|gptq|auto.round)", s):
+        return (2.0 + bits / 8.0) / group
+    return 0.0
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Shape of a decoder-only transformer: Llama/Mistral/Qwen-style (GQA, gated MLP), plus
@@ -246,7 +290,11 @@ class ModelSpec:
     Parameter counts cover the matmul weights, embeddings, LM head and RMSNorm weights; biases
     (Qwen2.5 QKV, gpt-oss attention/experts), attention sinks and per-head q/k norms are left
     out (each < 0.1 % of the total). `intermediate_size` is the dense FFN width: every layer's
-    for a dense model, the `first_k_dense_layers` leading dense layers' for an MoE model.
+    for a dense model, the `first_k_dense_layers` dense layers' for an MoE model (leading for
+    DeepSeek; interleaved for Qwen-MoE and Llama-4, where only their count matters). A
+    non-gated MLP (StarCoder2, GPT-NeoX, Phi-2, Nemotron: up and down, no gate) of width W is
+    stored at the gated width of equal parameters, FLOPs and bytes, 2W/3, so every predictor's
+    3 x hidden x intermediate holds for it too (model_from_config_dict).
     """
 
     name: str
@@ -432,11 +480,16 @@ class ModelSpec:
         return self.num_params - (self.linear_params_total - self.active_linear_params_total)
 
     # --- bytes ---------------------------------------------------------------------------
+    def weight_bytes_per_param(self, bits: int) -> float:
+        """Bytes one matmul weight takes at `bits`, its share of the quantization scales
+        included (scale_bytes_per_weight): the checkpoint's own scheme where `bits` is the
+        checkpoint's precision, else what vLLM makes of a 16-bit checkpoint."""
+        own = self.checkpoint_quantization if bits == self.checkpoint_bits else ""
+        return bits / 8.0 + scale_bytes_per_weight(bits, own)
+
     def linear_weight_bytes_per_layer(self, bits: int) -> float:
-        """Bytes of one layer's matmul weights at `bits` (layer mean); 4/8-bit carry group-wise
-        fp16 scale + zero per 128 weights (group-wise min-max as in LM-Offload Alg. 2)."""
-        overhead = 0.0 if bits == 16 else 4.0 / 128.0
-        return self.linear_params_per_layer * (bits / 8.0 + overhead)
+        """Bytes of one layer's matmul weights at `bits` (layer mean), scales included."""
+        return self.linear_params_per_layer * self.weight_bytes_per_param(bits)
 
     def weight_bytes(self, bits: int) -> float:
         """All weights; embeddings, LM head and norms stay 16-bit (as in vLLM's AWQ/GPTQ/FP8
@@ -808,15 +861,204 @@ def _window_layers(cfg: dict, num_layers: int, path: Path | str) -> tuple[int, i
     return window, num_layers
 
 
+#: architectures (config.json `architectures`) whose decoder a ModelSpec describes: softmax
+#: attention (GQA or MLA, sliding windows allowed) on every layer, a gated MLP or MoE FFN.
+#: Another name is priced the same way with a note (config_notes): the shape may be wrong.
+LLAMA_STYLE_ARCHITECTURES = frozenset({
+    "LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Mistral3ForConditionalGeneration",
+    "Qwen2ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM",
+    "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration",
+    "GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration",
+    "Llama4ForCausalLM", "Llama4ForConditionalGeneration", "MllamaForConditionalGeneration",
+    "LlavaForConditionalGeneration", "LlavaNextForConditionalGeneration",
+    "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM",
+    "GptOssForCausalLM", "Phi3ForCausalLM", "PhiMoEForCausalLM", "OlmoForCausalLM",
+    "Olmo2ForCausalLM", "OlmoeForCausalLM", "GraniteForCausalLM", "GraniteMoeForCausalLM",
+    "CohereForCausalLM", "Cohere2ForCausalLM", "GlmForCausalLM", "Glm4ForCausalLM",
+    "Glm4MoeForCausalLM", "InternLM2ForCausalLM", "InternLM3ForCausalLM", "YiForCausalLM",
+    "SmolLM3ForCausalLM", "StableLmForCausalLM", "ExaoneForCausalLM", "Exaone4ForCausalLM",
+    "MiniCPMForCausalLM", "Ernie4_5_ForCausalLM", "Ernie4_5_MoeForCausalLM",
+})
+#: config.json `model_type`s / `architectures` whose MLP has no gate (up, activation, down)
+_NON_GATED_TYPES = frozenset({"starcoder2", "gpt_neox", "phi", "nemotron", "persimmon",
+                              "gpt_bigcode", "gpt2", "gptj", "opt", "falcon", "bloom", "mpt",
+                              "codegen"})
+_NON_GATED_ARCHITECTURES = frozenset({
+    "Starcoder2ForCausalLM", "GPTNeoXForCausalLM", "PhiForCausalLM", "NemotronForCausalLM",
+    "PersimmonForCausalLM", "GPTBigCodeForCausalLM", "GPT2LMHeadModel", "GPTJForCausalLM",
+    "OPTForCausalLM", "FalconForCausalLM", "BloomForCausalLM", "MPTForCausalLM",
+    "CodeGenForCausalLM"})
+#: activations only ever used without a gate (Nemotron, Persimmon: squared ReLU)
+_NON_GATED_ACTS = frozenset({"relu2", "squared_relu"})
+#: layer_types entries that keep a KV cache of every (or every windowed) token
+_ATTENTION_LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention",
+                                    "attention"})
+#: model types that mix state-space / linear-attention layers with (or without) attention
+_HYBRID_TYPES = frozenset({"jamba", "qwen3_next", "mamba", "mamba2", "falcon_mamba",
+                           "falcon_h1", "zamba", "zamba2", "bamba", "nemotron_h",
+                           "granitemoehybrid", "lfm2", "minimax", "minimax_m1", "plamo2",
+                           "recurrent_gemma", "rwkv"})
+
+
+def _model_types(raw: dict, cfg: dict) -> set[str]:
+    """The config's model_type and its text decoder's (llama4 / llama4_text)."""
+    return {str(t).lower() for t in (raw.get("model_type"), cfg.get("model_type")) if t}
+
+
+def _architectures(raw: dict) -> list[str]:
+    archs = raw.get("architectures")
+    return [str(a) for a in archs] if isinstance(archs, list) else []
+
+
+def _arch_label(raw: dict) -> str:
+    return "/".join(_architectures(raw)) or str(raw.get("model_type") or "this model")
+
+
+def _is_llama4(cfg: dict) -> bool:
+    return "interleave_moe_layer_step" in cfg or "intermediate_size_mlp" in cfg \
+        or str(cfg.get("model_type", "")).startswith("llama4")
+
+
+def _llama4_moe_layers(cfg: dict, layers: int, path: Path | str) -> int:
+    """How many of Llama-4's layers are MoE: `moe_layers` where listed, else every
+    interleave_moe_layer_step-th (transformers' Llama4TextConfig: layers step-1, 2*step-1, ...)."""
+    listed = cfg.get("moe_layers")
+    if isinstance(listed, list):
+        return len({i for i in listed if isinstance(i, int) and 0 <= i < layers})
+    step = _config_int(cfg, "interleave_moe_layer_step", path, default=1)
+    return len(range(step - 1, layers, step))
+
+
+def _gated_mlp(raw: dict, cfg: dict) -> bool:
+    """Whether the MLP is gated (gate, up, down): False for the architectures and model types
+    known to be up-activation-down (StarCoder2, GPT-NeoX, Phi-2, Nemotron), or a squared-ReLU
+    activation; gated otherwise (Llama-style)."""
+    act = str(cfg.get("hidden_act") or cfg.get("hidden_activation") or "").lower()
+    return not (_model_types(raw, cfg) & _NON_GATED_TYPES
+                or set(_architectures(raw)) & _NON_GATED_ARCHITECTURES
+                or act in _NON_GATED_ACTS)
+
+
+def _gated_equivalent(width: int) -> int:
+    """The gated MLP width of a non-gated one's parameters and FLOPs: 3 x w' = 2 x width."""
+    return max(round(2 * width / 3), 1) if width else 0
+
+
+def _hybrid_layers(cfg: dict) -> tuple[int, str] | None:
+    """(layers that keep a KV cache, what the others are) of a hybrid config, or None: from
+    layer_types, full_attention_interval (Qwen3-Next), attn_layer_period/offset (Jamba) or
+    hybrid_override_pattern (Nemotron-H; '*' marks an attention layer)."""
+    layers = cfg.get("num_hidden_layers")
+    n = layers if isinstance(layers, int) and layers > 0 else None
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types:
+        other = sorted({str(t) for t in types} - _ATTENTION_LAYER_TYPES)
+        if other:
+            return sum(1 for t in types if t in _ATTENTION_LAYER_TYPES), "/".join(other)
+        return None
+    interval = cfg.get("full_attention_interval")
+    if isinstance(interval, int) and interval > 1 and n:
+        return n // interval, "linear attention"
+    period = cfg.get("attn_layer_period")
+    if isinstance(period, int) and period > 1 and n:
+        offset = cfg.get("attn_layer_offset") if isinstance(cfg.get("attn_layer_offset"), int) \
+            else 0
+        return sum(1 for i in range(n) if i % period == offset), "Mamba"
+    pattern = cfg.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern:
+        return pattern.count("*"), "Mamba"
+    return None
+
+
+def _refuse_hybrid(raw: dict, cfg: dict, path: Path | str) -> None:
+    """One TunerError for a model whose layers are not all attention (Qwen3-Next's Gated
+    DeltaNet, Jamba's and Nemotron-H's Mamba, ...): tuner's KV, memory and kernel models put a
+    KV cache and softmax attention on every layer, and a per-request recurrent state is not
+    modelled, so such a model would be priced as a different one."""
+    hybrid = _hybrid_layers(cfg)
+    mamba_keys = any(str(k).startswith(("mamba_", "ssm_", "linear_num_")) for k in cfg)
+    if hybrid is None and not mamba_keys and not _model_types(raw, cfg) & _HYBRID_TYPES:
+        return
+    layers = cfg.get("num_hidden_layers")
+    if hybrid is not None and isinstance(layers, int) and layers > 0:
+        attn, kind = hybrid
+        what = (f"only {attn} of its {layers} layers are attention (the others {kind}), so "
+                f"pricing every layer as attention would overstate its KV cache "
+                f"{layers / max(attn, 1):.0f}x")
+    else:
+        what = "it mixes state-space / linear-attention layers with attention"
+    raise TunerError(
+        f"{path}: {_arch_label(raw)} is a hybrid model: {what}. tuner prices decoders whose "
+        "every layer keeps a KV cache and does not model a per-request recurrent state, so it "
+        "does not support this model.")
+
+
+def _vision_params(v: dict) -> int | None:
+    """Parameters of a ViT vision encoder from its vision_config (transformer layers and patch
+    embedding; projector and position embeddings left out), or None where the config lacks a
+    figure. A silu encoder is gated (Pixtral, Qwen2.5-VL), another one not (SigLIP, mllama)."""
+    d, ff, patch = (v.get(k) for k in ("hidden_size", "intermediate_size", "patch_size"))
+    n = v.get("num_hidden_layers", v.get("depth"))
+    if not all(isinstance(x, int) and x > 0 for x in (d, ff, n, patch)):
+        return None
+    n += v.get("num_global_layers") if isinstance(v.get("num_global_layers"), int) else 0
+    mlp = (3 if str(v.get("hidden_act", "")).lower() in ("silu", "swish") else 2) * d * ff
+    channels = v.get("num_channels") if isinstance(v.get("num_channels"), int) else 3
+    return n * (4 * d * d + mlp) + channels * patch * patch * d
+
+
+def config_notes(raw: dict) -> list[str]:
+    """What a config.json's ModelSpec leaves out or approximates, one phrase each (shape_note
+    prints them): an architecture outside LLAMA_STYLE_ARCHITECTURES, a non-gated MLP's
+    equivalent width, a vision encoder's weights, mllama's cross-attention layers, Llama-4's
+    chunked attention."""
+    if not isinstance(raw, dict):
+        return []
+    cfg = _decoder_config(raw)
+    notes = []
+    unknown = [a for a in _architectures(raw) if a not in LLAMA_STYLE_ARCHITECTURES
+               and a not in _NON_GATED_ARCHITECTURES]
+    if unknown:
+        notes.append(f"architecture {'/'.join(unknown)} is not one tuner knows; priced as a "
+                     "Llama-style decoder (attention and a gated MLP on every layer): check "
+                     "its parameter count against the model card")
+    width = cfg.get("intermediate_size")
+    if not _gated_mlp(raw, cfg) and isinstance(width, int):
+        notes.append(f"its MLP is not gated (up and down, {width} wide): priced as a gated "
+                     f"MLP of the same parameters and FLOPs ({_gated_equivalent(width)} wide)")
+    cross = cfg.get("cross_attention_layers")
+    layers = cfg.get("num_hidden_layers")
+    if isinstance(cross, list) and cross and isinstance(layers, int):
+        notes.append(f"its {len(cross)} cross-attention layers (of {layers}) are priced as "
+                     f"self-attention layers: KV per token ~{100 * len(cross) / (layers - len(cross)):.0f} "
+                     "% high; vLLM 0.11 and later no longer serve mllama (V0's encoder-decoder "
+                     "path was removed)")
+    chunk = cfg.get("attention_chunk_size")
+    if isinstance(chunk, int) and chunk > 0:
+        notes.append(f"its chunked local attention ({chunk:,} tokens, on most layers) is priced "
+                     "as full attention: KV of requests longer than that is overstated")
+    vision = raw.get("vision_config")
+    if isinstance(vision, dict):
+        n = _vision_params(vision)
+        size = (f"~{n / 1e9:.2f} B params, {2 * n / GIB:.1f} GiB at 16-bit" if n
+                else "its size not given in vision_config")
+        notes.append(f"text decoder only: the vision encoder ({size}) is not counted in the "
+                     "weights, nor its start-up activations")
+    return notes
+
+
 def model_from_config_dict(cfg: dict, *, where: str, name: str, source: str,
                            hf_id: str = "") -> ModelSpec:
     """A ModelSpec from the fields of a Hugging Face config.json; `where` names the file in
-    errors. Reads dense GQA shapes and MoE (Mixtral, Qwen-MoE, gpt-oss, DeepSeek), MLA
-    (DeepSeek) and sliding-window (Gemma-2/3, gpt-oss, Mistral) fields."""
+    errors. Reads dense GQA shapes and MoE (Mixtral, Qwen-MoE, gpt-oss, DeepSeek, Llama-4's
+    interleaved MoE layers and shared expert), MLA (DeepSeek) and sliding-window (Gemma-2/3,
+    gpt-oss, Mistral) fields; a non-gated MLP is stored at its gated-equivalent width (see
+    ModelSpec), and a hybrid linear-attention / Mamba model is refused (_refuse_hybrid)."""
     if not isinstance(cfg, dict):
         raise TunerError(f"{where}: a config.json holds a JSON object, got {type(cfg).__name__}.")
-    cfg = _decoder_config(cfg)
+    raw, cfg = cfg, _decoder_config(cfg)
     path = where
+    _refuse_hybrid(raw, cfg, path)
     heads = _config_int(cfg, "num_attention_heads", path)
     hidden = _config_int(cfg, "hidden_size", path)
     kv_heads = _config_int(cfg, "num_key_value_heads", path, default=heads)
@@ -852,12 +1094,27 @@ def model_from_config_dict(cfg: dict, *, where: str, name: str, source: str,
         mlp_only = cfg.get("mlp_only_layers") or []
         if step > 1 or mlp_only:  # Qwen-MoE: dense where not every step-th layer, or listed
             dense = sum(1 for i in range(layers) if i in mlp_only or (i + 1) % step)
+        if _is_llama4(cfg):
+            # Llama-4: MoE on every interleave-th layer (Maverick 2: half, Scout 1: all), the
+            # others dense at intermediate_size_mlp; each MoE layer adds one always-on shared
+            # expert as wide as a routed one (transformers' Llama4TextMoe.shared_expert)
+            dense = layers - _llama4_moe_layers(cfg, layers, path)
+            intermediate = _config_int(cfg, "intermediate_size_mlp", path, default=intermediate)
+            shared_n, shared_width = 1, width
         if dense > layers:
             raise TunerError(f"{path}: first_k_dense_replace ({dense}) exceeds "
                              f"num_hidden_layers ({layers}).")
         moe = dict(num_experts=experts, experts_per_token=top_k, moe_intermediate_size=width,
                    num_shared_experts=shared_n, shared_expert_intermediate_size=shared_width,
                    first_k_dense_layers=dense)
+    if not _gated_mlp(raw, cfg):
+        # up + down (2 x hidden x W) priced as a gated MLP of equal parameters, FLOPs, bytes
+        # and activation memory, 3 x hidden x 2W/3: every predictor's gated formula holds
+        intermediate = _gated_equivalent(intermediate)
+        if moe:
+            moe["moe_intermediate_size"] = _gated_equivalent(moe["moe_intermediate_size"])
+            moe["shared_expert_intermediate_size"] = _gated_equivalent(
+                moe["shared_expert_intermediate_size"])
     window, window_layers = _window_layers(cfg, layers, path)
     return ModelSpec(
         name=name,
@@ -916,7 +1173,7 @@ def _checkpoint_precision(cfg: dict, path: Path | str) -> dict:
         detail = "fp8, blocks " + "x".join(str(b) for b in q["weight_block_size"])
     elif method in ("awq", "gptq", "awq_marlin", "gptq_marlin", "auto-round", "auto_round"):
         bits = q.get("bits", q.get("w_bit"))
-        detail = f"{method}, {bits}-bit"
+        detail = f"{method}, {bits}-bit" + _group_detail(q.get("group_size", q.get("q_group_size")))
     elif method == "modelopt":
         algo = str(q.get("quant_algo") or (q.get("quantization") or {}).get("quant_algo") or "")
         bits = {"FP8": 8, "NVFP4": 4, "W4A8_AWQ": 4}.get(algo.upper())
@@ -926,10 +1183,13 @@ def _checkpoint_precision(cfg: dict, path: Path | str) -> dict:
         widths = {(g.get("weights") or {}).get("num_bits") for g in groups} - {None}
         bits = max(widths) if widths else None
         kinds = {str((g.get("weights") or {}).get("type", "")) for g in groups} - {""}
-        detail = f"compressed-tensors, {bits}-bit {'/'.join(sorted(kinds))}".rstrip()
+        sizes = {(g.get("weights") or {}).get("group_size") for g in groups} - {None}
+        detail = (f"compressed-tensors, {bits}-bit {'/'.join(sorted(kinds))}".rstrip()
+                  + (_group_detail(min(sizes)) if len(sizes) == 1 else ""))
     elif method == "bitsandbytes":
         bits = 4 if q.get("load_in_4bit") else 8 if q.get("load_in_8bit") else None
-        detail = f"bitsandbytes, {bits}-bit"
+        detail = f"bitsandbytes, {bits}-bit" + (
+            ", double quant" if bits == 4 and q.get("bnb_4bit_use_double_quant") else "")
     if bits not in (4, 8):
         raise TunerError(
             f"{path}: quantization_config {method or q!r} "
@@ -937,6 +1197,14 @@ def _checkpoint_precision(cfg: dict, path: Path | str) -> dict:
             "AWQ/GPTQ, MXFP4/NVFP4, compressed-tensors, bitsandbytes at 8 or 4 bits); give a "
             "config.json without it and --weight-bits for the precision vLLM will serve.")
     return {"checkpoint_bits": int(bits), "checkpoint_quantization": detail}
+
+
+def _group_detail(group: object) -> str:
+    """", group N" for a quantization group size the config names (scale_bytes_per_weight
+    reads it back); "" where it names none."""
+    if isinstance(group, bool) or not isinstance(group, int):
+        return ""
+    return f", group {group}"
 
 
 def _read_config_json(path: Path) -> dict:
@@ -974,13 +1242,35 @@ class HubConfigUnavailable(TunerError):
 #: precision is kept apart), and a tuned variant (-Instruct, -chat-hf, -Instruct-v0.3)
 _FP8_SUFFIX = re.compile(r"-fp8(-dynamic)?$", re.I)
 _TUNED_SUFFIX = re.compile(r"-(instruct|chat|hf|it)(-[\w.]+)?$", re.I)
+#: words of a repo name that say its weights are quantized, and the bits each implies (None:
+#: quantized, bits unsaid): "Qwen2.5-7B-Instruct-AWQ", "Llama-3.3-70B-Instruct-quantized.w8a8"
+_QUANT_WORDS: dict[str, int | None] = {
+    "awq": 4, "gptq": None, "w4a16": 4, "w4a8": 4, "int4": 4, "4bit": 4, "nvfp4": 4,
+    "mxfp4": 4, "fp4": 4, "w8a8": 8, "w8a16": 8, "int8": 8, "8bit": 8, "quantized": None,
+    "bnb": None, "gguf": None, "exl2": None}
+#: trailing quantization words of a repo name ("-AWQ", "-GPTQ-Int4", "-quantized.w8a8")
+_QUANT_SUFFIX = re.compile(r"([-_.](" + "|".join(_QUANT_WORDS) + r"|g\d+))+$", re.I)
 
 
 def _base_name(ref: str) -> str:
     """"meta-llama/Meta-Llama-3.1-8B-Instruct-FP8" -> "llama-3.1-8b": a repo name without its
-    owner, FP8 and tuned-variant suffixes, a trailing version or Meta's "Meta-" prefix."""
-    n = _TUNED_SUFFIX.sub("", _FP8_SUFFIX.sub("", ref.strip().rsplit("/", 1)[-1].lower()))
+    owner, FP8, quantization and tuned-variant suffixes, a trailing version or Meta's "Meta-"
+    prefix."""
+    n = _QUANT_SUFFIX.sub("", _FP8_SUFFIX.sub("", ref.strip().rsplit("/", 1)[-1].lower()))
+    n = _TUNED_SUFFIX.sub("", n)
     return re.sub(r"-v\d+(\.\d+)*$", "", n.removeprefix("meta-"))
+
+
+def quantized_name_bits(ref: str) -> tuple[int | None, list[str]]:
+    """(bits, words) where a repo's name says its weights are quantized: the words found
+    (`_QUANT_WORDS`) and the bits they imply together, None where they do not say or disagree
+    (GPTQ is 4-bit unless the name says 8); (None, []) for a name that says nothing."""
+    words = [w for w in re.split(r"[-_./]", ref.strip().rsplit("/", 1)[-1].lower())
+             if w in _QUANT_WORDS]
+    said = {_QUANT_WORDS[w] for w in words} - {None}
+    if not said and "gptq" in words:
+        said = {4}
+    return (said.pop() if len(said) == 1 else None), words
 
 
 def catalog_base_model(ref: str, models: dict[str, ModelSpec] | None = None) -> str | None:
@@ -1103,18 +1393,31 @@ def _local_checkpoint(key: str, path: Path) -> str:
 def _named_after_catalog(repo: str, models: dict[str, ModelSpec], why: str) -> ModelSpec | None:
     """`repo` priced with the shape of the catalog entry it is named after, where its own
     config.json cannot be read (`why`): said in `source`, which shape_note prints.
-    An FP8-named repo keeps FP8 weights, as vLLM serves them."""
+    An FP8-named repo keeps FP8 weights, as vLLM serves them, and one whose name says its
+    bits (-AWQ, -GPTQ-Int4: 4; -quantized.w8a8, -Int8: 8) keeps them; None (the caller's
+    "No config.json" error) for a name that says it is quantized without saying the bits
+    (-quantized, -bnb), or bits other than the catalog entry's own quantized checkpoint's."""
     name = catalog_base_model(repo, models)
     if name is None:
         return None
     spec = models[name]
-    fp8 = is_fp8_repo(repo) and spec.checkpoint_bits == 16
-    quant = {"checkpoint_bits": 8, "checkpoint_quantization": "fp8 (from the repo name)"} \
-        if fp8 else {}
+    bits, words = quantized_name_bits(repo)
+    quant: dict = {}
+    said = ""
+    if is_fp8_repo(repo) and spec.checkpoint_bits == 16:
+        quant = {"checkpoint_bits": 8, "checkpoint_quantization": "fp8 (from the repo name)"}
+        said = "; FP8 weights, from the name"
+    elif words:
+        if bits is None or (spec.checkpoint_bits != 16 and bits != spec.checkpoint_bits):
+            return None  # quantized, at bits the name does not settle: guess nothing
+        if spec.checkpoint_bits == 16:
+            how = "/".join(dict.fromkeys(words))
+            quant = {"checkpoint_bits": bits,
+                     "checkpoint_quantization": f"{how}, {bits}-bit (from the repo name)"}
+            said = f"; {bits}-bit {how} weights, from the name"
     return replace(spec, hf_id=repo, checkpoint=repo, **quant,
                    source=f"catalog {name}'s shape, {ASSUMED_FROM_NAME} {repo} (its "
-                          f"config.json unread: {why})"
-                          + ("; FP8 weights, from the name" if fp8 else ""))
+                          f"config.json unread: {why}){said}")
 
 
 #: what `source` says of a model priced with a catalog shape its repo name points to
@@ -1123,11 +1426,28 @@ ASSUMED_FROM_NAME = "assumed from the name"
 
 def shape_note(spec: ModelSpec) -> str | None:
     """One line for the commands that price `spec`, where its shape is assumed from a repo
-    name (its config.json unread), else None."""
-    if ASSUMED_FROM_NAME not in spec.source:
-        return None
-    return (f"model: {spec.source}; pass its config.json (or go online) to price its own "
-            "shape")
+    name (its config.json unread) or its config.json describes what the shape leaves out or
+    approximates (config_notes: a vision encoder, cross-attention layers, a non-gated MLP, an
+    unknown architecture), else None."""
+    notes = []
+    if ASSUMED_FROM_NAME in spec.source:
+        notes.append(f"{spec.source}; pass its config.json (or go online) to price its own "
+                     "shape")
+    notes += config_notes(_source_config(spec.source))
+    return "model: " + "; ".join(notes) if notes else None
+
+
+def _source_config(source: str) -> dict:
+    """The config.json a ModelSpec was read from (`source`: a path, or a shipped catalog
+    config), {} where there is none or it cannot be read now (a note is never an error)."""
+    shipped = re.fullmatch(r"catalog \((configs/[^)]+)\)", source)
+    try:
+        if shipped:
+            return _catalog_config(shipped[1].removeprefix("configs/"))[0]
+        path = Path(source)
+        return json.loads(path.read_text()) if source and path.is_file() else {}
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
 
 
 def get_model(name_or_path: str, models: dict[str, ModelSpec] | None = None) -> ModelSpec:
@@ -1176,7 +1496,8 @@ def get_model(name_or_path: str, models: dict[str, ModelSpec] | None = None) -> 
 __all__ = [
     "GPU", "GIB", "GPU_FIELD_RANGES", "HubConfigUnavailable", "MAX_PRICE_USD_PER_H", "ModelSpec",
     "apply_prices", "catalog_base_model", "check_checkpoint_ref", "get_gpu", "get_model",
-    "hf_config_path", "is_fp8_repo", "shape_note",
+    "config_notes", "hf_config_path", "is_fp8_repo", "quantized_name_bits", "scale_bytes_per_weight",
+    "shape_note",
     "load_gpus", "load_models", "model_aliases", "model_from_config_dict", "model_from_hf_config",
     "parse_price_overrides",
 ]

@@ -279,7 +279,7 @@ def weight_bytes_per_rank(model: ModelSpec, config: ServingConfig) -> float:
                     + 2.0 * model.norm_params * layers / model.num_layers) / config.tp
     if model.is_moe and config.dp > 1:
         bits = config.weight_bits
-        per_param = bits / 8.0 + (0.0 if bits == 16 else 4.0 / 128.0)
+        per_param = model.weight_bytes_per_param(bits)  # as weight_bytes counted them
         experts = model.num_moe_layers * model.num_experts * model.expert_params * per_param
         per_rank -= experts / config.tp * (1.0 - 1.0 / config.dp) \
             * math.ceil(model.num_layers / config.pp) / model.num_layers
