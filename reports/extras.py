@@ -39,6 +39,7 @@ from tuner.core.errors import TunerError
 from tuner.core.units import as_finite, fmt_duration
 from tuner.core.workload import STDIN_NAME, Workload
 from tuner.exports import EXPORTERS, formats_for, render_export
+from tuner.exports.common import Deployment
 from tuner.predictors.protocol import CostModel
 from tuner.predictors.sources import cost_model_for as default_cost_models
 from tuner.search.meta import study_meta
@@ -205,10 +206,11 @@ def export_text(fmt: str, record: TrialRecord, model: ModelSpec, gpus: dict[str,
                 batch_output: str | None = None, extra: dict | None = None,
                 quantized_model: str | None = None,
                 num_scheduler_steps: int | None = None,
-                disable_log_requests: bool = False) -> str:
+                disable_log_requests: bool = False,
+                engine_version: str | None = None) -> str:
     """One export of a trial record (``render_export`` with the record's figures; for a format
     that runs the batch (``ExportFormat.batch``) the study's workload as input and the model
-    name its requests use)."""
+    name its requests use); `engine_version`: the vLLM release searched (None: the newest)."""
     config = record.config
     if config.gpu not in gpus:
         raise TunerError(f"GPU {config.gpu!r} of trial #{record.number} is not in the GPU "
@@ -217,7 +219,10 @@ def export_text(fmt: str, record: TrialRecord, model: ModelSpec, gpus: dict[str,
     if chat and not (workload_path and workload_path != STDIN_NAME
                      and chat_requests(workload_path)):
         chat = None  # no chat requests: the base checkpoint serves them
-    quantized = quantized_model if quantized_model and config.weight_bits < 16 else None
+    # the user's checkpoint is served only for plans at its own weight bits
+    quantized = (quantized_model if quantized_model and Deployment(
+        config, model, gpus[config.gpu], max_model_len,
+        quantized_model=quantized_model).serves_quantized_checkpoint else None)
     if chat and quantized:  # the user's checkpoint is served: say what it needs
         header += (f"\nNOTE: the requests are chat messages: {quantized} must carry a chat "
                    f"template (a quantization of the base {model.load_id} has none; quantize "
@@ -260,7 +265,7 @@ def export_text(fmt: str, record: TrialRecord, model: ModelSpec, gpus: dict[str,
         metrics=m.to_dict() if m is not None else None,
         memory=mem.to_dict() if mem is not None else None, extra=extra,
         quantized_model=quantized_model, num_scheduler_steps=num_scheduler_steps,
-        disable_log_requests=disable_log_requests, **kw)
+        disable_log_requests=disable_log_requests, engine_version=engine_version, **kw)
 
 
 def export_snippets(records: list[TrialRecord], model: ModelSpec, gpus: dict[str, GPU], *,
@@ -268,7 +273,8 @@ def export_snippets(records: list[TrialRecord], model: ModelSpec, gpus: dict[str
                     requests: int, study: str | None = None,
                     workload_path: str = "", quantized_model: str | None = None,
                     num_scheduler_steps: int | None = None,
-                    disable_log_requests: bool = False, misses: str = "") -> dict:
+                    disable_log_requests: bool = False, misses: str = "",
+                    engine_version: str | None = None) -> dict:
     """{'fastest'|'cheapest': {'trial': n, 'formats': {format: text}}} for the overall winners;
     `misses`: a NOTE every winner carries (the --deadline / --budget no single type meets)."""
     best, _ = winners(records)
@@ -292,7 +298,8 @@ def export_snippets(records: list[TrialRecord], model: ModelSpec, gpus: dict[str
                              workload_path=workload_path, extra=extra,
                              quantized_model=quantized_model,
                              num_scheduler_steps=num_scheduler_steps,
-                             disable_log_requests=disable_log_requests)
+                             disable_log_requests=disable_log_requests,
+                             engine_version=engine_version)
             for fmt in formats_for(r.config.engine)}}
     return out
 
@@ -573,7 +580,8 @@ def report_extras(study: optuna.Study, records: list[TrialRecord], workload: Wor
             quantized_model=limits.quantized_model,
             num_scheduler_steps=priced_scheduler_steps(meta.engine_version,
                                                        meta.num_scheduler_steps),
-            disable_log_requests=meta.disable_log_requests),
+            disable_log_requests=meta.disable_log_requests,
+            engine_version=meta.engine_version),
         "deadline_s": limits.deadline_s,
     }
     validation = load_validation(out_dir) if out_dir is not None else None

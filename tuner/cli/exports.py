@@ -87,8 +87,9 @@ def export_cmd(
     workload: StoredWorkloadOpt = None,
     gpu_file: GpuFileOpt = None,
     quantized_model: Annotated[str | None, typer.Option("--quantized-model", help="The "
-                               "quantized checkpoint (HF id or path) a 4-bit / INT8 plan "
-                               "serves (default: the search's).")] = None,
+                               "quantized checkpoint (HF id or path) a plan at its weight "
+                               "bits serves: 4-bit plans need one, 8-bit ones are otherwise "
+                               "FP8 quantized online (default: the search's).")] = None,
     fleet: Annotated[int | None, typer.Option("--fleet", help="Write mix K of GPU types "
                      "(results.json's fleets, 1 = the fastest) as a folder (--output): per "
                      "part its share of the input JSONL, its run-batch launcher and a "
@@ -157,7 +158,8 @@ def export_cmd(
                        batch_output=batch_output, extra=extra,
                        quantized_model=quantized_model or s.meta.constraints.quantized_model,
                        num_scheduler_steps=steps,
-                       disable_log_requests=s.meta.disable_log_requests)
+                       disable_log_requests=s.meta.disable_log_requests,
+                       engine_version=s.meta.engine_version)
     from tuner.exports.formats import check_export
 
     if steps is not None:  # a V0 export: the installed (V1) vLLM's parser is not its judge
@@ -213,7 +215,8 @@ def _export_fleet(k: int, study: str | None, storage: str | None, out: Path | No
         header=f"Fleet plan {k} of study {st.study_name!r}.",
         quantized_model=quantized_model or s.meta.constraints.quantized_model,
         num_scheduler_steps=priced_scheduler_steps(s.meta.engine_version,
-                                                   s.meta.num_scheduler_steps))
+                                                   s.meta.num_scheduler_steps),
+        engine_version=s.meta.engine_version)
     parent = output.resolve().parent
     tmp = None
     try:

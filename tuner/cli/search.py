@@ -108,8 +108,11 @@ def search(
     allow_quantization: Annotated[bool, typer.Option(help="Also search 8/4-bit weights and an "
                                   "8-bit KV cache (default: the model's own precision).")] = False,
     quantized_model: Annotated[str | None, typer.Option(help="Quantized checkpoint (HF id or "
-                               "path) for plans with 4-bit or INT8 weights; without it only "
-                               "FP8 that the engine quantizes online is searched.")] = None,
+                               "path) for the plans at its weight bits: its config.json (local "
+                               "or in the HF cache) or its name says them (awq/gptq/w4a16/int4: "
+                               "4; w8a8/int8/fp8: 8; neither: taken as 4-bit). 4-bit plans need "
+                               "one; 8-bit plans are otherwise quantized to FP8 online on every "
+                               "GPU (weight-only through Marlin without FP8 tensor cores).")] = None,
     outputs_known: Annotated[bool, typer.Option(help="The workload's output lengths are what "
                              "the job will produce (e.g. measured in an earlier run): orderings "
                              "that sort by them (longest-output, binpack, blend) may then be "

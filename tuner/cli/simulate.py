@@ -475,6 +475,14 @@ def simulate(
             "starts.")
     summary["arrivals"] = None if w.arrival_s is None else {
         "replayed": True, "requests": len(w), "span_s": w.arrival_span_s}
+    # below 16 bits: the checkpoint (or online quantization) the prediction assumes, the FP8 KV
+    # cache's backend, and that output quality is not simulated (the exports' own rules)
+    summary["precision_notes"] = []
+    if config.weight_bits < 16 or config.kv_bits < 16:  # a 16-bit plan has none (no import)
+        from tuner.exports.common import Deployment, precision_notes
+
+        summary["precision_notes"] = precision_notes(
+            Deployment(config, spec, g, ctx, engine_version=engine_version), engine)
     if rates is not None:
         from tuner.search.spot import plan_spot
 
@@ -559,6 +567,8 @@ def simulate(
         out.print("warning: --kv-bits 4: vLLM has no 4-bit KV cache (its smallest "
                   "kv_cache_dtype is fp8); this is a simulator study, not a plan vLLM runs.",
                   style="yellow", markup=False)
+    for note in summary["precision_notes"]:
+        out.print(f"note: {note}", style="yellow", markup=False)
     if config.dp > len(w):
         out.print(f"warning: {config.dp - len(w)} of the {config.dp} replicas get no request "
                   f"({len(w)} requests) but are started and billed; a smaller --dp costs less.",

@@ -49,7 +49,7 @@ class Deployment:
     kv_capacity_tokens: int | None = None
     # the quantized checkpoint (HF id or path) a plan with quantized weights serves
     # (`--quantized-model`); None: the model's own checkpoint, quantized online where the
-    # engine can (FP8 on GPUs with FP8 tensor cores)
+    # engine can (8-bit: FP8, weight-only through Marlin on GPUs without FP8 tensor cores)
     quantized_model: str | None = None
     # V0 multi-step scheduling the prediction assumed (tuner.core.engines.priced_scheduler_steps);
     # None: a V1 engine, which has no such option
@@ -57,6 +57,9 @@ class Deployment:
     # the search priced a V0 API server started with --disable-log-requests (the `vllm serve`
     # YAML says so); False: the server's default
     disable_log_requests: bool = False
+    # the vLLM release the plan was searched for (--engine-version; None: the newest): the
+    # arguments whose spelling changed between releases follow it (online_fp8_method)
+    engine_version: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_model_len < 1:
@@ -64,12 +67,45 @@ class Deployment:
 
     @property
     def needs_checkpoint(self) -> bool:
-        """4-bit weights, or 8-bit ones on a GPU without FP8: no engine quantizes them online
-        (unless the model's own checkpoint stores that precision)."""
+        """4-bit weights: no engine quantizes them online (unless the model's own checkpoint
+        stores that precision); 8-bit ones are quantized to FP8 as the engine loads them."""
         from tuner.search.constraints import needs_checkpoint
 
         return needs_checkpoint(self.config.weight_bits, bool(self.gpu.fp8_tflops),
                                 self.model.checkpoint_bits)
+
+    @property
+    def quantized_bits_known(self) -> int | None:
+        """The weight bits the --quantized-model checkpoint's config.json or name says (None:
+        neither says)."""
+        from tuner.search.constraints import _bits_from_name, checkpoint_weight_bits
+
+        ref = self.quantized_model or ""
+        try:
+            return checkpoint_weight_bits(ref)
+        except TunerError:  # a config that says 16 bits: the search refused it; its name here
+            return _bits_from_name(ref)
+
+    @property
+    def quantized_bits(self) -> int:
+        """The weight bits the --quantized-model checkpoint is taken to store
+        (tuner.search.constraints.served_bits of quantized_bits_known)."""
+        from tuner.search.constraints import served_bits
+
+        return served_bits(self.quantized_bits_known)
+
+    def _checkpoint_width(self) -> str:
+        bits = self.quantized_bits
+        return (f"{bits}-bit weights" if self.quantized_bits_known else
+                f"taken as {bits}-bit: its config and name do not say")
+
+    @property
+    def serves_quantized_checkpoint(self) -> bool:
+        """Whether the engine loads the --quantized-model checkpoint: for a plan at the
+        checkpoint's own weight bits only (a 4-bit AWQ checkpoint is no 8-bit plan's; an 8-bit
+        checkpoint given serves the 8-bit plans in place of online FP8)."""
+        bits = self.config.weight_bits
+        return bool(self.quantized_model) and bits < 16 and self.quantized_bits == bits
 
     @property
     def offload_gib_per_gpu(self) -> float:
@@ -82,19 +118,28 @@ class Deployment:
                                    engine: str) -> list[str]:
         """A plan served from the --quantized-model checkpoint: it carries its quantization
         config, which the engine reads, so `opts` loses its online `quantization` and `notes`
-        their weight-bits advice for one line naming the checkpoint. Unchanged otherwise."""
-        if self.checkpoint == self.model.load_id:
+        their weight-bits advice for one line naming the checkpoint. A quantized plan that
+        quantizes online although a checkpoint of other bits was given: a line saying it is
+        not served. Unchanged otherwise."""
+        c = self.config
+        if not self.serves_quantized_checkpoint:
+            if self.quantized_model and c.weight_bits < 16 and not self.needs_checkpoint:
+                return [*notes, f"--quantized-model {self.quantized_model} "
+                        f"({self._checkpoint_width()}) is not served: this plan's "
+                        f"{c.weight_bits}-bit weights are quantized from "
+                        f"{self.model.load_id} as {engine} loads them."]
             return notes
         opts.pop("quantization", None)
         return [n for n in notes if not n.startswith("weight_bits=")] + [
-            f"{option}: {self.checkpoint} is the {self.config.weight_bits}-bit checkpoint given "
+            f"{option}: {self.checkpoint} is the {c.weight_bits}-bit checkpoint given "
             f"with --quantized-model; {engine} takes its quantization from the checkpoint."]
 
     @property
     def checkpoint(self) -> str:
-        """The checkpoint the engine loads: the quantized one for a quantized-weight plan given
-        one, else the model's own, as the user named it (ModelSpec.load_id)."""
-        if self.quantized_model and self.config.weight_bits < 16:
+        """The checkpoint the engine loads: the --quantized-model one for a plan at its weight
+        bits (serves_quantized_checkpoint), else the model's own, as the user named it
+        (ModelSpec.load_id)."""
+        if self.serves_quantized_checkpoint:
             return self.quantized_model
         return self.model.load_id
 
@@ -156,13 +201,16 @@ class Deployment:
 
     def check_deployable(self) -> None:
         """One TunerError for a plan whose export would not run as predicted: quantized
-        weights that need a checkpoint nobody named."""
-        if self.needs_checkpoint and not self.quantized_model:
-            kind = "4-bit" if self.config.weight_bits == 4 else "INT8"
-            raise TunerError(
-                f"{self.config.weight_bits}-bit weights on {self.gpu.name} need a {kind} "
-                f"checkpoint of {self.model.name} (the engine cannot quantize them online); "
-                "pass --quantized-model ID.")
+        weights that need a checkpoint nobody named, or one of other bits."""
+        if not self.needs_checkpoint or self.serves_quantized_checkpoint:
+            return
+        bits = self.config.weight_bits
+        why = (f"{bits}-bit weights on {self.gpu.name} need a {bits}-bit (AWQ/GPTQ) checkpoint "
+               f"of {self.model.name} (the engine cannot quantize them online)")
+        if not self.quantized_model:
+            raise TunerError(f"{why}; pass --quantized-model ID.")
+        raise TunerError(f"{why}; --quantized-model {self.quantized_model} holds "
+                         f"{self._checkpoint_width()}: pass a {bits}-bit one.")
 
     def kv_capacity(self) -> tuple[int, str]:
         """(KV capacity in tokens per replica, where the figure comes from)."""
@@ -230,11 +278,15 @@ WHEN: dict[str, Callable[[Deployment], bool]] = {
     "model_id": lambda d: not (d.model.checkpoint or d.model.hf_id),
     "prefill_budget": lambda d: prefill_budget_refusal(d.config, d.max_model_len) is not None,
     "kv_bits_4": lambda d: d.config.kv_bits == 4,
+    # an FP8 KV cache on a GPU where vLLM's FlashAttention has none (another backend runs it)
+    "kv_bits_8": lambda d: fp8_kv_other_backend(d),
     "weight_bits_8": lambda d: d.config.weight_bits == 8 and not d.gpu.fp8_tflops,
     "weight_bits_4": lambda d: d.config.weight_bits == 4,
     "kv_offload": lambda d: d.config.kv_offload_layers > 0,
     "attention_on_cpu": lambda d: d.config.attention_on_cpu,
-    "cpu_threads": lambda d: d.config.cpu_threads_intra > 0 or d.config.cpu_threads_inter > 0,
+    # the CPU threads set the CPU attention's threads, and only priced with it
+    "cpu_threads": lambda d: _threads_given(d) and _threads_priced(d),
+    "cpu_threads_unused": lambda d: _threads_given(d) and not _threads_priced(d),
     "eviction_free": lambda d: d.config.eviction_free,
     "ordering": lambda d: d.config.ordering != "fcfs",
     # SGLang: orders it has no schedule policy for, and the one its policy only approximates
@@ -248,6 +300,97 @@ WHEN: dict[str, Callable[[Deployment], bool]] = {
     # engines (SGLang's --dp-size without EP, run-batch replicas, Ray Data) each hold all
     "moe_dp": lambda d: d.model.is_moe and d.config.dp > 1,
 }
+
+
+def _threads_given(dep: Deployment) -> bool:
+    return dep.config.cpu_threads_intra > 0 or dep.config.cpu_threads_inter > 0
+
+
+def _threads_priced(dep: Deployment) -> bool:
+    from tuner.search.space import cpu_threads_priced
+
+    return cpu_threads_priced(dep.config.attention_on_cpu, dep.config.kv_offload_layers)
+
+
+#: GPU architectures (GPU.architecture) where vLLM's FlashAttention takes an FP8 KV cache:
+#: FA3 on sm_90 and FA4 on sm_100 (vllm/v1/attention/backends/fa_utils.py,
+#: flash_attn_supports_kv_cache_dtype, read in vLLM 0.32); Blackwell's sm_120 parts are not
+#: sm_100 (tuner.core.engine_defaults.SM120_GPUS)
+FP8_KV_FLASH_ATTENTION = ("hopper", "blackwell")
+
+
+def fp8_kv_flash_attention(gpu: GPU) -> bool | None:
+    """Whether vLLM's FlashAttention serves an FP8 KV cache on `gpu` (elsewhere vLLM picks
+    another backend, FlashInfer); None where the catalog does not say the architecture."""
+    from tuner.core.engine_defaults import SM120_GPUS
+
+    if gpu.architecture is None:
+        return None
+    return gpu.architecture in FP8_KV_FLASH_ATTENTION and gpu.name not in SM120_GPUS
+
+
+#: the first vLLM release with the online-quantization shorthands (`--quantization
+#: fp8_per_tensor`, vllm-project/vllm#38138; in the v0.20.0 docs' "Online Quantization"):
+#: later releases refuse online `fp8` (0.32's Fp8Config: "The `fp8` quantization method no
+#: longer supports online quantization. Please use `--quantization fp8_per_tensor`"); before
+#: it `fp8` is the online method
+ONLINE_FP8_SHORTHAND_SINCE = (0, 20, 0)
+
+
+def online_fp8_method(engine_version: str | None, *, v0: bool = False) -> str:
+    """vLLM's --quantization value that quantizes a 16-bit checkpoint to FP8 as it loads, in
+    release `engine_version` (None: the newest; `v0`: a V0 engine, 0.5 - 0.7): per-tensor FP8,
+    weight-only through Marlin on GPUs without FP8 tensor cores, in both spellings."""
+    from tuner.core.engines import parse_version
+
+    version = parse_version(engine_version)
+    if v0 or (version is not None and version < ONLINE_FP8_SHORTHAND_SINCE):
+        return "fp8"
+    return "fp8_per_tensor"
+
+
+def fp8_kv_other_backend(dep: Deployment) -> bool:
+    """An FP8 KV cache that vLLM's FlashAttention does not serve on the plan's GPU (an MLA
+    model's cache goes to vLLM's MLA backends instead, priced as such)."""
+    return (dep.config.kv_bits == 8 and not getattr(dep.model, "is_mla", False)
+            and fp8_kv_flash_attention(dep.gpu) is False)
+
+
+def precision_notes(dep: Deployment, engine: str = "vllm") -> list[str]:
+    """What a plan below 16 bits needs that its prediction assumes, and what the prediction
+    leaves out (tuner simulate prints them): the checkpoint its weights need, or how the
+    engine quantizes them online; the FP8 KV cache's attention backend and scales."""
+    c, model = dep.config, dep.model
+    name = {"sglang": "SGLang"}.get(engine, "vLLM")
+    out = []
+    if c.weight_bits < 16 and c.weight_bits != model.checkpoint_bits:
+        if dep.needs_checkpoint:
+            out.append(f"{c.weight_bits}-bit weights: no engine quantizes {model.name} to "
+                       f"{c.weight_bits} bits as it loads it; this prediction assumes a "
+                       f"{c.weight_bits}-bit AWQ/GPTQ checkpoint of it served as the model "
+                       "(tuner search / export --quantized-model ID). Output quality is not "
+                       "simulated.")
+        else:
+            method = (online_fp8_method(dep.engine_version,
+                                        v0=dep.num_scheduler_steps is not None)
+                      if engine == "vllm" else "fp8")
+            how = ("W8A8 on its FP8 tensor cores" if dep.gpu.fp8_tflops else
+                   f"weight-only FP8 through Marlin, W8A16, as priced: {dep.gpu.name} has no "
+                   "FP8 tensor cores")
+            out.append(f"8-bit weights: {name} quantizes {model.load_id} to FP8 as it loads it "
+                       f"(--quantization {method}; {how}): no checkpoint is needed. Output "
+                       "quality is not simulated (per-tensor scales, no calibration).")
+    if c.kv_bits == 8:
+        text = ("FP8 KV cache: k/v scales of 1.0 unless the checkpoint carries calibrated "
+                "ones; output quality is not simulated.")
+        if engine == "vllm" and fp8_kv_other_backend(dep):
+            text += (f" On {dep.gpu.name} vLLM's FlashAttention has no FP8 KV cache (sm_90 "
+                     "and sm_100 only), so vLLM runs another attention backend (FlashInfer); "
+                     "the predicted FP8-KV decode attention is an estimate for it.")
+        out.append(text)
+    return out
+
+
 def moe_separate_engines_note(dep: Deployment) -> str:
     """The note of the `moe_dp` condition, for exports that run the replicas as separate
     engines: whether one replica holding every expert fits its GPUs at all."""
@@ -278,11 +421,21 @@ def model_id_note(dep: Deployment, option: str) -> str:
 
 
 def cpu_threads_note(dep: Deployment, lacks: str) -> str:
-    """``lacks``: e.g. "vLLM has no engine argument"."""
+    """The CPU threads the prediction gave CPU decode attention (attention_on_cpu); ``lacks``:
+    e.g. "vLLM has no engine argument". No OMP_NUM_THREADS advice: the engine has no CPU
+    attention for them to run (vLLM's GPU workers set OMP_NUM_THREADS themselves)."""
     c = dep.config
-    return (f"cpu_threads intra={c.cpu_threads_intra} inter={c.cpu_threads_inter}: {lacks} for "
-            f"CPU threads; set OMP_NUM_THREADS={c.cpu_threads_intra or 'N'} in the environment "
-            "(intra-op). There is no inter-op setting.")
+    return (f"cpu_threads intra={c.cpu_threads_intra} inter={c.cpu_threads_inter}: the threads "
+            f"the prediction gave CPU decode attention; {lacks} for CPU threads, and no CPU "
+            "attention for them to run (see attention_on_cpu).")
+
+
+def cpu_threads_unused_note(dep: Deployment) -> str:
+    """CPU threads set on a plan without CPU attention: they changed nothing predicted."""
+    c = dep.config
+    return (f"cpu_threads intra={c.cpu_threads_intra} inter={c.cpu_threads_inter}: no effect on "
+            "this plan (they set CPU decode attention's threads, which it does not use); "
+            "nothing to set.")
 
 
 # ---- the comment header ---------------------------------------------------------------------

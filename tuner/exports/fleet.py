@@ -77,9 +77,11 @@ def sky_task(name: str, config: ServingConfig, gpu: GPU, machines: dict, launche
 def fleet_files(plan: dict, lines: list[str], workload: Workload, model: ModelSpec,
                 gpus: dict[str, GPU], *, max_model_len: int, header: str = "",
                 quantized_model: str | None = None,
-                num_scheduler_steps: int | None = None) -> dict[str, str]:
+                num_scheduler_steps: int | None = None,
+                engine_version: str | None = None) -> dict[str, str]:
     """{file name: text} of a fleet plan (results.json's "fleets" entry): fleet.json, and per
-    part its input JSONL, its run-batch launcher and its SkyPilot task."""
+    part its input JSONL, its run-batch launcher and its SkyPilot task; `engine_version`: the
+    vLLM release searched (None: the newest)."""
     parts = plan["parts"]
     shares = plan.get("shares") or [p["requests"] for p in parts]
     cut = split_lines(lines, workload, shares)
@@ -94,7 +96,8 @@ def fleet_files(plan: dict, lines: list[str], workload: Workload, model: ModelSp
             header=(f"{header}\nPart {i + 1} of {len(parts)} of the fleet plan "
                     f"{plan['description']}: {len(part_lines)} requests.").strip(),
             input_path=f"{name}.jsonl", output_path=f"{name}.results.jsonl",
-            quantized_model=quantized_model, num_scheduler_steps=num_scheduler_steps)
+            quantized_model=quantized_model, num_scheduler_steps=num_scheduler_steps,
+            engine_version=engine_version)
         files[f"{name}.sky.yaml"] = sky_task(name, config, gpus[config.gpu],
                                              part.get("machines") or {}, launcher,
                                              f"{name}.results.jsonl")

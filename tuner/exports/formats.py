@@ -90,21 +90,24 @@ def render_export(fmt: str, config: ServingConfig, model: ModelSpec, gpu: GPU, *
                   output_path: str = "OUTPUT.jsonl", served_model_name: str | None = None,
                   quantized_model: str | None = None,
                   num_scheduler_steps: int | None = None,
-                  disable_log_requests: bool = False) -> str:
+                  disable_log_requests: bool = False,
+                  engine_version: str | None = None) -> str:
     """One export of ``config`` in ``fmt`` (one of :data:`EXPORT_FORMATS`); each format uses the
     options it has a place for. ``quantized_model``: the checkpoint a plan with quantized
     weights serves; a plan whose weights no engine quantizes online (4-bit, INT8) is refused
     without it (one TunerError), never written as the 16-bit checkpoint with a comment.
     ``num_scheduler_steps``: V0 multi-step scheduling as the prediction assumed (vLLM's
     exports write it; tuner.core.engines.priced_scheduler_steps). ``disable_log_requests``: the
-    search priced a V0 API server without its request log (the `vllm serve` YAML says so)."""
+    search priced a V0 API server without its request log (the `vllm serve` YAML says so).
+    ``engine_version``: the vLLM release the plan was searched for (None: the newest), whose
+    spelling of version-dependent arguments the vLLM exports use."""
     exporter = _exporter(fmt)
     if config.engine not in exporter.engines:
         usable = [name for name, f in EXPORTERS.items() if config.engine in f.engines]
         raise TunerError(f"This plan was simulated for {config.engine}: the {fmt} export is "
                          f"{'/'.join(exporter.engines)}'s; export it as {', '.join(usable)}.")
     dep = Deployment(config, model, gpu, max_model_len, kv_capacity_tokens, quantized_model,
-                     num_scheduler_steps, disable_log_requests)
+                     num_scheduler_steps, disable_log_requests, engine_version)
     dep.check_deployable()
     return exporter.render(dep, RenderOptions(
         header=header, metrics=metrics, memory=memory, extra=extra, input_path=input_path,

@@ -52,7 +52,8 @@ def render_document(dep: Deployment, opts: RenderOptions) -> str:
     # an SGLang-simulated plan has no vLLM arguments (its knobs are SGLang's)
     vllm_doc = None
     if dep.config.engine == "vllm":
-        vargs, vnotes = vllm_engine_args(dep.config, model, gpu, **kw)
+        vargs, vnotes = vllm_engine_args(dep.config, model, gpu, **kw,
+                                         engine_version=dep.engine_version)
         vllm_doc = {"engine_args": vargs, "notes": vnotes}
     doc = {
         "model": {"name": model.name, "hf_id": model.hf_id, "checkpoint": dep.checkpoint},

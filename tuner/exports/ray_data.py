@@ -219,7 +219,8 @@ def ray_job(dep: common.Deployment) -> tuple[str, dict, list[str]]:
                                    max_model_len=dep.max_model_len,
                                    kv_capacity_tokens=dep.kv_capacity_tokens,
                                    quantized_model=dep.quantized_model,
-                                   num_scheduler_steps=dep.num_scheduler_steps)
+                                   num_scheduler_steps=dep.num_scheduler_steps,
+                                   engine_version=dep.engine_version)
     model = args.pop("model")
     args.pop("data_parallel_size", None)  # Ray's concurrency runs the replicas
     notes += common.notes_for(dep, {"moe_dp": common.moe_separate_engines_note})

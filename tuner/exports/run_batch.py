@@ -58,7 +58,8 @@ def to_run_batch_script(dep: common.Deployment, opts: common.RenderOptions) -> s
     args, notes = vllm_engine_args(c, dep.model, dep.gpu, max_model_len=dep.max_model_len,
                                    kv_capacity_tokens=dep.kv_capacity_tokens,
                                    quantized_model=dep.quantized_model,
-                                   num_scheduler_steps=dep.num_scheduler_steps)
+                                   num_scheduler_steps=dep.num_scheduler_steps,
+                                   engine_version=dep.engine_version)
     args.pop("data_parallel_size", None)  # the replicas are separate engines
     v0_server_flags(args, dep.num_scheduler_steps, dep.disable_log_requests)
     notes += common.notes_for(dep, {"moe_dp": common.moe_separate_engines_note})

@@ -74,8 +74,11 @@ _NOTES: dict[str, common.NoteText] = {
         "older releases, rejected by newer ones) needs a recent GPU, CUDA and attention "
         "backend; otherwise use --kv-cache-dtype fp8_e4m3 (half the predicted KV capacity)."),
     "weight_bits_8": (
-        "weight_bits=8: {gpu.name} has no FP8 tensor cores; serve an INT8 checkpoint "
-        "(e.g. --quantization w8a8_int8 with a compressed-tensors W8A8 model) as --model-path."),
+        "weight_bits=8: {gpu.name} has no FP8 tensor cores: SGLang runs --quantization fp8 "
+        "there as weight-only FP8 through Marlin (W8A16, turned on for sm_80 - sm_88: 8-bit "
+        "weight bytes at the 16-bit compute rate, as predicted); an INT8 checkpoint (e.g. "
+        "--quantization w8a8_int8 with a compressed-tensors W8A8 model) given with "
+        "--quantized-model serves as well. Output quality is not simulated."),
     "weight_bits_4": (
         "weight_bits=4: serve a 4-bit AWQ/GPTQ checkpoint as --model-path; SGLang "
         "reads the method from its config (awq_marlin/gptq_marlin kernels)."),
@@ -88,6 +91,7 @@ _NOTES: dict[str, common.NoteText] = {
         "the KV on the GPU (lower --max-running-requests if it does not fit). Expect a "
         "different makespan."),
     "cpu_threads": lambda dep: common.cpu_threads_note(dep, "SGLang has no server argument"),
+    "cpu_threads_unused": common.cpu_threads_unused_note,
     "ordering_no_policy": (
         "ordering {c.ordering!r}: SGLang has no such schedule policy; sort the "
         "input in that order ({howto}) and submit it in order (schedule-policy fcfs)."),
@@ -142,8 +146,6 @@ def sglang_server_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max
         opts["max-running-requests"] = config.max_running * config.dp
         opts["schedule-conservativeness"] = round(
             DEFAULT_CONSERVATIVENESS / DP_ATTENTION_CONSERVATIVENESS, 4)
-    if "quantization" in opts and not gpu.fp8_tflops:  # FP8 weights need FP8 tensor cores
-        del opts["quantization"]
     if "cpu-offload-gb" in opts:  # per GPU, an int in SGLang's parser
         opts["cpu-offload-gb"] = max(1, math.ceil(dep.offload_gib_per_gpu - 1e-9))
     if config.engine == "sglang":

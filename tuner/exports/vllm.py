@@ -63,24 +63,39 @@ _NOTES: dict[str, common.NoteText] = {
         "max-num-batched-tokens >= max-model-len ({c.chunk_size} < {mml}); raise "
         "max-num-batched-tokens or lower max-model-len."),
     "kv_bits_4": (
-        "kv_bits=4: vLLM has no 4-bit KV cache; use kv-cache-dtype: fp8 instead (half "
-        "the predicted KV capacity, so expect fewer concurrent requests)."),
+        "kv_bits=4: tuner maps no vLLM kv_cache_dtype to a 4-bit KV cache; use kv-cache-dtype: "
+        "fp8 instead (half the predicted KV capacity, so expect fewer concurrent requests)."),
+    "kv_bits_8": (
+        "kv_bits=8: vLLM's FlashAttention has no FP8 KV cache on {gpu.name} (sm_90 and sm_100 "
+        "only), so vLLM runs another attention backend (FlashInfer), for which the predicted "
+        "FP8-KV decode attention is an estimate; the k/v scales are 1.0 unless the checkpoint "
+        "carries calibrated ones, and output quality is not simulated."),
     "weight_bits_8": (
-        "weight_bits=8: {gpu.name} has no FP8 tensor cores; use an INT8 (W8A16) "
-        "checkpoint, e.g. GPTQ/compressed-tensors, as the model (or quantization: fp8, which "
-        "vLLM runs there as weight-only FP8 through its Marlin kernels, also W8A16)."),
+        "weight_bits=8: {gpu.name} has no FP8 tensor cores: vLLM runs the online FP8 "
+        "quantization there as weight-only FP8 through its Marlin kernels (W8A16: 8-bit weight "
+        "bytes at the 16-bit compute rate, as predicted); an INT8 (W8A16) checkpoint, e.g. "
+        "GPTQ/compressed-tensors, given with --quantized-model serves as well. Output quality "
+        "is not simulated."),
     "weight_bits_4": (
         "weight_bits=4: use a 4-bit AWQ/GPTQ checkpoint of the model; vLLM picks "
         "awq_marlin/gptq_marlin."),
+    # V1 preempts by recompute only: no swap space (--swap-space is gone from EngineArgs); its
+    # CPU KV offloading (vllm/config/cache.py kv_offloading_size / kv_offloading_backend, read
+    # in 0.32) arrived after RFC vllm-project/vllm#26858 (October 2025) and LMCache's
+    # quickstart used it with the release of November 2025, 0.11.1; `native` is the default
+    # backend from 0.14 (vllm-project/vllm#32421), so both flags are named
     "kv_offload": (
-        "kv_offload_layers={c.kv_offload_layers}: vLLM has no layer-wise KV offload; "
-        "the nearest is CPU KV offload with LMCache (kv-transfer-config) or swap space. Expect a "
-        "different makespan than predicted."),
+        "kv_offload_layers={c.kv_offload_layers}: vLLM has no layer-wise KV offload, and V1 "
+        "no swap space (it preempts by recompute); the nearest is its CPU KV offloading "
+        "(vLLM >= 0.11.1: --kv-offloading-size GIB --kv-offloading-backend native|lmcache), "
+        "which keeps evicted prefix blocks in host memory rather than the running batch's KV. "
+        "Expect a different makespan than predicted."),
     "attention_on_cpu": (
         "attention_on_cpu: vLLM (GPU) has no CPU decode attention for offloaded "
         "KV layers; keep the KV on the GPU (lower max-num-seqs if it does not fit) or run the "
         "offloaded layers with an engine that has CPU attention. Expect a different makespan."),
     "cpu_threads": lambda dep: common.cpu_threads_note(dep, "vLLM has no engine argument"),
+    "cpu_threads_unused": common.cpu_threads_unused_note,
     "eviction_free": _eviction_note,
     "ordering": (
         "ordering {c.ordering!r}: vLLM processes offline requests in submission order; "
@@ -91,13 +106,16 @@ _NOTES: dict[str, common.NoteText] = {
 def vllm_engine_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model_len: int,
                      kv_capacity_tokens: int | None = None,
                      quantized_model: str | None = None,
-                     num_scheduler_steps: int | None = None) -> tuple[dict[str, Any], list[str]]:
+                     num_scheduler_steps: int | None = None,
+                     engine_version: str | None = None) -> tuple[dict[str, Any], list[str]]:
     """vLLM (V1) engine arguments for ``config`` plus notes for what vLLM lacks.
 
     ``kv_capacity_tokens`` (per replica, from the search's memory plan) is used in the advice for
     eviction-free schedulers; without it :func:`tuner.core.memory.plan_memory` estimates it.
     ``enable_expert_parallel`` (mixture-of-experts models only) splits whole experts over the
     tensor x data parallel GPUs (vLLM's default all2all backend, allgather_reducescatter).
+    ``engine_version``: the release the plan is for (None: the newest), which spells online
+    FP8 quantization (:func:`tuner.exports.common.online_fp8_method`).
     """
     if config.engine != "vllm":
         raise TunerError(f"This plan was simulated for {config.engine}, not vLLM: export it with "
@@ -105,13 +123,18 @@ def vllm_engine_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_m
                          "sglang-offline).")
     check_model_config(config, model)
     dep = common.Deployment(config, model, gpu, max_model_len, kv_capacity_tokens,
-                            quantized_model)
+                            quantized_model, num_scheduler_steps,
+                            engine_version=engine_version)
     args = common.mapped_args(config, "vllm")
     args |= {"model": dep.checkpoint, "max_model_len": max_model_len}
     if "cpu_offload_gb" in args:  # per GPU, rounded up to 0.1 GiB
         args["cpu_offload_gb"] = round(math.ceil(dep.offload_gib_per_gpu * 10.0 - 1e-9) / 10.0, 1)
-    if "quantization" in args and not gpu.fp8_tflops:  # FP8 weights need FP8 tensor cores
-        del args["quantization"]
+    if args.get("quantization") == "fp8" and model.checkpoint_bits != 8:
+        # a 16-bit checkpoint quantized as it loads, on every GPU (W8A16 through Marlin
+        # without FP8 tensor cores), spelled as the release takes it; an FP8 checkpoint's own
+        # `fp8` is read from it in every release
+        args["quantization"] = common.online_fp8_method(
+            engine_version, v0=num_scheduler_steps is not None)
     notes = dep.quantized_checkpoint_notes(args, common.notes_for(dep, _NOTES), "model", "vLLM")
     if num_scheduler_steps is not None:  # a V0 engine (0.5.5 - 0.7), run as it was priced
         args["num_scheduler_steps"] = num_scheduler_steps
@@ -170,13 +193,15 @@ def to_vllm_yaml(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model
                  header: str = "", kv_capacity_tokens: int | None = None,
                  quantized_model: str | None = None,
                  num_scheduler_steps: int | None = None,
-                 disable_log_requests: bool = False) -> str:
+                 disable_log_requests: bool = False,
+                 engine_version: str | None = None) -> str:
     """YAML for ``vllm serve --config FILE`` (dashed long option names, as vLLM documents).
     ``disable_log_requests`` (a V0 engine, priced without the request log): written, as vLLM
     before 0.10.2 logs every request without it."""
     args, notes = vllm_engine_args(
         config, model, gpu, max_model_len=max_model_len, kv_capacity_tokens=kv_capacity_tokens,
-        quantized_model=quantized_model, num_scheduler_steps=num_scheduler_steps)
+        quantized_model=quantized_model, num_scheduler_steps=num_scheduler_steps,
+        engine_version=engine_version)
     if disable_log_requests and num_scheduler_steps is not None:
         v0_server_flags(args, num_scheduler_steps, disable_log_requests)
         notes.append("disable_log_requests: the request log this V0 server writes by default "
@@ -229,7 +254,8 @@ def to_vllm_run_batch(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_
                       served_model_name: str | None = None, header: str = "",
                       kv_capacity_tokens: int | None = None,
                       quantized_model: str | None = None,
-                      num_scheduler_steps: int | None = None) -> str:
+                      num_scheduler_steps: int | None = None,
+                      engine_version: str | None = None) -> str:
     """A ``vllm run-batch`` command line for an OpenAI Batch API JSONL, with every engine argument.
 
     ``served_model_name``: the ``body.model`` the batch's requests name, when it differs from the
@@ -237,7 +263,8 @@ def to_vllm_run_batch(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_
     """
     args, notes = vllm_engine_args(
         config, model, gpu, max_model_len=max_model_len, kv_capacity_tokens=kv_capacity_tokens,
-        quantized_model=quantized_model, num_scheduler_steps=num_scheduler_steps)
+        quantized_model=quantized_model, num_scheduler_steps=num_scheduler_steps,
+        engine_version=engine_version)
     title = [f"# vLLM offline batch run written by tuner for {config.gpu} x{config.num_gpus}.",
              *_replica_lines(common.Deployment(config, model, gpu, max_model_len), args,
                              "this command"),
@@ -267,7 +294,8 @@ def render_yaml(dep: common.Deployment, opts: common.RenderOptions) -> str:
                         header=opts.header, kv_capacity_tokens=dep.kv_capacity_tokens,
                         quantized_model=dep.quantized_model,
                         num_scheduler_steps=dep.num_scheduler_steps,
-                        disable_log_requests=dep.disable_log_requests)
+                        disable_log_requests=dep.disable_log_requests,
+                        engine_version=dep.engine_version)
 
 
 def render_run_batch(dep: common.Deployment, opts: common.RenderOptions) -> str:
@@ -276,7 +304,8 @@ def render_run_batch(dep: common.Deployment, opts: common.RenderOptions) -> str:
                              input_path=opts.input_path, output_path=opts.output_path,
                              served_model_name=opts.served_model_name,
                              quantized_model=dep.quantized_model,
-                             num_scheduler_steps=dep.num_scheduler_steps)
+                             num_scheduler_steps=dep.num_scheduler_steps,
+                             engine_version=dep.engine_version)
 
 
 def yaml_engine_argv(text: str) -> list[list[str]]:

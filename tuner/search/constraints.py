@@ -6,8 +6,9 @@ constraint:
 
 - on the plan itself, known before simulating (:meth:`Constraints.plan_violation`): more GPUs
   than ``--max-gpus`` (in total, or of one type), or a quantized plan nothing can deploy (4-bit
-  weights, or 8-bit weights on a GPU without FP8, with no ``--quantized-model`` checkpoint).
-  Such points are infeasible trials, never simulated.
+  weights without a 4-bit ``--quantized-model`` checkpoint; 8-bit weights are quantized to FP8
+  online on every GPU, :func:`needs_checkpoint`). Such points are infeasible trials, never
+  simulated.
 - on the simulated figures (:meth:`Constraints.violations`): makespan over ``--deadline``, $
   over ``--budget``. The sampler gets them through ``constraints_func`` (TPE and NSGA-II), the
   polish step aims at the best plan within them, and the winners are picked among the plans
@@ -27,8 +28,8 @@ from tuner.search.space import DEFAULT_MAX_GPUS
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$", re.IGNORECASE)
 _UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-#: Weight/KV bits a quantization-allowing space offers (vLLM: FP8 or INT8 / AWQ-GPTQ weights,
-#: an FP8 KV cache; there is no 4-bit KV cache in vLLM).
+#: Weight/KV bits a quantization-allowing space offers (vLLM: FP8 weights quantized online, or
+#: an AWQ/GPTQ checkpoint's 4-bit ones; an FP8 KV cache: tuner maps no vLLM dtype to 4 bits).
 QUANTIZED_WEIGHT_BITS = (16, 8, 4)
 QUANTIZED_KV_BITS = (16, 8)
 
@@ -84,6 +85,10 @@ class Constraints:
     max_gpus_per_type: dict[str, int] = field(default_factory=dict)
     # quantized checkpoint for plans whose weights the engine cannot quantize online
     quantized_model: str | None = None
+    # the weight bits that checkpoint stores (checkpoint_weight_bits: its config.json where at
+    # hand, else its name); it serves the plans at those bits only. None: neither says, and
+    # it is taken as ASSUMED_CHECKPOINT_BITS
+    quantized_bits: int | None = None
 
     def __post_init__(self) -> None:
         if self.deadline_s is not None and not 0 < self.deadline_s < math.inf:
@@ -92,6 +97,9 @@ class Constraints:
         if self.budget_usd is not None and not 0 < self.budget_usd < math.inf:
             raise TunerError(f"--budget must be a positive, finite amount, got "
                              f"${self.budget_usd:g}.")
+        if self.quantized_model and self.quantized_bits is None:
+            object.__setattr__(self, "quantized_bits",
+                               checkpoint_weight_bits(self.quantized_model))
 
     # ---- what kind --------------------------------------------------------------------------
     @property
@@ -163,11 +171,19 @@ class Constraints:
         if num_gpus > self.gpu_cap(gpu):
             return (f"uses {num_gpus} x {gpu}, more than {self.cap_flag(gpu)} (pass --max-gpus "
                     "to allow more)")
-        if self.quantized_model is None and needs_checkpoint(weight_bits, gpu_has_fp8,
-                                                             checkpoint_bits):
-            return (f"{weight_bits}-bit weights on {gpu} need a quantized checkpoint; pass "
-                    "--quantized-model ID to search them")
+        if (needs_checkpoint(weight_bits, gpu_has_fp8, checkpoint_bits)
+                and not self.serves(weight_bits)):
+            why = f"{weight_bits}-bit weights on {gpu} need a quantized checkpoint"
+            if self.quantized_model is None:
+                return f"{why}; pass --quantized-model ID to search them"
+            return (f"{why} at {weight_bits} bits; --quantized-model {self.quantized_model} "
+                    f"holds {served_bits(self.quantized_bits)}-bit weights")
         return None
+
+    def serves(self, weight_bits: int) -> bool:
+        """Whether the --quantized-model checkpoint serves plans of `weight_bits`: it stores
+        that precision (a 4-bit AWQ checkpoint is no 8-bit plan's)."""
+        return bool(self.quantized_model) and served_bits(self.quantized_bits) == weight_bits
 
     # ---- after simulating -----------------------------------------------------------------
     def violations(self, makespan_s: float, cost_usd: float) -> tuple[float, float]:
@@ -197,11 +213,18 @@ class Constraints:
 
     @classmethod
     def from_dict(cls, d: dict | None) -> Constraints:
+        """A stored study's constraints; its checkpoint's bits are found again as the search
+        found them."""
         d = d or {}
+        ref = d.get("quantized_model")
+        try:
+            bits = checkpoint_weight_bits(ref) if ref else None
+        except TunerError:  # its config changed since the search: its name, or the default
+            bits = _bits_from_name(ref)
         return cls(deadline_s=d.get("deadline_s"), budget_usd=d.get("budget_usd"),
                    max_gpus=d.get("max_gpus"),
                    max_gpus_per_type=dict(d.get("max_gpus_per_type") or {}),
-                   quantized_model=d.get("quantized_model"))
+                   quantized_model=ref, quantized_bits=bits)
 
 
 def _excess(value: float, limit: float) -> float:
@@ -211,14 +234,87 @@ def _excess(value: float, limit: float) -> float:
 
 
 def needs_checkpoint(weight_bits: int, gpu_has_fp8: bool, checkpoint_bits: int = 16) -> bool:
-    """Whether weights of ``weight_bits`` need a pre-quantized checkpoint: vLLM quantizes
-    online only to FP8 (``quantization: fp8``), on GPUs with FP8 tensor cores (Ada, Hopper and
-    later); 4-bit (AWQ/GPTQ) and INT8 weights come from a checkpoint. Not when the model's own
-    checkpoint stores that precision (DeepSeek's FP8: vLLM serves it as it is, through its
-    W8A16 Marlin path on a GPU without FP8)."""
+    """Whether weights of ``weight_bits`` need a pre-quantized checkpoint: 4-bit ones
+    (AWQ/GPTQ) do. 8-bit ones do not, on any GPU: vLLM and SGLang quantize a 16-bit checkpoint
+    to FP8 as they load it, W8A8 on GPUs with FP8 tensor cores and weight-only FP8 through
+    their Marlin kernels (W8A16) on the others (vLLM's Fp8Config and online methods need
+    compute capability 7.5; SGLang turns Marlin FP8 on for sm_80 - sm_88), which is how tuner
+    prices 8-bit weights there (the 16-bit compute rate, 8-bit weight bytes). Not when the
+    model's own checkpoint stores that precision. ``gpu_has_fp8`` decides the kernels, not
+    this: it is kept for callers."""
     if weight_bits == checkpoint_bits:
         return False
-    return weight_bits == 4 or (weight_bits == 8 and not gpu_has_fp8)
+    return weight_bits < 8
+
+
+#: words of a checkpoint's name that give its weight bits; a width named beats a method named
+#: ("Qwen2.5-7B-Instruct-GPTQ-Int8" is 8-bit), AWQ and GPTQ alone are 4-bit as published
+_WIDTH_WORDS = {4: {"int4", "w4a16", "w4a8", "w4a4", "4bit", "nf4", "fp4", "nvfp4", "mxfp4",
+                    "q4"},
+                8: {"int8", "w8a8", "w8a16", "8bit", "fp8"}}
+_METHOD_WORDS = {4: {"awq", "gptq"}}
+
+
+def _bits_from_name(ref: str) -> int | None:
+    """The weight bits a checkpoint's name says (None: none, or two widths)."""
+    name = ref.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1].lower()
+    words = set(re.split(r"[^a-z0-9]+", re.sub(r"[-_ ]bit\b", "bit", name)))
+    for table in (_WIDTH_WORDS, _METHOD_WORDS):
+        named = {bits for bits, known in table.items() if words & known}
+        if named:
+            return named.pop() if len(named) == 1 else None
+    return None
+
+
+def _bits_from_config(ref: str) -> int | None:
+    """The weight bits the checkpoint's own config.json says (its quantization_config; 16
+    without one), from a local folder or file, or the copy in the Hugging Face cache (no
+    download); None where no config is at hand. A method tuner does not price: TunerError."""
+    from pathlib import Path
+
+    from tuner.core.catalog import _checkpoint_precision, _hf_cache_dir, _read_config_json
+
+    if not ref:
+        return None
+    path = Path(ref).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(ref, "config.json", cache_dir=_hf_cache_dir())
+        except Exception:  # noqa: BLE001 - not a repo id, no hub library: nothing cached
+            cached = None
+        if not isinstance(cached, str):
+            return None
+        path = Path(cached)
+    cfg = _read_config_json(path)
+    return int(_checkpoint_precision(cfg, path).get("checkpoint_bits", 16))
+
+
+#: the weight bits of a --quantized-model checkpoint whose config and name do not say: the
+#: plans that need a checkpoint are 4-bit ones (needs_checkpoint)
+ASSUMED_CHECKPOINT_BITS = 4
+
+
+def served_bits(known: int | None) -> int:
+    """The weight bits a --quantized-model checkpoint is taken to store (`known`: what
+    checkpoint_weight_bits found; None: ASSUMED_CHECKPOINT_BITS)."""
+    return known or ASSUMED_CHECKPOINT_BITS
+
+
+def checkpoint_weight_bits(ref: str) -> int | None:
+    """The weight bits the --quantized-model checkpoint `ref` stores: its config.json's
+    quantization_config where the config is at hand (a local folder, or the Hugging Face
+    cache: nothing is downloaded), else its name (awq/gptq/w4a16/int4 -> 4; w8a8/int8/fp8 ->
+    8); None where neither says (served_bits takes it as 4-bit). One TunerError for a config
+    without quantization_config (a 16-bit checkpoint) or of a method tuner does not price."""
+    bits = _bits_from_config(ref)
+    if bits == 16:
+        raise TunerError(f"--quantized-model {ref}: its config.json has no quantization_config, "
+                         "so it is a 16-bit checkpoint; give a 4-bit (AWQ/GPTQ) or 8-bit one.")
+    return bits if bits is not None else _bits_from_name(ref)
 
 
 def with_quantization(space):

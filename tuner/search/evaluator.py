@@ -21,7 +21,7 @@ from tuner.core.workload import Workload
 from tuner.predictors.protocol import CostModel
 from tuner.predictors.sources import cost_model_for as default_cost_models
 from tuner.search.records import LEVELS, TrialRecord, config_key
-from tuner.search.space import SearchSpace
+from tuner.search.space import SearchSpace, engine_refusal
 from tuner.sim.simulator import InfeasibleConfig, simulate
 
 # ---- multi-fidelity constants ------------------------------------------------------------------
@@ -327,6 +327,11 @@ class Evaluator:
         gpu = self.gpus[params["gpu"]]
         fid: dict = {"level": "full"}
         target = "rung" if level == "rung" and self.use_rung else "full"
+        lacks = engine_refusal(config)
+        if lacks:  # fit_space leaves such values out; a space of two engines keeps SGLang's
+            return (math.inf, math.inf), {
+                "feasible": False, "fidelity": fid,
+                "reason": f"{lacks}: a simulator study (tuner simulate), not a plan vLLM runs"}
         try:
             if self.sampled and level is None:
                 s, sample, scale = self._one_replica(gpu, config)

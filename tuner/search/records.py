@@ -27,7 +27,7 @@ from tuner.core.provenance import Provenance
 from tuner.core.units import as_finite
 from tuner.search.constraints import Constraints, plan_label
 from tuner.search.meta import study_meta
-from tuner.search.space import OUTPUT_ORDERINGS
+from tuner.search.space import OUTPUT_ORDERINGS, engine_refusal
 
 GOALS = ("fastest", "cheapest")
 # A study written before trials recorded their provenance kind: never claimed as measured.
@@ -294,9 +294,14 @@ def trial_records(study: optuna.Study) -> list[TrialRecord]:
 def study_only_reason(config: ServingConfig, outputs_known: bool = True,
                       engine_schedulers: tuple[str, ...] = NEWEST.schedulers) -> str:
     """Why a plan is a simulator study rather than a recommendation ("" when the engine runs
-    it as exported): a scheduler preset the engine's flags do not select (`engine_schedulers`:
-    its generation's, tuner.core.engines; default the newest vLLM's), or an ordering by output
-    lengths nobody knows before the run (tuner.search.space.OUTPUT_ORDERINGS)."""
+    it as exported): a knob value its engine lacks (tuner.search.space.engine_refusal: a study
+    searched before such plans were left out), a scheduler preset the engine's flags do not
+    select (`engine_schedulers`: its generation's, tuner.core.engines; default the newest
+    vLLM's), or an ordering by output lengths nobody knows before the run
+    (tuner.search.space.OUTPUT_ORDERINGS)."""
+    lacks = engine_refusal(config)
+    if lacks:
+        return f"simulator study: {lacks}"
     name = config.scheduler
     if name not in engine_schedulers:
         return (f"simulator study: the vLLM release searched does not run the '{name}' "
@@ -581,15 +586,34 @@ def offload_verdict(records: list[TrialRecord], gpus: dict[str, GPU]) -> str | N
             f"{ratio:.2f}x the time of the fastest {big} plan, {plan_label(fb.config)}; the "
             f"cheapest {small} plan, {plan_label(cs.config)}, costs {cs.cost_usd / cb.cost_usd:.2f}x "
             f"the cheapest {big} plan, {plan_label(cb.config)}.")
-    off = fs.metrics.offload or {}
-    parts = []
-    if off.get("kv_capacity_gain"):
-        parts.append(f"KV capacity x{off['kv_capacity_gain']:.2f}")
-    if off.get("transfer_to_compute_ratio"):
-        parts.append(f"one layer's KV transfer takes {off['transfer_to_compute_ratio']:.1f}x its "
-                     "compute")
-    if off.get("offload_stall_s") is not None:
-        parts.append(f"stalls {off['offload_stall_s']:.0f} s")
+    parts = _offload_why(cfg, fs.metrics.offload or {})
     if parts:
         text += f" Why: {', '.join(parts)}."
     return text
+
+
+def _offload_why(cfg: ServingConfig, off: dict) -> list[str]:
+    """What the simulator's offload figures (tuner.sim.offload.OffloadTotals.summary) say of a
+    plan: the KV capacity it gains, and its stall split by cause, each quoted only where the
+    plan has it: KV transfer (its per-layer transfer against compute) with KV layers offloaded,
+    weight streaming with weights offloaded. A study stored before the split: the total. A
+    plan that offloads nothing: nothing (the verdict's "0 KV layers and 0 %" says it)."""
+    if not (cfg.kv_offload_layers > 0 or cfg.weight_offload_fraction > 0):
+        return []
+    parts = []
+    if off.get("kv_capacity_gain"):
+        parts.append(f"KV capacity x{off['kv_capacity_gain']:.2f}")
+    kv_stall, w_stall = off.get("kv_stall_s"), off.get("weight_stall_s")
+    if cfg.kv_offload_layers > 0 and off.get("transfer_to_compute_ratio"):
+        parts.append(f"one layer's KV transfer takes {off['transfer_to_compute_ratio']:.1f}x "
+                     "its compute")
+    if kv_stall is None or w_stall is None:
+        if off.get("offload_stall_s") is not None:
+            parts.append(f"stalls {off['offload_stall_s']:.0f} s")
+        return parts
+    if cfg.kv_offload_layers > 0:
+        parts.append(f"KV transfer stalls {kv_stall:.0f} s")
+    if cfg.weight_offload_fraction > 0:
+        parts.append(f"streaming {100 * cfg.weight_offload_fraction:.0f} % of the weights "
+                     f"every iteration stalls {w_stall:.0f} s")
+    return parts

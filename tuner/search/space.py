@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -25,6 +27,42 @@ DEFAULT_MAX_GPUS = 32
 #: orderings that read the requests' output lengths: recommended only when those lengths are
 #: known before the run (the input's max_tokens, or --outputs-known)
 OUTPUT_ORDERINGS = ("longest-output", "binpack", "blend")
+
+#: Knob values vLLM has no counterpart for: {knob: (the values it lacks, why)}. tuner simulates
+#: them (Vasuki's layer-wise KV offload, FlexGen's CPU decode attention, a 4-bit KV cache), but
+#: a vLLM plan with one is a simulator study, not a plan vLLM runs: its export would be vLLM's
+#: own settings with a comment, priced as something else. SGLang plans hold the two offload
+#: knobs at their defaults (tuner.core.config.ENGINE_HELD) and have a 4-bit KV cache.
+VLLM_LACKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "kv_offload_layers": (lambda v: int(v) > 0, "vLLM has no layer-wise KV offload"),
+    "attention_on_cpu": (lambda v: v is True,
+                         "vLLM has no CPU decode attention for KV-offloaded layers"),
+    "kv_bits": (lambda v: int(v) == 4,
+                "tuner maps no vLLM kv_cache_dtype to a 4-bit KV cache (its FP8 cache is "
+                "kv_bits 8)"),
+}
+
+
+def engine_refusal(config: ServingConfig) -> str | None:
+    """Why the plan's engine cannot run `config` as tuner priced it (VLLM_LACKS), or None."""
+    if config.engine != "vllm":
+        return None
+    for name, (lacks, why) in VLLM_LACKS.items():
+        value = getattr(config, name)
+        if lacks(value):
+            return f"{why} ({name} {_value_text(value)})"
+    return None
+
+
+def _value_text(value: Any) -> str:
+    """A knob value as a space file spells it (true, not True)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def cpu_threads_priced(attention_on_cpu: bool, kv_offload_layers: int) -> bool:
+    """Whether the CPU-thread knobs change a prediction: they set the threads of the CPU decode
+    attention of KV-offloaded layers (tuner.sim.offload._cpu_attention), nothing else."""
+    return bool(attention_on_cpu) and int(kv_offload_layers) > 0
 
 
 @dataclass(frozen=True)
@@ -252,7 +290,10 @@ def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int]
       kept as simulator studies (tuner.search.records.study_only_reason);
     * `engines` (--engines) become the `engine` knob, in place of the space's; with SGLang
       among them a shipped space also searches its schedule policy (fcfs, lpm). The knobs one
-      engine lacks are held in its plans (tuner.core.config.ENGINE_HELD).
+      engine lacks are held in its plans (tuner.core.config.ENGINE_HELD);
+    * values no engine searched runs (VLLM_LACKS: layer-wise KV offload, CPU attention, a 4-bit
+      KV cache for vLLM) are left out, and with them the CPU-thread knobs, which only set CPU
+      attention's threads (_fit_engine_knobs); a space of nothing else is refused.
     """
     knobs = dict(space.knobs)
     fixed = dict(space.fixed)
@@ -278,6 +319,7 @@ def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int]
                      f"in place of the space's {fixed['scheduler']}")
         fixed["scheduler"] = engine_schedulers[0]
     notes += _fit_checkpoint(knobs, fixed, model, shipped=is_shipped(space), gpus=gpus)
+    notes += _fit_engine_knobs(knobs, fixed, space.source)
     if is_shipped(space) and "pp" not in knobs and int(fixed.get("pp", 1)) == 1:
         notes += _offer_pipeline(knobs, model, gpus)
     if "ordering" in knobs and not outputs_from_input:
@@ -353,6 +395,55 @@ def _fit_checkpoint(knobs: dict[str, list], fixed: dict, model, *, shipped: bool
         else:
             notes.append(f"kv_bits: {kv} as the space says, though {why}: those plans are "
                          "priced with a larger cache than they get")
+    return notes
+
+
+def _fit_engine_knobs(knobs: dict[str, list], fixed: dict, source: str) -> list[str]:
+    """Leave out (in place) the knob values no engine searched runs: a vLLM plan with one
+    (VLLM_LACKS) would be ranked on a prediction vLLM cannot reproduce and exported as vLLM's
+    own settings; SGLang plans hold the offload knobs anyway, and keep a 4-bit KV cache (an
+    SGLang dtype). Then the CPU-thread knobs, which change nothing without CPU attention: each
+    of their values would be the same plan simulated again. The notes say what was left out;
+    a knob with nothing left, or fixed at such a value, is one TunerError."""
+    engines = set(knobs.get("engine") or [fixed.get("engine", DEFAULTS["engine"])])
+    notes: list[str] = []
+    if "vllm" in engines:
+        for name, (lacks, why) in VLLM_LACKS.items():
+            if name == "kv_bits" and "sglang" in engines:
+                continue  # SGLang's 4-bit KV plans stay; vLLM's are infeasible (evaluator)
+            flag = "--" + name.replace("_", "-")
+            if name in fixed and lacks(fixed[name]):
+                raise TunerError(
+                    f"{source}: {name} {_value_text(fixed[name])}: {why}, so no engine "
+                    "searched runs it; "
+                    f"study it with `tuner simulate {flag}` or leave it out of the space.")
+            if name not in knobs or knobs[name] == AUTO:
+                continue
+            kept = [v for v in knobs[name] if not lacks(v)]
+            if not kept:
+                raise TunerError(
+                    f"{source}: {name} {', '.join(map(_value_text, knobs[name]))}: {why}, so "
+                    f"no engine searched runs any of them; study them with `tuner simulate "
+                    f"{flag}` or list a value it runs.")
+            if len(kept) < len(knobs[name]):
+                dropped = [v for v in knobs[name] if lacks(v)]
+                knobs[name] = kept
+                if len(kept) == 1:  # one value left: held, not searched
+                    fixed[name] = knobs.pop(name)[0]
+                notes.append(f"{name} {', '.join(map(_value_text, dropped))} left out: {why}; "
+                             f"`tuner simulate {flag}` studies it")
+    threads = [n for n in ("cpu_threads_intra", "cpu_threads_inter") if n in knobs]
+    cpu_attention = (True in knobs.get("attention_on_cpu", [])
+                     or fixed.get("attention_on_cpu") is True)
+    offload = any(int(v) > 0 for v in knobs.get("kv_offload_layers", [])) \
+        or int(fixed.get("kv_offload_layers", 0)) > 0
+    # SGLang plans hold every offload knob (ENGINE_HELD): only vLLM's could price the threads
+    if threads and not ("vllm" in engines and cpu_attention and offload):
+        for n in threads:
+            del knobs[n]
+        notes.append(f"{', '.join(threads)} left out: they set the threads of CPU decode "
+                     "attention (attention_on_cpu with KV-offloaded layers), which no plan "
+                     "here runs")
     return notes
 
 
