@@ -63,8 +63,8 @@ def _pricing_speed(profile_dir: Path, model) -> None:
     from tuner.core.catalog import load_gpus
     from tuner.core.config import ServingConfig
     from tuner.predictors.features import BatchFeatures
-    from tuner.predictors.loader import load_cost_model
     from tuner.predictors.roofline import RooflineCostModel
+    from tuner.predictors.sources import load_cost_model
 
     g = load_gpus()["A10"]
     cm = load_cost_model(profile_dir, model, g, ServingConfig(gpu="A10"), mode="measured")

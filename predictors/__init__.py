@@ -21,7 +21,7 @@ _LAZY = {
     "cost_model_for": "tuner.predictors.sources",
     "resolve_cost_model": "tuner.predictors.sources",
     "COST_SOURCES": "tuner.predictors.sources",
-    "load_cost_model": "tuner.predictors.loader",
+    "load_cost_model": "tuner.predictors.sources",
     "shipped_cost_model": "tuner.predictors.loader",
     "shipped_data_dir": "tuner.predictors.loader",
     "fit_profile": "tuner.predictors.fit",

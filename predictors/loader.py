@@ -1,6 +1,6 @@
 """Finding a profile or fit for (model, GPU, config) and turning it into a CostModel.
 
-    load_cost_model(path, model, gpu, config, mode="auto") -> CostModel
+    predictors.sources.load_cost_model(path, model, gpu, config, mode="auto") -> CostModel
 
 `path` is a profile directory (profile.csv + provenance.json, optionally fit.json from
 `tuner fit`), a fit directory (fit.json), or a folder holding several of them (one per device
@@ -163,13 +163,6 @@ def check_profile_mode(mode: str) -> None:
 
         raise TunerError(f"Unknown profile mode {mode!r} (--profile-mode); choose one of "
                          f"{', '.join(PROFILE_MODES)}.")
-
-
-def load_cost_model(profile_or_fit_dir, model, gpu, config, *, mode: str = "auto"):
-    """CostModel for `model` on `gpu` under `config` (tp, weight_bits, kv_bits) from measured
-    profiles; see the module docstring for the modes. Raises TunerError on bad input."""
-    check_profile_mode(mode)
-    return read_profiles(profile_or_fit_dir, model, gpu, config, mode)
 
 
 def read_profiles(profile_or_fit_dir, model, gpu, config, how: str):
@@ -383,10 +376,7 @@ def _mode_auto(ch: ProfileChoice):
         cm = half(ch)
         if cm is not None:
             return cm
-    from tuner.predictors.sources import resolve_cost_model
-
-    return NotedCostModel(resolve_cost_model(ch.model, ch.gpu, ch.config, calibrated=False),
-                          set_aside_note(ch.path, ch.gpu, ch.model))
+    return None  # predictors.sources.load_cost_model then prices as without the folder
 
 
 def _mode_roofline(ch: ProfileChoice):
@@ -443,7 +433,7 @@ def shipped_cost_model(model, gpu, config):
             == shape_dict(model)]
     if not hits or not d.is_dir():
         return None
-    return load_cost_model(hits[0], model, gpu, config, mode="auto")
+    return read_profiles(hits[0], model, gpu, config, "auto-measured")
 
 
 _SHIPPED: list | None = None

@@ -46,7 +46,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tuner.predictors.loader import check_profile_mode
+from tuner.predictors.loader import (
+    NotedCostModel,
+    check_profile_mode,
+    read_profiles,
+    set_aside_note,
+)
 from tuner.predictors.protocol import CostModel
 
 if TYPE_CHECKING:
@@ -229,8 +234,6 @@ def resolve(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
             declined.append((src.name, out.reason))
             continue
         if query is not q:
-            from tuner.predictors.loader import NotedCostModel, set_aside_note
-
             out = NotedCostModel(out, set_aside_note(q.profile, gpu, model))
         if calibrated:
             # a fit from `tuner calibrate` (measured runs on this device and model) corrects
@@ -291,3 +294,15 @@ def cost_model_for(model: ModelSpec, profile: str | Path | None = None, mode: st
 
         for_config(check_gpu, ServingConfig(gpu=check_gpu.name))
     return for_config
+
+
+def load_cost_model(profile_or_fit_dir, model, gpu, config, *, mode: str = "auto") -> CostModel:
+    """CostModel for `model` on `gpu` under `config` (tp, weight_bits, kv_bits) from the measured
+    profiles in `profile_or_fit_dir` (predictors.loader's modes); `auto` where the folder does
+    not apply: what auto gives without it, said in the provenance (resolve). Raises TunerError
+    on bad input."""
+    check_profile_mode(mode)
+    if mode == "auto":
+        return resolve(model, gpu, config, profile=Path(profile_or_fit_dir), mode=mode,
+                       calibrated=False).cost_model
+    return read_profiles(profile_or_fit_dir, model, gpu, config, mode)

@@ -214,7 +214,7 @@ def test_fit_chooses_per_op_by_cv_and_saves(h100_fit, two_gpus):
 
 def test_fitted_cost_model_composes_per_op_predictions(h100_fit, two_gpus):
     from tuner.predictors.fitted import FittedCostModel
-    from tuner.predictors.loader import load_cost_model
+    from tuner.predictors.sources import load_cost_model
 
     cm = load_cost_model(two_gpus / "h100", TINY, GPUS["H100"], ServingConfig(gpu="H100"))
     assert isinstance(cm, FittedCostModel) and cm.kind == "measured"
@@ -284,7 +284,7 @@ def test_transfer_command_records_the_error(two_gpus, h100_fit):
     assert any(k.startswith("A10") for k in fit["transfer_checks"])
     r = tuner("transfer", two_gpus / "h100", two_gpus / "a10")
     assert r.returncode == 0 and "transfer error: H100 -> A10" in r.stdout
-    from tuner.predictors.loader import load_cost_model
+    from tuner.predictors.sources import load_cost_model
 
     l4 = load_cost_model(two_gpus / "h100", TINY, GPUS["L4"], ServingConfig(gpu="L4"))
     assert "transfer error checked against A10" in l4.describe()
@@ -293,7 +293,8 @@ def test_transfer_command_records_the_error(two_gpus, h100_fit):
 
 
 def test_loader_modes_measured_transferred_roofline(two_gpus, h100_fit, tmp_path):
-    from tuner.predictors.loader import load_cost_model, provenance_kind
+    from tuner.predictors.loader import provenance_kind
+    from tuner.predictors.sources import load_cost_model
 
     both = two_gpus  # a folder of profiles
     cfg = lambda g, **kw: ServingConfig(gpu=g, **kw)  # noqa: E731
@@ -347,8 +348,8 @@ SHIPPED = REPO / "predictors" / "data" / "tiny-llama-cpu"
 def test_shipped_cpu_profile_loads_and_simulates():
     from tests.sim import simulate_default
     from tuner.core.workload import load_workload
-    from tuner.predictors.loader import load_cost_model, shipped_cost_model
-    from tuner.predictors.sources import resolve_cost_model
+    from tuner.predictors.loader import shipped_cost_model
+    from tuner.predictors.sources import load_cost_model, resolve_cost_model
     from tuner.sim.simulator import simulate
 
     assert (SHIPPED / "profile.csv").is_file() and (SHIPPED / "fit.json").is_file()
@@ -429,8 +430,8 @@ def test_fit_command_errors(tmp_path):
 
 
 def test_fitted_model_is_fast_on_many_iterations():
-    from tuner.predictors.loader import load_cost_model
     from tuner.predictors.roofline import RooflineCostModel
+    from tuner.predictors.sources import load_cost_model
 
     g = GPUS["A10"]
     cm = load_cost_model(SHIPPED, TINY, g, ServingConfig(gpu="A10"), mode="measured")
@@ -481,7 +482,7 @@ def test_ci_profile_fit_simulate_on_cpu(tmp_path):  # 46 s at load average 7 on 
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["provenance"]["kind"] == "measured"
     from tuner.core.workload import load_workload
-    from tuner.predictors.loader import load_cost_model
+    from tuner.predictors.sources import load_cost_model
     from tuner.sim.simulator import simulate
 
     cfg = ServingConfig(gpu="A10", chunk_size=1024, max_running=32)

@@ -36,9 +36,8 @@ from tuner.core.errors import TunerError
 from tuner.core.memory import plan_memory
 from tuner.predictors.devices import match_gpu
 from tuner.predictors.features import BatchFeatures
-from tuner.predictors.loader import load_cost_model
 from tuner.predictors.opmath import flops_bytes
-from tuner.predictors.sources import resolve
+from tuner.predictors.sources import load_cost_model, resolve
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "predictors" / "data" / "tiny-llama-cpu"

@@ -50,7 +50,8 @@ def test_runner_registry() -> None:
 def test_profile_mode_registry(tmp_path: Path) -> None:
     from tuner.core.catalog import get_model, load_gpus
     from tuner.core.config import ServingConfig
-    from tuner.predictors.loader import MODES, PROFILE_MODES, load_cost_model
+    from tuner.predictors.loader import MODES, PROFILE_MODES
+    from tuner.predictors.sources import load_cost_model
 
     assert MODES == tuple(PROFILE_MODES) == ("auto", "measured", "transfer", "roofline")
     spec, gpu = get_model("llama-3-8b"), load_gpus()["A10"]
