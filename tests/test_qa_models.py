@@ -434,3 +434,18 @@ def test_a_missing_profile_folder_does_not_exist_for_cost_and_transfer(tmp_path)
     (tmp_path / "empty").mkdir()
     r = _tuner("cost", "-m", "tiny-llama", "--profile", tmp_path / "empty", "--tokens", "10")
     assert r.returncode != 0 and "holds no profile" in r.stderr
+
+
+def test_models_command_prints_the_shape_note(tmp_path):
+    """`tuner models -m CONFIG` says what the shape approximates, as simulate and search do."""
+    d = tmp_path / "starcoder2"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(STARCODER2_15B))
+    r = subprocess.run([sys.executable, "-m", "tuner.cli", "models", "-m", str(d), "--json"],
+                       capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    (row,) = json.loads(r.stdout).values()
+    assert "not gated" in row["shape_note"]
+    r = subprocess.run([sys.executable, "-m", "tuner.cli", "models", "-m", "llama-3-8b",
+                        "--json"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert json.loads(r.stdout)["llama-3-8b"]["shape_note"] is None

@@ -203,14 +203,19 @@ def models(
 
     Example: tuner models -m mixtral-8x7b
     """
-    from tuner.core.catalog import get_model, load_models
+    from tuner.core.catalog import get_model, load_models, shape_note
 
     cat = load_models()
     if model is not None:
         spec = get_model(model, cat)
         cat = {spec.name: spec}
+    # one model: what its shape leaves out or assumes (simulate and search print the same)
+    note = shape_note(next(iter(cat.values()))) if model is not None else None
     if as_json:
-        print(json.dumps({n: _model_row(m) for n, m in cat.items()}, indent=2))
+        rows = {n: _model_row(m) for n, m in cat.items()}
+        if model is not None:
+            next(iter(rows.values()))["shape_note"] = note
+        print(json.dumps(rows, indent=2))
         return
     t = Table(title="Model catalog" if model is None else f"Model {escape(model)}")
     for col in ("model", "params", "active", "layers", "heads/kv x dim", "experts", "context",
@@ -227,6 +232,8 @@ def models(
                   _weights_text(m), _kv_text(m), escape(m.hf_id or "—"),
                   escape(source))
     out.print(t)
+    if note:
+        out.print(escape(note), highlight=False)
     if model is None:
         out.print("[dim]active = parameters one token uses (MoE: its top-k experts); Gemma-3: "
                   "text decoder only (the vision tower is not counted). Any Hugging Face id or "
