@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.test_models_catalog import _offline_empty_cache
 from tests.test_predictors import synth_profile
 from tuner.core.catalog import (
     GIB,
@@ -255,14 +256,6 @@ def test_gated_models_keep_their_width_and_an_unknown_architecture_is_noted(tmp_
 
 
 # ---- 4. quantized repo names offline keep their precision (or are refused) ----------------------
-def _offline_empty_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
-    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.chdir(tmp_path)
-
-
 @pytest.mark.parametrize("repo, base, bits", [
     ("casperhansen/llama-3-70b-instruct-awq", "llama-3-70b", 4),
     ("RedHatAI/Llama-3.3-70B-Instruct-quantized.w8a8", "llama-3.3-70b", 8),

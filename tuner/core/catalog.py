@@ -1245,7 +1245,7 @@ _TUNED_SUFFIX = re.compile(r"-(instruct|chat|hf|it)(-[\w.]+)?$", re.I)
 #: words of a repo name that say its weights are quantized, and the bits each implies (None:
 #: quantized, bits unsaid): "Qwen2.5-7B-Instruct-AWQ", "Llama-3.3-70B-Instruct-quantized.w8a8"
 _QUANT_WORDS: dict[str, int | None] = {
-    "awq": 4, "gptq": None, "w4a16": 4, "w4a8": 4, "int4": 4, "4bit": 4, "nvfp4": 4,
+    "awq": 4, "gptq": None, "w4a16": 4, "w4a8": 4, "int4": 4, "4bit": 4, "nvfp4": 4, "nf4": 4,
     "mxfp4": 4, "fp4": 4, "w8a8": 8, "w8a16": 8, "int8": 8, "8bit": 8, "quantized": None,
     "bnb": None, "gguf": None, "exl2": None}
 #: trailing quantization words of a repo name ("-AWQ", "-GPTQ-Int4", "-quantized.w8a8")

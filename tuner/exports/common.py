@@ -5,6 +5,7 @@ ServingConfig's field metadata, the notes for knobs an engine lacks, the comment
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 import shlex
@@ -74,17 +75,13 @@ class Deployment:
         return needs_checkpoint(self.config.weight_bits, bool(self.gpu.fp8_tflops),
                                 self.model.checkpoint_bits)
 
-    @property
+    @functools.cached_property
     def quantized_bits_known(self) -> int | None:
         """The weight bits the --quantized-model checkpoint's config.json or name says (None:
-        neither says)."""
-        from tuner.search.constraints import _bits_from_name, checkpoint_weight_bits
+        neither says); read once a deployment (a config file or the HF cache)."""
+        from tuner.search.constraints import stored_checkpoint_bits
 
-        ref = self.quantized_model or ""
-        try:
-            return checkpoint_weight_bits(ref)
-        except TunerError:  # a config that says 16 bits: the search refused it; its name here
-            return _bits_from_name(ref)
+        return stored_checkpoint_bits(self.quantized_model or "")
 
     @property
     def quantized_bits(self) -> int:

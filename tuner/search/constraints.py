@@ -217,10 +217,7 @@ class Constraints:
         found them."""
         d = d or {}
         ref = d.get("quantized_model")
-        try:
-            bits = checkpoint_weight_bits(ref) if ref else None
-        except TunerError:  # its config changed since the search: its name, or the default
-            bits = _bits_from_name(ref)
+        bits = stored_checkpoint_bits(ref) if ref else None
         return cls(deadline_s=d.get("deadline_s"), budget_usd=d.get("budget_usd"),
                    max_gpus=d.get("max_gpus"),
                    max_gpus_per_type=dict(d.get("max_gpus_per_type") or {}),
@@ -247,23 +244,13 @@ def needs_checkpoint(weight_bits: int, gpu_has_fp8: bool, checkpoint_bits: int =
     return weight_bits < 8
 
 
-#: words of a checkpoint's name that give its weight bits; a width named beats a method named
-#: ("Qwen2.5-7B-Instruct-GPTQ-Int8" is 8-bit), AWQ and GPTQ alone are 4-bit as published
-_WIDTH_WORDS = {4: {"int4", "w4a16", "w4a8", "w4a4", "4bit", "nf4", "fp4", "nvfp4", "mxfp4",
-                    "q4"},
-                8: {"int8", "w8a8", "w8a16", "8bit", "fp8"}}
-_METHOD_WORDS = {4: {"awq", "gptq"}}
-
-
 def _bits_from_name(ref: str) -> int | None:
-    """The weight bits a checkpoint's name says (None: none, or two widths)."""
-    name = ref.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1].lower()
-    words = set(re.split(r"[^a-z0-9]+", re.sub(r"[-_ ]bit\b", "bit", name)))
-    for table in (_WIDTH_WORDS, _METHOD_WORDS):
-        named = {bits for bits, known in table.items() if words & known}
-        if named:
-            return named.pop() if len(named) == 1 else None
-    return None
+    """The weight bits a checkpoint's name says (None: none, or two widths): the catalog's
+    reading of quantized repo names (tuner.core.catalog.quantized_name_bits), FP8 ones 8."""
+    from tuner.core.catalog import is_fp8_repo, quantized_name_bits
+
+    bits, _ = quantized_name_bits(ref.rstrip("/\\").replace("\\", "/"))
+    return 8 if bits is None and is_fp8_repo(ref) else bits
 
 
 def _bits_from_config(ref: str) -> int | None:
@@ -315,6 +302,15 @@ def checkpoint_weight_bits(ref: str) -> int | None:
         raise TunerError(f"--quantized-model {ref}: its config.json has no quantization_config, "
                          "so it is a 16-bit checkpoint; give a 4-bit (AWQ/GPTQ) or 8-bit one.")
     return bits if bits is not None else _bits_from_name(ref)
+
+
+def stored_checkpoint_bits(ref: str) -> int | None:
+    """checkpoint_weight_bits of a checkpoint a stored study or export names, never an error:
+    a config that now says 16 bits (the search refused such a one): its name."""
+    try:
+        return checkpoint_weight_bits(ref)
+    except TunerError:
+        return _bits_from_name(ref)
 
 
 def with_quantization(space):
