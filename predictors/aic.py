@@ -71,6 +71,7 @@ from tuner.predictors.aic_transfer import (
 )
 from tuner.predictors.features import BatchFeatures, sum_parts
 from tuner.predictors.moe import MoEParallel, MoEShape
+from tuner.predictors.opmath import weight_bytes_per_param
 from tuner.predictors.protocol import group_ops
 from tuner.predictors.tables import IntTable, UniformLogCurve, UniformLogGrid, loglog_curve
 
@@ -86,18 +87,20 @@ CUSTOM_ALLREDUCE_MAX_BYTES = 8 * 1024 * 1024
 ELEMENTWISE_BW_EFFICIENCY = 0.75  # estimated, as in predictors.roofline
 
 
-def _quant_ratio(m: np.ndarray, n: int, k: int, bits: int, gpu) -> np.ndarray:
+def _quant_ratio(m: np.ndarray, n: int, k: int, bits: int, weight_bytes_per_param: float,
+                 gpu) -> np.ndarray:
     """Roofline time of an m x k x n GEMM with `bits`-bit weights over its BF16 time on `gpu`:
     W8 runs at FP8 rate where the GPU has FP8 (W8A8) else at BF16 rate (W8A16); W4 at 0.85 of
-    BF16 (Marlin dequantizes in the main loop, as predictors.roofline); weights carry a 16-bit
-    scale per 128 (4/128 bytes per weight)."""
+    BF16 (Marlin dequantizes in the main loop, as predictors.roofline); each weight reads
+    `weight_bytes_per_param` bytes, its scheme's scales included (opmath.weight_bytes_per_param,
+    the memory plan's figure)."""
     bf16 = gpu.bf16_tflops * 1e12
     fp8 = (getattr(gpu, "fp8_tflops", None) or 0.0) * 1e12
     peak = (fp8 or bf16) if bits == 8 else bf16 * 0.85
     bw = gpu.hbm_gbps * 1e9
     flops = 2.0 * m * n * k
     act = 2.0 * (m * k + m * n)
-    q = np.maximum(flops / peak, (n * k * (bits / 8.0 + 4.0 / 128.0) + act) / bw)
+    q = np.maximum(flops / peak, (n * k * weight_bytes_per_param + act) / bw)
     b = np.maximum(flops / bf16, (n * k * 2.0 + act) / bw)
     return q / b
 
@@ -213,13 +216,14 @@ class MeasuredTableCostModel:
         attn_shapes = [] if mla else [((Hr + 2 * Kr) * d, h), (h, Hr * d)]
         ffn_shapes = [(2 * inter // tp, h), (h, inter // tp)]
         m = tables.gemm_m_grid(dtype)
+        wq = weight_bytes_per_param(model, weight_bits)  # the memory plan's bytes per weight
 
         def gemms(shapes, dt=dtype):
             if weight_bits == 16 or fp8:
                 return sum(tables.gemm_s(n, k, dt) for n, k in shapes)
             # no measured kernel at this precision (INT8 / 4-bit weight GEMMs, or FP8 on a GPU
             # without it): the measured BF16 time times the spec-sheet roofline ratio
-            return sum(tables.gemm_s(n, k, "bf16") * _quant_ratio(m, n, k, weight_bits, gpu)
+            return sum(tables.gemm_s(n, k, "bf16") * _quant_ratio(m, n, k, weight_bits, wq, gpu)
                        for n, k in shapes)
 
         if moe is None:
@@ -265,7 +269,7 @@ class MeasuredTableCostModel:
             # (DeepSeek's 128x128 blocks) runs vLLM's block-FP8 kernels, not those
             block = "blocks" in getattr(model, "checkpoint_quantization", "")
             moe_fields, moe_notes, moe_width = _moe_curves(moe, par, tables, gpu, weight_bits,
-                                                            fp8 and not block)
+                                                            fp8 and not block, wq)
             if fp8 and block:
                 moe_notes.append("the table's FP8 experts are per-tensor FP8, not the "
                                  "checkpoint's block-FP8 kernels: priced as above")
@@ -456,10 +460,12 @@ def _mla_fields(model, tables: KernelTables, tp: int, weight_bits: int, kv_bits:
 
 
 def _moe_curves(moe: MoEShape, par: MoEParallel, tables: KernelTables, gpu, weight_bits: int,
-                fp8: bool) -> tuple[dict, list[str], float]:
+                fp8: bool, weight_bytes_per_param: float) -> tuple[dict, list[str], float]:
     """MeasuredTableCostModel's MoE fields, provenance notes and the FFN activation width per
-    token of an MoE layer (for the elementwise estimate). Raises ValueError where the tables
-    cannot price it (no fused-MoE rows, no NCCL table for the expert group)."""
+    token of an MoE layer (for the elementwise estimate); `weight_bytes_per_param`: bytes an
+    expert weight reads at `weight_bits`, scales included (opmath.weight_bytes_per_param).
+    Raises ValueError where the tables cannot price it (no fused-MoE rows, no NCCL table for
+    the expert group)."""
     got = tables.moe_experts(moe, par, fp8, gpu)
     if got is None and fp8:
         got = tables.moe_experts(moe, par, False, gpu)
@@ -470,9 +476,8 @@ def _moe_curves(moe: MoEShape, par: MoEParallel, tables: KernelTables, gpu, weig
     if weight_bits != 16 and not fp8:
         # no measured kernel at this precision: BF16 x the roofline ratio of the expert kernel
         peaks = spec_peaks(gpu)
-        wq = weight_bits / 8.0 + 4.0 / 128.0
         fl, b16 = moe.expert_flops_bytes(tok, par, weight_bytes=2.0)
-        _, bq = moe.expert_flops_bytes(tok, par, weight_bytes=wq)
+        _, bq = moe.expert_flops_bytes(tok, par, weight_bytes=weight_bytes_per_param)
         pk = peaks["flops"]["bf16"] * (0.85 if weight_bits == 4 else 1.0)
         t = t * (np.maximum(fl / pk, bq / peaks["bw"])
                  / np.maximum(fl / peaks["flops"]["bf16"], b16 / peaks["bw"]))
@@ -718,8 +723,10 @@ def table_cost_model(model, gpu, *, tp: int = 1, weight_bits: int = 16, kv_bits:
         return None
     # a search asks for the same (model, GPU, config) many times: build once (~50 ms)
     moe = MoEShape.of(model) is not None
+    # the checkpoint's scheme sets the bytes a quantized weight reads and the block-FP8 choice
     key = (_shape_key(model), _gpu_key(gpu), tp, weight_bits, kv_bits, engine_version, engine,
-           dp if moe else 1, bool(expert_parallel) and moe, framework)
+           dp if moe else 1, bool(expert_parallel) and moe, framework,
+           weight_bytes_per_param(model, weight_bits), getattr(model, "checkpoint_quantization", ""))
     if key in _BUILT:
         return _BUILT[key]
     try:

@@ -29,7 +29,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuner.predictors.opmath import shape_dict
+from tuner.predictors.opmath import shape_dict, weight_bytes_per_param
 
 _FIT_CACHE: dict[tuple, dict] = {}
 _MODEL_CACHE: dict[tuple, object] = {}
@@ -176,6 +176,8 @@ def read_profiles(profile_or_fit_dir, model, gpu, config, how: str):
     dirs = profile_dirs(path)
     key = (tuple((str(d.resolve()), _stamp(d)) for d in dirs), tuple(shape_dict(model).items()),
            _gpu_key(gpu), config.tp, config.weight_bits, config.kv_bits, how,
+           # the checkpoint's scheme: the bytes a quantized weight reads (opmath.flops_bytes)
+           weight_bytes_per_param(model, config.weight_bits),
            # a folder set aside prices as without it: by kernel tables that see these
            getattr(config, "dp", 1), getattr(config, "expert_parallel", False))
     if key in _MODEL_CACHE:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tuner.core.catalog import weight_bytes_per_param as _scheme_weight_bytes_per_param
+
 # Per-layer operations whose cost depends only on the tokens in the step, and how many times
 # each runs per layer (two RMSNorms and two residual adds per decoder layer).
 TOKEN_OPS: dict[str, int] = {
@@ -90,6 +92,19 @@ def linear_dims(op: str, model, tp: int = 1) -> tuple[int, int]:
     raise ValueError(f"not a projection: {op}")
 
 
+def weight_bytes_per_param(model, weight_bits: int) -> float:
+    """Bytes a GEMM reads from memory per matmul weight of `model` at `weight_bits`, its
+    share of the quantization scales included. The memory plan's own figure
+    (ModelSpec.weight_bytes_per_param: the checkpoint's scheme, e.g. DeepSeek-V3's 128x128 FP8
+    blocks, AWQ's group-128 scale + zero), so a step reads the bytes the plan holds. A
+    duck-typed shape without that method (or None) is a 16-bit checkpoint vLLM quantizes at
+    load (tuner.core.catalog.weight_bytes_per_param with no scheme)."""
+    per_param = getattr(model, "weight_bytes_per_param", None)
+    if callable(per_param):
+        return float(per_param(weight_bits))
+    return _scheme_weight_bytes_per_param(weight_bits)
+
+
 def _arr(v) -> np.ndarray:
     return np.asarray(v, dtype=np.float64)
 
@@ -106,7 +121,8 @@ def flops_bytes(op: str, model, *, tokens=0, context=0, batch=0, kv_len=0, size_
     ffn = model.intermediate_size // tp
     if op in LINEAR_OPS or op == "lm_head":
         k, n = linear_dims(op, model, tp)
-        wb = e if (weight_bits == 16 or op == "lm_head") else weight_bits / 8.0 + 4.0 / 128.0
+        # vLLM keeps the LM head 16-bit; quantized weights carry their scheme's scales
+        wb = e if (weight_bits == 16 or op == "lm_head") else weight_bytes_per_param(model, weight_bits)
         return 2.0 * t * k * n, k * n * wb + t * (k + n) * e
     if op == "norm":
         return 4.0 * t * h, (2.0 * t * h + h) * e

@@ -7,6 +7,8 @@ at 989 TFLOP/s -> 0.76 of peak) and at 1 token ~0.16 ms (405 MB at 3.35 TB/s -> 
 Attention kernels reach a lower fraction of peak (FlashAttention-2 prefill ~50 %), and each
 iteration pays a fixed CPU/launch overhead (vLLM V1 scheduling + input preparation). These are
 estimates, not measurements: `predictors` replaces them with fitted profiles where one exists.
+A quantized weight reads its checkpoint scheme's bytes, scales included (opmath.
+weight_bytes_per_param: the memory plan's figure, e.g. 1 B per-tensor FP8, 0.5 + 2.5/128 B AWQ-4).
 
 Mixture-of-experts layers (predictors.moe): attention as in a dense layer; the FFN is the
 router GEMM, the shared experts (every token) and the routed experts, whose FLOPs count each
@@ -26,6 +28,7 @@ import numpy as np
 from tuner.core.provenance import Provenance
 from tuner.predictors.features import BatchFeatures, sum_parts
 from tuner.predictors.moe import MoEParallel, MoEShape
+from tuner.predictors.opmath import weight_bytes_per_param as model_weight_bytes_per_param
 from tuner.predictors.protocol import group_ops
 
 
@@ -50,6 +53,9 @@ class RooflineCostModel:
     weight_bits: int = 16
     kv_bits: int = 16
     fp8_flops: float | None = None  # used for 8-bit weights (W8A8 FP8) where the GPU has FP8
+    # bytes read per matmul weight, quantization scales included: the memory plan's figure
+    # for the checkpoint's scheme (from_specs); 0 = a 16-bit checkpoint quantized by vLLM
+    weight_bytes_per_param: float = 0.0
     # efficiency factors (documented in the module docstring)
     compute_efficiency: float = 0.75
     bandwidth_efficiency: float = 0.75
@@ -96,6 +102,7 @@ class RooflineCostModel:
             tp=tp,
             weight_bits=weight_bits,
             kv_bits=kv_bits,
+            weight_bytes_per_param=model_weight_bytes_per_param(model, weight_bits),
             name=f"roofline from {gpu.name} spec sheet (not measured)",
             kv_bytes_per_token=_kv_bytes_per_token(model, kv_bits, tp),
             **_sparse_fields(model),
@@ -163,7 +170,7 @@ class RooflineCostModel:
     # ---- the model ----------------------------------------------------------------------
     @property
     def _weight_bytes_per_param(self) -> float:
-        return self.weight_bits / 8.0 + (0.0 if self.weight_bits == 16 else 4.0 / 128.0)
+        return self.weight_bytes_per_param or model_weight_bytes_per_param(None, self.weight_bits)
 
     def _gemm_s(self, params: float, width: float, tokens: np.ndarray) -> np.ndarray:
         """max(compute, memory) of a layer's GEMMs holding `params` weights per rank, whose

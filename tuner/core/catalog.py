@@ -280,6 +280,14 @@ def scale_bytes_per_weight(bits: int, scheme: str = "") -> float:
     return 0.0
 
 
+def weight_bytes_per_param(bits: int, scheme: str = "") -> float:
+    """Bytes one matmul weight takes in HBM at `bits` for a checkpoint quantized as `scheme`,
+    its share of the scales included: what the memory plan holds and what a kernel reads per
+    weight, so memory and timing use this one figure (ModelSpec.weight_bytes_per_param picks
+    the scheme; the predictors' timing models call that, or this with no scheme)."""
+    return bits / 8.0 + scale_bytes_per_weight(bits, scheme)
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Shape of a decoder-only transformer: Llama/Mistral/Qwen-style (GQA, gated MLP), plus
@@ -485,7 +493,7 @@ class ModelSpec:
         included (scale_bytes_per_weight): the checkpoint's own scheme where `bits` is the
         checkpoint's precision, else what vLLM makes of a 16-bit checkpoint."""
         own = self.checkpoint_quantization if bits == self.checkpoint_bits else ""
-        return bits / 8.0 + scale_bytes_per_weight(bits, own)
+        return weight_bytes_per_param(bits, own)
 
     def linear_weight_bytes_per_layer(self, bits: int) -> float:
         """Bytes of one layer's matmul weights at `bits` (layer mean), scales included."""
@@ -1424,15 +1432,22 @@ def _named_after_catalog(repo: str, models: dict[str, ModelSpec], why: str) -> M
 ASSUMED_FROM_NAME = "assumed from the name"
 
 
+def assumed_shape(spec: ModelSpec) -> str | None:
+    """Where `spec`'s shape is assumed from a repo name (its config.json unread): that, and
+    how to price its own shape; else None (the shape was read from a config.json)."""
+    if ASSUMED_FROM_NAME not in spec.source:
+        return None
+    return f"{spec.source}; pass its config.json (or go online) to price its own shape"
+
+
 def shape_note(spec: ModelSpec) -> str | None:
     """One line for the commands that price `spec`, where its shape is assumed from a repo
     name (its config.json unread) or its config.json describes what the shape leaves out or
     approximates (config_notes: a vision encoder, cross-attention layers, a non-gated MLP, an
     unknown architecture), else None."""
     notes = []
-    if ASSUMED_FROM_NAME in spec.source:
-        notes.append(f"{spec.source}; pass its config.json (or go online) to price its own "
-                     "shape")
+    if assumed := assumed_shape(spec):
+        notes.append(assumed)
     notes += config_notes(_source_config(spec.source))
     return "model: " + "; ".join(notes) if notes else None
 
@@ -1499,5 +1514,5 @@ __all__ = [
     "config_notes", "hf_config_path", "is_fp8_repo", "quantized_name_bits", "scale_bytes_per_weight",
     "shape_note",
     "load_gpus", "load_models", "model_aliases", "model_from_config_dict", "model_from_hf_config",
-    "parse_price_overrides",
+    "parse_price_overrides", "weight_bytes_per_param",
 ]
