@@ -82,18 +82,19 @@ def test_a_bad_start_time_of_a_completed_request_is_one_line(tmp_path, capsys):
 
 
 # ---- 3: max_concurrency, request_rate ------------------------------------------------------
-def test_a_client_cap_without_send_times_is_not_a_valid_comparison(tmp_path, capsys):
+def test_a_client_cap_without_send_times_is_simulated_and_recorded(tmp_path, capsys):
+    """(Was: flagged as not valid and refused by --record.) The client's max_concurrency is
+    now simulated as a closed-loop client (tests/test_qa_workloads.py checks the model)."""
     rng = np.random.default_rng(0)
     p, o = rng.integers(50, 400, 40), rng.integers(20, 100, 40)
     f = _bench(tmp_path / "r.json", p, o, 60.0, request_rate="inf", max_concurrency=4)
     code, d = _replay(tmp_path, capsys, str(f), *GPU)
-    assert code == 0 and d["client_max_concurrency"] == 4
-    assert len(d["warnings"]) == 1 and "capped the requests in flight at 4" in d["warnings"][0]
+    assert code == 0 and d["client_max_concurrency"] == 4 and d["warnings"] == []
+    assert "max_concurrency 4 simulated" in d["note"]
     assert "--max-num-seqs at most" not in json.dumps(d)  # the old, misleading advice
     store = tmp_path / "store"
-    code, err = _replay(tmp_path, capsys, str(f), *GPU, "--record", "--store", str(store))
-    assert code == 2 and "not recorded" in err and "--save-detailed" in err
-    assert not store.exists()
+    code, d = _replay(tmp_path, capsys, str(f), *GPU, "--record", "--store", str(store))
+    assert code == 0 and "recorded_in" in d
     # an engine limit no looser than the cap binds first: the comparison holds, no warning
     code, d = _replay(tmp_path, capsys, str(f), *GPU, "--max-num-seqs", "4")
     assert code == 0 and d["warnings"] == [] and "binds first" in d["note"]

@@ -52,31 +52,27 @@ from tuner.cli.simulate import (
 )
 from tuner.core.config import KNOBS
 from tuner.core.errors import TunerError
+from tuner.core.workload.timed import (  # noqa: F401  (the column names, re-exported)
+    ARRIVAL_KEYS,
+    FINISH_KEYS,
+    MAX_SPAN_S,
+    OUTPUT_KEYS,
+    PROMPT_KEYS,
+    parse_rows,
+    rows_of_array,
+    rows_of_csv,
+    rows_of_jsonl,
+)
 
 if TYPE_CHECKING:
     import numpy as np
 
-#: per-request file columns, first match wins: (prompt tokens, output tokens, arrival, finish)
-PROMPT_KEYS = ("prompt_tokens", "input_toks", "input_len", "num_prefill_tokens")
-OUTPUT_KEYS = ("output_tokens", "output_toks", "output_len", "num_decode_tokens")
-ARRIVAL_KEYS = ("arrival_s", "arrived_at", "queued_ts", "sent_s", "start_s")
-FINISH_KEYS = ("finished_s", "completed_at", "last_token_ts", "end_s", "finish_s")
 #: KV capacity the engine reported, where a file carries it (tokens, or blocks x block size)
 KV_TOKEN_KEYS = ("kv_capacity_tokens", "num_gpu_kv_tokens")
 KV_BLOCK_KEYS = ("num_gpu_blocks",)
-#: a per-request file's times are seconds; Unix time past these is in ms, us or ns (1e11 s is
-#: the year 5138, and 1e11 ms 1973), converted by the scale of the earliest time
-EPOCH_UNITS = ((1e17, 1e9, "nanoseconds"), (1e14, 1e6, "microseconds"),
-               (1e11, 1e3, "milliseconds"))
-#: the longest span a per-request file may cover (simulate's cap on arrivals: a year)
-MAX_SPAN_S = 365 * 24 * 3600.0
 #: a real run's fastest request (of >= 16 output tokens) streams faster than this per token;
 #: slower, the times are likely milliseconds read as seconds (a 20 ms step reads as 20 s)
 SLOWEST_TOKEN_S = 5.0
-#: a bench result's summary fields: a JSON object with `duration` and one of these is one
-BENCH_SUMMARY_KEYS = ("completed", "request_throughput", "output_throughput",
-                      "total_input_tokens")
-
 
 @dataclass
 class MeasuredRun:
@@ -94,7 +90,8 @@ class MeasuredRun:
     # median_itl_ms), where recorded
     median_itl_s: float | None = None
     # the client's cap on requests in flight (a bench result's max_concurrency) where the
-    # file keeps no send times that carry it; None: no cap, or replayed through start_times
+    # file keeps no send times that carry it, simulated as a closed-loop client (the
+    # simulator's max_concurrency); None: no cap, or replayed through start_times
     client_cap: int | None = None
     # why the comparison may not hold (printed as warnings; --record refuses them)
     warnings: list[str] = field(default_factory=list)
@@ -283,66 +280,21 @@ def read_per_request(path: Path, rows: list[dict],
     """A per-request CSV, JSONL or JSON array with token counts, arrival and finish times;
     `lines`: each row's line in the file (errors name it; None: a JSON array, rows by number).
     Times are seconds, relative (any origin, negative too: the first arrival is subtracted) or
-    Unix time; Unix time in ms, us or ns is converted (EPOCH_UNITS)."""
+    Unix time; Unix time in ms, us or ns is converted (tuner.core.workload.timed, the reader
+    `tuner simulate` reads such a file with too)."""
     import numpy as np
 
-    if not rows:
-        raise _fail(path, "no requests.")
-    head = rows[0]
-    cols = {name: _first(head, keys) for name, keys in (
-        ("prompt", PROMPT_KEYS), ("output", OUTPUT_KEYS), ("arrival", ARRIVAL_KEYS),
-        ("finish", FINISH_KEYS))}
-    missing = [n for n, c in cols.items() if c is None]
-    if missing:
-        want = {"prompt": PROMPT_KEYS, "output": OUTPUT_KEYS, "arrival": ARRIVAL_KEYS,
-                "finish": FINISH_KEYS}
-        raise _fail(path, "per-request file needs " + "; ".join(
-            f"a {n} column ({' | '.join(want[n])})" for n in missing) + ".")
-
-    def where(i: int) -> str:
-        return f"request {i + 1}" + (f" (line {lines[i]})" if lines else "")
-
-    def column(name: str, kind: type) -> np.ndarray:
-        key = cols[name]
-        vals = []
-        for i, r in enumerate(rows):
-            try:
-                v = float(r[key])
-            except (KeyError, TypeError, ValueError):
-                raise _fail(path, f"{where(i)}: {key} must be a number, got "
-                                  f"{r.get(key)!r}.") from None
-            # a count is >= 0; a time may be negative (times are taken from the first arrival)
-            if not math.isfinite(v) or (kind is np.int64 and v < 0):
-                raise _fail(path, f"{where(i)}: {key} must be a finite number"
-                                  f"{' >= 0' if kind is np.int64 else ''}, got {r.get(key)!r}.")
-            # a fractional count is no count: int64 would truncate it (100.9 -> 100) silently
-            if kind is np.int64 and not v.is_integer():
-                raise _fail(path, f"{where(i)}: {key} must be a whole number of tokens, got "
-                                  f"{r.get(key)!r}.")
-            vals.append(v)
-        return np.asarray(vals, dtype=kind)
-
-    prompt, output = column("prompt", np.int64), column("output", np.int64)
-    arrival, finish = column("arrival", np.float64), column("finish", np.float64)
-    bad = np.flatnonzero(finish < arrival)
-    if bad.size:
-        i = int(bad[0])
-        raise _fail(path, f"{where(i)} finishes ({finish[i]:g}) before it arrives "
-                          f"({arrival[i]:g}).")
+    t = parse_rows(path, rows, lines, need_times=True)
+    prompt, output, arrival, finish = t.prompt, t.output, t.arrival, t.finish
+    cols, head = t.columns, t.head
     ok = (prompt > 0) & (output > 0)
     if not ok.any():
         raise _fail(path, f"no request has both a prompt and an output ({cols['prompt']} and "
                           f"{cols['output']} > 0): nothing to replay.")
     note = "" if ok.all() else f"{int((~ok).sum())} request(s) with no prompt or output left out"
-    times = f"{cols['arrival']} -> {cols['finish']}"
-    earliest = float(arrival.min())
-    for above, per_s, unit in EPOCH_UNITS:
-        if earliest >= above:  # Unix time in a finer unit: seconds
-            arrival, finish = arrival / per_s, finish / per_s
-            note = (f"{note}; " if note else "") + (
-                f"times read as Unix time in {unit} ({cols['arrival']} from {earliest:.4g}) "
-                "and converted to seconds")
-            break
+    times = t.times()
+    if t.note:
+        note = (f"{note}; " if note else "") + t.note
     t0 = float(arrival.min())
     span_s = float(finish.max() - t0)
     if span_s <= 0:  # predicted / measured would divide by zero: nothing to compare
@@ -384,14 +336,7 @@ def read_run(path: Path) -> MeasuredRun:
             doc = json.loads(text)
         except json.JSONDecodeError as exc:
             raise _fail(path, f"not JSON ({exc.msg}, line {exc.lineno}).") from None
-        bad = next((i for i, r in enumerate(doc) if not isinstance(r, dict)), None)
-        if bad is not None:
-            raise _fail(path, f"item {bad + 1} of the JSON array is not an object: expected "
-                              "one object per request.")
-        if doc and _is_bench(doc[0]):
-            raise _fail(path, f"a JSON array of {len(doc)} `vllm bench serve` results: replay "
-                              "compares one run; give each its own file.")
-        return _with_meta_kv(path, read_per_request(path, doc))
+        return _with_meta_kv(path, read_per_request(path, rows_of_array(path, doc)))
     if stripped.startswith("{"):
         try:
             doc = json.loads(text)
@@ -405,37 +350,8 @@ def read_run(path: Path) -> MeasuredRun:
                 return read_per_request(path, [doc], [1] if one_line else None)
             raise _fail(path, "a JSON object without input_lens/output_lens/duration: not a "
                               "`vllm bench serve --save-result` file.")
-        rows, lines = [], []
-        for i, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise _fail(path, f"line {i}: not JSON ({exc.msg}).") from None
-            if not isinstance(obj, dict):
-                raise _fail(path, f"line {i}: expected a JSON object per request.")
-            if _is_bench(obj):  # --append-result: one run a line
-                raise _fail(path, f"line {i} is a whole `vllm bench serve` result (results "
-                                  "appended with --append-result?): replay compares one run; "
-                                  "give each its own file.")
-            rows.append(obj)
-            lines.append(i)
-        return _with_meta_kv(path, read_per_request(path, rows, lines))
-    import csv
-
-    reader = csv.DictReader(text.splitlines())
-    rows, lines = [], []
-    for r in reader:
-        rows.append({(k or "").strip(): v for k, v in r.items()})
-        lines.append(reader.line_num)  # the header is line 1
-    return _with_meta_kv(path, read_per_request(path, rows, lines))
-
-
-def _is_bench(obj: dict) -> bool:
-    """`obj` is a bench result (its summary fields), not one request."""
-    return "input_lens" in obj or ("duration" in obj and any(k in obj
-                                                              for k in BENCH_SUMMARY_KEYS))
+        return _with_meta_kv(path, read_per_request(path, *rows_of_jsonl(path, text)))
+    return _with_meta_kv(path, read_per_request(path, *rows_of_csv(text)))
 
 
 def _with_meta_kv(path: Path, run: MeasuredRun) -> MeasuredRun:
@@ -498,8 +414,8 @@ def replay(
     --engine-version and --entry-point (default serve, as `vllm bench serve` drives) unless
     given; the output names them. The prediction is uncalibrated: a stored `tuner calibrate`
     fit is not applied. A client's --max-concurrency is replayed through the file's
-    start_times (saved with --save-detailed); without them a cap below the engine's
-    max_num_seqs cannot be, and --record refuses the run.
+    start_times (saved with --save-detailed); without them the client is simulated: at most
+    that many requests in the engine at once, the next sent when one finishes.
 
     Example: tuner replay result.json -m llama-3-8b -g A100-80G --engine-version 0.6.0 --num-scheduler-steps 10 --max-num-seqs 1024
     """
@@ -519,22 +435,18 @@ def replay(
     config, defaults = engine_config(knobs, g, entry_point, engine_version, spec, max_model_len)
     ctx = context_tokens(spec, max_model_len)
     warnings = list(m.warnings)
-    if m.client_cap is not None and config.max_running > m.client_cap:
-        # the client held requests back; the engine's max_num_seqs is a different limit (a
-        # cap at or above it binds no more than it does, so only a tighter one matters), and
-        # the simulator has no client-side cap on arrivals
-        warnings.append(
-            f"the client capped the requests in flight at {m.client_cap} (max_concurrency) "
-            "and the file keeps no send times (start_times) that carry the cap; the simulated "
-            f"engine runs up to max_num_seqs {config.max_running:,} at once, so this comparison "
-            "is not valid. Re-run the benchmark with --save-result --save-detailed (recent "
-            "vLLM saves start_times)")
     note = m.note
-    if m.client_cap is not None and config.max_running <= m.client_cap:
+    if m.client_cap is not None:
+        # the file keeps no send times that carry the client's cap: the client is simulated
+        # (a closed loop: the next request is sent when one finishes), not the engine's
+        # max_num_seqs, which holds sent requests in its queue
         note = (f"{note}; " if note else "") + (
-            f"the client capped the requests in flight at {m.client_cap} (max_concurrency), no "
-            f"fewer than the engine's max_num_seqs {config.max_running:,}: the engine's limit "
-            "binds first, so the cap changes nothing simulated")
+            f"the client's max_concurrency {m.client_cap} simulated (a closed loop: at most "
+            f"{m.client_cap} requests in the engine at once, the next sent when one finishes"
+            + (f"; split over the {config.dp} DP replicas" if config.dp > 1 else "") + ")"
+            + ("" if config.max_running > m.client_cap else
+               f"; no fewer than the engine's max_num_seqs {config.max_running:,}: the "
+               "engine's limit binds first"))
     if record and warnings:
         raise TunerError(f"{run}: not recorded (a calibration would fit a wrong comparison): "
                          f"{warnings[0]}.")
@@ -555,7 +467,7 @@ def replay(
     cm = for_config(g, config)
     res = run_sim(w, spec, g, config, cm, startup_s=0.0, engine_version=engine_version,
                   num_scheduler_steps=num_scheduler_steps,
-                  return_steps=m.median_itl_s is not None)
+                  return_steps=m.median_itl_s is not None, max_concurrency=m.client_cap)
     out_tokens = float(m.output.sum())
     err_pct = 100.0 * (res.makespan_s / m.measured_s - 1.0)
     defaulted = [k for k in DEFAULTED if knobs.get(k) is None]
@@ -681,4 +593,6 @@ def _record(doc: dict, res, cm, spec, g, config, store: Path | None) -> Path:
         "sim": {"base_time_s": res.schedule_s, "iterations": res.iterations,
                 "sampled": doc["output_tokens"]},
         "source": doc["run"], "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        # the client's cap simulated (None: none, or carried by the run's send times)
+        "max_concurrency": doc["client_max_concurrency"],
     }], store)

@@ -343,6 +343,12 @@ def simulate(
         "--ignore-arrivals", help="A workload with arrival times (CSV `arrived_at` or "
         "`arrival_s`) is replayed by default (makespan: first arrival to last token); this "
         "runs it as an offline job instead, every request at t = 0.")] = False,
+    max_concurrency: Annotated[int | None, typer.Option(
+        "--max-concurrency", min=1, help="vLLM only: a client that keeps at most N requests "
+        "in flight (vllm bench serve --max-concurrency): it sends them in order (with arrival "
+        "times, each once it has arrived), the next when one finishes, so the engine never "
+        "holds more than N (unlike --max-num-seqs, whose engine queues the rest). Over DP "
+        "replicas N is split evenly. Default: no cap.", show_default=False)] = None,
 ) -> None:
     """Simulate one serving config on a workload: makespan, $, memory plan, physical limit.
     Knobs not given take vLLM's defaults for the GPU and --entry-point (--engine sglang:
@@ -414,6 +420,9 @@ def simulate(
     w = read_workload(workload, spec, skip_invalid, output_dist)
     if ignore_arrivals:
         w = w.offline()
+    if max_concurrency is not None and engine == "sglang":
+        raise TunerError("--max-concurrency (a client's cap on requests in flight) is "
+                         "simulated for vLLM only; drop it with --engine sglang.")
     w, too_long = apply_on_too_long(w, ctx, spec.name, on_too_long,
                                     None if max_model_len is None else "--max-model-len")
     # the cost source (own profile -> measured tables -> transfer -> roofline), resolved once
@@ -430,7 +439,7 @@ def simulate(
     try:
         res = run_sim(w, spec, g, config, cm, timeline=timeline is not None, exact=exact,
                       startup_s=startup_s, engine_version=engine_version, engine=engine,
-                      num_scheduler_steps=num_scheduler_steps,
+                      num_scheduler_steps=num_scheduler_steps, max_concurrency=max_concurrency,
                       sglang=sg_settings, prefix_caching=(
                           not disable_radix_cache if engine == "sglang" else prefix_caching))
     except BaseException:  # a plan that cannot run leaves no empty --timeline folder behind
@@ -475,6 +484,8 @@ def simulate(
             "starts.")
     summary["arrivals"] = None if w.arrival_s is None else {
         "replayed": True, "requests": len(w), "span_s": w.arrival_span_s}
+    summary["max_concurrency"] = max_concurrency
+    summary["ordering_note"] = ordering_note(config.ordering, w)
     # below 16 bits: the checkpoint (or online quantization) the prediction assumes, the FP8 KV
     # cache's backend, and that output quality is not simulated (the exports' own rules)
     summary["precision_notes"] = []
@@ -504,6 +515,10 @@ def simulate(
         t.add_row("arrivals", f"replayed from the file: {len(w):,} requests over "
                   f"{fmt_s(w.arrival_span_s)} (schedule from the first arrival; "
                   "--ignore-arrivals: all at t = 0)")
+    if max_concurrency is not None:
+        t.add_row("client", f"at most {max_concurrency:,} requests in flight (closed loop: the "
+                  "next sent when one finishes" + (f"; split over the {config.dp} DP replicas"
+                                                   if config.dp > 1 else "") + ")")
     t.add_row("physical limit T_o", f"{fmt_s(res.schedule_lower_bound_s)} schedule + "
               f"{fmt_s(res.startup_s)} start-up  (makespan is "
               f"{100 * res.lower_bound_s / res.makespan_s:.0f} % of the limit's speed)")
@@ -561,6 +576,8 @@ def simulate(
                       style="dim", markup=False)
     if note := shape_note(spec):
         out.print(note, style="yellow", markup=False)
+    if summary["ordering_note"]:
+        out.print(f"note: {summary['ordering_note']}", style="yellow", markup=False)
     if summary["start_refused"]:
         out.print(f"warning: {summary['start_refused']}", style="yellow", markup=False)
     if engine == "vllm" and config.kv_bits == 4:
@@ -588,6 +605,18 @@ def simulate(
         out.print(f"{too_long['count']} request(s) longer than {limit} of "
                   f"{too_long['context_tokens']:,} tokens failed (as vLLM's server once refused them) and are "
                   f"left out: request(s) {_ids(too_long['ids'])}", markup=False)
+
+
+def ordering_note(ordering: str, workload) -> str | None:
+    """Why --ordering does not apply, where it does not: replaying arrival times the engine
+    takes requests as they arrive (FCFS), so an ordering of the whole job up front has no
+    meaning; None where it applies (an offline job) or is FCFS anyway."""
+    if workload.arrival_s is None or ordering == DEFAULTS["ordering"]:
+        return None
+    return (f"--ordering {ordering} is ignored: the workload's arrival times are replayed and "
+            f"the engine takes requests as they arrive ({DEFAULTS['ordering']}); "
+            f"--ignore-arrivals runs the job offline, every request at t = 0, in {ordering} "
+            "order")
 
 
 def _startup_text(startup: dict | None) -> str:

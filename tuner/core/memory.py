@@ -6,7 +6,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from tuner.core.catalog import ARCHITECTURES, GIB, GPU, ModelSpec
+from tuner.core.catalog import ARCHITECTURES, GIB, GPU, ModelSpec, assumed_shape
 from tuner.core.config import ServingConfig
 from tuner.core.engines import parse_version
 
@@ -286,6 +286,13 @@ def weight_bytes_per_rank(model: ModelSpec, config: ServingConfig) -> float:
     return per_rank
 
 
+def assumed_shape_clause(model: ModelSpec) -> str:
+    """'; model: <its shape assumed from a repo name>' where it is (the weights and KV sizes
+    that do not fit are then the catalog model's, not the checkpoint's own), else ''."""
+    assumed = assumed_shape(model)
+    return f"; model: {assumed}" if assumed else ""
+
+
 def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
                 mean_request_tokens: float = 0.0, max_request_tokens: int = 0,
                 engine_version: str | None = None) -> MemoryPlan:
@@ -345,10 +352,12 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
         if tp * config.pp >= gpu.gpus_per_machine:  # a machine's worth: say what spans more
             reason += (f"; --pp {2 * config.pp} splits the layers over "
                        f"{2 * config.pp} stages (machines)")
+        reason += assumed_shape_clause(model)
     elif max_request_tokens and tokens < max_request_tokens:
         fits = False
         reason = (f"KV cache on {gpu.name} holds {tokens} tokens ({gib(kv)}), fewer than the "
-                  f"longest request ({max_request_tokens} tokens)")
+                  f"longest request ({max_request_tokens} tokens)"
+                  + assumed_shape_clause(model))
     host_kv = tokens * host_kv_per_token
     host_used = host_kv + offloaded
     host_limit = host_limit_bytes(gpu)

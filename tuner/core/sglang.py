@@ -46,6 +46,7 @@ from tuner.core.errors import TunerError
 from tuner.core.memory import (
     MemoryPlan,
     activation_bytes,
+    assumed_shape_clause,
     kv_bytes_per_token_per_layer_rank,
     kv_layer_fraction,
     weight_bytes_per_rank,
@@ -256,7 +257,8 @@ def plan_memory_sglang(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
         reason = (f"{model.name} at {config.weight_bits}-bit weights, TP {config.tp}, does not "
                   f"fit on {gpu.name} under SGLang: weights {gib(weights)} + preload "
                   f"{gib(PRELOAD_BYTES)} > {gib(usable)} ({gpu.memory_gib:g} GiB x "
-                  f"--mem-fraction-static {config.gpu_memory_utilization:g})")
+                  f"--mem-fraction-static {config.gpu_memory_utilization:g})"
+                  + assumed_shape_clause(model))
     elif gpu.memory_bytes - usable < (acts := activation_bytes(model, config)):
         # SGLang sizes the fraction so a step's activations and CUDA graphs fit outside it
         # (its default leaves `reserved`, module docstring); a fraction that leaves less runs
@@ -269,7 +271,8 @@ def plan_memory_sglang(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
     elif max_request_tokens and tokens < max_request_tokens + 2:
         fits = False
         reason = (f"SGLang's KV pool on {gpu.name} holds {tokens} tokens ({gib(kv)}), too few "
-                  f"for the longest request ({max_request_tokens} tokens + 2)")
+                  f"for the longest request ({max_request_tokens} tokens + 2)"
+                  + assumed_shape_clause(model))
     return MemoryPlan(
         gpu_memory_bytes=gpu.memory_bytes, usable_bytes=usable, weight_bytes=weights,
         weight_offloaded_bytes=0.0, activation_bytes=0.0, runtime_overhead_bytes=PRELOAD_BYTES,

@@ -36,11 +36,11 @@ enum { Q_RUNNING, Q_BATCH_REQ, Q_BATCH_NEW, Q_BATCH_PREFILL, Q_WAITING, N_Q_COLS
 /* scheduler parameters kp[] (SchedulerParams' field order) */
 enum { K_TOKEN_BUDGET, K_PREFILL_BUDGET, K_MAX_RUNNING, K_BLOCK_SIZE, K_CAPACITY_BLOCKS,
        K_PREFILL_FIRST, K_CHUNKED_PREFILL, K_DECODES_FIRST, K_UPFRONT_PROMPT_ALLOC,
-       K_RESERVE_FULL, K_ADMIT_FULL_SEQUENCE, K_CACHE_PREEMPTED, N_PARAMS };
+       K_RESERVE_FULL, K_ADMIT_FULL_SEQUENCE, K_CACHE_PREEMPTED, K_CLIENT_CAP, N_PARAMS };
 /* how a call of tk_run ended */
 enum { STATUS_OK, STATUS_STUCK, STATUS_MAX_STEPS, STATUS_FULL, STATUS_PAUSED };
 /* the functions' argument lists: raised whenever one changes, so a stale build is refused */
-enum { ABI_VERSION = 4 };
+enum { ABI_VERSION = 5 };  /* 5: K_CLIENT_CAP */
 
 /* The numbers above in one array, so the loader can check them against the Python side. */
 i64 tk_layout(i64 *out, i64 size) {
@@ -188,7 +188,12 @@ static inline i64 admit_blocks(const State *s, i64 r, i64 hit, i64 new_tokens, i
 
 /* Admit waiting requests in queue order while R_max, the budgets and free KV allow; each gets
  * its first chunk (V0: its whole prompt, or it waits). A request that has not arrived yet stops
- * admission, unless the step would otherwise be empty (the clock then waits). */
+ * admission, unless the step would otherwise be empty (the clock then waits). With a client
+ * cap N (K_CLIENT_CAP > 0: a closed-loop client, vllm bench serve --max-concurrency) request
+ * r (its place in submission order) is sent only once r + 1 - N requests have finished: the
+ * client sends the next request when one finishes, so at most N are in the engine at once.
+ * Requests are sent in queue order and a preempted one (pushed back to the front) was sent,
+ * so the head decides. */
 static void admit_waiting(State *s, i64 step) {
     i64 n = s->n, B = K(K_BLOCK_SIZE);
     while (C(N_WAITING) > 0 && C(N_RUNNING) < K(K_MAX_RUNNING)) {
@@ -196,6 +201,7 @@ static void admit_waiting(State *s, i64 step) {
         if (lim <= 0 && !K(K_PREFILL_FIRST)) break;  /* V0 tests the whole prompt below */
         i64 r = Q(Q_WAITING, C(WAIT_HEAD));
         if (REQ(r, ARRIVAL_STEP) > step && (C(N_RUNNING) > 0 || C(N_BATCH) > 0)) break;
+        if (K(K_CLIENT_CAP) > 0 && r >= C(DONE) + K(K_CLIENT_CAP)) break;  /* not sent yet */
         i64 hit, sh, extra;
         prefix_lookup(s, r, &hit, &sh, &extra);
         if (K(K_CACHE_PREEMPTED) && REQ(r, CACHED_BLOCKS) > 0 && sh == 0) {
@@ -385,7 +391,8 @@ static i64 skip_decodes(State *s, i64 *rec, i64 base, i64 cap, i64 step, i64 max
     }
     i64 kmax = min64(m - 1, max_steps - step);  /* the step where a request finishes runs exactly */
     /* stop where the queue's head arrives; a head that arrived earlier and still waits is held
-     * back by KV or R_max, which the skipped steps cannot free (offline jobs: always) */
+     * back by KV, R_max or the client cap, which the skipped steps (no request finishes in
+     * them) cannot free (offline jobs: always) */
     if (C(N_WAITING) > 0) {
         i64 head_arrival = REQ(Q(Q_WAITING, C(WAIT_HEAD)), ARRIVAL_STEP);
         if (head_arrival >= step) kmax = min64(kmax, head_arrival - step);

@@ -538,6 +538,13 @@ def _simulate_replica(workload: Workload, idx: np.ndarray, params: sch.Scheduler
     return _Replica(s, float(end_s[-1]), end_s, step_s=dt)
 
 
+def client_cap_shares(max_concurrency: int, dp: int) -> list[int]:
+    """Each DP replica's share of a client's cap on requests in flight: N split evenly (the
+    first N mod dp replicas one more), at least 1 each (a replica with no share would never
+    get a request)."""
+    return [max(max_concurrency // dp + (r < max_concurrency % dp), 1) for r in range(dp)]
+
+
 def decode_run_steps(engine: str, engine_version: str | None,
                      num_scheduler_steps: int | None) -> int:
     """Decode steps per scheduler call: vLLM V0's --num-scheduler-steps, or the count its
@@ -557,7 +564,8 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
              timeline_rows: int | None = None,
              engine: str | None = None, sglang: SGLangSettings | None = None,
              prefix_caching: bool | None = None,
-             num_scheduler_steps: int | None = None) -> SimResult:
+             num_scheduler_steps: int | None = None,
+             max_concurrency: int | None = None) -> SimResult:
     """Simulate the whole job iteration by iteration, each step priced by `cost_model`
     (predictors.sources.resolve_cost_model / cost_model_for give the registry's); raises
     InfeasibleConfig if it cannot run.
@@ -593,9 +601,21 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     do: tuner.core.engines.priced_scheduler_steps): each request is scheduled for whole decode
     runs of that many steps (tuner.sim.scheduler.multi_step_outputs: the worker computes a
     request that stopped mid-run to the run's end); the result's token counts stay the
-    workload's."""
+    workload's.
+
+    `max_concurrency`: a closed-loop client's cap on requests in flight (vllm bench serve
+    --max-concurrency): it sends requests in submission order (replaying arrivals: each once
+    it has arrived too), at most N at once, the next when one finishes, so the engine never
+    holds more than N (tuner.sim.scheduler.SchedulerParams.client_cap; vLLM only). Over DP
+    replicas the cap is split evenly (client_cap_shares), as one client per replica would
+    hold it. None: no cap."""
     if len(workload) == 0:
         raise TunerError("The workload has no requests.")
+    if max_concurrency is not None and (isinstance(max_concurrency, bool)
+                                        or int(max_concurrency) != max_concurrency
+                                        or max_concurrency < 1):
+        raise TunerError(f"max_concurrency must be a whole number of requests >= 1, got "
+                         f"{max_concurrency!r}.")
     if engine is not None and engine != config.engine:
         if engine not in ENGINES:
             raise TunerError(f"engine {engine!r} is not one of {', '.join(ENGINES)}.")
@@ -623,6 +643,9 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         if workload.arrival_s is not None:
             raise TunerError("replaying arrivals (a trace's arrival times) is simulated for "
                              "vLLM only; drop --engine sglang or the arrival column.")
+        if max_concurrency is not None:
+            raise TunerError("a client's max_concurrency (requests in flight) is simulated for "
+                             "vLLM only; drop --engine sglang or --max-concurrency.")
         settings = dataclasses.replace(sglang or SGLangSettings(),
                                        schedule_policy=config.schedule_policy)
         if not start.given:  # no torch.compile: SGLang's --enable-torch-compile is off by default
@@ -658,6 +681,8 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     iterations = preemptions = cached = 0
     tl, steps, step_s = None, [], []
     cap = max(plan.kv_capacity_blocks, 1)
+    shares = None if max_concurrency is None else client_cap_shares(int(max_concurrency),
+                                                                    config.dp)
     jobs = [(replica, idx) for replica, idx in
             enumerate(split_replicas(workload, order, config.dp)[:replicas]) if idx.size]
 
@@ -669,8 +694,9 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
                 timeline_rows if workload.arrival_s is None else None))
         else:
             totals = _StepTotals(cost_model, off_ctx, off_totals)
-        rep = _simulate_replica(scheduled, idx, params, totals, plan, exact,
-                                keep_steps=return_steps, cancel=cancel)
+        rep = _simulate_replica(scheduled, idx, params if shares is None else
+                                params._replace(client_cap=shares[replica]), totals, plan,
+                                exact, keep_steps=return_steps, cancel=cancel)
         return want_tl, totals, rep
 
     # replicas are independent: the C loop releases the GIL, so they run on the cores at once

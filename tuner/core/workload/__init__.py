@@ -14,6 +14,12 @@ read in chunks: no per-line Python object is kept, so millions of requests fit i
   prefix ``"prefix_id"`` (str or int) and ``"prefix_tokens"`` (int)
 * CSV traces with columns ``num_prefill_tokens,num_decode_tokens`` (others ignored), e.g. the
   Vidur / Splitwise traces.
+* a run's per-request file (:mod:`.timed`, the reader `tuner replay` uses too): CSV, JSONL or a
+  JSON array naming its counts and arrival by a run's column names (``input_len``,
+  ``queued_ts``, ...; their finish times are not read).
+
+An arrival column (``arrived_at`` / ``arrival_s``, or a run file's) is seconds or Unix time
+(ms, us, ns converted), taken from the first arrival.
 
 Any JSONL record may carry ``prefix_id`` + ``prefix_tokens`` at its top level.
 """

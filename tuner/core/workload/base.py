@@ -18,7 +18,8 @@ CSV_OUTPUT_COLUMN = "num_decode_tokens"
 #: optional CSV columns giving each request's arrival in seconds (Vidur's trace CSV names it
 #: arrived_at): the run is replayed with them
 CSV_ARRIVAL_COLUMNS = ("arrived_at", "arrival_s")
-#: latest arrival accepted (a year): a larger figure is a unit mistake (e.g. milliseconds)
+#: the longest span of arrivals accepted (a year, first to last, after Unix time in ms, us or ns
+#: is converted to seconds): a longer one is a unit mistake
 MAX_ARRIVAL_S = 365 * 86400.0
 
 

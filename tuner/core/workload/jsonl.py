@@ -29,6 +29,7 @@ import numpy as np
 from tuner.core.errors import TunerError
 from tuner.core.workload.base import MAX_TOKENS, RequestColumns, one_line
 from tuner.core.workload.records import SHAPE_NAMES, BadLine, Record, parse_record
+from tuner.core.workload.timed import check_span, seconds_from_first
 from tuner.core.workload.tokens import (
     CHARS_PER_TOKEN,
     CHAT_MESSAGE_OVERHEAD_TOKENS,
@@ -539,8 +540,11 @@ class _Reader:
             raise TunerError(f"{self.name}:{int(lines[i])}: no arrival_s / arrived_at, but line "
                              f"{int(lines[j])} has one; give every request an arrival time, or "
                              "none (all at t = 0)")
-        # replayed from the first arrival: the makespan runs from it to the last token
-        return t - t.min()
+        # replayed from the first arrival: the makespan runs from it to the last token (Unix
+        # time in ms, us or ns converted to seconds, as a run's per-request file is)
+        t, _ = seconds_from_first(t)
+        check_span(self.name, t, lambda i: int(lines[i]))
+        return t
 
 
 def _hashable(value: Any) -> bool:

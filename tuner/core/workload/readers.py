@@ -27,6 +27,7 @@ from tuner.core.workload.base import (
 )
 from tuner.core.workload.jsonl import read_jsonl
 from tuner.core.workload.lengths import OUTPUT_DIST_EXAMPLE, Sampler, parse_output_dist
+from tuner.core.workload.timed import check_span, is_run_file, seconds_from_first, timed_columns
 
 if TYPE_CHECKING:
     from tuner.core.catalog import ModelSpec
@@ -127,11 +128,11 @@ def _csv_chunk(df, wanted: list[str], arrival: str | None = None
     if arrival is not None:
         raw = df[arrival]
         v = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
-        ok = np.isfinite(v) & (v >= 0) & (v <= MAX_ARRIVAL_S)
+        ok = np.isfinite(v) & (v >= 0)  # seconds, or Unix time (timed.seconds_from_first)
         if not ok.all():
             i = int(np.flatnonzero(~ok)[0])
-            first_bad = (int(lines[i]), f"{arrival} must be a time in seconds >= 0 (at most "
-                                        f"{MAX_ARRIVAL_S:,.0f}), got {raw.iloc[i]!r}")
+            first_bad = (int(lines[i]), f"{arrival} must be a time in seconds >= 0 (or Unix "
+                                        f"time), got {raw.iloc[i]!r}")
         bad |= ~ok
         cols[arrival] = np.where(ok, v, 0.0)
     for name in wanted:
@@ -204,13 +205,23 @@ def _load_csv(path: Path, skip_invalid: bool, need_output: bool,
     cols = {name: joined([c[1][name] for c in chunks], np.int64)[keep] for name in wanted}
     output = cols.get(CSV_OUTPUT_COLUMN, np.full(int(keep.sum()), -1, np.int64))
     arrival_s = None
+    lines = joined([c[0] for c in chunks], np.int64)[keep]
+    prompt = cols[CSV_PROMPT_COLUMN]
     if arrival is not None:
-        arrival_s = joined([c[1][arrival] for c in chunks], np.float64)[keep]
-        # replayed from the first arrival: the makespan runs from it to the last token
-        arrival_s = arrival_s - arrival_s.min() if arrival_s.size else arrival_s
+        # replayed from the first arrival: the makespan runs from it to the last token (Unix
+        # time in ms, us or ns converted to seconds, as a run's per-request file is)
+        arrival_s, _ = seconds_from_first(joined([c[1][arrival] for c in chunks],
+                                                 np.float64)[keep])
+        late = arrival_s > MAX_ARRIVAL_S
+        if skip_invalid and late.any():  # over a year after the first: bad rows, dropped
+            ok = ~late
+            lines, prompt, output = lines[ok], prompt[ok], output[ok]
+            arrival_s, _ = seconds_from_first(arrival_s[ok])
+            keep[np.flatnonzero(keep)[late]] = False
+        check_span(shown, arrival_s, lambda i: int(lines[i]))
     return RequestColumns(
-        joined([c[0] for c in chunks], np.int64)[keep],
-        cols[CSV_PROMPT_COLUMN],
+        lines,
+        prompt,
         output,
         f"{CSV_OUTPUT_COLUMN} column" if CSV_OUTPUT_COLUMN in cols else "",
         None,
@@ -272,6 +283,8 @@ def _fill_outputs(data: RequestColumns, dist: tuple[str, Sampler] | None, seed: 
 def _read_file(path: Path, name: str, skip_invalid: bool, tokenizer_path: str | Path | None,
                model: ModelSpec | None, dist: tuple[str, Sampler] | None) -> RequestColumns:
     """The columns of the regular file `path` (`name`: how errors name it)."""
+    if is_run_file(path):  # a run's per-request file (tuner replay's): one reader for both
+        return timed_columns(path, name, skip_invalid)
     if _looks_like_csv(path, name):
         return _load_csv(path, skip_invalid, need_output=dist is None, name=name)
     return read_jsonl(path, skip_invalid, tokenizer_path, model, name=name)

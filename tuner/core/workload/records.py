@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.core.workload.base import CSV_ARRIVAL_COLUMNS, MAX_ARRIVAL_S, MAX_TOKENS
+from tuner.core.workload.base import CSV_ARRIVAL_COLUMNS, MAX_TOKENS
 from tuner.core.workload.tokens import CHAT_MESSAGE_OVERHEAD_TOKENS, chat_message_text
 
 #: Most completions one request may ask for (``n``): vLLM runs them as n sequences of one
@@ -153,11 +153,13 @@ def parse_arrival(obj: dict) -> float | None:
         raise BadLine(f"both {' and '.join(given)}; give one arrival time")
     key = given[0]
     value = obj[key]
+    # seconds, or Unix time (in s, ms, us or ns: converted when the file is read, from the
+    # first arrival, by tuner.core.workload.timed.seconds_from_first)
     ok = (not isinstance(value, bool) and isinstance(value, int | float)
-          and math.isfinite(value) and 0 <= value <= MAX_ARRIVAL_S)
+          and math.isfinite(value) and value >= 0)
     if not ok:
-        raise BadLine(f"{key} must be a time in seconds >= 0 (at most {MAX_ARRIVAL_S:,.0f}), "
-                      f"got {json.dumps(value)[:40]}")
+        raise BadLine(f"{key} must be a time in seconds >= 0 (or Unix time), got "
+                      f"{json.dumps(value)[:40]}")
     return float(value)
 
 
