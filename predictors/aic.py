@@ -467,18 +467,21 @@ def _moe_curves(moe: MoEShape, par: MoEParallel, tables: KernelTables, gpu, weig
     Raises ValueError where the tables cannot price it (no fused-MoE rows, no NCCL table for
     the expert group)."""
     got = tables.moe_experts(moe, par, fp8, gpu)
-    if got is None and fp8:
+    measured_at_bits = got is not None and (fp8 or weight_bits == 16)
+    if got is None and fp8:  # no FP8 fused-MoE rows: the BF16 ones x the ratio below
         got = tables.moe_experts(moe, par, False, gpu)
     if got is None:
         raise ValueError(f"{tables.device} has no fused-MoE table")
     tok, t, note = got
     notes = [note + f"; {par.describe(moe.num_experts)}"]
-    if weight_bits != 16 and not fp8:
-        # no measured kernel at this precision: BF16 x the roofline ratio of the expert kernel
+    if not measured_at_bits:
+        # no measured kernel at this precision: BF16 x the roofline ratio of the expert kernel,
+        # its peak as _quant_ratio's: W8 at FP8 rate where the GPU has FP8 (vLLM's W8A8 and
+        # block-FP8 fused MoE), else BF16 (Marlin W8A16); W4 at 0.85 of BF16
         peaks = spec_peaks(gpu)
         fl, b16 = moe.expert_flops_bytes(tok, par, weight_bytes=2.0)
         _, bq = moe.expert_flops_bytes(tok, par, weight_bytes=weight_bytes_per_param)
-        pk = peaks["flops"]["bf16"] * (0.85 if weight_bits == 4 else 1.0)
+        pk = peaks["flops"]["fp8"] if weight_bits == 8 else peaks["flops"]["bf16"] * 0.85
         t = t * (np.maximum(fl / pk, bq / peaks["bw"])
                  / np.maximum(fl / peaks["flops"]["bf16"], b16 / peaks["bw"]))
         notes.append(f"W{weight_bits} MoE experts estimated from measured BF16 x roofline ratio")

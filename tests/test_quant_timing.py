@@ -150,3 +150,25 @@ def test_measured_moe_experts_without_a_kernel_table_read_the_planned_bytes():
         f = _decodes(1)
         ratio = float(quant.breakdown(f)["moe_experts"][0] / bf16.breakdown(f)["moe_experts"][0])
         assert ratio == pytest.approx(model.weight_bytes_per_param(8) / 2.0, rel=3e-3), model.name
+
+
+def test_w8_experts_without_a_kernel_table_compute_at_the_gpus_fp8_rate():
+    """The BF16-table x roofline path prices W8 experts as _quant_ratio prices W8 GEMMs: at FP8
+    tensor rate where the GPU has FP8 (vLLM's block-FP8 fused MoE on Hopper), at BF16 rate
+    where it has none (Marlin W8A16). A compute-bound prefill of DeepSeek-V3's block-FP8
+    experts is then faster on H200 than on the same H200 without FP8; a memory-bound decode of
+    one token reads the same bytes on both."""
+    h200 = GPUS["H200"]
+    no_fp8 = replace(h200, fp8_tflops=None)
+    moe = MoEShape.of(DEEPSEEK)
+    par = MoEParallel(8, 1, False)
+    tables = aic.KernelTables.load("H200")
+    got = {}
+    for name, g in (("fp8", h200), ("none", no_fp8)):
+        fields, notes, _ = aic._moe_curves(moe, par, tables, g, 8, False,
+                                           DEEPSEEK.weight_bytes_per_param(8))
+        got[name] = fields["log_moe_s"]
+        assert any("roofline ratio" in n for n in notes)
+    fp8_s, none_s = got["fp8"], got["none"]
+    assert none_s[0] == pytest.approx(fp8_s[0], abs=1e-9)  # one token: bandwidth-bound
+    assert fp8_s[-1] < none_s[-1] - 0.05  # the largest step: compute at FP8 rate (log s)
