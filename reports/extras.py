@@ -38,7 +38,7 @@ from tuner.core.engines import priced_scheduler_steps
 from tuner.core.errors import TunerError
 from tuner.core.units import as_finite, fmt_duration
 from tuner.core.workload import STDIN_NAME, Workload
-from tuner.exports import EXPORTERS, formats_for, render_export
+from tuner.exports import EXPORTERS, ExportCannotStart, formats_for, render_export
 from tuner.exports.common import Deployment
 from tuner.predictors.protocol import CostModel
 from tuner.predictors.sources import cost_model_for as default_cost_models
@@ -107,10 +107,25 @@ def deploy_max_model_len(workload: Workload, model: ModelSpec,
     mml = max(mml, longest)
     if mml == longest:
         return longest, ""
-    return mml, (f"max-model-len {mml}: the longest request ({longest} tokens) was estimated at "
-                 "4 characters per token (no tokenizer offline), so the context keeps a margin "
+    # both engines' names for it: the note heads vLLM and SGLang files alike
+    return mml, (f"max-model-len {mml} (SGLang: --context-length {mml + 1}, its check being "
+                 f"strict): the longest request ({longest} tokens) was "
+                 "estimated at 4 characters per token (no tokenizer offline), so the context "
+                 "keeps a margin "
                  "(up to 25 %); for exact counts give -m a local model folder with its "
                  "tokenizer.json, or pass --max-model-len.")
+
+
+def fmt_usd(x: Any) -> str:
+    """A job's $ as the terminal summary prints it (tuner.cli.search.usd): cents matter on
+    small jobs, so below $1 four decimals ($0.0575, not $0.06, which two plans $0.0552 and
+    $0.0649 apart would share)."""
+    v = as_finite(x)
+    if v is None:
+        return "—"
+    if abs(v) < 1:
+        return f"${v:.4f}"
+    return f"${v:,.2f}"
 
 
 def winner_header(label: str, record: TrialRecord, requests: int | None,
@@ -121,7 +136,7 @@ def winner_header(label: str, record: TrialRecord, requests: int | None,
     which = f" (trial #{record.number}{where})" if cite_trial else ""
     job = f" for {requests} requests" if requests else ""
     return (f"{label} config found by tuner{which}: predicted makespan "
-            f"{fmt_duration(record.makespan_s)}, ${record.cost_usd:.2f}{job} "
+            f"{fmt_duration(record.makespan_s)}, {fmt_usd(record.cost_usd)}{job} "
             f"({record.provenance or 'cost model not recorded'})")
 
 
@@ -230,11 +245,18 @@ def export_text(fmt: str, record: TrialRecord, model: ModelSpec, gpus: dict[str,
     elif chat:
         # a base checkpoint has no chat template: vLLM (transformers >= 4.44) and SGLang answer
         # every chat request with an error; its chat form has the same shapes and cost
+        # said in the words of the engine the file runs (an SGLang file names no vLLM error)
+        if fmt in ("sglang", "sglang-offline"):
+            refusal, how = ("SGLang answers each one with an error: transformers' "
+                            "'tokenizer.chat_template is not set'", "SGLang --chat-template "
+                            "FILE" if fmt == "sglang" else "its tokenizer's chat_template")
+        else:
+            refusal, how = ("vLLM answers each one 400, 'default chat template is no longer "
+                            "allowed'", "vLLM --chat-template FILE")
         header += (f"\nNOTE: the requests are chat messages and {model.load_id} is a base "
-                   "checkpoint without a chat template (vLLM answers each one 400, 'default chat "
-                   f"template is no longer allowed'): this serves {chat}, the chat model of the "
-                   "same shapes and cost; to serve the base one, set it back and give the "
-                   "engine a chat template (vLLM --chat-template FILE).")
+                   f"checkpoint without a chat template ({refusal}): this serves {chat}, the "
+                   "chat model of the same shapes and cost; to serve the base one, set it back "
+                   f"and give the engine a chat template ({how}).")
         model = dataclasses.replace(model, checkpoint=chat)
     m, mem = record.metrics, record.memory
     kw: dict[str, Any] = {}
@@ -275,8 +297,10 @@ def export_snippets(records: list[TrialRecord], model: ModelSpec, gpus: dict[str
                     num_scheduler_steps: int | None = None,
                     disable_log_requests: bool = False, misses: str = "",
                     engine_version: str | None = None) -> dict:
-    """{'fastest'|'cheapest': {'trial': n, 'formats': {format: text}}} for the overall winners;
-    `misses`: a NOTE every winner carries (the --deadline / --budget no single type meets)."""
+    """{'fastest'|'cheapest': {'trial': n, 'formats': {format: text}, 'skipped': {format: why}}}
+    for the overall winners ('skipped': the formats whose engines could not start for the plan,
+    tuner.exports.export_refusal); `misses`: a NOTE every winner carries (the --deadline /
+    --budget no single type meets)."""
     best, _ = winners(records)
     by_num = {r.number: r for r in records}
     out = {}
@@ -293,14 +317,18 @@ def export_snippets(records: list[TrialRecord], model: ModelSpec, gpus: dict[str
             header += f"\nNOTE: {misses}"
         extra = {"trial": n, "goal": which, "rank": 1, "study": study,
                  "provenance": r.provenance}
-        out[which] = {"trial": n, "formats": {
-            fmt: export_text(fmt, r, model, gpus, max_model_len=mml, header=header,
-                             workload_path=workload_path, extra=extra,
-                             quantized_model=quantized_model,
-                             num_scheduler_steps=num_scheduler_steps,
-                             disable_log_requests=disable_log_requests,
-                             engine_version=engine_version)
-            for fmt in formats_for(r.config.engine)}}
+        texts, skipped = {}, {}
+        for fmt in formats_for(r.config.engine):
+            try:
+                texts[fmt] = export_text(fmt, r, model, gpus, max_model_len=mml, header=header,
+                                         workload_path=workload_path, extra=extra,
+                                         quantized_model=quantized_model,
+                                         num_scheduler_steps=num_scheduler_steps,
+                                         disable_log_requests=disable_log_requests,
+                                         engine_version=engine_version)
+            except ExportCannotStart as exc:  # not written: its engines could not start
+                skipped[fmt] = exc.why
+        out[which] = {"trial": n, "formats": texts, "skipped": skipped}
     return out
 
 

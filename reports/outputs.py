@@ -78,6 +78,9 @@ class StudyOutputs:
     # mixes of GPU types on the makespan-$ front beside the single-type plans
     # (tuner.search.fleet), as results.json's "fleets" entries
     fleets: list[dict] = field(default_factory=list)
+    # {file name: why it was not written} (filled by output_texts): a winner's export whose
+    # engines could not start for its plan (tuner.exports.export_refusal)
+    skipped: dict[str, str] = field(default_factory=dict)
 
     @property
     def by_number(self) -> dict[int, TrialRecord]:
@@ -105,6 +108,7 @@ class StudyOutputs:
             "importances": ctx.importances,
             "search": self.stats,
             "files": {k: str(v) for k, v in self.files.items()},
+            "skipped_files": dict(self.skipped),
         }
 
 
@@ -155,7 +159,9 @@ def study_outputs(study: optuna.Study, workload: Workload, model: ModelSpec,
     rates = spot_study_rates(meta)
     if rates is not None:  # --spot: expected figures under interruptions beside each plan's
         spot_attach(rates, records, fleets)
-    verdicts = constraint_verdicts(study, records, fleets)
+    verdicts = constraint_verdicts(study, records, fleets,
+                                   beside=_sixteen_bit_beside(records, workload, model, gpus,
+                                                              meta, cost_model_for))
     bounds = winner_bounds(study, records, gpus)
     verdicts += estimate_verdicts(records)
     verdicts += engine_verdicts(records) + defaults_verdicts(records) + [
@@ -411,11 +417,36 @@ def too_long_note(info: dict) -> str:
             f"simulation ({info.get('id_kind', 'request numbers')}: {shown}).")
 
 
+def _sixteen_bit_beside(records: list[TrialRecord], workload: Workload, model: ModelSpec,
+                        gpus: dict[str, GPU], meta: StudyMeta,
+                        cost_model_for) -> Callable[[TrialRecord], list[dict]]:
+    """16 bits on a quantized plan's GPUs, simulated as the defaults beside the winners are
+    (tuner.search.baseline.sixteen_bit_beside), for the quantization verdict."""
+    from tuner.core.engine_defaults import DEFAULT_ENTRY_POINT
+    from tuner.search.baseline import sixteen_bit_beside
+
+    simulated = {r.config: r.metrics for r in records
+                 if r.feasible and r.metrics and r.level == "full"}
+
+    def beside(record: TrialRecord) -> list[dict]:
+        if record.gpu not in gpus:
+            return []
+        return sixteen_bit_beside(record, workload, model, gpus,
+                                  entry_point=meta.entry_point or DEFAULT_ENTRY_POINT,
+                                  engine_version=meta.engine_version,
+                                  cost_model_for=cost_model_for, simulated=simulated,
+                                  startup_s=meta.startup_s,
+                                  num_scheduler_steps=meta.num_scheduler_steps)
+    return beside
+
+
 def constraint_verdicts(study: optuna.Study, records: list[TrialRecord],
-                        fleets: list[dict] = ()) -> list[str]:
+                        fleets: list[dict] = (),
+                        beside: Callable[[TrialRecord], list[dict]] | None = None) -> list[str]:
     """The plan a --deadline / --budget picks (one TunerError line when no plan meets it, nor
     a mix of GPU types among `fleets`), and what quantization buys when the search allowed
-    it."""
+    it (`beside`: 16 bits simulated on a quantized plan's GPUs where the search tried none,
+    tuner.search.constraints.quantization_verdict)."""
     from tuner.core.errors import TunerError
     from tuner.core.units import fmt_duration
     from tuner.search.constraints import no_plan_line, parallel_label, quantization_verdict
@@ -447,7 +478,7 @@ def constraint_verdicts(study: optuna.Study, records: list[TrialRecord],
                    f": {fmt_duration(best.makespan_s)}, {fmt_usd(best.cost_usd)} "
                    f"(trial #{best.number}).")
     verdict = quantization_verdict(records, limits.goal if limits.on_figures else "cheapest",
-                                   fmt_usd)
+                                   fmt_usd, beside)
     if verdict:
         out.append(verdict)
     return out
@@ -505,6 +536,9 @@ def output_texts(outputs: StudyOutputs, out_dir: Path) -> tuple[dict[str, str], 
         # vLLM plans only)
         for fmt in SCALE_FORMATS if r.config.engine == "vllm" else ():
             text = (snippets.get("formats") or {}).get(fmt)
+            why = (snippets.get("skipped") or {}).get(fmt)
+            if why is not None:
+                outputs.skipped[f"{goal}{EXPORT_SUFFIX[fmt]}"] = why
             if text is not None:
                 texts[f"{goal}{EXPORT_SUFFIX[fmt]}"] = text
                 files[f"{goal}_{fmt.replace('-', '_')}"] = out_dir / f"{goal}{EXPORT_SUFFIX[fmt]}"

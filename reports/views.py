@@ -17,17 +17,15 @@ from tuner.core.units import as_finite, fmt_duration
 from tuner.exports import EXPORTERS
 from tuner.reports import figures
 from tuner.reports.context import GpuInfo, ReportContext
+from tuner.reports.extras import fmt_usd
 from tuner.reports.figures import GIB, PALETTE, fig_json, gpu_colors, role_label, sort_key
 from tuner.search.records import GOALS, Metrics, TrialRecord, winner_roles_of
 
 
-def fmt_usd(x: Any) -> str:
+def fmt_usd_per_h(x: Any) -> str:
+    """A price per hour, as the GPU catalog states it ($0.44)."""
     v = as_finite(x)
-    if v is None:
-        return "—"
-    if 0 < abs(v) < 0.01:
-        return f"${v:.4f}"
-    return f"${v:,.2f}"
+    return "—" if v is None else f"${v:,.2f}"
 
 
 def fmt_int(x: Any) -> str:
@@ -398,6 +396,7 @@ def view(ctx: ReportContext) -> dict:
     return dict(
         title=ctx.title, question=ctx.question, generated_at=ctx.generated_at,
         tool_version=ctx.tool_version, study=str(ctx.study or ""),
+        export_formats="|".join(EXPORTERS),  # every format `tuner export` writes
         fastest=fastest, cheapest=cheapest,
         same_winner=fastest is not None and cheapest is not None
         and fastest["number"] == cheapest["number"],
@@ -456,7 +455,7 @@ def _gpu_view(name: str, g: GpuInfo, color: str) -> dict:
     measured = g.measured if g.measured is not None else g.cost_model.is_measured
     cv = as_finite(g.cv_error)
     return dict(name=name, color=color, memory=fmt_float(g.memory_gib, 0),
-                price=fmt_usd(g.price_usd_per_h), source=g.price_source or "—",
+                price=fmt_usd_per_h(g.price_usd_per_h), source=g.price_source or "—",
                 date=g.price_date or "—", cost_model=str(g.cost_model) or "—",
                 kind=provenance_label(g.cost_model, g.measured), measured=bool(measured),
                 cv=f"{100 * cv:.1f} %" if cv is not None else "—",
@@ -522,7 +521,8 @@ def fmts_primary(snip: dict) -> str:
 
 
 def _export_view(ctx: ReportContext) -> list[dict]:
-    """[{'title', 'trial', 'formats': [{'key', 'name', 'how', 'text', 'id', 'open'}]}]."""
+    """[{'title', 'trial', 'formats': [{'key', 'name', 'how', 'text', 'id', 'open'}],
+    'skipped': [{'name', 'why'}]}]."""
     snippets = ctx.export_snippets or {}
     blocks = []
     if snippets:
@@ -539,7 +539,11 @@ def _export_view(ctx: ReportContext) -> list[dict]:
                                  id=f"export-{which}-{re.sub(r'[^a-z0-9]+', '-', key)}",
                                  open=key == fmts_primary(snip)))
             title = "Fastest and cheapest" if same else which.capitalize()
-            blocks.append(dict(title=title, trial=snip.get("trial"), formats=fmts))
+            # the formats not written for this plan, and why (tuner.exports.export_refusal)
+            skipped = [dict(name=_format_info(key)[0], why=why)
+                       for key, why in (snip.get("skipped") or {}).items()]
+            blocks.append(dict(title=title, trial=snip.get("trial"), formats=fmts,
+                               skipped=skipped))
         return blocks
     yaml = {"fastest": ctx.exports.fastest_engine_config, "cheapest": ctx.exports.cheapest_engine_config}
     same = yaml["fastest"] == yaml["cheapest"]

@@ -160,14 +160,13 @@ def export_cmd(
                        num_scheduler_steps=steps,
                        disable_log_requests=s.meta.disable_log_requests,
                        engine_version=s.meta.engine_version)
-    from tuner.exports.formats import check_export
+    from tuner.exports.formats import check_export_detail
 
     if steps is not None:  # a V0 export: the installed (V1) vLLM's parser is not its judge
         typer.echo(f"not checked against the installed vLLM: the export runs vLLM "
                    f"{s.meta.engine_version} (V0, --num-scheduler-steps {steps})", err=True)
-    elif check_export(fmt, text) is not None:
-        typer.echo(f"checked: the installed vLLM's argument parser accepts the {fmt} export",
-                   err=True)
+    elif (check := check_export_detail(fmt, text)) is not None:
+        typer.echo(check.summary(fmt, s.meta.engine_version), err=True)
     if output is None:
         sys.stdout.write(text)
         return

@@ -144,6 +144,8 @@ def search(
     if quantized_model and min(bits) >= 16:
         raise TunerError("--quantized-model names a checkpoint for quantized-weight plans, but "
                          "the space has none (16-bit weights only); add --allow-quantization.")
+    searched_engines = search_engines(engines, job.space)
+    _check_vllm_only(engine_version, searched_engines, job.space)
     _check_entry_point(entry_point, engine_version, job.gpus, num_scheduler_steps)
     rates = spot_rates_for(provider, gpu_file, spot, interruption_rate)
     for g in job.gpus.values() if rates is not None else ():  # a rate for every spot machine
@@ -172,7 +174,7 @@ def search(
                     "interruption_rate_per_h": interruption_rate,
                     "on_too_long": on_too_long, "too_long": job.too_long,
                     "outputs_known": outputs_known, "startup_s": startup_s,
-                    "engines": search_engines(engines, job.space)}
+                    "engines": searched_engines}
         job.fit_space(settings, metadata)
         w, spec, chosen, sp = job.workload, job.model, job.gpus, job.space
         # e.g. a study with results exists without --resume: one line, no progress
@@ -225,6 +227,18 @@ def _run(job: _SearchInputs, settings, metadata: dict, workers: int, prog, cost_
         check_defaults(st, w, spec, chosen, sp, settings, cost_model_for=cost_model_for,
                        metadata=study_meta(st))
     return st
+
+
+def _check_vllm_only(engine_version: str | None, engines: list[str] | None, space) -> None:
+    """One line for --engine-version on a search with no vLLM plan: it picks vLLM's release
+    (its scheduler, defaults and overheads), which no SGLang plan is priced with."""
+    if engine_version is None:
+        return
+    offered = engines or space.knobs.get("engine") or [space.fixed.get("engine", "vllm")]
+    if "vllm" not in offered:
+        raise TunerError(f"--engine-version {engine_version} picks vLLM's release, and this "
+                         f"search simulates {', '.join(offered)} only (no vLLM plan); drop "
+                         "--engine-version, or add vllm to --engines.")
 
 
 def search_engines(engines: str | None, space) -> list[str] | None:
@@ -443,7 +457,8 @@ def finish_search(st, w, spec, chosen: dict, out_dir: Path, as_json: bool, *,
 
 
 def usd(x: float) -> str:
-    return f"${x:.2f}" if x >= 1 else f"${x:.4f}"
+    # the same figure as the report's and the exports' (tuner.reports.views.fmt_usd)
+    return f"${x:,.2f}" if x >= 1 else f"${x:.4f}"
 
 
 def print_search(outputs) -> None:
@@ -481,6 +496,27 @@ def print_search(outputs) -> None:
         out.print(f"[dim]{escape(line)}[/]")
     for k, v in outputs.files.items():
         out.print(f"wrote {k}: {v}", markup=False)
+    for line in skipped_lines(outputs):
+        out.print(line, markup=False, style="yellow")
+
+
+def skipped_lines(outputs) -> list[str]:
+    """One line per winner whose scale exports were not written (their engines could not
+    start for its plan), pointing to the file that runs the plan as predicted."""
+    from tuner.exports import EXPORT_SUFFIX
+
+    by_goal: dict[str, dict[str, str]] = {}
+    for name, why in outputs.skipped.items():
+        by_goal.setdefault(name.split(".", 1)[0], {})[name] = why
+    lines = []
+    for goal, files in by_goal.items():
+        whys = list(dict.fromkeys(files.values()))
+        runs = outputs.files.get(f"{goal}_vllm_yaml")
+        instead = (f"; {runs.name if runs is not None else goal + EXPORT_SUFFIX['vllm']} "
+                   "runs the plan as one data-parallel engine, as predicted")
+        lines.append(f"not written: {' and '.join(files)}: they would run {'; '.join(whys)}"
+                     f"{instead}.")
+    return lines
 
 
 def _uncovered_lines(records, gpus: dict) -> list[str]:

@@ -24,6 +24,7 @@ from typing import Any
 
 from tuner.core.errors import TunerError, close_matches_hint
 from tuner.core.io import load_shipped_yaml, read_shipped
+from tuner.core.units import plural
 
 GRANULARITY_S = {"second": 1, "minute": 60, "hour": 3600}
 
@@ -102,8 +103,7 @@ class Rental:
     @property
     def note(self) -> str:
         idle = self.gpus_rented - self.gpus_needed
-        text = (f"rents {self.count} x {self.instance} ({self.gpus_rented} "
-                f"GPU{'s' if self.gpus_rented != 1 else ''}) at "
+        text = (f"rents {self.count} x {self.instance} ({plural(self.gpus_rented, 'GPU')}) at "
                 f"${self.usd_per_h:,.2f}/h, billed {self.granularity} "
                 f"({self.billed_s:,.0f} s for {self.runtime_s:,.0f} s of work)")
         if idle:
@@ -193,11 +193,12 @@ class Machines:
                    f"{self.machines_per_replica} machines")
         else:
             per = self.replicas_per_machine
-            rep = f"{per} replica{'s' if per != 1 else ''} of {shape} per machine"
+            rep = f"{plural(per, 'replica')} of {shape} per machine"
             last = self.dp - per * (self.count - 1)
             if self.count > 1 and 0 < last < per:  # e.g. DP 9 on 8-GPU machines: 8 + 1
                 rep += f" ({last} on the last)"
-        return (f"{self.count} x {self.instance} ({self.gpus_per_machine} GPUs each): {rep}")
+        return (f"{self.count} x {self.instance} ({plural(self.gpus_per_machine, 'GPU')} "
+                f"each): {rep}")
 
     def to_dict(self) -> dict:
         return {**dataclasses.asdict(self), "gpus_used": self.gpus_used,
@@ -508,21 +509,31 @@ def reprice(billing: Billing, usd_per_gpu_h: float) -> Billing:
         source="user override (--price) per GPU-hour", date="")
 
 
-def require_offered(gpu, provider: str | None, spot: bool = False) -> None:
+def require_offered(gpu, provider: str | None, spot: bool = False,
+                    providers: dict[str, Provider] | None = None) -> None:
     """One TunerError when --provider is given and `gpu` (a catalog GPU) is not on it (with
-    `spot`: not at a spot price)."""
+    `spot`: not at a spot price), saying which: no instance of it at all, or no spot price
+    for the instances it has. `providers`: the price tables the catalog was priced from
+    (default: the shipped ones, :func:`load_providers`)."""
     if provider is None:
         return
     b = getattr(gpu, "billing", None)
-    if b is None or b.provider.lower() != provider.lower():
-        if spot:
-            raise TunerError(
-                f"Provider {provider} publishes no fixed spot price for {gpu.name} in the price "
-                "table (spot prices move with demand); drop --spot, or add spot_usd_per_h to "
-                "its instances in a --gpu-file 'providers:' section.")
-        raise TunerError(f"Provider {provider} has no {gpu.name} instance in the price table; "
-                         f"drop {gpu.name} from the GPUs or pick another --provider "
-                         f"(`tuner gpus --provider {provider}` lists what it has).")
+    if b is not None and b.provider.lower() == provider.lower():
+        return
+    no_instance = (f"Provider {provider} has no {gpu.name} instance in the price table; drop "
+                   f"{gpu.name} from the GPUs or pick another --provider (`tuner gpus "
+                   f"--provider {provider}` lists what it has).")
+    if not spot:
+        raise TunerError(no_instance)
+    # with --spot a GPU goes unpriced for either reason (apply_provider): the table tells which
+    table = next((p for name, p in (providers or load_providers()).items()
+                  if name.lower() == provider.lower()), None)
+    if table is not None and gpu.name not in table.gpu_names():
+        raise TunerError(no_instance)
+    raise TunerError(
+        f"Provider {provider} publishes no fixed spot price for {gpu.name} in the price "
+        "table (spot prices move with demand); drop --spot, or add spot_usd_per_h to "
+        "its instances in a --gpu-file 'providers:' section.")
 
 
 __all__ = ["ADVISOR_MONTH_H", "Billing", "GRANULARITY_S", "Instance", "InstanceRow",
@@ -530,5 +541,5 @@ __all__ = ["ADVISOR_MONTH_H", "Billing", "GRANULARITY_S", "Instance", "InstanceR
            "advisor_bucket_rate", "apply_provider", "billed_seconds", "check_interruption_rate",
            "choose_instances", "get_provider",
            "place",
-           "job_cost_usd", "load_providers", "rent", "reprice",
+           "job_cost_usd", "load_providers", "plural", "rent", "reprice",
            "require_offered", "usd_per_million_tokens"]

@@ -45,3 +45,9 @@ def fmt_duration(seconds: Any) -> str:
     if unit == "s":
         return f"{v:.3g} s"
     return f"{v:.0f} {unit}" if abs(v) >= 100 else f"{v:.1f} {unit}"
+
+
+def plural(count: int, noun: str) -> str:
+    """'1 GPU', '8 GPUs': a count with its noun, for the lines that name machines and GPUs
+    (the exports' headers, the terminal, the report)."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"

@@ -24,8 +24,9 @@ from tuner.core.config import (
     prefill_budget_refusal,
 )
 from tuner.core.errors import TunerError
-from tuner.core.memory import plan_memory, weight_bytes_per_rank
+from tuner.core.memory import MemoryPlan, plan_memory, weight_bytes_per_rank
 from tuner.core.pricing import Machines, place
+from tuner.core.units import plural
 
 CONFIG_COMMENT_PREFIX = "# tuner-config:"
 
@@ -170,7 +171,7 @@ class Deployment:
         `separate`: for an export that runs every replica as an engine of its own (run-batch,
         Ray Data): no one-engine launch lines."""
         m = self.machines
-        line = f"# Needs {m.describe()} ({m.gpus_used} GPUs in use)."
+        line = f"# Needs {m.describe()} ({plural(m.gpus_used, 'GPU')} in use)."
         if m.machines_per_replica > 1 and engine == "sglang":
             # SGLang's own multi-node launch (docs.sglang.io, "Multi-Node Deployment")
             line += (f"\n# Each server's {m.pp} pipeline stages span {m.machines_per_replica} "
@@ -388,18 +389,39 @@ def precision_notes(dep: Deployment, engine: str = "vllm") -> list[str]:
     return out
 
 
+def separate_replica_memory(dep: Deployment) -> MemoryPlan | None:
+    """The memory plan of one DP replica run as an engine of its own (run-batch, Ray Data):
+    for a mixture-of-experts model at dp > 1 it holds every expert on its TP GPUs, where the
+    prediction (one data-parallel engine) split them over all TP x DP GPUs; None for a plan
+    whose replicas are sized as separate engines already."""
+    if not dep.one_engine:
+        return None
+    return plan_memory(dep.model, dep.gpu,
+                       dataclasses.replace(dep.config, dp=1, expert_parallel=False),
+                       max_request_tokens=dep.max_model_len)
+
+
+def separate_engines_misfit(dep: Deployment) -> str | None:
+    """Why the plan's replicas cannot start as engines of their own (each replica's memory
+    plan, :func:`separate_replica_memory`, does not fit its GPUs); None when they can. The one
+    check behind the run-batch / Ray Data note, their refusal and the search skipping them."""
+    alone = separate_replica_memory(dep)
+    return None if alone is None or alone.fits else alone.reason
+
+
 def moe_separate_engines_note(dep: Deployment) -> str:
     """The note of the `moe_dp` condition, for exports that run the replicas as separate
     engines: whether one replica holding every expert fits its GPUs at all."""
     c = dep.config
-    alone = plan_memory(dep.model, dep.gpu, dataclasses.replace(c, dp=1, expert_parallel=False),
-                        max_request_tokens=dep.max_model_len)
-    fit = ("it fits, with another KV capacity and makespan than predicted" if alone.fits else
-           f"it does NOT fit ({alone.reason})")
+    misfit = separate_engines_misfit(dep)
+    fit = ("it fits, with another KV capacity and makespan than predicted" if misfit is None
+           else f"it does NOT fit ({misfit})")
     return (f"dp={c.dp} of a mixture-of-experts model: the prediction is one vLLM engine with "
             f"--data-parallel-size {c.dp} (its experts split over all {c.num_gpus} GPUs; the "
             f"`vllm` export, --format vllm, runs it so); here each of the {c.dp} replicas is its "
-            f"own engine holding every expert on {c.tp} GPU(s): {fit}.")
+            f"own engine holding every expert on {plural(c.tp, 'GPU')}: {fit}.")
+
+
 NoteText = str | Callable[[Deployment], str]
 
 
@@ -622,6 +644,8 @@ for argv in json.loads(sys.stdin.read()):
         out.append(None)
     except (Refused, SystemExit, ValueError, TypeError) as exc:
         out.append(" ".join(str(exc).split()) or type(exc).__name__)
+import vllm
+print("TUNER-VLLM-VERSION " + str(getattr(vllm, "__version__", "") or "unknown"))
 print("TUNER-CHECK " + json.dumps(out))
 """
 
@@ -668,11 +692,28 @@ def engine_tokens(args: dict[str, Any]) -> list[str]:
     return argv
 
 
+@dataclass(frozen=True)
+class VllmParserCheck:
+    """What :func:`vllm_parser_check` ran: vLLM's verdict on each argument list (None:
+    accepted), the vLLM release whose parser judged them and the Python that has it."""
+    verdicts: list[str | None]
+    vllm_version: str
+    python: str
+
+
 def check_vllm_argv(argvs: list[list[str]], python: str | None = None,
                     timeout_s: float = 300.0) -> list[str | None] | None:
     """Each argument list parsed by the installed vLLM's own parser (in ``python``, default
     :func:`engine_python`): None where it is accepted, else vLLM's one-line reason. Returns
     None when vLLM is not installed anywhere tuner looks."""
+    check = vllm_parser_check(argvs, python, timeout_s)
+    return None if check is None else check.verdicts
+
+
+def vllm_parser_check(argvs: list[list[str]], python: str | None = None,
+                      timeout_s: float = 300.0) -> VllmParserCheck | None:
+    """:func:`check_vllm_argv`, saying also which vLLM release judged (its parser's options
+    and types are that release's, whatever release the plan is for)."""
     import subprocess
 
     python = python or engine_python("vllm")
@@ -683,8 +724,11 @@ def check_vllm_argv(argvs: list[list[str]], python: str | None = None,
                            capture_output=True, text=True, timeout=timeout_s)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise TunerError(f"Could not run vLLM's argument check with {python} ({exc}).") from None
+    version = "unknown"
     for line in r.stdout.splitlines():
+        if line.startswith("TUNER-VLLM-VERSION "):
+            version = line[len("TUNER-VLLM-VERSION "):].strip() or "unknown"
         if line.startswith("TUNER-CHECK "):
-            return json.loads(line[len("TUNER-CHECK "):])
+            return VllmParserCheck(json.loads(line[len("TUNER-CHECK "):]), version, python)
     tail = " ".join((r.stderr or "").strip().splitlines()[-1:]) or f"exit status {r.returncode}"
     raise TunerError(f"vLLM's argument check failed in {python}: {tail}")

@@ -9,8 +9,14 @@ from dataclasses import dataclass
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ENGINES, ServingConfig
 from tuner.core.errors import TunerError
+from tuner.core.units import plural
 from tuner.exports import json_doc, ray_data, run_batch, sglang, sglang_offline, vllm
-from tuner.exports.common import Deployment, RenderOptions, check_vllm_argv
+from tuner.exports.common import (
+    Deployment,
+    RenderOptions,
+    separate_engines_misfit,
+    vllm_parser_check,
+)
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,9 @@ class ExportFormat:
     # the engines whose simulated plans it writes: vLLM's formats take vLLM plans only (an
     # SGLang plan's knobs are SGLang's); SGLang's take both (a vLLM plan translated, with notes)
     engines: tuple[str, ...] = ("vllm",)
+    # runs every DP replica as an engine of its own (not one data-parallel engine): refused for
+    # a plan whose replica cannot start so (common.separate_engines_misfit)
+    separate_engines: bool = False
 
 
 #: Formats of ``tuner export --format``, in the order the CLI lists them.
@@ -61,9 +70,10 @@ EXPORTERS: dict[str, ExportFormat] = {
     # at scale: the plan's DP replicas over a split of the workload, and a Ray Data LLM job
     # (whose preprocess reads plain {"prompt", "max_tokens"} lines too)
     "run-batch": ExportFormat(".run-batch.sh", run_batch.render, run_batch.from_run_batch_script,
-                              run_batch.engine_argv, batch=True, batch_api_input=True),
+                              run_batch.engine_argv, batch=True, batch_api_input=True,
+                              separate_engines=True),
     "ray-data": ExportFormat(".ray-data.py", ray_data.render, ray_data.from_ray_data_script,
-                             ray_data.engine_argv, batch=True),
+                             ray_data.engine_argv, batch=True, separate_engines=True),
 }
 EXPORT_FORMATS = tuple(EXPORTERS)
 def formats_for(engine: str) -> tuple[str, ...]:
@@ -73,6 +83,48 @@ def formats_for(engine: str) -> tuple[str, ...]:
 
 #: File name suffix of each format.
 EXPORT_SUFFIX = {name: fmt.suffix for name, fmt in EXPORTERS.items()}
+
+
+class ExportCannotStart(TunerError):
+    """A format that would write engines which cannot start for this plan (the search skips
+    it and says why; `tuner export` refuses it). ``why``: what cannot start, without the
+    advice (the search points to the file it wrote instead)."""
+
+    def __init__(self, message: str, why: str) -> None:
+        super().__init__(message)
+        self.why = why
+
+
+def separate_engines_refusal(dep: Deployment) -> str | None:
+    """What cannot start when each of ``dep``'s DP replicas runs as an engine of its own (a
+    mixture-of-experts plan at dp > 1 whose one replica, holding every expert, does not fit
+    its GPUs: common.separate_engines_misfit, the check behind the exports' note), else
+    None."""
+    misfit = separate_engines_misfit(dep)
+    if misfit is None:
+        return None
+    c = dep.config
+    return (f"each of the plan's {c.dp} data-parallel replicas as an engine of its own holding "
+            f"every expert of {dep.model.name} on {plural(c.tp, 'GPU')}, which cannot start: "
+            f"{misfit.rstrip('.')}")
+
+
+def export_refusal(fmt: str, dep: Deployment) -> ExportCannotStart | None:
+    """The refusal of ``fmt`` for ``dep`` when the format's engines cannot start although the
+    plan itself runs (one line naming the formats that do), else None: a separate-engines
+    format (run-batch, Ray Data) for a plan whose prediction is one data-parallel engine
+    that its replicas alone do not fit (:func:`separate_engines_refusal`)."""
+    if not _exporter(fmt).separate_engines:
+        return None
+    why = separate_engines_refusal(dep)
+    if why is None:
+        return None
+    # vLLM's own formats run the plan as its one data-parallel engine (vllm._replica_lines)
+    one_engine = [f for f, e in EXPORTERS.items()
+                  if e.engines == ("vllm",) and not e.separate_engines]
+    return ExportCannotStart(
+        f"The {fmt} export runs {why}; export it with --format {' or '.join(one_engine)}: "
+        f"one data-parallel engine over all {dep.config.num_gpus} GPUs, as predicted.", why)
 
 
 def _exporter(fmt: str) -> ExportFormat:
@@ -109,29 +161,62 @@ def render_export(fmt: str, config: ServingConfig, model: ModelSpec, gpu: GPU, *
     dep = Deployment(config, model, gpu, max_model_len, kv_capacity_tokens, quantized_model,
                      num_scheduler_steps, disable_log_requests, engine_version)
     dep.check_deployable()
+    refusal = export_refusal(fmt, dep)
+    if refusal is not None:
+        raise refusal
     return exporter.render(dep, RenderOptions(
         header=header, metrics=metrics, memory=memory, extra=extra, input_path=input_path,
         output_path=output_path, served_model_name=served_model_name))
 
 
-def check_export(fmt: str, text: str, *, python: str | None = None) -> list[str] | None:
+@dataclass(frozen=True)
+class ExportCheck:
+    """What :func:`check_export_detail` checked: the engine argument lists (as shell words),
+    accepted by the parser of vLLM ``vllm_version`` (in ``python``)."""
+    argvs: list[str]
+    vllm_version: str
+    python: str
+
+    def summary(self, fmt: str, engine_version: str | None = None) -> str:
+        """One line saying what passed and what a parser cannot tell. `engine_version`: the
+        release the plan was searched for (None: the newest)."""
+        n = len(self.argvs)
+        lists = "its engine arguments" if n == 1 else f"its {n} engine argument lists"
+        line = (f"checked: vLLM {self.vllm_version}'s argument parser ({self.python}) accepts "
+                f"the {fmt} export's option names and value types ({lists}, parsed into "
+                "EngineArgs); not checked: the engine's start-up (GPU memory, GPU count, "
+                "the model's download), which only a run shows (tuner validate)")
+        if engine_version and engine_version not in ("newest", self.vllm_version):
+            line += (f"; the plan is for vLLM {engine_version}, whose options may differ from "
+                     f"{self.vllm_version}'s")
+        return line
+
+
+def check_export_detail(fmt: str, text: str, *, python: str | None = None) -> ExportCheck | None:
     """Check an export's vLLM engine arguments with the installed vLLM's own parser
-    (``EngineArgs.add_cli_args(FlexibleArgumentParser())``, run in the Python that has vLLM:
-    ``TUNER_VLLM_PYTHON``, ``.venv-vllm``, or this one). Returns the argument lists checked
-    (as shell words), None when the format has none or vLLM is not installed; one TunerError
-    with vLLM's reason when vLLM refuses one."""
+    (``EngineArgs.add_cli_args(FlexibleArgumentParser())`` and ``EngineArgs.from_cli_args``,
+    run in the Python that has vLLM: ``TUNER_VLLM_PYTHON``, ``.venv-vllm``, or this one): the
+    option names and value types, not the engine's start-up. None when the format has no vLLM
+    arguments or vLLM is not installed; one TunerError with vLLM's reason when vLLM refuses
+    one."""
     exporter = _exporter(fmt)
     if exporter.engine_argv is None:
         return None
     argvs = exporter.engine_argv(text)
-    verdicts = check_vllm_argv(argvs, python)
-    if verdicts is None:
+    check = vllm_parser_check(argvs, python)
+    if check is None:
         return None
-    for argv, why in zip(argvs, verdicts, strict=True):
+    for argv, why in zip(argvs, check.verdicts, strict=True):
         if why is not None:
-            raise TunerError(f"vLLM refuses the {fmt} export's arguments ({why}): "
-                             f"{' '.join(argv)}")
-    return [" ".join(a) for a in argvs]
+            raise TunerError(f"vLLM refuses the {fmt} export's arguments ({why}; vLLM "
+                             f"{check.vllm_version}'s parser): {' '.join(argv)}")
+    return ExportCheck([" ".join(a) for a in argvs], check.vllm_version, check.python)
+
+
+def check_export(fmt: str, text: str, *, python: str | None = None) -> list[str] | None:
+    """:func:`check_export_detail`'s argument lists (as shell words), or None."""
+    check = check_export_detail(fmt, text, python=python)
+    return None if check is None else check.argvs
 
 
 def parse_export(fmt: str, text: str, *, gpu: str | None = None) -> ServingConfig:

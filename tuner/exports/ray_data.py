@@ -28,6 +28,7 @@ import ast
 
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
+from tuner.core.units import plural
 from tuner.exports import common
 from tuner.exports.vllm import vllm_engine_args
 
@@ -234,8 +235,8 @@ def to_ray_data_script(dep: common.Deployment, opts: common.RenderOptions) -> st
         else opts.output_path + ".out"
     merged = opts.output_path
     title = ["#!/usr/bin/env python3",
-             f"# Ray Data LLM batch job written by tuner: {c.dp} vLLM replica(s) x {c.tp} "
-             f"{c.gpu} GPU(s) each.",
+             f"# Ray Data LLM batch job written by tuner: {plural(c.dp, 'vLLM replica')} x "
+             f"{plural(c.tp, c.gpu + ' GPU')} each.",
              dep.machines_line(separate=True).replace("# Needs ", "# Needs a Ray cluster of "),
              "# Needs: pip install 'ray[data,llm]' vllm.   Run: python THIS_FILE [INPUT.jsonl "
              "[OUTPUT_DIR [MERGED.jsonl]]]",

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
+from tuner.core.units import plural
 from tuner.exports import common
 from tuner.exports.vllm import v0_server_flags, vllm_cli_options, vllm_engine_args
 
@@ -75,19 +76,21 @@ def to_run_batch_script(dep: common.Deployment, opts: common.RenderOptions) -> s
     per = m.replicas_per_machine
     title = [
         "#!/usr/bin/env bash",
-        f"# Data-parallel, resumable batch job written by tuner: {c.dp} replica(s) x {c.tp} "
-        f"{c.gpu} GPU(s) each ({c.num_gpus} GPUs), each a vLLM engine (vllm serve).",
+        f"# Data-parallel, resumable batch job written by tuner: {plural(c.dp, 'replica')} x "
+        f"{plural(c.tp, c.gpu + ' GPU')} each ({plural(c.num_gpus, 'GPU')}), each a vLLM "
+        "engine (vllm serve).",
         dep.machines_line(separate=True),
         "# Input: OpenAI Batch API JSONL (custom_id, method, url, body), one request a line, "
         "each custom_id once.",
         ("# One machine:  bash THIS_FILE   (every replica at once, outputs merged)"
          if m.count == 1 else
-         f"# On machine K (K = 0 .. {m.count - 1}):  MACHINE=K bash THIS_FILE   (its {per} "
-         "replica(s) at once, on its GPUs 0..; every machine splits the input the same way),"
+         f"# On machine K (K = 0 .. {m.count - 1}):  MACHINE=K bash THIS_FILE   (its "
+         f"{plural(per, 'replica')} at once, on its GPUs 0..; every machine splits the input "
+         "the same way),"
          " then gather WORK/out-*.jsonl from every machine into one WORK and run MERGE=1 "
          "bash THIS_FILE."),
         "# One replica alone:  REPLICA=K bash THIS_FILE  (its first "
-        f"{c.tp} GPU(s), or GPUS=...).",
+        f"{plural(c.tp, 'GPU')}, or GPUS=...).",
         "# Resumable: each result is written as it completes; after an interruption rerun the "
         "same command and only unanswered requests are sent (a kill loses those in flight). "
         "Keep WORK on a disk that outlives the machine.",

@@ -27,6 +27,7 @@ import yaml
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig, check_model_config
 from tuner.core.errors import TunerError
+from tuner.core.units import plural
 from tuner.exports import common
 
 # The order the YAML and the command line list the arguments in.
@@ -182,13 +183,36 @@ def _replica_lines(dep: common.Deployment, args: dict, run: str) -> list[str]:
     args.pop("data_parallel_size", None)
     if c.dp == 1:
         return [*lines, f"# Run: {run}"]
-    return [*lines, f"# This is ONE replica's engine ({c.tp} GPU(s)): run {run} once per replica "
+    return [*lines, f"# This is ONE replica's engine ({plural(c.tp, 'GPU')}): run {run} once per replica "
                     f"({c.dp} in all; CUDA_VISIBLE_DEVICES and --port apart on a shared "
                     f"machine), each on its 1/{c.dp} share of the requests; the run-batch "
                     "export splits the input and launches them machine by machine."]
 
 
 # ---- vllm serve --config YAML -----------------------------------------------------------------
+#: the first release with `vllm serve --config FILE` (vllm-project/vllm#7737; 0.6.0 answers
+#: "unrecognized arguments: --config", vllm-project/vllm#8273)
+CONFIG_FILE_SINCE = (0, 6, 1)
+
+
+def _serve_line(args: dict[str, Any], engine_version: str | None, *, v0: bool) -> str:
+    """How the YAML is run. The checkpoint is given as `vllm serve`'s positional model too:
+    releases before 0.8 require it on the command line even when the file names it
+    (vllm-project/vllm#14819), and every release takes it so. A release without --config
+    gets the file's settings as flags instead."""
+    from tuner.core.engines import parse_version
+
+    model = shlex.quote(str(args["model"]))
+    version = parse_version(engine_version)
+    if version is None or version >= CONFIG_FILE_SINCE:
+        return f"vllm serve {model} --config THIS_FILE"
+    rest = {k: v for k, v in args.items() if k != "model"}
+    flags = " ".join(f"--{k}" if v is True else f"--{k} {shlex.quote(str(v))}"
+                     for k, v in vllm_cli_options(rest, v0=v0))
+    return (f"vllm serve {model} {flags} (vLLM {engine_version} has no --config, which "
+            "arrived in 0.6.1: these flags are this file's settings)")
+
+
 def to_vllm_yaml(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model_len: int,
                  header: str = "", kv_capacity_tokens: int | None = None,
                  quantized_model: str | None = None,
@@ -206,9 +230,12 @@ def to_vllm_yaml(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model
         v0_server_flags(args, num_scheduler_steps, disable_log_requests)
         notes.append("disable_log_requests: the request log this V0 server writes by default "
                      "was priced out, as the search was told (--disable-log-requests)")
+    dep = common.Deployment(config, model, gpu, max_model_len)
+    if not dep.one_engine:  # each replica its own engine (as _replica_lines writes it)
+        args.pop("data_parallel_size", None)
     title = [f"# vLLM engine configuration written by tuner for {config.gpu} x{config.num_gpus}.",
-             *_replica_lines(common.Deployment(config, model, gpu, max_model_len), args,
-                             "vllm serve --config THIS_FILE")]
+             *_replica_lines(dep, args, _serve_line(args, engine_version,
+                                                    v0=num_scheduler_steps is not None))]
     body = yaml.safe_dump(dict(vllm_cli_options(args)), sort_keys=False,
                           default_flow_style=False, allow_unicode=True)
     return "\n".join(common.export_head(title, header, notes, config)) + "\n" + body

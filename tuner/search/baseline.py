@@ -52,8 +52,23 @@ def simulate_baseline(workload: Workload, model: ModelSpec, gpu: GPU, *, tp: int
         # the winner's precision: vLLM serving the same checkpoint untuned (like for like)
         config = ServingConfig(gpu=gpu.name, tp=tp, dp=dp, pp=pp, **{
             **defaults.knobs(), "weight_bits": weight_bits, "kv_bits": kv_bits})
-    out = {"config": config.to_dict(), "defaults": defaults.to_dict(), "feasible": False,
-           "reason": "", "metrics": None, "engine": engine}
+    return {**simulate_beside(workload, model, gpu, config, engine_version=engine_version,
+                              cost_model_for=cost_model_for, simulated=simulated,
+                              startup_s=startup_s, num_scheduler_steps=num_scheduler_steps),
+            "defaults": defaults.to_dict()}
+
+
+def simulate_beside(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConfig, *,
+                    engine_version: str | None = None,
+                    cost_model_for: Callable[[GPU, ServingConfig], CostModel] | None = None,
+                    simulated: dict[ServingConfig, Metrics] | None = None,
+                    startup_s: float | None = None,
+                    num_scheduler_steps: int | None = None) -> dict:
+    """One configuration the search did not pick, simulated beside its plans as they were
+    (the full workload, the search's cost model and start-up): {'config', 'feasible',
+    'reason', 'metrics', 'engine'}; taken from `simulated` when the search ran it already."""
+    out = {"config": config.to_dict(), "feasible": False, "reason": "", "metrics": None,
+           "engine": config.engine}
     if simulated and config in simulated:  # the search ran these very settings already
         out["feasible"] = True
         out["metrics"] = {k: getattr(simulated[config], k) for k in BASELINE_METRICS}
@@ -70,6 +85,32 @@ def simulate_baseline(workload: Workload, model: ModelSpec, gpu: GPU, *, tp: int
     out["feasible"] = True
     out["metrics"] = {k: summary.get(k) for k in BASELINE_METRICS}
     return out
+
+
+def sixteen_bit_beside(record: TrialRecord, workload: Workload, model: ModelSpec,
+                       gpus: dict[str, GPU], *, entry_point: str = DEFAULT_ENTRY_POINT,
+                       engine_version: str | None = None,
+                       cost_model_for: Callable[[GPU, ServingConfig], CostModel] | None = None,
+                       simulated: dict[ServingConfig, Metrics] | None = None,
+                       startup_s: float | None = None,
+                       num_scheduler_steps: int | None = None) -> list[dict]:
+    """16-bit weights and KV on a quantized plan's own GPUs (same type, TP x PP x DP, engine),
+    for a like-for-like quantization comparison where the search tried no 16-bit plan there:
+    its engine's defaults at 16 bits (as beside the winners, :func:`simulate_baseline`) and
+    the plan's own settings at 16 bits. Each a :func:`simulate_beside` dict with 'what' (how
+    its settings were chosen)."""
+    import dataclasses
+
+    c = record.config
+    gpu = gpus[record.gpu]
+    kw = dict(engine_version=engine_version, cost_model_for=cost_model_for,
+              simulated=simulated, startup_s=startup_s, num_scheduler_steps=num_scheduler_steps)
+    defaults = simulate_baseline(workload, model, gpu, tp=c.tp, dp=c.dp, pp=c.pp,
+                                 entry_point=entry_point, engine=c.engine, **kw)
+    own = simulate_beside(workload, model, gpu,
+                          dataclasses.replace(c, weight_bits=16, kv_bits=16), **kw)
+    return [{**defaults, "what": f"{engine_name(c.engine)}'s defaults"},
+            {**own, "what": "the plan's own settings"}]
 
 
 def engine_presets(gpus: dict[str, GPU], metadata: StudyMeta | dict | None,
@@ -154,5 +195,4 @@ def attach_baselines(records: list[TrialRecord], numbers: Iterable[int], workloa
 
 
 __all__ = ["BASELINE_METRICS", "attach_baselines", "describe_gain", "engine_name", "engine_presets",
-           "gain",
-           "simulate_baseline"]
+           "gain", "simulate_baseline", "simulate_beside", "sixteen_bit_beside"]

@@ -351,15 +351,22 @@ def no_plan_line(records, constraints: Constraints, fmt_usd) -> str:
             f" x {best.gpu} for {fmt_usd(best.cost_usd)} (trial #{best.number}).")
 
 
-def quantization_verdict(records, goal: str, fmt_usd) -> str | None:
-    """What quantization buys, like for like: the best quantized plan on ``goal`` against the
-    best 16-bit plan on the same GPU type and count (None when the records hold no plan of one
-    kind). When no 16-bit plan runs on those GPUs, the line says so and names the GPUs of the
-    best 16-bit plan it compares with instead."""
-    feas = [r for r in records if r.feasible and getattr(r, "within", True)
-            and not getattr(r, "study_only", "")]
-    full = [r for r in feas if not is_quantized(r.config)]
-    quant = [r for r in feas if is_quantized(r.config)]
+def quantization_verdict(records, goal: str, fmt_usd, beside=None) -> str | None:
+    """What quantization buys, like for like: the best quantized plan on ``goal`` against 16
+    bits on the same GPU type and count (None when the records hold no plan of one kind): the
+    best 16-bit plan the search ran there (one that meets --deadline / --budget first), else
+    (the search tried none there) 16 bits
+    simulated on those GPUs by ``beside`` (quantized record -> [tuner.search.baseline.
+    sixteen_bit_beside dicts]: the engine's defaults, the plan's own settings). Only when
+    16 bits cannot run on those GPUs does the line compare with the best 16-bit plan on other
+    GPUs, and say why."""
+    ran = [r for r in records if r.feasible and not getattr(r, "study_only", "")]
+    within = [r for r in ran if getattr(r, "within", True)]
+    quant = [r for r in within if is_quantized(r.config)]
+    # 16 bits on the quantized plan's GPUs is its like, even where it misses --deadline /
+    # --budget (what quantization buys then is meeting them)
+    full_ran = [r for r in ran if not is_quantized(r.config)]
+    full = [r for r in within if not is_quantized(r.config)] or full_ran
     if not full or not quant:
         return None
     key = ((lambda r: (r.cost_usd, r.makespan_s)) if goal == "cheapest"
@@ -369,15 +376,46 @@ def quantization_verdict(records, goal: str, fmt_usd) -> str | None:
     def gpus_of(r) -> tuple:
         return r.gpu, r.config.num_gpus
 
-    same = [r for r in full if gpus_of(r) == gpus_of(q)]
-    f = min(same or full, key=key)
-    other = "" if same else (f" (no 16-bit plan runs on {gpus_of(q)[1]} x {q.gpu}; compared "
-                             "with the best 16-bit plan on other GPUs)")
+    same = [r for r in full_ran if gpus_of(r) == gpus_of(q)]
+    same = [r for r in same if getattr(r, "within", True)] or same
+    where = f"{gpus_of(q)[1]} x {q.gpu}"
+    other = ""
+    if same:
+        f = min(same, key=key)
+        label, makespan_s, cost_usd = plan_label(f.config), f.makespan_s, f.cost_usd
+        if not getattr(f, "within", True):
+            other = " (which misses the --deadline / --budget)"
+    else:
+        sims = list(beside(q)) if beside is not None else []
+        runs = [s for s in sims if s.get("feasible")]
+        if runs:  # 16 bits the search did not try on these GPUs, simulated beside it
+            m = min(runs, key=lambda s: key(_Figures(s["metrics"]["makespan_s"],
+                                                     s["metrics"]["cost_usd"])))
+            label = plan_label(m["config"])
+            makespan_s, cost_usd = m["metrics"]["makespan_s"], m["metrics"]["cost_usd"]
+            other = (f" (at {m['what']}, simulated beside the search, which tried no 16-bit "
+                     f"plan on {where})")
+        else:
+            f = min(full, key=key)
+            label, makespan_s, cost_usd = plan_label(f.config), f.makespan_s, f.cost_usd
+            why = "; ".join(dict.fromkeys(s["reason"].rstrip(".") for s in sims
+                                          if s.get("reason")))
+            other = (f" (16 bits cannot run on {where}: {why}; compared with the best 16-bit "
+                     "plan on other GPUs)" if why else
+                     f" (the search tried no 16-bit plan on {where}; compared with the best "
+                     "16-bit plan on other GPUs)")
     return (f"Quantization ({goal}): {plan_label(q.config)} {fmt_duration(q.makespan_s)}, "
-            f"{fmt_usd(q.cost_usd)} against {plan_label(f.config)} {fmt_duration(f.makespan_s)}, "
-            f"{fmt_usd(f.cost_usd)}{other}: "
-            f"{100 * (q.makespan_s / f.makespan_s - 1):+.0f} % time, "
-            f"{100 * (q.cost_usd / f.cost_usd - 1):+.0f} % $; output quality is not simulated.")
+            f"{fmt_usd(q.cost_usd)} against {label} {fmt_duration(makespan_s)}, "
+            f"{fmt_usd(cost_usd)}{other}: "
+            f"{100 * (q.makespan_s / makespan_s - 1):+.0f} % time, "
+            f"{100 * (q.cost_usd / cost_usd - 1):+.0f} % $; output quality is not simulated.")
+
+
+@dataclass(frozen=True)
+class _Figures:
+    """The two figures a goal ranks plans by, for a simulated plan that is no trial record."""
+    makespan_s: float
+    cost_usd: float
 
 
 def parallel_label(config) -> str:
