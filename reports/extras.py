@@ -36,7 +36,7 @@ from tuner.core.catalog import GPU, ModelSpec, chat_checkpoint
 from tuner.core.config import ServingConfig
 from tuner.core.engines import priced_scheduler_steps
 from tuner.core.errors import TunerError
-from tuner.core.units import as_finite, fmt_duration
+from tuner.core.units import as_finite, fmt_duration, fmt_usd
 from tuner.core.workload import STDIN_NAME, Workload
 from tuner.exports import EXPORTERS, ExportCannotStart, formats_for, render_export
 from tuner.exports.common import Deployment
@@ -114,18 +114,6 @@ def deploy_max_model_len(workload: Workload, model: ModelSpec,
                  "keeps a margin "
                  "(up to 25 %); for exact counts give -m a local model folder with its "
                  "tokenizer.json, or pass --max-model-len.")
-
-
-def fmt_usd(x: Any) -> str:
-    """A job's $ as the terminal summary prints it (tuner.cli.search.usd): cents matter on
-    small jobs, so below $1 four decimals ($0.0575, not $0.06, which two plans $0.0552 and
-    $0.0649 apart would share)."""
-    v = as_finite(x)
-    if v is None:
-        return "—"
-    if abs(v) < 1:
-        return f"${v:.4f}"
-    return f"${v:,.2f}"
 
 
 def winner_header(label: str, record: TrialRecord, requests: int | None,

@@ -218,7 +218,7 @@ def fleet_entries(study: optuna.Study, records: list[TrialRecord], workload: Wor
 
 def fleet_verdicts(fleets: list[dict], records: list[TrialRecord]) -> list[str]:
     """One line for the fastest mix on the front."""
-    from tuner.core.units import fmt_duration
+    from tuner.core.units import fmt_duration, fmt_usd
     from tuner.search.fleet import single_plans
 
     if not fleets:
@@ -227,9 +227,9 @@ def fleet_verdicts(fleets: list[dict], records: list[TrialRecord]) -> list[str]:
     fastest = min(single_plans(records), key=lambda r: r.metrics.makespan_s, default=None)
     than = ("" if fastest is None else
             f" (the fastest single GPU type: {fmt_duration(fastest.metrics.makespan_s)} on "
-            f"{fastest.config.num_gpus} x {fastest.gpu}, ${fastest.metrics.cost_usd:.4f})")
+            f"{fastest.config.num_gpus} x {fastest.gpu}, {fmt_usd(fastest.metrics.cost_usd)})")
     return [f"A mix of GPU types is on the front: {f['description']} finishes in "
-            f"{fmt_duration(f['makespan_s'])} for ${f['cost_usd']:.4f}, its parts within "
+            f"{fmt_duration(f['makespan_s'])} for {fmt_usd(f['cost_usd'])}, its parts within "
             f"{100 * f['finish_spread']:.1f} % of each other{than}; results.json's \"fleets\" "
             "lists each part's share."]
 
@@ -281,12 +281,9 @@ def estimate_verdicts(records: list[TrialRecord]) -> list[str]:
 def engine_verdicts(records: list[TrialRecord]) -> list[str]:
     """One line with each engine's best plans when the study simulated more than one engine
     (--engines): the answer to "and on the other engine?"."""
-    from tuner.core.units import fmt_duration
+    from tuner.core.units import fmt_duration, fmt_usd
     from tuner.search.baseline import describe_gain, engine_name
     from tuner.search.constraints import plan_label
-
-    def fmt_usd(x: float) -> str:  # cents matter on small jobs
-        return f"${x:,.2f}" if x >= 1 else f"${x:.4f}"
 
     per = engine_winners(records)
     if len(per) < 2:
@@ -448,12 +445,9 @@ def constraint_verdicts(study: optuna.Study, records: list[TrialRecord],
     it (`beside`: 16 bits simulated on a quantized plan's GPUs where the search tried none,
     tuner.search.constraints.quantization_verdict)."""
     from tuner.core.errors import TunerError
-    from tuner.core.units import fmt_duration
+    from tuner.core.units import fmt_duration, fmt_usd
     from tuner.search.constraints import no_plan_line, parallel_label, quantization_verdict
     from tuner.search.records import rank
-
-    def fmt_usd(x: float) -> str:  # cents matter on small jobs
-        return f"${x:,.2f}" if x >= 1 else f"${x:.4f}"
 
     limits = study_constraints(study)
     out = []

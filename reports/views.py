@@ -13,11 +13,10 @@ import plotly.offline
 
 from tuner.core.errors import TunerError
 from tuner.core.provenance import Provenance
-from tuner.core.units import as_finite, fmt_duration
+from tuner.core.units import as_finite, fmt_duration, fmt_usd
 from tuner.exports import EXPORTERS
 from tuner.reports import figures
 from tuner.reports.context import GpuInfo, ReportContext
-from tuner.reports.extras import fmt_usd
 from tuner.reports.figures import GIB, PALETTE, fig_json, gpu_colors, role_label, sort_key
 from tuner.search.records import GOALS, Metrics, TrialRecord, winner_roles_of
 

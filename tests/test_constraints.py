@@ -239,7 +239,7 @@ def test_quantization_verdict_compares_16_bit_and_quantized(model, gpus):
     for r in recs:
         if r.config.weight_bits == 4:
             assert not r.feasible and "--quantized-model" in r.reason
-    from tuner.reports.views import fmt_usd
+    from tuner.core.units import fmt_usd
 
     text = quantization_verdict(recs, "cheapest", fmt_usd)
     assert text.startswith("Quantization (cheapest): ")

@@ -42,12 +42,20 @@ def _report_text(out: Path) -> str:
 
 # ---- one $ figure everywhere --------------------------------------------------------------------
 def test_job_usd_reads_the_same_in_terminal_report_and_exports(searched):
-    from tuner.cli.search import usd
-    from tuner.reports.views import fmt_usd
+    from tuner.cli import progress, search
+    from tuner.core.units import fmt_usd
+    from tuner.reports import extras, outputs, views
 
-    # a sub-dollar job: the terminal's 4 decimals, not cents ($0.0575 and $0.0649 both $0.06)
-    assert fmt_usd(0.0575) == usd(0.0575) == "$0.0575"
-    assert fmt_usd(1234.5) == usd(1234.5) == "$1,234.50"
+    # one function prints a job's $ (terminal, progress bar, report, exports)
+    assert search.fmt_usd is progress.fmt_usd is views.fmt_usd is extras.fmt_usd is fmt_usd
+    assert "def fmt_usd" not in Path(outputs.__file__).read_text()
+    usd = fmt_usd
+    # a sub-dollar job: 4 decimals, not cents ($0.0575 and $0.0649 both $0.06)
+    assert fmt_usd(0.0575) == "$0.0575" and fmt_usd(1234.5) == "$1,234.50"
+    bar = progress.SearchProgress(None, 1, disable=True)
+    bar.best_t, bar.best_c = 60.0, 0.0352
+    bar.show(1)
+    assert "cheapest $0.0352" in bar.prog.tasks[0].fields["best"]  # the bar's, as the summary's
     out, res = searched
     costs = {g: res["winners"][g]["metrics"]["cost_usd"] for g in ("fastest", "cheapest")}
     assert any(0.01 < c < 1 for c in costs.values())  # where cents hide the difference

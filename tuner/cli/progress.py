@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from tuner.core.units import fmt_duration
+from tuner.core.units import fmt_duration, fmt_usd
 
 
 # ---- progress shared by `tuner search` and `tuner worker` --------------------------------------
@@ -49,7 +49,7 @@ class SearchProgress:
 
     def show(self, completed: int) -> None:
         self.completed = completed
-        best = (f"fastest {fmt_duration(self.best_t)}, cheapest ${self.best_c:.2f}"
+        best = (f"fastest {fmt_duration(self.best_t)}, cheapest {fmt_usd(self.best_c)}"
                 if self.best_t < math.inf else "")
         self.prog.update(self.task, completed=completed, best=best)
 

@@ -43,7 +43,7 @@ from tuner.cli.app import (
 from tuner.core.errors import TunerError
 from tuner.core.io import dumps
 from tuner.core.secrets import mask_secrets
-from tuner.core.units import fmt_duration
+from tuner.core.units import fmt_duration, fmt_usd
 
 
 # ---- search -----------------------------------------------------------------------------------
@@ -456,11 +456,6 @@ def finish_search(st, w, spec, chosen: dict, out_dir: Path, as_json: bool, *,
     print_search(outputs)
 
 
-def usd(x: float) -> str:
-    # the same figure as the report's and the exports' (tuner.reports.views.fmt_usd)
-    return f"${x:,.2f}" if x >= 1 else f"${x:.4f}"
-
-
 def print_search(outputs) -> None:
     """The study's answer on the terminal: winners, best per GPU, Pareto front, importances."""
     from tuner.cli.tables import varying_knobs
@@ -472,8 +467,8 @@ def print_search(outputs) -> None:
     for v in ctx.verdicts:
         out.print(v, markup=False, style="bold")
     out.print(f"[bold green]Fastest:[/] {_gpus(f)} — {fmt_duration(f.makespan_s)}, "
-              f"{usd(f.cost_usd)}.  [bold green]Cheapest:[/] {_gpus(c)} — "
-              f"{fmt_duration(c.makespan_s)}, {usd(c.cost_usd)}.")
+              f"{fmt_usd(f.cost_usd)}.  [bold green]Cheapest:[/] {_gpus(c)} — "
+              f"{fmt_duration(c.makespan_s)}, {fmt_usd(c.cost_usd)}.")
     _print_gain(f, c)
     start = f.metrics.startup
     if isinstance(start, dict) and start.get("description"):  # included in every makespan, $
@@ -577,10 +572,10 @@ def _print_gain(f, c) -> None:
         # both sides named: the same GPU type, count and precision (tuner.search.baseline)
         who = engine_name(b.get("engine"))
         vs = (f"; {who}'s defaults on the same {plan_label(b.get('config') or r.config)}: "
-              f"{fmt_duration(base['makespan_s'])}, {usd(base['cost_usd'])}, so the plan is "
+              f"{fmt_duration(base['makespan_s'])}, {fmt_usd(base['cost_usd'])}, so the plan is "
               f"{describe_gain(b)}" if base else f"; {describe_gain(b or None)}")
         vs = vs.replace(f" than {who}'s defaults", "")
-        out.print(f"  {goal}: {plan_label(r.config)}, {usd(r.metrics.cost_per_million_tokens())} "
+        out.print(f"  {goal}: {plan_label(r.config)}, {fmt_usd(r.metrics.cost_per_million_tokens())} "
                   f"per 1M tokens (input + output){vs}.", markup=False, highlight=False)
 
 
@@ -603,9 +598,9 @@ def _best_table(ctx, by_num, knobs):
     ms = [r.metrics for _, _, r in rows]
     keys = [Column("GPU", [g for g, _, _ in rows]), Column("goal", [k for _, k, _ in rows])]
     cols = [Column("makespan", [fmt_duration(m.makespan_s) for m in ms]),
-            Column("$ job", [usd(m.cost_usd) for m in ms]),
+            Column("$ job", [fmt_usd(m.cost_usd) for m in ms]),
             Column("$/1k req", [f"{m.usd_per_1k_requests:.3f}" for m in ms], level=2, drop=5),
-            Column("$/1M tok", [usd(m.cost_per_million_tokens()) for m in ms], level=1, drop=2),
+            Column("$/1M tok", [fmt_usd(m.cost_per_million_tokens()) for m in ms], level=1, drop=2),
             Column("vs defaults", [_gain_cell(r) for _, _, r in rows], level=1),
             Column("KV cap tokens", [f"{m.kv_capacity_tokens:,}" for m in ms], level=2),
             Column("max conc. req", [f"{m.max_concurrent_requests:.0f}" for m in ms],
@@ -626,8 +621,8 @@ def _pareto_table(ctx, by_num, knobs):
     rs = [by_num[n] for n in ctx.pareto]
     keys = [Column("trial", [str(r.number) for r in rs]), Column("GPU", [r.gpu for r in rs])]
     cols = [Column("makespan", [fmt_duration(r.makespan_s) for r in rs]),
-            Column("$ job", [usd(r.cost_usd) for r in rs]),
-            Column("$/1M tok", [usd(r.metrics.cost_per_million_tokens()) for r in rs], level=1),
+            Column("$ job", [fmt_usd(r.cost_usd) for r in rs]),
+            Column("$/1M tok", [fmt_usd(r.metrics.cost_per_million_tokens()) for r in rs], level=1),
             Column("vs defaults", [_gain_cell(r) for r in rs], level=1)]
     return fitted_tables(f"Pareto front: makespan vs $ ({len(ctx.pareto)} points)", keys, cols,
                          [config_tokens(r.config.to_dict(), knobs) for r in rs], out.width)

@@ -55,6 +55,7 @@ from tuner.core.sglang import (
     SGLangSettings,
     default_config,
 )
+from tuner.core.units import fmt_usd
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -522,7 +523,7 @@ def simulate(
     t.add_row("physical limit T_o", f"{fmt_s(res.schedule_lower_bound_s)} schedule + "
               f"{fmt_s(res.startup_s)} start-up  (makespan is "
               f"{100 * res.lower_bound_s / res.makespan_s:.0f} % of the limit's speed)")
-    t.add_row("job cost", f"${res.cost_usd:,.2f}  at " + (
+    t.add_row("job cost", f"{fmt_usd(res.cost_usd)}  at " + (
         f"${res.rental.usd_per_h:,.2f}/h for {res.rental.count} x "
         f"{res.rental.instance}" if res.rental else f"${res.price_usd_per_h:.2f}/GPU-h"))
     if res.machines:
@@ -535,7 +536,7 @@ def simulate(
     if sp:
         t.add_row("expected makespan on spot", f"{fmt_s(sp['expected_makespan_s'])}  "
                   f"({sp['expected_interruptions']:.3g} interruptions expected)")
-        t.add_row("expected job cost on spot", f"${sp['expected_cost_usd']:,.2f}")
+        t.add_row("expected job cost on spot", f"{fmt_usd(sp['expected_cost_usd'])}")
     t.add_row("throughput", f"{res.throughput_tok_s:,.0f} output tok/s, {res.qps:.2f} req/s")
     t.add_row("QPS per $/h", f"{res.qps_per_usd_per_h:.3f}")
     if res.vasuki_cost_metric is not None:

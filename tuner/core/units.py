@@ -51,3 +51,13 @@ def plural(count: int, noun: str) -> str:
     """'1 GPU', '8 GPUs': a count with its noun, for the lines that name machines and GPUs
     (the exports' headers, the terminal, the report)."""
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def fmt_usd(x: Any) -> str:
+    """A job's $ as every output prints it (terminal, progress bar, report, exports): below $1
+    four decimals, since cents matter on small jobs ($0.0352 and $0.0373 would both read
+    $0.04), else "$1,234.50"; "—" where there is no finite figure."""
+    v = as_finite(x)
+    if v is None:
+        return "—"
+    return f"${v:.4f}" if abs(v) < 1 else f"${v:,.2f}"

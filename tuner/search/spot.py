@@ -258,10 +258,10 @@ def expectation(parts: list[tuple[Exposure, InterruptionRate, str]]) -> dict:
 
 def note(makespan_s: float, cost_usd: float, rates: list[InterruptionRate]) -> str:
     """'expected 9.1 min, $0.21 at interruption rate 0.00031 per machine-hour (...)'"""
-    from tuner.core.units import fmt_duration
+    from tuner.core.units import fmt_duration, fmt_usd
 
     shown = "; ".join(dict.fromkeys(r.describe() for r in rates))
-    when = (f"expected {fmt_duration(makespan_s)}, ${cost_usd:,.4f}" if math.isfinite(makespan_s)
+    when = (f"expected {fmt_duration(makespan_s)}, {fmt_usd(cost_usd)}" if math.isfinite(makespan_s)
             else "expected makespan unbounded (a restart almost never finishes between "
                  "interruptions)")
     return f"{when} on spot machines, at interruption rate {shown}"
@@ -324,7 +324,7 @@ def attach(rates: SpotRates, records: list, fleets: list[dict]) -> None:
 
 def verdicts(records: list, winners: dict[str, int], fleets: list[dict]) -> list[str]:
     """One line: what the winners (and the fastest mix) are expected to take on spot."""
-    from tuner.core.units import fmt_duration
+    from tuner.core.units import fmt_duration, fmt_usd
 
     by_num = {r.number: r for r in records}
     parts, rates = [], []
@@ -334,9 +334,9 @@ def verdicts(records: list, winners: dict[str, int], fleets: list[dict]) -> list
         if not sp:
             continue
         parts.append(f"the {goal} plan ({r.config.num_gpus} x {r.config.gpu}) "
-                     f"{fmt_duration(r.makespan_s)}, ${r.cost_usd:,.4f} uninterrupted -> "
+                     f"{fmt_duration(r.makespan_s)}, {fmt_usd(r.cost_usd)} uninterrupted -> "
                      f"{fmt_duration(sp['expected_makespan_s'])}, "
-                     f"${sp['expected_cost_usd']:,.4f} expected")
+                     f"{fmt_usd(sp['expected_cost_usd'])} expected")
         rates.append(sp["interruption_rate"])
     if fleets and fleets[0].get("spot"):
         f, sp = fleets[0], fleets[0]["spot"]
