@@ -554,6 +554,6 @@ def _export_view(ctx: ReportContext) -> list[dict]:
             title="Fastest and cheapest" if same else which.capitalize(),
             trial=ctx.winners.of(which),
             formats=[dict(key="vllm", name=name, how=how, text=yaml[which],
-                          id=f"yaml-{which}", open=True)]))
+                          id=f"yaml-{which}", open=True)], skipped=[]))
     return blocks
 
