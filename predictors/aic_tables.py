@@ -35,7 +35,6 @@ import numpy as np
 
 from tuner.predictors.aic_transfer import roof_ratio, scale_link, spec_peaks
 from tuner.predictors.moe import MoEParallel, MoEShape
-from tuner.predictors.opmath import weight_bytes_per_param
 from tuner.predictors.tables import fill_loglog, log_bracket
 
 # tuner catalog GPU -> AIConfigurator system whose vLLM tables measure it
@@ -341,8 +340,7 @@ class KernelTables:
             note = f"MoE experts: measured {src} at h {h}, width {inter}, top-{k} of {E}, " \
                    f"moe_tp {mtp}, moe_ep {mep}"
         else:
-            # the table's kernel, whatever the checkpoint: per-tensor FP8 (no scale bytes) or BF16
-            wb = weight_bytes_per_param(None, 8 if fp8 else 16)
+            wb = 1.0 if fp8 else 2.0  # the table's own kernel: per-tensor FP8 or BF16
             peaks = spec_peaks(gpu)
             fpk = peaks["flops"]["fp8" if fp8 else "bf16"]
             f1, b1 = shape.expert_flops_bytes(tok, par, weight_bytes=wb)
@@ -356,7 +354,7 @@ class KernelTables:
                     f"{shape.experts_per_token} of {shape.num_experts}, moe_tp {par.moe_tp}, "
                     f"moe_ep {par.moe_ep}")
         if self.transfer:
-            wb = weight_bytes_per_param(None, 8 if fp8 else 16)  # the table's kernel, as above
+            wb = 1.0 if fp8 else 2.0  # the table's own kernel, as above
             fl, by = shape.expert_flops_bytes(tok, par, weight_bytes=wb)
             t = t * roof_ratio(self.transfer, fl, by, "fp8" if fp8 else "bf16")
         return tok, t, note

@@ -24,7 +24,7 @@ from tuner.core.config import (
     prefill_budget_refusal,
 )
 from tuner.core.errors import TunerError
-from tuner.core.memory import MemoryPlan, plan_memory, weight_bytes_per_rank
+from tuner.core.memory import plan_memory, weight_bytes_per_rank
 from tuner.core.pricing import Machines, place
 from tuner.core.units import plural
 
@@ -389,24 +389,19 @@ def precision_notes(dep: Deployment, engine: str = "vllm") -> list[str]:
     return out
 
 
-def separate_replica_memory(dep: Deployment) -> MemoryPlan | None:
-    """The memory plan of one DP replica run as an engine of its own (run-batch, Ray Data):
-    for a mixture-of-experts model at dp > 1 it holds every expert on its TP GPUs, where the
-    prediction (one data-parallel engine) split them over all TP x DP GPUs; None for a plan
-    whose replicas are sized as separate engines already."""
+def separate_engines_misfit(dep: Deployment) -> str | None:
+    """Why the plan's replicas cannot start as engines of their own (run-batch, Ray Data):
+    for a mixture-of-experts model at dp > 1 each holds every expert on its TP GPUs, where the
+    prediction (one data-parallel engine) split them over all TP x DP GPUs; the memory plan's
+    reason where that does not fit, None where it does (or the replicas are sized as separate
+    engines already). The one check behind the run-batch / Ray Data note, their refusal and
+    the search skipping them."""
     if not dep.one_engine:
         return None
-    return plan_memory(dep.model, dep.gpu,
-                       dataclasses.replace(dep.config, dp=1, expert_parallel=False),
-                       max_request_tokens=dep.max_model_len)
-
-
-def separate_engines_misfit(dep: Deployment) -> str | None:
-    """Why the plan's replicas cannot start as engines of their own (each replica's memory
-    plan, :func:`separate_replica_memory`, does not fit its GPUs); None when they can. The one
-    check behind the run-batch / Ray Data note, their refusal and the search skipping them."""
-    alone = separate_replica_memory(dep)
-    return None if alone is None or alone.fits else alone.reason
+    alone = plan_memory(dep.model, dep.gpu,
+                        dataclasses.replace(dep.config, dp=1, expert_parallel=False),
+                        max_request_tokens=dep.max_model_len)
+    return None if alone.fits else alone.reason
 
 
 def moe_separate_engines_note(dep: Deployment) -> str:
