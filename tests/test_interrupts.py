@@ -115,7 +115,7 @@ def test_a_study_with_results_is_refused_with_what_to_pass(model, gpus, tmp_path
     with pytest.raises(TunerError) as same:
         run_search(workload(), model, gpus, space(),
                    SearchSettings(n_trials=4, storage=storage, study_name="s"))
-    for needle in ("already exists", "4 finished trial(s)", "--resume", "--out DIR",
+    for needle in ("already exists", "4 finished trials", "--resume", "--out DIR",
                    "--study NAME", f"delete {journal_path(storage)}"):
         assert needle in str(same.value)
     with pytest.raises(TunerError) as other:  # --resume of another search: not offered

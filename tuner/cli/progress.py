@@ -57,13 +57,19 @@ class SearchProgress:
         """An Optuna callback (single process: counts its own trials)."""
         self.see(trial)
         if self.completed == 0:
-            # a resumed study: start from the trials before this one (not from the rest of a
-            # batch that --exhaustive adds at once)
+            # a resumed (or shared) study: start from the trials before this one (not from the
+            # rest of a batch that --exhaustive adds at once) that --n-trials counts (not the
+            # full simulations an earlier run added beyond it); its best so far from all of them
             import optuna
 
-            self.completed = sum(1 for t in study.get_trials(
+            from tuner.search.records import counts_toward_budget
+
+            earlier = [t for t in study.get_trials(
                 deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                if t.number < trial.number)
+                if t.number < trial.number]
+            for t in earlier:
+                self.see(t)
+            self.completed = sum(1 for t in earlier if counts_toward_budget(t))
         self.show(self.completed + 1)
 
 
@@ -73,6 +79,7 @@ def run_local_workers(study, storage: str, n_workers: int, *, n_trials: int,
     """Start `n_workers` `tuner worker` processes on the study and follow them until all exit
     (tuner.search.workers.run_local_workers: they stop with the search, Ctrl-C or SIGKILL);
     one TunerError (with the failing worker's last error line) if any fails."""
+    from tuner.search.records import counts_toward_budget
     from tuner.search.workers import run_local_workers as run
 
     seen: set[int] = set()
@@ -82,7 +89,8 @@ def run_local_workers(study, storage: str, n_workers: int, *, n_trials: int,
             if t.number not in seen:
                 seen.add(t.number)
                 progress.see(t)
-        progress.show(len(done))
+        # what --n-trials counts: not the full simulations an earlier run added beyond it
+        progress.show(sum(1 for t in done if counts_toward_budget(t)))
 
     run(study, storage, n_workers, n_trials=n_trials, timeout_s=timeout_s, seed=seed,
         on_poll=show)

@@ -22,6 +22,7 @@ import typer
 from tuner.cli.app import JsonOpt, StorageOpt, StoredStudyOpt, StoredWorkloadOpt
 from tuner.cli.app import StoredProfileOpt as ProfileOpt
 from tuner.core.errors import TunerError
+from tuner.core.units import plural
 
 StudyOpt = Annotated[str, typer.Option("--study", help="Study name.")]
 
@@ -65,6 +66,7 @@ def worker(
     from tuner.cli.progress import SearchProgress
     from tuner.cli.search import check_timeout
     from tuner.search import connect_worker
+    from tuner.search.records import counts_toward_budget
 
     check_timeout(timeout)
     if n_trials is not None and n_trials < 1:
@@ -81,13 +83,16 @@ def worker(
             prog.on_trial(st, trial)
 
         st = job.run(on_trial)
-    complete = len(st.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+    # what --n-trials counts, as the target does (not the search's own full simulations beyond it)
+    complete = sum(1 for t in st.get_trials(deepcopy=False,
+                                            states=(optuna.trial.TrialState.COMPLETE,))
+                   if counts_toward_budget(t))
     if as_json:
         print(json.dumps({"study": st.study_name, "trials": mine, "study_complete": complete,
                           "target": job.settings.n_trials}))
     elif not quiet:
-        err.print(f"worker ran {len(mine)} trial(s); study {st.study_name!r} has {complete} "
-                  "complete", markup=False)
+        err.print(f"worker ran {plural(len(mine), 'trial')}; study {st.study_name!r} has {complete} of "
+                  f"its {job.settings.n_trials} trials", markup=False)
 
 
 def results(

@@ -26,7 +26,7 @@ from tuner.search.baseline import engine_presets
 from tuner.search.constraints import Constraints
 from tuner.search.evaluator import Evaluator, config_key, front_key
 from tuner.search.meta import StudyMeta
-from tuner.search.records import TrialRecord
+from tuner.search.records import TrialRecord, counts_toward_budget
 from tuner.search.settings import SearchSettings, make_sampler
 from tuner.search.space import SearchSpace, fit_space
 from tuner.search.storage import (
@@ -202,14 +202,9 @@ def _objective(ev: Evaluator, gpu_names: list[str], shared: bool,
 BUDGET_STATES = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING)
 
 
-#: trials the search adds after its budget (add_final_candidates, add_default_trials): beyond
-#: --n-trials on every run, so a resumed study's budget counts only what the search proposed
-EXTRA_TRIAL_ATTRS = ("final_candidate", "vllm_defaults")
-
-
 def _budget_trials(study: optuna.Study) -> list:
     return [t for t in study.get_trials(deepcopy=False, states=BUDGET_STATES)
-            if not any(t.user_attrs.get(k) for k in EXTRA_TRIAL_ATTRS)]
+            if counts_toward_budget(t)]
 
 
 def _count_budget(study: optuna.Study) -> int:

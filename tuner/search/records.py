@@ -129,6 +129,16 @@ def config_key(params: dict) -> tuple:
 #: reference rung (tuner.search.evaluator.rung_size), the full workload
 LEVELS = ("sample", "rung", "full")
 
+#: trials the search adds after its budget (tuner.search.loop.add_final_candidates,
+#: add_default_trials): beyond --n-trials on every run, so a resumed study's budget counts only
+#: what the search proposed
+EXTRA_TRIAL_ATTRS = ("final_candidate", "vllm_defaults")
+
+
+def counts_toward_budget(trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether --n-trials counts `trial`: not one the search added beyond it (EXTRA_TRIAL_ATTRS)."""
+    return not any(trial.user_attrs.get(k) for k in EXTRA_TRIAL_ATTRS)
+
 
 @dataclass
 class TrialRecord:
@@ -489,9 +499,18 @@ def search_stats(study: optuna.Study) -> dict:
             by_key[key] = t
     distinct = list(by_key.values())
     full = [t for t in distinct if t.level == "full"]
+    # the trials --n-trials counts that proposed a configuration already in the study (not
+    # the search's own later simulations of a screened one, on the rung and in full at the end)
+    seen: set[tuple] = set()
+    duplicates = 0
+    for ft in completed(study):
+        key = config_key(ft.params)
+        if key in seen and counts_toward_budget(ft):
+            duplicates += 1
+        seen.add(key)
     stats: dict = {
         "trials": len(trials),
-        "duplicates": len(trials) - len(distinct),
+        "duplicates": duplicates,
         "configurations": len(distinct),
         "full_simulations": len(full),
         "screened_on_sample": len(distinct) - len(full),
@@ -505,6 +524,10 @@ def search_stats(study: optuna.Study) -> dict:
         "final_candidates": sum(1 for t in completed(study)
                                 if t.user_attrs.get("final_candidate")
                                 and t.user_attrs.get("fidelity", {}).get("level") == "full"),
+        # ... and those first simulated on the rung at the end
+        "final_rung_simulations": sum(1 for t in completed(study)
+                                      if t.user_attrs.get("final_candidate")
+                                      and t.user_attrs.get("fidelity", {}).get("level") == "rung"),
     }
     # a dp-replica plan is screened on one replica's share (Evaluator.replica_sample): the
     # largest sample is the single-replica plans'

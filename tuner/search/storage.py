@@ -21,6 +21,7 @@ from tuner.core.errors import TunerError
 from tuner.core.interrupts import is_interrupt
 from tuner.core.io import sha256_file
 from tuner.core.secrets import mask_secrets
+from tuner.core.units import plural
 from tuner.core.workload import Workload, pack_lengths, unpack_lengths
 from tuner.search.meta import STUDY_META_VERSION, StoredSearch, StudyMeta, study_meta
 from tuner.search.settings import SearchSettings, make_sampler
@@ -419,7 +420,7 @@ def _settle_existing(settings: SearchSettings, storage, alone: bool | None,
             + (f"it was searched with {differs}; start a new one with "
                if differs else "pass --resume to join it (--n-trials is their total), or "
                "start a new one with ") + _new_study_hint(url) + ".")
-    have = f"{len(done)} finished trial(s), {n_feasible} feasible"
+    have = f"{plural(len(done), 'finished trial')}, {n_feasible} feasible"
     if differs:
         raise TunerError(f"Study {name!r} in {shown} was searched with {differs} and has {have}; "
                          f"start a new one with {_new_study_hint(url)}.")
@@ -509,7 +510,9 @@ def discard_failed_study(settings: SearchSettings, exc: BaseException) -> bool:
 _SAME = {"workload_sha256": "workload", "model": "model", "gpus": "GPU types",
          "knobs": "search space", "fixed": "fixed knobs", "prices": "GPU prices",
          "constraints": "--deadline/--budget/--max-gpus/--quantized-model",
-         "startup_s": "--startup-s", "entry_point": "--entry-point"}
+         "startup_s": "--startup-s", "entry_point": "--entry-point",
+         # the outputs' expected spot figures use the study's rate
+         "interruption_rate_per_h": "--interruption-rate"}
 
 
 def _short(v) -> str:
@@ -604,7 +607,7 @@ def _inputs_changed(old: dict | None, new: dict | None) -> str | None:
     if da.get("cost_model") != db.get("cost_model"):
         return (f"another cost model ({_changes(_cost_source(a), _cost_source(b))})",
                 "pass the search's --profile, --profile-mode, --engine-version, "
-                "--entry-point and --num-scheduler-steps")
+                "--entry-point, --num-scheduler-steps and --disable-log-requests")
     if da.get("startup") != db.get("startup"):
         return (f"another --startup-s ({a.startup_s} -> {b.startup_s})",
                 "pass the search's --startup-s")

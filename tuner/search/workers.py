@@ -188,8 +188,9 @@ class LocalWorkers:
             for i in range(self.n_workers):
                 log = tempfile.TemporaryFile()
                 self.logs.append(log)
+                seed = (self.seed + 1 + i) % 2**32  # a seed in range after --seed 2**32 - 1
                 self.procs.append(subprocess.Popen(
-                    self.command + ["--seed", str(self.seed + 1 + i)], env=env,
+                    self.command + ["--seed", str(seed)], env=env,
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
                     process_group=0))
         except BaseException:
