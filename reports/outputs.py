@@ -163,7 +163,7 @@ def study_outputs(study: optuna.Study, workload: Workload, model: ModelSpec,
                                    beside=_sixteen_bit_beside(records, workload, model, gpus,
                                                               meta, cost_model_for))
     bounds = winner_bounds(study, records, gpus)
-    verdicts += estimate_verdicts(records)
+    verdicts += estimate_verdicts(records) + price_verdicts(records, gpus)
     verdicts += engine_verdicts(records) + defaults_verdicts(records) + [
         f"{goal} sits on a bound of the search: {'; '.join(lines)}."
         for goal, lines in bounds.items() if lines]
@@ -219,19 +219,35 @@ def fleet_entries(study: optuna.Study, records: list[TrialRecord], workload: Wor
 def fleet_verdicts(fleets: list[dict], records: list[TrialRecord]) -> list[str]:
     """One line for the fastest mix on the front."""
     from tuner.core.units import fmt_duration, fmt_usd
-    from tuner.search.fleet import single_plans
+    from tuner.search.fleet import beaten_by_mix, single_plans
 
     if not fleets:
         return []
     f = fleets[0]
     fastest = min(single_plans(records), key=lambda r: r.metrics.makespan_s, default=None)
     than = ("" if fastest is None else
-            f" (the fastest single GPU type: {fmt_duration(fastest.metrics.makespan_s)} on "
+            f" (the fastest single GPU type: {fmt_duration(fastest.metrics.makespan_s)} = "
+            f"{fastest.metrics.makespan_s:,.0f} s on "
             f"{fastest.config.num_gpus} x {fastest.gpu}, {fmt_usd(fastest.metrics.cost_usd)})")
-    return [f"A mix of GPU types is on the front: {f['description']} finishes in "
-            f"{fmt_duration(f['makespan_s'])} for {fmt_usd(f['cost_usd'])}, its parts within "
-            f"{100 * f['finish_spread']:.1f} % of each other{than}; results.json's \"fleets\" "
-            "lists each part's share."]
+    lines = [f"A mix of GPU types is on the front: {f['description']} finishes in "
+             f"{fmt_duration(f['makespan_s'])} = {f['makespan_s']:,.0f} s for "
+             f"{fmt_usd(f['cost_usd'])}, its parts within "
+             f"{100 * f['finish_spread']:.1f} % of each other{than}; results.json's \"fleets\" "
+             "lists each part's share."]
+    # a winner is single-type (its exports run one GPU type): say where a mix beats it on both
+    by_num = {r.number: r for r in records}
+    for goal, n in winners(records)[0].items():
+        r = by_num[n]
+        k = beaten_by_mix([(r.makespan_s, r.cost_usd)], fleets)[0]
+        if k is not None:
+            m = fleets[k - 1]
+            lines.append(
+                f"The {goal} single-type plan ({r.config.num_gpus} x {r.gpu}, "
+                f"{fmt_duration(r.makespan_s)} = {r.makespan_s:,.0f} s, {fmt_usd(r.cost_usd)}) "
+                f"is beaten on both makespan and $ by mix {k}, {m['description']}: "
+                f"{m['makespan_s']:,.0f} s, {fmt_usd(m['cost_usd'])} (`tuner export --fleet {k} "
+                "--output DIR` writes it).")
+    return lines
 
 
 def winner_bounds(study: optuna.Study, records: list[TrialRecord],
@@ -276,6 +292,20 @@ def estimate_verdicts(records: list[TrialRecord]) -> list[str]:
         out.append(f"{plans} on {gpu}: estimated, not measured on {gpu}: "
                    f"{_ESTIMATED_HOW[p.kind]}{err}; the cost-model lines below say how.")
     return out
+
+
+def price_verdicts(records: list[TrialRecord], gpus: dict[str, GPU]) -> list[str]:
+    """One line naming the GPUs with a feasible plan whose $/GPU-h is no current list price
+    (tuner.core.pricing.price_caveat), so no $ reads as a quote where it rests on a guess."""
+    from tuner.core.pricing import price_caveat
+
+    named = [f"{g}'s ${gpus[g].price_usd_per_h:,.2f}/GPU-h is {caveat}"
+             for g in dict.fromkeys(r.gpu for r in records if r.feasible)
+             if g in gpus and (caveat := price_caveat(gpus[g]))]
+    if not named:
+        return []
+    return [f"Prices: {'; '.join(named)} (`tuner gpus` gives the source): every $ of a plan on "
+            "such a GPU rests on that figure; --price GPU=USD sets yours."]
 
 
 def engine_verdicts(records: list[TrialRecord]) -> list[str]:

@@ -43,7 +43,7 @@ from tuner.cli.app import (
 from tuner.core.errors import TunerError
 from tuner.core.io import dumps
 from tuner.core.secrets import mask_secrets
-from tuner.core.units import fmt_duration, fmt_usd
+from tuner.core.units import fmt_duration, fmt_usd, plural
 
 
 # ---- search -----------------------------------------------------------------------------------
@@ -64,10 +64,14 @@ def search(
                         "counts as a trial but is not simulated again); the full simulations "
                         "of the front's candidates and the engines' defaults beside the winners "
                         "come on top.")] = 300,
-    timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Stop proposing trials after this many "
+                       "seconds; the full simulations of the front's candidates and the "
+                       "engines' defaults, and the outputs, follow (--resume continues the "
+                       "search).")] = None,
     sampler: Annotated[str, typer.Option(help="auto | tpe | nsga2 (Optuna samplers; auto: TPE "
                        "up to 300 trials, NSGA-II beyond).")] = "auto",
-    seed: Annotated[int, typer.Option(help="Sampler seed (same seed, same trials).")] = 0,
+    seed: Annotated[int, typer.Option(help="Sampler seed (same seed, same trials; not with "
+                    "--workers N, whose trials interleave as they finish).")] = 0,
     exhaustive: Annotated[bool, typer.Option(help="Simulate every point of the space on the "
                           "full workload (a reference to check the search; ignores "
                           "--n-trials).")] = False,
@@ -481,11 +485,11 @@ def print_search(outputs) -> None:
     for line in _uncovered_lines(outputs.records, ctx.gpus):
         out.print(line, markup=False, style="yellow")
     out.print(_best_table(ctx, by_num, knobs))
-    out.print(_pareto_table(ctx, by_num, knobs))
+    out.print(_pareto_table(ctx, by_num, knobs, outputs.fleets))
     _print_importances(ctx.importances or {})
     n_inf = sum(1 for r in outputs.records if not r.feasible)
     if n_inf:
-        out.print(f"[dim]{n_inf} infeasible configuration(s) skipped (see the report).[/]")
+        out.print(f"[dim]{plural(n_inf, 'infeasible configuration')} skipped (see the report).[/]")
     out.print(f"[dim]{escape(_stats_line(outputs.stats))}[/]")
     for line in cost_model_lines(outputs.records, ctx.gpus):
         out.print(f"[dim]{escape(line)}[/]")
@@ -615,17 +619,35 @@ def _best_table(ctx, by_num, knobs):
                                                     f"Best config per GPU, continued ({why})"))
 
 
-def _pareto_table(ctx, by_num, knobs):
+def _pareto_table(ctx, by_num, knobs, fleets=()):
+    """The front over every plan: the single-type Pareto points no mix of GPU types beats on
+    both makespan and $, and the mixes (results.json's "fleets", `tuner export --fleet K`)."""
     from tuner.cli.tables import Column, config_tokens, fitted_tables
+    from tuner.core.pricing import usd_per_million_tokens
+    from tuner.search.fleet import beaten_by_mix
 
-    rs = [by_num[n] for n in ctx.pareto]
-    keys = [Column("trial", [str(r.number) for r in rs]), Column("GPU", [r.gpu for r in rs])]
-    cols = [Column("makespan", [fmt_duration(r.makespan_s) for r in rs]),
-            Column("$ job", [fmt_usd(r.cost_usd) for r in rs]),
-            Column("$/1M tok", [fmt_usd(r.metrics.cost_per_million_tokens()) for r in rs], level=1),
-            Column("vs defaults", [_gain_cell(r) for r in rs], level=1)]
-    return fitted_tables(f"Pareto front: makespan vs $ ({len(ctx.pareto)} points)", keys, cols,
-                         [config_tokens(r.config.to_dict(), knobs) for r in rs], out.width)
+    singles = [by_num[n] for n in ctx.pareto]
+    beaten = beaten_by_mix([(r.makespan_s, r.cost_usd) for r in singles], list(fleets))
+    m0 = singles[0].metrics if singles else None
+    tokens = (m0.prompt_tokens or 0, m0.output_tokens or 0) if m0 is not None else (0, 0)
+    # (makespan, trial, GPU, $, $/1M tok, vs defaults, config tokens) per row
+    rows = [(r.makespan_s, str(r.number), r.gpu, r.cost_usd,
+             r.metrics.cost_per_million_tokens(), _gain_cell(r),
+             config_tokens(r.config.to_dict(), knobs))
+            for r, k in zip(singles, beaten, strict=True) if k is None]
+    rows += [(f["makespan_s"], f"mix {k}", "+".join(p["gpu"] for p in f["parts"]),
+              f["cost_usd"], usd_per_million_tokens(f["cost_usd"], *tokens) if sum(tokens)
+              else None, "—", [f["description"]]) for k, f in enumerate(fleets, 1)]
+    rows.sort(key=lambda row: (row[0], row[3]))
+    keys = [Column("trial", [row[1] for row in rows]), Column("GPU", [row[2] for row in rows])]
+    cols = [Column("makespan", [fmt_duration(row[0]) for row in rows]),
+            Column("$ job", [fmt_usd(row[3]) for row in rows]),
+            Column("$/1M tok", [fmt_usd(row[4]) for row in rows], level=1),
+            Column("vs defaults", [row[5] for row in rows], level=1)]
+    mixes = len(fleets)
+    title = (f"Pareto front: makespan vs $ ({len(rows)} points"
+             + (f", {mixes} of them mixes of GPU types" if mixes else "") + ")")
+    return fitted_tables(title, keys, cols, [row[6] for row in rows], out.width)
 
 
 def _print_importances(imps: dict) -> None:
@@ -666,6 +688,9 @@ def _stats_line(stats: dict) -> str:
     if stats.get("judged_on_rung"):
         line += (f"; {stats['judged_on_rung']} of them on a larger rung of "
                  f"{stats.get('rung_requests')} requests")
+        if stats.get("final_rung_simulations"):
+            line += (f" ({stats['final_rung_simulations']} rung simulations at the end, beyond "
+                     "--n-trials)")
         re_ = stats.get("rung_error")
         if re_:
             line += (f" (rung vs full on {re_['pairs']}: median {100 * re_['median']:.2f} %, "

@@ -197,6 +197,11 @@ class Machines:
             last = self.dp - per * (self.count - 1)
             if self.count > 1 and 0 < last < per:  # e.g. DP 9 on 8-GPU machines: 8 + 1
                 rep += f" ({last} on the last)"
+        idle = self.count * self.gpus_per_machine - self.gpus_used
+        if idle > 0 and self.count > 1 and not self.provider:
+            # the catalog's price is per GPU-hour: whole machines are what --provider bills
+            rep += (f"; {plural(idle, 'idle GPU')} not billed (the price is per GPU-hour; "
+                    "--provider bills whole instances)")
         return (f"{self.count} x {self.instance} ({plural(self.gpus_per_machine, 'GPU')} "
                 f"each): {rep}")
 
@@ -245,6 +250,20 @@ def job_cost_usd(runtime_s: float, price_usd_per_h: float, tp: int, dp: int = 1,
     if billing is None:
         return runtime_s / 3600.0 * price_usd_per_h * tp * pp * dp
     return rent(runtime_s, billing, tp, dp, pp).cost_usd
+
+
+def price_caveat(gpu) -> str:
+    """Why a GPU's $/GPU-h is no current list price ("" when it is one): "an ESTIMATE" where
+    the catalog says so (gpus.yaml price_date "estimate": no list price transcribed), "STALE"
+    where its source says a price cut is not recorded (providers.yaml notes). Every $ of a plan
+    on it rests on that figure, so the outputs say so beside it."""
+    source = str(getattr(gpu, "price_source", "") or "")
+    if str(getattr(gpu, "price_date", "") or "").strip().lower() == "estimate" \
+            or source.startswith("ESTIMATE"):
+        return "an ESTIMATE"
+    if "STALE" in source:
+        return "STALE"
+    return ""
 
 
 def usd_per_million_tokens(cost_usd: float, prompt_tokens: int, output_tokens: int) -> float:
@@ -541,5 +560,5 @@ __all__ = ["ADVISOR_MONTH_H", "Billing", "GRANULARITY_S", "Instance", "InstanceR
            "advisor_bucket_rate", "apply_provider", "billed_seconds", "check_interruption_rate",
            "choose_instances", "get_provider",
            "place",
-           "job_cost_usd", "load_providers", "plural", "rent", "reprice",
+           "job_cost_usd", "load_providers", "plural", "price_caveat", "rent", "reprice",
            "require_offered", "usd_per_million_tokens"]

@@ -318,6 +318,20 @@ def _front_arrays(t_end: np.ndarray, cost: np.ndarray) -> list[int]:
     return [int(ok[i]) for i in sub]
 
 
+def beaten_by_mix(points: list[tuple[float, float]],
+                  fleets: list[dict]) -> list[int | None]:
+    """Per (makespan_s, cost_usd) point, the number (1-based, as `tuner export --fleet K`
+    counts) of the first mix among `fleets` (results.json's entries) that beats it: no slower,
+    no dearer and better on one. A single-type Pareto point beaten so is no point of the front
+    once mixes are plans too. None where no mix does."""
+    out: list[int | None] = []
+    for t, c in points:
+        out.append(next((k for k, f in enumerate(fleets, 1)
+                         if f["makespan_s"] <= t and f["cost_usd"] <= c
+                         and (f["makespan_s"] < t or f["cost_usd"] < c)), None))
+    return out
+
+
 def fleet_front(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
                 records: list[TrialRecord], *, caps: dict[str, int],
                 cost_model_for: Callable[[GPU, ServingConfig], CostModel],

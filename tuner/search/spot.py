@@ -340,8 +340,10 @@ def verdicts(records: list, winners: dict[str, int], fleets: list[dict]) -> list
         rates.append(sp["interruption_rate"])
     if fleets and fleets[0].get("spot"):
         f, sp = fleets[0], fleets[0]["spot"]
-        parts.append(f"the fastest mix {fmt_duration(f['makespan_s'])} -> "
-                     f"{fmt_duration(sp['expected_makespan_s'])} expected")
+        parts.append(f"the fastest mix {fmt_duration(f['makespan_s'])}, "
+                     f"{fmt_usd(f['cost_usd'])} uninterrupted -> "
+                     f"{fmt_duration(sp['expected_makespan_s'])}, "
+                     f"{fmt_usd(sp['expected_cost_usd'])} expected")
     if not parts:
         return []
     shown = "; ".join(dict.fromkeys(x if isinstance(x, str) else "; ".join(x) for x in rates))
