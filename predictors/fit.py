@@ -83,6 +83,12 @@ class OpFit:
         return op_key(self.operation, self.variant)
 
 
+#: profile.csv columns that hold numbers (profilers.schema.COLUMNS)
+NUMERIC_COLUMNS = frozenset({"tokens", "context", "batch", "kv_len", "size_bytes", "bits",
+                             "intra_threads", "inter_threads", "flops", "bytes_moved", "median_s",
+                             "p10_s", "p90_s", "repeats", "calls_per_sample"})
+
+
 def read_profile(profile_dir: Path):
     """(DataFrame of all rows, provenance dict); TunerError when the folder holds no profile."""
     import pandas as pd
@@ -103,6 +109,15 @@ def read_profile(profile_dir: Path):
         raise TunerError(f"{csv_path} is not a tuner profile (missing {', '.join(sorted(need - set(df.columns)))}).")
     df["variant"] = df["variant"].astype(object).fillna("").astype(str)
     df["status"] = df["status"].astype(str)
+    for c in NUMERIC_COLUMNS.intersection(df.columns):  # a hand-edited or damaged cell
+        num = pd.to_numeric(df[c], errors="coerce")
+        bad = num.isna() & df[c].notna()
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise TunerError(f"{csv_path} line {i + 2}: {c} {df[c].iloc[i]!r} is not a number "
+                             f"(rerun `tuner profile --out {profile_dir}` after deleting that "
+                             "line to measure it again).")
+        df[c] = num
     prov_path = profile_dir / "provenance.json"
     try:
         prov = json.loads(prov_path.read_text()) if prov_path.is_file() else {}

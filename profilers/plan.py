@@ -159,14 +159,17 @@ def _quant_cases(limits: PlanLimits, dtype_bytes: float) -> list[Case]:
     sizes = _sizes(16 * KIB, limits.max_quant_bytes, 4)
     wheres = ("device", "cpu") if limits.device == "cuda" else ("device",)
     for where in wheres:
+        # on a CPU the tensor is float32 whatever the profile's dtype (profile.case_dtype,
+        # ops.OpFactory._quant): `size_bytes` of it hold 4-byte elements
+        elem = 4.0 if where == "cpu" or limits.device != "cuda" else dtype_bytes
         for bits in (8, 4):
             for s in sizes:
-                numel = s / dtype_bytes
+                numel = s / elem
                 for op in ("quant", "dequant"):
                     cases.append(Case(op, variant=f"int{bits}/{where}", size_bytes=s, bits=bits,
                                       shape=f"{int(numel)} elements, groups of {GROUP_SIZE}",
                                       flops=5.0 * numel,
-                                      bytes_moved=numel * (dtype_bytes + bits / 8.0)))
+                                      bytes_moved=numel * (elem + bits / 8.0)))
     return cases
 
 

@@ -14,6 +14,7 @@ import typer
 from tuner.cli.app import EngineVersionOpt, ProfileModeOpt
 from tuner.core.errors import TunerError
 from tuner.core.io import jsonable
+from tuner.core.units import plural
 
 FAMILY_HELP = "linear, elementwise, lm_head, attention, copy, quant, threads"
 
@@ -99,7 +100,7 @@ def profile(
     if as_json:
         print(json.dumps(doc, indent=2))
         return
-    out.print(f"measured {summary.measured} case(s) in {summary.elapsed_s:.1f} s on "
+    out.print(f"measured {plural(summary.measured, 'case')} in {summary.elapsed_s:.1f} s on "
               f"{summary.device_name} ({summary.device}); {summary.skipped_existing} already in "
               f"the profile; {summary.oom} out of memory; {summary.errors} error(s); "
               f"{summary.total_rows} rows in {summary.out / 'profile.csv'}", highlight=False,
@@ -227,8 +228,8 @@ def cost(
                                     engine_version=engine_version)
     f = BatchFeatures.single(prefill_tokens=tokens, context=context, decodes=decodes,
                              kv_tokens=kv_tokens)
-    ops, groups = _cost_operations(cm, f, spec.num_layers)
     total = float(cm.iteration_time_s(f)[0])
+    ops, groups = _cost_operations(cm, f, spec.num_layers, total)
     kind = provenance_kind(cm)
     # a stand-in for a profiled device borrows another GPU's memory: no note on it
     note = _weights_note(spec, g, tp, bits) if in_catalog else None
@@ -317,15 +318,28 @@ def _cost_model(spec, gpu: str | None, profile_dir: Path | None, profile_mode: s
         g.name in cat
 
 
-def _cost_operations(cm, f, L: int) -> tuple[list[dict], dict]:
+#: the `tuner cost` row that reconciles the per-operation rows with the iteration total
+INTERPOLATION_ROW = "interpolation"
+
+
+def _cost_operations(cm, f, L: int, total: float) -> tuple[list[dict], dict]:
     """(per-operation rows, per-group seconds) of one iteration: per layer and over the L
-    layers; the LM head and the engine overhead once."""
+    layers; the LM head and the engine overhead once. Where the simulator's fast path
+    (`total`, iteration_time_s: e.g. the kernel tables' token-count kernels as one combined
+    curve, interpolated between measured sizes) differs from the sum of the rows (each kernel
+    interpolated alone), one more row holds the difference, so the rows add up to what the
+    simulator prices the step at."""
     groups = {k: float(v[0]) for k, v in cm.breakdown(f).items()}
     ops = [{"operation": op, "per_layer_s": float(v[0]), "layers": L, "total_s": float(v[0]) * L}
            for op, v in cm.breakdown_ops(f).items()]
     for k in ("lm_head", "overhead"):  # once per iteration
         if k in groups:
             ops.append({"operation": k, "per_layer_s": None, "layers": 1, "total_s": groups[k]})
+    gap = total - sum(o["total_s"] for o in ops)
+    if abs(gap) > 1e-9 * max(total, 1e-30):
+        ops.append({"operation": INTERPOLATION_ROW, "per_layer_s": None, "layers": 1,
+                    "total_s": gap})
+        groups[INTERPOLATION_ROW] = gap
     return ops, groups
 
 
@@ -352,6 +366,10 @@ def _print_cost(doc: dict, cm, kind: str) -> None:
     desc = cm.describe()
     out.print(f"[dim]{escape(desc if desc.startswith(kind) else f'{kind}: {desc}')}[/]",
               highlight=False)
+    if any(o["operation"] == INTERPOLATION_ROW for o in ops):
+        out.print(f"[dim]{INTERPOLATION_ROW}: the simulator prices the kernels that depend on the "
+                  "token count alone as one curve interpolated between measured sizes; the "
+                  "rows above interpolate each alone[/]", highlight=False)
 
 
 def _profile_device_gpu(profile_dir: Path, spec, cat: dict):
