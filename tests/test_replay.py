@@ -130,11 +130,11 @@ def test_a_bench_result_tells_failed_requests_from_empty_answers(tmp_path, keep)
     m = read_bench_result(tmp_path / "r.json", doc)
     if keep == "neither":  # the file cannot tell: both zeros are taken as failed
         assert m.prompt.tolist() == [100, 400] and m.output.tolist() == [50, 70]
-        assert "2 failed request(s) left out" in m.note
+        assert "2 failed requests left out" in m.note
         return
     assert m.prompt.tolist() == [100, 300, 400] and m.output.tolist() == [50, 1, 70]
-    assert "1 failed request(s) left out" in m.note
-    assert "1 empty output(s) counted as 1 generated token (EOS)" in m.note
+    assert "1 failed request left out" in m.note
+    assert "1 empty output counted as 1 generated token (EOS)" in m.note
 
 
 def test_replay_takes_the_model_a_bench_result_names(tmp_path, capsys):
@@ -168,7 +168,7 @@ def test_max_model_len_bounds_the_requests_as_vllm_does(tmp_path, capsys):
              "num_prefill_tokens,num_decode_tokens")
     assert main_in_process(["simulate", "-w", str(w), "-m", "llama-3-8b", "-g", "A40",
                             "--max-model-len", "1000", "--on-too-long", "skip"], tmp_path) == 0
-    assert "1 request(s) longer than --max-model-len of 1,000 tokens" in \
+    assert "1 request longer than --max-model-len of 1,000 tokens" in \
         " ".join(capsys.readouterr().out.split())
 
 

@@ -52,6 +52,7 @@ from tuner.cli.simulate import (
 )
 from tuner.core.config import KNOBS
 from tuner.core.errors import TunerError
+from tuner.core.units import plural
 from tuner.core.workload.timed import (  # noqa: F401  (the column names, re-exported)
     ARRIVAL_KEYS,
     FINISH_KEYS,
@@ -167,11 +168,11 @@ def read_bench_result(path: Path, doc: dict) -> MeasuredRun:
                           f"{failed.size} failed, {how}): nothing to replay.")
     note = ""
     if failed.any():
-        note += f"{int(failed.sum())} failed request(s) left out ({how}); "
+        note += f"{plural(int(failed.sum()), 'failed request')} left out ({how}); "
     if (~failed & (prompt == 0)).any():
-        note += f"{int((~failed & (prompt == 0)).sum())} request(s) with no prompt left out; "
+        note += f"{plural(int((~failed & (prompt == 0)).sum()), 'request')} with no prompt left out; "
     if empty.any():
-        note += f"{int(empty.sum())} empty output(s) counted as 1 generated token (EOS); "
+        note += f"{plural(int(empty.sum()), 'empty output')} counted as 1 generated token (EOS); "
     arrival = None
     if sent_s is not None and not np.all(np.isfinite(sent_s[ok])):
         i = int(np.flatnonzero(ok & ~np.isfinite(sent_s))[0])
@@ -291,7 +292,7 @@ def read_per_request(path: Path, rows: list[dict],
     if not ok.any():
         raise _fail(path, f"no request has both a prompt and an output ({cols['prompt']} and "
                           f"{cols['output']} > 0): nothing to replay.")
-    note = "" if ok.all() else f"{int((~ok).sum())} request(s) with no prompt or output left out"
+    note = "" if ok.all() else f"{plural(int((~ok).sum()), 'request')} with no prompt or output left out"
     times = t.times()
     if t.note:
         note = (f"{note}; " if note else "") + t.note
@@ -431,8 +432,9 @@ def replay(
     if not (model or m.model_id):
         raise TunerError(f"{run} names no model: pass --model (a catalog name, a Hugging Face "
                          "repo id or a config.json).")
-    spec = get_model(model or m.model_id)
-    config, defaults = engine_config(knobs, g, entry_point, engine_version, spec, max_model_len)
+    spec = get_model(model) if model else _run_model(run, m.model_id)
+    config, defaults = engine_config(knobs, g, entry_point, engine_version, spec, max_model_len,
+                                     num_scheduler_steps)
     ctx = context_tokens(spec, max_model_len)
     warnings = list(m.warnings)
     note = m.note
@@ -538,6 +540,21 @@ def replay(
         out.print(f"recorded in {doc['recorded_in']} (fit with: tuner calibrate --device "
                   f"{g.name} --model {spec.name} --runner replay --method makespan)",
                   markup=False)
+
+
+def _run_model(run: Path, model_id: str):
+    """The model a bench result's model_id names; where it names none tuner can read (often
+    a folder on the run's machine, or a served model name), one line that says the name came
+    from the file and how to give the model instead."""
+    from tuner.core.catalog import get_model
+
+    try:
+        return get_model(model_id)
+    except TunerError as exc:
+        raise TunerError(f"{run}: the run's model_id {model_id!r} (what --model defaults to): "
+                         f"{str(exc).rstrip('.')}; pass --model (a catalog name, a Hugging "
+                         "Face repo id or a config.json) for the model the run served."
+                         ) from None
 
 
 def settings_line(config, defaults) -> str:

@@ -48,6 +48,7 @@ from tuner.cli.app import (
 )
 from tuner.core.config import DEFAULTS, ENGINES, KNOBS, Knob, ServingConfig, prefill_budget_refusal
 from tuner.core.errors import TunerError
+from tuner.core.pricing import price_caveat
 from tuner.core.sglang import (
     DEFAULT_CONSERVATIVENESS,
     MAX_PREFILL_TOKENS,
@@ -55,7 +56,7 @@ from tuner.core.sglang import (
     SGLangSettings,
     default_config,
 )
-from tuner.core.units import fmt_usd
+from tuner.core.units import fmt_usd, plural
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -150,14 +151,15 @@ def context_tokens(model, max_model_len: int | None) -> int:
 
 
 def engine_config(knobs: dict[str, Any], gpu, entry_point: str, engine_version: str | None,
-                  model, max_model_len: int | None = None):
+                  model, max_model_len: int | None = None,
+                  num_scheduler_steps: int | None = None):
     """(ServingConfig, EngineDefaults): the knobs given, the rest (ENGINE_DEFAULTED,
     MODEL_DEFAULTED) vLLM's defaults for the GPU, entry point, engine version and model (and
-    --max-model-len, which sets V0's default token budget)."""
+    --max-model-len and --num-scheduler-steps, which set V0's default token budget)."""
     from tuner.core.engine_defaults import vllm_defaults
 
     defaults = vllm_defaults(gpu.name, gpu.memory_gib, entry_point, engine_version,
-                             context_tokens(model, max_model_len), model)
+                             context_tokens(model, max_model_len), model, num_scheduler_steps)
     engine = {k: defaults.knobs()[k] for k in DEFAULTED}
     config = ServingConfig(**(knobs | {"gpu": gpu.name} | {
         k: v for k, v in engine.items() if knobs.get(k) is None}))
@@ -402,7 +404,7 @@ def simulate(
                            mem_fraction_static=mem_fraction_static,
                            disable_radix_cache=disable_radix_cache)
         config, defaults = engine_config(knobs, g, entry_point, engine_version, spec,
-                                         max_model_len)
+                                         max_model_len, num_scheduler_steps)
         rel = defaults.release
         if (num_scheduler_steps is None and rel.multi_step and not rel.multi_step_chunked
                 and config.chunked_prefill):
@@ -486,6 +488,8 @@ def simulate(
     summary["arrivals"] = None if w.arrival_s is None else {
         "replayed": True, "requests": len(w), "span_s": w.arrival_span_s}
     summary["max_concurrency"] = max_concurrency
+    # the $ rest on the GPU's price: say where it is no current list price ("" where it is)
+    summary["price_caveat"] = price_caveat(g)
     summary["ordering_note"] = ordering_note(config.ordering, w)
     # below 16 bits: the checkpoint (or online quantization) the prediction assumes, the FP8 KV
     # cache's backend, and that output quality is not simulated (the exports' own rules)
@@ -525,7 +529,9 @@ def simulate(
               f"{100 * res.lower_bound_s / res.makespan_s:.0f} % of the limit's speed)")
     t.add_row("job cost", f"{fmt_usd(res.cost_usd)}  at " + (
         f"${res.rental.usd_per_h:,.2f}/h for {res.rental.count} x "
-        f"{res.rental.instance}" if res.rental else f"${res.price_usd_per_h:.2f}/GPU-h"))
+        f"{res.rental.instance}" if res.rental else f"${res.price_usd_per_h:.2f}/GPU-h")
+        + (f"  (that price is {summary['price_caveat']}: --price {g.name}=USD sets yours)"
+           if summary["price_caveat"] else ""))
     if res.machines:
         t.add_row("machines", res.machines["description"])
     t.add_row("$ per 1k requests", f"${res.usd_per_1k_requests:.3f}")
@@ -597,13 +603,13 @@ def simulate(
                   markup=False)
     if too_long and too_long.get("mode") == "cap":
         limit = f"{spec.name}'s context" if max_model_len is None else "--max-model-len"
-        out.print(f"{too_long['count']} request(s) longer than {limit} of "
+        out.print(f"{plural(too_long['count'], 'request')} longer than {limit} of "
                   f"{too_long['context_tokens']:,} tokens end their outputs there (as "
                   f"LLM.generate does; {too_long['output_tokens_lost']:,} output tokens fewer): "
                   f"request(s) {_ids(too_long['ids'])}", markup=False)
     elif too_long:
         limit = f"{spec.name}'s context" if max_model_len is None else "--max-model-len"
-        out.print(f"{too_long['count']} request(s) longer than {limit} of "
+        out.print(f"{plural(too_long['count'], 'request')} longer than {limit} of "
                   f"{too_long['context_tokens']:,} tokens failed (as vLLM's server once refused them) and are "
                   f"left out: request(s) {_ids(too_long['ids'])}", markup=False)
 

@@ -32,8 +32,11 @@ Read from vLLM's source as of release 0.11 (arg_utils.py, the dict form of both 
 * V0 (0.5 - 0.7) has one scalar default for every entry point (vLLM 0.6.0
   ``EngineArgs``/``SchedulerConfig``): ``max_num_seqs`` 256, chunked prefill off unless the
   context exceeds 32K tokens, and then ``max_num_batched_tokens`` = max(max_model_len, 2,048)
-  (the whole prompt in one step); with chunked prefill on, 512 tokens and Sarathi-style batches
-  (running decodes first, then prefill chunks, V0's block manager: the ``sarathi`` preset).
+  (the whole prompt in one step); with chunked prefill on, 512 tokens (2,048 from 0.6.5, vLLM
+  PR #10544) and Sarathi-style batches (running decodes first, then prefill chunks, V0's block
+  manager: the ``sarathi`` preset).
+  With chunked prefill on and ``--num-scheduler-steps`` > 1 (0.6.2 on), SchedulerConfig takes
+  max(max_model_len, 2,048) again: multi-step chunked prefill does not chunk prompts.
 """
 
 from __future__ import annotations
@@ -63,10 +66,15 @@ TABLE_SINCE = (0, 11, 0)
 V0_MAX_NUM_SEQS = 256
 V0_MIN_BATCHED_TOKENS = 2048  # max(max_model_len, 2048) without chunked prefill
 V0_CHUNKED_BATCHED_TOKENS = 512
+#: vLLM PR #10544 (merged 2024-11-21, first in 0.6.5) raised V0's chunked-prefill budget
+#: from 512 to 2,048 tokens
+V0_CHUNKED_BATCHED_TOKENS_LATER = 2048
+V0_CHUNKED_LATER_SINCE = (0, 6, 5)
 V0_LONG_CONTEXT = 32768  # chunked prefill on by default above this max_model_len
 V0_SOURCE = ("vLLM 0.6.0 vllm/engine/arg_utils.py EngineArgs (max_num_seqs 256, chunked prefill "
              "on by default only above 32K context) and vllm/config.py SchedulerConfig "
-             "(max_num_batched_tokens max(max_model_len, 2048), 512 with chunked prefill)")
+             "(max_num_batched_tokens max(max_model_len, 2048), 512 with chunked prefill; 2048 "
+             "from 0.6.5, PR #10544)")
 LARGE_GPU_GIB = 70.0
 HUGE_GPU_GIB = 160.0  # PR #51726's tier
 HUGE_TIER_SINCE = (0, 32, 0)  # the release checked to have it (see the module docstring)
@@ -226,26 +234,36 @@ def model_defaults(model, gpu_name: str | None = None) -> dict:
 
 def vllm_defaults(gpu_name: str, memory_gib: float, entry_point: str = DEFAULT_ENTRY_POINT,
                   engine_version: str | None = None,
-                  max_model_len: int | None = None, model=None) -> EngineDefaults:
+                  max_model_len: int | None = None, model=None,
+                  num_scheduler_steps: int | None = None) -> EngineDefaults:
     """vLLM's batch defaults (and the rest) for one GPU type under one entry point, as release
     `engine_version` (None: the newest) sets them. `max_model_len` (the model's context unless
-    the job caps it) matters only to V0, whose token budget without chunked prefill is
+    the job caps it) matters only to V0, whose token budget without chunked prefill, or with it
+    under multi-step scheduling (`num_scheduler_steps` > 1, as given), is
     max(max_model_len, 2048); None there means 2,048. `model` (a ModelSpec) sets what
     model_defaults says: a quantized checkpoint's precision, MLA's block size."""
     return dataclasses.replace(_engine_defaults(gpu_name, memory_gib, entry_point,
-                                                engine_version, max_model_len),
+                                                engine_version, max_model_len,
+                                                num_scheduler_steps),
                                **model_defaults(model, gpu_name))
 
 
 def _engine_defaults(gpu_name: str, memory_gib: float, entry_point: str,
-                     engine_version: str | None, max_model_len: int | None) -> EngineDefaults:
+                     engine_version: str | None, max_model_len: int | None,
+                     num_scheduler_steps: int | None = None) -> EngineDefaults:
     check_entry_point(entry_point)
     release = generation_of(engine_version)
     version = engine_version or "newest"
     if release.generation.key == "v0":
         ctx = int(max_model_len or 0)
         chunked = ctx > V0_LONG_CONTEXT
-        tokens = V0_CHUNKED_BATCHED_TOKENS if chunked else max(ctx, V0_MIN_BATCHED_TOKENS)
+        # vLLM 0.6.2+ SchedulerConfig: multi-step chunked prefill does not chunk prompts, so
+        # its budget is the whole context, as without chunked prefill
+        whole = not chunked or (num_scheduler_steps or 1) > 1
+        v = parse_version(engine_version)
+        chunk = (V0_CHUNKED_BATCHED_TOKENS_LATER if v is not None and v >= V0_CHUNKED_LATER_SINCE
+                 else V0_CHUNKED_BATCHED_TOKENS)
+        tokens = max(ctx, V0_MIN_BATCHED_TOKENS) if whole else chunk
         return EngineDefaults(entry_point=entry_point, usage_context=ENTRY_POINTS[entry_point],
                               max_num_batched_tokens=tokens, max_num_seqs=V0_MAX_NUM_SEQS,
                               large_gpu=False, engine_version=version,
@@ -266,11 +284,12 @@ def _engine_defaults(gpu_name: str, memory_gib: float, entry_point: str,
 
 def presets_by_gpu(gpus: Mapping[str, object], entry_point: str = DEFAULT_ENTRY_POINT,
                    engine_version: str | None = None,
-                   max_model_len: int | None = None, model=None) -> dict[str, dict]:
+                   max_model_len: int | None = None, model=None,
+                   num_scheduler_steps: int | None = None) -> dict[str, dict]:
     """GPU name -> vLLM's defaults on it as a search preset (EngineDefaults.preset); `gpus`:
     name -> catalog GPU (its name and memory_gib)."""
     return {name: vllm_defaults(g.name, g.memory_gib, entry_point, engine_version,
-                                max_model_len, model).preset()
+                                max_model_len, model, num_scheduler_steps).preset()
             for name, g in gpus.items()}
 
 

@@ -48,7 +48,7 @@ def simulate_baseline(workload: Workload, model: ModelSpec, gpu: GPU, *, tp: int
                     "feasible": False, "reason": str(exc), "metrics": None, "engine": engine}
     else:
         defaults = vllm_defaults(gpu.name, gpu.memory_gib, entry_point, engine_version,
-                                 model.max_position, model)
+                                 model.max_position, model, num_scheduler_steps)
         # the winner's precision: vLLM serving the same checkpoint untuned (like for like)
         config = ServingConfig(gpu=gpu.name, tp=tp, dp=dp, pp=pp, **{
             **defaults.knobs(), "weight_bits": weight_bits, "kv_bits": kv_bits})
@@ -121,7 +121,7 @@ def engine_presets(gpus: dict[str, GPU], metadata: StudyMeta | dict | None,
     space offers (tuner.search.space.fit_space)."""
     meta = StudyMeta.of(metadata)
     return presets_by_gpu(gpus, meta.entry_point or DEFAULT_ENTRY_POINT, meta.engine_version,
-                          meta.max_model_len, model)
+                          meta.max_model_len, model, meta.num_scheduler_steps)
 
 
 def gain(metrics: dict, baseline: dict) -> dict | None:
