@@ -35,7 +35,7 @@ import numpy as np
 
 from tuner.predictors.aic_transfer import roof_ratio, scale_link, spec_peaks
 from tuner.predictors.moe import MoEParallel, MoEShape
-from tuner.predictors.tables import fill_loglog, log_bracket
+from tuner.predictors.tables import fill_loglog, log_bracket, loglog_curve
 
 # tuner catalog GPU -> AIConfigurator system whose vLLM tables measure it
 MEASURED = {"A100-80G": "a100_sxm", "H100": "h100_sxm", "H200": "h200_sxm", "L40S": "l40s",
@@ -274,19 +274,38 @@ class KernelTables:
         `num_gpus`,
         from the table version closest to `engine_version` (newest when None) that has that
         GPU count; None when no table has it."""
-        a = self.arrays["allreduce"]
-        a = a[(a[:, 2] == num_gpus) & (a[:, 1] == (1.0 if graph else 0.0))]
+        all_rows = self.arrays["allreduce"]
+
+        def rows(graph_timing: bool, version: float | None = None):
+            a = all_rows[(all_rows[:, 2] == num_gpus)
+                         & (all_rows[:, 1] == (1.0 if graph_timing else 0.0))]
+            if version is not None:
+                a = a[a[:, 0] == version]
+            return a[np.argsort(a[:, 3])]
+
+        a = rows(graph)
         if not len(a):
             return None
         vers = np.unique(a[:, 0])
         want = version_code(engine_version) if engine_version else vers.max()
         v = vers[np.argmin(np.abs(vers - want) - 1e-9 * vers)]  # ties: the newer
         r = a[a[:, 0] == v]
-        r = r[np.argsort(r[:, 3])]
         t = r[:, 4] * 1e-3
-        if self.transfer:
-            t = scale_link(t, self.transfer["link_ratio"])
-        return r[:, 3], t, version_name(v)
+        if not self.transfer:
+            return r[:, 3], t, version_name(v)
+        g = rows(True, v)
+        if graph or len(g) < 2:
+            return r[:, 3], scale_link(t, self.transfer["link_ratio"]), version_name(v)
+        # eager = the graph-captured kernel + the host's launch cost: only the kernel's time
+        # moves with the link. The eager table's own floor is that launch cost, which hides
+        # the kernel up to ~2 MiB, so scaling eager above its floor priced a 513-token
+        # all-reduce below a 512-token graph one on a slower link (A10 from A100: 694 vs
+        # 1,023 us at 4 MiB)
+        lx, ly = np.log(g[:, 3]), np.log(g[:, 4] * 1e-3)
+        graph_src = loglog_curve(r[:, 3], lx, ly)
+        graph_dst = loglog_curve(r[:, 3], lx, np.log(scale_link(np.exp(ly),
+                                                               self.transfer["link_ratio"])))
+        return r[:, 3], graph_dst + np.maximum(t - graph_src, 0.0), version_name(v)
 
     def nccl_allreduce(self, num_gpus: int):
         """(message bytes, seconds) of NCCL all-reduce on `num_gpus`; None without a table."""
