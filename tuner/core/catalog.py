@@ -280,12 +280,32 @@ def scale_bytes_per_weight(bits: int, scheme: str = "") -> float:
     return 0.0
 
 
+#: how checkpoint_quantization says what share of the matmul weights the checkpoint keeps at
+#: 16 bits (its modules_to_not_convert / ignore list: Meta's FBGEMM FP8 405B keeps every
+#: attention projection and the first and last MLPs in BF16)
+_UNCONVERTED = re.compile(r"(\d+(?:\.\d+)?) % of matmul weights at 16 bits")
+
+
+def unconverted_share(scheme: str) -> float:
+    """The share (0..1) of the matmul weights a checkpoint quantized as `scheme` keeps at 16
+    bits (0 where the scheme says none)."""
+    m = _UNCONVERTED.search(scheme)
+    return float(m[1]) / 100.0 if m else 0.0
+
+
 def weight_bytes_per_param(bits: int, scheme: str = "") -> float:
     """Bytes one matmul weight takes in HBM at `bits` for a checkpoint quantized as `scheme`,
     its share of the scales included: what the memory plan holds and what a kernel reads per
     weight, so memory and timing use this one figure (ModelSpec.weight_bytes_per_param picks
-    the scheme; the predictors' timing models call that, or this with no scheme)."""
-    return bits / 8.0 + scale_bytes_per_weight(bits, scheme)
+    the scheme; the predictors' timing models call that, or this with no scheme). Weights the
+    checkpoint leaves at 16 bits (unconverted_share) count 2 bytes in the mean; their GEMMs'
+    FLOPs stay priced at the quantized rate (a decode step reads bytes; a prefill of such a
+    checkpoint is slightly optimistic)."""
+    quantized = bits / 8.0 + scale_bytes_per_weight(bits, scheme)
+    if bits >= 16:
+        return quantized
+    share = unconverted_share(scheme)
+    return (1.0 - share) * quantized + share * 2.0
 
 
 @dataclass(frozen=True)
@@ -1124,7 +1144,7 @@ def model_from_config_dict(cfg: dict, *, where: str, name: str, source: str,
             moe["shared_expert_intermediate_size"] = _gated_equivalent(
                 moe["shared_expert_intermediate_size"])
     window, window_layers = _window_layers(cfg, layers, path)
-    return ModelSpec(
+    spec = ModelSpec(
         name=name,
         num_layers=layers,
         hidden_size=hidden,
@@ -1147,6 +1167,55 @@ def model_from_config_dict(cfg: dict, *, where: str, name: str, source: str,
         **_checkpoint_precision(cfg, path),
         **moe,
     )
+    q = cfg.get("quantization_config") or cfg.get("compression_config") or {}
+    names = [str(x) for key in ("modules_to_not_convert", "ignore", "exclude_modules")
+             for x in (q.get(key) or [])]
+    return with_unconverted(spec, names, key_said="modules_to_not_convert")
+
+
+def _layer_modules(spec: ModelSpec) -> list[tuple[str, int]]:
+    """(module name as a Llama-style checkpoint names it, parameters) of every attention
+    projection and dense MLP projection (an MoE layer's experts are left out: their names
+    differ by family)."""
+    h, heads, d, dv = spec.hidden_size, spec.num_heads, spec.head_dim, spec.value_head_dim
+    kv = spec.num_kv_heads
+    attn = ([("q_proj", h * heads * d), ("k_proj", h * kv * d), ("v_proj", h * kv * dv),
+             ("o_proj", heads * dv * h)] if not spec.is_mla else [])
+    mlp = [(n, h * spec.intermediate_size) for n in ("gate_proj", "up_proj", "down_proj")]
+    dense = set(range(spec.num_dense_layers)) if spec.is_moe else set(range(spec.num_layers))
+    out = []
+    for i in range(spec.num_layers):
+        out += [(f"model.layers.{i}.self_attn.{n}", c) for n, c in attn]
+        if i in dense:
+            out += [(f"model.layers.{i}.mlp.{n}", c) for n, c in mlp]
+    return out
+
+
+def _module_matches(name: str, pattern: str) -> bool:
+    """A quantization config's exclusion entry against a module name: "re:" a regular
+    expression (compressed-tensors), else the module itself, a parent of it, or its last part."""
+    if pattern.startswith("re:"):
+        try:
+            return re.match(pattern[3:], name) is not None
+        except re.error:
+            return False
+    return name == pattern or name.startswith(pattern + ".") or name.endswith("." + pattern)
+
+
+def with_unconverted(spec: ModelSpec, patterns: list[str], key_said: str) -> ModelSpec:
+    """`spec` with the share of its matmul weights that a quantized checkpoint leaves at 16
+    bits (its exclusion list, `patterns`) said in checkpoint_quantization, which the memory
+    plan and the timing read (weight_bytes_per_param); `spec` itself where none is left out
+    (lm_head alone is always 16-bit here)."""
+    if spec.checkpoint_bits >= 16 or not patterns:
+        return spec
+    kept = sum(c for n, c in _layer_modules(spec) if any(_module_matches(n, p) for p in patterns))
+    if not kept:
+        return spec
+    share = 100.0 * kept / spec.linear_params_total
+    return replace(spec, checkpoint_quantization=(
+        f"{spec.checkpoint_quantization}, {share:.2f} % of matmul weights at 16 bits "
+        f"({key_said})"))
 
 
 def _sparse_attention(cfg: dict, path: Path | str, kv_lora: int) -> dict:
@@ -1423,9 +1492,17 @@ def _named_after_catalog(repo: str, models: dict[str, ModelSpec], why: str) -> M
             quant = {"checkpoint_bits": bits,
                      "checkpoint_quantization": f"{how}, {bits}-bit (from the repo name)"}
             said = f"; {bits}-bit {how} weights, from the name"
-    return replace(spec, hf_id=repo, checkpoint=repo, **quant,
-                   source=f"catalog {name}'s shape, {ASSUMED_FROM_NAME} {repo} (its "
-                          f"config.json unread: {why}){said}")
+    out = replace(spec, hf_id=repo, checkpoint=repo, **quant,
+                  source=f"catalog {name}'s shape, {ASSUMED_FROM_NAME} {repo} (its "
+                         f"config.json unread: {why}){said}")
+    if quant and repo.lower().startswith("meta-llama/") and is_fp8_repo(repo):
+        # Meta's own FP8 checkpoints (FBGEMM; Llama-3.1-405B-Instruct-FP8) keep every
+        # attention projection and the first and last layers' MLPs in BF16
+        last = spec.num_layers - 1
+        out = with_unconverted(out, ["re:.*self_attn.*", "model.layers.0.mlp",
+                                     f"model.layers.{last}.mlp"],
+                               key_said="Meta's FBGEMM FP8 list, from the repo name")
+    return out
 
 
 #: what `source` says of a model priced with a catalog shape its repo name points to
