@@ -167,6 +167,12 @@ def _main(leave: bool) -> None:
         ctx = getattr(exc, "ctx", None)
         hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        if type(exc).__name__ == "NoSuchOption":  # an engine's own flag name: say tuner's
+            from tuner.core.config import engine_flag_hint
+
+            command = getattr(ctx, "command", None)
+            available = {o for prm in getattr(command, "params", []) for o in prm.opts}
+            message += engine_flag_hint(getattr(exc, "option_name", "") or "", available)
         _error_line(message + hint)
         sys.exit(code)
     except typer.Abort:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -309,3 +309,25 @@ KNOBS: Mapping[str, Knob] = MappingProxyType(
 DEFAULTS: Mapping[str, Any] = MappingProxyType(
     {f.name: f.default for f in dataclasses.fields(ServingConfig)
      if f.default is not dataclasses.MISSING})
+
+
+def engine_flag_hint(option: str, available: Collection[str]) -> str:
+    """For an option tuner does not take that is a vLLM or SGLang argument a knob maps to
+    (--kv-cache-dtype, --quantization): the tuner option that sets it and how its values
+    translate, where the command takes that option (`available`: its flags); "" otherwise."""
+    want = option.lstrip("-").replace("_", "-")
+    for name, knob in KNOBS.items():
+        flags = [x for f in (knob.flags or (f"--{name.replace('_', '-')}",))
+                 for x in f.split("/")]
+        for engine, arg in (("vLLM", knob.vllm), ("SGLang", knob.sglang)):
+            if (arg is None or arg.name.replace("_", "-") != want or f"--{want}" in flags
+                    or flags[0] not in available):
+                continue
+            values = ", ".join(f"{v} = {flags[0]} {k}" for k, v in (arg.values or {}).items()
+                               if v is not None)
+            how = (f" ({values})" if values else
+                   " (tuner derives the engine's value from it)" if arg.derived else "")
+            return f"; --{want} is {engine}'s argument: tuner's {flags[0]} sets it{how}"
+    return ""
+
+
