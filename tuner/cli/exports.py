@@ -16,6 +16,7 @@ import typer
 from tuner.cli.app import StorageOpt, StoredProfileOpt, StoredWorkloadOpt
 from tuner.cli.app import StoredStudyOpt as StudyOpt
 from tuner.core.errors import TunerError
+from tuner.core.units import plural
 
 OutOpt = Annotated[Path | None, typer.Option("--out", help="The search's output folder (its "
                    "study.journal is read; default tuner-out).")]
@@ -269,7 +270,7 @@ def _ranked_record(st, goal: str, rank: int):
     if not ranked:
         raise TunerError(f"Study {st.study_name!r} has no feasible trial to export.")
     if rank > len(ranked):
-        raise TunerError(f"--rank {rank} is beyond the study's {len(ranked)} feasible trial(s).")
+        raise TunerError(f"--rank {rank} is beyond the study's {plural(len(ranked), 'feasible trial')}.")
     return ranked[rank - 1]
 
 

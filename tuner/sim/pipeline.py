@@ -22,6 +22,7 @@ import numpy as np
 
 from tuner.core.pricing import machines_per_replica
 from tuner.core.provenance import Provenance
+from tuner.core.units import plural
 from tuner.predictors.features import BatchFeatures
 
 #: the machines' network when a replica's stages span machines: the catalog states none, so
@@ -80,7 +81,7 @@ class PipelinedCostModel:
         return dataclasses.replace(p, detail=(
             f"{p.detail}; pipeline parallel {self.pp} stages: a step is the whole model's time "
             f"on 1/{self.pp} of it (up to {self.pp} micro-batches in flight) plus "
-            f"{self.pp - 1} hand-over(s) of its hidden states over {link}"))
+            f"{plural(self.pp - 1, 'hand-over')} of its hidden states over {link}"))
 
     def describe(self) -> str:
         return str(self.provenance)
