@@ -234,7 +234,7 @@ def test_skip_invalid_succeeds_and_reports_count(tmp_path):
               "--out", out, "--skip-invalid", "--json")
     assert r.returncode == 0, r.stderr
     # One unwrapped line, even on a 40-column terminal and a long path.
-    assert f"skipped 1 invalid line(s) in {bad}" in r.stderr.splitlines()
+    assert f"skipped 1 invalid line in {bad}" in r.stderr.splitlines()
     assert json.loads(r.stdout)["winners"]
     assert OUT_FILES <= {p.name for p in out.iterdir()}
 

@@ -78,7 +78,7 @@ def test_rental_cost_and_note():
     r = rent(121.0, BILLING, tp=2)
     assert (r.instance, r.count, r.gpus_rented, r.billed_s) == ("four", 1, 4, 180.0)
     assert r.cost_usd == pytest.approx(180 / 3600 * 3.0)
-    assert "2 GPU(s) idle" in r.note
+    assert "2 GPUs idle" in r.note
     assert job_cost_usd(121.0, 99.0, 2, 1, BILLING) == r.cost_usd
     # without a provider: per GPU-second at the catalog price, as before
     assert job_cost_usd(121.0, 2.0, 2, 3) == pytest.approx(121 / 3600 * 2.0 * 6)

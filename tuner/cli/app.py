@@ -12,6 +12,7 @@ from typer.core import TyperGroup
 from tuner.core.engine_defaults import ENTRY_POINT_HELP
 from tuner.core.errors import TunerError
 from tuner.core.units import fmt_duration as fmt_s  # noqa: F401 - the CLI's name for it
+from tuner.core.units import plural
 
 
 class _RootGroup(TyperGroup):
@@ -222,7 +223,7 @@ def read_workload(path: Path, model, skip_invalid: bool, output_dist: str | None
     if w.skipped:
         from rich.markup import escape
 
-        err.print(f"[yellow]skipped {w.skipped} invalid line(s) in {escape(str(path))}[/]",
+        err.print(f"[yellow]skipped {plural(w.skipped, 'invalid line')} in {escape(str(path))}[/]",
                   soft_wrap=True)
     return w
 

@@ -277,7 +277,7 @@ def workload_stats_cmd(
     out.print(f"P:D ratio {st['pd_ratio']:.2f} (total prompt / total output), median per request "
               f"{st['pd_ratio_median']:.2f}")
     if st["prefix_groups"]:
-        out.print(f"shared prefixes: {st['prefix_groups']:,} group(s) over "
+        out.print(f"shared prefixes: {st['prefix_groups']:,} group{'' if st['prefix_groups'] == 1 else 's'} over "
                   f"{st['prefixed_requests']:,} requests; prefix-sharing ratio "
                   f"{st['prefix_sharing_ratio']:.1%} of prompt tokens (each prefix computed "
                   "once, the other copies served by a prefix cache)")

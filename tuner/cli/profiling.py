@@ -102,7 +102,7 @@ def profile(
         return
     out.print(f"measured {plural(summary.measured, 'case')} in {summary.elapsed_s:.1f} s on "
               f"{summary.device_name} ({summary.device}); {summary.skipped_existing} already in "
-              f"the profile; {summary.oom} out of memory; {summary.errors} error(s); "
+              f"the profile; {summary.oom} out of memory; {plural(summary.errors, 'error')}; "
               f"{summary.total_rows} rows in {summary.out / 'profile.csv'}", highlight=False,
               markup=False)
     out.print(f"next: tuner fit {summary.out}", highlight=False, markup=False)

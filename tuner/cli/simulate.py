@@ -247,7 +247,7 @@ def engine_line(defaults, entry_point: str, num_scheduler_steps: int | None,
     given (None: the release's default, said where it is off)."""
     from tuner.predictors.engine_overhead import PROFILES, logs_requests_by_default
 
-    steps = (f", {num_scheduler_steps} scheduler step(s)" if num_scheduler_steps else "")
+    steps = (f", {plural(num_scheduler_steps, 'scheduler step')}" if num_scheduler_steps else "")
     if num_scheduler_steps is None and defaults.release.multi_step:
         steps = (", --num-scheduler-steps not given: priced as multi-step (10), the V0 host "
                  "cost fitted on public runs (vLLM's own default is 1: pass "

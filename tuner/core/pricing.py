@@ -107,7 +107,7 @@ class Rental:
                 f"${self.usd_per_h:,.2f}/h, billed {self.granularity} "
                 f"({self.billed_s:,.0f} s for {self.runtime_s:,.0f} s of work)")
         if idle:
-            text += f"; {idle} GPU(s) idle: no instance holds exactly {self.gpus_needed}"
+            text += f"; {plural(idle, 'GPU')} idle: no instance holds exactly {self.gpus_needed}"
         return text
 
     def to_dict(self) -> dict:

@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 
+from tuner.core.units import plural
 from tuner.core.workload.base import Workload
 
 
@@ -113,7 +114,7 @@ def cap_too_long(w: Workload, context_tokens: int) -> tuple[Workload, dict | Non
     if full.any():
         first = int(np.argmax(full))
         raise TunerError(
-            f"{int(full.sum())} prompt(s) of {context_tokens:,} tokens or more (request "
+            f"{plural(int(full.sum()), 'prompt')} of {context_tokens:,} tokens or more (request "
             f"{first + 1}: {int(p[first]):,} tokens) leave no room for an "
             "output token: LLM.generate refuses them; shorten them, or pass --on-too-long "
             "skip to leave them out.")
