@@ -164,13 +164,20 @@ def order_requests(workload: Workload, ordering: str, *, model: ModelSpec | None
 def lower_bound_s(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConfig) -> float:
     """BlendServe's physical limit T_o = max((1 - s_o) T_comp, T_mem) (§2.3-2.4):
     GEMM + prefill-attention FLOPs at peak, decode KV reads at peak HBM bandwidth, over all GPUs
-    of the deployment; s_o is the best prefix-sharing ratio (each shared prefix computed once)."""
+    of the deployment; s_o is the best prefix-sharing ratio (each shared prefix computed once).
+
+    The FLOPs are those the engine cannot avoid: a request of p prompt and d output tokens runs
+    p + d - 1 tokens through the layers (its last token is sampled, never fed back) and the LM
+    head on its d sampled positions only (vLLM and SGLang compute no logits for the other
+    prompt tokens); a causal query-key pair costs QK^T and PV, 2 x heads x (head_dim +
+    value_head_dim) FLOPs in each layer (MLA: its uncompressed heads, the cheaper form)."""
     p = workload.prompt_tokens.astype(np.float64)
     d = workload.output_tokens.astype(np.float64)
     # matmul weights a token passes through (MoE: its top-k experts, not every resident one)
-    gemm_params = model.active_linear_params_total + model.lm_head_params
-    attn = model.hidden_size * model.num_layers * 8  # FLOPs per causal query-key pair
-    per_req = (p + d) * gemm_params * 2 + _prefill_pairs(model, p) * attn
+    gemm_params = model.active_linear_params_total
+    attn = 2.0 * model.num_heads * (model.head_dim + model.value_head_dim) * model.num_layers
+    per_req = ((p + np.maximum(d - 1.0, 0.0)) * gemm_params * 2 + d * model.lm_head_params * 2
+               + _prefill_pairs(model, p) * attn)
     comp = per_req.sum()
     if workload.prefix_ids is not None and workload.prefix_tokens is not None:
         # a prefix of x tokens shared by k requests is computed once instead of k times
@@ -297,6 +304,26 @@ def check_feasible(workload: Workload, model: ModelSpec, gpu: GPU,
             f"longest request has {int(total.max())} tokens, beyond {model.name}'s context "
             f"length {model.max_position}")
     return plan
+
+
+def check_decode_runs(scheduled: Workload, config: ServingConfig, plan: MemoryPlan,
+                      run_steps: int) -> None:
+    """vLLM V0 multi-step computes each request to the end of its last decode run
+    (`scheduled`: tuner.sim.scheduler.multi_step_outputs): check_feasible's checks of the
+    longest request must hold of those lengths too, or the scheduler could never place it
+    (raises InfeasibleConfig with the numbers)."""
+    longest = int((scheduled.prompt_tokens + scheduled.output_tokens).max())
+    runs = (f"the {longest} tokens the longest request takes in vLLM V0's decode runs of "
+            f"{run_steps} steps (--num-scheduler-steps {run_steps}: computed to the end of its "
+            "last run)")
+    if plan.kv_capacity_tokens < longest:
+        raise InfeasibleConfig(
+            f"KV cache holds {plan.kv_capacity_tokens} tokens, fewer than {runs}: fewer "
+            "scheduler steps, or more KV memory")
+    if not SCHEDULER_PRESETS[config.scheduler].chunked_prefill and config.chunk_size < longest - 1:
+        raise InfeasibleConfig(
+            f"{config.scheduler} has no chunked prefill: chunk_size {config.chunk_size} must be "
+            f">= {longest - 1}, as a preempted request recomputes all but the last of {runs}")
 
 
 # Replaying arrivals: the schedule depends on when requests arrive in step terms, and the step
@@ -611,6 +638,13 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     hold it. None: no cap."""
     if len(workload) == 0:
         raise TunerError("The workload has no requests.")
+    if workload.prompt_tokens.min() < 1 or workload.output_tokens.min() < 1:
+        # the readers refuse them; a Workload built in Python is not read (an output of 0
+        # tokens never finished: the loop sampled tokens until KV ran out)
+        i = int(np.flatnonzero((workload.prompt_tokens < 1) | (workload.output_tokens < 1))[0])
+        raise TunerError(f"request {i} has {int(workload.prompt_tokens[i])} prompt and "
+                         f"{int(workload.output_tokens[i])} output tokens: every request needs "
+                         "at least 1 of each (vLLM and SGLang refuse max_tokens 0).")
     if max_concurrency is not None and (isinstance(max_concurrency, bool)
                                         or int(max_concurrency) != max_concurrency
                                         or max_concurrency < 1):
@@ -673,6 +707,8 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     # workload's own tokens
     scheduled = workload if run_steps == 1 else dataclasses.replace(
         workload, output_tokens=sch.multi_step_outputs(workload.output_tokens, run_steps))
+    if run_steps > 1:
+        check_decode_runs(scheduled, config, plan, run_steps)
     # a fitted CostModel may carry its measured host<->device curve (predictors.transfer_model)
     off_ctx = _offload.OffloadContext.build(model, gpu, config,
                                             transfer=cost_model.transfer_model)
