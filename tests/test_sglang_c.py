@@ -313,6 +313,9 @@ def test_simulate_a_kv_too_small_raises_the_same_error(monkeypatch):
                                    kv_capacity_blocks=1000)
 
     monkeypatch.setattr(simulator, "plan_memory_sglang", tiny)
+    # and the admission floor simulate() checks before scheduling (a request a pool never admits)
+    monkeypatch.setattr("tuner.sim.sglang.admission_floor",
+                        lambda prompt, *args: np.zeros(len(prompt), dtype=np.int64))
     m, g = get_model("llama-3-8b"), get_gpu("A10", GPUS)
     w = load_workload(ROOT / "examples" / "arxiv.jsonl", model=m)
     cfg = _sglang_config(g, m)

@@ -3,7 +3,10 @@ physical limit on prefill-heavy jobs of long prompts, vLLM V0 multi-step plans w
 token budget holds a request but not the decode runs the engine computes it to, requests of 0
 tokens built in Python, and the step records' invariants over every path at once (V0 single-
 and multi-step, V1 presets, SGLang's policies, prefixes, arrivals, a client's cap, DP, PP,
-offload, MoE and sliding-window models, tiny KV caches)."""
+offload, MoE and sliding-window models, tiny KV caches). The property tests run derandomized
+(the same examples every run, so CI cannot fail on a draw a local run never saw); a fuzz
+with other seeds: `pytest tests/test_sim_invariants_stress.py -p no:randomly
+--hypothesis-seed=N` after removing derandomize, as stop 48 did over 12 seeds."""
 
 from __future__ import annotations
 
@@ -50,7 +53,8 @@ def test_the_limit_counts_the_flops_the_engine_runs():
     assert lower_bound_s(w, m, g, cfg) == pytest.approx(comp, rel=1e-9)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(model=st.sampled_from(["llama-3.2-1b", "llama-3-8b", "gemma-3-4b", "qwen3-8b",
                               "qwen3-30b-a3b", "mistral-7b"]),
        gpu=st.sampled_from(["A100-80G", "H100", "H200", "L4", "A10"]),
@@ -132,7 +136,8 @@ def test_multi_step_recompute_beyond_the_unchunked_budget_is_refused_with_the_re
     assert "stuck" not in str(err.value)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(prompt=st.lists(st.integers(1, 200), min_size=1, max_size=12),
        output=st.lists(st.integers(1, 40), min_size=12, max_size=12),
        steps=st.sampled_from([2, 4, 8, 10]), slack=st.integers(0, 64),
@@ -236,7 +241,8 @@ def plans(draw):
     return Workload(prompt, output, **kw), model, cfg, opts, slack
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(plans())
 def test_step_records_keep_every_invariant_on_every_path(plan):
     from tuner.core.errors import TunerError
@@ -277,3 +283,24 @@ def test_step_records_keep_every_invariant_on_every_path(plan):
         assert all(s[-1, KV_BLOCKS] == 0 for s in res.steps)  # everything freed at the end
         if not cfg.scheduler.startswith("vllm-v0"):  # the chunked presets keep the budget
             assert (steps[:, PREFILL_TOKENS] + steps[:, DECODES]).max() <= cfg.chunk_size
+
+
+def test_sglang_refuses_a_pool_that_never_admits_a_fully_cached_prompt():
+    """Found by stress (the step-record test, a fresh run's seed): SGLang with a pool of 5
+    tokens and two requests whose whole 2-token prompt is a shared prefix got stuck. The second
+    request locks the cached prefix and recomputes its last prompt token, so it needs
+    2 + 1 + a page + 1 + 1 = 6 tokens of pool: refused up front with the numbers."""
+    m = get_model("llama-3.2-1b")
+    cfg = ServingConfig(gpu="H100", engine="sglang", chunk_size=16, max_running=1)
+
+    def run(n, pool):
+        w = Workload(np.full(n, 2), np.full(n, 1), prefix_ids=np.zeros(n, dtype=np.int64),
+                     prefix_tokens=np.full(n, 2))
+        g, _ = _kv_gpu(w, m, cfg, pool, None)
+        return simulate_default(w, m, g, cfg, return_steps=True, startup_s=0)
+
+    with pytest.raises(InfeasibleConfig, match="admitted only with 6") as exc:
+        run(2, 3)
+    assert "no progress" not in str(exc.value)
+    assert run(1, 3).makespan_s > 0  # one member never finds its prefix cached
+    assert run(2, 6).makespan_s > 0  # a pool of 6

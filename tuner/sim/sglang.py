@@ -119,6 +119,25 @@ def _groups(prefix_ids, prefix_tokens, n: int, radix: bool):
     return gid, glen
 
 
+def admission_floor(prompt, output, prefix_ids, prefix_tokens, radix: bool) -> np.ndarray:
+    """Per request, the fewest KV-pool tokens with which the scheduler admits it while nothing
+    else runs (PrefillAdder.add_one_req: its new tokens + max_new + a page must stay below the
+    pool less the cached prefix it locks): prompt + output + PAGE_SIZE + 1, and with the radix
+    cache the part of its group's cached prefix it does not use besides (a prompt that is all
+    cached prefix recomputes its last token, so it holds that token twice; a group of one member
+    never finds its prefix cached). A smaller pool never admits the request."""
+    p = np.asarray(prompt, dtype=np.int64)
+    need = p + np.asarray(output, dtype=np.int64) + sg.PAGE_SIZE + 1
+    if radix and prefix_ids is not None:
+        gid, glen = _groups(prefix_ids, prefix_tokens, len(p), True)
+        members = np.bincount(gid[gid >= 0], minlength=len(glen))
+        has = gid >= 0
+        has[has] = members[gid[has]] > 1  # a group of one never finds its prefix cached
+        g = glen[gid[has]]
+        need[has] += g - np.minimum(g, p[has] - 1)
+    return need
+
+
 class SGLangScheduler:
     """One replica's SGLang scheduler over requests queued in the given order."""
 

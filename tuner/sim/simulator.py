@@ -689,6 +689,17 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
                                "CUDA-graph capture timed as vLLM's (not measured for SGLang)")
         if not prefix_caching:
             settings = dataclasses.replace(settings, radix_cache=False)
+        from tuner.sim.sglang import admission_floor
+
+        floor = admission_floor(workload.prompt_tokens, workload.output_tokens,
+                                workload.prefix_ids, workload.prefix_tokens, settings.radix_cache)
+        i = int(np.argmax(floor))
+        if floor[i] > plan.kv_capacity_tokens:  # the scheduler would never admit it (stuck)
+            raise InfeasibleConfig(
+                f"SGLang's KV pool holds {plan.kv_capacity_tokens} tokens; request {i} "
+                f"({int(workload.prompt_tokens[i])} prompt + {int(workload.output_tokens[i])} "
+                f"output tokens) is admitted only with {int(floor[i])} (its tokens, a page, and "
+                "the cached prefix it locks): more KV memory")
         params = SGLangParams(plan.kv_capacity_tokens, config.chunk_size, config.max_running,
                               settings)
         if provenance.engine != "sglang":  # a cost model resolved for vLLM (sources, engine=)
