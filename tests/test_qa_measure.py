@@ -110,3 +110,13 @@ def test_quant_cases_count_the_elements_the_op_runs_on(device, dtype_bytes):
         assert c.shape.startswith(f"{int(numel)} elements"), (c, elem)
         assert c.flops == pytest.approx(5.0 * numel)
         assert c.bytes_moved == pytest.approx(numel * (elem + c.bits / 8.0))
+
+
+def test_the_numeric_profile_columns_are_the_schemas_non_text_columns():
+    """predictors cannot import profilers (the layers point the other way), so read_profile
+    keeps its own list of number columns: it must stay the schema's columns less the text ones."""
+    from tuner.predictors.fit import NUMERIC_COLUMNS
+    from tuner.profilers.schema import COLUMNS
+
+    text = {"operation", "variant", "shape", "dtype", "status"}
+    assert NUMERIC_COLUMNS == set(COLUMNS) - text

@@ -329,5 +329,3 @@ def engine_flag_hint(option: str, available: Collection[str]) -> str:
                    " (tuner derives the engine's value from it)" if arg.derived else "")
             return f"; --{want} is {engine}'s argument: tuner's {flags[0]} sets it{how}"
     return ""
-
-
