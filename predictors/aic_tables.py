@@ -35,7 +35,7 @@ import numpy as np
 
 from tuner.predictors.aic_transfer import roof_ratio, scale_link, spec_peaks
 from tuner.predictors.moe import MoEParallel, MoEShape
-from tuner.predictors.tables import fill_loglog, log_bracket, loglog_curve
+from tuner.predictors.tables import fill_loglog, log_bracket, loglog_curve, monotone_times_s
 
 # tuner catalog GPU -> AIConfigurator system whose vLLM tables measure it
 MEASURED = {"A100-80G": "a100_sxm", "H100": "h100_sxm", "H200": "h200_sxm", "L40S": "l40s",
@@ -290,7 +290,7 @@ class KernelTables:
         want = version_code(engine_version) if engine_version else vers.max()
         v = vers[np.argmin(np.abs(vers - want) - 1e-9 * vers)]  # ties: the newer
         r = a[a[:, 0] == v]
-        t = r[:, 4] * 1e-3
+        t = monotone_times_s(r[:, 4] * 1e-3)
         if not self.transfer:
             return r[:, 3], t, version_name(v)
         g = rows(True, v)
@@ -301,11 +301,12 @@ class KernelTables:
         # the kernel up to ~2 MiB, so scaling eager above its floor priced a 513-token
         # all-reduce below a 512-token graph one on a slower link (A10 from A100: 694 vs
         # 1,023 us at 4 MiB)
-        lx, ly = np.log(g[:, 3]), np.log(g[:, 4] * 1e-3)
+        lx, ly = np.log(g[:, 3]), np.log(monotone_times_s(g[:, 4] * 1e-3))
         graph_src = loglog_curve(r[:, 3], lx, ly)
         graph_dst = loglog_curve(r[:, 3], lx, np.log(scale_link(np.exp(ly),
                                                                self.transfer["link_ratio"])))
-        return r[:, 3], graph_dst + np.maximum(t - graph_src, 0.0), version_name(v)
+        return (r[:, 3], monotone_times_s(graph_dst + np.maximum(t - graph_src, 0.0)),
+                version_name(v))
 
     def nccl_allreduce(self, num_gpus: int):
         """(message bytes, seconds) of NCCL all-reduce on `num_gpus`; None without a table."""
@@ -321,7 +322,7 @@ class KernelTables:
         if not len(r):
             return None
         r = r[np.argsort(r[:, 1])]
-        t = r[:, 2] * 1e-3
+        t = monotone_times_s(r[:, 2] * 1e-3)
         if self.transfer:
             t = scale_link(t, self.transfer["link_ratio"])
         return r[:, 1], t
