@@ -13,7 +13,8 @@ them (the interpolation both use lives in predictors.tables).
 Where the numbers come from (all per tensor-parallel rank, per layer unless said):
   linear     measured GEMM latency at the model's shapes: QKV (n=(H+2K)d/tp, k=h), O (n=h,
              k=Hd/tp), gate+up (n=2I/tp, k=h), down (n=h, k=I/tp); the LM head (n=V/tp, k=h)
-             at m = sampled rows, once per step
+             at m = sampled rows, once per step; a quantized checkpoint's projections kept at
+             16 bits (modules_to_not_convert, opmath.unconverted_shares) from the BF16 table
   attention  measured context attention (prefill) priced by the step's causal query-key pairs;
              measured generation attention (decode) by (decode count, mean KV length)
   allreduce  measured vLLM custom all-reduce, 2 per layer at m x h bf16 bytes, CUDA-graph
@@ -71,7 +72,11 @@ from tuner.predictors.aic_transfer import (
 )
 from tuner.predictors.features import BatchFeatures, sum_parts
 from tuner.predictors.moe import MoEParallel, MoEShape
-from tuner.predictors.opmath import weight_bytes_per_param
+from tuner.predictors.opmath import (
+    quantized_bytes_per_param,
+    unconverted_shares,
+    weight_bytes_per_param,
+)
 from tuner.predictors.protocol import group_ops
 from tuner.predictors.tables import IntTable, UniformLogCurve, UniformLogGrid, loglog_curve
 
@@ -216,30 +221,55 @@ class MeasuredTableCostModel:
         attn_shapes = [] if mla else [((Hr + 2 * Kr) * d, h), (h, Hr * d)]
         ffn_shapes = [(2 * inter // tp, h), (h, inter // tp)]
         m = tables.gemm_m_grid(dtype)
-        wq = weight_bytes_per_param(model, weight_bits)  # the memory plan's bytes per weight
+        # the checkpoint's projections kept at 16 bits (modules_to_not_convert): their GEMMs
+        # run the BF16 kernel, the others read the quantized bytes alone
+        attn16, mlp16 = unconverted_shares(model, weight_bits)
+        wq_quant = quantized_bytes_per_param(model, weight_bits)
+        hm = tables.gemm_m_grid("bf16")
 
-        def gemms(shapes, dt=dtype):
-            if weight_bits == 16 or fp8:
+        def bf16_on_m(n, k):  # the BF16 table's time at the m grid of the priced dtype
+            t = tables.gemm_s(n, k, "bf16")
+            return t if dtype == "bf16" else np.exp(np.interp(np.log(m), np.log(hm), np.log(t)))
+
+        def gemms(shapes, dt=dtype, share16=0.0):
+            """Summed time of `shapes` at every m, `share16` of their weights at 16 bits."""
+            if weight_bits == 16:
                 return sum(tables.gemm_s(n, k, dt) for n, k in shapes)
-            # no measured kernel at this precision (INT8 / 4-bit weight GEMMs, or FP8 on a GPU
-            # without it): the measured BF16 time times the spec-sheet roofline ratio
-            return sum(tables.gemm_s(n, k, "bf16") * _quant_ratio(m, n, k, weight_bits, wq, gpu)
-                       for n, k in shapes)
+            out = 0.0
+            for n, k in shapes:
+                if fp8:
+                    t = tables.gemm_s(n, k, dt)
+                else:
+                    # no measured kernel at this precision (INT8 / 4-bit weight GEMMs, or FP8
+                    # on a GPU without it): the measured BF16 time times the spec-sheet
+                    # roofline ratio
+                    t = tables.gemm_s(n, k, "bf16") * _quant_ratio(m, n, k, weight_bits,
+                                                                   wq_quant, gpu)
+                if share16:  # each such module is a whole GEMM at 16 bits: the layers' mean
+                    t = (1.0 - share16) * t + share16 * bf16_on_m(n, k)
+                out = out + t
+            return out
 
-        if moe is None:
-            linear = gemms(attn_shapes + ffn_shapes)
+        if moe is None and attn16 == mlp16:  # one share (none: the sum as it always was)
+            linear = gemms(attn_shapes + ffn_shapes, share16=attn16)
+        elif moe is None:
+            linear = gemms(attn_shapes, share16=attn16) + gemms(ffn_shapes, share16=mlp16)
         else:
             # attention in every layer, the dense FFN in the leading dense layers, router +
             # shared experts in the MoE layers: the layers' mean (the routed experts apart)
             s_inter = moe.shared_intermediate_size
             shared = gemms([(2 * s_inter // tp, h), (h, s_inter // tp)]) if s_inter else 0.0
             router = tables.gemm_s(moe.num_experts, h, "bf16")  # vLLM keeps the gate 16-bit
-            linear = (L * gemms(attn_shapes) + moe.dense_layers * gemms(ffn_shapes)
+            linear = (L * gemms(attn_shapes, share16=attn16)
+                      + moe.dense_layers * gemms(ffn_shapes, share16=mlp16)
                       + moe.moe_layers * (router + shared)) / L
         if weight_bits not in (16,) and not fp8:
             notes.append(f"W{weight_bits} GEMMs estimated from measured BF16 x roofline ratio")
+        if attn16 or mlp16:
+            notes.append(f"the checkpoint's 16-bit projections ({100 * attn16:.1f} % of "
+                         f"attention, {100 * mlp16:.1f} % of dense MLP weights) at the BF16 "
+                         "GEMM table")
         head = tables.gemm_s(max(1, vocab // tp), h, "bf16")  # vLLM keeps the LM head 16-bit
-        hm = tables.gemm_m_grid("bf16")
         head = np.exp(np.interp(np.log(m), np.log(hm), np.log(head)))
         kv_fp8 = kv_bits == 8 and tables.has_attention(kv_fp8=True)
         if mla:
@@ -269,7 +299,7 @@ class MeasuredTableCostModel:
             # (DeepSeek's 128x128 blocks) runs vLLM's block-FP8 kernels, not those
             block = "blocks" in getattr(model, "checkpoint_quantization", "")
             moe_fields, moe_notes, moe_width = _moe_curves(moe, par, tables, gpu, weight_bits,
-                                                            fp8 and not block, wq)
+                                                            fp8 and not block, wq_quant)
             if fp8 and block:
                 moe_notes.append("the table's FP8 experts are per-tensor FP8, not the "
                                  "checkpoint's block-FP8 kernels: priced as above")
@@ -463,7 +493,8 @@ def _moe_curves(moe: MoEShape, par: MoEParallel, tables: KernelTables, gpu, weig
                 fp8: bool, weight_bytes_per_param: float) -> tuple[dict, list[str], float]:
     """MeasuredTableCostModel's MoE fields, provenance notes and the FFN activation width per
     token of an MoE layer (for the elementwise estimate); `weight_bytes_per_param`: bytes an
-    expert weight reads at `weight_bits`, scales included (opmath.weight_bytes_per_param).
+    expert weight reads at `weight_bits`, scales included (opmath.quantized_bytes_per_param:
+    the 16-bit share a checkpoint keeps is attention or dense MLP, never the experts).
     Raises ValueError where the tables cannot price it (no fused-MoE rows, no NCCL table for
     the expert group)."""
     got = tables.moe_experts(moe, par, fp8, gpu)

@@ -192,7 +192,13 @@ def transferred_cost_model(fit: dict, model, target, *, description: str, tp: in
     """Tables for `model` (per tensor-parallel rank) on a device with `target` specs
     (predictors.devices.DeviceSpecs), from the source fit's efficiency curves."""
     from tuner.predictors.efficiency import predict_s
-    from tuner.predictors.opmath import class_peaks, efficiency_class
+    from tuner.predictors.opmath import (
+        class_peaks,
+        efficiency_class,
+        linear_dims,
+        quantized_bytes_per_param,
+        unconverted_shares,
+    )
 
     eff = fit.get("efficiency", {})
     need = ("gemm", "elementwise", "attn.prefill", "attn.decode")
@@ -213,9 +219,27 @@ def transferred_cost_model(fit: dict, model, target, *, description: str, tp: in
     kw = {"dtype_bytes": dtype_bytes, "tp": tp, "weight_bits": weight_bits, "kv_bits": kv_bits}
     tokens = token_axis(np.concatenate([2.0 ** np.arange(15), [3 * 2.0 ** i for i in range(13)]]))
     tables: dict[str, object] = {}
+    # the checkpoint's projections kept at 16 bits (modules_to_not_convert) run at the 16-bit
+    # peak reading 2-byte weights, the others at the quantized peak reading their own bytes
+    attn16, mlp16 = unconverted_shares(model, weight_bits)
+    share16 = {"linear.qkv": attn16, "linear.o": attn16, "linear.gate_up": mlp16,
+               "linear.down": mlp16}
     for op in (*TOKEN_OPS, "lm_head"):
         f_, b_ = flops_bytes(op, model, tokens=tokens, **kw)
-        tables[op] = Table1D(tokens, curve(op).predict(np.column_stack([f_, b_])))
+        c = curve(op)
+        if not ((attn16 or mlp16) and op in share16):
+            tables[op] = Table1D(tokens, c.predict(np.column_stack([f_, b_])))
+            continue
+        # flops_bytes reads the memory plan's mean bytes: here the quantized ones alone
+        _, b16 = flops_bytes(op, model, tokens=tokens, **dict(kw, weight_bits=16))
+        k, n = linear_dims(op, model, tp)
+        bq = b16 + k * n * (quantized_bytes_per_param(model, weight_bits) - dtype_bytes)
+        t = c.predict(np.column_stack([f_, bq]))
+        s16 = share16[op]
+        if s16:
+            t = (1.0 - s16) * t + s16 * predict_s(eff[c.cls], np.column_stack([f_, b16]),
+                                                  class_peaks(c.cls, target)[0], c.pb)
+        tables[op] = Table1D(tokens, t)
     a = grid_axis(2.0 ** np.arange(0, 15), 28, "log")
     b = grid_axis(np.concatenate([[0.0], 2.0 ** np.arange(4, 18)]), 28, "log1p")
     A, Bk = np.meshgrid(a, b, indexing="ij")

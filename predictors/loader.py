@@ -29,7 +29,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuner.predictors.opmath import shape_dict, weight_bytes_per_param
+from tuner.predictors.opmath import shape_dict, unconverted_shares, weight_bytes_per_param
 
 _FIT_CACHE: dict[tuple, dict] = {}
 _MODEL_CACHE: dict[tuple, object] = {}
@@ -178,6 +178,8 @@ def read_profiles(profile_or_fit_dir, model, gpu, config, how: str):
            _gpu_key(gpu), config.tp, config.weight_bits, config.kv_bits, how,
            # the checkpoint's scheme: the bytes a quantized weight reads (opmath.flops_bytes)
            weight_bytes_per_param(model, config.weight_bits),
+           # and its projections kept at 16 bits, priced at the 16-bit peak (fitted.py)
+           unconverted_shares(model, config.weight_bits),
            # a folder set aside prices as without it: by kernel tables that see these
            getattr(config, "dp", 1), getattr(config, "expert_parallel", False))
     if key in _MODEL_CACHE:

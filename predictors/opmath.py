@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tuner.core.catalog import scale_bytes_per_weight, unconverted_split
 from tuner.core.catalog import weight_bytes_per_param as _scheme_weight_bytes_per_param
 
 # Per-layer operations whose cost depends only on the tokens in the step, and how many times
@@ -103,6 +104,26 @@ def weight_bytes_per_param(model, weight_bits: int) -> float:
     if callable(per_param):
         return float(per_param(weight_bits))
     return _scheme_weight_bytes_per_param(weight_bits)
+
+
+def unconverted_shares(model, weight_bits: int) -> tuple[float, float]:
+    """(attention, dense MLP): the share of each kind of projection's weights the checkpoint
+    keeps at 16 bits at `weight_bits` (its modules_to_not_convert / ignore list,
+    catalog.unconverted_split), whose GEMMs run at the 16-bit tensor rate and read 2 bytes a
+    weight; (0, 0) for 16-bit weights, weights quantized at load, or a duck-typed shape."""
+    scheme = getattr(model, "checkpoint_quantization", "") or ""
+    if weight_bits >= 16 or getattr(model, "checkpoint_bits", 16) != weight_bits:
+        return 0.0, 0.0
+    return unconverted_split(scheme)
+
+
+def quantized_bytes_per_param(model, weight_bits: int) -> float:
+    """Bytes a GEMM reads per weight the checkpoint did quantize (scales included): the
+    memory plan's mean (weight_bytes_per_param) less its 16-bit share (unconverted_shares),
+    which the timing models price apart; the mean itself where no share is kept."""
+    if unconverted_shares(model, weight_bits) == (0.0, 0.0):
+        return weight_bytes_per_param(model, weight_bits)
+    return weight_bits / 8.0 + scale_bytes_per_weight(weight_bits, model.checkpoint_quantization)
 
 
 def _arr(v) -> np.ndarray:

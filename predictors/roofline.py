@@ -9,6 +9,8 @@ iteration pays a fixed CPU/launch overhead (vLLM V1 scheduling + input preparati
 estimates, not measurements: `predictors` replaces them with fitted profiles where one exists.
 A quantized weight reads its checkpoint scheme's bytes, scales included (opmath.
 weight_bytes_per_param: the memory plan's figure, e.g. 1 B per-tensor FP8, 0.5 + 2.5/128 B AWQ-4).
+Projections the checkpoint keeps at 16 bits (modules_to_not_convert: Meta's 405B FP8 keeps
+attention in BF16) run their FLOPs at the 16-bit tensor rate (opmath.unconverted_shares).
 
 Mixture-of-experts layers (predictors.moe): attention as in a dense layer; the FFN is the
 router GEMM, the shared experts (every token) and the routed experts, whose FLOPs count each
@@ -28,6 +30,7 @@ import numpy as np
 from tuner.core.provenance import Provenance
 from tuner.predictors.features import BatchFeatures, sum_parts
 from tuner.predictors.moe import MoEParallel, MoEShape
+from tuner.predictors.opmath import quantized_bytes_per_param, unconverted_shares
 from tuner.predictors.opmath import weight_bytes_per_param as model_weight_bytes_per_param
 from tuner.predictors.protocol import group_ops
 
@@ -56,6 +59,14 @@ class RooflineCostModel:
     # bytes read per matmul weight, quantization scales included: the memory plan's figure
     # for the checkpoint's scheme (from_specs); 0 = a 16-bit checkpoint quantized by vLLM
     weight_bytes_per_param: float = 0.0
+    # share of the attention projections' and of the dense MLPs' weights the checkpoint keeps
+    # at 16 bits (modules_to_not_convert, opmath.unconverted_shares): their FLOPs run at the
+    # 16-bit tensor rate (their bytes are in weight_bytes_per_param's mean)
+    unconverted_attention: float = 0.0
+    unconverted_mlp: float = 0.0
+    # bytes per weight the checkpoint did quantize (opmath.quantized_bytes_per_param): what a
+    # GEMM's other weights and the routed experts read; 0 = weight_bytes_per_param's mean
+    quantized_weight_bytes_per_param: float = 0.0
     # efficiency factors (documented in the module docstring)
     compute_efficiency: float = 0.75
     bandwidth_efficiency: float = 0.75
@@ -103,6 +114,7 @@ class RooflineCostModel:
             weight_bits=weight_bits,
             kv_bits=kv_bits,
             weight_bytes_per_param=model_weight_bytes_per_param(model, weight_bits),
+            **_unconverted_fields(model, weight_bits),
             name=f"roofline from {gpu.name} spec sheet (not measured)",
             kv_bytes_per_token=_kv_bytes_per_token(model, kv_bits, tp),
             **_sparse_fields(model),
@@ -172,11 +184,26 @@ class RooflineCostModel:
     def _weight_bytes_per_param(self) -> float:
         return self.weight_bytes_per_param or model_weight_bytes_per_param(None, self.weight_bits)
 
-    def _gemm_s(self, params: float, width: float, tokens: np.ndarray) -> np.ndarray:
+    @property
+    def _quantized_bytes_per_param(self) -> float:
+        return self.quantized_weight_bytes_per_param or self._weight_bytes_per_param
+
+    def _gemm_s(self, params: float, width: float, tokens: np.ndarray,
+                params16: float = 0.0) -> np.ndarray:
         """max(compute, memory) of a layer's GEMMs holding `params` weights per rank, whose
-        activations per token are `width` 16-bit values."""
-        return np.maximum(2.0 * params * tokens / self._gemm_flops_per_s,
-                          (params * self._weight_bytes_per_param + tokens * 2.0 * width) / self._bw)
+        activations per token are `width` 16-bit values; `params16` of those weights are kept
+        at 16 bits by the checkpoint and run at the 16-bit tensor rate."""
+        if params16:
+            compute = 2.0 * tokens * ((params - params16) / self._gemm_flops_per_s
+                                      + params16 / (self.peak_flops * self.compute_efficiency))
+            # the 16-bit weights read 2 bytes each, the others their quantized bytes (the
+            # mean would read gpt-oss's BF16 attention at ~0.55 B a weight)
+            weight_bytes = ((params - params16) * self._quantized_bytes_per_param
+                            + params16 * 2.0)
+        else:
+            compute = 2.0 * params * tokens / self._gemm_flops_per_s
+            weight_bytes = params * self._weight_bytes_per_param
+        return np.maximum(compute, (weight_bytes + tokens * 2.0 * width) / self._bw)
 
     def breakdown(self, f: BatchFeatures) -> dict[str, np.ndarray]:
         """Seconds per iteration for each operation group (all layers summed)."""
@@ -186,8 +213,12 @@ class RooflineCostModel:
         moe = self._moe
         Lm = self.num_moe_layers
         Ld = L - Lm
+        attn16 = self.unconverted_attention * self._attention_params_per_layer
         linear = Ld * self._gemm_s(self._linear_params_per_layer,
-                                   attn_width + 3 * self.intermediate_size / self.tp, tokens)
+                                   attn_width + 3 * self.intermediate_size / self.tp, tokens,
+                                   attn16 + self.unconverted_mlp * (
+                                       self._linear_params_per_layer
+                                       - self._attention_params_per_layer))
         ffn_width = Ld * 3 * self.intermediate_size / self.tp
         parts = {}
         if moe is not None:
@@ -196,10 +227,11 @@ class RooflineCostModel:
             dense_part = (self._attention_params_per_layer + self.hidden_size * self.num_experts
                           + 3 * self.hidden_size * self.shared_intermediate_size / self.tp)
             linear = linear + Lm * self._gemm_s(
-                dense_part, attn_width + 3 * self.shared_intermediate_size / self.tp, tokens)
+                dense_part, attn_width + 3 * self.shared_intermediate_size / self.tp, tokens,
+                attn16)
             # routed experts: the tokens of every data-parallel rank, this GPU's experts
             fl, by = moe.expert_flops_bytes(tokens * par.token_factor, par,
-                                            weight_bytes=self._weight_bytes_per_param)
+                                            weight_bytes=self._quantized_bytes_per_param)
             parts["moe_experts"] = Lm * np.maximum(fl / self._gemm_flops_per_s, by / self._bw)
             if par.gathers:
                 msg = tokens * par.token_factor * self.hidden_size * 2.0
@@ -270,6 +302,15 @@ class RooflineCostModel:
     def decode_attention_layer_s(self, f: BatchFeatures) -> np.ndarray:
         """Seconds of ONE layer's decode attention per iteration (what CPU attention replaces)."""
         return self.breakdown(f)["attention_decode"] / self.num_layers
+
+
+def _unconverted_fields(model, weight_bits: int) -> dict:
+    """RooflineCostModel's 16-bit shares of a quantized checkpoint (opmath.unconverted_shares)."""
+    attn, mlp = unconverted_shares(model, weight_bits)
+    if not (attn or mlp):
+        return {}
+    return {"unconverted_attention": attn, "unconverted_mlp": mlp,
+            "quantized_weight_bytes_per_param": quantized_bytes_per_param(model, weight_bits)}
 
 
 def _sparse_fields(model) -> dict:

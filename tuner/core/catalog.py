@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 import os
@@ -286,6 +287,13 @@ def scale_bytes_per_weight(bits: int, scheme: str = "") -> float:
 _UNCONVERTED = re.compile(r"(\d+(?:\.\d+)?) % of matmul weights at 16 bits")
 
 
+#: how with_unconverted says the 16-bit share of each kind of projection: of the attention
+#: projections (Q, K, V, O) and of the dense MLPs' (gate, up, down; routed experts are never
+#: counted), which run at different GEMM shapes
+_UNCONVERTED_SPLIT = re.compile(
+    r"attention projections (\d+(?:\.\d+)?) %, dense MLPs (\d+(?:\.\d+)?) % at 16 bits")
+
+
 def unconverted_share(scheme: str) -> float:
     """The share (0..1) of the matmul weights a checkpoint quantized as `scheme` keeps at 16
     bits (0 where the scheme says none)."""
@@ -293,14 +301,25 @@ def unconverted_share(scheme: str) -> float:
     return float(m[1]) / 100.0 if m else 0.0
 
 
+def unconverted_split(scheme: str) -> tuple[float, float]:
+    """(attention, dense MLP): the share (0..1) of each kind of projection's weights that a
+    checkpoint quantized as `scheme` keeps at 16 bits, which the timing models run at the
+    16-bit tensor rate. Where `scheme` says only the total (unconverted_share), that total
+    for both; (0, 0) where it says none."""
+    m = _UNCONVERTED_SPLIT.search(scheme)
+    if m:
+        return float(m[1]) / 100.0, float(m[2]) / 100.0
+    share = unconverted_share(scheme)
+    return share, share
+
+
 def weight_bytes_per_param(bits: int, scheme: str = "") -> float:
     """Bytes one matmul weight takes in HBM at `bits` for a checkpoint quantized as `scheme`,
     its share of the scales included: what the memory plan holds and what a kernel reads per
     weight, so memory and timing use this one figure (ModelSpec.weight_bytes_per_param picks
     the scheme; the predictors' timing models call that, or this with no scheme). Weights the
-    checkpoint leaves at 16 bits (unconverted_share) count 2 bytes in the mean; their GEMMs'
-    FLOPs stay priced at the quantized rate (a decode step reads bytes; a prefill of such a
-    checkpoint is slightly optimistic)."""
+    checkpoint leaves at 16 bits (unconverted_share) count 2 bytes in the mean; the timing
+    models run their GEMMs at the 16-bit tensor rate (unconverted_split)."""
     quantized = bits / 8.0 + scale_bytes_per_weight(bits, scheme)
     if bits >= 16:
         return quantized
@@ -1193,12 +1212,16 @@ def _layer_modules(spec: ModelSpec) -> list[tuple[str, int]]:
 
 def _module_matches(name: str, pattern: str) -> bool:
     """A quantization config's exclusion entry against a module name: "re:" a regular
-    expression (compressed-tensors), else the module itself, a parent of it, or its last part."""
+    expression (compressed-tensors), a "*" wildcard (gpt-oss's "model.layers.*.self_attn":
+    transformers matches the entries as patterns) matching the module or a parent of it, else
+    the module itself, a parent of it, or its last part."""
     if pattern.startswith("re:"):
         try:
             return re.match(pattern[3:], name) is not None
         except re.error:
             return False
+    if "*" in pattern:
+        return fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(name, pattern + ".*")
     return name == pattern or name.startswith(pattern + ".") or name.endswith("." + pattern)
 
 
@@ -1209,13 +1232,22 @@ def with_unconverted(spec: ModelSpec, patterns: list[str], key_said: str) -> Mod
     (lm_head alone is always 16-bit here)."""
     if spec.checkpoint_bits >= 16 or not patterns:
         return spec
-    kept = sum(c for n, c in _layer_modules(spec) if any(_module_matches(n, p) for p in patterns))
-    if not kept:
+    total = {"attn": 0, "mlp": 0}
+    kept = {"attn": 0, "mlp": 0}
+    for n, c in _layer_modules(spec):
+        kind = "attn" if ".self_attn." in n else "mlp"
+        total[kind] += c
+        if any(_module_matches(n, p) for p in patterns):
+            kept[kind] += c
+    if not (kept["attn"] or kept["mlp"]):
         return spec
-    share = 100.0 * kept / spec.linear_params_total
+    share = 100.0 * (kept["attn"] + kept["mlp"]) / spec.linear_params_total
+    # the split by projection kind: their GEMMs run at the 16-bit rate (unconverted_split)
+    attn, mlp = (100.0 * kept[k] / total[k] if total[k] else 0.0 for k in ("attn", "mlp"))
     return replace(spec, checkpoint_quantization=(
         f"{spec.checkpoint_quantization}, {share:.2f} % of matmul weights at 16 bits "
-        f"({key_said})"))
+        f"({key_said}; attention projections {attn:.2f} %, dense MLPs {mlp:.2f} % at 16 "
+        f"bits)"))
 
 
 def _sparse_attention(cfg: dict, path: Path | str, kv_lora: int) -> dict:
