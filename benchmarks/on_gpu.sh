@@ -2,7 +2,7 @@
 # On a lent GPU machine (the `device` tool): profile the GPU, search a small job, run the
 # winners through real vLLM with per-request timings (`tuner validate`, LLM.generate), run the
 # OpenAI API server under `vllm bench serve` (every request at t = 0), and keep everything under
-# $OUT in the forms the fidelity suite reads. Budget: <= 40 min on one H100 (the model weights
+# $OUT in the forms the fidelity suite reads. Budget: <= 40 min on one H100 or H200 (the model weights
 # must be in the local Hugging Face cache or at MODEL_PATH: the machine reaches no hub).
 #
 #   OUT=/path bash benchmarks/on_gpu.sh            (MODEL, HF_MODEL, GPU, MODEL_PATH may be set)
@@ -19,7 +19,7 @@ OUT=${OUT:?set OUT to a folder}
 MODEL=${MODEL:-llama-3-8b}          # tuner's catalog name (the shape)
 HF_MODEL=${HF_MODEL:-meta-llama/Meta-Llama-3-8B}
 MODEL_PATH=${MODEL_PATH:-}          # a local checkpoint folder, when the weights are there
-GPU=${GPU:-H100}                    # the catalog GPU the machine is
+GPU=${GPU:-}                        # the catalog GPU the machine is (default: detected)
 DRY_RUN=${DRY_RUN:-}
 PORT=${PORT:-8011}
 cd "$(dirname "$0")/.."
@@ -41,6 +41,23 @@ if [ -z "$DRY_RUN" ]; then
     python -m venv .venv-gpu && . .venv-gpu/bin/activate
     pip install --quiet -e ".[test,profile,validate]" > "$OUT/install.log" 2>&1 || {
         echo "install failed: see $OUT/install.log" >&2; exit 1; }
+fi
+if [ -z "$GPU" ] && [ -n "$DRY_RUN" ]; then
+    GPU=H100  # a dry run has no device to ask
+elif [ -z "$GPU" ]; then
+    # the lent machine's GPU (an H100 or an H200 so far) as the catalog names it
+    GPU=$(python - <<'PY'
+import subprocess
+from tuner.core.catalog import load_gpus
+from tuner.predictors.devices import match_gpu
+line = subprocess.check_output(["nvidia-smi", "--query-gpu=name,memory.total",
+                                "--format=csv,noheader,nounits"], text=True).splitlines()[0]
+name, mib = (p.strip() for p in line.rsplit(",", 1))
+print(match_gpu(name, float(mib) * 2**20, load_gpus()) or "")
+PY
+)
+    [ -n "$GPU" ] || { echo "no catalog GPU matches this device (nvidia-smi.txt): set GPU=" >&2; exit 1; }
+    echo "GPU: $GPU"
 fi
 CKPT=${MODEL_PATH:-$HF_MODEL}
 
