@@ -143,10 +143,12 @@ def study_outputs(study: optuna.Study, workload: Workload, model: ModelSpec,
     configuration is feasible."""
     records = trial_records(study)
     require_feasible(records, study.study_name)
-    stats = search_stats(study)
     meta = study_meta(study)
+    # which sampler settings proposed which trials (more than one after a --resume with
+    # another --sampler / --seed)
+    stats = {**search_stats(study), "samplers": meta.sampler_history()}
     extra_notes = [*extra_notes, *_baseline_notes(records, workload, model, gpus, meta,
-                                                  cost_model_for)]
+                                                  cost_model_for), *_sampler_notes(meta)]
     too_long = meta.too_long
     if too_long:
         extra_notes.append(too_long_note(too_long))
@@ -183,6 +185,20 @@ def study_outputs(study: optuna.Study, workload: Workload, model: ModelSpec,
         verdicts=verdicts, extras={**extras, "fleets": fleets})
     return StudyOutputs(study.study_name, records, ctx, stats, failed_too_long=too_long,
                         bounds=bounds, fleets=fleets)
+
+
+def _sampler_notes(meta: StudyMeta) -> list[str]:
+    """One note when a --resume went on under another sampler or seed: which proposed which
+    trials (rerunning with either setting alone proposes other trials)."""
+    runs = meta.sampler_history()
+    if len(runs) < 2:
+        return []
+    spans = [f"trials #{r['from_trial']}"
+             + (f"-#{nxt['from_trial'] - 1}" if nxt is not None else " on")
+             + f" by {r['description']}"
+             for r, nxt in zip(runs, [*runs[1:], None], strict=True)]
+    return [f"Sampler: {'; '.join(spans)} (--resume with another --sampler or --seed; one run "
+            "with either setting alone would propose other trials)."]
 
 
 def fleet_entries(study: optuna.Study, records: list[TrialRecord], workload: Workload,
@@ -299,12 +315,17 @@ def price_verdicts(records: list[TrialRecord], gpus: dict[str, GPU]) -> list[str
     (tuner.core.pricing.price_caveat), so no $ reads as a quote where it rests on a guess."""
     from tuner.core.pricing import price_caveat
 
+    shown = [g for g in dict.fromkeys(r.gpu for r in records if r.feasible) if g in gpus]
     named = [f"{g}'s ${gpus[g].price_usd_per_h:,.2f}/GPU-h is {caveat}"
-             for g in dict.fromkeys(r.gpu for r in records if r.feasible)
-             if g in gpus and (caveat := price_caveat(gpus[g]))]
+             for g in shown if (caveat := price_caveat(gpus[g]))]
     if not named:
         return []
-    return [f"Prices: {'; '.join(named)} (`tuner gpus` gives the source): every $ of a plan on "
+    # the listing that shows these prices' source: a provider's spot table where --spot
+    billings = [gpus[g].billing for g in shown if getattr(gpus[g], "billing", None) is not None]
+    where = ("tuner gpus" if not billings else
+             f"tuner gpus --provider {billings[0].provider}"
+             + (" --spot" if any(b.spot for b in billings) else ""))
+    return [f"Prices: {'; '.join(named)} (`{where}` gives the source): every $ of a plan on "
             "such a GPU rests on that figure; --price GPU=USD sets yours."]
 
 
@@ -515,7 +536,12 @@ def _winner_yaml(snippets: dict, records: dict) -> Exports:
     tuner.exports.common.Deployment.check_deployable)."""
     def primary(goal: str) -> str:
         engine = records[snippets[goal]["trial"]].config.engine
-        return snippets[goal]["formats"][PRIMARY_FORMAT[engine]]
+        fmt = PRIMARY_FORMAT[engine]
+        text = snippets[goal]["formats"].get(fmt)
+        if text is None:  # refused for the plan (e.g. flags its vLLM release lacks): say why
+            why = (snippets[goal].get("skipped") or {}).get(fmt, "not written")
+            text = f"# The {fmt} export of trial #{snippets[goal]['trial']} is not written: {why}.\n"
+        return text
 
     return Exports(primary("fastest"), primary("cheapest"))
 

@@ -93,7 +93,9 @@ EngineVersionOpt = Annotated[str | None, typer.Option(
     "newest): its generation sets the batching, the defaults and the host cost per step "
     "(0.5-0.7 V0: prefill-first, synchronous; 0.8-0.13 V1 synchronous; 0.14+ V1 asynchronous "
     "scheduling); kernels are priced from the closest measured kernel-table version. A "
-    "release tuner has not seen gets its generation's behaviour, and the output says so.")]
+    "release tuner has not seen gets its generation's behaviour, and the output says so; one "
+    "older than the first release that runs the model's architecture (DeepSeek-V3: 0.6.6, "
+    "Qwen3: 0.8.4) is refused.")]
 SchedulerStepsOpt = Annotated[int | None, typer.Option(
     "--num-scheduler-steps", help="V0 multi-step scheduling (vLLM 0.5.5-0.7 "
     "--num-scheduler-steps): decode steps per scheduler call, simulated as the engine runs "

@@ -31,10 +31,15 @@ def study_setting(st, gpu_file: Path | None = None, workload: Path | None = None
     GPUs with the search's prices, and workload, None without `need_workload`): from the study
     alone where it holds them, else from the catalogs (`gpu_file`, else the search's) and the
     workload file."""
+    from tuner.core.arch_support import check_engine_runs
     from tuner.search import setup_from_study
 
-    return setup_from_study(st, workload_path=workload, gpu_file=gpu_file,
-                            need_workload=need_workload, from_catalogs=True)
+    s = setup_from_study(st, workload_path=workload, gpu_file=gpu_file,
+                         need_workload=need_workload, from_catalogs=True)
+    # a study stored before tuner checked the release against the model's architecture
+    if note := check_engine_runs(s.model, s.meta.engine_version):
+        typer.echo(f"warning: {note}", err=True)
+    return s
 
 
 def report_context(st, *, workload: Path | None = None, gpu_file: Path | None = None,
@@ -162,10 +167,12 @@ def export_cmd(
                        disable_log_requests=s.meta.disable_log_requests,
                        engine_version=s.meta.engine_version)
     from tuner.exports.formats import check_export_detail
+    from tuner.exports.vllm import is_v0
 
-    if steps is not None:  # a V0 export: the installed (V1) vLLM's parser is not its judge
+    if is_v0(s.meta.engine_version, steps):  # the installed (V1) parser is not its judge
+        how = f", --num-scheduler-steps {steps}" if steps is not None else ""
         typer.echo(f"not checked against the installed vLLM: the export runs vLLM "
-                   f"{s.meta.engine_version} (V0, --num-scheduler-steps {steps})", err=True)
+                   f"{s.meta.engine_version} (V0{how}), whose parser differs", err=True)
     elif (check := check_export_detail(fmt, text)) is not None:
         typer.echo(check.summary(fmt, s.meta.engine_version), err=True)
     if output is None:

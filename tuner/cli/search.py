@@ -151,6 +151,7 @@ def search(
     searched_engines = search_engines(engines, job.space)
     _check_vllm_only(engine_version, searched_engines, job.space)
     _check_entry_point(entry_point, engine_version, job.gpus, num_scheduler_steps)
+    _check_engine_runs(job.model, engine_version)
     rates = spot_rates_for(provider, gpu_file, spot, interruption_rate)
     for g in job.gpus.values() if rates is not None else ():  # a rate for every spot machine
         rates.for_gpu(g)
@@ -182,8 +183,11 @@ def search(
         job.fit_space(settings, metadata)
         w, spec, chosen, sp = job.workload, job.model, job.gpus, job.space
         # e.g. a study with results exists without --resume: one line, no progress
-        check_study_settings(settings, study_metadata(w, spec, chosen, sp, settings, metadata))
+        resumed = check_study_settings(settings,
+                                       study_metadata(w, spec, chosen, sp, settings, metadata))
         total = _announce(job, settings, Path(workload_ref(workload)).name, workers)
+        if resumed:  # --resume under another --sampler / --seed: allowed, and said
+            err.print(resumed, style="yellow", markup=False)
         try:
             with SearchProgress(err, total, disable=as_json) as prog:
                 st = _run(job, settings, metadata, workers, prog, cost_model_for)
@@ -355,6 +359,15 @@ def _check_entry_point(entry_point: str, engine_version: str | None, gpus: dict,
         vllm_defaults(g.name, g.memory_gib, entry_point, engine_version)
 
 
+def _check_engine_runs(model, engine_version: str | None) -> None:
+    """An --engine-version that cannot load the model's architecture: one line, before
+    anything is written (a warning where the architecture is guessed from the repo name)."""
+    from tuner.core.arch_support import check_engine_runs
+
+    if note := check_engine_runs(model, engine_version):
+        typer.echo(f"warning: {note}", err=True)
+
+
 def _check_options(*, n_trials: int, workers: int, exhaustive: bool,
                    sample_fraction: float | None, sampler: str, seed: int,
                    timeout: float | None = None) -> None:
@@ -510,6 +523,9 @@ def skipped_lines(outputs) -> list[str]:
     lines = []
     for goal, files in by_goal.items():
         whys = list(dict.fromkeys(files.values()))
+        if all(w.startswith("vLLM ") for w in whys):  # flags the plan's release lacks
+            lines.append(f"not written: {' and '.join(files)}: {'; '.join(whys)}.")
+            continue
         runs = outputs.files.get(f"{goal}_vllm_yaml")
         instead = (f"; {runs.name if runs is not None else goal + EXPORT_SUFFIX['vllm']} "
                    "runs the plan as one data-parallel engine, as predicted")

@@ -156,10 +156,14 @@ def engine_config(knobs: dict[str, Any], gpu, entry_point: str, engine_version: 
     """(ServingConfig, EngineDefaults): the knobs given, the rest (ENGINE_DEFAULTED,
     MODEL_DEFAULTED) vLLM's defaults for the GPU, entry point, engine version and model (and
     --max-model-len and --num-scheduler-steps, which set V0's default token budget)."""
+    from tuner.core.arch_support import check_engine_runs
     from tuner.core.engine_defaults import vllm_defaults
 
     defaults = vllm_defaults(gpu.name, gpu.memory_gib, entry_point, engine_version,
                              context_tokens(model, max_model_len), model, num_scheduler_steps)
+    # a release that cannot load the model's architecture is refused (a guessed one warns)
+    if note := check_engine_runs(model, engine_version):
+        typer.echo(f"warning: {note}", err=True)
     engine = {k: defaults.knobs()[k] for k in DEFAULTED}
     config = ServingConfig(**(knobs | {"gpu": gpu.name} | {
         k: v for k, v in engine.items() if knobs.get(k) is None}))

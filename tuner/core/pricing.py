@@ -99,12 +99,14 @@ class Rental:
     cost_usd: float
     provider: str = ""
     granularity: str = ""
+    spot: bool = False  # at the spot price (--spot), not on-demand
 
     @property
     def note(self) -> str:
         idle = self.gpus_rented - self.gpus_needed
         text = (f"rents {self.count} x {self.instance} ({plural(self.gpus_rented, 'GPU')}) at "
-                f"${self.usd_per_h:,.2f}/h, billed {self.granularity} "
+                f"${self.usd_per_h:,.2f}/h{' spot' if self.spot else ''}, billed "
+                f"{self.granularity} "
                 f"({self.billed_s:,.0f} s for {self.runtime_s:,.0f} s of work)")
         if idle:
             text += f"; {plural(idle, 'GPU')} idle: no instance holds exactly {self.gpus_needed}"
@@ -175,6 +177,7 @@ class Machines:
     dp: int
     provider: str = ""  # "" = the catalog's machine shape (GPU.gpus_per_machine)
     pp: int = 1  # pipeline stages per replica (a replica over several machines when > 1 fits)
+    spot: bool = False  # spot instances (--spot)
 
     @property
     def gpus_used(self) -> int:
@@ -202,8 +205,8 @@ class Machines:
             # the catalog's price is per GPU-hour: whole machines are what --provider bills
             rep += (f"; {plural(idle, 'idle GPU')} not billed (the price is per GPU-hour; "
                     "--provider bills whole instances)")
-        return (f"{self.count} x {self.instance} ({plural(self.gpus_per_machine, 'GPU')} "
-                f"each): {rep}")
+        return (f"{self.count} x {self.instance}{' spot' if self.spot else ''} "
+                f"({plural(self.gpus_per_machine, 'GPU')} each): {rep}")
 
     def to_dict(self) -> dict:
         return {**dataclasses.asdict(self), "gpus_used": self.gpus_used,
@@ -221,7 +224,7 @@ def place(gpu_name: str, gpus_per_machine: int, tp: int, dp: int = 1,
         inst, n = choose_instances(billing, tp, dp, pp)
         return Machines(instance=inst.name, count=n, gpus_per_machine=inst.gpus,
                         replicas_per_machine=max(min(inst.gpus // (tp * pp), dp), 1), tp=tp,
-                        dp=dp, provider=billing.provider, pp=pp)
+                        dp=dp, provider=billing.provider, pp=pp, spot=billing.spot)
     n = _instances_for(gpus_per_machine, tp, pp, dp)
     if n is None:
         raise TunerError(f"tensor parallel {tp} needs {tp} GPUs in one machine; a {gpu_name} "
@@ -240,7 +243,7 @@ def rent(runtime_s: float, billing: Billing, tp: int, dp: int = 1, pp: int = 1) 
                   gpus_rented=n * inst.gpus,
                   usd_per_h=usd_h, runtime_s=runtime_s, billed_s=billed,
                   cost_usd=billed / 3600.0 * usd_h, provider=billing.provider,
-                  granularity=billing.granularity_name())
+                  granularity=billing.granularity_name(), spot=billing.spot)
 
 
 def job_cost_usd(runtime_s: float, price_usd_per_h: float, tp: int, dp: int = 1,
@@ -255,15 +258,27 @@ def job_cost_usd(runtime_s: float, price_usd_per_h: float, tp: int, dp: int = 1,
 def price_caveat(gpu) -> str:
     """Why a GPU's $/GPU-h is no current list price ("" when it is one): "an ESTIMATE" where
     the catalog says so (gpus.yaml price_date "estimate": no list price transcribed), "STALE"
-    where its source says a price cut is not recorded (providers.yaml notes). Every $ of a plan
-    on it rests on that figure, so the outputs say so beside it."""
+    where its source says a price cut is not recorded (providers.yaml notes), and with --spot
+    that it is a spot price snapshot (spot prices move with demand; a STALE note is about the
+    on-demand list price, which the plan does not pay). Every $ of a plan on it rests on that
+    figure, so the outputs say so beside it."""
     source = str(getattr(gpu, "price_source", "") or "")
-    if str(getattr(gpu, "price_date", "") or "").strip().lower() == "estimate" \
-            or source.startswith("ESTIMATE"):
+    date = str(getattr(gpu, "price_date", "") or "").strip()
+    if date.lower() == "estimate" or source.startswith("ESTIMATE"):
         return "an ESTIMATE"
+    billing = getattr(gpu, "billing", None)
+    if billing is not None and billing.spot and not source.startswith("user override"):
+        return (f"a SPOT price snapshot ({billing.provider} price table"
+                + (f", {date}" if date else "") + "; spot prices move with demand)")
     if "STALE" in source:
         return "STALE"
     return ""
+
+
+def spot_title(title: str) -> str:
+    """A provider table's title for its spot prices: its "on-demand" (the shipped titles say
+    it, e.g. "AWS EC2 on-demand, us-east-1, Linux") becomes "spot", else " (spot)" is added."""
+    return title.replace("on-demand", "spot") if "on-demand" in title else f"{title} (spot)"
 
 
 def usd_per_million_tokens(cost_usd: float, prompt_tokens: int, output_tokens: int) -> float:
@@ -399,10 +414,13 @@ class Provider:
             rows = [r for r in rows if r.spot_usd_per_h is not None]
         insts = tuple(Instance(r.name, r.gpus, float(r.spot_usd_per_h if spot else r.usd_per_h),
                                r.vcpus, r.ram_gib) for r in rows)
+        # a row's source and date are its on-demand price's; its spot price (spot_usd_per_h)
+        # was read from the same table at the same date, which the spot label says
+        how = "spot price from the same table and date as its on-demand price: " if spot else ""
         return Billing(provider=self.name, instances=insts, granularity_s=self.granularity_s,
                        minimum_s=self.minimum_s, spot=spot,
                        source="; ".join(dict.fromkeys(
-                           f"{r.name}: {r.source}" + (f" ({r.notes})" if r.notes else "")
+                           f"{r.name}: {how}{r.source}" + (f" ({r.notes})" if r.notes else "")
                            for r in rows)),
                        date=", ".join(dict.fromkeys(r.date for r in rows)))
 
@@ -516,7 +534,7 @@ def apply_provider(gpus: dict, provider: Provider, *, spot: bool = False) -> dic
         out[name] = dataclasses.replace(
             out[name], price_usd_per_h=b.per_gpu_usd_per_h, billing=b,
             gpus_per_machine=max(i.gpus for i in b.instances),
-            price_source=f"{provider.title}{' (spot)' if spot else ''}: {b.source}",
+            price_source=f"{spot_title(provider.title) if spot else provider.title}: {b.source}",
             price_date=b.date, **host)
     return out
 
@@ -561,4 +579,4 @@ __all__ = ["ADVISOR_MONTH_H", "Billing", "GRANULARITY_S", "Instance", "InstanceR
            "choose_instances", "get_provider",
            "place",
            "job_cost_usd", "load_providers", "plural", "price_caveat", "rent", "reprice",
-           "require_offered", "usd_per_million_tokens"]
+           "require_offered", "spot_title", "usd_per_million_tokens"]

@@ -48,7 +48,8 @@ EXPORTERS: dict[str, ExportFormat] = {
     "vllm": ExportFormat(
         ".vllm.yaml", vllm.render_yaml, vllm.from_vllm_yaml, vllm.yaml_engine_argv,
         title="vLLM config (YAML)",
-        how="Save as config.yaml; run: vllm serve --config config.yaml"),
+        how="Save as config.yaml; run the `vllm serve` line its comments give (vllm serve "
+        "MODEL --config config.yaml; flags instead for releases before 0.6.1)"),
     "vllm-run-batch": ExportFormat(
         ".vllm-run-batch.sh", vllm.render_run_batch, vllm.from_vllm_run_batch,
         vllm.run_batch_engine_argv, title="vllm run-batch",
@@ -109,11 +110,42 @@ def separate_engines_refusal(dep: Deployment) -> str | None:
             f"{misfit.rstrip('.')}")
 
 
+#: --data-parallel-size (vllm-project/vllm#13923) and --enable-expert-parallel
+#: (vllm-project/vllm#14305), both March 2025, are V1 engine arguments (vllm-project/vllm#18702:
+#: data parallel "can be only used with v1 engine"): no V0 release (0.5 - 0.7) has them
+def release_refusal(fmt: str, dep: Deployment) -> ExportCannotStart | None:
+    """A vLLM format whose arguments the plan's release lacks: one data-parallel engine of a
+    mixture-of-experts model, or expert parallelism, on a V0 release (tuner prices them as V1
+    runs them)."""
+    from tuner.exports.vllm import is_v0
+
+    exporter = _exporter(fmt)
+    if exporter.engines != ("vllm",) or not is_v0(dep.engine_version, dep.num_scheduler_steps):
+        return None
+    c = dep.config
+    lacks = [flag for flag, needed in (
+        ("--data-parallel-size", dep.one_engine and not exporter.separate_engines),
+        ("--enable-expert-parallel", c.expert_parallel)) if needed]
+    if not lacks:
+        return None
+    why = (f"vLLM {dep.engine_version} (V0) has no {' nor '.join(lacks)}: a data-parallel engine "
+           "and expert parallelism arrived with the V1 engine in 0.8.0")
+    return ExportCannotStart(
+        f"The {fmt} export of this {dep.model.name} plan (tp {c.tp} x dp {c.dp}"
+        f"{', expert parallel' if c.expert_parallel else ''}) needs {' and '.join(lacks)}, "
+        f"which {why}; export another trial (--rank K) whose plan uses neither.",
+        why)
+
+
 def export_refusal(fmt: str, dep: Deployment) -> ExportCannotStart | None:
     """The refusal of ``fmt`` for ``dep`` when the format's engines cannot start although the
     plan itself runs (one line naming the formats that do), else None: a separate-engines
     format (run-batch, Ray Data) for a plan whose prediction is one data-parallel engine
-    that its replicas alone do not fit (:func:`separate_engines_refusal`)."""
+    that its replicas alone do not fit (:func:`separate_engines_refusal`); a vLLM format whose
+    data-parallel / expert-parallel flags the plan's release lacks (:func:`release_refusal`)."""
+    released = release_refusal(fmt, dep)
+    if released is not None:
+        return released
     if not _exporter(fmt).separate_engines:
         return None
     why = separate_engines_refusal(dep)

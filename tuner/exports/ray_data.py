@@ -228,6 +228,14 @@ def ray_job(dep: common.Deployment) -> tuple[str, dict, list[str]]:
     return model, args, notes
 
 
+def _vllm_requirement(engine_version: str | None) -> str:
+    """`vllm==X.Y.Z` for a plan searched for release X.Y.Z (the newest: plain `vllm`)."""
+    from tuner.core.engines import dotted, parse_version
+
+    version = parse_version(engine_version)
+    return "vllm" if version is None else f"vllm=={dotted(version)}"
+
+
 def to_ray_data_script(dep: common.Deployment, opts: common.RenderOptions) -> str:
     c = dep.config
     model, kwargs, notes = ray_job(dep)
@@ -238,8 +246,9 @@ def to_ray_data_script(dep: common.Deployment, opts: common.RenderOptions) -> st
              f"# Ray Data LLM batch job written by tuner: {plural(c.dp, 'vLLM replica')} x "
              f"{plural(c.tp, c.gpu + ' GPU')} each.",
              dep.machines_line(separate=True).replace("# Needs ", "# Needs a Ray cluster of "),
-             "# Needs: pip install 'ray[data,llm]' vllm.   Run: python THIS_FILE [INPUT.jsonl "
-             "[OUTPUT_DIR [MERGED.jsonl]]]",
+             # the release the plan was priced for (its engine arguments are that release's)
+             f"# Needs: pip install 'ray[data,llm]' {_vllm_requirement(dep.engine_version)}.   "
+             "Run: python THIS_FILE [INPUT.jsonl [OUTPUT_DIR [MERGED.jsonl]]]",
              "# Resumable: results are written block by block as they complete; after an "
              "interruption rerun the same command and only unanswered requests run."]
     head = common.export_head(title, opts.header, notes, c)

@@ -42,7 +42,7 @@ from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
 from tuner.core.units import plural
 from tuner.exports import common
-from tuner.exports.vllm import v0_server_flags, vllm_cli_options, vllm_engine_args
+from tuner.exports.vllm import is_v0, v0_server_flags, vllm_cli_options, vllm_engine_args
 
 #: Requests in flight per replica per running slot (max_num_seqs): the engine's waiting queue
 #: never runs dry (vLLM admits from it as slots free), so the running batch is the simulated one.
@@ -62,7 +62,7 @@ def to_run_batch_script(dep: common.Deployment, opts: common.RenderOptions) -> s
                                    num_scheduler_steps=dep.num_scheduler_steps,
                                    engine_version=dep.engine_version)
     args.pop("data_parallel_size", None)  # the replicas are separate engines
-    v0_server_flags(args, dep.num_scheduler_steps, dep.disable_log_requests)
+    v0_server_flags(args, dep.num_scheduler_steps, dep.disable_log_requests, dep.engine_version)
     notes += common.notes_for(dep, {"moe_dp": common.moe_separate_engines_note})
     # `vllm serve MODEL`: the positional form every vLLM with `vllm serve` takes (0.5 on);
     # vLLM 0.9+ warns that `--model` will be removed from `vllm serve`
@@ -71,7 +71,7 @@ def to_run_batch_script(dep: common.Deployment, opts: common.RenderOptions) -> s
     if opts.served_model_name and opts.served_model_name != served:
         options.append(("served-model-name", opts.served_model_name))
         served = opts.served_model_name
-    options += vllm_cli_options(args, v0=dep.num_scheduler_steps is not None)
+    options += vllm_cli_options(args, v0=is_v0(dep.engine_version, dep.num_scheduler_steps))
     m = dep.machines
     per = m.replicas_per_machine
     title = [
@@ -205,7 +205,8 @@ def _engine_command(text: str) -> tuple[str, str]:
 
 
 #: the command's options that are the job's plumbing, not engine arguments
-_PLUMBING = ("i", "o", "input-file", "output-file", "served-model-name", "host", "port")
+_PLUMBING = ("i", "o", "input-file", "output-file", "served-model-name", "host", "port",
+             "disable-log-requests")  # the last: the API server's, not an engine argument
 
 
 def _engine_options(text: str, what: str) -> dict:

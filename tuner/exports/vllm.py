@@ -13,7 +13,8 @@ never dropped silently.
   ``# tuner-config: {json}`` line so :func:`from_vllm_yaml` restores the exact ServingConfig.
 - :func:`to_vllm_run_batch` -> a ``vllm run-batch -i INPUT.jsonl -o OUTPUT.jsonl --model ...``
   command line for an OpenAI Batch API JSONL; every engine argument is spelled out as its CLI
-  option (``run-batch`` takes the same engine arguments as ``vllm serve``).
+  option (``run-batch`` takes the same engine arguments as ``vllm serve``); releases before
+  the subcommand (RUN_BATCH_CLI_SINCE) get ``python -m vllm.entrypoints.openai.run_batch``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,48 @@ from tuner.core.config import ServingConfig, check_model_config
 from tuner.core.errors import TunerError
 from tuner.core.units import plural
 from tuner.exports import common
+
+#: Releases whose differences the vLLM exports follow (each checked in vLLM's source or threads):
+#: `model:` in a `vllm serve --config` file: 0.6.1 - 0.8.2 turn it into `--model`, which their
+#: `vllm serve` refuses ("you should provide the model as a positional argument instead of via
+#: the `--model` option": vllm/scripts.py, then vllm/entrypoints/cli/serve.py); vllm-project/vllm
+#: #15798 (April 2025) took the model from the file, and after vllm-project/vllm#17944 its
+#: `--model` was refused as ambiguous until vllm-project/vllm#18999 (June 2025): before 0.9.2
+#: the file names no model (the serve line gives it positionally, as every release takes it)
+MODEL_IN_CONFIG_SINCE = (0, 9, 2)
+#: the `vllm run-batch` subcommand arrived with vllm-project/vllm#18804 (May 2025, after 0.9.0);
+#: before it the same entry point runs as `python -m vllm.entrypoints.openai.run_batch`
+#: (vllm-project/vllm#4794, 0.4.3 on), which tuner writes for releases before 0.10.0
+RUN_BATCH_CLI_SINCE = (0, 10, 0)
+RUN_BATCH_MODULE = "vllm.entrypoints.openai.run_batch"
+#: the request log is opt-in from 0.10.2 (--enable-log-requests, vllm-project/vllm#21739); every
+#: earlier release, V0 and V1, logs each request unless started with --disable-log-requests
+REQUEST_LOG_OPT_IN_SINCE = (0, 10, 2)
+
+
+#: 0.8 - 0.9 run an FP8 KV cache in V1 only where FlashAttention 3 serves it (Hopper), and
+#: fall back to V0 elsewhere ("No Fp8 KV cache so far": EngineArgs._is_v1_supported_oracle,
+#: flash_attn_supports_fp8); later oracles ask the platform instead, and 0.11 has no V0 left
+V1_FP8_KV_FALLBACK_UNTIL = (0, 10, 0)
+
+
+def _before(engine_version: str | None, since: tuple[int, int, int]) -> bool:
+    """Whether release `engine_version` (None: the newest) is older than `since`."""
+    from tuner.core.engines import parse_version
+
+    version = parse_version(engine_version)
+    return version is not None and version < since
+
+
+def is_v0(engine_version: str | None, num_scheduler_steps: int | None = None) -> bool:
+    """Whether the plan runs a V0 release (0.5 - 0.7, tuner.core.engines.GENERATIONS), whose
+    parser has no ``--no-X`` flags: multi-step priced, or the release's generation is V0
+    (0.5.0 - 0.5.4 have no multi-step, and are V0 all the same)."""
+    from tuner.core.engines import generation_of
+
+    return (num_scheduler_steps is not None
+            or generation_of(engine_version).generation.key == "v0")
+
 
 # The order the YAML and the command line list the arguments in.
 _ARG_ORDER = ("model", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
@@ -137,6 +180,14 @@ def vllm_engine_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_m
         args["quantization"] = common.online_fp8_method(
             engine_version, v0=num_scheduler_steps is not None)
     notes = dep.quantized_checkpoint_notes(args, common.notes_for(dep, _NOTES), "model", "vLLM")
+    if (config.kv_bits == 8 and gpu.architecture not in (None, "hopper")
+            and not _before(engine_version, (0, 8, 0))
+            and _before(engine_version, V1_FP8_KV_FALLBACK_UNTIL)):
+        notes.append(f"kv_cache_dtype fp8: vLLM {engine_version} runs an FP8 KV cache in its V1 "
+                     "engine only through FlashAttention 3 (Hopper); on "
+                     f"{gpu.name} it falls back to the V0 engine (EngineArgs."
+                     "_is_v1_supported_oracle), not the V1 engine priced: run it with "
+                     "VLLM_USE_V1=1 to have it refuse instead, or export a 16-bit KV plan")
     if num_scheduler_steps is not None:  # a V0 engine (0.5.5 - 0.7), run as it was priced
         args["num_scheduler_steps"] = num_scheduler_steps
         notes.append(f"num_scheduler_steps={num_scheduler_steps}: vLLM V0's multi-step "
@@ -146,7 +197,7 @@ def vllm_engine_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_m
 
 def vllm_cli_options(args: dict[str, Any], *, v0: bool = False) -> list[tuple[str, Any]]:
     """vLLM engine args (snake_case) as [(dashed CLI option, value)], in the same order.
-    ``v0``: for a V0 release's parser (0.5.4 - 0.8), which has no ``--no-X`` form:
+    ``v0``: for a V0 release's parser (0.5 - 0.7, :func:`is_v0`), which has no ``--no-X`` form:
     --enable-chunked-prefill is a StoreBoolean taking "False", its other flags are store_true
     (False is their default: left out)."""
     out = []
@@ -160,11 +211,16 @@ def vllm_cli_options(args: dict[str, Any], *, v0: bool = False) -> list[tuple[st
 
 
 def v0_server_flags(args: dict[str, Any], num_scheduler_steps: int | None,
-                    disable_log_requests: bool) -> None:
-    """A V0 API server priced without its request log (--disable-log-requests) starts so:
-    vLLM before 0.10.2 logs every request unless told not to."""
-    if disable_log_requests and num_scheduler_steps is not None:
+                    disable_log_requests: bool, engine_version: str | None = None) -> bool:
+    """An API server the search was told ran without its request log (--disable-log-requests)
+    starts so where the release has that log on by default: every release before 0.10.2
+    (REQUEST_LOG_OPT_IN_SINCE), V0 (a multi-step one, or `engine_version` V0) and V1 alike.
+    Returns whether the flag was added."""
+    if disable_log_requests and (num_scheduler_steps is not None or _before(
+            engine_version, REQUEST_LOG_OPT_IN_SINCE)):
         args["disable_log_requests"] = True
+        return True
+    return False
 
 
 def _replica_lines(dep: common.Deployment, args: dict, run: str) -> list[str]:
@@ -226,18 +282,32 @@ def to_vllm_yaml(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model
         config, model, gpu, max_model_len=max_model_len, kv_capacity_tokens=kv_capacity_tokens,
         quantized_model=quantized_model, num_scheduler_steps=num_scheduler_steps,
         engine_version=engine_version)
-    if disable_log_requests and num_scheduler_steps is not None:
-        v0_server_flags(args, num_scheduler_steps, disable_log_requests)
-        notes.append("disable_log_requests: the request log this V0 server writes by default "
-                     "was priced out, as the search was told (--disable-log-requests)")
+    v0 = is_v0(engine_version, num_scheduler_steps)
+    if v0_server_flags(args, num_scheduler_steps, disable_log_requests, engine_version):
+        notes.append(f"disable_log_requests: vLLM {engine_version} logs every request by "
+                     "default (releases before 0.10.2); the search was told this server runs "
+                     "without that log (--disable-log-requests), so the file says so")
     dep = common.Deployment(config, model, gpu, max_model_len)
     if not dep.one_engine:  # each replica its own engine (as _replica_lines writes it)
         args.pop("data_parallel_size", None)
     title = [f"# vLLM engine configuration written by tuner for {config.gpu} x{config.num_gpus}.",
-             *_replica_lines(dep, args, _serve_line(args, engine_version,
-                                                    v0=num_scheduler_steps is not None))]
-    body = yaml.safe_dump(dict(vllm_cli_options(args)), sort_keys=False,
-                          default_flow_style=False, allow_unicode=True)
+             *_replica_lines(dep, args, _serve_line(args, engine_version, v0=v0))]
+    options = dict(vllm_cli_options(args))
+    if (_before(engine_version, MODEL_IN_CONFIG_SINCE)
+            and not _before(engine_version, CONFIG_FILE_SINCE)):
+        # the serve line names the model; `model:` here would reach vLLM as --model, refused
+        options.pop("model", None)
+        notes.append(f"model: {args['model']} is given on the serve line, not in this file: "
+                     "a model named in a --config file reaches `vllm serve` as --model, which "
+                     "releases before 0.8.3 refuse and 0.9.0 - 0.9.1 may refuse as ambiguous "
+                     "(vllm-project/vllm#15798, #18999)")
+    if v0 and options.get("enable-chunked-prefill") is False:
+        # V0's config loader (0.6.1 on) drops a `key: false` unless the key is a StoreBoolean's
+        # dest, which is spelled with underscores (vllm/utils.py _load_config_file): the
+        # string reaches the parser as `--enable-chunked-prefill False`, which V0 takes
+        options["enable-chunked-prefill"] = "False"
+    body = yaml.safe_dump(options, sort_keys=False, default_flow_style=False,
+                          allow_unicode=True)
     return "\n".join(common.export_head(title, header, notes, config)) + "\n" + body
 
 
@@ -246,7 +316,7 @@ def _config_from_vllm_options(data: dict, text: str, gpu: str | None, what: str)
     data = {str(k).strip().replace("_", "-"): v for k, v in data.items()}
     base, had_line = common.parsed_fields(text, data, "vllm")
     if not had_line:
-        if data.get("enable-chunked-prefill") is False:
+        if str(data.get("enable-chunked-prefill")).lower() == "false":  # V0 YAML: "False"
             base["scheduler"] = "vllm-v0"
         if str(data.get("kv-cache-dtype") or "auto").lower().startswith("fp8"):
             base["kv_bits"] = 8
@@ -300,16 +370,29 @@ def to_vllm_run_batch(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_
     options = [("model", args.pop("model"))]
     if served_model_name and served_model_name != options[0][1]:
         options.append(("served-model-name", served_model_name))
-    options += vllm_cli_options(args, v0=num_scheduler_steps is not None)
-    prog = f"vllm run-batch -i {shlex.quote(input_path)} -o {shlex.quote(output_path)}"
+    options += vllm_cli_options(args, v0=is_v0(engine_version, num_scheduler_steps))
+    if _before(engine_version, RUN_BATCH_CLI_SINCE):  # no `vllm run-batch` subcommand yet
+        prog = f"python -m {RUN_BATCH_MODULE}"
+        notes.append(f"vLLM {engine_version} has no `vllm run-batch` subcommand (from 0.9.x, "
+                     f"vllm-project/vllm#18804): its batch runner is run as python -m "
+                     f"{RUN_BATCH_MODULE}, with the same options")
+    else:
+        prog = "vllm run-batch"
+    prog += f" -i {shlex.quote(input_path)} -o {shlex.quote(output_path)}"
     return common.write_command(common.export_head(title, header, notes, config), prog, options)
+
+
+def _run_batch_marker(text: str) -> str:
+    """The word a run-batch command's options follow: `run-batch`, or the module of a release
+    before the subcommand (RUN_BATCH_MODULE)."""
+    return RUN_BATCH_MODULE if RUN_BATCH_MODULE in text.split() else "run-batch"
 
 
 def from_vllm_run_batch(text: str, *, gpu: str | None = None) -> ServingConfig:
     """Parse a command written by :func:`to_vllm_run_batch` back into a ServingConfig (the vLLM
     options that map 1:1 override the ``# tuner-config:`` line, as in :func:`from_vllm_yaml`)."""
     what = "vllm run-batch command"
-    opts = common.read_command(text, "run-batch", what)
+    opts = common.read_command(text, _run_batch_marker(text), what)
     for short in ("i", "o", "input-file", "output-file"):
         opts.pop(short, None)
     return _config_from_vllm_options(opts, text, gpu, what)
@@ -338,12 +421,13 @@ def render_run_batch(dep: common.Deployment, opts: common.RenderOptions) -> str:
 def yaml_engine_argv(text: str) -> list[list[str]]:
     """The engine arguments a ``vllm serve --config`` YAML holds, as one argv."""
     data = yaml.safe_load(text) or {}
+    data.pop("disable-log-requests", None)  # the API server's flag, not an engine argument
     return [common.engine_tokens(data)]
 
 
 def run_batch_engine_argv(text: str) -> list[list[str]]:
     """The engine arguments of a ``vllm run-batch`` command (input/output files dropped)."""
-    opts = common.read_command(text, "run-batch", "vllm run-batch command")
+    opts = common.read_command(text, _run_batch_marker(text), "vllm run-batch command")
     for short in ("i", "o", "input-file", "output-file", "served-model-name"):
         opts.pop(short, None)
     return [common.engine_tokens(opts)]

@@ -14,7 +14,9 @@ How a mix is found (a Melange-style fluid estimate, then simulation of the split
 2. Mixes of two or three GPU types, each with 1 .. cap / TP replicas (`caps`: what can be had,
    --max-gpus TYPE=N), priced by the fluid model: the parts finish together at T where
    sum_i r_i (T - s_i) = 1 job (r_i: a part's rate in jobs per second, s_i its start-up), and
-   cost sum_i (GPUs_i x $/GPU-h x T). The mixes on the estimated makespan-$ front (at most
+   cost sum_i (GPUs_i x $/GPU-h x T) -- with --provider, each part's rented instances'
+   $/h (tuner.core.pricing.choose_instances) over T billed as the provider bills, the rule the
+   simulated parts are priced by. The mixes on the estimated makespan-$ front (at most
    `max_plans`) go on.
 3. Each of those is simulated: requests ordered by tokens and dealt to the parts by a
    low-discrepancy sequence in proportion to their shares (every part gets the same mix of
@@ -36,6 +38,8 @@ import numpy as np
 
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
+from tuner.core.errors import TunerError
+from tuner.core.pricing import Billing, choose_instances
 from tuner.core.workload import Workload
 from tuner.predictors.protocol import CostModel
 from tuner.search.constraints import parallel_label
@@ -202,12 +206,14 @@ def simulate_fleet(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
 # ---- which mixes --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Template:
-    """A GPU type's configuration as a part: its per-replica rate on the whole job."""
+    """A GPU type's configuration as a part: its per-replica rate on the whole job, and what
+    n replicas of it cost per hour (`usd_per_h_at[n]`)."""
 
     record: TrialRecord
     jobs_per_s_per_replica: float
     startup_s: float
-    usd_per_gpu_s: float
+    usd_per_h_at: np.ndarray  # index: replicas (0 .. max_replicas); NaN: cannot be rented
+    billing: Billing | None = None  # --provider: its billing rounds the run time up
 
     @property
     def config(self) -> ServingConfig:
@@ -218,10 +224,31 @@ def _gpus_per_replica(config: ServingConfig) -> int:
     return config.tp * config.pp
 
 
-def _template(r: TrialRecord, gpu: GPU) -> _Template:
+def _usd_per_h_at(gpu: GPU, config: ServingConfig, max_replicas: int) -> np.ndarray:
+    """$/h of 0 .. max_replicas replicas of `config`, priced by the rule the simulated parts
+    are (tuner.sim.simulator -> tuner.core.pricing.rent): without a provider, the catalog's
+    $/GPU-h x GPUs; with one, the instances choose_instances rents for them. The provider's
+    smallest instance's $/GPU-h (gpu.price_usd_per_h) is not that: a TP 2 replica on AWS A10s
+    (1-GPU g5.xlarge at $1.006/h) rents a 4-GPU g5.12xlarge at $5.672/h, not 2 x $1.006."""
+    n = np.arange(max_replicas + 1)
+    if gpu.billing is None:
+        return n * _gpus_per_replica(config) * gpu.price_usd_per_h
+    out = np.full(n.size, np.nan)
+    out[0] = 0.0
+    for k in n[1:]:
+        try:
+            inst, count = choose_instances(gpu.billing, config.tp, int(k), config.pp)
+        except TunerError:  # no instance holds its TP group: no such part
+            break
+        out[k] = count * inst.usd_per_h
+    return out
+
+
+def _template(r: TrialRecord, gpu: GPU, max_replicas: int = 64) -> _Template:
     m, c = r.metrics, r.config
     rate = 1.0 / (float(m.schedule_s) * c.dp)  # jobs per second per replica
-    return _Template(r, rate, float(m.startup_s or 0.0), gpu.price_usd_per_h / 3600.0)
+    return _Template(r, rate, float(m.startup_s or 0.0), _usd_per_h_at(gpu, c, max_replicas),
+                     gpu.billing)
 
 
 def single_plans(records: list[TrialRecord]) -> list[TrialRecord]:
@@ -232,20 +259,22 @@ def single_plans(records: list[TrialRecord]) -> list[TrialRecord]:
             and r.metrics.cost_usd is not None]
 
 
-def _templates(records: list[TrialRecord], gpus: dict[str, GPU]) -> dict[str, list[_Template]]:
+def _templates(records: list[TrialRecord], gpus: dict[str, GPU],
+               max_replicas: int = 64) -> dict[str, list[_Template]]:
     """Per GPU type, its fastest-per-replica and cheapest-per-token feasible full-job trials."""
     out: dict[str, list[_Template]] = {}
     for gpu in gpus:
         # parts are vLLM plans: their run-batch launchers split a part over its machines
         # (an SGLang plan's offline engine runs on one), so SGLang plans compete with a mix
         # (single_plans) but are not made into its parts
-        ts = [_template(r, gpus[gpu]) for r in single_plans(records)
+        ts = [_template(r, gpus[gpu], max_replicas) for r in single_plans(records)
               if r.config.engine == "vllm" and r.gpu == gpu and r.metrics.schedule_s]
+        ts = [t for t in ts if np.isfinite(t.usd_per_h_at[1])]
         if not ts:
             continue
         fast = max(ts, key=lambda t: t.jobs_per_s_per_replica)
-        cheap = max(ts, key=lambda t: t.jobs_per_s_per_replica
-                    / (_gpus_per_replica(t.config) * t.usd_per_gpu_s))
+        # per token at one replica's rental (the instance shape it would rent)
+        cheap = max(ts, key=lambda t: t.jobs_per_s_per_replica / t.usd_per_h_at[1])
         out[gpu] = list({id(t.record): t for t in (fast, cheap)}.values())
     return out
 
@@ -257,10 +286,21 @@ def _fluid(temps: tuple[_Template, ...], counts: np.ndarray) -> tuple[np.ndarray
     rate = counts * np.array([t.jobs_per_s_per_replica for t in temps])
     start = np.array([t.startup_s for t in temps])
     t_end = (1.0 + rate @ start) / rate.sum(axis=1)
-    usd_per_s = counts @ np.array([_gpus_per_replica(t.config) * t.usd_per_gpu_s
-                                   for t in temps])
-    ok = (t_end[:, None] > start).all(axis=1)
-    return np.where(ok, t_end, np.nan), np.where(ok, usd_per_s * t_end, np.nan)
+    n = counts.astype(np.int64)
+    # each part paid as the simulation pays it: its rental's $/h over its billed run time
+    cost = np.zeros(len(counts))
+    for i, t in enumerate(temps):
+        billed_s = t_end if t.billing is None else _billed_s(t_end, t.billing)
+        cost += t.usd_per_h_at[n[:, i]] / 3600.0 * billed_s
+    ok = (t_end[:, None] > start).all(axis=1) & np.isfinite(cost)
+    return np.where(ok, t_end, np.nan), np.where(ok, cost, np.nan)
+
+
+def _billed_s(runtime_s: np.ndarray, billing: Billing) -> np.ndarray:
+    """tuner.core.pricing.billed_seconds over an array: rounded up to the granularity and to
+    the minimum."""
+    g = billing.granularity_s
+    return np.maximum(np.ceil(runtime_s / g - 1e-9) * g, billing.minimum_s)
 
 
 def candidate_mixes(records: list[TrialRecord], gpus: dict[str, GPU], caps: dict[str, int], *,
@@ -273,7 +313,7 @@ def candidate_mixes(records: list[TrialRecord], gpus: dict[str, GPU], caps: dict
     most `max_plans`, on the fluid estimate's makespan-$ front (two or three GPU types; each
     type's replicas within its cap, the GPUs in all within `max_total_gpus`), less those a
     (makespan, $) point of `beaten_by` beats on both by more than `margin`."""
-    temps = _templates(records, gpus)
+    temps = _templates(records, gpus, max_replicas)
     types = sorted(temps)
     found: list[tuple[float, float, tuple[_Template, ...], np.ndarray]] = []
     for k in range(2, min(MAX_TYPES_PER_MIX, len(types)) + 1):

@@ -54,6 +54,28 @@ class StoredSearch:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    @property
+    def sampler_used(self) -> str:
+        """The sampler that proposes the trials ("auto" resolved by --n-trials; "exhaustive":
+        the grid, no sampler)."""
+        from tuner.search.settings import sampler_name
+
+        return "exhaustive" if self.exhaustive else sampler_name(self)
+
+    def describe(self) -> str:
+        """'sampler tpe (auto at --n-trials 20), seed 0'."""
+        if self.exhaustive:
+            return "every configuration (--exhaustive)"
+        how = f" (auto at --n-trials {self.n_trials})" if self.sampler == "auto" else ""
+        return f"sampler {self.sampler_used}{how}, seed {self.seed}"
+
+    def proposes_as(self, other: StoredSearch) -> bool:
+        """Both propose trials with the same sampler and seed (--n-trials may differ unless it
+        switches what "auto" picks; --exhaustive runs a grid, no sampler)."""
+        if self.exhaustive or other.exhaustive:
+            return self.exhaustive == other.exhaustive  # the grid's order is the space's
+        return (self.sampler_used, self.seed) == (other.sampler_used, other.seed)
+
 
 @dataclass(frozen=True)
 class StudyMeta:
@@ -78,6 +100,10 @@ class StudyMeta:
     # orderings by lengths the input gives are recommended (it keeps its orderings)
     output_source: str | None = None
     search: StoredSearch = field(default_factory=StoredSearch)
+    # the sampler settings a --resume left behind (another --sampler / --seed, oldest first),
+    # each with "until_trial": the study's trial count when the next one took over
+    # (tuner.search.storage.open_study); [] when one setting proposed every trial
+    earlier_searches: list[dict] = field(default_factory=list)
     constraints: Constraints = field(default_factory=Constraints)  # --deadline, --budget ...
     # ---- how the CLI read the inputs (tuner.cli.search) --------------------------------------
     gpu_file: str | None = None
@@ -133,6 +159,8 @@ class StudyMeta:
             tokenizer=str(d.get("tokenizer") or ""),
             output_source=d.get("output_source"),
             search=StoredSearch.from_dict(d.get("search")),
+            earlier_searches=[dict(e) for e in d.get("earlier_searches") or []
+                              if isinstance(e, dict)],
             constraints=Constraints.from_dict(d.get("constraints")),
             gpu_file=d.get("gpu_file"),
             skip_invalid=bool(d.get("skip_invalid", False)),
@@ -215,6 +243,20 @@ class StudyMeta:
         --num-scheduler-steps."""
         return {"startup_s": self.startup_s, "engine_version": self.engine_version,
                 "num_scheduler_steps": self.num_scheduler_steps}
+
+    def sampler_history(self) -> list[dict]:
+        """Which sampler settings proposed which trials: [{"sampler", "seed", "from_trial",
+        "description"}], oldest first, the current one last (one entry unless a --resume
+        changed --sampler or --seed)."""
+        out, start = [], 0
+        for e in self.earlier_searches:
+            s = StoredSearch.from_dict(e)
+            out.append({"sampler": s.sampler_used, "seed": s.seed, "from_trial": start,
+                        "description": s.describe()})
+            start = int(e.get("until_trial", start))
+        s = self.search
+        return out + [{"sampler": s.sampler_used, "seed": s.seed, "from_trial": start,
+                       "description": s.describe()}]
 
     @classmethod
     def of(cls, meta: StudyMeta | dict | None) -> StudyMeta:

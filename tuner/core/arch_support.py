@@ -1,0 +1,245 @@
+"""The first vLLM release that runs a model's architecture, as data.
+
+    model_architecture(spec) -> ModelArch | None    the config.json architecture (and the
+                                                     features that need a newer release) of
+                                                     a ModelSpec, and where that is known from
+    release_refusal(spec, engine_version) -> str | None
+                                                     why --engine-version cannot run the model
+    check_engine_runs(spec, engine_version) -> str | None
+                                                     refuses (TunerError) a release that cannot
+                                                     run the model; a warning line where the
+                                                     architecture is only assumed from a name
+
+`--engine-version` accepts any vLLM from 0.5.0 on (tuner.core.engines), but an architecture
+only runs from the release that registered it: DeepSeek-V3 on 0.6.0 fails at load ("Model
+architectures ['DeepseekV3ForCausalLM'] are not supported"). A prediction for that pair
+describes a job that cannot run, so it is refused (replaying an old run of a model that release
+could not load is a user error), naming the architecture, the release that runs it, where that
+is stated, and the option to change.
+
+Only architectures of tuner's model catalog whose first release could be checked against a
+public statement are rows here (VLLM_ARCH_FLOORS, each with its source). Left out, for lack of
+a source as solid: Llama-3.2's tied embeddings (priced by the llama3 RoPE row only); SGLang
+releases (tuner models one SGLang line and `--engine-version` is vLLM's only). Architectures
+older than vLLM 0.5.0 (Llama, Mistral, Mixtral, Qwen2, Phi-3: all in v0.5.0.post1's
+"Supported architectures" list quoted in vllm-project/vllm#6986) need no row.
+
+A fine-tune shares its base model's architecture (a Llama-3.1 fine-tune keeps
+LlamaForCausalLM with llama3 RoPE), so a repo priced with a catalog entry's shape gets that
+entry's floor too; but where the shape is only assumed from the repo's name (its config.json
+unread: tuner.core.catalog.ASSUMED_FROM_NAME) so is the architecture, and the check warns
+instead of refusing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuner.core.catalog import ASSUMED_FROM_NAME, ModelSpec
+from tuner.core.engines import parse_version
+from tuner.core.errors import TunerError
+
+#: features of a config that need a newer release than its architecture alone
+ROPE_LLAMA3 = "llama3 RoPE scaling"  # rope_scaling.rope_type "llama3" (Llama 3.1 / 3.2 / 3.3)
+HEAD_DIM = "explicit head_dim"  # head_dim set apart from hidden_size / heads (Mistral-Nemo)
+
+
+@dataclass(frozen=True)
+class ArchFloor:
+    """The first vLLM release that runs `architecture` (with `feature`, where one is named)."""
+
+    architecture: str  # a config.json `architectures` entry
+    since: str  # the first release that runs it, as vLLM numbers it ("0.5.3.post1")
+    model: str  # what runs on it, for the message ("DeepSeek-V3")
+    source: str  # where that release is stated
+    feature: str = ""  # "" = every model of the architecture; else ROPE_LLAMA3 / HEAD_DIM
+
+
+#: one row per (architecture, feature), each checked against the public statement it cites
+VLLM_ARCH_FLOORS: tuple[ArchFloor, ...] = (
+    ArchFloor("LlamaForCausalLM", "0.5.3.post1", "Llama 3.1 / 3.2 / 3.3",
+              "vllm-project/vllm#6696, 'Bump version to 0.5.3.post1' to 'resolve rope "
+              "scaling issue in llama 3'", feature=ROPE_LLAMA3),
+    ArchFloor("MistralForCausalLM", "0.5.3", "Mistral-Nemo",
+              "vllm-project/vllm#6548 reads head_dim from the config; merged 2024-07-18 after "
+              "0.5.2 failed on Mistral-Nemo (vllm#6545), released next (vllm#6563)",
+              feature=HEAD_DIM),
+    ArchFloor("DeepseekV3ForCausalLM", "0.6.6", "DeepSeek-V3 / R1",
+              "vllm-project/vllm#11559, a maintainer: 'supported since v0.6.6'"),
+    ArchFloor("Gemma3ForConditionalGeneration", "0.8.0", "Gemma 3",
+              "vLLM v0.8.0 release notes: 'New Models: Gemma 3 (#14660)'"),
+    ArchFloor("Gemma3ForCausalLM", "0.8.0", "Gemma 3 text-only",
+              "vLLM v0.8.0 release notes: 'New Models: Gemma 3 (#14660)'"),
+    ArchFloor("Qwen3ForCausalLM", "0.8.4", "Qwen3",
+              "vllm-project/vllm#17327: 'vLLM v0.8.4 and higher natively supports all Qwen3 "
+              "and Qwen3MoE models' (FP8 dense checkpoints from 0.8.5); vllm#17630"),
+    ArchFloor("Qwen3MoeForCausalLM", "0.8.4", "Qwen3-MoE",
+              "vllm-project/vllm#17327: 'vLLM v0.8.4 and higher natively supports all Qwen3 "
+              "and Qwen3MoE models'"),
+    ArchFloor("GptOssForCausalLM", "0.10.1", "gpt-oss",
+              "vLLM v0.10.1 release notes: 'New model families: GPT-OSS'"),
+    ArchFloor("DeepseekV32ForCausalLM", "0.11.0", "DeepSeek-V3.2, sparse attention indexer",
+              "vLLM v0.11.0 release notes: 'New architectures: DeepSeek-V3.2-Exp (#25896)'"),
+)
+
+#: the config.json `architectures` entry and RoPE scaling type of each catalog model
+#: (tuner/core/data/models.yaml), as its Hugging Face repo's config.json states them; the
+#: shipped configs' entries are checked against those files (tests/test_arch_support_s49.py)
+CATALOG_ARCHITECTURES: dict[str, tuple[str, str]] = {
+    "llama-2-7b": ("LlamaForCausalLM", ""),
+    "llama-2-13b": ("LlamaForCausalLM", ""),
+    "llama-2-70b": ("LlamaForCausalLM", ""),
+    "llama-3-8b": ("LlamaForCausalLM", ""),
+    "llama-3-70b": ("LlamaForCausalLM", ""),
+    "tiny-llama": ("LlamaForCausalLM", ""),
+    "llama-3.1-8b": ("LlamaForCausalLM", "llama3"),
+    "llama-3.1-70b": ("LlamaForCausalLM", "llama3"),
+    "llama-3.1-405b": ("LlamaForCausalLM", "llama3"),
+    "llama-3.2-1b": ("LlamaForCausalLM", "llama3"),
+    "llama-3.2-3b": ("LlamaForCausalLM", "llama3"),
+    "llama-3.3-70b": ("LlamaForCausalLM", "llama3"),
+    "mistral-7b": ("MistralForCausalLM", ""),
+    "mistral-large-2407": ("MistralForCausalLM", ""),
+    "mistral-nemo-12b": ("MistralForCausalLM", ""),
+    "mixtral-8x7b": ("MixtralForCausalLM", ""),
+    "mixtral-8x22b": ("MixtralForCausalLM", ""),
+    "qwen2.5-7b": ("Qwen2ForCausalLM", ""),
+    "qwen2.5-14b": ("Qwen2ForCausalLM", ""),
+    "qwen2.5-32b": ("Qwen2ForCausalLM", ""),
+    "qwen2.5-72b": ("Qwen2ForCausalLM", ""),
+    "qwen3-8b": ("Qwen3ForCausalLM", ""),
+    "qwen3-14b": ("Qwen3ForCausalLM", ""),
+    "qwen3-32b": ("Qwen3ForCausalLM", ""),
+    "qwen3-30b-a3b": ("Qwen3MoeForCausalLM", ""),
+    "qwen3-30b-a3b-instruct-2507": ("Qwen3MoeForCausalLM", ""),
+    "qwen3-235b-a22b": ("Qwen3MoeForCausalLM", ""),
+    "gemma-3-4b": ("Gemma3ForConditionalGeneration", "linear"),
+    "gemma-3-12b": ("Gemma3ForConditionalGeneration", "linear"),
+    "gemma-3-27b": ("Gemma3ForConditionalGeneration", "linear"),
+    "phi-4": ("Phi3ForCausalLM", ""),
+    "gpt-oss-20b": ("GptOssForCausalLM", "yarn"),
+    "gpt-oss-120b": ("GptOssForCausalLM", "yarn"),
+    "deepseek-v3": ("DeepseekV3ForCausalLM", "yarn"),
+    "deepseek-v3.2": ("DeepseekV32ForCausalLM", "yarn"),
+}
+
+
+@dataclass(frozen=True)
+class ModelArch:
+    """A model's architecture as vLLM dispatches on it."""
+
+    architectures: tuple[str, ...]  # config.json `architectures`
+    features: frozenset[str]  # ROPE_LLAMA3 / HEAD_DIM where the config has them
+    known_from: str  # "its config.json PATH", "catalog entry NAME", ...
+    assumed: bool = False  # only assumed from a repo name (its config.json unread)
+
+
+def release_key(version: str) -> tuple[int, int, int, int]:
+    """'0.5.3.post1' -> (0, 5, 3, 1), '0.10.1.1' -> (0, 10, 1, 1), '0.6.6' -> (0, 6, 6, 0):
+    vLLM's post releases (0.5.3.post1 added Llama 3.1's RoPE to 0.5.3) order after their
+    release, which tuner.core.engines.parse_version (three parts) cannot tell apart."""
+    parse_version(version)  # one message for a string that is no version
+    parts = [int(x) for x in re.findall(r"\d+", str(version))[:4]]
+    return tuple((parts + [0, 0, 0, 0])[:4])  # type: ignore[return-value]
+
+
+def _rope_type(cfg: dict) -> str:
+    """The rope_scaling type of a config (its text decoder's for a multimodal config)."""
+    for c in (cfg, cfg.get("text_config") or {}):
+        rope = c.get("rope_scaling") if isinstance(c, dict) else None
+        if isinstance(rope, dict):
+            return str(rope.get("rope_type") or rope.get("type") or "")
+    return ""
+
+
+def _features(spec: ModelSpec, rope_type: str) -> frozenset[str]:
+    out = set()
+    if rope_type == "llama3":
+        out.add(ROPE_LLAMA3)
+    # head_dim set apart from hidden_size / heads (Mistral-Nemo: 128, not 5120 / 32 = 160);
+    # vLLM before 0.5.3 derived it from hidden_size. MLA's head_dim is its own.
+    if not spec.is_mla and spec.head_dim * spec.num_heads != spec.hidden_size:
+        out.add(HEAD_DIM)
+    return frozenset(out)
+
+
+def _read_config(path: Path) -> dict | None:
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None  # read when the spec was built; gone now: nothing to check against
+    return cfg if isinstance(cfg, dict) else None
+
+
+def model_architecture(spec: ModelSpec) -> ModelArch | None:
+    """`spec`'s architecture: from the config.json it was read from (a path or the HF cache),
+    from its catalog entry (CATALOG_ARCHITECTURES: a catalog name, HF id or alias), or assumed
+    with the catalog entry its repo name points to; None where none of these is at hand."""
+    source = spec.source or ""
+    if ASSUMED_FROM_NAME in source:
+        row = CATALOG_ARCHITECTURES.get(spec.name)
+        if row is None:
+            return None
+        return ModelArch((row[0],), _features(spec, row[1]),
+                         f"catalog entry {spec.name}, assumed from the repo name", assumed=True)
+    if source.startswith("catalog"):
+        row = CATALOG_ARCHITECTURES.get(spec.name)
+        if row is None:
+            return None
+        return ModelArch((row[0],), _features(spec, row[1]), f"catalog entry {spec.name}")
+    path = Path(source)
+    if not source or not path.is_file():
+        return None
+    cfg = _read_config(path)
+    archs = cfg.get("architectures") if cfg else None
+    if not isinstance(archs, list) or not archs:
+        return None
+    return ModelArch(tuple(str(a) for a in archs), _features(spec, _rope_type(cfg)),
+                     f"its config.json {path}")
+
+
+def floors_for(arch: ModelArch) -> list[ArchFloor]:
+    """The rows of VLLM_ARCH_FLOORS that apply to `arch`."""
+    return [f for f in VLLM_ARCH_FLOORS if f.architecture in arch.architectures
+            and (not f.feature or f.feature in arch.features)]
+
+
+def release_refusal(spec: ModelSpec, engine_version: str | None) -> str | None:
+    """Why vLLM `engine_version` cannot run `spec` (the newest floor it is below), or None
+    (it can, the release is the newest, or tuner knows no floor for the model)."""
+    if parse_version(engine_version) is None:
+        return None
+    arch = model_architecture(spec)
+    if arch is None:
+        return None
+    need = [f for f in floors_for(arch) if release_key(engine_version) < release_key(f.since)]
+    if not need:
+        return None
+    f = max(need, key=lambda r: release_key(r.since))
+    what = f.architecture + (f" with {f.feature}" if f.feature else "")
+    return (f"--engine-version {engine_version}: vLLM {engine_version} cannot run "
+            f"{spec.checkpoint or spec.name}, a {f.model} model ({what}; architecture from "
+            f"{arch.known_from}): vLLM runs it from {f.since} (source: {f.source}). Give "
+            f"--engine-version {f.since} or later, or leave it out (the newest).")
+
+
+def check_engine_runs(spec: ModelSpec, engine_version: str | None) -> str | None:
+    """Refuse (TunerError) an `engine_version` that cannot run `spec`'s architecture; where
+    the architecture is only assumed from the repo's name, return the reason as a warning line
+    for the caller to print instead (the name may mislead); None where the release runs it."""
+    why = release_refusal(spec, engine_version)
+    if why is None:
+        return None
+    arch = model_architecture(spec)
+    if arch is not None and arch.assumed:
+        return (f"{why} (Its config.json was not read: pass it, or go online, to check the "
+                "model's own architecture.)")
+    raise TunerError(why)
+
+
+__all__ = ["CATALOG_ARCHITECTURES", "HEAD_DIM", "ROPE_LLAMA3", "VLLM_ARCH_FLOORS", "ArchFloor",
+           "ModelArch", "check_engine_runs", "floors_for", "model_architecture", "release_key",
+           "release_refusal"]
