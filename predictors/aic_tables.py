@@ -98,6 +98,9 @@ def version_name(code: float) -> str:
 KV_BEYOND_L2_BYTES = 1 << 30
 
 
+_ATTN_ROWS: dict = {}  # KernelTables._attn_rows' cache: (id of the array, query) -> (array, rows)
+
+
 @dataclass(frozen=True, eq=False)
 class KernelTables:
     """Measured (or transferred) kernel latencies of one GPU, in seconds."""
@@ -171,6 +174,23 @@ class KernelTables:
 
     # -- attention -------------------------------------------------------------------------
     def _attn_rows(self, table: str, heads: int, kv_heads: int, head_dim: int, kv_fp8: bool):
+        """(the rows of the measured head configuration nearest the asked one, its (heads,
+        kv heads, head_dim), whether exact). Cached per table array (shared by a GPU's tables
+        and every transfer of them; the search asks again for each engine and TP), read-only."""
+        a = self.arrays[table]
+        key = (id(a), heads, kv_heads, head_dim, bool(kv_fp8))
+        hit = _ATTN_ROWS.get(key)
+        if hit is not None and hit[0] is a:
+            return hit[1]
+        if len(_ATTN_ROWS) >= 256:
+            _ATTN_ROWS.clear()
+        out = self._find_attn_rows(table, heads, kv_heads, head_dim, kv_fp8)
+        out[0].flags.writeable = False
+        _ATTN_ROWS[key] = (a, out)  # holding `a`: its id is not reused while cached
+        return out
+
+    def _find_attn_rows(self, table: str, heads: int, kv_heads: int, head_dim: int,
+                        kv_fp8: bool):
         a = self.arrays[table]
         a = a[a[:, 0] == (1.0 if kv_fp8 else 0.0)]
         if not len(a):

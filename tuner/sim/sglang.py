@@ -612,7 +612,9 @@ def _run_c(prompt, output, *, capacity_tokens: int, chunked_prefill_size: int,
     kf = np.array([settings.new_token_ratio_decay, settings.min_new_token_ratio])
     stream = sch.STREAM_ROWS
     rows = stream + max_rows if on_steps is not None else max(1024, 2 * max_rows)
-    rec = np.zeros((rows, N_COLS), dtype=np.int64)
+    # not zeroed: the loop writes every column of each row it records (a memset first), and
+    # no row past the steps recorded is read; zeroing the ~4.7 MB was ~0.25 ms a replica
+    rec = np.empty((rows, N_COLS), dtype=np.int64)
     step = np.zeros(1, dtype=np.int64)
     base = 0  # the step in rec's first row
     while True:
