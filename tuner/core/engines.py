@@ -196,6 +196,24 @@ def multi_step_refusal(release: EngineRelease, steps: int, chunked_prefill: bool
     return None
 
 
+def moe_parallel_refusal(release: EngineRelease, is_moe: bool, dp: int,
+                         expert_parallel: bool) -> str | None:
+    """Why a vLLM V0 release (0.5 - 0.7) cannot run a mixture-of-experts plan as tuner prices
+    it: one data-parallel engine (the experts split over every TP x DP rank) or expert
+    parallelism. Both are V1 engine arguments, --data-parallel-size (vllm-project/vllm#13923)
+    and --enable-expert-parallel (vllm-project/vllm#14305), March 2025; vllm-project/vllm#18702:
+    data parallel "can be only used with v1 engine". None where the release runs it."""
+    if release.generation.key != "v0" or not is_moe or (dp <= 1 and not expert_parallel):
+        return None
+    lacks = " nor ".join(flag for flag, used in (("--data-parallel-size", dp > 1),
+                                                  ("--enable-expert-parallel", expert_parallel))
+                         if used)
+    return (f"vLLM {release.version} (V0) has no {lacks}: one data-parallel engine of a "
+            "mixture-of-experts model and expert parallelism run on the V1 engine only "
+            "(vllm-project/vllm#13923, #14305). Use --dp 1 without --enable-expert-parallel, or a "
+            "release from 0.8.0 (--engine-version).")
+
+
 __all__ = ["GENERATIONS", "KNOWN", "MULTI_STEP_CHUNKED_SINCE", "MULTI_STEP_SINCE", "NEWEST",
            "OLDEST", "EngineGeneration", "EngineRelease", "check_scheduler_steps", "dotted",
-           "generation_of", "multi_step_refusal", "parse_version"]
+           "generation_of", "moe_parallel_refusal", "multi_step_refusal", "parse_version"]

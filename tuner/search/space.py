@@ -270,7 +270,8 @@ def _with_value(values: list, v) -> list:
 def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int],
               defaults: dict[str, dict], outputs_from_input: bool,
               engine_schedulers: tuple[str, ...] | None = None,
-              engines: list[str] | None = None) -> tuple[SearchSpace, list[str]]:
+              engines: list[str] | None = None,
+              engine_version: str | None = None) -> tuple[SearchSpace, list[str]]:
     """The space a search runs, and notes saying what was changed and why:
 
     * ``tp: auto``: powers of two up to the largest machine among the GPUs (a TP group stays
@@ -293,7 +294,10 @@ def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int]
       engine lacks are held in its plans (tuner.core.config.ENGINE_HELD);
     * values no engine searched runs (VLLM_LACKS: layer-wise KV offload, CPU attention, a 4-bit
       KV cache for vLLM) are left out, and with them the CPU-thread knobs, which only set CPU
-      attention's threads (_fit_engine_knobs); a space of nothing else is refused.
+      attention's threads (_fit_engine_knobs); a space of nothing else is refused;
+    * under a vLLM V0 `engine_version` (0.5 - 0.7) with vLLM the only engine searched, a
+      mixture-of-experts model's dp > 1 (one data-parallel engine) and expert parallelism,
+      which only V1 runs (tuner.core.engines.moe_parallel_refusal), are left out.
     """
     knobs = dict(space.knobs)
     fixed = dict(space.fixed)
@@ -324,7 +328,34 @@ def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int]
         notes += _offer_pipeline(knobs, model, gpus)
     if "ordering" in knobs and not outputs_from_input:
         notes += _drop_output_orderings(knobs)
+    notes += _fit_v0_moe(knobs, fixed, model, engine_version)
     return dataclasses.replace(space, knobs=knobs, fixed=fixed), notes
+
+
+def _fit_v0_moe(knobs: dict[str, list], fixed: dict, model, engine_version: str | None
+                ) -> list[str]:
+    """Under a V0 release, a mixture-of-experts model's plans V1 alone runs (dp > 1 as one
+    data-parallel engine, expert parallelism) left out of a vLLM-only space, in place (the
+    simulator refuses them: every such trial would be infeasible); the note saying so. A space
+    that also searches SGLang keeps them for its plans (vLLM's are then refused one by one)."""
+    from tuner.core.engines import generation_of
+
+    if not getattr(model, "is_moe", False) or generation_of(engine_version).generation.key != "v0":
+        return []
+    if set(knobs.get("engine") or [fixed.get("engine", "vllm")]) != {"vllm"}:
+        return []
+    dropped = []
+    if "dp" in knobs and any(int(d) > 1 for d in knobs["dp"]):
+        knobs["dp"] = [1]
+        dropped.append("dp > 1")
+    if "expert_parallel" in knobs and any(bool(e) for e in knobs["expert_parallel"]):
+        knobs["expert_parallel"] = [False]
+        dropped.append("expert parallelism")
+    if not dropped:
+        return []
+    return [f"{' and '.join(dropped)} left out: vLLM {engine_version} (V0) runs neither for a "
+            "mixture-of-experts model (one data-parallel engine and --enable-expert-parallel "
+            "are V1's, from 0.8.0)"]
 
 
 def _offer_pipeline(knobs: dict[str, list], model, gpus: dict) -> list[str]:

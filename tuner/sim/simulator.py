@@ -15,6 +15,7 @@ from tuner.core.config import ENGINES, ServingConfig, check_model_config
 from tuner.core.engines import (
     check_scheduler_steps,
     generation_of,
+    moe_parallel_refusal,
     multi_step_refusal,
     priced_scheduler_steps,
 )
@@ -664,6 +665,11 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
                    f" [{run_steps} steps: as tuner prices V0 without --num-scheduler-steps; "
                    f"scheduler {config.scheduler}]")
         raise InfeasibleConfig(why + assumed)
+    why = (moe_parallel_refusal(generation_of(engine_version), model.is_moe, config.dp,
+                                bool(getattr(config, "expert_parallel", False)))
+           if engine == "vllm" else None)
+    if why is not None:  # a plan priced as V1 runs it, which this release cannot start
+        raise InfeasibleConfig(why)
     if prefix_caching is None:
         prefix_caching = engine == "sglang" or generation_of(engine_version).generation.prefix_caching
     full_workload = workload  # the physical limit counts every shared prefix once regardless
