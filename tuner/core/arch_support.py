@@ -207,12 +207,14 @@ def floors_for(arch: ModelArch) -> list[ArchFloor]:
             and (not f.feature or f.feature in arch.features)]
 
 
-def release_refusal(spec: ModelSpec, engine_version: str | None) -> str | None:
+def release_refusal(spec: ModelSpec, engine_version: str | None,
+                    arch: ModelArch | None = None) -> str | None:
     """Why vLLM `engine_version` cannot run `spec` (the newest floor it is below), or None
-    (it can, the release is the newest, or tuner knows no floor for the model)."""
+    (it can, the release is the newest, or tuner knows no floor for the model). `arch`:
+    model_architecture(spec), where the caller has it."""
     if parse_version(engine_version) is None:
         return None
-    arch = model_architecture(spec)
+    arch = arch or model_architecture(spec)
     if arch is None:
         return None
     need = [f for f in floors_for(arch) if release_key(engine_version) < release_key(f.since)]
@@ -230,10 +232,12 @@ def check_engine_runs(spec: ModelSpec, engine_version: str | None) -> str | None
     """Refuse (TunerError) an `engine_version` that cannot run `spec`'s architecture; where
     the architecture is only assumed from the repo's name, return the reason as a warning line
     for the caller to print instead (the name may mislead); None where the release runs it."""
-    why = release_refusal(spec, engine_version)
+    if parse_version(engine_version) is None:
+        return None  # the newest release runs every architecture tuner knows
+    arch = model_architecture(spec)  # read once (a config.json path is read from disk)
+    why = release_refusal(spec, engine_version, arch)
     if why is None:
         return None
-    arch = model_architecture(spec)
     if arch is not None and arch.assumed:
         return (f"{why} (Its config.json was not read: pass it, or go online, to check the "
                 "model's own architecture.)")

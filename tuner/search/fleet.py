@@ -297,8 +297,10 @@ def _fluid(temps: tuple[_Template, ...], counts: np.ndarray) -> tuple[np.ndarray
 
 
 def _billed_s(runtime_s: np.ndarray, billing: Billing) -> np.ndarray:
-    """tuner.core.pricing.billed_seconds over an array: rounded up to the granularity and to
-    the minimum."""
+    """tuner.core.pricing.billed_seconds over an array of run times (> 0 here: a mix's parts
+    end after their start-up), rounded up to the granularity and to the minimum. A numpy twin
+    of that scalar rule, which stays numpy-free (tuner.core is imported by `tuner --help`);
+    tests/test_qa_studies_prices_s49.py checks the two agree through the estimate."""
     g = billing.granularity_s
     return np.maximum(np.ceil(runtime_s / g - 1e-9) * g, billing.minimum_s)
 

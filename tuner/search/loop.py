@@ -219,7 +219,7 @@ class BudgetCount:
 
     def __init__(self, study: optuna.Study) -> None:
         self.study = study
-        self._counts: dict[int, bool] = {}  # trial id -> counts_toward_budget, COMPLETE ones
+        self._counts: dict[int, bool] = {}  # trial number -> counts_toward_budget, COMPLETE
 
     def __call__(self) -> int:
         complete = optuna.trial.TrialState.COMPLETE
@@ -229,9 +229,9 @@ class BudgetCount:
             if t.state != complete:  # running: its attributes may still change
                 n += counts_toward_budget(t)
                 continue
-            counts = known.get(t._trial_id)
+            counts = known.get(t.number)
             if counts is None:
-                counts = known[t._trial_id] = counts_toward_budget(t)
+                counts = known[t.number] = counts_toward_budget(t)
             n += counts
         return n
 
