@@ -27,6 +27,7 @@ from tuner.core.schedulers import SCHEDULER_PRESETS
 from tuner.core.sglang import SGLangSettings, dp_attention_supported, plan_memory_sglang
 from tuner.core.startup import resolve_startup
 from tuner.core.workload import Workload
+from tuner.predictors.opmath import unconverted_shares
 from tuner.predictors.protocol import CostModel
 from tuner.sim import offload as _offload
 from tuner.sim import scheduler as sch
@@ -166,6 +167,8 @@ def lower_bound_s(workload: Workload, model: ModelSpec, gpu: GPU, config: Servin
     """BlendServe's physical limit T_o = max((1 - s_o) T_comp, T_mem) (§2.3-2.4):
     GEMM + prefill-attention FLOPs at peak, decode KV reads at peak HBM bandwidth, over all GPUs
     of the deployment; s_o is the best prefix-sharing ratio (each shared prefix computed once).
+    Under FP8 weights the quantized GEMMs and the attention count at the FP8 peak, the LM head
+    and the checkpoint's 16-bit layers at the 16-bit peak.
 
     The FLOPs are those the engine cannot avoid: a request of p prompt and d output tokens runs
     p + d - 1 tokens through the layers (its last token is sampled, never fed back) and the LM
@@ -174,12 +177,17 @@ def lower_bound_s(workload: Workload, model: ModelSpec, gpu: GPU, config: Servin
     value_head_dim) FLOPs in each layer (MLA: its uncompressed heads, the cheaper form)."""
     p = workload.prompt_tokens.astype(np.float64)
     d = workload.output_tokens.astype(np.float64)
-    # matmul weights a token passes through (MoE: its top-k experts, not every resident one)
-    gemm_params = model.active_linear_params_total
+    fp8 = config.weight_bits == 8 and bool(gpu.fp8_tflops)
+    # matmul weights a token passes through (MoE: its top-k experts, not every resident one);
+    # under FP8 weights the checkpoint's 16-bit layers (opmath.unconverted_shares) run at the
+    # 16-bit rate, as every timing path prices them, and so does the LM head (vLLM and SGLang
+    # keep it 16-bit), so the bound splits the GEMM FLOPs by rate
+    gemm_params = float(model.active_linear_params_total)
+    gemm16_params = _unconverted_gemm_params(model, config.weight_bits) if fp8 else 0.0
     attn = 2.0 * model.num_heads * (model.head_dim + model.value_head_dim) * model.num_layers
-    per_req = ((p + np.maximum(d - 1.0, 0.0)) * gemm_params * 2 + d * model.lm_head_params * 2
-               + _prefill_pairs(model, p) * attn)
-    comp = per_req.sum()
+    through = p + np.maximum(d - 1.0, 0.0)
+    fast = (through * (gemm_params - gemm16_params) * 2 + _prefill_pairs(model, p) * attn).sum()
+    slow = (through * gemm16_params * 2 + d * model.lm_head_params * 2).sum()
     if workload.prefix_ids is not None and workload.prefix_tokens is not None:
         # a prefix of x tokens shared by k requests is computed once instead of k times
         x = workload.prefix_tokens.astype(np.float64)
@@ -187,12 +195,24 @@ def lower_bound_s(workload: Workload, model: ModelSpec, gpu: GPU, config: Servin
         has = ids >= 0
         if has.any():
             _, first = np.unique(ids[has], return_index=True)
-            saved = x[has] * gemm_params * 2 + _prefill_pairs(model, x[has]) * attn
-            comp -= saved.sum() - saved[first].sum()
-    peak = gpu.fp8_tflops * 1e12 if (config.weight_bits == 8 and gpu.fp8_tflops) else gpu.peak_flops
-    mem = _decode_kv_read_bytes(model, p, d, config.kv_bits)
+            saved = x[has] * (gemm_params - gemm16_params) * 2 + _prefill_pairs(model, x[has]) * attn
+            saved16 = x[has] * gemm16_params * 2
+            fast -= saved.sum() - saved[first].sum()
+            slow -= saved16.sum() - saved16[first].sum()
+    peak = gpu.fp8_tflops * 1e12 if fp8 else gpu.peak_flops
     n = config.num_gpus
-    return float(max(comp / (peak * n), mem / (gpu.hbm_bytes_per_s * n)))
+    comp_s = fast / (peak * n) + slow / (gpu.peak_flops * n)
+    mem = _decode_kv_read_bytes(model, p, d, config.kv_bits)
+    return float(max(comp_s, mem / (gpu.hbm_bytes_per_s * n)))
+
+
+def _unconverted_gemm_params(model: ModelSpec, weight_bits: int) -> float:
+    """Matmul weights a token passes through that a quantized checkpoint keeps at 16 bits: its
+    attention projections' share in every layer and its dense MLPs' share (routed and shared
+    experts read the quantized bytes), as the roofline prices them."""
+    attn16, mlp16 = unconverted_shares(model, weight_bits)
+    return (attn16 * model.num_layers * model.attention_params_per_layer
+            + mlp16 * model.num_dense_layers * model.dense_mlp_params)
 
 
 def _prefill_pairs(model: ModelSpec, p: np.ndarray) -> np.ndarray:
