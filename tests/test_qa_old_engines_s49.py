@@ -73,21 +73,23 @@ def test_v0_yaml_runs_through_its_releases_config_loader(version, steps):
     assert parse_export("vllm", text).scheduler == "vllm-v0"
 
 
-@pytest.mark.parametrize("version", ["0.8.5", "0.9.1"])
-def test_v1_yaml_before_0_9_2_names_the_model_on_the_serve_line_only(version):
+@pytest.mark.parametrize("version", ["0.8.2", "0.9.0", "0.9.0.1"])
+def test_v1_yaml_refusing_a_model_in_the_file_names_it_on_the_serve_line_only(version):
     text = _yaml(V1, version)
     assert "--model" not in _old_config_loader(text)
     assert f"vllm serve {LLAMA.load_id} --config THIS_FILE" in text and "#15798" in text
 
 
-@pytest.mark.parametrize("version", [None, "0.10.1"])
-def test_newer_yaml_keeps_its_model(version):
+@pytest.mark.parametrize("version", [None, "0.10.1", "0.9.1", "0.8.3", "0.8.5"])
+def test_yaml_of_a_release_taking_a_model_in_the_file_keeps_it(version):
+    """vLLM's parser in the PyPI wheels: 0.8.3 - 0.8.5 and 0.9.1 on take `model:` from the
+    file (the positional model wins); tuner.exports.vllm.MODEL_IN_CONFIG_SINCE."""
     assert "model" in yaml.safe_load(_yaml(V1, version))
 
 
 # ---- vllm run-batch ----------------------------------------------------------------------------
 @pytest.mark.parametrize("version,steps", [("0.5.4", None), ("0.6.3", 10), ("0.8.5", None),
-                                           ("0.9.1", None)])
+                                           ("0.9.0", None), ("0.9.0.1", None)])
 def test_run_batch_before_the_subcommand_is_the_module(version, steps):
     config = V0 if steps is not None or version == "0.5.4" else V1
     text = render_export("vllm-run-batch", config, LLAMA, GPUS["H100"], max_model_len=4096,
@@ -99,8 +101,8 @@ def test_run_batch_before_the_subcommand_is_the_module(version, steps):
     assert "--max-num-seqs" in run_batch_engine_argv(text)[0]
 
 
-@pytest.mark.parametrize("version", [None, "0.10.1"])
-def test_run_batch_subcommand_from_0_10(version):
+@pytest.mark.parametrize("version", [None, "0.10.1", "0.9.1"])
+def test_run_batch_subcommand_from_0_9_1(version):
     text = render_export("vllm-run-batch", V1, LLAMA, GPUS["H100"], max_model_len=4096,
                          engine_version=version)
     assert "\nvllm run-batch -i " in text and "python -m" not in text

@@ -32,17 +32,21 @@ from tuner.core.units import plural
 from tuner.exports import common
 
 #: Releases whose differences the vLLM exports follow (each checked in vLLM's source or threads):
-#: `model:` in a `vllm serve --config` file: 0.6.1 - 0.8.2 turn it into `--model`, which their
-#: `vllm serve` refuses ("you should provide the model as a positional argument instead of via
-#: the `--model` option": vllm/scripts.py, then vllm/entrypoints/cli/serve.py); vllm-project/vllm
-#: #15798 (April 2025) took the model from the file, and after vllm-project/vllm#17944 its
-#: `--model` was refused as ambiguous until vllm-project/vllm#18999 (June 2025): before 0.9.2
-#: the file names no model (the serve line gives it positionally, as every release takes it)
-MODEL_IN_CONFIG_SINCE = (0, 9, 2)
-#: the `vllm run-batch` subcommand arrived with vllm-project/vllm#18804 (May 2025, after 0.9.0);
-#: before it the same entry point runs as `python -m vllm.entrypoints.openai.run_batch`
-#: (vllm-project/vllm#4794, 0.4.3 on), which tuner writes for releases before 0.10.0
-RUN_BATCH_CLI_SINCE = (0, 10, 0)
+#: `model:` in a `vllm serve --config` file, as vLLM's parser reads it (the PyPI wheels):
+#: 0.6.1 - 0.8.2 turn it into `--model`, which their `vllm serve` refuses ("you should provide
+#: the model as a positional argument instead of via the `--model` option": vllm/scripts.py,
+#: then vllm/entrypoints/cli/serve.py); 0.8.3 takes it (vllm-project/vllm#15798), the serve
+#: line's positional model winning; 0.9.0 and 0.9.0.1 leave --model out of the serve parser
+#: (vllm-project/vllm#17944), so the file's `--model` is an ambiguous prefix of --model-impl and
+#: friends, refused; 0.9.1 puts it back (vllm-project/vllm#18999). For those releases the file
+#: names no model (the serve line gives it positionally, as every release takes it)
+MODEL_IN_CONFIG_SINCE = (0, 8, 3)
+MODEL_IN_CONFIG_REFUSED = ((0, 9, 0), (0, 9, 1))  # [from, to): 0.9.0 and 0.9.0.1
+#: the `vllm run-batch` subcommand arrived with vllm-project/vllm#18804 in 0.9.1 (the 0.9.0 and
+#: 0.9.0.1 wheels have no vllm/entrypoints/cli/run_batch.py, 0.9.1's has it); before it the same
+#: entry point runs as `python -m vllm.entrypoints.openai.run_batch` (vllm-project/vllm#4794,
+#: 0.4.3 on), which tuner writes for those releases
+RUN_BATCH_CLI_SINCE = (0, 9, 1)
 RUN_BATCH_MODULE = "vllm.entrypoints.openai.run_batch"
 #: the request log is opt-in from 0.10.2 (--enable-log-requests, vllm-project/vllm#21739); every
 #: earlier release, V0 and V1, logs each request unless started with --disable-log-requests
@@ -61,6 +65,16 @@ def _before(engine_version: str | None, since: tuple[int, int, int]) -> bool:
 
     version = parse_version(engine_version)
     return version is not None and version < since
+
+
+def _model_in_config_refused(engine_version: str | None) -> bool:
+    """Whether release `engine_version` reads --config files (CONFIG_FILE_SINCE) and refuses a
+    model named in one (MODEL_IN_CONFIG_SINCE, MODEL_IN_CONFIG_REFUSED)."""
+    if _before(engine_version, CONFIG_FILE_SINCE):
+        return False
+    start, end = MODEL_IN_CONFIG_REFUSED
+    return _before(engine_version, MODEL_IN_CONFIG_SINCE) or (
+        not _before(engine_version, start) and _before(engine_version, end))
 
 
 def is_v0(engine_version: str | None, num_scheduler_steps: int | None = None) -> bool:
@@ -293,14 +307,13 @@ def to_vllm_yaml(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model
     title = [f"# vLLM engine configuration written by tuner for {config.gpu} x{config.num_gpus}.",
              *_replica_lines(dep, args, _serve_line(args, engine_version, v0=v0))]
     options = dict(vllm_cli_options(args))
-    if (_before(engine_version, MODEL_IN_CONFIG_SINCE)
-            and not _before(engine_version, CONFIG_FILE_SINCE)):
+    if _model_in_config_refused(engine_version):
         # the serve line names the model; `model:` here would reach vLLM as --model, refused
         options.pop("model", None)
         notes.append(f"model: {args['model']} is given on the serve line, not in this file: "
                      "a model named in a --config file reaches `vllm serve` as --model, which "
-                     "releases before 0.8.3 refuse and 0.9.0 - 0.9.1 may refuse as ambiguous "
-                     "(vllm-project/vllm#15798, #18999)")
+                     "releases before 0.8.3 refuse and 0.9.0 refuses as ambiguous "
+                     "(vllm-project/vllm#15798, #17944, #18999)")
     if v0 and options.get("enable-chunked-prefill") is False:
         # V0's config loader (0.6.1 on) drops a `key: false` unless the key is a StoreBoolean's
         # dest, which is spelled with underscores (vllm/utils.py _load_config_file): the
