@@ -96,7 +96,7 @@ def test_the_cli_says_it_simulates_decode_runs(tmp_path):
 
 
 def test_multi_step_with_chunked_prefill_refuses_pipeline_stages():
-    """vLLM V0's EngineArgs (0.6.2 on; earlier releases refuse chunked prefill with multi-step
+    """vLLM V0's EngineArgs (0.6.3 on; earlier releases refuse chunked prefill with multi-step
     at all): 'Multi-Step Chunked-Prefill is not supported for pipeline-parallel-size > 1';
     single-step, prefill-first batches or one stage run."""
     import dataclasses
@@ -119,8 +119,8 @@ def test_multi_step_with_chunked_prefill_refuses_pipeline_stages():
     assert all(r.makespan_s > 0 for r in ok)
 
 
-def test_multi_step_with_chunked_prefill_needs_0_6_2():
-    """vLLM 0.5.5 - 0.6.1 refuse multi-step with chunked prefill (vllm-project/vllm#8274 on
+def test_multi_step_with_chunked_prefill_needs_0_6_3():
+    """vLLM 0.5.5 - 0.6.2 refuse multi-step with chunked prefill (vllm-project/vllm#8274 on
     0.6.0); V0 turns chunked prefill on above a 32K context, so Llama-3.1 under 0.6.0 with the
     multi-step pricing needs a shorter --max-model-len, prefill-first batches or single-step."""
     import dataclasses
@@ -129,7 +129,9 @@ def test_multi_step_with_chunked_prefill_needs_0_6_2():
     from tuner.sim.simulator import InfeasibleConfig
 
     assert not generation_of("0.6.1").multi_step_chunked
-    assert generation_of("0.6.2").multi_step_chunked
+    # the 0.6.2 wheel's EngineArgs still refuses the pair; 0.6.3's takes it
+    assert not generation_of("0.6.2").multi_step_chunked
+    assert generation_of("0.6.3").multi_step_chunked
     assert not generation_of("0.5.4").multi_step_chunked  # no multi-step at all
     wl = Workload(prompt_tokens=np.full(8, 200), output_tokens=np.full(8, 30))
     cfg = ServingConfig(gpu="A100-80G", scheduler="sarathi", chunk_size=512, max_running=64)
@@ -140,7 +142,7 @@ def test_multi_step_with_chunked_prefill_needs_0_6_2():
         simulate_default(wl, MODEL, gpu, cfg, engine_version="0.6.0", startup_s=0.0)
     ok = [simulate_default(wl, MODEL, gpu, c, engine_version=v, num_scheduler_steps=n,
                            startup_s=0.0)
-          for c, v, n in ((cfg, "0.6.2", None), (cfg, "0.6.0", 1),
+          for c, v, n in ((cfg, "0.6.3", None), (cfg, "0.6.0", 1),
                           (dataclasses.replace(cfg, scheduler="vllm-v0", chunk_size=2048),
                            "0.6.0", None))]
     assert all(r.makespan_s > 0 for r in ok)

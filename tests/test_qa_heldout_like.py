@@ -1,5 +1,5 @@
 """QA of `tuner replay` / `tuner simulate` on runs like the held-out ones (vLLM 0.6.x API server
-bursts, FP8 / MoE / large checkpoints named by their Hugging Face ids): vLLM 0.6.2+'s token
+bursts, FP8 / MoE / large checkpoints named by their Hugging Face ids): vLLM 0.6.3+'s token
 budget under multi-step chunked prefill, and a bench result's model_id tuner cannot read."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ def _per_request(path: Path, n: int = 40) -> Path:
     return path
 
 
-# ---- vLLM 0.6.2+: multi-step chunked prefill budgets the whole context ------------------------
+# ---- vLLM 0.6.3+: multi-step chunked prefill budgets the whole context ------------------------
 def test_v0_multi_step_chunked_prefill_budget_is_the_context():
-    """vLLM 0.6.2-0.7 SchedulerConfig: with chunked prefill on (a context over 32K) and
+    """vLLM 0.6.3-0.7 SchedulerConfig: with chunked prefill on (a context over 32K) and
     --num-scheduler-steps > 1, max_num_batched_tokens defaults to max(max_model_len, 2048)
     ("Multi-step Chunked-Prefill doesn't allow prompt-chunking"); single-step keeps 512."""
     multi = vllm_defaults("H100", 79.18, "serve", "0.6.3", 131072, num_scheduler_steps=10)

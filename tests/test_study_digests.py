@@ -132,7 +132,7 @@ def test_an_explicit_other_workload_keeps_its_message(searched: Path, capfd) -> 
 
 
 def test_resume_refuses_other_engine_settings(tmp_path: Path, capfd) -> None:
-    """Under vLLM 0.6.3 (multi-step with the space's chunked prefill: 0.6.2 on) the engine
+    """Under vLLM 0.6.3 (multi-step with the space's chunked prefill: 0.6.3 on) the engine
     profile follows --num-scheduler-steps and --entry-point: a resume with others would mix
     trials priced under two profiles."""
     _setup(tmp_path)

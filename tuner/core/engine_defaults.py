@@ -35,7 +35,7 @@ Read from vLLM's source as of release 0.11 (arg_utils.py, the dict form of both 
   (the whole prompt in one step); with chunked prefill on, 512 tokens (2,048 from 0.6.5, vLLM
   PR #10544) and Sarathi-style batches (running decodes first, then prefill chunks, V0's block
   manager: the ``sarathi`` preset).
-  With chunked prefill on and ``--num-scheduler-steps`` > 1 (0.6.2 on), SchedulerConfig takes
+  With chunked prefill on and ``--num-scheduler-steps`` > 1 (0.6.3 on), SchedulerConfig takes
   max(max_model_len, 2,048) again: multi-step chunked prefill does not chunk prompts.
 """
 
@@ -257,7 +257,7 @@ def _engine_defaults(gpu_name: str, memory_gib: float, entry_point: str,
     if release.generation.key == "v0":
         ctx = int(max_model_len or 0)
         chunked = ctx > V0_LONG_CONTEXT
-        # vLLM 0.6.2+ SchedulerConfig: multi-step chunked prefill does not chunk prompts, so
+        # vLLM 0.6.3+ SchedulerConfig: multi-step chunked prefill does not chunk prompts, so
         # its budget is the whole context, as without chunked prefill
         whole = not chunked or (num_scheduler_steps or 1) > 1
         v = parse_version(engine_version)

@@ -70,11 +70,11 @@ OLDEST: Version = GENERATIONS[0].since
 #: merged August 2024) shipped in 0.5.5 (vllm-project/vllm#8016 runs 0.5.5 with
 #: --num-scheduler-steps 8); 0.5.0 - 0.5.4 schedule every step
 MULTI_STEP_SINCE: Version = (0, 5, 5)
-#: the first release that runs multi-step with chunked prefill: 0.5.5 - 0.6.1 refuse it ("Chunked
-#: prefill is not supported with multi-step", vllm-project/vllm#8274 on 0.6.0); the pair works
-#: after vllm-project/vllm#8378 and #8645 (September 2024, which vllm#8274 names as its fix):
-#: their dates put them in 0.6.2 or 0.6.3; tuner takes 0.6.2 (the boundary that refuses less)
-MULTI_STEP_CHUNKED_SINCE: Version = (0, 6, 2)
+#: the first release that runs multi-step with chunked prefill: 0.5.5 - 0.6.2 refuse it ("Chunked
+#: prefill is not supported with multi-step (--num-scheduler-steps > 1)", EngineArgs in the
+#: 0.6.2 wheel; vllm-project/vllm#8274 on 0.6.0); 0.6.3's EngineArgs takes the pair (its fix,
+#: vllm-project/vllm#8378 and #8645, in the 0.6.3 wheel)
+MULTI_STEP_CHUNKED_SINCE: Version = (0, 6, 3)
 NEWEST: EngineGeneration = GENERATIONS[-1]
 #: releases whose behaviour tuner has from public runs or from reading their source
 KNOWN: dict[Version, str] = {
