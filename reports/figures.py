@@ -18,6 +18,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from tuner.core.units import as_finite, duration_unit
+from tuner.search.constraints import plan_label
+from tuner.search.fleet import beaten_by_mix
 
 if TYPE_CHECKING:
     from tuner.reports.context import ReportContext
@@ -108,6 +110,14 @@ def scale(values: Iterable[Any], usd: bool = False) -> dict:
                           for t in ticks])
 
 
+def usd_hover(values: Iterable[Any]) -> str:
+    """The d3 format of a job's $ in a hover: four decimals where any cost is below $1, as
+    every table prints them (tuner.core.units.fmt_usd): at two, $0.0366 and $0.0417 both read
+    '$0.04' and the hover hides the ordering the figure shows."""
+    vs = _finite(values)
+    return ",.4f" if vs and min(abs(v) for v in vs) < 1 else ",.2f"
+
+
 def on_axis(v: float, log: bool) -> float:
     """An annotation's coordinate (plotly wants log10 of the value on a log axis)."""
     return math.log10(v) if log else v
@@ -122,21 +132,30 @@ def pareto_figure(ctx: ReportContext, trials: dict[int, TrialRecord],
     feasible = [t for t in trials.values() if t.feasible]
     if not feasible:
         return None
-    unit, div = duration_unit(max(t.makespan_s for t in feasible))
-    pareto = set(ctx.pareto)
+    fleets = [f for f in ctx.fleets or [] if as_finite(f.get("makespan_s")) is not None
+              and as_finite(f.get("cost_usd")) is not None]
+    unit, div = duration_unit(max([t.makespan_s for t in feasible]
+                                  + [f["makespan_s"] for f in fleets]))
+    # the front the terminal prints (tuner search's "Pareto front" table): the single-type
+    # points no mix of GPU types beats on both makespan and $, and the mixes
+    beaten = beaten_by_mix([(trials[n].makespan_s, trials[n].cost_usd) for n in ctx.pareto],
+                           fleets) if fleets else [None] * len(ctx.pareto)
+    pareto = {n for n, b in zip(ctx.pareto, beaten, strict=True) if b is None}
     winners = ctx.winners
     fig = go.Figure()
+    usd = usd_hover([t.cost_usd for t in feasible] + [f["cost_usd"] for f in fleets])
+    # the plan (GPU count, TP x DP, engine) first: two dots of one GPU type differ mostly there
     hover = "<br>".join(
-        ["<b>%{customdata[0]}</b> trial #%{customdata[1]}",
-         f"makespan %{{x:.3g}} {unit}, job $%{{y:.2f}}"]
-        + [f"{f} %{{customdata[{i + 2}]}}" for i, f in enumerate(HOVER_FIELDS)]
+        ["<b>%{customdata[0]}</b> trial #%{customdata[1]}: %{customdata[2]}",
+         f"simulated makespan %{{x:.3g}} {unit}, job $%{{y:{usd}}}"]
+        + [f"{f} %{{customdata[{i + 3}]}}" for i, f in enumerate(HOVER_FIELDS)]
     ) + "<extra></extra>"
 
     def points(ts: list[TrialRecord]) -> dict:
         return dict(
             x=[t.makespan_s / div for t in ts],
             y=[t.cost_usd for t in ts],
-            customdata=[[esc(t.gpu), t.number]
+            customdata=[[esc(t.gpu), t.number, esc(plan_label(t.config))]
                         + [esc(getattr(t.config, f, "")) for f in HOVER_FIELDS] for t in ts],
         )
 
@@ -163,15 +182,24 @@ def pareto_figure(ctx: ReportContext, trials: dict[int, TrialRecord],
                 marker=dict(color=color, size=13, opacity=1.0,
                             line=dict(color="rgba(128,128,128,0.9)", width=1.5)),
                 hovertemplate=hover, **points(front)))
-    front_all = sorted((trials[n] for n in pareto), key=lambda t: t.makespan_s)
+    if fleets:
+        fig.add_trace(go.Scatter(
+            mode="markers", name="mix of GPU types", x=[f["makespan_s"] / div for f in fleets],
+            y=[f["cost_usd"] for f in fleets],
+            customdata=[[k, esc(f.get("description", ""))] for k, f in enumerate(fleets, 1)],
+            marker=dict(color="rgba(128,128,128,0.9)", size=13, symbol="diamond",
+                        line=dict(color="rgba(128,128,128,0.9)", width=1.5)),
+            hovertemplate="<b>mix %{customdata[0]}</b>: %{customdata[1]}<br>simulated makespan "
+                          f"%{{x:.3g}} {unit}, job $%{{y:{usd}}}<extra></extra>"))
+    front_all = sorted([(trials[n].makespan_s, trials[n].cost_usd) for n in pareto]
+                       + [(f["makespan_s"], f["cost_usd"]) for f in fleets])
     if len(front_all) > 1:
         fig.add_trace(go.Scatter(
             mode="lines", name="Pareto front", hoverinfo="skip",
-            x=[t.makespan_s / div for t in front_all],
-            y=[t.cost_usd for t in front_all],
+            x=[m / div for m, _ in front_all], y=[c for _, c in front_all],
             line=dict(color="rgba(128,128,128,0.7)", dash="dot", shape="hv", width=1.5)))
-    xs = [t.makespan_s / div for t in feasible]
-    ys = [t.cost_usd for t in feasible]
+    xs = [t.makespan_s / div for t in feasible] + [f["makespan_s"] / div for f in fleets]
+    ys = [t.cost_usd for t in feasible] + [f["cost_usd"] for f in fleets]
     xlog, ylog = spans_decades(xs), spans_decades(ys)
     labels: dict[int, list[str]] = {}
     for k in ("fastest", "cheapest"):
@@ -362,6 +390,7 @@ def slices_figure(slices: dict[str, list[dict]], colors: dict[str, str]) -> go.F
     cols = min(3, len(knobs))
     rows = math.ceil(len(knobs) / cols)
     unit, div = duration_unit(max(r["makespan_s"] for rs in slices.values() for r in rs))
+    usd = usd_hover(r["cost_usd"] for rs in slices.values() for r in rs)
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=[esc(k) for k in knobs],
                         horizontal_spacing=0.08, vertical_spacing=0.16 if rows > 1 else 0.1)
     legend_done: set[str] = set()
@@ -380,7 +409,7 @@ def slices_figure(slices: dict[str, list[dict]], colors: dict[str, str]) -> go.F
                 marker=dict(color=colors.get(gpu, PALETTE[-1]), size=8),
                 line=dict(color=colors.get(gpu, PALETTE[-1]), width=1.5),
                 hovertemplate=f"{esc(gpu)}, {esc(knob)}=%{{x}}: best %{{y:.3g}} {unit}, "
-                              "$%{customdata[1]:.2f} (trial #%{customdata[0]}, "
+                              f"$%{{customdata[1]:{usd}}} (trial #%{{customdata[0]}}, "
                               "%{customdata[2]} feasible trials)<extra></extra>"),
                 row=row, col=col)
             legend_done.add(gpu)
@@ -490,6 +519,7 @@ def deadline_figure(trials: dict[int, TrialRecord], colors: dict[str, str],
               for name in dict.fromkeys([*colors, *(t.gpu for t in feasible)])}
     groups = {k: v for k, v in groups.items() if v}
     end = max(t.makespan_s for t in feasible)
+    usd = usd_hover(t.cost_usd for t in feasible)
     for label, ts, color, width in (
             *((esc(n), ts, colors.get(n, PALETTE[-1]), 2) for n, ts in groups.items()),
             ("any GPU", feasible, "rgba(128,128,128,0.9)", 3)):
@@ -500,7 +530,7 @@ def deadline_figure(trials: dict[int, TrialRecord], colors: dict[str, str],
             mode="lines+markers", name=label, x=xs, y=ys,
             line=dict(color=color, shape="hv", width=width, dash="dot" if width > 2 else None),
             marker=dict(size=[7] * len(env) + [0], color=color),
-            hovertemplate=f"deadline %{{x:.3g}} {unit}: cheapest $%{{y:.2f}}<extra>{label}"
+            hovertemplate=f"deadline %{{x:.3g}} {unit}: cheapest $%{{y:{usd}}}<extra>{label}"
                           "</extra>"))
     xs = [t.makespan_s / div for t in feasible]
     ys = [t.cost_usd for t in feasible]

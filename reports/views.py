@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections import Counter
 from typing import Any
 
@@ -222,11 +223,19 @@ def _as_lengths(values: Any, where: str) -> np.ndarray:
 
 
 def fmt_usd_mtok(x: Any) -> str:
-    """$ per million tokens: 3 significant figures at least (they are often cents)."""
+    """$ per million tokens, rounded as the terminal's "$/1M tok" column rounds it
+    (tuner.core.units.fmt_usd: four decimals below $1): one figure, one rounding ($15.45
+    there must not read $15.5 here)."""
+    return fmt_usd(x)
+
+
+def fmt_sig(x: Any, digits: int = 3) -> str:
+    """A ratio such as QPS per $/h with `digits` significant figures: two decimals would round
+    0.0155 to 0.02 beside a 0.0079 (fmt_float's small-value branch), a 29 % change."""
     v = as_finite(x)
     if v is None:
         return "—"
-    return f"${v:,.2f}" if v >= 100 else f"${v:.3g}" if v >= 1 else f"${v:.4f}"
+    return f"{v:,.0f}" if abs(v) >= 10 ** digits else f"{v:,.{digits}g}"
 
 
 def gain_text(t: TrialRecord) -> str:
@@ -247,7 +256,7 @@ def _row(t: TrialRecord, pick: str) -> dict:
         makespan=fmt_duration(ms), cost=fmt_usd(m.cost_usd),
         usd_per_1k=fmt_usd(m.usd_per_1k_requests), qps=fmt_float(m.qps),
         usd_per_mtok=fmt_usd_mtok(m.cost_per_million_tokens()), vs_defaults=gain_text(t),
-        qps_per_usd=fmt_float(m.qps_per_usd_per_h),
+        qps_per_usd=fmt_sig(m.qps_per_usd_per_h),
         tok_s=fmt_int(m.throughput_tok_s), preemptions=fmt_int(m.preemptions),
         peak_kv=fmt_pct(peak), limit=fmt_pct(lb / ms) if lb is not None and ms else "—",
     )
@@ -339,13 +348,14 @@ def _about(ctx: ReportContext, prompt: np.ndarray, output: np.ndarray,
            colors: dict[str, str]) -> dict:
     """The workload, model and GPU sections."""
     wl, model = ctx.workload, ctx.model
+    per_engine = engine_cost_models(ctx.trials)
     return dict(
         workload=dict(source=wl.source, requests=fmt_int(wl.requests), tokenizer=wl.tokenizer,
                       output_source=wl.output_source, prompt=_lengths_stats(prompt),
                       output=_lengths_stats(output)),
         model=dict(name=model.name, params=fmt_params(model.num_params),
                    hf_id=model.hf_id or "", checkpoint=model.checkpoint or model.hf_id or ""),
-        gpus=[_gpu_view(n, g, colors[n]) for n, g in ctx.gpus.items()])
+        gpus=[_gpu_view(n, g, colors[n], per_engine.get(n, {})) for n, g in ctx.gpus.items()])
 
 
 def _fleet_view(ctx: ReportContext, trials: dict[int, TrialRecord],
@@ -412,6 +422,8 @@ def view(ctx: ReportContext) -> dict:
         **_about(ctx, rows["prompt"], rows["output"], colors),
         n_trials=len(trials), n_feasible=len(trials) - len(infeasible),
         n_infeasible=len(infeasible), n_pareto=len(ctx.pareto),
+        **_front_counts(ctx, trials),
+        study_arg=shlex.quote(str(ctx.study or "")),
         trial_range=_trial_range(trials),
         reasons=Counter((t.reason or "no reason given") for t in infeasible).most_common(),
         fastest_yaml=ctx.exports.fastest_engine_config,
@@ -422,6 +434,19 @@ def view(ctx: ReportContext) -> dict:
         figures=_figures(ctx, trials, colors, rows),
         plotly_js=plotly.offline.get_plotlyjs(),
     )
+
+
+def _front_counts(ctx: ReportContext, trials: dict[int, TrialRecord]) -> dict:
+    """What the makespan-vs-cost figure marks: the single-type Pareto points no mix of GPU
+    types beats and the mixes (the front `tuner search` prints)."""
+    from tuner.search.fleet import beaten_by_mix
+
+    fleets = [f for f in ctx.fleets or [] if as_finite(f.get("makespan_s")) is not None
+              and as_finite(f.get("cost_usd")) is not None]
+    beaten = beaten_by_mix([(trials[n].makespan_s, trials[n].cost_usd) for n in ctx.pareto],
+                           fleets) if fleets else []
+    return dict(n_front_singles=len(ctx.pareto) - sum(b is not None for b in beaten),
+                n_front_mixes=len(fleets))
 
 
 def _trial_range(trials: dict[int, TrialRecord]) -> str:
@@ -450,12 +475,30 @@ def provenance_label(provenance: Provenance, measured: bool | None = None) -> st
     return label
 
 
-def _gpu_view(name: str, g: GpuInfo, color: str) -> dict:
+def engine_cost_models(trials: list[TrialRecord]) -> dict[str, dict[str, str]]:
+    """{GPU: {engine: its cost model's provenance}}, each from the first feasible trial of that
+    GPU and engine: the terminal's cost-model lines (tuner.cli.search.cost_model_lines)."""
+    by: dict[str, dict[str, str]] = {}
+    for t in trials:
+        if t.feasible and t.provenance is not None:
+            by.setdefault(t.gpu, {}).setdefault(t.config.engine, str(t.provenance))
+    return by
+
+
+def _gpu_view(name: str, g: GpuInfo, color: str,
+              per_engine: dict[str, str] | None = None) -> dict:
+    """One row of the provenance table. Where the study priced both engines on the GPU, one
+    cost-model line per engine: their kernel tables and engine overheads differ (SGLang's
+    overhead is an estimate), and the GPU's first trial names only one of them."""
+    from tuner.search.baseline import engine_name
+
     measured = g.measured if g.measured is not None else g.cost_model.is_measured
     cv = as_finite(g.cv_error)
+    lines = [f"{engine_name(e)}: {text}" for e, text in (per_engine or {}).items()] \
+        if len(per_engine or {}) > 1 else [str(g.cost_model) or "—"]
     return dict(name=name, color=color, memory=fmt_float(g.memory_gib, 0),
                 price=fmt_usd_per_h(g.price_usd_per_h), source=g.price_source or "—",
-                date=g.price_date or "—", cost_model=str(g.cost_model) or "—",
+                date=g.price_date or "—", cost_model=str(g.cost_model) or "—", cost_models=lines,
                 kind=provenance_label(g.cost_model, g.measured), measured=bool(measured),
                 cv=f"{100 * cv:.1f} %" if cv is not None else "—",
                 cv_metric=g.cv_metric or "")
