@@ -265,7 +265,9 @@ def workload_stats_cmd(
     if as_json:
         print(json.dumps(st, indent=2, default=float))
         return
-    t = Table(title=f"{escape(str(file))}: {st['count']} requests")
+    # the workload's source: "<stdin>" for `-`, as --json and a study name it
+    t = Table(title=f"{escape(st['source'])}: {st['count']:,} request"
+                    f"{'' if st['count'] == 1 else 's'}")
     t.add_column("")
     for c in ("mean", "p50", "p90", "p99", "min", "max", "total"):
         t.add_column(c, justify="right")

@@ -8,7 +8,8 @@ read in chunks: no per-line Python object is kept, so millions of requests fit i
 (detected per file from the extension and the first valid record; one format per file):
 
 * OpenAI Batch API JSONL: ``{"custom_id", "method", "url", "body": {"model", "messages": [...]
-  | "prompt": str, "max_tokens" | "max_completion_tokens"}}``
+  | "prompt": str, "max_tokens" | "max_completion_tokens"}}``; ``url`` /v1/chat/completions
+  or /v1/completions (an embeddings or other endpoint's request is a bad line)
 * plain JSONL: ``{"prompt": str, "max_tokens": int}`` (``"messages"`` is accepted too)
 * token-count JSONL: ``{"prompt_tokens": int, "output_tokens": int}``, optionally with a shared
   prefix ``"prefix_id"`` (str or int) and ``"prefix_tokens"`` (int)
@@ -21,7 +22,8 @@ read in chunks: no per-line Python object is kept, so millions of requests fit i
 An arrival column (``arrived_at`` / ``arrival_s``, or a run file's) is seconds or Unix time
 (ms, us, ns converted), taken from the first arrival.
 
-Any JSONL record may carry ``prefix_id`` + ``prefix_tokens`` at its top level.
+Any JSONL record may carry ``prefix_id`` + ``prefix_tokens`` at its top level. Any of these
+files may be gzip-compressed (``jobs.jsonl.gz``), or read from standard input (``-``).
 """
 
 from tuner.core.workload.base import (

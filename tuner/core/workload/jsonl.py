@@ -28,7 +28,13 @@ import numpy as np
 
 from tuner.core.errors import TunerError
 from tuner.core.workload.base import MAX_TOKENS, RequestColumns, one_line
-from tuner.core.workload.records import SHAPE_NAMES, BadLine, Record, parse_record
+from tuner.core.workload.records import (
+    GENERATION_URLS,
+    SHAPE_NAMES,
+    BadLine,
+    Record,
+    parse_record,
+)
 from tuner.core.workload.timed import check_span, seconds_from_first
 from tuner.core.workload.tokens import (
     CHARS_PER_TOKEN,
@@ -52,6 +58,7 @@ _FIELD_CODE = {name: i for i, name in enumerate(OUTPUT_FIELDS)}
 _BATCH_OUT = ("max_completion_tokens", "max_tokens")  # parse_record's order per shape
 _PROMPT_OUT = ("max_tokens", "max_completion_tokens", "output_tokens")
 _SLOW = object()  # "take the general path" marker
+_URLS = (None, *GENERATION_URLS)  # a Batch API url the fast path takes (others: parse_record)
 _N_GROUP = object()  # prefix-group key of a request's n completions: (_N_GROUP, line number)
 WHOLE_PROMPT = -1  # prefix tokens column: the whole prompt (counted after the pass)
 _JSON_WS = " \t\n\r"
@@ -93,7 +100,7 @@ def _fast_row(obj: Any, want_text: bool) -> tuple | None:
         return None  # (a null prefix_id is valid: the general path reads it)
     if "body" in obj:
         body = obj["body"]
-        if type(body) is not dict or not _single(body):
+        if type(body) is not dict or not _single(body) or obj.get("url") not in _URLS:
             return None
         return _fast_text_row(body, 0, _BATCH_OUT, obj.get("custom_id"), want_text)
     if not _single(obj):
@@ -362,7 +369,11 @@ class _Reader:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                self._bad(lineno, BadLine(f"invalid JSON ({exc.msg} at column {exc.colno})"))
+                # a JSON object printed over several lines (json.dumps(indent=...))
+                hint = ("; JSONL holds one whole record per line" if line.strip() == "{"
+                        else "")
+                self._bad(lineno, BadLine(f"invalid JSON ({exc.msg} at column "
+                                          f"{exc.colno}){hint}"))
                 continue
             yield lineno, obj
 

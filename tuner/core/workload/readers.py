@@ -71,8 +71,7 @@ def _spool(path: Path) -> Path:
             src = path.open("rb")
         except OSError as exc:
             raise TunerError(f"{path}: cannot read ({one_line(exc)}).") from None
-        suffix = path.suffix if path.suffix.lower() in (".csv", ".tsv", ".jsonl", ".json",
-                                                        ".ndjson") else ""
+        suffix = path.suffix if path.suffix.lower() in _SUFFIXES else ""
     fd, name = tempfile.mkstemp(prefix="tuner-workload-", suffix=suffix)
     try:
         with os.fdopen(fd, "wb") as out:
@@ -84,6 +83,42 @@ def _spool(path: Path) -> Path:
         if src is not getattr(sys.stdin, "buffer", None):
             src.close()
     return Path(name)
+
+
+#: The first bytes of a gzip file (RFC 1952): such a workload is decompressed before reading.
+GZIP_MAGIC = b"\x1f\x8b"
+_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json", ".ndjson")
+
+
+def _is_gzip(path: Path) -> bool:
+    try:
+        with path.open("rb") as fh:
+            return fh.read(2) == GZIP_MAGIC
+    except OSError:
+        return False  # the readers word the error
+
+
+def _gunzip(path: Path, name: str) -> Path:
+    """Decompress the gzip file `path` into a temporary file, which the caller deletes; it
+    keeps the suffix under ``.gz`` (``jobs.csv.gz``: ``.csv`` picks the CSV reader). Errors
+    name the file as `name`; line numbers then count the decompressed text, as zcat shows it."""
+    import gzip
+    import zlib
+
+    inner = Path(name).with_suffix("").suffix if name.lower().endswith(".gz") else ""
+    suffix = inner if inner.lower() in _SUFFIXES else ""
+    fd, tmp = tempfile.mkstemp(prefix="tuner-workload-", suffix=suffix)
+    try:
+        with os.fdopen(fd, "wb") as out, gzip.open(path, "rb") as src:
+            shutil.copyfileobj(src, out, 1 << 20)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:  # corrupt or cut short
+        Path(tmp).unlink(missing_ok=True)
+        raise TunerError(f"{name}: not a readable gzip file ({one_line(exc)}).") from None
+    except OSError as exc:  # e.g. no space left for the decompressed copy
+        Path(tmp).unlink(missing_ok=True)
+        raise TunerError(f"{name}: cannot decompress into {tempfile.gettempdir()} "
+                         f"({one_line(exc)}).") from None
+    return Path(tmp)
 
 
 def _check_file(path: Path) -> None:
@@ -99,10 +134,11 @@ def _looks_like_csv(path: Path, name: str | Path | None = None) -> bool:
     if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
         return False
     try:
-        with path.open(encoding="utf-8", errors="replace") as fh:
+        with path.open(encoding="utf-8-sig", errors="replace") as fh:
             for line in fh:
-                if line.strip():
-                    return not line.lstrip().startswith(("{", "[")) and CSV_PROMPT_COLUMN in line
+                if line.strip():  # a header line (the CSV reader words a missing column)
+                    return not line.lstrip().startswith(("{", "[")) and (
+                        CSV_PROMPT_COLUMN in line or "," in line)
     except OSError as exc:
         raise TunerError(f"{name or path}: cannot read ({one_line(exc)}).") from None
     return False
@@ -173,10 +209,14 @@ def _load_csv(path: Path, skip_invalid: bool, need_output: bool,
             if c not in columns and (c == CSV_PROMPT_COLUMN or need_output)
         ]
         if missing:
+            # the Azure LLM inference traces (Splitwise's source) name them otherwise
+            azure = ("; an Azure trace's ContextTokens,GeneratedTokens are these columns "
+                     "(rename them; TIMESTAMP as arrived_at, seconds)"
+                     if {"ContextTokens", "GeneratedTokens"} & set(columns) else "")
             raise TunerError(
                 f"{shown}: CSV is missing column(s) {', '.join(missing)} (found: "
                 f"{', '.join(columns) or 'none'}); "
-                f"expected {CSV_PROMPT_COLUMN},{CSV_OUTPUT_COLUMN}."
+                f"expected {CSV_PROMPT_COLUMN},{CSV_OUTPUT_COLUMN}{azure}."
             )
         chunks = []
         used = wanted + ([arrival] if arrival else [])
@@ -317,7 +357,8 @@ def load_workload(
 
     `path` may be ``-`` (standard input) or a pipe, FIFO or /dev/fd/N: such a stream is read
     once, into a temporary file deleted after reading; the workload's source is then
-    `STDIN_NAME` for standard input, else the path given.
+    `STDIN_NAME` for standard input, else the path given. A gzip file or stream (found by its
+    first bytes, whatever its name) is read decompressed, the same way.
 
     Errors raise `TunerError` with a one-line message, ``path:lineno: ...`` when a line is at
     fault. With `skip_invalid`, bad lines are dropped and counted in ``Workload.skipped``.
@@ -325,17 +366,23 @@ def load_workload(
     """
     path = Path(path).expanduser()
     dist = parse_output_dist(output_dist) if output_dist is not None else None
-    if is_stream(path):  # read once: spooled to a temporary file (the readers open it twice)
-        name = stream_name(path)
-        spooled = _spool(path)
-        try:
-            data = _read_file(spooled, name, skip_invalid, tokenizer_path, model, dist)
-        finally:
-            spooled.unlink(missing_ok=True)
-        path = Path(name)
-    else:
-        _check_file(path)
-        data = _read_file(path, str(path), skip_invalid, tokenizer_path, model, dist)
+    temps: list[Path] = []  # temporary files to delete after reading
+    try:
+        if is_stream(path):  # read once: spooled to a temporary file (the readers open it twice)
+            name = stream_name(path)
+            temps.append(_spool(path))
+        else:
+            _check_file(path)
+            name = str(path)
+        src = temps[-1] if temps else path
+        if _is_gzip(src):  # jobs.jsonl.gz (or a gzip stream): read decompressed
+            temps.append(_gunzip(src, name))
+            src = temps[-1]
+        data = _read_file(src, name, skip_invalid, tokenizer_path, model, dist)
+    finally:
+        for tmp in temps:
+            tmp.unlink(missing_ok=True)
+    path = Path(name)
 
     _drop_bad_prompts(data, path, skip_invalid)
     n = data.prompt.size

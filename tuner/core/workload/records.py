@@ -38,6 +38,23 @@ class Record:
     arrival_s: float | None = None  # arrival time (top-level arrival_s or arrived_at), seconds
 
 
+#: The OpenAI Batch API endpoints whose requests generate text (a prompt, then decode steps):
+#: the jobs tuner predicts. A request with no ``url`` is read as one of them.
+GENERATION_URLS = ("/v1/chat/completions", "/v1/completions")
+
+
+def check_batch_url(url: Any) -> None:
+    """BadLine unless a Batch API request's ``url`` is a generation endpoint (or absent): an
+    embeddings, responses or moderations request has no decode to predict, or another body."""
+    if url is None or url in GENERATION_URLS:
+        return
+    if not isinstance(url, str):
+        raise BadLine(f"url must be a string, got {json.dumps(url)[:40]}")
+    what = ("an embeddings request (no text is generated)" if url.rstrip("/").endswith(
+        "/embeddings") else "not an endpoint tuner reads")
+    raise BadLine(f"url {url!r} is {what}; expected {' or '.join(GENERATION_URLS)}")
+
+
 SHAPE_NAMES = {
     "batch": "an OpenAI Batch API request",
     "prompt": "a {prompt, max_tokens} record",
@@ -169,6 +186,7 @@ def _shaped_record(obj: dict) -> Record:
         body = obj["body"]
         if not isinstance(body, dict):
             raise BadLine("OpenAI Batch API request: body must be an object")
+        check_batch_url(obj.get("url"))
         rec = Record("batch", custom_id=obj.get("custom_id"))
         _prompt_into(rec, body, "body ")
         _output_into(rec, body, ("max_completion_tokens", "max_tokens"))
@@ -188,10 +206,14 @@ def _shaped_record(obj: dict) -> Record:
                       "workload): compare tuner with the run by `tuner replay FILE -g GPU`")
     else:
         keys = ", ".join(sorted(map(str, obj))) or "none"
+        # a ShareGPT conversation holds the reply, not a cap: which turns are prompts is the
+        # converter's choice (vLLM's benchmark takes the first human turn and the first reply)
+        hint = ("; a ShareGPT conversation is not read: convert each to {\"prompt\", "
+                "\"max_tokens\"} (or token counts)" if "conversations" in obj else "")
         raise BadLine(
             f"record of no known shape (keys: {keys}); expected an OpenAI Batch API request "
             '{"custom_id", "method", "url", "body"}, {"prompt", "max_tokens"} or '
-            '{"prompt_tokens", "output_tokens"}'
+            '{"prompt_tokens", "output_tokens"}' + hint
         )
     return rec
 

@@ -281,6 +281,10 @@ def timed_columns(path: Path, name: str | Path, skip_invalid: bool) -> RequestCo
     its finish times are not read. A request without a prompt or an output is a bad row (left
     out with `skip_invalid`)."""
     rows, lines = read_rows(path, name)
+    if lines is None and rows and {"body", "prompt", "messages"} & set(rows[0]):
+        # a JSON array of text job records: the job readers stream JSONL, one request a line
+        raise _fail(name, "a JSON array of requests; a job file is JSONL, one request per line "
+                          f"(convert it: jq -c '.[]' {name} > jobs.jsonl).")
     t = parse_rows(name, rows, lines, need_times=False)
     numbers = np.asarray(lines if lines is not None else range(1, len(rows) + 1), dtype=np.int64)
 
