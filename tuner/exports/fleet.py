@@ -78,10 +78,14 @@ def fleet_files(plan: dict, lines: list[str], workload: Workload, model: ModelSp
                 gpus: dict[str, GPU], *, max_model_len: int, header: str = "",
                 quantized_model: str | None = None,
                 num_scheduler_steps: int | None = None,
+                disable_log_requests: bool = False,
                 engine_version: str | None = None) -> dict[str, str]:
     """{file name: text} of a fleet plan (results.json's "fleets" entry): fleet.json, and per
     part its input JSONL, its run-batch launcher and its SkyPilot task; `engine_version`: the
-    vLLM release searched (None: the newest)."""
+    vLLM release searched (None: the newest); `disable_log_requests`: the search priced the
+    API server without its request log, so each launcher's `vllm serve` is started so where
+    the release logs by default, as the single run-batch export's is
+    (tuner.exports.vllm.v0_server_flags)."""
     parts = plan["parts"]
     shares = plan.get("shares") or [p["requests"] for p in parts]
     cut = split_lines(lines, workload, shares)
@@ -97,7 +101,7 @@ def fleet_files(plan: dict, lines: list[str], workload: Workload, model: ModelSp
                     f"{plan['description']}: {len(part_lines)} requests.").strip(),
             input_path=f"{name}.jsonl", output_path=f"{name}.results.jsonl",
             quantized_model=quantized_model, num_scheduler_steps=num_scheduler_steps,
-            engine_version=engine_version)
+            disable_log_requests=disable_log_requests, engine_version=engine_version)
         files[f"{name}.sky.yaml"] = sky_task(name, config, gpus[config.gpu],
                                              part.get("machines") or {}, launcher,
                                              f"{name}.results.jsonl")

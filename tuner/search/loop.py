@@ -105,6 +105,7 @@ def enqueue_presets(study: optuna.Study, space: SearchSpace, gpu_names: list[str
                           for k, v in sglang[gpu].items()}
             params = {"gpu": gpu, **{name: _preset_value(name, values, preset)
                                      for name, values in space.knobs.items()}}
+            params = space.conform(params)  # e.g. Sarathi's chunk where vLLM V0 refuses it
             if config_key(params) not in seen:
                 seen.add(config_key(params))
                 study.enqueue_trial(params, skip_if_exists=True)
@@ -174,8 +175,8 @@ def _objective(ev: Evaluator, gpu_names: list[str], shared: bool,
             trial.study.stop()
             raise optuna.TrialPruned()
         params = {"gpu": trial.suggest_categorical("gpu", gpu_names)}
-        for name, values in space.knobs.items():
-            params[name] = trial.suggest_categorical(name, values)
+        for name in space.sample_order():  # SeedPerTrial keeps to the space's exclusions
+            params[name] = trial.suggest_categorical(name, space.knobs[name])
         if shared:  # other workers' trials: dedup and promotion see them too
             ev.known.ingest(trial.study)
         key = config_key(params)
@@ -251,9 +252,12 @@ class SeedPerTrial(optuna.samplers.BaseSampler):
     same trials, the same Pareto front), and a resumed sampler never replays its first draws
     (each replay would be a duplicate that uses up a trial)."""
 
-    def __init__(self, settings: SearchSettings) -> None:
+    def __init__(self, settings: SearchSettings, space: SearchSpace | None = None) -> None:
         self._settings = settings
         self._inner = self._make(settings.seed)
+        # its exclusions (SearchSpace.excluded): a proposal of a plan its engine refuses is
+        # moved to the nearest value that plan may take, so no trial is spent on it
+        self._space = space if space is not None and space.excluded else None
 
     def _make(self, seed: int) -> optuna.samplers.BaseSampler:
         with warnings.catch_warnings():  # TPE's multivariate is "experimental"
@@ -267,10 +271,21 @@ class SeedPerTrial(optuna.samplers.BaseSampler):
         return self._inner.infer_relative_search_space(study, trial)
 
     def sample_relative(self, study, trial, search_space):
-        return self._inner.sample_relative(study, trial, search_space)
+        params = self._inner.sample_relative(study, trial, search_space)
+        if self._space is None or not params:
+            return params
+        # an excluded knob whose conditions are not drawn here (NSGA-II's mutated ones) is
+        # drawn after them, by sample_independent
+        for ex in self._space.excluded:
+            if ex.knob in params and any(k not in params for k, _ in ex.when):
+                params = {k: v for k, v in params.items() if k != ex.knob}
+        return self._space.conform(params)
 
     def sample_independent(self, study, trial, param_name, param_distribution):
-        return self._inner.sample_independent(study, trial, param_name, param_distribution)
+        value = self._inner.sample_independent(study, trial, param_name, param_distribution)
+        if self._space is None:
+            return value
+        return self._space.conform({**trial.params, param_name: value}, param_name)[param_name]
 
     def before_trial(self, study, trial) -> None:
         seeds = np.random.SeedSequence([self._settings.seed, trial.number]).generate_state(2)
@@ -313,7 +328,7 @@ def neighbours(key: tuple, space: SearchSpace, gpu_names: list[str]) -> list[dic
     out = []
     for name, values in (("gpu", gpu_names), *space.knobs.items()):
         for v in values:
-            if v != base[name]:
+            if v != base[name] and space.allows({**base, name: v}):
                 out.append({**base, name: v})
     return out
 
@@ -339,7 +354,7 @@ def optimize(study: optuna.Study, ev: Evaluator, settings: SearchSettings, *, sh
     count_budget = BudgetCount(counted)
     if settings.n_trials <= count_budget():
         return
-    study.sampler = SeedPerTrial(settings)
+    study.sampler = SeedPerTrial(settings, ev.space)
     t_end = None if settings.timeout_s is None else time.monotonic() + settings.timeout_s
     callbacks = []
     if mirror is not None:
@@ -543,7 +558,8 @@ def search_space(space: SearchSpace, workload: Workload, model: ModelSpec,
     return fit_space(space, model=model, gpus=gpus, gpu_caps=caps,
                      defaults=engine_presets(gpus, meta, model), outputs_from_input=known,
                      engine_schedulers=meta.engine_schedulers, engines=meta.engines,
-                     engine_version=meta.engine_version)
+                     engine_version=meta.engine_version, workload=workload,
+                     num_scheduler_steps=meta.num_scheduler_steps)
 
 
 def final_candidates(ev: Evaluator) -> list[tuple[dict, TrialRecord]]:

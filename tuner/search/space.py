@@ -66,10 +66,30 @@ def cpu_threads_priced(attention_on_cpu: bool, kv_offload_layers: int) -> bool:
 
 
 @dataclass(frozen=True)
+class Exclusion:
+    """Values of one searched knob that the plans matching `when` never take, because their
+    engine refuses them, while the space's other plans run them (fit_space: a V0 vLLM plan's
+    dp > 1 for a mixture-of-experts model, which SGLang's plans keep). Where no plan of the
+    space runs them, fit_space leaves them out of the knob instead."""
+
+    knob: str
+    values: tuple
+    when: tuple[tuple[str, tuple], ...]  # (knob, the values it holds): all must hold
+    why: str
+
+    def applies(self, point: dict) -> bool:
+        return all(point.get(k) in vs for k, vs in self.when)
+
+
+@dataclass(frozen=True)
 class SearchSpace:
     knobs: dict[str, list]  # field -> candidate values (order kept)
     fixed: dict[str, object]
     source: str
+    # values some plans never take (fit_space): the grid skips them, the search's sampler,
+    # presets and polish move or skip them (tuner.search.loop), so no trial is spent on a plan
+    # its engine refuses. Derived from the job each time the space is fitted, not stored.
+    excluded: tuple[Exclusion, ...] = ()
 
     def grid(self, gpus: list[str]):
         """Every configuration of the space (for --exhaustive and tests)."""
@@ -77,25 +97,76 @@ class SearchSpace:
             yield ServingConfig(**self.fixed, **params)
 
     def grid_params(self, gpus: list[str]):
-        """Every point of the space as the search's parameter dict ({'gpu': ..., knob: value})."""
+        """Every point of the space as the search's parameter dict ({'gpu': ..., knob: value}),
+        but those an exclusion leaves out."""
         self.size(len(gpus))  # refuses an unresolved space
         names = list(self.knobs)
         for gpu in gpus:
             for combo in itertools.product(*(self.knobs[k] for k in names)):
-                yield {"gpu": gpu, **dict(zip(names, combo, strict=True))}
+                params = {"gpu": gpu, **dict(zip(names, combo, strict=True))}
+                if not self.excluded or self.allows(params):
+                    yield params
 
     @property
     def resolved(self) -> bool:
         return not any(v == AUTO for v in self.knobs.values())
 
     def size(self, n_gpus: int) -> int:
+        """The points of the grid (grid_params), exclusions left out."""
         if not self.resolved:
             raise TunerError("The search space has tp/dp 'auto': fit it to the job first "
                              "(tuner.search.loop.search_space).")
+        bound = {ex.knob for ex in self.excluded} | {k for ex in self.excluded for k, _ in ex.when}
+        bound = [k for k in self.knobs if k in bound]
         n = n_gpus
-        for v in self.knobs.values():
-            n *= len(v)
+        for k, v in self.knobs.items():
+            if k not in bound:
+                n *= len(v)
+        if bound:  # only the knobs the exclusions read are enumerated
+            n *= sum(self.allows(dict(zip(bound, combo, strict=True)))
+                     for combo in itertools.product(*(self.knobs[k] for k in bound)))
         return n
+
+    def allowed(self, name: str, params: dict) -> list:
+        """The values of knob `name` a plan with `params` (the other knobs) may take."""
+        point = {**self.fixed, **params}
+        values = list(self.knobs[name])
+        for ex in self.excluded:
+            if ex.knob == name and ex.applies(point):
+                values = [v for v in values if v not in ex.values]
+        return values
+
+    def allows(self, params: dict) -> bool:
+        """Whether no exclusion leaves out the point `params`."""
+        point = {**self.fixed, **params}
+        return not any(ex.knob in point and point[ex.knob] in ex.values and ex.applies(point)
+                       for ex in self.excluded)
+
+    def sample_order(self) -> list[str]:
+        """The knobs in the order a trial draws them: those the exclusions depend on (the
+        engine) first, so each excluded knob is drawn knowing whether it applies."""
+        first = {k for ex in self.excluded for k, _ in ex.when}
+        return sorted(self.knobs, key=lambda k: k not in first)  # stable: the rest in order
+
+    def conform(self, params: dict, name: str | None = None) -> dict:
+        """`params` with each excluded value (only knob `name`'s, where given) moved to the
+        nearest value its plan may take (the search's proposals, presets)."""
+        out = dict(params)
+        for knob in dict.fromkeys(ex.knob for ex in self.excluded):
+            if knob not in out or (name is not None and knob != name):
+                continue
+            allowed = self.allowed(knob, out)
+            if allowed and out[knob] not in allowed:
+                out[knob] = _nearest_value(allowed, out[knob])
+        return out
+
+
+def _nearest_value(values: list, want):
+    """The value of `values` nearest to `want` (numbers; the smaller on a tie), else the first."""
+    nums = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    if nums and isinstance(want, int | float) and not isinstance(want, bool):
+        return min(nums, key=lambda v: (abs(v - want), v))
+    return values[0]
 
 
 def shipped_space_path(name: str) -> Path:
@@ -271,7 +342,8 @@ def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int]
               defaults: dict[str, dict], outputs_from_input: bool,
               engine_schedulers: tuple[str, ...] | None = None,
               engines: list[str] | None = None,
-              engine_version: str | None = None) -> tuple[SearchSpace, list[str]]:
+              engine_version: str | None = None, workload=None,
+              num_scheduler_steps: int | None = None) -> tuple[SearchSpace, list[str]]:
     """The space a search runs, and notes saying what was changed and why:
 
     * ``tp: auto``: powers of two up to the largest machine among the GPUs (a TP group stays
@@ -297,7 +369,13 @@ def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int]
       attention's threads (_fit_engine_knobs); a space of nothing else is refused;
     * under a vLLM V0 `engine_version` (0.5 - 0.7) with vLLM the only engine searched, a
       mixture-of-experts model's dp > 1 (one data-parallel engine) and expert parallelism,
-      which only V1 runs (tuner.core.engines.moe_parallel_refusal), are left out.
+      which only V1 runs (tuner.core.engines.moe_parallel_refusal), are left out;
+    * values an engine searched refuses for this job (_engine_refusals: those V0 MoE plans;
+      SGLang's dp > 1 for a MoE model without its DP attention; with `workload`, chunk sizes
+      below its longest request under a scheduler without chunked prefill, which vLLM
+      refuses, `num_scheduler_steps` V0's decode runs) are left out where no engine searched
+      runs them, else left out of that engine's plans only (SearchSpace.excluded): no trial
+      is spent on a plan its engine refuses.
     """
     knobs = dict(space.knobs)
     fixed = dict(space.fixed)
@@ -329,7 +407,134 @@ def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int]
     if "ordering" in knobs and not outputs_from_input:
         notes += _drop_output_orderings(knobs)
     notes += _fit_v0_moe(knobs, fixed, model, engine_version)
-    return dataclasses.replace(space, knobs=knobs, fixed=fixed), notes
+    refusals = _engine_refusals(knobs, fixed, model, engine_version, workload,
+                                num_scheduler_steps)
+    more, excluded = _fit_engine_refusals(knobs, fixed, refusals)
+    return dataclasses.replace(space, knobs=knobs, fixed=fixed, excluded=excluded), notes + more
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    """Values of a knob one engine refuses for this job, where `when` holds (knob, values)."""
+
+    engine: str
+    knob: str
+    values: tuple
+    why: str
+    when: tuple[tuple[str, tuple], ...] = ()
+
+
+def _engine_refusals(knobs: dict[str, list], fixed: dict, model, engine_version: str | None,
+                     workload, num_scheduler_steps: int | None) -> list[_Refusal]:
+    """What each engine refuses of the knob values searched, as the simulator does
+    (tuner.sim.simulator.simulate, check_feasible)."""
+    from tuner.core.engines import generation_of
+    from tuner.core.schedulers import SCHEDULER_PRESETS
+    from tuner.core.sglang import dp_attention_supported
+
+    out: list[_Refusal] = []
+    dps = knobs.get("dp", [])
+    wide = () if dps == AUTO else tuple(d for d in dps if int(d) > 1)
+    v0 = generation_of(engine_version).generation.key == "v0"
+    if getattr(model, "is_moe", False) and v0:  # tuner.core.engines.moe_parallel_refusal
+        out.append(_Refusal("vllm", "dp", wide,
+                            f"vLLM {engine_version} (V0) runs a mixture-of-experts model as one "
+                            "data-parallel engine only from 0.8.0 (V1's --data-parallel-size)"))
+        out.append(_Refusal("vllm", "expert_parallel", (True,),
+                            f"vLLM {engine_version} (V0) has no --enable-expert-parallel (V1's, "
+                            "from 0.8.0)"))
+    if getattr(model, "is_moe", False) and not dp_attention_supported(model):
+        out.append(_Refusal("sglang", "dp", wide,
+                            f"SGLang runs {model.name} at dp > 1 only as independent servers, "
+                            "each with every expert (its DP attention, which splits the experts "
+                            "as tuner prices dp > 1, is for the DeepSeek and Qwen MoE families)"))
+    schedulers = knobs.get("scheduler") or [fixed.get("scheduler", DEFAULTS["scheduler"])]
+    unchunked = tuple(s for s in schedulers if not SCHEDULER_PRESETS[s].chunked_prefill)
+    if workload is not None and len(workload) and unchunked and "chunk_size" in knobs:
+        floor, longest, steps = _unchunked_floor(workload, engine_version, num_scheduler_steps)
+        runs = (f"; {floor + 1:,} to the end of V0's last {steps}-step decode run"
+                if floor + 1 > longest else "")
+        out.append(_Refusal(
+            "vllm", "chunk_size", tuple(c for c in knobs["chunk_size"] if int(c) < floor),
+            f"without chunked prefill ({', '.join(unchunked)}) vLLM's token budget "
+            f"(max_num_batched_tokens) must hold the longest request ({longest:,} tokens{runs}),"
+            f" so it refuses a budget below {floor:,}",
+            when=(("scheduler", unchunked),)))
+    return out
+
+
+def _unchunked_floor(workload, engine_version: str | None,
+                     num_scheduler_steps: int | None) -> tuple[int, int, int]:
+    """(the smallest chunk_size a vLLM plan without chunked prefill runs this job at, its
+    longest request's tokens, the decode steps per scheduler call): check_feasible's rule,
+    and check_decode_runs' on V0's multi-step decode runs."""
+    from tuner.sim.scheduler import multi_step_outputs
+    from tuner.sim.simulator import decode_run_steps
+
+    steps = decode_run_steps("vllm", engine_version, num_scheduler_steps)
+    prompt = workload.prompt_tokens.astype("int64")
+    longest = int((prompt + workload.output_tokens).max())
+    scheduled = int((prompt + multi_step_outputs(workload.output_tokens, steps)).max())
+    return max(longest, scheduled) - 1, longest, steps
+
+
+def _fit_engine_refusals(knobs: dict[str, list], fixed: dict, refusals: list[_Refusal]
+                         ) -> tuple[list[str], tuple[Exclusion, ...]]:
+    """Leave out (in place) the values every engine searched refuses; the values only some
+    refuse become exclusions of those engines' plans. The notes say what was left out; a knob
+    with nothing left for an engine is left as it is (its trials say why)."""
+    engines = list(knobs.get("engine") or [fixed.get("engine", DEFAULTS["engine"])])
+    live = []
+    for r in refusals:
+        if r.engine not in engines or r.knob not in knobs or knobs[r.knob] == AUTO:
+            continue
+        values = tuple(v for v in knobs[r.knob] if v in r.values)
+        when = []
+        for k, vs in r.when:  # a fixed knob settles its condition; a searched one stays one
+            if k in knobs:
+                when.append((k, tuple(v for v in knobs[k] if v in vs)))
+            elif fixed.get(k, DEFAULTS.get(k)) not in vs:
+                values = ()
+        if values and all(vs for _, vs in when):
+            live.append(dataclasses.replace(r, values=values, when=tuple(when)))
+    notes: list[str] = []
+    # refused by every engine searched (under no further condition): no plan runs them
+    for name in dict.fromkeys(r.knob for r in live):
+        by_engine = {e: [r for r in live if r.knob == name and r.engine == e and not r.when]
+                     for e in engines}
+        if not all(by_engine.values()):
+            continue
+        common = [v for v in knobs[name]
+                  if all(any(v in r.values for r in rs) for rs in by_engine.values())]
+        kept = [v for v in knobs[name] if v not in common]
+        if not common or not kept:
+            continue
+        knobs[name] = kept
+        whys = "; ".join(dict.fromkeys(r.why for rs in by_engine.values() for r in rs))
+        notes.append(f"{name} {', '.join(map(_value_text, common))} left out: {whys}")
+        live = [dataclasses.replace(r, values=tuple(v for v in r.values if v in kept))
+                if r.knob == name else r for r in live]
+    # the rest: left out of the refusing engine's plans (under a searched scheduler: of its
+    # plans with that scheduler), which the other plans keep
+    from tuner.search.baseline import engine_name
+
+    excluded = []
+    for r in live:
+        values = tuple(v for v in knobs[r.knob] if v in r.values)
+        if not values or len(values) == len(knobs[r.knob]):
+            continue  # nothing to leave out, or nothing left: its trials say why
+        when = ((("engine", (r.engine,)),) if len(engines) > 1 else ()) + r.when
+        excluded.append(Exclusion(r.knob, values, when, r.why))
+        whose = f"{engine_name(r.engine)}'s plans"
+        if r.when:
+            whose += " with " + ", ".join(f"{k} {'/'.join(map(_value_text, vs))}"
+                                         for k, vs in r.when)
+        others = [engine_name(e) + "'s" for e in engines if e != r.engine]
+        keep = (f"{' and '.join(others)} keep them" if others
+                else "the space's other plans keep them")
+        notes.append(f"{r.knob} {', '.join(map(_value_text, values))} left out of {whose} "
+                     f"({keep}): {r.why}")
+    return notes, tuple(excluded)
 
 
 def _fit_v0_moe(knobs: dict[str, list], fixed: dict, model, engine_version: str | None
@@ -337,7 +542,8 @@ def _fit_v0_moe(knobs: dict[str, list], fixed: dict, model, engine_version: str 
     """Under a V0 release, a mixture-of-experts model's plans V1 alone runs (dp > 1 as one
     data-parallel engine, expert parallelism) left out of a vLLM-only space, in place (the
     simulator refuses them: every such trial would be infeasible); the note saying so. A space
-    that also searches SGLang keeps them for its plans (vLLM's are then refused one by one)."""
+    that also searches SGLang keeps them for its plans and leaves them out of vLLM's
+    (_engine_refusals, _fit_engine_refusals)."""
     from tuner.core.engines import generation_of
 
     if not getattr(model, "is_moe", False) or generation_of(engine_version).generation.key != "v0":
