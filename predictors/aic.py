@@ -29,7 +29,9 @@ Where the numbers come from (all per tensor-parallel rank, per layer unless said
              aic_tables.MOE_DISTRIBUTION; a shape or split the table lacks is priced from the nearest
              measured one times the roofline ratio of the two (estimated, said so in the
              provenance). With dp > 1 the all-gather and reduce-scatter of the ranks' tokens
-             from the NCCL tables.
+             from the NCCL tables; a group spanning machines (tp * dp > gpus_per_machine) as
+             a two-level collective: the tables at one machine's GPUs plus the inter-machine
+             ring over the catalog's scale-out bandwidth (predictors.moe, estimated).
 
 Interpolation: log latency is interpolated linearly in the log of each size between measured
 points (GEMM: n and k at build time, m at run time; attention: batch and length), the last
@@ -71,7 +73,13 @@ from tuner.predictors.aic_transfer import (
     typical_fractions,
 )
 from tuner.predictors.features import BatchFeatures, sum_parts
-from tuner.predictors.moe import MoEParallel, MoEShape
+from tuner.predictors.moe import (
+    SCALE_OUT_HOP_LATENCY_S,
+    MoEParallel,
+    MoEShape,
+    scale_out_gather_s,
+    scale_out_of,
+)
 from tuner.predictors.opmath import (
     quantized_bytes_per_param,
     unconverted_shares,
@@ -520,20 +528,38 @@ def _moe_curves(moe: MoEShape, par: MoEParallel, tables: KernelTables, gpu, weig
     fields = {"moe_layers": moe.moe_layers, "log_moe_tokens": np.log(tok / par.token_factor),
               "log_moe_s": np.log(t)}
     if par.gathers:
-        ag = tables.nccl_collective("allgather", par.group)
-        rs = tables.nccl_collective("reducescatter", par.group)
-        if ag is None or rs is None:
-            raise ValueError(f"{tables.device} has no NCCL all-gather / reduce-scatter table for "
-                             f"{par.group} GPUs")
+        per = getattr(gpu, "gpus_per_machine", None)
+        machines = par.machines(per)
+        # a group spanning machines: the tables at one machine's GPUs, the rest over the network
+        local = per if machines > 1 else par.group
         bytes_per_token = par.token_factor * moe.hidden_size * 2.0
-        grid = np.unique(np.concatenate([ag[0], rs[0]])) / bytes_per_token
+        if local > 1:
+            ag = tables.nccl_collective("allgather", local)
+            rs = tables.nccl_collective("reducescatter", local)
+            if ag is None or rs is None:
+                raise ValueError(f"{tables.device} has no NCCL all-gather / reduce-scatter "
+                                 f"table for {local} GPUs")
+            grid = np.unique(np.concatenate([ag[0], rs[0]])) / bytes_per_token
+        else:  # one GPU per machine: nothing gathers inside it
+            grid = np.geomspace(256.0, 2.0 ** 28, 21) / bytes_per_token
         grid = grid[grid >= 1.0]
         msg = grid * bytes_per_token
         a2a = (loglog_curve(msg, np.log(ag[0]), np.log(ag[1]))
-               + loglog_curve(msg, np.log(rs[0]), np.log(rs[1])))
+               + loglog_curve(msg, np.log(rs[0]), np.log(rs[1]))) if local > 1 else 0.0
+        if machines > 1:
+            bw, bw_note = scale_out_of(gpu)
+            a2a = a2a + 2.0 * scale_out_gather_s(msg, machines, per, bw)
+            notes.append(
+                f"MoE dispatch/combine over {machines} machines of {per} GPUs: "
+                + (f"NCCL all-gather + reduce-scatter tables over a machine's {per} GPUs, "
+                   if local > 1 else "")
+                + f"the inter-machine stage estimated (a ring over the scale-out network at "
+                f"{bw_note}: (n-1)/n of the message per GPU NIC + "
+                f"{SCALE_OUT_HOP_LATENCY_S * 1e6:g} us per step, NCCL's tuning-model latency)")
+        else:
+            notes.append(f"MoE dispatch/combine: NCCL all-gather + reduce-scatter tables over "
+                         f"{par.group} GPUs")
         fields.update(log_a2a_tokens=np.log(grid), log_a2a_s=np.log(a2a))
-        notes.append(f"MoE dispatch/combine: NCCL all-gather + reduce-scatter tables over "
-                     f"{par.group} GPUs")
     return fields, notes, moe.activation_width(par)
 
 
@@ -632,8 +658,9 @@ def reference_iterations() -> BatchFeatures:
     return BatchFeatures(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4], a[:, 5])
 
 
-#: vLLM runs FlashAttention 3 on Hopper from this release (vllm-project/vllm#12093, January
-#: 2025); before it, FlashAttention 2
+#: vLLM runs FlashAttention 3 on Hopper from this release (vllm-project/vllm#12093): the 0.7.0
+#: wheel's vllm/attention/backends/flash_attn.py picks fa_version 3 where supported (sm_90); the
+#: 0.6.6.post1 wheel has no FA3 choice; before it, FlashAttention 2
 FA3_ON_HOPPER_SINCE = (0, 7, 0)
 #: what the FA2 -> FA3 change measured end to end, in vLLM's own figures of that PR (an H100
 #: assumed: FA3 then ran only on Hopper; benchmarks/fidelity.py prints them)
@@ -801,7 +828,7 @@ def _shape_key(model) -> tuple:
 def _gpu_key(gpu) -> tuple:
     return tuple(getattr(gpu, k, None) for k in (
         "name", "architecture", "bf16_tflops", "fp8_tflops", "hbm_gbps", "host_link_gbps",
-        "nvlink_gbps", "nvlink_all_pairs"))
+        "nvlink_gbps", "nvlink_all_pairs", "gpus_per_machine", "scale_out_gbps"))
 
 
 @lru_cache(maxsize=8)

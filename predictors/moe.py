@@ -22,6 +22,15 @@ Decode reads expert weights: a step of B tokens touches, under uniform routing, 
 E * (1 - (1 - k/E)^B) distinct experts of E (each expert is missed by one token with
 probability 1 - k/E, independently per token); only those experts' weights are read. This is
 the uniform-routing estimate (real routers are skewed, which touches fewer experts).
+
+An expert group larger than one machine (tp * dp > the GPU's gpus_per_machine: DeepSeek-V3 at
+TP 8 x DP 4 on 8-GPU machines) gathers across machines: priced as a two-level collective, the
+machine's own all-gather / reduce-scatter over its gpus_per_machine GPUs (NVLink) plus an
+inter-machine ring over the scale-out network (each GPU's NIC carries its rail's share of the
+message: (n - 1) / n of message / gpus_per_machine over n machines), at the catalog's
+scale_out_gbps per GPU, plus SCALE_OUT_HOP_LATENCY_S per ring step (scale_out_gather_s).
+NCCL's own flat ring crosses the machines' boundary with up to twice those bytes at n = 2:
+the two-level figure is the lower, an estimate either way (said so in the provenance).
 """
 
 from __future__ import annotations
@@ -29,6 +38,48 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from tuner.core.catalog import FALLBACK_SCALE_OUT_GBPS_PER_MACHINE
+
+# one inter-machine ring step: NCCL's own tuning model (NVIDIA/nccl src/graph/tuning.cc)
+# costs a network hop at hwLat[NET][Ring][LL128] = 4.0 us, plus the per-step network post
+# overhead getNetOverhead() = 1.0 us on x86 Intel hosts: 5 us (an estimate: NCCL picks LL /
+# Simple by message size, 2.7 / 14 us a step)
+SCALE_OUT_HOP_LATENCY_S = 5e-6
+
+
+def machines_spanned(group: int, gpus_per_machine: int | None) -> int:
+    """Machines an expert group of `group` GPUs spans (1 where gpus_per_machine is unknown)."""
+    if not gpus_per_machine or group <= gpus_per_machine:
+        return 1
+    return -(-group // gpus_per_machine)
+
+
+def scale_out_of(gpu) -> tuple[float, str]:
+    """(per-GPU scale-out bytes/s, provenance note) of a duck-typed tuner GPU: its catalog
+    figure (GPU.scale_out_bytes_per_s), else the fallback estimate shared by its machine."""
+    bw = getattr(gpu, "scale_out_bytes_per_s", None)
+    if bw:
+        return float(bw), str(getattr(gpu, "scale_out_note", f"{bw / 1e9:.3g} GB/s per GPU"))
+    per = int(getattr(gpu, "gpus_per_machine", 8) or 8)
+    bw = FALLBACK_SCALE_OUT_GBPS_PER_MACHINE * 1e9 / per
+    return bw, (f"{bw / 1e9:.3g} GB/s per GPU, an estimate ({FALLBACK_SCALE_OUT_GBPS_PER_MACHINE * 8:g}"
+                f" Gb/s per machine of {per} GPUs)")
+
+
+def scale_out_gather_s(message_bytes, machines: int, gpus_per_machine: int,
+                       bytes_per_s: float) -> np.ndarray:
+    """Seconds of the inter-machine stage of one two-level all-gather (or reduce-scatter) of a
+    gathered buffer of `message_bytes` over `machines` machines of `gpus_per_machine` GPUs:
+    a ring over the machines in which each GPU's NIC carries (n - 1) / n of its rail's
+    1 / gpus_per_machine of the message, at `bytes_per_s` per NIC, plus
+    SCALE_OUT_HOP_LATENCY_S per ring step (n - 1 steps); 0 for an empty message."""
+    msg = np.asarray(message_bytes, dtype=np.float64)
+    n = float(machines)
+    if n <= 1:
+        return np.zeros_like(msg)
+    wire = (n - 1.0) / n * msg / float(gpus_per_machine) / bytes_per_s
+    return np.where(msg > 0, wire + (n - 1.0) * SCALE_OUT_HOP_LATENCY_S, 0.0)
 
 
 def expected_distinct_experts(tokens, num_experts: int, experts_per_token: int) -> np.ndarray:
@@ -72,6 +123,10 @@ class MoEParallel:
     def gathers(self) -> bool:
         """The layer all-gathers / reduce-scatters across data-parallel ranks (dp > 1)."""
         return self.dp > 1
+
+    def machines(self, gpus_per_machine: int | None) -> int:
+        """Machines the expert group spans (machines_spanned)."""
+        return machines_spanned(self.group, gpus_per_machine)
 
     def describe(self, num_experts: int) -> str:
         how = (f"expert parallel over {self.group} GPU(s), {num_experts // self.group} experts "

@@ -18,7 +18,10 @@ token's top-k experts only and whose weight bytes count the distinct experts the
 touch (E * (1 - (1 - k/E)^B) for B tokens, the uniform-routing estimate), all split over the
 expert group of tp * dp GPUs (whole experts with expert parallelism, slices of every expert
 without). With dp > 1 each MoE layer all-gathers and reduce-scatters the data-parallel ranks'
-hidden states over that group (a ring: (G - 1) / G of the message each way).
+hidden states over that group (a ring: (G - 1) / G of the message each way); a group spanning
+machines (G > gpus_per_machine) as a two-level collective: the ring over one machine's GPUs
+at the NVLink (or PCIe) bandwidth plus the inter-machine ring over the scale-out network
+(predictors.moe.scale_out_gather_s: the catalog's scale_out_gbps per GPU, an estimate).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import numpy as np
 
 from tuner.core.provenance import Provenance
 from tuner.predictors.features import BatchFeatures, sum_parts
-from tuner.predictors.moe import MoEParallel, MoEShape
+from tuner.predictors.moe import MoEParallel, MoEShape, scale_out_gather_s, scale_out_of
 from tuner.predictors.opmath import quantized_bytes_per_param, unconverted_shares
 from tuner.predictors.opmath import weight_bytes_per_param as model_weight_bytes_per_param
 from tuner.predictors.protocol import group_ops
@@ -92,6 +95,11 @@ class RooflineCostModel:
     index_flops_per_pair: float = 0.0
     dp: int = 1
     expert_parallel: bool = False
+    # machines: an expert group larger than one machine gathers across them over the
+    # scale-out network (per-GPU bytes/s, one direction; 0 = never spans: the old rule)
+    gpus_per_machine: int = 0
+    scale_out_bytes_per_s: float = 0.0
+    scale_out_note: str = ""
     name: str = "roofline"
 
     @classmethod
@@ -119,6 +127,7 @@ class RooflineCostModel:
             kv_bytes_per_token=_kv_bytes_per_token(model, kv_bits, tp),
             **_sparse_fields(model),
             **_moe_fields(model),
+            **{k: v for k, v in _machine_fields(gpu).items() if k not in overrides},
             **overrides,
         )
 
@@ -235,7 +244,12 @@ class RooflineCostModel:
             parts["moe_experts"] = Lm * np.maximum(fl / self._gemm_flops_per_s, by / self._bw)
             if par.gathers:
                 msg = tokens * par.token_factor * self.hidden_size * 2.0
-                ring = (par.group - 1) / par.group * msg / self.interconnect_bytes_per_s
+                machines = par.machines(self.gpus_per_machine) if self.scale_out_bytes_per_s else 1
+                local = self.gpus_per_machine if machines > 1 else par.group
+                ring = (local - 1) / local * msg / self.interconnect_bytes_per_s
+                if machines > 1:  # two-level: a machine's ring + the inter-machine stage
+                    ring = ring + scale_out_gather_s(msg, machines, self.gpus_per_machine,
+                                                     self.scale_out_bytes_per_s)
                 parts["moe_dispatch"] = Lm * 2.0 * (ring + self.allreduce_latency_s) * (tokens > 0)
             ffn_width = ffn_width + Lm * moe.activation_width(par)
         # norms, SiLU*mul, rotary, residual adds: pure memory traffic (FFN width: layer mean)
@@ -279,7 +293,15 @@ class RooflineCostModel:
 
     @property
     def provenance(self) -> Provenance:
-        return Provenance("roofline", self.name)
+        name = self.name
+        moe = self._moe
+        if moe is not None and self.scale_out_bytes_per_s:
+            par = self._moe_parallel
+            machines = par.machines(self.gpus_per_machine)
+            if par.gathers and machines > 1:
+                name += (f"; MoE dispatch/combine over {machines} machines: the inter-machine "
+                         f"stage over the scale-out network at {self.scale_out_note} (estimated)")
+        return Provenance("roofline", name)
 
     def describe(self) -> str:
         return str(self.provenance)
@@ -330,6 +352,15 @@ def _kv_bytes_per_token(model, kv_bits: int, tp: int) -> float:
     from tuner.core.memory import kv_bytes_per_token_per_layer_rank
 
     return float(kv_bytes_per_token_per_layer_rank(model, kv_bits, tp))
+
+
+def _machine_fields(gpu) -> dict:
+    """The machine shape and scale-out network of a duck-typed tuner GPU (none: never spans)."""
+    per = int(getattr(gpu, "gpus_per_machine", 0) or 0)
+    if per <= 0:
+        return {}
+    bw, note = scale_out_of(gpu)
+    return {"gpus_per_machine": per, "scale_out_bytes_per_s": bw, "scale_out_note": note}
 
 
 def _moe_fields(model) -> dict:

@@ -59,6 +59,10 @@ GPU_FIELD_RANGES: dict[str, Figure] = {
                              too_low="TB/s", too_high="MB/s"),
     "nvlink_gbps": Figure(1, 100_000, "GB/s", optional=True, example="300 for an A100-80G",
                           too_low="TB/s", too_high="MB/s"),
+    # one 400 Gb/s NIC per GPU moves 50 GB/s; the fastest NICs shipping (800 Gb/s) 100
+    "scale_out_gbps": Figure(0, 1_000, "GB/s", optional=True,
+                             example="50 for an H100 (one 400 Gb/s NIC per GPU)",
+                             too_high="Mb/s"),
     "host_ram_gib": Figure(0, 1_048_576, "GiB", example="225 for an A100-80G"),
     "cpu_cores": Figure(1, 100_000, "cores", whole=True),
     "tdp_w": Figure(0, 100_000, "W", optional=True, example="400 for an A100-80G"),
@@ -95,7 +99,13 @@ GPU_FILE_DEFAULTS: dict[str, object] = {
     "price_source": "given in --gpu-file {path}",
     "price_date": "",  # not given: `tuner gpus` shows "—"
     "tdp_w": None,  # not given: read by no prediction
+    "scale_out_source": "",  # not given: GPU.scale_out_note says where the figure came from
 }
+
+#: scale-out network of a machine whose GPU states no scale_out_gbps (a --gpu-file GPU):
+#: one 100 Gb/s Ethernet port per machine, shared by its GPUs: an ESTIMATE, the common
+#: network of cloud instances without a GPU fabric (AWS g5.48xlarge / g6.48xlarge: 100 Gbps)
+FALLBACK_SCALE_OUT_GBPS_PER_MACHINE = 12.5
 
 
 def _check_gpu_figure(gpu: str, name: str, value, fig: Figure) -> None:
@@ -172,6 +182,12 @@ class GPU:
     # NVLink joins every pair of a machine's GPUs (an NVSwitch board); False where bridges join
     # pairs only (A40): vLLM and SGLang then keep their custom all-reduce to 2 GPUs
     nvlink_all_pairs: bool = True
+    # per-GPU scale-out network bandwidth between machines (InfiniBand / RoCE / EFA NICs), ONE
+    # direction, GB/s: what an expert group spanning machines gathers over; None = not stated
+    # (FALLBACK_SCALE_OUT_GBPS_PER_MACHINE, an estimate); scale_out_source says where it
+    # comes from ("estimate: ..." where assumed)
+    scale_out_gbps: float | None = None
+    scale_out_source: str = ""
     vasuki_usd_per_fp32_gflop_per_w: float | None = None  # Vasuki Table 1 (A10, A40 only)
     notes: str = ""
     # --provider: the provider's instances and billing rule (tuner.core.pricing); None = the
@@ -210,6 +226,9 @@ class GPU:
         if not isinstance(self.nvlink_all_pairs, bool):
             raise TunerError(f"GPU {self.name}: nvlink_all_pairs must be true or false, got "
                              f"{self.nvlink_all_pairs!r}.")
+        if not isinstance(self.scale_out_source, str):
+            raise TunerError(f"GPU {self.name}: scale_out_source must be text (where "
+                             f"scale_out_gbps comes from), got {self.scale_out_source!r}.")
         per = self.gpus_per_machine
         if isinstance(per, bool) or not isinstance(per, int) or not 1 <= per <= 64:
             raise TunerError(f"GPU {self.name}: gpus_per_machine must be a whole number of GPUs "
@@ -235,6 +254,30 @@ class GPU:
     def interconnect_bytes_per_s(self) -> float:
         """Bandwidth for tensor-parallel all-reduce: NVLink when present, else the PCIe link."""
         return (self.nvlink_gbps or self.host_link_gbps) * 1e9
+
+    @property
+    def scale_out_bytes_per_s(self) -> float:
+        """Per-GPU scale-out network bandwidth (one direction) between machines: the catalog's
+        figure, else FALLBACK_SCALE_OUT_GBPS_PER_MACHINE shared by the machine's GPUs."""
+        if self.scale_out_gbps is not None:
+            return self.scale_out_gbps * 1e9
+        return FALLBACK_SCALE_OUT_GBPS_PER_MACHINE * 1e9 / self.gpus_per_machine
+
+    @property
+    def scale_out_note(self) -> str:
+        """The scale-out figure and, briefly, where it comes from (provenance lines; the whole
+        source is the catalog's scale_out_source)."""
+        gbps = self.scale_out_bytes_per_s / 1e9
+        src = self.scale_out_source.strip()
+        if self.scale_out_gbps is None:
+            return (f"{gbps:.3g} GB/s per GPU, an estimate (no scale_out_gbps given: "
+                    f"{FALLBACK_SCALE_OUT_GBPS_PER_MACHINE * 8:g} Gb/s per machine of "
+                    f"{self.gpus_per_machine} GPUs)")
+        if not src:
+            return f"{gbps:.3g} GB/s per GPU (scale_out_gbps as given)"
+        if src.lower().startswith("estimate"):
+            return f"{gbps:.3g} GB/s per GPU, an estimate (catalog scale_out_source)"
+        return f"{gbps:.3g} GB/s per GPU ({src.split(':')[0]})"
 
 
 #: how many weights share one scale (and zero) in an AWQ / GPTQ / compressed-tensors group
