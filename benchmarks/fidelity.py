@@ -134,7 +134,7 @@ class Run:
     engine: EngineProfile | None = None  # the profile of its engine, where not the suite's
     # the engine simulated: "vllm", or "sglang" with its settings (tuner.core.sglang)
     simulated_engine: str = "vllm"
-    # the API server logged each request (vLLM before 0.10.2 without --disable-log-requests):
+    # the API server logged each request (vLLM before 0.10.1 without --disable-log-requests):
     # EngineProfile.per_logged_request_s applies
     log_requests: bool = False
     sglang: object | None = None  # SGLangSettings of an SGLang run

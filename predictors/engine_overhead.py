@@ -22,7 +22,7 @@ BatchFeatures and are counted as max(1, prefills completed) in a step with prefi
 tokens): once per request (and per recompute after a preemption), its intake cost.
 `per_logged_request` is the part of it that request logging adds: vLLM's API server logged
 every request (its prompt and token ids) unless started with --disable-log-requests, until
-0.10.2 made logging opt-in (--enable-log-requests, vllm-project/vllm#21739); profile_for keeps
+0.10.1 made logging opt-in (--enable-log-requests, vllm-project/vllm#21739); profile_for keeps
 it only where the job logs requests.
 
 PROFILES holds the named profiles. Their numbers are FITTED (on the public runs of
@@ -220,9 +220,9 @@ DEFAULT_PROFILE = "vllm-v1-offline"
 # SGLang's scheduler is one process per TP rank; tokenizing and detokenizing run in processes of
 # their own (TokenizerManager, DetokenizerManager), so the host time of a step is the
 # scheduler's: forming the batch, preparing its inputs, reading back the sampled tokens.
-#   before v0.4  it runs between GPU steps: step = GPU + host
-#   v0.4 on      the overlap ("zero-overhead") scheduler, on by default since v0.4 (sglang PR
-#                #2067 "Enable overlap by default"; LMSYS blog 2024-12-04, "SGLang v0.4":
+#   before v0.3.6  it runs between GPU steps: step = GPU + host
+#   v0.3.6 on      the overlap ("zero-overhead") scheduler, on by default from v0.3.6 (sglang
+#                PR #2067 "Enable overlap by default"; LMSYS blog 2024-12-04, "SGLang v0.4":
 #                "The scheduler runs one batch ahead and prepares all the metadata required for
 #                the next batch", no GPU idle time between decode batches in its Nsight
 #                profile): it prepares step k+1 while the GPU runs step k, so
@@ -245,7 +245,7 @@ SGLANG_V03 = EngineProfile(
     generation="SGLang v0.3 (scheduler between GPU steps)", overlapped=False,
     fitted=bool(SGLANG_V03_TERMS), source=SGLANG_V03_SOURCE, **SGLANG_V03_TERMS)
 SGLANG_OVERLAP = EngineProfile(
-    name="sglang-overlap", entry_point="any", generation="SGLang v0.4+ overlap scheduler",
+    name="sglang-overlap", entry_point="any", generation="SGLang v0.3.6+ overlap scheduler",
     overlapped=True, exposed_s=0.0, fitted=False, **SGLANG_V03_TERMS,
     source=("estimated: the sglang-v0.3 host terms, hidden under the GPU step by the overlap "
             "scheduler (step = max(GPU, host)); no exposed time: the v0.4 blog's profile shows "
@@ -254,14 +254,16 @@ SGLANG_OVERLAP = EngineProfile(
             "predicts 1.27x and 1.37x v0.3.0's throughput (GPU time only), where the v0.4 blog "
             "and sglang PR #1738 report ~1.1x for the overlap scheduler"))
 PROFILES.update({"sglang-v0.3": SGLANG_V03, "sglang-overlap": SGLANG_OVERLAP})
-#: the first SGLang release with the overlap scheduler on by default
-SGLANG_OVERLAP_SINCE = (0, 4, 0)
+#: the first SGLang release with the overlap scheduler on by default: the 0.3.6 wheel's
+#: sglang/srt/server_args.py has disable_overlap_schedule = False (the scheduler overlaps unless
+#: told not to); 0.3.5.post2's has enable_overlap_schedule = False (opt-in)
+SGLANG_OVERLAP_SINCE = (0, 3, 6)
 
 
 def sglang_profile_for(engine_version: str | None = None) -> EngineProfile:
-    """The host-cost profile of an SGLang release: sglang-v0.3 before v0.4 (fitted on v0.3.0's
+    """The host-cost profile of an SGLang release: sglang-v0.3 before v0.3.6 (fitted on v0.3.0's
     published figures; used for older releases too, and its source says so), sglang-overlap
-    from v0.4 on and for None (the newest: tuner simulates SGLang v0.5's scheduler)."""
+    from v0.3.6 on and for None (the newest: tuner simulates SGLang v0.5's scheduler)."""
     from tuner.core.engines import parse_version
 
     v = parse_version(engine_version)
@@ -281,8 +283,10 @@ def get_profile(name: str | None = None) -> EngineProfile:
 
 
 #: the first vLLM release whose API server does not log each request by default (vllm-project/
-#: vllm#21739: --enable-log-requests, off by default, replaces --disable-log-requests)
-LOG_REQUESTS_OPT_IN_SINCE = (0, 10, 2)
+#: vllm#21739: --enable-log-requests, off by default, replaces --disable-log-requests): the
+#: 0.10.1 wheel's api_server.py builds its RequestLogger only with enable_log_requests, 0.10.0's
+#: unless disable_log_requests
+LOG_REQUESTS_OPT_IN_SINCE = (0, 10, 1)
 
 
 def logs_requests_by_default(engine_version: str | None, entry_point: str) -> bool:

@@ -72,7 +72,7 @@ def test_bad_entry_point_and_old_version_are_refused():
     with pytest.raises(TunerError, match="0.5.0"):
         vllm_defaults("A10", 24, "llm", "0.4.2")
     assert vllm_defaults("A10", 24, "llm", "0.24.0").engine_version == "0.24.0"
-    # V1 before the table (0.8 - 0.10): 0.11's, the closest known, and the source says so
+    # V1 before the table (0.8.0 - 0.9.1): 0.9.2's, the closest known, and the source says so
     old = vllm_defaults("H100", 80, "llm", "0.8.5")
     assert (old.max_num_batched_tokens, old.max_num_seqs) == (16384, 1024)
     assert "closest known" in old.source and old.scheduler == "vllm"
@@ -334,7 +334,7 @@ def test_engine_profile_follows_generation_entry_point_and_steps():
     from tuner.predictors.engine_overhead import logs_requests_by_default, profile_for
 
     assert profile_for("0.6.0", "serve", 10).name == "vllm-v0-multistep"
-    # the API server logged each request before 0.10.2 unless --disable-log-requests
+    # the API server logged each request before 0.10.1 unless --disable-log-requests
     from tuner.predictors.engine_overhead import V0_MULTISTEP_PER_LOGGED_REQUEST_S as log_s
 
     logged = profile_for("0.6.0", "serve", 10)
@@ -344,8 +344,8 @@ def test_engine_profile_follows_generation_entry_point_and_steps():
         assert quiet.per_logged_request_s == 0 and "not logged" in quiet.source
         assert quiet.per_seq_s == logged.per_seq_s > 0
         assert quiet.gpu_excess == logged.gpu_excess
-    assert logs_requests_by_default("0.10.1", "serve") and logs_requests_by_default("0.6.0", "serve")
-    assert not logs_requests_by_default("0.10.2", "serve")
+    assert logs_requests_by_default("0.10.0", "serve") and logs_requests_by_default("0.6.0", "serve")
+    assert not logs_requests_by_default("0.10.1", "serve")
     assert not logs_requests_by_default(None, "serve") and not logs_requests_by_default("0.6.0", "llm")
     # not given: the fitted multi-step profile, saying that vLLM's own default is single-step
     unsaid = profile_for("0.6.0", "serve")
@@ -462,7 +462,8 @@ def test_a_v0_search_without_the_request_log_prices_and_exports_it(tmp_path, mon
         assert logged[k] - quiet[k] >= (64 // dp) * log_s * (1 - 1e-9), (k, logged[k], quiet[k])
     r = runner.invoke(app, ["export", "--out", str(out), "--format", "vllm"])
     assert r.exit_code == 0, r.output
-    assert "disable-log-requests: true" in r.stdout
+    # 0.6.0's --config loader would pass `--disable-log-requests True`: on the serve line
+    assert "--config THIS_FILE --disable-log-requests" in r.stdout
 
 
 def test_a_v1_export_has_no_scheduler_steps(tmp_path):

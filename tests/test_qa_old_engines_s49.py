@@ -3,8 +3,8 @@ export` with --engine-version 0.5.4 .. 0.10.1, 2026-11-29): every exported comma
 must use only what that release has, spelled as it takes it.
 
 Each rule is vLLM's own, read in its source or threads:
-- `vllm serve --config FILE` (0.6.1 on) turns `key: value` into `--key value` and drops a
-  `key: false` unless the key is a StoreBoolean's dest (underscores: vllm/utils.py
+- `vllm serve --config FILE` (0.6.0 on) turns `key: value` into `--key value` and (0.6.4 on)
+  drops a `key: false` unless the key is a StoreBoolean's dest (underscores: vllm/utils.py
   FlexibleArgumentParser._load_config_file, 0.6 - 0.9); `model:` becomes `--model`, which
   `vllm serve` refuses before 0.8.3 (vllm/scripts.py, vllm/entrypoints/cli/serve.py: "provide
   the model as a positional argument instead of via the `--model` option"; vllm-project/vllm
@@ -14,7 +14,7 @@ Each rule is vLLM's own, read in its source or threads:
 - V0 parsers (0.5 - 0.7) have no `--no-X` flags (`--enable-chunked-prefill` is a StoreBoolean
   taking "False"), and no --data-parallel-size / --enable-expert-parallel (V1 only, 0.8.0 on:
   vllm-project/vllm#13923, #14305, #18702).
-- every release before 0.10.2 logs each request unless given --disable-log-requests
+- every release before 0.10.1 logs each request unless given --disable-log-requests
   (vllm-project/vllm#21739 made the log opt-in); that flag is the API server's, not EngineArgs'.
 """
 
@@ -39,8 +39,9 @@ V1 = ServingConfig(gpu="H100", chunk_size=8192, max_running=256)
 
 
 def _old_config_loader(text: str) -> list[str]:
-    """The argv vLLM 0.6.1 - 0.9's `--config` loader makes of a YAML (its _load_config_file:
-    a bool whose key is not a StoreBoolean dest is a bare flag when true, dropped when false)."""
+    """The argv vLLM 0.6.4 - 0.9's `--config` loader makes of a YAML (its _load_config_file:
+    a bool whose key is not a StoreBoolean dest is a bare flag when true, dropped when false;
+    0.6.0 - 0.6.3.post1 pass every value as a string, the same argv for a YAML without bools)."""
     store_boolean_dests = ["enable_chunked_prefill"]
     argv: list[str] = []
     for key, value in (yaml.safe_load(text) or {}).items():
@@ -120,7 +121,7 @@ def test_0_5_4_commands_have_no_no_flags(fmt):
 
 # ---- the request log -----------------------------------------------------------------------------
 @pytest.mark.parametrize("version,written", [("0.5.4", True), ("0.8.5", True),
-                                             ("0.10.1", True), ("0.10.2", False),
+                                             ("0.10.0", True), ("0.10.1", False),
                                              (None, False)])
 def test_disable_log_requests_passed_on_wherever_the_log_is_on_by_default(version, written):
     config = V0 if version == "0.5.4" else V1
@@ -188,11 +189,11 @@ def test_export_of_a_0_5_4_study_is_not_judged_by_the_installed_parser(tmp_path)
     assert "--no-enable-chunked-prefill" not in r.output
 
 
-# ---- 0.8 - 0.9: an FP8 KV cache off Hopper runs V0, not the V1 priced ------------------------------
+# ---- 0.8 - 0.10: an FP8 KV cache off Hopper runs V0, not the V1 priced -----------------------------
 @pytest.mark.parametrize("gpu,version,noted", [("A100-80G", "0.8.5", True),
                                                ("L40S", "0.9.1", True),
                                                ("H100", "0.8.5", False),
-                                               ("A100-80G", "0.10.1", False),
+                                               ("A100-80G", "0.11.0", False),
                                                ("A100-80G", None, False)])
 def test_fp8_kv_cache_v0_fallback_is_said(gpu, version, noted):
     config = ServingConfig(gpu=gpu, kv_bits=8, chunk_size=8192, max_running=256)

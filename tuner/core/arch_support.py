@@ -17,12 +17,13 @@ describes a job that cannot run, so it is refused (replaying an old run of a mod
 could not load is a user error), naming the architecture, the release that runs it, where that
 is stated, and the option to change.
 
-Only architectures of tuner's model catalog whose first release could be checked against a
-public statement are rows here (VLLM_ARCH_FLOORS, each with its source). Left out, for lack of
+Only architectures of tuner's model catalog whose first release could be checked are rows here
+(VLLM_ARCH_FLOORS, each with its source: the PyPI wheels' vllm/model_executor/models/registry.py,
+or __init__.py before 0.6, of the first release and the one before it). Left out, for lack of
 a source as solid: Llama-3.2's tied embeddings (priced by the llama3 RoPE row only); SGLang
 releases (tuner models one SGLang line and `--engine-version` is vLLM's only). Architectures
-older than vLLM 0.5.0 (Llama, Mistral, Mixtral, Qwen2, Phi-3: all in v0.5.0.post1's
-"Supported architectures" list quoted in vllm-project/vllm#6986) need no row.
+older than vLLM 0.5.0 (Llama, Mistral, Mixtral, Qwen2, Phi-3: all in the 0.5.0 wheel's
+vllm/model_executor/models/__init__.py) need no row.
 
 A fine-tune shares its base model's architecture (a Llama-3.1 fine-tune keeps
 LlamaForCausalLM with llama3 RoPE), so a repo priced with a catalog entry's shape gets that
@@ -61,28 +62,26 @@ class ArchFloor:
 #: one row per (architecture, feature), each checked against the public statement it cites
 VLLM_ARCH_FLOORS: tuple[ArchFloor, ...] = (
     ArchFloor("LlamaForCausalLM", "0.5.3.post1", "Llama 3.1 / 3.2 / 3.3",
-              "vllm-project/vllm#6696, 'Bump version to 0.5.3.post1' to 'resolve rope "
-              "scaling issue in llama 3'", feature=ROPE_LLAMA3),
+              "the 0.5.3.post1 wheel's rotary_embedding.py handles rope_type 'llama3', 0.5.3's "
+              "reads rope_scaling['type'] only (vllm-project/vllm#6696)", feature=ROPE_LLAMA3),
     ArchFloor("MistralForCausalLM", "0.5.3", "Mistral-Nemo",
-              "vllm-project/vllm#6548 reads head_dim from the config; merged 2024-07-18 after "
-              "0.5.2 failed on Mistral-Nemo (vllm#6545), released next (vllm#6563)",
-              feature=HEAD_DIM),
+              "the 0.5.3 wheel's models/llama.py reads the config's head_dim, 0.5.2's derives "
+              "it from hidden_size (vllm-project/vllm#6548)", feature=HEAD_DIM),
     ArchFloor("DeepseekV3ForCausalLM", "0.6.6", "DeepSeek-V3 / R1",
-              "vllm-project/vllm#11559, a maintainer: 'supported since v0.6.6'"),
+              "the 0.6.6 wheel's model registry has it, 0.6.5's does not"),
     ArchFloor("Gemma3ForConditionalGeneration", "0.8.0", "Gemma 3",
-              "vLLM v0.8.0 release notes: 'New Models: Gemma 3 (#14660)'"),
+              "the 0.8.0 wheel's model registry has it, 0.7.3's does not"),
     ArchFloor("Gemma3ForCausalLM", "0.8.0", "Gemma 3 text-only",
-              "vLLM v0.8.0 release notes: 'New Models: Gemma 3 (#14660)'"),
+              "the 0.8.0 wheel's model registry has it, 0.7.3's does not"),
     ArchFloor("Qwen3ForCausalLM", "0.8.4", "Qwen3",
-              "vllm-project/vllm#17327: 'vLLM v0.8.4 and higher natively supports all Qwen3 "
-              "and Qwen3MoE models' (FP8 dense checkpoints from 0.8.5); vllm#17630"),
+              "the 0.8.4 wheel's model registry has it, 0.8.3's does not (FP8 dense "
+              "checkpoints from 0.8.5: vllm-project/vllm#17630)"),
     ArchFloor("Qwen3MoeForCausalLM", "0.8.4", "Qwen3-MoE",
-              "vllm-project/vllm#17327: 'vLLM v0.8.4 and higher natively supports all Qwen3 "
-              "and Qwen3MoE models'"),
+              "the 0.8.4 wheel's model registry has it, 0.8.3's does not"),
     ArchFloor("GptOssForCausalLM", "0.10.1", "gpt-oss",
-              "vLLM v0.10.1 release notes: 'New model families: GPT-OSS'"),
+              "the 0.10.1 wheel's model registry has it, 0.10.0's does not"),
     ArchFloor("DeepseekV32ForCausalLM", "0.11.0", "DeepSeek-V3.2, sparse attention indexer",
-              "vLLM v0.11.0 release notes: 'New architectures: DeepSeek-V3.2-Exp (#25896)'"),
+              "the 0.11.0 wheel's model registry has it, 0.10.2's does not"),
 )
 
 #: the config.json `architectures` entry and RoPE scaling type of each catalog model

@@ -3,7 +3,8 @@
 vLLM picks ``max_num_batched_tokens`` and ``max_num_seqs`` by *entry point* (its
 ``UsageContext``) and by *GPU*, in ``EngineArgs.get_batch_defaults`` and
 ``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args`` (vllm/engine/arg_utils.py; in
-0.11 the same table sits in ``EngineArgs._set_default_args``), falling back to
+0.9.2 - 0.11.0 the same table sits in ``_set_default_args_v1`` / ``_set_default_args``),
+falling back to
 ``SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS`` / ``DEFAULT_MAX_NUM_SEQS``
 (vllm/config/scheduler.py) for a context the table does not name:
 
@@ -17,24 +18,30 @@ entry point                 UsageContext          GPU >= 160 GiB       >= 70 GiB
 
 The A100 exclusion is vLLM PR #17885 ("large max_num_batched_tokens reduces A100 throughput");
 the device test is ``get_device_total_memory() >= 70 GiB and "a100" not in device_name``. The
->= 160 GiB tier (B200/B300-class) is vLLM PR #51726 (2026); it is in 0.32.0, whose installed
-source tests/test_engine_defaults.py runs against, and tuner applies it from 0.32.0 on (and for
-"newest"): the first release that shipped it is not known here. The
+>= 160 GiB tier (B200/B300-class) is vLLM PR #51726; tuner applies it from 0.28.0 on (and for
+"newest"): the 0.28.0 wheel's get_batch_defaults has it, 0.27.1's does not. The
 other defaults: ``gpu_memory_utilization`` 0.9, ``block_size`` 16, ``dtype``/``kv_cache_dtype``
 auto (16-bit for a 16-bit checkpoint), FCFS scheduling, chunked prefill and prefix caching on
 (V1, generative models) -- tuner's ``vllm`` scheduler preset. ``performance_mode="throughput"``
-(newer releases, off by default) would double both batch figures; it is not modelled.
+(0.17 on, off by default) would double both batch figures; it is not modelled.
 
-Read from vLLM's source as of release 0.11 (arg_utils.py, the dict form of both tables) and the
-``get_batch_defaults`` refactor that followed it. Older releases (tuner.core.engines):
+Read in the PyPI wheels' vllm/engine/arg_utils.py: the table above (the dict form of both
+figures, run-batch left to SchedulerConfig's fallback) is in every wheel from 0.9.2 (in
+_set_default_args_v1, then _set_default_args, then ``get_batch_defaults`` from 0.11.1) to 0.33;
+the >= 160 GiB row from 0.28.0. Older releases (tuner.core.engines):
 
-* V1 before 0.11 (0.8 - 0.10) take 0.11's table, the closest known, and say so.
+* V1 before 0.9.2 (0.8.0 - 0.9.1) take that table, the closest known, and say so. Their own:
+  0.8.0 - 0.8.4 chose the larger batch by device name (H100 / H200 only), 0.8.5 by memory
+  alone (>= 70 GiB, A100-80G included), and up to 0.9.1 max_num_seqs was one figure for every
+  entry point (run-batch too: 1,024 on the larger GPUs, 256 elsewhere; 1,024 on every GPU in
+  0.8.0 - 0.8.3).
 * V0 (0.5 - 0.7) has one scalar default for every entry point (vLLM 0.6.0
   ``EngineArgs``/``SchedulerConfig``): ``max_num_seqs`` 256, chunked prefill off unless the
   context exceeds 32K tokens, and then ``max_num_batched_tokens`` = max(max_model_len, 2,048)
-  (the whole prompt in one step); with chunked prefill on, 512 tokens (2,048 from 0.6.5, vLLM
-  PR #10544) and Sarathi-style batches (running decodes first, then prefill chunks, V0's block
-  manager: the ``sarathi`` preset).
+  (the whole prompt in one step); with chunked prefill on, 512 tokens (2,048 from 0.6.5: the
+  0.6.5 wheel's vllm/config.py SchedulerConfig, 0.6.4.post1's still 512) and Sarathi-style
+  batches (running decodes first, then prefill chunks, V0's block manager: the ``sarathi``
+  preset).
   With chunked prefill on and ``--num-scheduler-steps`` > 1 (0.6.3 on), SchedulerConfig takes
   max(max_model_len, 2,048) again: multi-step chunked prefill does not chunk prompts.
 """
@@ -60,14 +67,17 @@ ENTRY_POINT_HELP = ("Which vLLM entry point the job runs under; vLLM's defaults 
                     "OPENAI_BATCH_RUNNER context is in neither table, so it gets "
                     "SchedulerConfig's fallback 2,048 / 128 on every GPU).")
 DEFAULT_ENTRY_POINT = "llm"
-#: the oldest vLLM release whose batch table this module states (see the module docstring)
-TABLE_SINCE = (0, 11, 0)
+#: the oldest vLLM release whose batch table this module states: the 0.9.2 wheel's
+#: vllm/engine/arg_utils.py _set_default_args_v1 has both figures as per-entry-point dicts
+#: (run-batch falls to SchedulerConfig's 2,048 / 128); 0.9.1's max_num_seqs is one figure for
+#: every entry point
+TABLE_SINCE = (0, 9, 2)
 #: V0's scalar defaults (vLLM 0.6.0 EngineArgs / SchedulerConfig)
 V0_MAX_NUM_SEQS = 256
 V0_MIN_BATCHED_TOKENS = 2048  # max(max_model_len, 2048) without chunked prefill
 V0_CHUNKED_BATCHED_TOKENS = 512
-#: vLLM PR #10544 (merged 2024-11-21, first in 0.6.5) raised V0's chunked-prefill budget
-#: from 512 to 2,048 tokens
+#: vLLM PR #10544 raised V0's chunked-prefill budget from 512 to 2,048 tokens: the 0.6.5 wheel's
+#: vllm/config.py SchedulerConfig.__post_init__ sets 2048, 0.6.4.post1's SchedulerConfig 512
 V0_CHUNKED_BATCHED_TOKENS_LATER = 2048
 V0_CHUNKED_LATER_SINCE = (0, 6, 5)
 V0_LONG_CONTEXT = 32768  # chunked prefill on by default above this max_model_len
@@ -77,9 +87,11 @@ V0_SOURCE = ("vLLM 0.6.0 vllm/engine/arg_utils.py EngineArgs (max_num_seqs 256, 
              "from 0.6.5, PR #10544)")
 LARGE_GPU_GIB = 70.0
 HUGE_GPU_GIB = 160.0  # PR #51726's tier
-HUGE_TIER_SINCE = (0, 32, 0)  # the release checked to have it (see the module docstring)
-SOURCE = ("vLLM vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (0.11: "
-          "_set_default_args) and vllm/config/scheduler.py SchedulerConfig defaults")
+#: the 0.28.0 wheel's EngineArgs.get_batch_defaults has the >= 160 GiB branch; 0.27.1's does not
+HUGE_TIER_SINCE = (0, 28, 0)
+SOURCE = ("vLLM vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (0.9.2 - 0.11.0: "
+          "_set_default_args_v1 / _set_default_args) and SchedulerConfig's defaults "
+          "(vllm/config/scheduler.py)")
 #: (max_num_batched_tokens, max_num_seqs) by entry point and GPU tier, the table above: "huge"
 #: >= HUGE_GPU_GIB (from HUGE_TIER_SINCE on), "large" >= LARGE_GPU_GIB other than A100, "other"
 BATCH_DEFAULTS: dict[str, dict[str, tuple[int, int]]] = {
@@ -172,9 +184,11 @@ class EngineDefaults:
         before_table = (self.release is not None and self.release.generation.key != "v0"
                         and v is not None and v < TABLE_SINCE)
         if before_table and wanted & {"chunk_size", "max_running"}:
-            # 0.8's _set_default_args_v1 chose its larger batch by device name (H100, H200)
-            gen += ("; the batch defaults are 0.11's table, the closest tuner has read (0.8 "
-                    "chose by device name: the larger ones on H100/H200 only)")
+            # the 0.8.0 - 0.9.1 wheels' _set_default_args_v1 (module docstring)
+            gen += ("; the batch defaults are 0.9.2's table, the closest tuner has read (0.8.0 "
+                    "- 0.8.4 chose by device name: the larger ones on H100/H200 only; 0.8.5 by "
+                    "memory alone; up to 0.9.1 max_num_seqs was one figure for every entry "
+                    "point)")
         return (f"vLLM's defaults ({release}) for {self.entry_point} "
                 f"({self.usage_context}): {', '.join(parts[k] for k in keys)}{gen}")
 
@@ -274,7 +288,8 @@ def _engine_defaults(gpu_name: str, memory_gib: float, entry_point: str,
     huge = memory_gib >= HUGE_GPU_GIB and (v is None or v >= HUGE_TIER_SINCE)
     tokens, seqs = BATCH_DEFAULTS[entry_point]["huge" if huge else "large" if large else "other"]
     source = SOURCE if v is None or v >= TABLE_SINCE else (
-        SOURCE + f"; {engine_version} is older than the table (0.11): 0.11's, the closest known")
+        SOURCE + f"; {engine_version} is older than the table (0.9.2): 0.9.2's, the closest "
+        "known")
     return EngineDefaults(entry_point=entry_point, usage_context=ENTRY_POINTS[entry_point],
                           max_num_batched_tokens=tokens, max_num_seqs=seqs,
                           large_gpu=large or huge, engine_version=version,

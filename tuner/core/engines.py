@@ -33,9 +33,9 @@ class EngineGeneration:
     # --num-scheduler-steps N exists in the generation (V0 only; V1 removed it); from which
     # release is EngineRelease.multi_step's (MULTI_STEP_SINCE)
     multi_step: bool
-    # automatic prefix caching when --enable-prefix-caching is not given: off in V0
-    # (EngineArgs.enable_prefix_caching = False through 0.7), on in V1 (its KV cache manager
-    # caches by default: vLLM 0.8.0 release notes)
+    # automatic prefix caching when --enable-prefix-caching is not given: off in V0, on in V1
+    # (the 0.7.3 wheel's EngineArgs: enable_prefix_caching = bool(VLLM_USE_V1), V0 by default;
+    # the 0.8.0 wheel's sets it True for V1)
     prefix_caching: bool = True
 
     @property
@@ -44,8 +44,8 @@ class EngineGeneration:
         return self.schedulers[0]
 
 
-#: Oldest first. The boundaries: V1 the default engine from 0.8.0 (VLLM_USE_V1=1 default,
-#: vLLM 0.8.0 release notes); asynchronous scheduling on by default from 0.14.0
+#: Oldest first. The boundaries: V1 the default engine from 0.8.0 (VLLM_USE_V1 defaults to "1"
+#: in the 0.8.0 wheel's vllm/envs.py, "0" in 0.7.3's); asynchronous scheduling on by default from 0.14.0
 #: (vllm-project/vllm#27614; an opt-in `--async-scheduling` before it, vllm-project/vllm#19970;
 #: the 0.19 runs of ../shared/fidelity/llmservingsim resolve it on). Whether host work sits
 #: between GPU steps or hides under them is the generation's engine profile's
@@ -66,9 +66,9 @@ GENERATIONS: tuple[EngineGeneration, ...] = (
                      multi_step=False),
 )
 OLDEST: Version = GENERATIONS[0].since
-#: the first release with --num-scheduler-steps: multi-step scheduling (vllm-project/vllm#7000,
-#: merged August 2024) shipped in 0.5.5 (vllm-project/vllm#8016 runs 0.5.5 with
-#: --num-scheduler-steps 8); 0.5.0 - 0.5.4 schedule every step
+#: the first release with --num-scheduler-steps: multi-step scheduling (vllm-project/vllm#7000)
+#: is in the 0.5.5 wheel's vllm/engine/arg_utils.py (--num-scheduler-steps), not in 0.5.4's;
+#: 0.5.0 - 0.5.4 schedule every step
 MULTI_STEP_SINCE: Version = (0, 5, 5)
 #: the first release that runs multi-step with chunked prefill: 0.5.5 - 0.6.2 refuse it ("Chunked
 #: prefill is not supported with multi-step (--num-scheduler-steps > 1)", EngineArgs in the

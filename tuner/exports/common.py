@@ -328,7 +328,8 @@ def fp8_kv_flash_attention(gpu: GPU) -> bool | None:
 
 
 #: the first vLLM release with the online-quantization shorthands (`--quantization
-#: fp8_per_tensor`, vllm-project/vllm#38138; in the v0.20.0 docs' "Online Quantization"):
+#: fp8_per_tensor`, vllm-project/vllm#38138): the 0.20.0 wheel's
+#: vllm/model_executor/layers/quantization/__init__.py lists it, 0.19.1's does not;
 #: later releases refuse online `fp8` (0.32's Fp8Config: "The `fp8` quantization method no
 #: longer supports online quantization. Please use `--quantization fp8_per_tensor`"); before
 #: it `fp8` is the online method

@@ -49,7 +49,7 @@ EXPORTERS: dict[str, ExportFormat] = {
         ".vllm.yaml", vllm.render_yaml, vllm.from_vllm_yaml, vllm.yaml_engine_argv,
         title="vLLM config (YAML)",
         how="Save as config.yaml; run the `vllm serve` line its comments give (vllm serve "
-        "MODEL --config config.yaml; flags instead for releases before 0.6.1)"),
+        "MODEL --config config.yaml; flags instead for releases before 0.6.0)"),
     "vllm-run-batch": ExportFormat(
         ".vllm-run-batch.sh", vllm.render_run_batch, vllm.from_vllm_run_batch,
         vllm.run_batch_engine_argv, title="vllm run-batch",

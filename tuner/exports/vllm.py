@@ -33,7 +33,7 @@ from tuner.exports import common
 
 #: Releases whose differences the vLLM exports follow (each checked in vLLM's source or threads):
 #: `model:` in a `vllm serve --config` file, as vLLM's parser reads it (the PyPI wheels):
-#: 0.6.1 - 0.8.2 turn it into `--model`, which their `vllm serve` refuses ("you should provide
+#: 0.6.0 - 0.8.2 turn it into `--model`, which their `vllm serve` refuses ("you should provide
 #: the model as a positional argument instead of via the `--model` option": vllm/scripts.py,
 #: then vllm/entrypoints/cli/serve.py); 0.8.3 takes it (vllm-project/vllm#15798), the serve
 #: line's positional model winning; 0.9.0 and 0.9.0.1 leave --model out of the serve parser
@@ -48,15 +48,26 @@ MODEL_IN_CONFIG_REFUSED = ((0, 9, 0), (0, 9, 1))  # [from, to): 0.9.0 and 0.9.0.
 #: 0.4.3 on), which tuner writes for those releases
 RUN_BATCH_CLI_SINCE = (0, 9, 1)
 RUN_BATCH_MODULE = "vllm.entrypoints.openai.run_batch"
-#: the request log is opt-in from 0.10.2 (--enable-log-requests, vllm-project/vllm#21739); every
-#: earlier release, V0 and V1, logs each request unless started with --disable-log-requests
-REQUEST_LOG_OPT_IN_SINCE = (0, 10, 2)
+#: the request log is opt-in from 0.10.1 (--enable-log-requests, vllm-project/vllm#21739): the
+#: 0.10.1 wheel's AsyncEngineArgs has enable_log_requests = False and its api_server.py builds a
+#: RequestLogger only when it is set; 0.10.0's has disable_log_requests = False, logging by
+#: default. Every earlier release, V0 and V1, logs each request unless given --disable-log-requests
+REQUEST_LOG_OPT_IN_SINCE = (0, 10, 1)
 
 
-#: 0.8 - 0.9 run an FP8 KV cache in V1 only where FlashAttention 3 serves it (Hopper), and
-#: fall back to V0 elsewhere ("No Fp8 KV cache so far": EngineArgs._is_v1_supported_oracle,
-#: flash_attn_supports_fp8); later oracles ask the platform instead, and 0.11 has no V0 left
-V1_FP8_KV_FALLBACK_UNTIL = (0, 10, 0)
+#: An FP8 (any non-auto) KV cache sends vLLM 0.8.0 - 0.10.2 back to its V0 engine where the V1
+#: engine's oracle (EngineArgs._is_v1_supported_oracle, "No Fp8 KV cache so far") finds no V1
+#: backend for it, as the wheels read: 0.8.0 and 0.8.1 on every GPU; from 0.8.2 not where
+#: FlashAttention 3 serves it (flash_attn_supports_fp8: Hopper); from 0.10.0 not on compute
+#: capability 10.0 either (CudaPlatform.is_kv_cache_dtype_supported: B200 / GB200; B300 is 10.3);
+#: in 0.10.2 not for an MLA model (FlashMLA / CUTLASS MLA take it). The 0.11.0 wheel's oracle no
+#: longer looks at the cache (no V0 left)
+V1_FP8_KV_FALLBACK_UNTIL = (0, 11, 0)
+FP8_KV_FA3_SINCE = (0, 8, 2)  # the 0.8.2 wheel's oracle asks flash_attn_supports_fp8; 0.8.1's not
+FP8_KV_SM100_SINCE = (0, 10, 0)  # the 0.10.0 wheel's cuda.py is_kv_cache_dtype_supported
+FP8_KV_MLA_SINCE = (0, 10, 2)  # the 0.10.2 wheel's is_kv_cache_dtype_supported has an MLA branch
+#: catalog GPUs of compute capability 10.0 (is_device_capability(100))
+SM100_GPUS = frozenset({"B200", "GB200"})
 
 
 def _before(engine_version: str | None, since: tuple[int, int, int]) -> bool:
@@ -65,6 +76,23 @@ def _before(engine_version: str | None, since: tuple[int, int, int]) -> bool:
 
     version = parse_version(engine_version)
     return version is not None and version < since
+
+
+def fp8_kv_falls_back_to_v0(engine_version: str | None, gpu: GPU, model: ModelSpec) -> bool:
+    """Whether vLLM `engine_version` runs an FP8 KV cache on `gpu` in its V0 engine rather than
+    the V1 engine priced (V1_FP8_KV_FALLBACK_UNTIL and the rules above it). A GPU of no stated
+    architecture (AMD) falls back only where every GPU does (0.8.0, 0.8.1)."""
+    if _before(engine_version, (0, 8, 0)) or not _before(engine_version,
+                                                          V1_FP8_KV_FALLBACK_UNTIL):
+        return False
+    if _before(engine_version, FP8_KV_FA3_SINCE):
+        return True
+    if gpu.architecture in (None, "hopper"):
+        return False
+    if not _before(engine_version, FP8_KV_SM100_SINCE) and gpu.name in SM100_GPUS:
+        return False
+    return not (getattr(model, "is_mla", False)
+                and not _before(engine_version, FP8_KV_MLA_SINCE))
 
 
 def _model_in_config_refused(engine_version: str | None) -> bool:
@@ -194,13 +222,10 @@ def vllm_engine_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_m
         args["quantization"] = common.online_fp8_method(
             engine_version, v0=num_scheduler_steps is not None)
     notes = dep.quantized_checkpoint_notes(args, common.notes_for(dep, _NOTES), "model", "vLLM")
-    if (config.kv_bits == 8 and gpu.architecture not in (None, "hopper")
-            and not _before(engine_version, (0, 8, 0))
-            and _before(engine_version, V1_FP8_KV_FALLBACK_UNTIL)):
-        notes.append(f"kv_cache_dtype fp8: vLLM {engine_version} runs an FP8 KV cache in its V1 "
-                     "engine only through FlashAttention 3 (Hopper); on "
-                     f"{gpu.name} it falls back to the V0 engine (EngineArgs."
-                     "_is_v1_supported_oracle), not the V1 engine priced: run it with "
+    if config.kv_bits == 8 and fp8_kv_falls_back_to_v0(engine_version, gpu, model):
+        notes.append(f"kv_cache_dtype fp8: vLLM {engine_version}'s V1 engine has no FP8 KV "
+                     f"cache on {gpu.name} (EngineArgs._is_v1_supported_oracle), so it falls "
+                     "back to the V0 engine, not the V1 engine priced: run it with "
                      "VLLM_USE_V1=1 to have it refuse instead, or export a 16-bit KV plan")
     if num_scheduler_steps is not None:  # a V0 engine (0.5.5 - 0.7), run as it was priced
         args["num_scheduler_steps"] = num_scheduler_steps
@@ -227,7 +252,7 @@ def vllm_cli_options(args: dict[str, Any], *, v0: bool = False) -> list[tuple[st
 def v0_server_flags(args: dict[str, Any], num_scheduler_steps: int | None,
                     disable_log_requests: bool, engine_version: str | None = None) -> bool:
     """An API server the search was told ran without its request log (--disable-log-requests)
-    starts so where the release has that log on by default: every release before 0.10.2
+    starts so where the release has that log on by default: every release before 0.10.1
     (REQUEST_LOG_OPT_IN_SINCE), V0 (a multi-step one, or `engine_version` V0) and V1 alike.
     Returns whether the flag was added."""
     if disable_log_requests and (num_scheduler_steps is not None or _before(
@@ -260,27 +285,35 @@ def _replica_lines(dep: common.Deployment, args: dict, run: str) -> list[str]:
 
 
 # ---- vllm serve --config YAML -----------------------------------------------------------------
-#: the first release with `vllm serve --config FILE` (vllm-project/vllm#7737; 0.6.0 answers
-#: "unrecognized arguments: --config", vllm-project/vllm#8273)
-CONFIG_FILE_SINCE = (0, 6, 1)
+#: the first release with `vllm serve --config FILE` (vllm-project/vllm#7737): the 0.6.0 wheel's
+#: vllm/scripts.py adds --config to `vllm serve` and its vllm/utils.py FlexibleArgumentParser
+#: reads the file; 0.5.5's has neither
+CONFIG_FILE_SINCE = (0, 6, 0)
+#: the first release whose --config loader takes YAML booleans (the 0.6.4 wheel's vllm/utils.py
+#: _load_config_file: `key: true` a bare flag, `key: false` dropped, StoreBoolean keys kept as
+#: values); 0.6.0 - 0.6.3.post1 pass every entry as `--key VALUE`, so a store_true flag's `true`
+#: reaches the parser as `--key True`, which it refuses: for them such flags go on the serve line
+CONFIG_BOOLEANS_SINCE = (0, 6, 4)
 
 
-def _serve_line(args: dict[str, Any], engine_version: str | None, *, v0: bool) -> str:
+def _serve_line(args: dict[str, Any], engine_version: str | None, *, v0: bool,
+                flags: tuple[str, ...] = ()) -> str:
     """How the YAML is run. The checkpoint is given as `vllm serve`'s positional model too:
     releases before 0.8 require it on the command line even when the file names it
     (vllm-project/vllm#14819), and every release takes it so. A release without --config
-    gets the file's settings as flags instead."""
+    gets the file's settings as flags instead; `flags` (bare flags the release's --config
+    loader cannot take, CONFIG_BOOLEANS_SINCE) follow the file."""
     from tuner.core.engines import parse_version
 
     model = shlex.quote(str(args["model"]))
     version = parse_version(engine_version)
     if version is None or version >= CONFIG_FILE_SINCE:
-        return f"vllm serve {model} --config THIS_FILE"
+        return " ".join((f"vllm serve {model} --config THIS_FILE", *flags))
     rest = {k: v for k, v in args.items() if k != "model"}
-    flags = " ".join(f"--{k}" if v is True else f"--{k} {shlex.quote(str(v))}"
+    given = " ".join(f"--{k}" if v is True else f"--{k} {shlex.quote(str(v))}"
                      for k, v in vllm_cli_options(rest, v0=v0))
-    return (f"vllm serve {model} {flags} (vLLM {engine_version} has no --config, which "
-            "arrived in 0.6.1: these flags are this file's settings)")
+    return (f"vllm serve {model} {given} (vLLM {engine_version} has no --config, which "
+            "arrived in 0.6.0: these flags are this file's settings)")
 
 
 def to_vllm_yaml(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model_len: int,
@@ -291,7 +324,7 @@ def to_vllm_yaml(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model
                  engine_version: str | None = None) -> str:
     """YAML for ``vllm serve --config FILE`` (dashed long option names, as vLLM documents).
     ``disable_log_requests`` (a V0 engine, priced without the request log): written, as vLLM
-    before 0.10.2 logs every request without it."""
+    before 0.10.1 logs every request without it."""
     args, notes = vllm_engine_args(
         config, model, gpu, max_model_len=max_model_len, kv_capacity_tokens=kv_capacity_tokens,
         quantized_model=quantized_model, num_scheduler_steps=num_scheduler_steps,
@@ -299,14 +332,24 @@ def to_vllm_yaml(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model
     v0 = is_v0(engine_version, num_scheduler_steps)
     if v0_server_flags(args, num_scheduler_steps, disable_log_requests, engine_version):
         notes.append(f"disable_log_requests: vLLM {engine_version} logs every request by "
-                     "default (releases before 0.10.2); the search was told this server runs "
-                     "without that log (--disable-log-requests), so the file says so")
+                     "default (releases before 0.10.1); the search was told this server runs "
+                     "without that log (--disable-log-requests), so the export says so")
     dep = common.Deployment(config, model, gpu, max_model_len)
     if not dep.one_engine:  # each replica its own engine (as _replica_lines writes it)
         args.pop("data_parallel_size", None)
-    title = [f"# vLLM engine configuration written by tuner for {config.gpu} x{config.num_gpus}.",
-             *_replica_lines(dep, args, _serve_line(args, engine_version, v0=v0))]
     options = dict(vllm_cli_options(args))
+    flags: list[str] = []
+    if (_before(engine_version, CONFIG_BOOLEANS_SINCE)
+            and not _before(engine_version, CONFIG_FILE_SINCE)):
+        # this release's loader would pass `--key True` / `--key False`: a store_true flag is
+        # given on the serve line instead, and left out where false (its default)
+        for key in [k for k, v in options.items()
+                    if isinstance(v, bool) and k != "enable-chunked-prefill"]:
+            if options.pop(key):
+                flags.append(f"--{key}")
+    title = [f"# vLLM engine configuration written by tuner for {config.gpu} x{config.num_gpus}.",
+             *_replica_lines(dep, args, _serve_line(args, engine_version, v0=v0,
+                                                    flags=tuple(flags)))]
     if _model_in_config_refused(engine_version):
         # the serve line names the model; `model:` here would reach vLLM as --model, refused
         options.pop("model", None)
@@ -315,9 +358,10 @@ def to_vllm_yaml(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model
                      "releases before 0.8.3 refuse and 0.9.0 refuses as ambiguous "
                      "(vllm-project/vllm#15798, #17944, #18999)")
     if v0 and options.get("enable-chunked-prefill") is False:
-        # V0's config loader (0.6.1 on) drops a `key: false` unless the key is a StoreBoolean's
+        # V0's config loader (0.6.4 on) drops a `key: false` unless the key is a StoreBoolean's
         # dest, which is spelled with underscores (vllm/utils.py _load_config_file): the
-        # string reaches the parser as `--enable-chunked-prefill False`, which V0 takes
+        # string reaches the parser as `--enable-chunked-prefill False`, which V0 takes (and
+        # 0.6.0 - 0.6.3.post1, which pass every value as a string)
         options["enable-chunked-prefill"] = "False"
     body = yaml.safe_dump(options, sort_keys=False, default_flow_style=False,
                           allow_unicode=True)
