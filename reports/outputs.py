@@ -420,7 +420,10 @@ def _baseline_notes(records: list[TrialRecord], workload: Workload, model: Model
                      f"the '{entry}' entry point ({ENTRY_POINTS[entry]}) on the same GPU type "
                      f"and count ({described}; gpu_memory_utilization 0.9, block 16, 16-bit, "
                      "FCFS, chunked prefill), simulated on the full workload with the same cost "
-                     "model; ratios are winner / defaults.")
+                     "model; ratios are winner / defaults."
+                     + "".join(dict.fromkeys(  # V0 above 32K context (baseline.simulate_baseline)
+                         " " + _sentence(s["defaults"]["description"].rsplit("; ", 1)[-1])
+                         for s in vllm.values() if s["defaults"].get("num_scheduler_steps"))))
     sglang = {k: s for k, s in sims.items() if k[-1] == "sglang"}
     if sglang:
         described = "; ".join(dict.fromkeys(
@@ -433,6 +436,11 @@ def _baseline_notes(records: list[TrialRecord], workload: Workload, model: Model
                      f"defaults on the same GPU type and count ({described}; schedule policy "
                      "fcfs, radix cache on; tuner.core.sglang), simulated the same way.")
     return notes
+
+
+def _sentence(clause: str) -> str:
+    """A clause as a sentence: its first letter upper-case, a full stop."""
+    return clause[:1].upper() + clause[1:] + "."
 
 
 def startup_note(records: list[TrialRecord]) -> str | None:

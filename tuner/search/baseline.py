@@ -7,6 +7,7 @@ The baseline is simulated on the full workload with the search's cost model, onc
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 
 from tuner.core.catalog import GPU, ModelSpec
@@ -52,10 +53,59 @@ def simulate_baseline(workload: Workload, model: ModelSpec, gpu: GPU, *, tp: int
         # the winner's precision: vLLM serving the same checkpoint untuned (like for like)
         config = ServingConfig(gpu=gpu.name, tp=tp, dp=dp, pp=pp, **{
             **defaults.knobs(), "weight_bits": weight_bits, "kv_bits": kv_bits})
+        steps = defaults_scheduler_steps(defaults.scheduler, engine_version,
+                                         num_scheduler_steps)
+        if steps != num_scheduler_steps:  # vLLM's own step count, not the search's pricing
+            out = simulate_beside(workload, model, gpu, config, engine_version=engine_version,
+                                  cost_model_for=single_step_costs(
+                                      cost_model_for or default_cost_models(model)),
+                                  startup_s=startup_s, num_scheduler_steps=steps)
+            d = defaults.to_dict()
+            d["num_scheduler_steps"] = steps
+            d["description"] += ("; single-step (vLLM's default --num-scheduler-steps 1: "
+                                 f"{engine_version} refuses multi-step scheduling with chunked "
+                                 "prefill), priced with V0's single-step host estimate")
+            return {**out, "defaults": d}
     return {**simulate_beside(workload, model, gpu, config, engine_version=engine_version,
                               cost_model_for=cost_model_for, simulated=simulated,
                               startup_s=startup_s, num_scheduler_steps=num_scheduler_steps),
             "defaults": defaults.to_dict()}
+
+
+def defaults_scheduler_steps(scheduler: str, engine_version: str | None,
+                             num_scheduler_steps: int | None) -> int | None:
+    """The --num-scheduler-steps vLLM's defaults run at: the search's (`num_scheduler_steps`,
+    None: priced as the fitted multi-step runs, tuner.core.engines.priced_scheduler_steps),
+    except where that pricing is one the defaults cannot run: a V0 release that refuses
+    multi-step with chunked prefill (before 0.6.3) whose defaults are chunked (above 32K
+    context, `scheduler` sarathi) runs them at vLLM's own default, 1 step."""
+    from tuner.core.engines import generation_of
+    from tuner.core.schedulers import SCHEDULER_PRESETS
+
+    release = generation_of(engine_version)
+    if (num_scheduler_steps is None and release.multi_step and not release.multi_step_chunked
+            and SCHEDULER_PRESETS[scheduler].chunked_prefill):
+        return 1
+    return num_scheduler_steps
+
+
+def single_step_costs(cost_model_for: Callable[[GPU, ServingConfig], CostModel]
+                      ) -> Callable[[GPU, ServingConfig], CostModel]:
+    """`cost_model_for` with V0's fitted multi-step host profile replaced by the single-step
+    one (predictors.engine_overhead.v0_single_step: its per-sequence, per-request and TP terms,
+    8 ms a scheduler call, an estimate) where a cost model carries it: a plan run at 1
+    scheduler step in a search priced at the fitted step count."""
+    from tuner.predictors.engine_overhead import V0_MULTISTEP, v0_single_step
+
+    def for_config(gpu: GPU, config: ServingConfig) -> CostModel:
+        cm = cost_model_for(gpu, config)
+        engine = getattr(cm, "engine", None)
+        if (dataclasses.is_dataclass(cm) and engine is not None
+                and getattr(engine, "name", None) == V0_MULTISTEP.name):
+            return dataclasses.replace(cm, engine=v0_single_step(engine))
+        return cm
+
+    return for_config
 
 
 def simulate_beside(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConfig, *,
@@ -99,8 +149,6 @@ def sixteen_bit_beside(record: TrialRecord, workload: Workload, model: ModelSpec
     its engine's defaults at 16 bits (as beside the winners, :func:`simulate_baseline`) and
     the plan's own settings at 16 bits. Each a :func:`simulate_beside` dict with 'what' (how
     its settings were chosen)."""
-    import dataclasses
-
     c = record.config
     gpu = gpus[record.gpu]
     kw = dict(engine_version=engine_version, cost_model_for=cost_model_for,
@@ -194,5 +242,6 @@ def attach_baselines(records: list[TrialRecord], numbers: Iterable[int], workloa
     return sims
 
 
-__all__ = ["BASELINE_METRICS", "attach_baselines", "describe_gain", "engine_name", "engine_presets",
-           "gain", "simulate_baseline", "simulate_beside", "sixteen_bit_beside"]
+__all__ = ["BASELINE_METRICS", "attach_baselines", "defaults_scheduler_steps", "describe_gain",
+           "engine_name", "engine_presets", "gain", "simulate_baseline", "simulate_beside",
+           "single_step_costs", "sixteen_bit_beside"]

@@ -747,11 +747,19 @@ def add_default_trials(study: optuna.Study, ev: Evaluator, settings: SearchSetti
                     continue
             else:
                 want = {**engine[r.gpu], **same}
+                if not _holds_fixed(ev.space, want):
+                    # the space fixes a knob elsewhere: a V0 release's own defaults above 32K
+                    # context are chunked prefill (sarathi) where its plans are prefill-first
+                    # (vllm-v0); those defaults are simulated beside the winner instead
+                    # (tuner.search.baseline.simulate_baseline)
+                    continue
             if any(name in want and want[name] not in values
                    for name, values in ev.space.knobs.items()):
                 continue  # the space does not hold vLLM's defaults (a user's own space)
             params = {"gpu": r.gpu, **{name: _preset_value(name, values, want)
                                        for name, values in ev.space.knobs.items()}}
+            if not ev.space.allows(params):
+                continue  # a value its engine refuses for this job (SearchSpace.excluded)
             prev = ev.known.done.get(config_key(params))
             # not simulated in full yet (never, or screened as the search's first preset)
             if prev is None or prev[1].level != "full":
@@ -768,6 +776,17 @@ def add_default_trials(study: optuna.Study, ev: Evaluator, settings: SearchSetti
         study.add_trials(batch)
         added += len(batch)
     return added
+
+
+def _holds_fixed(space: SearchSpace, want: dict, names: tuple[str, ...] = ("scheduler",)
+                 ) -> bool:
+    """Whether the space's plans can be `want` in the knobs `names` (the scheduler: how the
+    engine batches, which decides what it refuses): searched there with `want`'s value, or
+    fixed at it (ServingConfig's default where the space does not name the knob)."""
+    fields = ServingConfig.__dataclass_fields__
+    return all(want[n] in space.knobs[n] if n in space.knobs
+               else space.fixed.get(n, fields[n].default) == want[n]
+               for n in names if n in want)
 
 
 def _cover_every_gpu(study: optuna.Study, ev: Evaluator, settings: SearchSettings,
@@ -788,6 +807,9 @@ def _cover_every_gpu(study: optuna.Study, ev: Evaluator, settings: SearchSetting
             want = {**engine[g], "tp": tp, "dp": 1, "pp": 1}
             params = {"gpu": g, **{name: _preset_value(name, values, want)
                                    for name, values in ev.space.knobs.items()}}
+            # at the space's nearest where its engine refuses the defaults' value for this job
+            # (a V0 budget below the longest request: SearchSpace.excluded)
+            params = ev.space.conform(params)
             prev = ev.known.done.get(config_key(params))
             if prev is not None and prev[1].level == "full":
                 if prev[1].feasible:

@@ -392,8 +392,6 @@ def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int]
         knobs["dp"] = _powers_of_two_to(max(caps.values()))
     if is_shipped(space):  # a space of the user's own lists what the user chose
         _offer_defaults(knobs, defaults)
-        if "sglang" in knobs.get("engine", ()):
-            _offer_sglang_defaults(knobs, model, gpus)
     notes: list[str] = []
     if (engine_schedulers and is_shipped(space)
             and fixed.get("scheduler") not in (None, *engine_schedulers)):
@@ -404,6 +402,10 @@ def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int]
     notes += _fit_engine_knobs(knobs, fixed, space.source)
     if is_shipped(space) and "pp" not in knobs and int(fixed.get("pp", 1)) == 1:
         notes += _offer_pipeline(knobs, model, gpus)
+    if is_shipped(space) and "sglang" in knobs.get("engine", ()):
+        # after the checkpoint and the pipeline: SGLang's defaults depend on the precision and
+        # the stages the plans run (its --max-running-requests on the KV pool they leave)
+        _offer_sglang_defaults(knobs, fixed, model, gpus)
     if "ordering" in knobs and not outputs_from_input:
         notes += _drop_output_orderings(knobs)
     notes += _fit_v0_moe(knobs, fixed, model, engine_version)
@@ -411,6 +413,23 @@ def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int]
                                 num_scheduler_steps)
     more, excluded = _fit_engine_refusals(knobs, fixed, refusals)
     return dataclasses.replace(space, knobs=knobs, fixed=fixed, excluded=excluded), notes + more
+
+
+def fit_exclusions(space: SearchSpace, *, model, engine_version: str | None = None,
+                   workload=None, num_scheduler_steps: int | None = None) -> SearchSpace:
+    """A space fitted already (a study's stored knobs and fixed values, which do not keep
+    SearchSpace.excluded) with the exclusions fit_space derives for the same job: the same
+    rules on the same inputs (the model, --engine-version, the workload, --num-scheduler-steps),
+    so a worker rebuilt from the study leaves out what the search left out. Its knobs are
+    kept as stored (the study's trials were drawn from them)."""
+    knobs = {k: list(v) if isinstance(v, list) else v for k, v in space.knobs.items()}
+    fixed = dict(space.fixed)
+    refusals = _engine_refusals(knobs, fixed, model, engine_version, workload,
+                                num_scheduler_steps)
+    _notes, excluded = _fit_engine_refusals(knobs, fixed, refusals)
+    # a value every engine refuses was left out of the stored knobs when they were fitted;
+    # one the stored knobs still hold stays there (its trials say why)
+    return dataclasses.replace(space, excluded=excluded)
 
 
 @dataclass(frozen=True)
@@ -699,20 +718,31 @@ def _offer_defaults(knobs: dict[str, list], defaults: dict[str, dict]) -> None:
                 knobs[name] = _with_value(list(knobs[name]), v)
 
 
-def _offer_sglang_defaults(knobs: dict[str, list], model, gpus: dict) -> None:
-    """Add SGLang's defaults on every GPU at every TP searched (its chunked prefill size,
-    --mem-fraction-static and --max-running-requests: tuner.core.sglang.default_config) to the
-    knobs searched (in place), so SGLang untuned is a candidate too, as vLLM's defaults are."""
+def _offer_sglang_defaults(knobs: dict[str, list], fixed: dict, model, gpus: dict) -> None:
+    """Add SGLang's defaults on every GPU at every TP, DP, pipeline depth and precision searched
+    (its chunked prefill size, --mem-fraction-static and --max-running-requests:
+    tuner.core.sglang.default_config) to the knobs searched (in place), so SGLang untuned is a
+    candidate too, as vLLM's defaults are (tuner.search.loop.add_default_trials simulates it
+    beside each SGLang winner). The precision matters: --max-running-requests follows the KV
+    pool the weights leave (DeepSeek-V3's FP8 checkpoint on 8 x H100: 2,048; at 16 bits it
+    does not fit)."""
     from tuner.core.sglang import default_config
+
+    def values(name: str) -> list:
+        if name in knobs and knobs[name] != AUTO:
+            return list(knobs[name])
+        return [fixed.get(name, DEFAULTS[name])]
 
     tps = [int(t) for t in knobs.get("tp", [1]) if isinstance(t, int | float)]
     for g in gpus.values():
-        for tp in tps:
+        for tp, dp, pp, wbits, kvbits in itertools.product(
+                tps, values("dp"), values("pp"), values("weight_bits"), values("kv_bits")):
             if not tp_splits_heads(tp, model.num_heads, model.num_kv_heads) \
                     or tp > g.gpus_per_machine:
                 continue
-            try:
-                config, _ = default_config(model, g, {"tp": tp})
+            try:  # dp too: a MoE model's experts split over TP x DP (DP attention)
+                config, _ = default_config(model, g, {"tp": tp, "dp": dp, "pp": pp,
+                                                      "weight_bits": wbits, "kv_bits": kvbits})
             except TunerError:  # no default on this GPU (its reserve exceeds the memory)
                 continue
             for name in ("chunk_size", "max_running", "gpu_memory_utilization"):

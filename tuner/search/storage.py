@@ -27,7 +27,7 @@ from tuner.core.units import plural
 from tuner.core.workload import Workload, pack_lengths, unpack_lengths
 from tuner.search.meta import STUDY_META_VERSION, StoredSearch, StudyMeta, study_meta
 from tuner.search.settings import SearchSettings, make_sampler
-from tuner.search.space import SearchSpace
+from tuner.search.space import SearchSpace, fit_exclusions
 
 HEARTBEAT_S = 30  # RDB storages: a worker's running trial is failed 2 x this after it died
 JOURNAL_FILE = "study.journal"  # the embedded default study in a search's --out folder
@@ -953,8 +953,12 @@ def setup_from_study(study: optuna.Study, *, workload_path: str | Path | None = 
         gpus = _catalog_gpus(meta, gpu_file, name)
         w = study_workload(meta, model, workload_path, study_name=name) if need_workload \
             else None
-    space = SearchSpace(knobs=dict(meta.knobs or {}), fixed=dict(meta.fixed),
-                        source=meta.space)
+    # the exclusions the search derived when it fitted the space (values an engine refuses
+    # for this job), derived again from the same inputs: the study stores the knobs only
+    space = fit_exclusions(SearchSpace(knobs=dict(meta.knobs or {}), fixed=dict(meta.fixed),
+                                       source=meta.space),
+                           model=model, engine_version=meta.engine_version, workload=w,
+                           num_scheduler_steps=meta.num_scheduler_steps)
     s = meta.search
     settings = SearchSettings(n_trials=s.n_trials, timeout_s=s.timeout_s, seed=s.seed,
                               sampler=s.sampler, study_name=name, resume=True,
