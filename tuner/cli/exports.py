@@ -223,6 +223,7 @@ def _export_fleet(k: int, study: str | None, storage: str | None, out: Path | No
         quantized_model=quantized_model or s.meta.constraints.quantized_model,
         num_scheduler_steps=priced_scheduler_steps(s.meta.engine_version,
                                                    s.meta.num_scheduler_steps),
+        disable_log_requests=s.meta.disable_log_requests,
         engine_version=s.meta.engine_version)
     parent = output.resolve().parent
     tmp = None
@@ -266,6 +267,16 @@ def _check_file_target(path: Path | None) -> None:
                     if p.exists() and not p.is_dir()), None)
     if blocker is not None:  # else mkdir says only "File exists"
         raise TunerError(f"Cannot write --output {path}: {blocker} is a file, not a folder.")
+    if path is not None:  # an unwritable place fails now, not after the study and vLLM's check
+        import tempfile
+
+        folder = next(p for p in path.absolute().parents if p.exists())
+        try:
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".tuner-write-test"):
+                pass
+        except OSError as exc:
+            raise TunerError(f"Cannot write --output {path}: {exc.strerror or exc} "
+                             f"({folder}).") from None
 
 
 def _ranked_record(st, goal: str, rank: int):

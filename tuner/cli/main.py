@@ -21,6 +21,7 @@ import time
 import typer
 
 from tuner.cli import app as _cli
+from tuner.cli import early_sigint
 from tuner.cli.app import err
 from tuner.core import interrupts
 from tuner.core.errors import TunerError
@@ -150,7 +151,8 @@ def _main(leave: bool) -> None:
     _QUIET_UNTIL_S = 0.0
     command = (_command_of(sys.argv[1:]) or [None])[0]
     interrupts.clear_sigint()
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when ignored (nohup)
+    # not when ignored (nohup); tuner.cli's early handler covered the imports until now
+    if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, early_sigint):
         signal.signal(signal.SIGINT, _on_sigint)
     try:
         # Not standalone: typer's own usage errors come back here to be printed as one line

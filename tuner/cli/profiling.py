@@ -77,22 +77,36 @@ def profile(
         check_out_dir,
         import_torch,
         resolve_device,
+        resolve_dtype,
         run_profile,
+        timing_for,
     )
 
-    if out_dir is not None:
-        check_out_dir(out_dir)
     torch = import_torch()
     dev = resolve_device(torch, device)
+    # bad options fail in one line before the "Profiling" line and before --out is made
+    # (they used to leave an empty profile folder behind)
+    resolve_dtype(torch, dev, dtype)
+    timing_for(dev, quick, repeats)
+    if threads is not None and threads < 1:
+        raise TunerError(f"--threads must be >= 1, got {threads}.")
     if out_dir is None:
         out_dir = Path("profiles") / f"{spec.name}-{dev}"
+    new_out = not out_dir.exists()
+    check_out_dir(out_dir)
     out, err = _consoles()
     if not as_json:
         err.print(f"[bold]Profiling[/] {escape(spec.name)} on {dev} into {escape(str(out_dir))}"
                   f"{' (quick)' if quick else ''}", highlight=False)
-    summary = run_profile(ProfileSettings(model=spec, out=out_dir, device=dev, quick=quick,
-                                          dtype=dtype, repeats=repeats, threads=threads,
-                                          families=families), console=err.rich, progress=not as_json)
+    try:
+        summary = run_profile(ProfileSettings(model=spec, out=out_dir, device=dev, quick=quick,
+                                              dtype=dtype, repeats=repeats, threads=threads,
+                                              families=families),
+                              console=err.rich, progress=not as_json)
+    except BaseException:  # a folder this command made stays only if something is in it
+        if new_out and out_dir.is_dir() and not any(out_dir.iterdir()):
+            out_dir.rmdir()
+        raise
     doc = {"out": str(summary.out), "device": summary.device, "device_name": summary.device_name,
            "measured": summary.measured, "skipped_existing": summary.skipped_existing,
            "oom": summary.oom, "errors": summary.errors, "rows": summary.total_rows,
@@ -128,6 +142,9 @@ def fit(
     from tuner.predictors.fit import fit_profile
     from tuner.profilers.profile import check_out_dir
 
+    if profile_dir.exists() and not profile_dir.is_dir():
+        raise TunerError(f"{profile_dir} is a file; `tuner fit` takes the profile folder "
+                         "(with profile.csv) that `tuner profile --out DIR` wrote.")
     if not profile_dir.is_dir():
         raise TunerError(f"Profile folder {profile_dir} does not exist (make one with "
                          "`tuner profile --model M --out DIR`).")

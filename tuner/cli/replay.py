@@ -328,6 +328,8 @@ def read_per_request(path: Path, rows: list[dict],
 
 def read_run(path: Path) -> MeasuredRun:
     """A real run's file, by content: a bench result JSON, or per-request CSV / JSONL."""
+    if path.is_dir():
+        raise TunerError(f"{path}: is a folder; expected a run's result JSON, CSV or JSONL file.")
     if not path.is_file():
         raise TunerError(f"{path}: no such file.")
     text = path.read_text(encoding="utf-8", errors="replace")

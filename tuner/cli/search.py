@@ -157,7 +157,8 @@ def search(
         rates.for_gpu(g)
     limits = limits.check_gpus(job.gpus)  # --max-gpus a10=2 names the catalog's A10
     _check_options(n_trials=n_trials, workers=workers, exhaustive=exhaustive,
-                   sample_fraction=sample_fraction, sampler=sampler, seed=seed, timeout=timeout)
+                   sample_fraction=sample_fraction, sampler=sampler, seed=seed, timeout=timeout,
+                   storage=storage)
     workers = cap_workers(workers)
     cost_model_for = job.cost_model_for(profile, profile_mode, engine_version, entry_point,
                                         num_scheduler_steps, disable_log_requests)
@@ -370,7 +371,7 @@ def _check_engine_runs(model, engine_version: str | None) -> None:
 
 def _check_options(*, n_trials: int, workers: int, exhaustive: bool,
                    sample_fraction: float | None, sampler: str, seed: int,
-                   timeout: float | None = None) -> None:
+                   timeout: float | None = None, storage: str | None = None) -> None:
     """One TunerError for a bad option, before anything is written."""
     from tuner.search import SearchSettings, make_sampler
 
@@ -381,6 +382,11 @@ def _check_options(*, n_trials: int, workers: int, exhaustive: bool,
         raise TunerError("--workers must be >= 1.")
     if exhaustive and workers > 1:
         raise TunerError("--exhaustive runs in one process; drop --workers.")
+    if workers > 1 and storage and storage.strip().rstrip("/") in ("sqlite:", "sqlite:///:memory:"):
+        # each worker process would get an empty database of its own (and fail after a wait)
+        raise TunerError(f"--workers {workers} share the study through --storage, and "
+                         f"{storage} is this process's memory; drop --storage (a journal file "
+                         "in --out) or give a file or database URL.")
     if sample_fraction is not None and not 0 <= sample_fraction <= 1:
         raise TunerError(f"--sample-fraction must be in [0, 1], got {sample_fraction:g}.")
     make_sampler(SearchSettings(sampler=sampler, seed=seed))  # bad --sampler: fail before --out

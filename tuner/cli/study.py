@@ -71,8 +71,8 @@ def worker(
     check_timeout(timeout)
     if n_trials is not None and n_trials < 1:
         raise TunerError("--n-trials must be >= 1.")
-    if wait < 0:
-        raise TunerError(f"--wait must be >= 0 seconds, got {wait:g}.")
+    if not 0 <= wait < float("inf"):  # NaN too: it compares false with everything
+        raise TunerError(f"--wait must be a finite number of seconds >= 0, got {wait:g}.")
     job = connect_worker(study, storage, n_trials=n_trials, timeout_s=timeout, seed=seed,
                          workload_path=workload, wait_s=wait, profile=profile)
     mine: list[int] = []

@@ -292,7 +292,7 @@ def validate_cmd(
     from tuner.core.io import jsonable
     from tuner.predictors.calibration import append_runs
 
-    _check_validate_options(runner, top, repeats, warmup_passes, python)
+    _check_validate_options(runner, top, repeats, warmup_passes, python, timeout)
     meta, chosen, out_dir = _chosen_configs(study, storage, out, top, pick, trials, config_files,
                                             workload, model, gpu)
     spec, cat, w = _validate_inputs(meta, model, gpu_file, workload)
@@ -333,7 +333,7 @@ def _validate_inputs(meta: StudyMeta, model: str | None, gpu_file: Path | None,
 
 
 def _check_validate_options(runner: str, top: int, repeats: int, warmup_passes: int,
-                            python: Path | None) -> None:
+                            python: Path | None, timeout: float | None = None) -> None:
     """Bad options fail in one line, before anything runs."""
     from tuner.runners.registry import RUNNERS
 
@@ -345,6 +345,10 @@ def _check_validate_options(runner: str, top: int, repeats: int, warmup_passes: 
         raise TunerError("--repeats must be >= 1.")
     if warmup_passes < 0:
         raise TunerError("--warmup-passes must be >= 0.")
+    # a run gets --timeout seconds: 0, negative or NaN started the engine, left its folder
+    # under validation-runs/ and blamed the run ("did not finish within -1 s")
+    if timeout is not None and not 0 < timeout < float("inf"):
+        raise TunerError(f"--timeout must be a positive number of seconds, got {timeout:g}.")
 
 
 def _chosen_configs(study, storage, out, top: int, pick: str, trials: str | None,
@@ -556,6 +560,9 @@ def _calibration_runs(runs, store, device, model, runner, engine_version=None) -
     from tuner.predictors.calibration import RunsError, read_runs, runs_path
 
     for p in runs or []:
+        if p.is_dir():
+            raise TunerError(f"Runs file {p} is a folder; pass the validation.json or runs "
+                             "JSONL file in it.")
         if not p.is_file():
             raise TunerError(f"Runs file {p} does not exist.")
     try:
