@@ -305,10 +305,10 @@ def test_profile_run_follows_the_release_and_the_model_runner():
     tri = profile_run_for("0.17.0")
     assert tri.sampler_buffer_rows and not tri.cuda_graphs_in_budget  # Triton top-k / top-p
     assert profile_run_for("0.19.0").cuda_graphs_in_budget  # graph probes inside the profile
-    mrv2 = profile_run_for("0.23.0")
+    mrv2 = profile_run_for("0.23.0", architectures=("LlamaForCausalLM",))  # on 0.23's list
     assert mrv2.sampler_bytes_per_logit == 2.0 and not mrv2.cuda_graphs_in_budget
     assert profile_run_for("0.23.0", moe=True) == profile_run_for("0.19.0")  # old runner
-    assert profile_run_for(None) == profile_run_for("0.29.0") == PROFILE_RUNS[-1]
+    assert profile_run_for(None) == profile_run_for("0.33.0") == PROFILE_RUNS[-1]
     assert profile_run_for(None, moe=True) == PROFILE_RUNS[-1]
 
 
@@ -322,7 +322,8 @@ def test_the_sampler_reserve_grows_with_max_num_seqs_where_vllm_samples_top_k():
     for version in ("0.6.0", "0.11.0", "0.19.0"):
         assert cap(128, version) > cap(256, version), version
     cfg = lambda r: ServingConfig(gpu="RTX4090", chunk_size=2048, max_running=r)  # noqa: E731
-    assert activation_bytes(m, cfg(128), None) == activation_bytes(m, cfg(256), None)
+    # 0.29-0.32 (model runner V2) sample greedily; 0.33 adds a full-sampler warm-up pass
+    assert activation_bytes(m, cfg(128), "0.29.0") == activation_bytes(m, cfg(256), "0.29.0")
     # the forward pass and the sampler do not add: the reserve is the larger of the two
     assert activation_bytes(m, cfg(256), "0.6.0") == pytest.approx(
         40.0 * 256 * m.vocab_size + 2 * 2048 * m.hidden_size)

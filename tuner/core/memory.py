@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
+from tuner.core.arch_support import model_architecture
 from tuner.core.catalog import ARCHITECTURES, GIB, GPU, ModelSpec, assumed_shape
 from tuner.core.config import ServingConfig
 from tuner.core.engines import parse_version
@@ -122,12 +124,14 @@ class ProfileRun:
     sampler_buffer_rows: int
     cuda_graphs_in_budget: bool
     source: str
-    dense_only: bool = False  # the model runner this row describes serves dense models only
+    # the model runner this row describes: "v1" (gpu_model_runner) or "v2" (model runner V2,
+    # vllm/v1/worker/gpu/), which a release picks per model (MRV2_DEFAULTS)
+    runner: str = "v1"
 
 
-#: Oldest first; a release takes the last row whose `since` it has reached (an MoE model skips
-#: `dense_only` rows). Each `since` is the first release whose wheel was checked to have the
-#: change (vLLM wheels 0.8.0-0.31.0 read from PyPI, 0.6.0, 0.19.1 and the installed 0.32).
+#: Oldest first; a release takes the last row of the model runner it picks for the model
+#: (`mrv2_default`) whose `since` it has reached. Each `since` is the first release whose wheel
+#: was checked to have the change (vLLM wheels 0.8.0-0.33.0 read from PyPI, 0.6.0).
 PROFILE_RUNS: tuple[ProfileRun, ...] = (
     ProfileRun((0, 5, 0), "top-k / top-p by sort", 40.0, 0, False,
                "vLLM 0.6.0 model_runner.profile_run: PyTorch's sort-based top-k / top-p over "
@@ -150,24 +154,135 @@ PROFILE_RUNS: tuple[ProfileRun, ...] = (
                "the memory profile (0.19.1 gpu_worker.determine_available_memory; "
                "profile_cudagraph_memory is new in 0.18) and from 0.20 subtracts that estimate "
                "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 1)"),
-    ProfileRun((0, 23, 0), "greedy", 2.0, 0, False,
-               "model runner V2, vLLM's default for Llama, Mistral and Qwen3 from 0.23 (every "
-               "dense model from 0.25): its dummy requests sample greedily (bf16 logits only) "
-               "and its CUDA-graph estimate is 0 until 0.29", dense_only=True),
+    ProfileRun((0, 22, 0), "greedy", 2.0, 0, False,
+               "model runner V2 (the models MRV2_DEFAULTS gives it): its dummy requests sample "
+               "greedily (bf16 logits only; InputBatch.make_dummy, 0.22-0.32 "
+               "v1/worker/gpu/model_runner.py _dummy_sampler_run) and its "
+               "profile_cudagraph_memory returns 0 in 0.22-0.28", runner="v2"),
     ProfileRun((0, 29, 0), "greedy", 2.0, 0, True,
-               "model runner V2 for every model from 0.29: greedy dummy sampling; its CUDA-graph "
-               "estimate (captures into a throwaway pool) is subtracted"),
+               "model runner V2 from 0.29: greedy dummy sampling; its CUDA-graph estimate "
+               "(cudagraph_utils.profile_cudagraph_memory, a throwaway pool) is subtracted",
+               runner="v2"),
+    ProfileRun((0, 33, 0), "every sampling step (FlashInfer top-k / top-p)", 14.0, 0, True,
+               "model runner V2 in 0.33: _dummy_sampler_run samples a second time with "
+               "SamplingParams.for_sampler_warmup (temperature, top-k 50, top-p, min-p, "
+               "penalties, logit bias, logprobs) so the profile pays for the fp32 pipeline; on "
+               "CUDA (VLLM_USE_FLASHINFER_SAMPLER default on, FlashInfer a requirement) the bf16 "
+               "logits, their fp32 copy, and FlashInfer's top_k_mask_logits output and softmax "
+               "probabilities are alive together: 2 + 4 + 4 + 4 = 14 bytes per logit (an "
+               "ESTIMATE read from the 0.33.0 wheel's source, not measured); graphs as 0.29",
+               runner="v2"),
 )
 
 
-def profile_run_for(engine_version: str | None = None, moe: bool = False) -> ProfileRun:
-    """The start-up profile of `engine_version` (None / 'newest': the newest release) for a
-    dense or an MoE (`moe`) model."""
+@dataclass(frozen=True)
+class V2Default:
+    """Which models a release runs on model runner V2 when VLLM_USE_V2_MODEL_RUNNER is unset
+    (VllmConfig.use_v2_model_runner / _is_default_v2_model_runner_model): `rule` over the
+    config.json `architectures` (`listed`: DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES), ModelConfig
+    .is_moe (routed experts) and .is_quantized (the checkpoint's quantization_config)."""
+
+    since: tuple[int, int, int]
+    listed: frozenset[str]
+    # "listed dense unquantized" (0.22-0.23), "listed" (0.24), "listed or dense" (0.25-0.28),
+    # "every" (0.29 on)
+    rule: str
+    source: str
+
+    def runs_v2(self, architectures: tuple[str, ...], moe: bool, quantized: bool) -> bool:
+        on_list = any(a in self.listed for a in architectures)
+        if self.rule == "listed dense unquantized":
+            return on_list and not moe and not quantized
+        if self.rule == "listed":
+            return on_list
+        if self.rule == "listed or dense":
+            return on_list or not moe
+        return self.rule == "every"
+
+
+_MRV2_MOE_LIST = frozenset({"DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM",
+                            "GraniteMoeForCausalLM"})
+#: Oldest first; a release before the first row runs model runner V1 for every model (0.21.0's
+#: VLLM_USE_V2_MODEL_RUNNER defaults to 0). Read in each wheel's vllm/config/vllm.py (0.22.1,
+#: 0.25.1 and 0.27.1 as their .0). Left out: speculative methods, hybrid / attention-free models
+#: (tuner refuses hybrids), and ROCm's own exclusions (0.27 on).
+MRV2_DEFAULTS: tuple[V2Default, ...] = (
+    V2Default((0, 22, 0), frozenset({"Qwen3ForCausalLM"}), "listed dense unquantized",
+              "0.22.0 DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES = {Qwen3ForCausalLM}, and "
+              "_is_default_v2_model_runner_model requires not is_moe and not is_quantized"),
+    V2Default((0, 23, 0), frozenset({"LlamaForCausalLM", "MistralForCausalLM",
+                                     "Qwen3ForCausalLM"}), "listed dense unquantized",
+              "0.23.0: Llama, Mistral and Qwen3 listed; the same dense, unquantized condition"),
+    V2Default((0, 24, 0), _MRV2_MOE_LIST | {"LlamaForCausalLM", "MistralForCausalLM",
+                                            "Qwen3ForCausalLM"}, "listed",
+              "0.24.0: MoE architectures join the list and the MoE / quantized condition goes: "
+              "any listed architecture, quantized or not"),
+    V2Default((0, 25, 0), _MRV2_MOE_LIST, "listed or dense",
+              "0.25.0: every dense model (quantized too) plus the listed MoE architectures "
+              "(`any(listed) or not is_moe`)"),
+    V2Default((0, 26, 0), _MRV2_MOE_LIST | {"InklingForCausalLM",
+                                            "InklingForConditionalGeneration",
+                                            "LongcatFlashNgramForCausalLM"}, "listed or dense",
+              "0.26.0: as 0.25, list grown"),
+    V2Default((0, 27, 0), _MRV2_MOE_LIST | {"InklingForCausalLM",
+                                            "InklingForConditionalGeneration",
+                                            "LongcatFlashNgramForCausalLM",
+                                            "KimiK3ForConditionalGeneration"}, "listed or dense",
+              "0.27.0: as 0.25, list grown"),
+    V2Default((0, 28, 0), _MRV2_MOE_LIST | {"InklingForCausalLM",
+                                            "InklingForConditionalGeneration",
+                                            "LongcatFlashNgramForCausalLM",
+                                            "KimiK3ForConditionalGeneration",
+                                            "DeepseekV4ForCausalLM"}, "listed or dense",
+              "0.28.0: as 0.25, list grown"),
+    V2Default((0, 29, 0), frozenset(), "every",
+              "0.29.0: use_v2_model_runner no longer reads an architecture list: every model "
+              "(0.29-0.33) unless an unsupported feature is set"),
+)
+
+
+def model_runner_key(model: ModelSpec | None) -> tuple[tuple[str, ...], bool, bool]:
+    """(config.json architectures, MoE, quantized checkpoint) of `model`: what vLLM's model
+    runner choice reads; ((), False, False) for no model."""
+    if model is None:
+        return (), False, False
+    return (_architectures_of(model), model.is_moe,
+            model.checkpoint_bits < 16 or bool(model.checkpoint_quantization))
+
+
+@lru_cache(maxsize=256)
+def _architectures_of(model: ModelSpec) -> tuple[str, ...]:
+    # cached: a spec read from a config.json path has its file read again otherwise
+    arch = model_architecture(model)
+    return arch.architectures if arch is not None else ()
+
+
+def mrv2_default(engine_version: str | None, architectures: tuple[str, ...] = (),
+                 moe: bool = False, quantized: bool = False) -> bool:
+    """Whether `engine_version` (None: the newest) runs a model on model runner V2 by default
+    (MRV2_DEFAULTS). An unknown architecture (()) counts as one not on the list."""
     v = parse_version(engine_version)
-    rows = [p for p in PROFILE_RUNS if not (moe and p.dense_only)]
+    rows = [r for r in MRV2_DEFAULTS if v is None or r.since <= v]
+    return bool(rows) and rows[-1].runs_v2(tuple(architectures), moe, quantized)
+
+
+def profile_run_for(engine_version: str | None = None, moe: bool = False,
+                    architectures: tuple[str, ...] = (), quantized: bool = False) -> ProfileRun:
+    """The start-up profile of `engine_version` (None / 'newest': the newest release) for a
+    model of these config.json `architectures` (() unknown), MoE (`moe`) or dense, quantized
+    checkpoint or not: the rows of the model runner that release picks for it."""
+    v = parse_version(engine_version)
+    runner = "v2" if mrv2_default(engine_version, architectures, moe, quantized) else "v1"
+    rows = [p for p in PROFILE_RUNS if p.runner == runner]
     if v is None:
         return rows[-1]
     return ([p for p in rows if p.since <= v] or rows[:1])[-1]
+
+
+def _key_args(model: ModelSpec) -> tuple[bool, tuple[str, ...], bool]:
+    """profile_run_for's (moe, architectures, quantized) for `model`."""
+    archs, moe, quantized = model_runner_key(model)
+    return moe, archs, quantized
 
 
 def activation_bytes(model: ModelSpec, config: ServingConfig,
@@ -185,7 +300,7 @@ def activation_bytes(model: ModelSpec, config: ServingConfig,
         + model.shared_expert_intermediate_size if model.is_moe else 0
     ffn_width = max(model.intermediate_size if model.num_dense_layers else 0, moe_width)
     forward = tokens * 2.0 * (2 * model.hidden_size + 3 * ffn_width / tp)
-    run = profile_run_for(engine_version, model.is_moe)
+    run = profile_run_for(engine_version, *_key_args(model))
     rows = min(config.max_running, tokens)
     sampler = (run.sampler_bytes_per_logit * rows * model.vocab_size
                + 4.0 * min(rows, run.sampler_buffer_rows) * model.vocab_size
@@ -195,12 +310,15 @@ def activation_bytes(model: ModelSpec, config: ServingConfig,
 
 def runtime_overhead_bytes(config: ServingConfig, engine_version: str | None = None,
                            moe: bool = False, cuda_graphs: bool = True,
-                           nvlink: bool = True) -> float:
+                           nvlink: bool = True, model: ModelSpec | None = None) -> float:
     """Non-torch memory (grows with tensor-parallel ranks) and, where the release counts them
     and the device captures them (`cuda_graphs`: an NVIDIA GPU; not a CPU device, and not AMD,
     whose estimate vLLM skipped until 0.3x), CUDA graphs: what vLLM's profile takes from the
-    budget besides weights and activations."""
-    counted = cuda_graphs and profile_run_for(engine_version, moe).cuda_graphs_in_budget
+    budget besides weights and activations. `model` (its architecture, MoE, quantization:
+    model_runner_key) picks the model runner where given; else a model of `moe` whose
+    architecture is unknown."""
+    key = _key_args(model) if model is not None else (moe, (), False)
+    counted = cuda_graphs and profile_run_for(engine_version, *key).cuda_graphs_in_budget
     graphs = (CUDA_GRAPH_BYTES * cuda_graph_capture_sizes(config.max_running, config.chunk_size)
               / DEFAULT_CAPTURE_SIZES if counted else 0.0)
     per_rank = NON_TORCH_PER_EXTRA_RANK_BYTES if nvlink else NON_TORCH_PER_EXTRA_PCIE_RANK_BYTES
@@ -210,7 +328,7 @@ def runtime_overhead_bytes(config: ServingConfig, engine_version: str | None = N
 def describe_reserve(model: ModelSpec, config: ServingConfig,
                      engine_version: str | None = None) -> str:
     """One line on what vLLM's start-up profile reserves for this plan (ProfileRun)."""
-    run = profile_run_for(engine_version, model.is_moe)
+    run = profile_run_for(engine_version, *_key_args(model))
     rows = min(config.max_running, config.chunk_size)
     release = f"vLLM {engine_version}" if parse_version(engine_version) else "the newest vLLM"
     graphs = (f"CUDA graphs for {cuda_graph_capture_sizes(config.max_running, config.chunk_size)}"
@@ -307,7 +425,7 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
     acts = activation_bytes(model, config, engine_version)
     runtime = runtime_overhead_bytes(config, engine_version, model.is_moe,
                                      cuda_graphs=gpu.architecture in ARCHITECTURES,
-                                     nvlink=gpu.nvlink_gbps is not None)
+                                     nvlink=gpu.nvlink_gbps is not None, model=model)
     staging = offload_staging_bytes(model, offloaded)
     kv = usable - weights - acts - runtime - staging
     # a pipeline stage keeps the KV of its layers (the first, of ceil(layers / pp), the most)
