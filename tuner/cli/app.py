@@ -105,7 +105,7 @@ SchedulerStepsOpt = Annotated[int | None, typer.Option(
     "own default) is single-step, whose host cost is an estimate.", show_default=False)]
 DisableLogRequestsOpt = Annotated[bool, typer.Option(
     "--disable-log-requests", help="The API server ran with --disable-log-requests. vLLM before "
-    "0.10.2 logs every request it receives unless told not to (from 0.10.2 logging is opt-in); "
+    "0.10.1 logs every request it receives unless told not to (from 0.10.1 logging is opt-in); "
     "for V0 releases the fit on public runs with and without it sets that log's host time per "
     "request (the shipped fit: none; the engine line says so). Recorded, and passed on to the "
     "`vllm serve` export.")]
