@@ -260,13 +260,24 @@ PROFILES.update({"sglang-v0.3": SGLANG_V03, "sglang-overlap": SGLANG_OVERLAP})
 SGLANG_OVERLAP_SINCE = (0, 3, 6)
 
 
-def sglang_profile_for(engine_version: str | None = None) -> EngineProfile:
+#: SGLang turns the overlap scheduler off for pipeline parallelism: the 0.5.23 wheel's
+#: sglang/srt/arg_groups/overrides.py _pipeline_parallel_overlap_disable (pp_size > 1 ->
+#: disable_overlap_schedule = True, "Pipeline parallelism is incompatible with overlap schedule")
+SGLANG_PP_NO_OVERLAP_NOTE = ("--pp-size > 1: SGLang turns the overlap scheduler off "
+                             "(overrides.py _pipeline_parallel_overlap_disable), so the "
+                             "scheduler runs between GPU steps")
+
+
+def sglang_profile_for(engine_version: str | None = None, pp: int = 1) -> EngineProfile:
     """The host-cost profile of an SGLang release: sglang-v0.3 before v0.3.6 (fitted on v0.3.0's
     published figures; used for older releases too, and its source says so), sglang-overlap
-    from v0.3.6 on and for None (the newest: tuner simulates SGLang v0.5's scheduler)."""
+    from v0.3.6 on and for None (the newest: tuner simulates SGLang v0.5's scheduler), except
+    under pipeline parallelism (pp > 1), where SGLang runs without the overlap scheduler."""
     from tuner.core.engines import parse_version
 
     v = parse_version(engine_version)
+    if pp > 1 and (v is None or v >= SGLANG_OVERLAP_SINCE):
+        return replace(SGLANG_V03, source=SGLANG_V03.source + "; " + SGLANG_PP_NO_OVERLAP_NOTE)
     if v is None or v >= SGLANG_OVERLAP_SINCE:
         return SGLANG_OVERLAP
     if v[:2] == (0, 3):

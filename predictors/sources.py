@@ -120,7 +120,7 @@ def _engine_profile(q: CostQuery):
     from tuner.predictors.engine_overhead import profile_for, sglang_profile_for
 
     if q.engine == "sglang":
-        return sglang_profile_for(q.engine_version)
+        return sglang_profile_for(q.engine_version, getattr(q.config, "pp", 1))
     return profile_for(q.engine_version, q.entry_point, q.num_scheduler_steps, q.log_requests)
 
 

@@ -268,7 +268,9 @@ def test_a_build_older_than_the_sglang_loop_is_refused_with_the_fix(monkeypatch,
 
 # ---- through simulate(): the examples, and a KV too small --------------------------------------
 def _sglang_config(g, m, **kw) -> ServingConfig:
-    d = sg.sglang_defaults(g)
+    # a 2,048-token chunk: at sglang 0.5.23's A10 default (4,096, mem fraction 0.684) an 8B
+    # model's 16-bit weights leave no KV pool
+    d = sg.sglang_defaults(g, chunked_prefill_size=2048)
     base = dict(gpu=g.name, chunk_size=d.chunked_prefill_size, block_size=1,
                 gpu_memory_utilization=d.mem_fraction_static)
     plan = sg.plan_memory_sglang(m, g, ServingConfig(**base, max_running=1))

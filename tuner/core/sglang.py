@@ -1,15 +1,22 @@
 """SGLang as a simulated engine: its defaults, scheduler constants and memory plan, as data.
 
-Read from SGLang's source (sgl-project/sglang, the v0.5 line; the files named below):
+Read from SGLang's source (sgl-project/sglang, the v0.5 line, checked against the newest
+released wheel, sglang 0.5.23; the files named below):
 
-* ``python/sglang/srt/server_args.py`` ``ServerArgs._handle_gpu_memory_settings``: with
-  ``--chunked-prefill-size`` unset, 2,048 tokens below 35 GiB of GPU memory (T4, A10, 4090),
-  4,096 below 60 GiB (A100-40G, L40), 8,192 below 160 GiB (H100, A100-80G, H200), 16,384
-  above (B200); ``cuda_graph_max_bs`` by the same tiers (8 below 20 GiB; 24 / 80 below 35 GiB,
-  32 / 160 below 60 GiB, 256 / 512 below 160 GiB for TP < 4 / >= 4; 512 above). With
-  ``--mem-fraction-static`` unset it is ``round((gpu_mem - reserved) / gpu_mem, 3)`` where
-  ``reserved`` (MiB) = 512 + max(chunked_prefill_size, 2048) * 1.5 + cuda_graph_max_bs * 2 +
-  tp_size * pp_size / 8 * 1024, at least 10 GiB on a GPU of more than 60 GiB.
+* ``handle_gpu_memory_settings`` (``python/sglang/srt/arg_groups/memory_hook.py`` in the
+  sglang 0.5.23 wheel, lines 89-170; ``ServerArgs._handle_gpu_memory_settings`` in
+  server_args.py before): with ``--chunked-prefill-size`` unset, 2,048 tokens below 20 GiB of
+  GPU memory (T4), 4,096 below 60 GiB (A10, 4090, A100-40G, L40), 8,192 below 160 GiB (H100,
+  A100-80G, H200), 16,384 above (B200); ``cuda_graph_max_bs`` (the decode graph's max_bs) by
+  the same tiers (8 below 20 GiB; 48 / 160 below 35 GiB, 32 / 160 below 60 GiB, 256 / 512
+  below 160 GiB for TP < 4 / >= 4; 512 above), capped at a given --max-running-requests.
+  With ``--mem-fraction-static`` unset (lines 281-327) it is
+  ``round((gpu_mem - reserved) / gpu_mem, 3)`` where ``reserved`` (MiB) = 512 +
+  max(chunked_prefill_size, 2048) * 1.5 + tp_size * pp_size / 8 * 1024 + the graph reserve
+  (``reserve_for_graph_mb``: decode max_bs * 2, plus the prefill CUDA graph, on by default on
+  CUDA (``default_prefill_backend``: breakable): 8 MiB per captured token count of
+  ``generate_prefill_cuda_graph_batch_sizes(chunked_prefill_size)``, 1.5 GiB for MLA models),
+  at least 10 GiB on a GPU of more than 60 GiB.
 * ``ServerArgs`` field defaults: ``schedule_policy`` "fcfs", ``schedule_conservativeness`` 1.0,
   ``max_prefill_tokens`` 16,384, ``page_size`` 1 (token-level KV), ``enable_mixed_chunk`` off.
 * ``python/sglang/srt/managers/scheduler.py`` (``Scheduler.__init__``):
@@ -81,7 +88,7 @@ _MIB = 1024 * 1024
 def chunked_prefill_default(gpu_memory_bytes: int) -> int:
     """--chunked-prefill-size when unset, by GPU memory (CUDA GPUs)."""
     mib = gpu_memory_bytes / _MIB
-    if mib < 35 * 1024:
+    if mib < 20 * 1024:
         return 2048
     if mib < 60 * 1024:
         return 4096
@@ -90,28 +97,44 @@ def chunked_prefill_default(gpu_memory_bytes: int) -> int:
     return 16384
 
 
-def cuda_graph_max_bs_default(gpu_memory_bytes: int, tp: int) -> int:
-    """--cuda-graph-max-bs when unset, by GPU memory and TP size (CUDA GPUs)."""
+def cuda_graph_max_bs_default(gpu_memory_bytes: int, tp: int,
+                              max_running: int | None = None) -> int:
+    """The decode CUDA graph's max_bs when unset, by GPU memory and TP size (CUDA GPUs), no
+    more than a given --max-running-requests."""
     mib = gpu_memory_bytes / _MIB
     if mib < 20 * 1024:
-        return 8
-    if mib < 35 * 1024:
-        return 24 if tp < 4 else 80
-    if mib < 60 * 1024:
-        return 32 if tp < 4 else 160
-    if mib < 160 * 1024:
-        return 256 if tp < 4 else 512
-    return 512
+        bs = 8
+    elif mib < 35 * 1024:
+        bs = 48 if tp < 4 else 160
+    elif mib < 60 * 1024:
+        bs = 32 if tp < 4 else 160
+    elif mib < 160 * 1024:
+        bs = 256 if tp < 4 else 512
+    else:
+        bs = 512
+    return min(bs, max_running) if max_running else bs
+
+
+def prefill_graph_sizes(chunked_prefill_size: int) -> list[int]:
+    """The token counts SGLang captures prefill CUDA graphs at (cuda_graph_hook.py
+    generate_prefill_cuda_graph_batch_sizes; max_bs = the chunk size)."""
+    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
+             + list(range(576, 1025, 64)) + list(range(1280, 4097, 256))
+             + list(range(4608, chunked_prefill_size + 1, 512)))
+    return [s for s in sizes if s <= chunked_prefill_size]
 
 
 def mem_fraction_static_default(gpu_memory_bytes: int, chunked_prefill_size: int, tp: int,
-                                pp: int = 1) -> float:
+                                pp: int = 1, *, mla: bool = False,
+                                max_running: int | None = None) -> float:
     """--mem-fraction-static when unset: memory less SGLang's activation and CUDA-graph
-    reserve, as a fraction rounded to 3 digits."""
+    reserve (decode and prefill graphs; `mla`: an MLA model's 1.5 GiB prefill-graph reserve),
+    as a fraction rounded to 3 digits."""
     mib = gpu_memory_bytes / _MIB
     reserved = 512.0 + max(chunked_prefill_size, 2048) * 1.5
-    reserved += cuda_graph_max_bs_default(gpu_memory_bytes, tp) * 2
     reserved += tp * pp / 8 * 1024
+    reserved += cuda_graph_max_bs_default(gpu_memory_bytes, tp, max_running) * 2
+    reserved += 1.5 * 1024 if mla else len(prefill_graph_sizes(chunked_prefill_size)) * 8
     if mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
     return round((mib - reserved) / mib, 3)
@@ -187,14 +210,15 @@ class SGLangDefaults:
         return dataclasses.asdict(self)
 
 
-def sglang_defaults(gpu: GPU, tp: int = 1, pp: int = 1, chunked_prefill_size: int | None = None
-                    ) -> SGLangDefaults:
-    """SGLang's defaults on `gpu` (a given chunked_prefill_size enters the mem fraction, as in
-    the source)."""
+def sglang_defaults(gpu: GPU, tp: int = 1, pp: int = 1, chunked_prefill_size: int | None = None,
+                    *, mla: bool = False, max_running: int | None = None) -> SGLangDefaults:
+    """SGLang's defaults on `gpu` (a given chunked_prefill_size and --max-running-requests enter
+    the mem fraction, as in the source; `mla`: the model uses MLA attention)."""
     smi = nvidia_smi_total_bytes(gpu)
     chunk = chunked_prefill_size or chunked_prefill_default(smi)
-    return SGLangDefaults(chunk, cuda_graph_max_bs_default(smi, tp),
-                          mem_fraction_static_default(smi, chunk, tp, pp))
+    return SGLangDefaults(chunk, cuda_graph_max_bs_default(smi, tp, max_running),
+                          mem_fraction_static_default(smi, chunk, tp, pp, mla=mla,
+                                                      max_running=max_running))
 
 
 #: nvidia-smi's memory.total above the total CUDA reports (GPU.memory_gib): 441-652 MiB over
@@ -215,7 +239,9 @@ def default_config(model: ModelSpec, gpu: GPU, given: dict) -> tuple[ServingConf
     --chunked-prefill-size by GPU memory, --mem-fraction-static from it, TP and PP,
     --max-running-requests from the KV pool and the context length, page size 1."""
     given = {k: v for k, v in given.items() if v is not None}
-    d = sglang_defaults(gpu, given.get("tp", 1), given.get("pp", 1), given.get("chunk_size"))
+    d = sglang_defaults(gpu, given.get("tp", 1), given.get("pp", 1), given.get("chunk_size"),
+                        mla=getattr(model, "kv_lora_rank", 0) > 0,
+                        max_running=given.get("max_running"))
     if "gpu_memory_utilization" not in given and d.mem_fraction_static <= 0:
         # SGLang's reserve is absolute (MiB), so a small device has no default fraction at all
         raise TunerError(

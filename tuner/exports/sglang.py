@@ -4,9 +4,16 @@ SGLang's documented server arguments (``--model-path``, ``--tp-size``, ``--chunk
 ``--max-running-requests``, ``--kv-cache-dtype``, ``--mem-fraction-static``,
 ``--schedule-policy``, ``--cpu-offload-gb``...), generated from ServingConfig's field metadata
 (:mod:`tuner.core.config`). Every option and value written was checked against SGLang's own
-parser (python/sglang/srt/server_args.py at sgl-project/sglang commit 001067ff, 2026): all exist,
-``--cpu-offload-gb`` takes an int, and the lpm schedule policy turns to fcfs while more than 128
-requests wait (schedule_policy.py). :data:`SGLANG_KNOWN_OPTIONS` lists what was checked.
+parser (python/sglang/srt/server_args.py at sgl-project/sglang commit 001067ff, 2026, and again
+the newest released wheel's, sglang 0.5.23, its argparse built by ServerArgs.add_cli_args): all
+exist with the types written (``--cpu-offload-gb`` an int, ``--schedule-conservativeness`` a
+float, ``--kv-cache-dtype`` fp8_e4m3 / fp4_mx_block16 among its choices), and the lpm schedule
+policy turns to fcfs while more than 128 requests wait (schedule_policy.py
+``WAITING_QUEUE_PREFIX_MATCH_MAX``). ``--enable-dp-attention`` is deprecated in 0.5.23 (a
+DeprecatedStoreTrueAction: it warns, and ``_handle_deprecated_dp_attention`` in
+arg_groups/parallel_hook.py turns ``--dp-size N --enable-dp-attention`` into ``--attn-dp-size N``,
+removal planned after 2026-12-31); tuner keeps the old spelling, which every v0.5 release
+accepts, where ``--attn-dp-size`` is new. :data:`SGLANG_KNOWN_OPTIONS` lists what was checked.
 
 Expert parallelism (mixture-of-experts models): ``--ep-size`` is SGLang's expert-parallel
 group, which lives inside one server's tensor-parallel group (SGLang's ``--dp-size`` alone runs
