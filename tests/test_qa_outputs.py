@@ -76,17 +76,17 @@ def _yaml(**kw) -> str:
     return render_export("vllm", cfg, model, gpu, max_model_len=4096, **kw)
 
 
-def test_vllm_yaml_run_line_gives_the_model_and_needs_no_config_flag_before_0_6_1():
+def test_vllm_yaml_run_line_gives_the_model_and_needs_no_config_flag_before_0_6_0():
     newest = _yaml()
     # vllm serve requires its positional model before 0.8 even when the file names it
     assert "# Run: vllm serve meta-llama/Meta-Llama-3-8B --config THIS_FILE" in newest
-    old = _yaml(scheduler="vllm-v0", engine_version="0.6.0", num_scheduler_steps=10)
+    old = _yaml(scheduler="vllm-v0", engine_version="0.5.5", num_scheduler_steps=10)
     run = next(line for line in old.splitlines() if line.startswith("# Run: "))
-    assert "--config" not in run.split("(")[0]  # 0.6.0 answers "unrecognized arguments"
+    assert "--config" not in run.split("(")[0]  # the 0.5.5 wheel's `vllm serve` has none
     for flag in ("--max-num-batched-tokens 8192", "--max-num-seqs 64",
                  "--enable-chunked-prefill False", "--num-scheduler-steps 10"):
         assert flag in run, run
-    assert "0.6.1" in run
+    assert "0.6.0" in run
 
 
 # ---- what `tuner export` says it checked -----------------------------------------------------------

@@ -195,7 +195,7 @@ def test_the_trial_budget_counts_what_the_search_proposed(tmp_path):
     (["search", "-w", str(EXAMPLE), "-m", "llama-3-8b", "--gpus", "A10", "--quantized-model",
       "org/model-awq", "--n-trials", "5"], "add --allow-quantization"),
     (["worker", "--study", "x", "--storage", "journal:///nonexistent/s.journal", "--wait", "-1"],
-     "--wait must be >= 0"),
+     "--wait must be a finite number of seconds >= 0"),
     (["worker", "--study", "x", "--storage", "journal:///nonexistent/s.journal", "--n-trials",
       "0"], "--n-trials must be >= 1"),
 ])

@@ -121,7 +121,7 @@ def test_a_search_deep_copies_each_finished_trial_once(monkeypatch, tmp_path):
 
     class Ev:
         gpus = {"A10": None}
-        space = type("S", (), {"knobs": {"tp": [1, 2]}})()
+        space = type("S", (), {"knobs": {"tp": [1, 2]}, "excluded": ()})()
         known = Known()
 
     monkeypatch.setattr(loop, "_objective",

@@ -82,6 +82,9 @@ def profile(
         timing_for,
     )
 
+    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
+        # said before torch is imported (or found missing), as it was: nothing to measure into
+        raise TunerError(f"Cannot write the profile to {out_dir}: it is a file, not a folder.")
     torch = import_torch()
     dev = resolve_device(torch, device)
     # bad options fail in one line before the "Profiling" line and before --out is made
