@@ -60,8 +60,9 @@ from tuner.core.memory import (
 )
 
 DEFAULT_ENGINE = "vllm"
-SOURCE = ("SGLang v0.5 source: server_args.py (_handle_gpu_memory_settings, ServerArgs "
-          "defaults), managers/scheduler.py, managers/schedule_policy.py (PrefillAdder), "
+SOURCE = ("SGLang v0.5 source, checked against the sglang 0.5.23 wheel: server_args.py "
+          "(ServerArgs defaults; arg_groups/memory_hook.py handle_gpu_memory_settings), "
+          "managers/scheduler.py, managers/schedule_policy.py (PrefillAdder), "
           "managers/schedule_batch.py (retract_decode)")
 
 # ---- scheduler constants (environ.py / global_config.py; schedule_policy.py) ----
