@@ -24,6 +24,12 @@ SCHEDULERS = tuple(SCHEDULER_PRESETS)
 ORDERINGS = ("fcfs", "shortest-prompt", "longest-output", "binpack", "blend")
 #: the engines simulated (tuner.sim.simulator: vLLM's C loop, tuner.sim.sglang's scheduler)
 ENGINES = ("vllm", "sglang")
+
+
+def engine_name(engine: str | None) -> str:
+    """vLLM or SGLang, as the engines spell themselves."""
+    return {"sglang": "SGLang"}.get(engine or "vllm", "vLLM")
+
 #: SGLang --schedule-policy values tuner simulates (tuner.sim.sglang; SGLang's default fcfs)
 SCHEDULE_POLICIES = ("fcfs", "lpm", "dfs-weight")
 

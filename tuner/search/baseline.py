@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Callable, Iterable
 
 from tuner.core.catalog import GPU, ModelSpec
-from tuner.core.config import ServingConfig
+from tuner.core.config import ServingConfig, engine_name
 from tuner.core.engine_defaults import DEFAULT_ENTRY_POINT, presets_by_gpu, vllm_defaults
 from tuner.core.errors import TunerError
 from tuner.core.sglang import default_config
@@ -181,11 +181,6 @@ def gain(metrics: dict, baseline: dict) -> dict | None:
     cost_ratio = metrics["cost_usd"] / b["cost_usd"]
     return {"makespan_ratio": makespan_ratio, "cost_ratio": cost_ratio,
             "speedup": 1.0 / makespan_ratio, "saving_fraction": 1.0 - cost_ratio}
-
-
-def engine_name(engine: str | None) -> str:
-    """vLLM or SGLang, as the engines spell themselves."""
-    return {"sglang": "SGLang"}.get(engine or "vllm", "vLLM")
 
 
 def describe_gain(baseline: dict | None) -> str:

@@ -535,7 +535,7 @@ def _fit_engine_refusals(knobs: dict[str, list], fixed: dict, refusals: list[_Re
                 if r.knob == name else r for r in live]
     # the rest: left out of the refusing engine's plans (under a searched scheduler: of its
     # plans with that scheduler), which the other plans keep
-    from tuner.search.baseline import engine_name
+    from tuner.core.config import engine_name
 
     excluded = []
     for r in live:
