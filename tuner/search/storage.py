@@ -234,6 +234,7 @@ def make_storage(url: str | None) -> optuna.storages.BaseStorage | None:
         except Exception as exc:  # noqa: BLE001 - missing folder, no access, unreadable log
             raise _storage_error(url, exc) from None
     typed, url = url, storage_url(url)
+    _check_sqlite_file(local_file(url), typed)
     engine_kwargs: dict = {}
     sqlite = url.startswith("sqlite")
     if sqlite:
@@ -253,6 +254,27 @@ def make_storage(url: str | None) -> optuna.storages.BaseStorage | None:
     if sqlite:
         _serialize_sqlite(storage.engine)
     return storage
+
+
+#: the first 16 bytes of every SQLite database file (sqlite.org/fileformat.html, 1.3.1)
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _check_sqlite_file(path: Path | None, url: str) -> None:
+    """Refuse a local file that is not an SQLite database before SQLite opens it: SQLite takes
+    a file shorter than its 100-byte header as a new database and writes Optuna's tables into
+    it, so a mistyped --storage sqlite:///notes.txt would overwrite the user's file. An empty
+    file is a new database, as SQLite has it."""
+    if path is None or not path.is_file() or path.stat().st_size == 0:
+        return
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        raise _storage_error(url, exc) from None
+    if head != SQLITE_HEADER:
+        raise TunerError(f"Cannot open storage {mask_secrets(url)}: {path} is not an SQLite "
+                         "database (left as it is); give a new file or an existing study's.")
 
 
 def _serialize_sqlite(engine) -> None:
