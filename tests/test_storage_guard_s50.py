@@ -46,3 +46,20 @@ def test_new_and_real_databases_open(tmp_path, start):
     again = make_storage(f"sqlite:///{f}")  # now a real database: opens
     assert optuna.study.get_all_study_names(again) == ["s"]
     again.engine.dispose()
+
+
+# ---- two messages that named the wrong thing (stop 50's CLI pass) ----------------------------
+def test_an_empty_model_name_is_said_so():
+    from tuner.core.catalog import get_model
+
+    with pytest.raises(TunerError, match="No model given"):
+        get_model("  ")
+
+
+def test_a_gpu_file_that_is_a_folder_is_said_so(tmp_path):
+    from tuner.core.catalog import load_gpus
+
+    with pytest.raises(TunerError, match="is a folder"):
+        load_gpus(tmp_path)
+    with pytest.raises(TunerError, match="does not exist"):
+        load_gpus(tmp_path / "missing.yaml")

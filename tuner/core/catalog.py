@@ -669,7 +669,9 @@ def load_gpus(extra_yaml: str | Path | None = None) -> dict[str, GPU]:
     if extra_yaml is not None:
         path = Path(extra_yaml)
         if not path.is_file():
-            raise TunerError(f"GPU file {path} does not exist.")
+            raise TunerError(f"GPU file {path} "
+                             + ("is a folder; give the YAML file." if path.is_dir()
+                                else "does not exist."))
         import yaml  # ~20 ms: only a user's file needs it (the shipped ones are cached)
 
         try:
@@ -1628,6 +1630,9 @@ def get_model(name_or_path: str, models: dict[str, ModelSpec] | None = None) -> 
     where it was copied from, not what it is), or a catalog name's hf_id."""
     models = load_models() if models is None else models
     key = name_or_path.strip()
+    if not key:  # Path("") is the current folder: it would be read as a model folder
+        raise TunerError("No model given (an empty name); see `tuner models` for the catalog, "
+                         "or give a Hugging Face id or a folder with a config.json.")
     for name, spec in models.items():
         if name.lower() == key.lower():
             return replace(spec, checkpoint=spec.hf_id)
