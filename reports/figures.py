@@ -127,20 +127,26 @@ def gpu_colors(names: Iterable[str]) -> dict[str, str]:
     return {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
 
 
+def front_with_mixes(ctx: ReportContext, trials: dict[int, TrialRecord]
+                     ) -> tuple[set[int], list[dict]]:
+    """The front the terminal prints (tuner search's "Pareto front" table): the single-type
+    Pareto trials no mix of GPU types beats on both makespan and $, and the mixes (those with
+    finite figures)."""
+    fleets = [f for f in ctx.fleets or [] if as_finite(f.get("makespan_s")) is not None
+              and as_finite(f.get("cost_usd")) is not None]
+    beaten = beaten_by_mix([(trials[n].makespan_s, trials[n].cost_usd) for n in ctx.pareto],
+                           fleets) if fleets else [None] * len(ctx.pareto)
+    return {n for n, b in zip(ctx.pareto, beaten, strict=True) if b is None}, fleets
+
+
 def pareto_figure(ctx: ReportContext, trials: dict[int, TrialRecord],
                   colors: dict[str, str]) -> go.Figure | None:
     feasible = [t for t in trials.values() if t.feasible]
     if not feasible:
         return None
-    fleets = [f for f in ctx.fleets or [] if as_finite(f.get("makespan_s")) is not None
-              and as_finite(f.get("cost_usd")) is not None]
+    pareto, fleets = front_with_mixes(ctx, trials)
     unit, div = duration_unit(max([t.makespan_s for t in feasible]
                                   + [f["makespan_s"] for f in fleets]))
-    # the front the terminal prints (tuner search's "Pareto front" table): the single-type
-    # points no mix of GPU types beats on both makespan and $, and the mixes
-    beaten = beaten_by_mix([(trials[n].makespan_s, trials[n].cost_usd) for n in ctx.pareto],
-                           fleets) if fleets else [None] * len(ctx.pareto)
-    pareto = {n for n, b in zip(ctx.pareto, beaten, strict=True) if b is None}
     winners = ctx.winners
     fig = go.Figure()
     usd = usd_hover([t.cost_usd for t in feasible] + [f["cost_usd"] for f in fleets])

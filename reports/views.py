@@ -19,7 +19,13 @@ from tuner.exports import EXPORTERS
 from tuner.reports import figures
 from tuner.reports.context import GpuInfo, ReportContext
 from tuner.reports.figures import GIB, PALETTE, fig_json, gpu_colors, role_label, sort_key
-from tuner.search.records import GOALS, Metrics, TrialRecord, winner_roles_of
+from tuner.search.records import (
+    GOALS,
+    Metrics,
+    TrialRecord,
+    cost_models_by_engine,
+    winner_roles_of,
+)
 
 
 def fmt_usd_per_h(x: Any) -> str:
@@ -348,7 +354,7 @@ def _about(ctx: ReportContext, prompt: np.ndarray, output: np.ndarray,
            colors: dict[str, str]) -> dict:
     """The workload, model and GPU sections."""
     wl, model = ctx.workload, ctx.model
-    per_engine = engine_cost_models(ctx.trials)
+    per_engine = cost_models_by_engine(ctx.trials)
     return dict(
         workload=dict(source=wl.source, requests=fmt_int(wl.requests), tokenizer=wl.tokenizer,
                       output_source=wl.output_source, prompt=_lengths_stats(prompt),
@@ -439,14 +445,8 @@ def view(ctx: ReportContext) -> dict:
 def _front_counts(ctx: ReportContext, trials: dict[int, TrialRecord]) -> dict:
     """What the makespan-vs-cost figure marks: the single-type Pareto points no mix of GPU
     types beats and the mixes (the front `tuner search` prints)."""
-    from tuner.search.fleet import beaten_by_mix
-
-    fleets = [f for f in ctx.fleets or [] if as_finite(f.get("makespan_s")) is not None
-              and as_finite(f.get("cost_usd")) is not None]
-    beaten = beaten_by_mix([(trials[n].makespan_s, trials[n].cost_usd) for n in ctx.pareto],
-                           fleets) if fleets else []
-    return dict(n_front_singles=len(ctx.pareto) - sum(b is not None for b in beaten),
-                n_front_mixes=len(fleets))
+    singles, fleets = figures.front_with_mixes(ctx, trials)
+    return dict(n_front_singles=len(singles), n_front_mixes=len(fleets))
 
 
 def _trial_range(trials: dict[int, TrialRecord]) -> str:
@@ -475,22 +475,12 @@ def provenance_label(provenance: Provenance, measured: bool | None = None) -> st
     return label
 
 
-def engine_cost_models(trials: list[TrialRecord]) -> dict[str, dict[str, str]]:
-    """{GPU: {engine: its cost model's provenance}}, each from the first feasible trial of that
-    GPU and engine: the terminal's cost-model lines (tuner.cli.search.cost_model_lines)."""
-    by: dict[str, dict[str, str]] = {}
-    for t in trials:
-        if t.feasible and t.provenance is not None:
-            by.setdefault(t.gpu, {}).setdefault(t.config.engine, str(t.provenance))
-    return by
-
-
 def _gpu_view(name: str, g: GpuInfo, color: str,
               per_engine: dict[str, str] | None = None) -> dict:
     """One row of the provenance table. Where the study priced both engines on the GPU, one
     cost-model line per engine: their kernel tables and engine overheads differ (SGLang's
     overhead is an estimate), and the GPU's first trial names only one of them."""
-    from tuner.search.baseline import engine_name
+    from tuner.core.config import engine_name
 
     measured = g.measured if g.measured is not None else g.cost_model.is_measured
     cv = as_finite(g.cv_error)

@@ -560,12 +560,10 @@ def _uncovered_lines(records, gpus: dict) -> list[str]:
 def cost_model_lines(records, gpus: dict) -> list[str]:
     """'GPU: cost model' per GPU, or per GPU and engine where the study priced both engines on
     it (their kernel tables and engine overheads differ): each from its first feasible trial."""
-    from tuner.search.baseline import engine_name
+    from tuner.core.config import engine_name
+    from tuner.search.records import cost_models_by_engine
 
-    by: dict[str, dict[str, str]] = {}
-    for r in records:
-        if r.feasible and r.provenance is not None:
-            by.setdefault(r.gpu, {}).setdefault(r.config.engine, str(r.provenance))
+    by = cost_models_by_engine(records)
     lines = []
     for g, info in gpus.items():
         per_engine = by.get(g, {})

@@ -404,6 +404,17 @@ def pareto(records: Iterable[TrialRecord]) -> list[int]:
     return [feas[i].number for i in pareto_indices([(r.makespan_s, r.cost_usd) for r in feas])]
 
 
+def cost_models_by_engine(records: list[TrialRecord]) -> dict[str, dict[str, str]]:
+    """{GPU: {engine: its cost model's provenance}}, each from the first feasible trial of that
+    GPU and engine: what the terminal's and the report's cost-model lines show (a study that
+    priced both engines on a GPU has two: their kernel tables and engine overheads differ)."""
+    by: dict[str, dict[str, str]] = {}
+    for r in records:
+        if r.feasible and r.provenance is not None:
+            by.setdefault(r.gpu, {}).setdefault(r.config.engine, str(r.provenance))
+    return by
+
+
 def winners(records: list[TrialRecord]) -> tuple[dict, dict]:
     """({'fastest': n, 'cheapest': n}, {gpu: {'fastest': n, 'cheapest': n}}) over feasible trials."""
     feas = [r for r in records if r.feasible]

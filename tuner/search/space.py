@@ -734,9 +734,12 @@ def _offer_sglang_defaults(knobs: dict[str, list], fixed: dict, model, gpus: dic
         return [fixed.get(name, DEFAULTS[name])]
 
     tps = [int(t) for t in knobs.get("tp", [1]) if isinstance(t, int | float)]
+    # DP moves the defaults of a MoE model only (its experts split over TP x DP); a dense
+    # model's replicas each run the TP plan's defaults
+    dps = values("dp") if getattr(model, "is_moe", False) else [1]
     for g in gpus.values():
         for tp, dp, pp, wbits, kvbits in itertools.product(
-                tps, values("dp"), values("pp"), values("weight_bits"), values("kv_bits")):
+                tps, dps, values("pp"), values("weight_bits"), values("kv_bits")):
             if not tp_splits_heads(tp, model.num_heads, model.num_kv_heads) \
                     or tp > g.gpus_per_machine:
                 continue

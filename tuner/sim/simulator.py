@@ -185,9 +185,8 @@ def lower_bound_s(workload: Workload, model: ModelSpec, gpu: GPU, config: Servin
     gemm_params = float(model.active_linear_params_total)
     gemm16_params = _unconverted_gemm_params(model, config.weight_bits) if fp8 else 0.0
     attn = 2.0 * model.num_heads * (model.head_dim + model.value_head_dim) * model.num_layers
-    through = p + np.maximum(d - 1.0, 0.0)
-    fast = (through * (gemm_params - gemm16_params) * 2 + _prefill_pairs(model, p) * attn).sum()
-    slow = (through * gemm16_params * 2 + d * model.lm_head_params * 2).sum()
+    tokens = (p + np.maximum(d - 1.0, 0.0)).sum()  # through the layers
+    pairs = _prefill_pairs(model, p).sum()
     if workload.prefix_ids is not None and workload.prefix_tokens is not None:
         # a prefix of x tokens shared by k requests is computed once instead of k times
         x = workload.prefix_tokens.astype(np.float64)
@@ -195,10 +194,11 @@ def lower_bound_s(workload: Workload, model: ModelSpec, gpu: GPU, config: Servin
         has = ids >= 0
         if has.any():
             _, first = np.unique(ids[has], return_index=True)
-            saved = x[has] * (gemm_params - gemm16_params) * 2 + _prefill_pairs(model, x[has]) * attn
-            saved16 = x[has] * gemm16_params * 2
-            fast -= saved.sum() - saved[first].sum()
-            slow -= saved16.sum() - saved16[first].sum()
+            shared, shared_pairs = x[has], _prefill_pairs(model, x[has])
+            tokens -= shared.sum() - shared[first].sum()
+            pairs -= shared_pairs.sum() - shared_pairs[first].sum()
+    fast = tokens * (gemm_params - gemm16_params) * 2 + pairs * attn
+    slow = tokens * gemm16_params * 2 + d.sum() * model.lm_head_params * 2
     peak = gpu.fp8_tflops * 1e12 if fp8 else gpu.peak_flops
     n = config.num_gpus
     comp_s = fast / (peak * n) + slow / (gpu.peak_flops * n)
