@@ -72,16 +72,25 @@ def _spool(path: Path) -> Path:
         except OSError as exc:
             raise TunerError(f"{path}: cannot read ({one_line(exc)}).") from None
         suffix = path.suffix if path.suffix.lower() in _SUFFIXES else ""
-    fd, name = tempfile.mkstemp(prefix="tuner-workload-", suffix=suffix)
     try:
-        with os.fdopen(fd, "wb") as out:
-            shutil.copyfileobj(src, out, 1 << 20)
+        return _copy_to_temp(src, suffix)
     except OSError as exc:
-        Path(name).unlink(missing_ok=True)
         raise TunerError(f"{stream_name(path)}: cannot read ({one_line(exc)}).") from None
     finally:
         if src is not getattr(sys.stdin, "buffer", None):
             src.close()
+
+
+def _copy_to_temp(src, suffix: str) -> Path:
+    """Copy the binary stream `src` into a new temporary file (removed again if the copy
+    fails); the caller deletes it after reading."""
+    fd, name = tempfile.mkstemp(prefix="tuner-workload-", suffix=suffix)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            shutil.copyfileobj(src, out, 1 << 20)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
     return Path(name)
 
 
@@ -107,18 +116,14 @@ def _gunzip(path: Path, name: str) -> Path:
 
     inner = Path(name).with_suffix("").suffix if name.lower().endswith(".gz") else ""
     suffix = inner if inner.lower() in _SUFFIXES else ""
-    fd, tmp = tempfile.mkstemp(prefix="tuner-workload-", suffix=suffix)
     try:
-        with os.fdopen(fd, "wb") as out, gzip.open(path, "rb") as src:
-            shutil.copyfileobj(src, out, 1 << 20)
+        with gzip.open(path, "rb") as src:
+            return _copy_to_temp(src, suffix)
     except (gzip.BadGzipFile, EOFError, zlib.error) as exc:  # corrupt or cut short
-        Path(tmp).unlink(missing_ok=True)
         raise TunerError(f"{name}: not a readable gzip file ({one_line(exc)}).") from None
     except OSError as exc:  # e.g. no space left for the decompressed copy
-        Path(tmp).unlink(missing_ok=True)
         raise TunerError(f"{name}: cannot decompress into {tempfile.gettempdir()} "
                          f"({one_line(exc)}).") from None
-    return Path(tmp)
 
 
 def _check_file(path: Path) -> None:
