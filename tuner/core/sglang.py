@@ -241,7 +241,7 @@ def default_config(model: ModelSpec, gpu: GPU, given: dict) -> tuple[ServingConf
     --max-running-requests from the KV pool and the context length, page size 1."""
     given = {k: v for k, v in given.items() if v is not None}
     d = sglang_defaults(gpu, given.get("tp", 1), given.get("pp", 1), given.get("chunk_size"),
-                        mla=getattr(model, "kv_lora_rank", 0) > 0,
+                        mla=getattr(model, "is_mla", False),
                         max_running=given.get("max_running"))
     if "gpu_memory_utilization" not in given and d.mem_fraction_static <= 0:
         # SGLang's reserve is absolute (MiB), so a small device has no default fraction at all
