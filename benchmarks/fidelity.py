@@ -52,6 +52,14 @@ fitted on nothing: predicted vs published req/s, the FA2 -> FA3 change end to en
 difference an older vLLM on Hopper has from the tables), and what the single-step vs
 multi-step pair says a V0 scheduler call costs.
 
+Published vLLM V1 offline figures (VLLM_V1_PUBLISHED_RUNS: `vllm bench throughput`, random
+dataset, every request of the stated lengths; GPU, model, dtype, TP, prompt count and version
+stated) are a check of the V1 host overhead, fitted on nothing: each is simulated with the
+settings its command states, the release's LLM-class defaults for the rest and the engine
+profile the release is priced with (vllm-v1-offline from 0.14 on); predicted vs published
+req/s (signed), the median, the worst and how many are too fast, with vllm#12093's V1 pair, and
+what the gap would be as host time per step, per request and per running sequence a step.
+
 Published figures have no per-request lengths. SGLang's benchmark of vLLM 0.6.0 (offline,
 5,000 ShareGPT prompts; sgl-project/sglang benchmark/benchmark_vllm_060/README.md) is rebuilt
 from its stated length distribution (published_workload: ShareGPT lengths resampled from the
@@ -497,6 +505,172 @@ def print_vllm_pr12093(rows: list[dict]) -> None:
         print(f"  cost model: {rows[0]['provenance']}")
         for p in rows:
             print(f"  {p['run']}: {p['command']}; {p['config']}")
+
+
+# ---- published vLLM V1 offline figures (vllm bench throughput, random dataset) ----------------
+#: Third-party `vllm bench throughput` figures of a V1 release (async scheduling on by default,
+#: tuner's v1-async generation, offline: the `vllm-v1-offline` profile), each with its GPU, model,
+#: dtype, TP, lengths, prompt count and version stated. The random dataset with its default
+#: --random-range-ratio 0 gives every prompt the stated input length, and the throughput
+#: benchmark sets ignore_eos with max_tokens = the output length, so every request has exactly
+#: the stated lengths. Kept out of every fit: a check of the V1 host overhead, fitted on nothing.
+#: Searched for and left out (a setting not stated): vllm-project/vllm#10753 (V1 before 0.7,
+#: GPU not named), the gpustack performance-lab pages and vllm-project/vllm#52884 (online
+#: `vllm bench serve`, no --ignore-eos), vllm-project/vllm#34776 (FP8, MI300X).
+FERRITE_H100 = ("\"H100 Hopper - perf handoff\" (ferrite vs Python vLLM, 2026-05-28), its "
+                "`vllm bench throughput` table; stored public file id 66645773073 (repository "
+                "not resolved by the index)")
+FERRITE_H100_CMD = ("vllm bench throughput --model Qwen/Qwen2.5-7B-Instruct --dtype bfloat16 "
+                    "--num-prompts 200 --random-input-len {inp} --random-output-len {out} "
+                    "--dataset-name random --gpu-memory-utilization 0.85 "
+                    "--no-enable-prefix-caching")
+#: its settings ("Bench setup": 1x H100 80 GB HBM3 (SXM), Qwen/Qwen2.5-7B-Instruct bf16, vLLM
+#: 0.21.1.dev0+gad7125a43 built from main, FlashAttention 3 by its start-up log; the table
+#: heading: 200 prompts, random dataset, prefix caching off; the command under
+#: "Reproducing": --gpu-memory-utilization 0.85, no --max-model-len, so the model's 32,768).
+#: The published figure is total tokens/s (prompt + output): req/s = it / (input + output).
+FERRITE_H100_SETTINGS = {"source": FERRITE_H100, "gpu": "H100", "tp": 1,
+                         "hf_id": "Qwen/Qwen2.5-7B-Instruct", "catalog_model": "qwen2.5-7b",
+                         "dtype": "bfloat16", "engine_version": "0.21.1",
+                         "engine_version_stated": "0.21.1.dev0+gad7125a43",
+                         "num_prompts": 200, "gpu_memory_utilization": 0.85,
+                         "max_model_len": 32768, "prefix_caching": False}
+VLLM_V1_PUBLISHED_RUNS = [
+    FERRITE_H100_SETTINGS | {"name": f"ferrite-h100_qwen2.5-7b_in{i}_out{o}", "input_len": i,
+                             "output_len": o, "total_tok_s": t,
+                             "quote": f"row in={i} out={o}, Python tok/s column: {t}"}
+    for i, o, t in ((1024, 128, 38740), (1024, 512, 27859), (2048, 128, 39738),
+                    (2048, 512, 29238), (4096, 128, 39626), (4096, 512, 29994))
+]
+#: Qwen2.5-7B-Instruct: the catalog's Qwen2.5-7B shapes, its own context (config.json:
+#: max_position_embeddings 32768; the base model's is 131,072)
+QWEN25_7B_INSTRUCT_MAX_POSITION = 32768
+
+
+def published_v1_model(fig: dict) -> ModelSpec:
+    m = load_models()[fig["catalog_model"]]
+    if fig["hf_id"] == "Qwen/Qwen2.5-7B-Instruct":
+        return replace(m, name="qwen2.5-7b-instruct", hf_id=fig["hf_id"],
+                       max_position=QWEN25_7B_INSTRUCT_MAX_POSITION)
+    return m
+
+
+def published_v1_req_s(fig: dict) -> float:
+    """The figure's requests/s: its total tokens/s over each request's prompt + output."""
+    if "req_s" in fig:
+        return float(fig["req_s"])
+    return fig["total_tok_s"] / (fig["input_len"] + fig["output_len"])
+
+
+def vllm_v1_published_run(fig: dict, gpus: dict) -> Run:
+    """One VLLM_V1_PUBLISHED_RUNS figure as a Run: the command's settings, the release's
+    LLM-class defaults for the rest (vllm bench throughput runs LLM.generate), its profile
+    (profile_for: vllm-v1-offline from 0.14 on)."""
+    from tuner.core.engine_defaults import vllm_defaults
+    from tuner.predictors.engine_overhead import profile_for
+
+    gpu, model = gpus[fig["gpu"]], published_v1_model(fig)
+    version = fig["engine_version"]
+    d = vllm_defaults(gpu.name, gpu.memory_gib, "llm", version,
+                      max_model_len=fig["max_model_len"], model=model)
+    cfg = ServingConfig(gpu=gpu.name, tp=fig["tp"], **(d.knobs() | {
+        "gpu_memory_utilization": fig["gpu_memory_utilization"]}))
+    n, inp, out = fig["num_prompts"], fig["input_len"], fig["output_len"]
+    wl = Workload(prompt_tokens=np.full(n, inp, dtype=np.int64),
+                  output_tokens=np.full(n, out, dtype=np.int64),
+                  source=f"{n:,} requests of {inp:,} prompt + {out:,} output tokens (random "
+                         "dataset, range ratio 0; ignore_eos)",
+                  tokenizer="stated lengths", output_source="stated lengths (ignore_eos)")
+    return Run(name=fig["name"], source=fig["source"], gpu=gpu.name, model_id=fig["hf_id"],
+               config=cfg, workload=wl, measured_makespan_s=n / published_v1_req_s(fig),
+               measured_kv_blocks=None, timeline=None, moe=False, engine_version=version,
+               suite="vllm-v1-published", model=model, engine=profile_for(version, "llm"))
+
+
+def evaluate_vllm_v1_published(gpus: dict) -> list[dict]:
+    """Predicted vs published req/s of every VLLM_V1_PUBLISHED_RUNS figure: a check, fitted on
+    nothing (signed error %: predicted / published - 1; + = too fast). Beside it, what the gap
+    would be as host time: (published - predicted makespan) over the simulated steps, and per
+    running request a step (arithmetic on the figure, not a fitted term)."""
+    from tuner.sim.steps import DECODES, RUNNING
+
+    rows = []
+    for fig in VLLM_V1_PUBLISHED_RUNS:
+        run = vllm_v1_published_run(fig, gpus)
+        res, cm = simulate_run(run, run.engine, gpus, return_steps=True)
+        st = np.concatenate(res.steps)
+        pub_req_s = published_v1_req_s(fig)
+        req_s = len(run.workload) / res.makespan_s
+        gap_s = run.measured_makespan_s - res.makespan_s
+        seq_steps = float(st[:, RUNNING].sum())
+        rows.append({
+            "run": fig["name"], "source": fig["source"], "quote": fig["quote"],
+            "gpu": fig["gpu"], "model": fig["hf_id"], "tp": fig["tp"],
+            "engine_version": fig["engine_version_stated"],
+            "command": FERRITE_H100_CMD.format(inp=fig["input_len"], out=fig["output_len"]),
+            "input_len": fig["input_len"], "output_len": fig["output_len"],
+            "num_prompts": fig["num_prompts"], "published_total_tok_s": fig.get("total_tok_s"),
+            "published_req_s": pub_req_s, "predicted_req_s": req_s,
+            "req_s_error_pct": 100.0 * (req_s / pub_req_s - 1.0),
+            "published_makespan_s": run.measured_makespan_s,
+            "predicted_makespan_s": res.makespan_s, "engine": run.engine.name,
+            "config": (f"vLLM {fig['engine_version']} as simulated, LLM.generate, scheduler "
+                       f"{run.config.scheduler}, max_num_seqs {run.config.max_running}, "
+                       f"max_num_batched_tokens {run.config.chunk_size}, "
+                       f"gpu_memory_utilization {run.config.gpu_memory_utilization:g}, "
+                       "every request at t = 0, no start-up"),
+            "iterations": res.iterations, "preemptions": res.preemptions,
+            "mean_decode_batch": float(st[:, DECODES][st[:, DECODES] > 0].mean()),
+            "gap_per_step_ms": 1e3 * gap_s / max(res.iterations, 1),
+            "gap_per_request_ms": 1e3 * gap_s / len(run.workload),
+            "gap_per_seq_step_us": 1e6 * gap_s / max(seq_steps, 1.0),
+            "provenance": cm.describe()})
+    return rows
+
+
+def summarise_signed(errors: list[float]) -> dict:
+    """Median and worst signed error of a set of figures, and how many are too fast (> 0)."""
+    e = np.asarray(errors, dtype=float)
+    if not len(e):
+        return {"figures": 0}
+    worst = float(e[np.argmax(np.abs(e))])
+    return {"figures": int(len(e)), "median_pct": float(np.median(e)), "worst_pct": worst,
+            "too_fast": int((e > 0).sum())}
+
+
+def print_vllm_v1_published(rows: list[dict], pr12093: list[dict] | None = None) -> None:
+    print("\nPublished vLLM V1 offline figures (vllm bench throughput, random dataset: every "
+          "request has the stated lengths; engine profile as the release is priced; a check, "
+          "fitted on nothing; error = predicted / published req/s - 1, + = too fast):")
+    print(f"  {'run':<36} {'in':>5} {'out':>4} {'req/s pub':>9} {'pred':>7} {'error':>7}  "
+          f"{'decode batch':>12} {'steps':>6}  {'gap/step':>8} {'gap/request':>11} "
+          f"{'gap/seq-step':>12}")
+    for p in rows:
+        print(f"  {p['run']:<36} {p['input_len']:>5} {p['output_len']:>4} "
+              f"{p['published_req_s']:9.2f} {p['predicted_req_s']:7.2f} "
+              f"{p['req_s_error_pct']:+6.1f}%  {p['mean_decode_batch']:12.1f} "
+              f"{p['iterations']:>6}  {p['gap_per_step_ms']:6.2f}ms "
+              f"{p['gap_per_request_ms']:9.2f}ms {p['gap_per_seq_step_us']:9.1f} us")
+    s = summarise_signed([p["req_s_error_pct"] for p in rows])
+    if s["figures"]:
+        print(f"  {s['figures']} figures: median error {s['median_pct']:+.1f} %, worst "
+              f"{s['worst_pct']:+.1f} %, {s['too_fast']} of {s['figures']} too fast")
+    v1_12093 = [p for p in (pr12093 or []) if p["run"].startswith("vllm12093_v1")]
+    if v1_12093:
+        s = summarise_signed([p["req_s_error_pct"] for p in rows + v1_12093])
+        print(f"  with vllm#12093's {len(v1_12093)} V1 figures (vLLM 0.8 alpha, vllm-v1-sync): "
+              f"{s['figures']} figures, median {s['median_pct']:+.1f} %, worst "
+              f"{s['worst_pct']:+.1f} %, {s['too_fast']} too fast")
+    print("  gap/step, gap/request, gap/seq-step: (published - predicted makespan) over the "
+          "simulated steps, the requests and the steps' running requests: what a per-step, "
+          "per-request or per-sequence host term would have to add (arithmetic on each figure, "
+          "not fitted)")
+    if rows:
+        print(f"  cost model: {rows[0]['provenance']}")
+    for p in rows:
+        print(f"  {p['run']}: {p['command']} [{p['source']}: \"{p['quote']}\"; vLLM "
+              f"{p['engine_version']}, {p['gpu']}, TP {p['tp']}]; {p['config']}; "
+              f"{p['preemptions']} preemptions")
 
 
 def sharegpt_pool(root: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -1197,7 +1371,7 @@ def main(argv=None) -> int:
     out.update(runs=rows, summary=summarise(rows), published=published + PUBLISHED,
                published_sglang=published_sglang,
                vllm_pr12093=evaluate_vllm_pr12093(gpus, v0_engine if a.fit else None),
-               startup=STARTUP_NOTE)
+               vllm_v1_published=evaluate_vllm_v1_published(gpus), startup=STARTUP_NOTE)
     if a.write_summary:
         from tuner.predictors.aic import FIDELITY_FILE
         from tuner.predictors.aic_tables import data_dir
@@ -1328,6 +1502,7 @@ def main(argv=None) -> int:
     for p in PUBLISHED:
         print(f"  {p['what']} [{p['source']}] -- {p['status']}")
     print_vllm_pr12093(out["vllm_pr12093"])
+    print_vllm_v1_published(out["vllm_v1_published"], out["vllm_pr12093"])
     print_sglang(out)
     return 0
 
