@@ -210,8 +210,9 @@ def check_sglang_options(knobs: dict[str, Any], *, engine_version: str | None,
         raise TunerError("--gpu-memory-utilization is vLLM's; SGLang's is "
                          "--mem-fraction-static.")
     if knobs.get("block_size") not in (None, PAGE_SIZE):
-        raise TunerError(f"--block-size {knobs['block_size']}: tuner simulates SGLang with its "
-                         f"default page size {PAGE_SIZE} (token-level KV); drop --block-size.")
+        raise TunerError(f"--block-size {knobs['block_size']}: tuner simulates SGLang at the "
+                         "page size its default attention backend picks on the GPU (64 on "
+                         "B200/GB200/B300, else 1); drop --block-size.")
 
 
 def check_vllm_options(**sglang_only: Any) -> None:

@@ -146,11 +146,13 @@ def release_key(version: str) -> tuple[int, int, int, int]:
 
 
 def _rope_type(cfg: dict) -> str:
-    """The rope_scaling type of a config (its text decoder's for a multimodal config)."""
+    """The rope_scaling type of a config (its text decoder's for a multimodal config;
+    transformers 5 writes it as rope_parameters)."""
     for c in (cfg, cfg.get("text_config") or {}):
-        rope = c.get("rope_scaling") if isinstance(c, dict) else None
-        if isinstance(rope, dict):
-            return str(rope.get("rope_type") or rope.get("type") or "")
+        for key in ("rope_scaling", "rope_parameters"):
+            rope = c.get(key) if isinstance(c, dict) else None
+            if isinstance(rope, dict):
+                return str(rope.get("rope_type") or rope.get("type") or "")
     return ""
 
 
@@ -227,22 +229,63 @@ def release_refusal(spec: ModelSpec, engine_version: str | None,
             f"--engine-version {f.since} or later, or leave it out (the newest).")
 
 
+#: vLLM keeps chunked local attention (Llama-4) under the hybrid KV cache manager, freeing
+#: the blocks before a chunk, from this release on: 0.13.0's vllm/envs.py defaults
+#: VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE to "0" (vllm/config turns the manager off,
+#: so every layer keeps every token), 0.14.0's to "1" (the PyPI wheels)
+CHUNKED_KV_FREED_SINCE = "0.14.0"
+
+
+def _chunk_tokens(spec: ModelSpec) -> int:
+    """attention_chunk_size of the config.json `spec` was read from (its text decoder's), 0
+    where it has none or the file is not at hand."""
+    path = Path(spec.source or "")
+    cfg = _read_config(path) if spec.source and path.is_file() else None
+    for c in (cfg or {}, (cfg or {}).get("text_config") or {}):
+        chunk = c.get("attention_chunk_size") if isinstance(c, dict) else None
+        if isinstance(chunk, int) and not isinstance(chunk, bool) and chunk > 0:
+            return chunk
+    return 0
+
+
+def chunked_kv_warning(spec: ModelSpec, engine_version: str | None) -> str | None:
+    """A warning line where `engine_version` keeps every token on a chunked-attention layer
+    that tuner prices as a window of the chunk (tuner.core.catalog._chunked_layers), else
+    None."""
+    if parse_version(engine_version) is None or not spec.num_window_layers:
+        return None
+    if release_key(engine_version) >= release_key(CHUNKED_KV_FREED_SINCE):
+        return None
+    chunk = _chunk_tokens(spec)
+    if not chunk:
+        return None
+    return (f"--engine-version {engine_version}: vLLM before {CHUNKED_KV_FREED_SINCE} keeps "
+            f"every token's KV on {spec.checkpoint or spec.name}'s chunked-attention layers "
+            "(it turns the hybrid KV cache manager off for them unless "
+            "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1); tuner prices them as "
+            f"{chunk:,}-token windows, as {CHUNKED_KV_FREED_SINCE} and later keep them, so the "
+            f"KV of requests longer than {chunk:,} tokens is understated for this release.")
+
+
 def check_engine_runs(spec: ModelSpec, engine_version: str | None) -> str | None:
     """Refuse (TunerError) an `engine_version` that cannot run `spec`'s architecture; where
     the architecture is only assumed from the repo's name, return the reason as a warning line
-    for the caller to print instead (the name may mislead); None where the release runs it."""
+    for the caller to print instead (the name may mislead); a warning line too where the
+    release keeps more KV than tuner prices (chunked_kv_warning); None where the release runs
+    it as priced."""
     if parse_version(engine_version) is None:
         return None  # the newest release runs every architecture tuner knows
     arch = model_architecture(spec)  # read once (a config.json path is read from disk)
     why = release_refusal(spec, engine_version, arch)
     if why is None:
-        return None
+        return chunked_kv_warning(spec, engine_version)
     if arch is not None and arch.assumed:
         return (f"{why} (Its config.json was not read: pass it, or go online, to check the "
                 "model's own architecture.)")
     raise TunerError(why)
 
 
-__all__ = ["CATALOG_ARCHITECTURES", "HEAD_DIM", "ROPE_LLAMA3", "VLLM_ARCH_FLOORS", "ArchFloor",
-           "ModelArch", "check_engine_runs", "floors_for", "model_architecture", "release_key",
+__all__ = ["CATALOG_ARCHITECTURES", "CHUNKED_KV_FREED_SINCE", "HEAD_DIM", "ROPE_LLAMA3",
+           "VLLM_ARCH_FLOORS", "ArchFloor", "ModelArch", "check_engine_runs",
+           "chunked_kv_warning", "floors_for", "model_architecture", "release_key",
            "release_refusal"]

@@ -201,6 +201,10 @@ class GPU:
     # the measured GPU of its architecture (transferred by spec-sheet ratios); None = not stated
     # (no tables: the spec-sheet roofline)
     architecture: str | None = None
+    # CUDA compute capability, major.minor (9.0 H100, 10.0 B200, 12.0 RTX PRO 6000): what an
+    # engine picks its kernels by (SGLang's attention backend and KV page size,
+    # tuner.core.sglang.sglang_page_size); None = not stated (AMD GPUs; a --gpu-file GPU may)
+    compute_capability: float | None = None
     # other spellings --gpu accepts (nvidia-smi's device name, vendor SKU names; gpu_key)
     aliases: tuple[str, ...] = ()
 
@@ -217,6 +221,12 @@ class GPU:
                 raise TunerError(f"GPU {self.name}: architecture must be one of "
                                  f"{', '.join(ARCHITECTURES)} (or left out), got {arch!r}.")
             object.__setattr__(self, "architecture", arch.strip().lower())
+        cc = self.compute_capability
+        if cc is not None and (isinstance(cc, bool) or not isinstance(cc, int | float)
+                               or not 1.0 <= cc < 20.0):
+            raise TunerError(f"GPU {self.name}: compute_capability must be the CUDA compute "
+                             f"capability as major.minor (e.g. 9.0, 10.0) or left out, got "
+                             f"{cc!r}.")
         # a zero, negative, non-finite or absurd spec or price would divide by zero, turn
         # every $ into nan or make a plan look 1000x faster far from where it was typed
         # (--price, --gpu-file): each figure positive, finite and within a plausible range
@@ -918,9 +928,11 @@ def _decoder_config(cfg: dict) -> dict:
 
 def _context_tokens(cfg: dict, path: Path | str) -> int:
     """max_position_embeddings, or original_max_position_embeddings x factor for YaRN /
-    dynamic / LongRoPE rope scaling when that is larger (the scaled context)."""
+    dynamic / LongRoPE rope scaling (rope_scaling, or transformers 5's rope_parameters) when
+    that is larger (the scaled context)."""
     ctx = _config_int(cfg, "max_position_embeddings", path, default=4096)
-    rope = cfg.get("rope_scaling")
+    # transformers 5 writes rope_scaling's fields into rope_parameters (with rope_theta)
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
     if isinstance(rope, dict):
         kind = str(rope.get("rope_type") or rope.get("type") or "")
         factor, original = rope.get("factor"), rope.get("original_max_position_embeddings")
@@ -933,8 +945,10 @@ def _context_tokens(cfg: dict, path: Path | str) -> int:
 def _window_layers(cfg: dict, num_layers: int, path: Path | str) -> tuple[int, int]:
     """(sliding_window tokens, layers that use it) from layer_types, sliding_window_pattern,
     Gemma-2's alternation, Qwen2's use_sliding_window/max_window_layers, or a window on every
-    layer (Mistral-7B-v0.1)."""
+    layer (Mistral-7B-v0.1); or Llama-4's chunked local attention (_chunked_layers)."""
     window = _config_count(cfg, ("sliding_window",), path)
+    if window == 0 and _config_count(cfg, ("attention_chunk_size",), path):
+        return _chunked_layers(cfg, num_layers, path)
     if window == 0 or cfg.get("use_sliding_window") is False:
         return 0, 0
     layer_types = cfg.get("layer_types")
@@ -951,6 +965,28 @@ def _window_layers(cfg: dict, num_layers: int, path: Path | str) -> tuple[int, i
     if cfg.get("use_sliding_window") is True and "max_window_layers" in cfg:
         return window, max(num_layers - _config_count(cfg, ("max_window_layers",), path), 0)
     return window, num_layers
+
+
+def _chunked_layers(cfg: dict, num_layers: int, path: Path | str) -> tuple[int, int]:
+    """(attention_chunk_size, layers that use it) of Llama-4: its RoPE layers attend within
+    their chunk, every no_rope_layer_interval-th (NoPE) layer to every token (vLLM's llama4.py:
+    ChunkedLocalAttention where no_rope_layers[i] is 1; transformers' Llama4TextConfig fills
+    an empty list with 3 of every 4). Priced as a window of the chunk: vLLM 0.14 and later
+    free the blocks before a chunk (ChunkedLocalAttentionSpec under the hybrid KV cache
+    manager), so a chunked layer holds at most the chunk (0 to chunk tokens: an upper bound);
+    earlier releases keep every token (arch_support.check_engine_runs warns)."""
+    chunk = _config_count(cfg, ("attention_chunk_size",), path)
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types:
+        if len(types) != num_layers:
+            raise TunerError(f"{path}: layer_types lists {len(types)} layers, "
+                             f"num_hidden_layers is {num_layers}.")
+        return chunk, sum(1 for t in types if t == "chunked_attention")
+    rope = cfg.get("no_rope_layers")
+    if isinstance(rope, list) and rope:
+        return chunk, sum(1 for i, r in enumerate(rope) if i < num_layers and r)
+    interval = _config_int(cfg, "no_rope_layer_interval", path, default=4)
+    return chunk, num_layers - num_layers // interval
 
 
 #: architectures (config.json `architectures`) whose decoder a ModelSpec describes: softmax
@@ -970,6 +1006,7 @@ LLAMA_STYLE_ARCHITECTURES = frozenset({
     "Glm4MoeForCausalLM", "InternLM2ForCausalLM", "InternLM3ForCausalLM", "YiForCausalLM",
     "SmolLM3ForCausalLM", "StableLmForCausalLM", "ExaoneForCausalLM", "Exaone4ForCausalLM",
     "MiniCPMForCausalLM", "Ernie4_5_ForCausalLM", "Ernie4_5_MoeForCausalLM",
+    "MiniMaxM2ForCausalLM",
 })
 #: config.json `model_type`s / `architectures` whose MLP has no gate (up, activation, down)
 _NON_GATED_TYPES = frozenset({"starcoder2", "gpt_neox", "phi", "nemotron", "persimmon",
@@ -1059,6 +1096,14 @@ def _hybrid_layers(cfg: dict) -> tuple[int, str] | None:
     pattern = cfg.get("hybrid_override_pattern")
     if isinstance(pattern, str) and pattern:
         return pattern.count("*"), "Mamba"
+    kinds = cfg.get("attn_type_list")  # MiniMax-Text-01 / M1: 0 lightning, 1 softmax
+    if isinstance(kinds, list) and 0 in kinds:
+        return sum(1 for k in kinds if k == 1), "lightning (linear) attention"
+    blocks = cfg.get("layers_block_type")  # Nemotron-H as transformers 5 writes it
+    if isinstance(blocks, list) and blocks and set(map(str, blocks)) - _ATTENTION_LAYER_TYPES \
+            - {"mlp", "moe"}:
+        other = sorted(set(map(str, blocks)) - _ATTENTION_LAYER_TYPES - {"mlp", "moe"})
+        return sum(1 for b in blocks if b in _ATTENTION_LAYER_TYPES), "/".join(other)
     return None
 
 
@@ -1085,6 +1130,49 @@ def _refuse_hybrid(raw: dict, cfg: dict, path: Path | str) -> None:
         "does not support this model.")
 
 
+def _ernie_moe_layout(cfg: dict, layers: int, width: int, path: Path | str) -> tuple[int, int, int]:
+    """(dense layers, shared experts, their total width) of an ERNIE-4.5 MoE config: layer i
+    is MoE where (i + 1) % moe_layer_interval == 0 and moe_layer_start_index <= i <=
+    moe_layer_end_index (vLLM's ernie45_moe.py; transformers' Ernie4_5_MoeConfig defaults:
+    start 1, end -1 = the last layer, interval 1); moe_num_shared_experts experts as wide as
+    a routed one run beside them (21B-A3B: 2)."""
+    start = _config_count(cfg, ("moe_layer_start_index",), path) if "moe_layer_start_index" \
+        in cfg else 1
+    end = cfg.get("moe_layer_end_index", -1)
+    if isinstance(end, bool) or not isinstance(end, int):
+        raise TunerError(f"{path}: moe_layer_end_index must be an integer, got {end!r}.")
+    end = layers - 1 if end == -1 else end
+    interval = _config_int(cfg, "moe_layer_interval", path, default=1)
+    moe_layers = sum(1 for i in range(layers) if (i + 1) % interval == 0 and start <= i <= end)
+    shared = _config_count(cfg, ("moe_num_shared_experts",), path)
+    return layers - moe_layers, shared, shared * width
+
+
+#: model types whose layers tuner's shape cannot describe, and why (a one-line refusal)
+_UNMODELLED_TYPES = {
+    "gemma3n": "its per-layer embeddings, AltUp and LAuReL blocks, the KV cache its last "
+               "layers share with earlier ones, and its audio and MobileNet vision towers have "
+               "no counterpart in a decoder of identical attention + MLP layers",
+}
+
+
+def _refuse_unmodelled(raw: dict, cfg: dict, path: Path | str) -> None:
+    """One TunerError for a config whose layers are not a stack of identical attention + MLP
+    layers in a way the shape cannot express (Gemma-3n; per-layer FFN widths; ERNIE-4.5-VL's
+    separate text and vision experts), rather than a misread field or a wrong figure."""
+    types = {t.removesuffix("_text") for t in _model_types(raw, cfg)}
+    for t, why in _UNMODELLED_TYPES.items():
+        if t in types or any(a.lower().startswith(t) for a in _architectures(raw)):
+            raise TunerError(f"{path}: {_arch_label(raw)} is not supported: {why}, so tuner "
+                             "would price it as a different model.")
+    for key in ("intermediate_size", "moe_num_experts", "num_attention_heads",
+                "num_key_value_heads"):
+        if isinstance(cfg.get(key), list):
+            raise TunerError(f"{path}: {_arch_label(raw)} is not supported: its {key} differs "
+                             f"by layer or modality ({cfg[key][:4]}...), and tuner prices "
+                             "models whose every layer has one shape.")
+
+
 def _vision_params(v: dict) -> int | None:
     """Parameters of a ViT vision encoder from its vision_config (transformer layers and patch
     embedding; projector and position embeddings left out), or None where the config lacks a
@@ -1095,8 +1183,15 @@ def _vision_params(v: dict) -> int | None:
         return None
     n += v.get("num_global_layers") if isinstance(v.get("num_global_layers"), int) else 0
     mlp = (3 if str(v.get("hidden_act", "")).lower() in ("silu", "swish") else 2) * d * ff
-    channels = v.get("num_channels") if isinstance(v.get("num_channels"), int) else 3
-    return n * (4 * d * d + mlp) + channels * patch * patch * d
+    channels = next((v[k] for k in ("num_channels", "in_channels") if isinstance(v.get(k), int)),
+                    3)
+    frames = v.get("temporal_patch_size") if isinstance(v.get("temporal_patch_size"), int) else 1
+    total = n * (4 * d * d + mlp) + channels * frames * patch * patch * d
+    merge, out = v.get("spatial_merge_size"), v.get("out_hidden_size")
+    if isinstance(merge, int) and isinstance(out, int) and merge > 0 and out > 0:
+        wide = d * merge * merge  # Qwen2.5-VL's patch merger: an MLP over merge^2 patches
+        total += wide * wide + wide * out
+    return total
 
 
 def config_notes(raw: dict) -> list[str]:
@@ -1126,9 +1221,16 @@ def config_notes(raw: dict) -> list[str]:
                      "% high; vLLM 0.11 and later no longer serve mllama (V0's encoder-decoder "
                      "path was removed)")
     chunk = cfg.get("attention_chunk_size")
-    if isinstance(chunk, int) and chunk > 0:
-        notes.append(f"its chunked local attention ({chunk:,} tokens, on most layers) is priced "
-                     "as full attention: KV of requests longer than that is overstated")
+    if isinstance(chunk, int) and chunk > 0 and not cfg.get("sliding_window"):
+        layers = cfg.get("num_hidden_layers")
+        try:
+            _, chunked = _chunked_layers(cfg, layers, "") if isinstance(layers, int) else (0, 0)
+        except TunerError:
+            chunked = 0
+        notes.append(f"its chunked local attention ({chunk:,}-token chunks on {chunked} of "
+                     f"{layers} layers) is priced as a {chunk:,}-token sliding window, as vLLM "
+                     "0.14 and later keep it (an upper bound: a chunk layer holds 0 to "
+                     f"{chunk:,} tokens); vLLM before 0.14 keeps every token on every layer")
     vision = raw.get("vision_config")
     if isinstance(vision, dict):
         n = _vision_params(vision)
@@ -1142,10 +1244,12 @@ def config_notes(raw: dict) -> list[str]:
 def model_from_config_dict(cfg: dict, *, where: str, name: str, source: str,
                            hf_id: str = "") -> ModelSpec:
     """A ModelSpec from the fields of a Hugging Face config.json; `where` names the file in
-    errors. Reads dense GQA shapes and MoE (Mixtral, Qwen-MoE, gpt-oss, DeepSeek, Llama-4's
-    interleaved MoE layers and shared expert), MLA (DeepSeek) and sliding-window (Gemma-2/3,
-    gpt-oss, Mistral) fields; a non-gated MLP is stored at its gated-equivalent width (see
-    ModelSpec), and a hybrid linear-attention / Mamba model is refused (_refuse_hybrid)."""
+    errors. Reads dense GQA shapes and MoE (Mixtral, Qwen-MoE, gpt-oss, DeepSeek, ERNIE-4.5's
+    moe_* keys, Llama-4's interleaved MoE layers and shared expert), MLA (DeepSeek) and
+    sliding-window (Gemma-2/3, gpt-oss, Mistral; Llama-4's chunks as a window) fields; a
+    non-gated MLP is stored at its gated-equivalent width (see ModelSpec), and a hybrid
+    linear-attention / Mamba model (_refuse_hybrid) or one of per-layer shapes such as
+    Gemma-3n (_refuse_unmodelled) is refused."""
     if not isinstance(cfg, dict):
         raise TunerError(f"{where}: a config.json holds a JSON object, got {type(cfg).__name__}.")
     raw, cfg = cfg, _decoder_config(cfg)
@@ -1166,12 +1270,14 @@ def model_from_config_dict(cfg: dict, *, where: str, name: str, source: str,
     else:
         head_dim = _config_int(cfg, "head_dim", path, default=max(hidden // heads, 1))
         v_head_dim = 0
-    experts = _config_count(cfg, ("num_local_experts", "num_experts", "n_routed_experts"), path)
+    _refuse_unmodelled(raw, cfg, path)
+    experts = _config_count(cfg, ("num_local_experts", "num_experts", "n_routed_experts",
+                                  "moe_num_experts"), path)
     moe: dict[str, int] = {}
     intermediate = _config_int(cfg, "intermediate_size", path,
                                default=_config_count(cfg, ("moe_intermediate_size",), path) or None)
     if experts:
-        top_k = _config_count(cfg, ("num_experts_per_tok", "experts_per_token"), path)
+        top_k = _config_count(cfg, ("num_experts_per_tok", "experts_per_token", "moe_k"), path)
         if not 0 < top_k <= experts:
             raise TunerError(f"{path}: an MoE config ({experts} experts) needs "
                              f"num_experts_per_tok between 1 and {experts}, got {top_k}.")
@@ -1186,6 +1292,8 @@ def model_from_config_dict(cfg: dict, *, where: str, name: str, source: str,
         mlp_only = cfg.get("mlp_only_layers") or []
         if step > 1 or mlp_only:  # Qwen-MoE: dense where not every step-th layer, or listed
             dense = sum(1 for i in range(layers) if i in mlp_only or (i + 1) % step)
+        if "moe_num_experts" in cfg:  # ERNIE-4.5: moe_layer_* name the MoE layers
+            dense, shared_n, shared_width = _ernie_moe_layout(cfg, layers, width, path)
         if _is_llama4(cfg):
             # Llama-4: MoE on every interleave-th layer (Maverick 2: half, Scout 1: all), the
             # others dense at intermediate_size_mlp; each MoE layer adds one always-on shared

@@ -15,10 +15,13 @@ released wheel, sglang 0.5.23; the files named below):
   max(chunked_prefill_size, 2048) * 1.5 + tp_size * pp_size / 8 * 1024 + the graph reserve
   (``reserve_for_graph_mb``: decode max_bs * 2, plus the prefill CUDA graph, on by default on
   CUDA (``default_prefill_backend``: breakable): 8 MiB per captured token count of
-  ``generate_prefill_cuda_graph_batch_sizes(chunked_prefill_size)``, 1.5 GiB for MLA models),
-  at least 10 GiB on a GPU of more than 60 GiB.
+  ``generate_prefill_cuda_graph_batch_sizes(chunked_prefill_size)``, at most 8,192 tokens at
+  PP > 1, 1.5 GiB for MLA models; with DP attention (``attn_dp_size`` > 1) decode max_bs x
+  attn_dp_size x 3 more, x 4.5 above a max_bs of 300), at least 10 GiB on a GPU of more than
+  60 GiB. A DP-attention server's tp_size, chunk and max_running are the whole server's here.
 * ``ServerArgs`` field defaults: ``schedule_policy`` "fcfs", ``schedule_conservativeness`` 1.0,
-  ``max_prefill_tokens`` 16,384, ``page_size`` 1 (token-level KV), ``enable_mixed_chunk`` off.
+  ``max_prefill_tokens`` 16,384, ``page_size`` 1 (token-level KV; raised by the attention
+  backend, ``sglang_page_size``), ``enable_mixed_chunk`` off.
 * ``python/sglang/srt/managers/scheduler.py`` (``Scheduler.__init__``):
   ``max_running_requests`` = min(max_total_num_tokens // 2, req_to_token_pool.size) when unset,
   the pool sized by ``model_runner``: min(max(int(max_total_num_tokens / context_len * 512),
@@ -36,8 +39,13 @@ vLLM profiles a forward pass and gives the KV cache gpu_memory_utilization x mem
 weights, activations and the non-torch runtime; SGLang's ``--mem-fraction-static`` already
 leaves the activations and CUDA graphs outside (the ``reserved`` estimate above), so
 ``model_runner.profile_max_num_token`` gives the KV pool memory x mem_fraction_static minus
-the weights and what the process held before loading (CUDA context, NCCL). Pages are one
-token, so no block rounding.
+the weights and what the process held before loading (CUDA context, NCCL), rounded down to
+whole KV pages. The page is one token (``ServerArgs.page_size``'s platform default) except
+where SGLang's default attention backend needs more: 64 on compute capability 10.x (B200,
+GB200, B300: trtllm_mha, trtllm_mla) and for DeepSeek's sparse attention
+(``sglang_page_size``); each admitted request then also reserves a page for its last, partly
+filled one (``PrefillAdder``: ``per_req_token_overhead``), which the simulator's admission
+charges (tuner.sim.sglang).
 """
 
 from __future__ import annotations
@@ -127,18 +135,62 @@ def prefill_graph_sizes(chunked_prefill_size: int) -> list[int]:
 
 def mem_fraction_static_default(gpu_memory_bytes: int, chunked_prefill_size: int, tp: int,
                                 pp: int = 1, *, mla: bool = False,
-                                max_running: int | None = None) -> float:
+                                max_running: int | None = None, attn_dp: int = 1) -> float:
     """--mem-fraction-static when unset: memory less SGLang's activation and CUDA-graph
     reserve (decode and prefill graphs; `mla`: an MLA model's 1.5 GiB prefill-graph reserve),
-    as a fraction rounded to 3 digits."""
+    as a fraction rounded to 3 digits. `attn_dp` > 1: a DP-attention server, whose `tp`,
+    `chunked_prefill_size` and `max_running` are the server's (--tp-size = tp x dp, the chunk
+    and running requests before SGLang divides them by the DP size: handle_gpu_memory_settings
+    runs before handle_data_parallelism)."""
     mib = gpu_memory_bytes / _MIB
     reserved = 512.0 + max(chunked_prefill_size, 2048) * 1.5
     reserved += tp * pp / 8 * 1024
-    reserved += cuda_graph_max_bs_default(gpu_memory_bytes, tp, max_running) * 2
-    reserved += 1.5 * 1024 if mla else len(prefill_graph_sizes(chunked_prefill_size)) * 8
+    decode_bs = cuda_graph_max_bs_default(gpu_memory_bytes, tp, max_running)
+    reserved += decode_bs * 2
+    if attn_dp > 1:  # reserve_for_graph_mb: DP attention pads its decode graphs
+        reserved += decode_bs * attn_dp * 3
+        if decode_bs > 300:
+            reserved += decode_bs * attn_dp * 1.5
+    # the prefill graph's max_bs is the chunk, at most 8,192 tokens at PP > 1
+    # (_DEFAULT_PP_PREFILL_CUDA_GRAPH_MAX_TOKENS)
+    graph_tokens = min(chunked_prefill_size, 8192) if pp > 1 else chunked_prefill_size
+    reserved += 1.5 * 1024 if mla else len(prefill_graph_sizes(graph_tokens)) * 8
     if mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
     return round((mib - reserved) / mib, 3)
+
+
+# ---- KV page size: SGLang's default attention backend per GPU and model ----
+#: the page trtllm_mha / trtllm_mla run at (overrides.py _mla_backend_page_constraints turns
+#: the default page of 1 into 64 for them) and DeepSeek's DSA runs at (64 x index_kpool, 1 in
+#: V3.2: model_overrides/deepseek_v2.py)
+TRTLLM_PAGE_SIZE = 64
+#: fa4's page for MHA models on sm_100 (overrides.py _fa4_page_constraint)
+FA4_PAGE_SIZE = 128
+
+
+def sglang_page_size(model: ModelSpec, gpu: GPU) -> int:
+    """The KV page size SGLang runs `model` at on `gpu` with no --page-size /
+    --attention-backend given: its default backend's (sglang 0.5.23
+    model_override_base.get_default_attn_backend, then the page constraints in
+    arg_groups/overrides.py). On compute capability 10.x (B200, GB200, B300: is_sm100) an MHA
+    model runs trtllm_mha, which takes pages of 16-128 and turns the default 1 into 64 (fa4 at
+    128 where K and V widths differ); an MLA model of DeepSeek-V3's family runs trtllm_mla
+    (model_overrides/deepseek_v2.py), 32 or 64, so 64; DeepSeek-V2 (its own architecture) runs
+    flashinfer's MLA at 1. DeepSeek sparse attention (V3.2) pages 64 on every CUDA GPU.
+    Elsewhere (Hopper fa3, Ampere/Ada flashinfer, 12.0 Blackwell flashinfer: trtllm_mha is
+    sm_100's default only, ROCm aiter) SGLang keeps page 1. A GPU without a compute
+    capability (an AMD GPU, a --gpu-file GPU that leaves it out) gets page 1."""
+    if getattr(model, "is_sparse_attention", False):
+        return TRTLLM_PAGE_SIZE
+    cc = getattr(gpu, "compute_capability", None)
+    if cc is None or int(cc) != 10:
+        return PAGE_SIZE
+    if getattr(model, "is_mla", False):
+        names = f"{getattr(model, 'name', '')} {getattr(model, 'hf_id', '')}".lower()
+        return PAGE_SIZE if "deepseek-v2" in names else TRTLLM_PAGE_SIZE
+    v = getattr(model, "v_head_dim", 0)
+    return FA4_PAGE_SIZE if v and v != model.head_dim else TRTLLM_PAGE_SIZE
 
 
 def max_running_default(kv_capacity_tokens: int, context_tokens: int) -> int:
@@ -212,14 +264,24 @@ class SGLangDefaults:
 
 
 def sglang_defaults(gpu: GPU, tp: int = 1, pp: int = 1, chunked_prefill_size: int | None = None,
-                    *, mla: bool = False, max_running: int | None = None) -> SGLangDefaults:
+                    *, mla: bool = False, max_running: int | None = None, attn_dp: int = 1,
+                    page_size: int = PAGE_SIZE) -> SGLangDefaults:
     """SGLang's defaults on `gpu` (a given chunked_prefill_size and --max-running-requests enter
-    the mem fraction, as in the source; `mla`: the model uses MLA attention)."""
+    the mem fraction, as in the source; `mla`: the model uses MLA attention; `page_size`:
+    sglang_page_size's). `attn_dp` > 1: one DP-attention server over tp x attn_dp GPUs, `tp`,
+    the chunk and `max_running` per attention-DP rank as tuner plans them (its export gives
+    the server attn_dp times them): the server's figures enter the reserve, and SGLang's own
+    chunk is its GPU-memory default divided by the DP size (handle_data_parallelism)."""
     smi = nvidia_smi_total_bytes(gpu)
-    chunk = chunked_prefill_size or chunked_prefill_default(smi)
-    return SGLangDefaults(chunk, cuda_graph_max_bs_default(smi, tp, max_running),
-                          mem_fraction_static_default(smi, chunk, tp, pp, mla=mla,
-                                                      max_running=max_running))
+    dp = max(attn_dp, 1)
+    server_chunk = (chunked_prefill_size * dp if chunked_prefill_size
+                    else chunked_prefill_default(smi))
+    server_running = max_running * dp if max_running else None
+    return SGLangDefaults(server_chunk // dp,
+                          cuda_graph_max_bs_default(smi, tp * dp, server_running),
+                          mem_fraction_static_default(smi, server_chunk, tp * dp, pp, mla=mla,
+                                                      max_running=server_running, attn_dp=dp),
+                          page_size=page_size)
 
 
 #: nvidia-smi's memory.total above the total CUDA reports (GPU.memory_gib): 441-652 MiB over
@@ -238,11 +300,17 @@ def default_config(model: ModelSpec, gpu: GPU, given: dict) -> tuple[ServingConf
     """(ServingConfig, SGLangDefaults): an SGLang plan on `gpu` of the fields `given` (None or
     absent: SGLang's own default; gpu_memory_utilization is --mem-fraction-static):
     --chunked-prefill-size by GPU memory, --mem-fraction-static from it, TP and PP,
-    --max-running-requests from the KV pool and the context length, page size 1."""
+    --max-running-requests from the KV pool and the context length; the KV page size of
+    SGLang's default attention backend (sglang_page_size; ServingConfig.block_size stays 1,
+    ENGINE_HELD: not a knob under SGLang)."""
     given = {k: v for k, v in given.items() if v is not None}
+    dp = given.get("dp", 1)
+    # a mixture-of-experts plan at dp > 1 is one DP-attention server (tuner.exports.sglang)
     d = sglang_defaults(gpu, given.get("tp", 1), given.get("pp", 1), given.get("chunk_size"),
                         mla=getattr(model, "is_mla", False),
-                        max_running=given.get("max_running"))
+                        max_running=given.get("max_running"),
+                        attn_dp=dp if getattr(model, "is_moe", False) and dp > 1 else 1,
+                        page_size=sglang_page_size(model, gpu))
     if "gpu_memory_utilization" not in given and d.mem_fraction_static <= 0:
         # SGLang's reserve is absolute (MiB), so a small device has no default fraction at all
         raise TunerError(
@@ -263,9 +331,12 @@ def default_config(model: ModelSpec, gpu: GPU, given: dict) -> tuple[ServingConf
 def plan_memory_sglang(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
                        mean_request_tokens: float = 0.0, max_request_tokens: int = 0):
     """SGLang's KV pool for (model, gpu, config), config.gpu_memory_utilization read as
-    --mem-fraction-static: memory x fraction - weights - PRELOAD_BYTES, in one-token pages.
-    A tuner.core.memory.MemoryPlan (activations and CUDA graphs are outside the fraction, so
-    its activation_bytes is 0 and runtime_overhead_bytes the preload)."""
+    --mem-fraction-static: memory x fraction - weights - PRELOAD_BYTES, in whole pages of
+    sglang_page_size(model, gpu) tokens (pool_configurator.py calculate_pool_sizes:
+    max_total_num_tokens // page_size * page_size). A tuner.core.memory.MemoryPlan
+    (activations and CUDA graphs are outside the fraction, so its activation_bytes is 0 and
+    runtime_overhead_bytes the preload; kv_capacity_blocks counts tokens, the simulator's
+    unit for SGLang)."""
     if config.weight_offload_fraction or config.kv_offload_layers or config.attention_on_cpu:
         raise TunerError("offloading (--kv-offload-layers, --weight-offload-fraction, "
                          "--attention-on-cpu) is simulated for vLLM only; drop it with "
@@ -277,6 +348,8 @@ def plan_memory_sglang(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
     per_token = (kv_bytes_per_token_per_layer_rank(model, config.kv_bits, config.tp)
                  * kv_layer_fraction(model, mean_request_tokens) * stage_layers)
     tokens = int(kv // per_token) if kv > 0 and per_token > 0 else 0
+    page = sglang_page_size(model, gpu)
+    tokens = tokens // page * page
     fits, reason = True, ""
     gib = lambda b: f"{b / GIB:.1f} GiB"  # noqa: E731
     if kv <= 0:

@@ -159,6 +159,10 @@ def sglang_server_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max
         # simulated as SGLang runs it: its own policy, no mixed chunks (SGLang's default)
         opts["schedule-policy"] = config.schedule_policy
         opts.pop("enable-mixed-chunk", None)
+        # simulated at the page SGLang's default attention backend picks on this GPU
+        # (tuner.core.sglang.sglang_page_size): no --page-size, which would only restate it
+        # (block_size is held at 1 for SGLang plans: 1 is not what a B200 runs)
+        opts.pop("page-size", None)
     else:  # a vLLM plan: the policy nearest its order; other orderings: sort the input (a note)
         opts["schedule-policy"] = SGLANG_SCHEDULE_POLICY.get(config.ordering, "fcfs")
     notes = dep.quantized_checkpoint_notes(opts, common.notes_for(dep, _NOTES), "model-path",

@@ -24,7 +24,7 @@ Read from SGLang's source, the v0.5 line (tuner.core.sglang names the files and 
   (recompute later: prompt + tokens generated so far), puts them at the end of the waiting
   queue and sets new_token_ratio = min(1, (decoded + 20 x remaining) / (sum max_new + 1));
   otherwise the ratio decays by (init - min) / 600 towards min.
-* Radix cache (``RadixCache``, page size 1): a request's prompt is matched against the cached
+* Radix cache (``RadixCache``, in whole pages): a request's prompt is matched against the cached
   prefixes when it is scheduled (at least one token is always computed); after a prefill
   (chunk) its computed prefix is inserted, a copy computed twice in one batch is freed; entries
   no running request uses stay cached and are evicted least-recently-used when KV is needed.
@@ -106,30 +106,32 @@ def policy_code(settings: sg.SGLangSettings) -> int:
                                                                     POLICY_FCFS)
 
 
-def _groups(prefix_ids, prefix_tokens, n: int, radix: bool):
+def _groups(prefix_ids, prefix_tokens, n: int, radix: bool, page_size: int = sg.PAGE_SIZE):
     """Prefix groups: (dense group id per request or -1, prefix tokens per group), the vLLM
-    loop's grouping at a page of one token, one length per group (the readers enforce one per
-    id; the longest otherwise). No radix cache: no groups."""
+    loop's grouping at SGLang's page (the radix cache matches whole pages:
+    RadixKey.page_aligned), one length per group (the readers enforce one per id; the longest
+    otherwise). No radix cache: no groups."""
     if not radix:
         return np.full(n, -1, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    gid, plen, ng = sch.prefix_groups(prefix_ids, prefix_tokens, n, 1)
+    gid, plen, ng = sch.prefix_groups(prefix_ids, prefix_tokens, n, page_size)
     glen = np.zeros(ng, dtype=np.int64)
     has = gid >= 0
-    np.maximum.at(glen, gid[has], plen[has])
+    np.maximum.at(glen, gid[has], plen[has] * page_size)
     return gid, glen
 
 
-def admission_floor(prompt, output, prefix_ids, prefix_tokens, radix: bool) -> np.ndarray:
+def admission_floor(prompt, output, prefix_ids, prefix_tokens, radix: bool,
+                    page_size: int = sg.PAGE_SIZE) -> np.ndarray:
     """Per request, the fewest KV-pool tokens with which the scheduler admits it while nothing
     else runs (PrefillAdder.add_one_req: its new tokens + max_new + a page must stay below the
-    pool less the cached prefix it locks): prompt + output + PAGE_SIZE + 1, and with the radix
+    pool less the cached prefix it locks): prompt + output + page_size + 1, and with the radix
     cache the part of its group's cached prefix it does not use besides (a prompt that is all
     cached prefix recomputes its last token, so it holds that token twice; a group of one member
     never finds its prefix cached). A smaller pool never admits the request."""
     p = np.asarray(prompt, dtype=np.int64)
-    need = p + np.asarray(output, dtype=np.int64) + sg.PAGE_SIZE + 1
+    need = p + np.asarray(output, dtype=np.int64) + page_size + 1
     if radix and prefix_ids is not None:
-        gid, glen = _groups(prefix_ids, prefix_tokens, len(p), True)
+        gid, glen = _groups(prefix_ids, prefix_tokens, len(p), True, page_size)
         members = np.bincount(gid[gid >= 0], minlength=len(glen))
         has = gid >= 0
         has[has] = members[gid[has]] > 1  # a group of one never finds its prefix cached
@@ -143,8 +145,9 @@ class SGLangScheduler:
 
     def __init__(self, prompt, output, *, capacity_tokens: int, chunked_prefill_size: int,
                  max_running: int, settings: sg.SGLangSettings,
-                 prefix_ids=None, prefix_tokens=None):
+                 prefix_ids=None, prefix_tokens=None, page_size: int = sg.PAGE_SIZE):
         self.P = np.asarray(prompt, dtype=np.int64)
+        self.page = int(page_size)
         self.O = np.asarray(output, dtype=np.int64)
         n = self.n = self.P.shape[0]
         self.C = int(capacity_tokens)
@@ -153,7 +156,7 @@ class SGLangScheduler:
         self.s = settings
         self.radix = settings.radix_cache and prefix_ids is not None
         self.policy = policy_code(settings)
-        self.gid, self.glen = _groups(prefix_ids, prefix_tokens, n, self.radix)
+        self.gid, self.glen = _groups(prefix_ids, prefix_tokens, n, self.radix, self.page)
         ng = len(self.glen)
         self.cached = np.zeros(ng, dtype=bool)
         self.ref = np.zeros(ng, dtype=np.int64)
@@ -313,8 +316,8 @@ class SGLangScheduler:
 
         def charge(ext: int, max_new: int) -> None:
             nonlocal offset, cur_offset, rem_input, rem_chunk
-            offset += ext + max_new + sg.PAGE_SIZE
-            cur_offset += ext + sg.PAGE_SIZE
+            offset += ext + max_new + self.page
+            cur_offset += ext + self.page
             rem_input -= ext
             rem_chunk -= ext
 
@@ -339,7 +342,7 @@ class SGLangScheduler:
             hit = self._hit(r)
             ext = int(self.P[r] + self.generated[r]) - hit
             max_new = int(min(max(self.O[r] - self.generated[r], 0), sg.CLIP_MAX_NEW_TOKENS))
-            total = ext + max_new + sg.PAGE_SIZE
+            total = ext + max_new + self.page
             if total >= self.available + self.evictable - offset:
                 self.batch_full = True  # NO_TOKEN
                 break
@@ -575,14 +578,15 @@ def _kernel():
 
 def _run_c(prompt, output, *, capacity_tokens: int, chunked_prefill_size: int,
            max_running: int, settings: sg.SGLangSettings, prefix_ids, prefix_tokens,
-           fast: bool, max_steps: int, on_steps, cancel) -> sch.Schedule:
+           fast: bool, max_steps: int, on_steps, cancel,
+           page_size: int = sg.PAGE_SIZE) -> sch.Schedule:
     """SGLangScheduler's schedule from the C loop: the same state in arrays, resumed after
     every pause (Ctrl-C, `cancel`) and whenever the record is full (grown, or its first
     STREAM_ROWS rows handed to `on_steps`, so the slices are those of the reference)."""
     lib = _kernel()
     n = prompt.shape[0]
     radix = settings.radix_cache and prefix_ids is not None
-    gid, glen = _groups(prefix_ids, prefix_tokens, n, radix)
+    gid, glen = _groups(prefix_ids, prefix_tokens, n, radix, page_size)
     req = np.zeros((n, N_R_COLS), dtype=np.int32)
     req[:, R_PROMPT], req[:, R_OUTPUT], req[:, R_GROUP] = prompt, output, gid
     req[:, R_FINISH_STEP] = req[:, R_FIRST_STEP] = -1
@@ -608,7 +612,7 @@ def _run_c(prompt, output, *, capacity_tokens: int, chunked_prefill_size: int,
                    settings.max_prefill_tokens, radix,
                    policy,
                    sg.CLIP_MAX_NEW_TOKENS, sg.RETRACT_DECODE_STEPS, sg.LPM_MAX_WAITING,
-                   sg.IN_BATCH_PREFIX_THRESHOLD, sg.PAGE_SIZE, max_rows], dtype=np.int64)
+                   sg.IN_BATCH_PREFIX_THRESHOLD, page_size, max_rows], dtype=np.int64)
     kf = np.array([settings.new_token_ratio_decay, settings.min_new_token_ratio])
     stream = sch.STREAM_ROWS
     rows = stream + max_rows if on_steps is not None else max(1024, 2 * max_rows)
@@ -652,14 +656,17 @@ def run_schedule(prompt_tokens, output_tokens, *, capacity_tokens: int,
                  chunked_prefill_size: int, max_running: int,
                  settings: sg.SGLangSettings | None = None, prefix_ids=None, prefix_tokens=None,
                  fast: bool = True, max_steps: int | None = None,
-                 on_steps=None, cancel=None, reference: bool = False) -> sch.Schedule:
+                 on_steps=None, cancel=None, reference: bool = False,
+                 page_size: int = sg.PAGE_SIZE) -> sch.Schedule:
     """SGLang's schedule of the requests, queued in the given order (all there at step 0); a
     tuner.sim.scheduler.Schedule. `fast`: skip over decode-only stretches (the same record as
     step by step). `on_steps`: called with consecutive slices of sch.STREAM_ROWS rows of the
     record (the vLLM loop's streaming interface; views reused after the call; Schedule.steps
     is then empty). `cancel`: a threading.Event that stops it (KeyboardInterrupt), as the vLLM
     loop's. `reference`: run the Python SGLangScheduler instead of the C loop (the same
-    schedule, ~50x slower; for tests)."""
+    schedule, ~50x slower; for tests). `page_size`: SGLang's KV page
+    (tuner.core.sglang.sglang_page_size): each admitted request reserves one, and cached
+    prefixes match in whole pages."""
     settings = settings or sg.SGLangSettings()
     prompt, output = np.asarray(prompt_tokens), np.asarray(output_tokens)
     max_steps = sch.step_limit(prompt, output, max_steps)
@@ -668,10 +675,11 @@ def run_schedule(prompt_tokens, output_tokens, *, capacity_tokens: int,
                       chunked_prefill_size=int(chunked_prefill_size),
                       max_running=int(max_running), settings=settings, prefix_ids=prefix_ids,
                       prefix_tokens=prefix_tokens, fast=bool(fast), max_steps=max_steps,
-                      on_steps=on_steps, cancel=cancel)
+                      on_steps=on_steps, cancel=cancel, page_size=int(page_size))
     s = SGLangScheduler(prompt, output, capacity_tokens=capacity_tokens,
                         chunked_prefill_size=chunked_prefill_size, max_running=max_running,
-                        settings=settings, prefix_ids=prefix_ids, prefix_tokens=prefix_tokens)
+                        settings=settings, prefix_ids=prefix_ids, prefix_tokens=prefix_tokens,
+                        page_size=page_size)
     status = s.run(fast=fast, max_steps=max_steps, cancel=cancel)
     rec = s.steps()
     if on_steps is not None:

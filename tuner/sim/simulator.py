@@ -24,7 +24,12 @@ from tuner.core.memory import MemoryPlan, plan_memory
 from tuner.core.pricing import Machines, Rental, job_cost_usd, place, rent, usd_per_million_tokens
 from tuner.core.provenance import Provenance
 from tuner.core.schedulers import SCHEDULER_PRESETS
-from tuner.core.sglang import SGLangSettings, dp_attention_supported, plan_memory_sglang
+from tuner.core.sglang import (
+    SGLangSettings,
+    dp_attention_supported,
+    plan_memory_sglang,
+    sglang_page_size,
+)
 from tuner.core.startup import resolve_startup
 from tuner.core.workload import Workload
 from tuner.predictors.opmath import unconverted_shares
@@ -508,6 +513,7 @@ class SGLangParams:
     chunked_prefill_size: int
     max_running: int
     settings: SGLangSettings
+    page_size: int = 1  # SGLang's KV page (tuner.core.sglang.sglang_page_size)
 
 
 def _schedule(workload: Workload, idx: np.ndarray, params, exact: bool,
@@ -522,7 +528,7 @@ def _schedule(workload: Workload, idx: np.ndarray, params, exact: bool,
             settings=params.settings, fast=not exact,
             prefix_ids=None if workload.prefix_ids is None else workload.prefix_ids[idx],
             prefix_tokens=None if workload.prefix_tokens is None else workload.prefix_tokens[idx],
-            on_steps=on_steps, cancel=cancel)
+            on_steps=on_steps, cancel=cancel, page_size=params.page_size)
         return _check_schedule(s, plan)
     s = sch.run_schedule(
         workload.prompt_tokens[idx], workload.output_tokens[idx], params, fast=not exact,
@@ -717,8 +723,10 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
             settings = dataclasses.replace(settings, radix_cache=False)
         from tuner.sim.sglang import admission_floor
 
+        page = sglang_page_size(model, gpu)
         floor = admission_floor(workload.prompt_tokens, workload.output_tokens,
-                                workload.prefix_ids, workload.prefix_tokens, settings.radix_cache)
+                                workload.prefix_ids, workload.prefix_tokens, settings.radix_cache,
+                                page)
         i = int(np.argmax(floor))
         if floor[i] > plan.kv_capacity_tokens:  # the scheduler would never admit it (stuck)
             raise InfeasibleConfig(
@@ -727,7 +735,7 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
                 f"output tokens) is admitted only with {int(floor[i])} (its tokens, a page, and "
                 "the cached prefix it locks): more KV memory")
         params = SGLangParams(plan.kv_capacity_tokens, config.chunk_size, config.max_running,
-                              settings)
+                              settings, page)
         if provenance.engine != "sglang":  # a cost model resolved for vLLM (sources, engine=)
             provenance = Provenance(provenance.kind, f"{provenance.detail}; SGLang priced with "
                                     "vLLM's kernel tables; engine overhead not fitted",
