@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -121,10 +122,20 @@ def _attention_text(m) -> str:
     return text
 
 
-def _weights_text(m) -> str:
-    """The checkpoint's weights as vLLM loads them (16-bit unless quantization_config says)."""
+def _weights_text(m) -> tuple[str, str | None]:
+    """The checkpoint's weights as vLLM loads them (16-bit unless quantization_config says), as
+    a short cell ('12.8 GiB mxfp4') and the scheme's full description where the cell leaves
+    some out (None otherwise): a footnote, since the full text (gpt-oss's modules kept at 16
+    bits) wraps a table column into a dozen lines."""
     text = fmt_gib(m.weight_bytes(m.checkpoint_bits))
-    return text if m.checkpoint_bits == 16 else f"{text} ({m.checkpoint_quantization})"
+    how = m.checkpoint_quantization
+    if m.checkpoint_bits == 16:
+        return text, None
+    if not how:  # quantized at load, or an unnamed scheme: its bits say it
+        return f"{text} {m.checkpoint_bits}-bit", None
+    # the scheme's name: the text before its first detail ("fp8, blocks 128x128" -> "fp8")
+    short = re.split(r",| \(", how, maxsplit=1)[0].strip() or f"{m.checkpoint_bits}-bit"
+    return f"{text} {short}", (how if how != short else None)
 
 
 def _kv_text(m) -> str:
@@ -190,6 +201,38 @@ def _provider_instances(cat: dict, provider: str, as_json: bool, gpu_file=None) 
         out.print(f"[dim]{n}: {escape(g.price_source)}[/]", highlight=False)
 
 
+_NO_WRAP = ("model", "params", "active", "context")
+# ids and paths: folded over two lines where narrow, never cut to "meta-llama/…"
+_FOLD = ("HF id", "config from")
+_DROPPED_FIRST = ("config from", "HF id")  # where the terminal is too narrow for every column
+
+
+def _model_columns(titles: tuple[str, ...], rows: list[list[str]], width: int) -> list[int]:
+    """The columns of `tuner models` that fit `width`, as indices into `titles`: every column
+    at its narrowest (no-wrap ones whole, wrapping ones at their longest word, ids on two
+    lines), dropping `_DROPPED_FIRST` in order while they do not fit."""
+    from rich.cells import cell_len
+
+    from tuner.cli.tables import table_width
+
+    def narrowest(i: int) -> int:
+        cells = [titles[i], *(r[i] for r in rows)]
+        if titles[i] in _NO_WRAP:
+            return max(cell_len(c) for c in cells)
+        words = max(cell_len(w) for c in cells for w in c.split())
+        if titles[i] in _FOLD:
+            return max(words if c is titles[i] else -(-cell_len(c) // 2)
+                       for c in cells)
+        return words
+
+    shown = list(range(len(titles)))
+    for title in _DROPPED_FIRST:
+        if table_width(narrowest(i) for i in shown) <= width:
+            break
+        shown.remove(titles.index(title))
+    return shown
+
+
 @app.command()
 def models(
     model: Annotated[str | None, typer.Option(
@@ -217,21 +260,38 @@ def models(
             next(iter(rows.values()))["shape_note"] = note
         print(json.dumps(rows, indent=2))
         return
-    t = Table(title="Model catalog" if model is None else f"Model {escape(model)}")
-    for col in ("model", "params", "active", "layers", "heads/kv x dim", "experts", "context",
-                "weights (checkpoint)", "KV/token 16-bit", "HF id", "config from"):
-        t.add_column(col, no_wrap=col in ("model", "params", "active", "context"))
+    titles = ("model", "params", "active", "layers", "heads/kv x dim", "experts", "context",
+              "weights (checkpoint)", "KV/token 16-bit", "HF id", "config from")
+    rows: list[list[str]] = []
+    notes: list[str] = []  # the weights' full quantization schemes, numbered in the cells
     for m in cat.values():
         experts = (f"{m.num_experts} top-{m.experts_per_token}"
                    + (f" +{m.num_shared_experts}" if m.num_shared_experts else "")
                    if m.is_moe else "—")
         source = m.source.removeprefix("catalog (").removesuffix(")") \
             if m.source.startswith("catalog (") else m.source
-        t.add_row(escape(m.name), _fmt_count(m.num_params), _fmt_count(m.active_params_per_token),
-                  str(m.num_layers), _attention_text(m), experts, f"{m.max_position:,}",
-                  _weights_text(m), _kv_text(m), escape(m.hf_id or "—"),
-                  escape(source))
+        weights, scheme = _weights_text(m)
+        if scheme is not None:
+            notes.append(f"{m.name} weights: {scheme}")
+            weights += f" [{len(notes)}]"
+        rows.append([m.name, _fmt_count(m.num_params), _fmt_count(m.active_params_per_token),
+                     str(m.num_layers), _attention_text(m), experts, f"{m.max_position:,}",
+                     weights, _kv_text(m), m.hf_id or "—", source])
+    shown = _model_columns(titles, rows, out.width)
+    t = Table(title="Model catalog" if model is None else f"Model {escape(model)}")
+    for i in shown:
+        t.add_column(titles[i], no_wrap=titles[i] in _NO_WRAP,
+                     overflow="fold" if titles[i] in _FOLD else "ellipsis")
+    for row in rows:
+        t.add_row(*(escape(row[i]) for i in shown))
     out.print(t)
+    left = [titles[i] for i in range(len(titles)) if i not in shown]
+    if left:
+        out.print(f"{' and '.join(left)}: too wide for this terminal ({out.width} columns); "
+                  "`tuner models -m NAME` or --json shows "
+                  f"{'them' if len(left) > 1 else 'it'}.", markup=False, highlight=False)
+    for i, text in enumerate(notes, 1):
+        out.print(escape(f"[{i}] {text}"), highlight=False)
     if note:
         out.print(escape(note), highlight=False)
     if model is None:

@@ -166,20 +166,36 @@ def export_cmd(
                        num_scheduler_steps=steps,
                        disable_log_requests=s.meta.disable_log_requests,
                        engine_version=s.meta.engine_version)
-    from tuner.exports.formats import check_export_detail
     from tuner.exports.vllm import is_v0
 
     if is_v0(s.meta.engine_version, steps):  # the installed (V1) parser is not its judge
         how = f", --num-scheduler-steps {steps}" if steps is not None else ""
         typer.echo(f"not checked against the installed vLLM: the export runs vLLM "
                    f"{s.meta.engine_version} (V0{how}), whose parser differs", err=True)
-    elif (check := check_export_detail(fmt, text)) is not None:
+    elif (check := _parser_check(fmt, text)) is not None:
         typer.echo(check.summary(fmt, s.meta.engine_version), err=True)
     if output is None:
         sys.stdout.write(text)
         return
     _write(output, text)
     typer.echo(f"wrote {output}: trial #{rec.number} ({label}, {rec.gpu})", err=True)
+
+
+def _parser_check(fmt: str, text: str):
+    """check_export_detail, saying first why the export waits: importing vLLM to run its
+    parser takes seconds (about 20 s for vLLM 0.32 on a 2-core machine)."""
+    from tuner.exports.common import engine_python
+    from tuner.exports.formats import EXPORTERS, check_export_detail
+
+    exporter = EXPORTERS.get(fmt)
+    if exporter is None or exporter.engine_argv is None:
+        return None
+    python = engine_python("vllm")
+    if python is None:
+        return None
+    typer.echo(f"checking the {fmt} export's engine arguments with vLLM's own parser "
+               f"({python}; importing vLLM takes a while) ...", err=True)
+    return check_export_detail(fmt, text, python=python)
 
 
 def _export_fleet(k: int, study: str | None, storage: str | None, out: Path | None,

@@ -32,9 +32,13 @@ def _num(v: float) -> str:
 
 
 def config_tokens(cfg: dict, varying: Iterable[str] = ()) -> list[str]:
-    """A plan's knobs, compact: ['TP4×DP8', 'sarathi', 'chunk 16384', 'R 64', 'longest-output',
-    'mem .85']. TP×DP, the chunk and R_max always; any other knob where it varies among the
-    plans shown or is not vLLM's default. One token never splits over two lines."""
+    """A plan's knobs, compact: ['TP4×DP8', 'scheduler sarathi', 'chunk 16384', 'R 64',
+    'order longest-output', 'mem .85']. TP×DP, the chunk and R_max always; any other knob where
+    it varies among the plans shown or is not vLLM's default. Each knob once, named where its
+    value alone could be another knob's: an SGLang plan's schedule policy follows the engine
+    ('SGLang lpm'), tuner's request order reads 'order fcfs' and the InferMax preset 'scheduler
+    vllm' (both would otherwise print a bare 'fcfs' or 'vllm'). One token never splits over two
+    lines."""
     varying = set(varying)
 
     engine = cfg.get("engine", "vllm")
@@ -51,10 +55,10 @@ def config_tokens(cfg: dict, varying: Iterable[str] = ()) -> list[str]:
     elif shown("engine"):
         toks.append("vLLM")
     if shown("scheduler"):
-        toks.append(str(cfg["scheduler"]))
+        toks.append(f"scheduler {cfg['scheduler']}")
     toks += [f"chunk {cfg.get('chunk_size', '?')}", f"R {cfg.get('max_running', '?')}"]
-    if shown("ordering"):
-        toks.append(str(cfg["ordering"]))
+    if shown("ordering"):  # the order tuner submits the requests in (reports/views: the same)
+        toks.append(f"order {cfg['ordering']}")
     if shown("gpu_memory_utilization"):
         toks.append(f"mem {_num(cfg['gpu_memory_utilization'])}")
     if shown("weight_bits") or shown("kv_bits"):

@@ -616,8 +616,13 @@ def write_command(head: list[str], prog: str, options: list[tuple[str, Any]]) ->
 # ---- checking an export against the installed engine's own argument parser ------------------
 #: The vLLM engine-argument check, run in the Python that has vLLM: every argument list is
 #: parsed by ``EngineArgs.add_cli_args(FlexibleArgumentParser())`` and turned into EngineArgs.
+#: EngineArgs resolves the model to a local folder under HF_HUB_OFFLINE (vLLM 0.8.5+:
+#: get_model_path, a cache look-up that fails where the checkpoint was never downloaded): that
+#: failure says nothing of the arguments, so the list is judged again with a stand-in local
+#: folder for --model / --tokenizer, and the look-up's own message comes back apart
+#: (TUNER-LOOKUP), never as a refusal.
 _VLLM_CHECK = r"""
-import json, sys
+import json, os, sys, tempfile
 from vllm.engine.arg_utils import EngineArgs
 try:
     from vllm.utils.argparse_utils import FlexibleArgumentParser
@@ -630,18 +635,42 @@ class Refused(Exception):
 def _error(message):
     raise Refused(message)
 
-out = []
+def _lookup_error(exc):
+    # the model's download / cache look-up (huggingface_hub, ModelScope, the network), not
+    # the arguments
+    mod = type(exc).__module__ or ""
+    return (mod.split(".")[0] in ("huggingface_hub", "modelscope", "requests", "urllib3",
+                                  "httpx", "httpcore") or isinstance(exc, OSError))
+
+def _line(exc):
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+stand_in = tempfile.mkdtemp(prefix="tuner-model-")
+out, lookups = [], []
 for argv in json.loads(sys.stdin.read()):
     parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
     parser.error = _error
+    lookup = None
     try:
         ns = parser.parse_args(argv)
-        EngineArgs.from_cli_args(ns)
+        try:
+            EngineArgs.from_cli_args(ns)
+        except Exception as exc:
+            if not _lookup_error(exc):
+                raise
+            lookup = f"{type(exc).__name__}: {_line(exc).split('. ')[0]}"  # not its advice
+            for key in ("model", "tokenizer"):
+                if getattr(ns, key, None) and not os.path.exists(str(getattr(ns, key))):
+                    setattr(ns, key, stand_in)
+            EngineArgs.from_cli_args(ns)
         out.append(None)
     except (Refused, SystemExit, ValueError, TypeError) as exc:
-        out.append(" ".join(str(exc).split()) or type(exc).__name__)
+        out.append(_line(exc))
+    lookups.append(lookup)
+os.rmdir(stand_in)
 import vllm
 print("TUNER-VLLM-VERSION " + str(getattr(vllm, "__version__", "") or "unknown"))
+print("TUNER-LOOKUP " + json.dumps(lookups))
 print("TUNER-CHECK " + json.dumps(out))
 """
 
@@ -691,10 +720,19 @@ def engine_tokens(args: dict[str, Any]) -> list[str]:
 @dataclass(frozen=True)
 class VllmParserCheck:
     """What :func:`vllm_parser_check` ran: vLLM's verdict on each argument list (None:
-    accepted), the vLLM release whose parser judged them and the Python that has it."""
+    accepted), the vLLM release whose parser judged them and the Python that has it.
+    ``model_lookups``: per list, why EngineArgs could not resolve its model to a local
+    folder (HF_HUB_OFFLINE and the checkpoint not in the cache; None: it could, or it did not
+    look), the arguments then being judged with a stand-in folder."""
     verdicts: list[str | None]
     vllm_version: str
     python: str
+    model_lookups: tuple[str | None, ...] = ()
+
+    @property
+    def model_lookup(self) -> str | None:
+        """The first model look-up that failed (one model per export), or None."""
+        return next((m for m in self.model_lookups if m), None)
 
 
 def check_vllm_argv(argvs: list[list[str]], python: str | None = None,
@@ -720,11 +758,14 @@ def vllm_parser_check(argvs: list[list[str]], python: str | None = None,
                            capture_output=True, text=True, timeout=timeout_s)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise TunerError(f"Could not run vLLM's argument check with {python} ({exc}).") from None
-    version = "unknown"
+    version, lookups = "unknown", ()
     for line in r.stdout.splitlines():
         if line.startswith("TUNER-VLLM-VERSION "):
             version = line[len("TUNER-VLLM-VERSION "):].strip() or "unknown"
+        if line.startswith("TUNER-LOOKUP "):
+            lookups = tuple(json.loads(line[len("TUNER-LOOKUP "):]))
         if line.startswith("TUNER-CHECK "):
-            return VllmParserCheck(json.loads(line[len("TUNER-CHECK "):]), version, python)
+            return VllmParserCheck(json.loads(line[len("TUNER-CHECK "):]), version, python,
+                                   lookups)
     tail = " ".join((r.stderr or "").strip().splitlines()[-1:]) or f"exit status {r.returncode}"
     raise TunerError(f"vLLM's argument check failed in {python}: {tail}")

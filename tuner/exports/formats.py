@@ -208,6 +208,9 @@ class ExportCheck:
     argvs: list[str]
     vllm_version: str
     python: str
+    # why vLLM could not find the model locally (HF_HUB_OFFLINE, not cached), the arguments
+    # then judged with a stand-in folder (tuner.exports.common._VLLM_CHECK); None: it could
+    model_lookup: str | None = None
 
     def summary(self, fmt: str, engine_version: str | None = None) -> str:
         """One line saying what passed and what a parser cannot tell. `engine_version`: the
@@ -218,6 +221,10 @@ class ExportCheck:
                 f"the {fmt} export's option names and value types ({lists}, parsed into "
                 "EngineArgs); not checked: the engine's start-up (GPU memory, GPU count, "
                 "the model's download), which only a run shows (tuner validate)")
+        if self.model_lookup:  # not the arguments' fault: said apart, never as a refusal
+            line += (f"; the model itself was not found offline ({self.model_lookup}): "
+                     "vLLM will not start until the checkpoint is in the local Hugging Face "
+                     "cache (download it, or point --model at a local folder)")
         if engine_version and engine_version not in ("newest", self.vllm_version):
             line += (f"; the plan is for vLLM {engine_version}, whose options may differ from "
                      f"{self.vllm_version}'s")
@@ -242,7 +249,8 @@ def check_export_detail(fmt: str, text: str, *, python: str | None = None) -> Ex
         if why is not None:
             raise TunerError(f"vLLM refuses the {fmt} export's arguments ({why}; vLLM "
                              f"{check.vllm_version}'s parser): {' '.join(argv)}")
-    return ExportCheck([" ".join(a) for a in argvs], check.vllm_version, check.python)
+    return ExportCheck([" ".join(a) for a in argvs], check.vllm_version, check.python,
+                       check.model_lookup)
 
 
 def check_export(fmt: str, text: str, *, python: str | None = None) -> list[str] | None:
