@@ -60,6 +60,13 @@ profile the release is priced with (vllm-v1-offline from 0.14 on); predicted vs 
 req/s (signed), the median, the worst and how many are too fast, with vllm#12093's V1 pair, and
 what the gap would be as host time per step, per request and per running sequence a step.
 
+The same source's `vllm bench latency` figures (VLLM_V1_PUBLISHED_LATENCY_RUNS: one
+llm.generate call of batch 1, 8 or 32 prompts of the stated lengths on a warm engine, mean
+seconds per call) are a check of the same kind at small batches, where the per-step host cost
+and the weight read dominate decode: each is simulated as one batch of its requests at t = 0,
+no start-up, with the command's settings and the release's LLM-class defaults; predicted vs
+published seconds (signed as the req/s: + = too fast) and the same gap arithmetic.
+
 Published figures have no per-request lengths. SGLang's benchmark of vLLM 0.6.0 (offline,
 5,000 ShareGPT prompts; sgl-project/sglang benchmark/benchmark_vllm_060/README.md) is rebuilt
 from its stated length distribution (published_workload: ShareGPT lengths resampled from the
@@ -665,6 +672,171 @@ def print_vllm_v1_published(rows: list[dict], pr12093: list[dict] | None = None)
           "simulated steps, the requests and the steps' running requests: what a per-step, "
           "per-request or per-sequence host term would have to add (arithmetic on each figure, "
           "not fitted)")
+    if rows:
+        print(f"  cost model: {rows[0]['provenance']}")
+    for p in rows:
+        print(f"  {p['run']}: {p['command']} [{p['source']}: \"{p['quote']}\"; vLLM "
+              f"{p['engine_version']}, {p['gpu']}, TP {p['tp']}]; {p['config']}; "
+              f"{p['preemptions']} preemptions")
+
+
+# ---- published vLLM V1 latency figures (vllm bench latency: one batch on a warm engine) -------
+#: The same file's `vllm bench latency` table (Python column). vLLM 0.21's
+#: vllm/benchmarks/latency.py (read in the 0.21.0 wheel, the nearest release to 0.21.1.dev0)
+#: builds LLM.from_engine_args (UsageContext.LLM_CLASS: the LLM-class defaults, 16,384 batched
+#: tokens / 1,024 seqs on an H100 80 GB) with prefix caching off by default, makes batch_size
+#: dummy prompts of exactly input_len random token ids, and times each llm.generate call
+#: (SamplingParams temperature 1.0, top_p 1.0, ignore_eos, max_tokens = output_len, detokenize
+#: on) from the call to its return, after --num-iters-warmup untimed calls: a warm engine, no
+#: start-up in the figure. The table heading's "Wall-clock seconds per iter" is the bench's
+#: mean of --num-iters such calls. Kept out of every fit: fitted on nothing.
+FERRITE_H100_LATENCY = FERRITE_H100.replace("`vllm bench throughput` table",
+                                            "`vllm bench latency` table")
+FERRITE_H100_LATENCY_CMD = ("vllm bench latency --model Qwen/Qwen2.5-7B-Instruct --dtype bfloat16 "
+                            "--input-len {inp} --output-len {out} --batch-size {bs} "
+                            "{max_model_len}--num-iters-warmup 2 --num-iters 5 "
+                            "--gpu-memory-utilization 0.85 --no-enable-prefix-caching")
+#: --max-model-len: "Reproducing" shows 2,300 for in=2048 out=128 (its command at batch 8; the
+#: BS=1 row of that shape is taken to be the same command at batch 1). The other shapes' is not
+#: stated (2,300 cannot hold in=4096 or 8192: the bench asserts max_model_len >= input + output):
+#: assumed to be the bench's own default, EngineArgs' max_model_len None -> the model's 32,768.
+#: Neither changes the simulated schedule: under LLM_CLASS with chunked prefill the release's
+#: max_num_batched_tokens is min(16,384, max_num_seqs x max_model_len) = 16,384 for both, and
+#: the KV pool is sized from memory, not from max_model_len.
+FERRITE_H100_LATENCY_MAX_MODEL_LEN = 2300
+FERRITE_H100_LATENCY_SETTINGS = (
+    {k: v for k, v in FERRITE_H100_SETTINGS.items() if k != "num_prompts"}
+    | {"source": FERRITE_H100_LATENCY, "num_iters": 5, "num_iters_warmup": 2})
+VLLM_V1_PUBLISHED_LATENCY_RUNS = [
+    FERRITE_H100_LATENCY_SETTINGS | {
+        "name": f"ferrite-h100_qwen2.5-7b_latency_bs{b}_in{i}_out{o}", "batch_size": b,
+        "input_len": i, "output_len": o, "latency_s": t,
+        "max_model_len": (FERRITE_H100_LATENCY_MAX_MODEL_LEN if (i, o) == (2048, 128)
+                          else QWEN25_7B_INSTRUCT_MAX_POSITION),
+        "max_model_len_stated": (i, o) == (2048, 128),
+        "quote": f"row BS={b} in={i} out={o}, Python column: {t}"}
+    for b, i, o, t in ((1, 2048, 128, 0.805), (1, 4096, 128, 0.856), (1, 8192, 128, 0.966),
+                       (8, 2048, 128, 1.158), (8, 4096, 128, 1.555), (8, 8192, 128, 2.465),
+                       (32, 2048, 16, 1.526), (32, 4096, 16, 3.054), (32, 8192, 16, 6.354))
+]
+
+
+def vllm_v1_latency_run(fig: dict, gpus: dict) -> Run:
+    """One VLLM_V1_PUBLISHED_LATENCY_RUNS figure as a Run: one timed llm.generate call of
+    batch_size requests of the stated lengths, all at t = 0, on a warm engine (its makespan is
+    the published seconds per iteration), with the command's settings and the release's
+    LLM-class defaults for the rest, priced with the release's profile (vllm-v1-offline)."""
+    from tuner.core.engine_defaults import vllm_defaults
+    from tuner.predictors.engine_overhead import profile_for
+
+    gpu = gpus[fig["gpu"]]
+    model = replace(published_v1_model(fig), max_position=fig["max_model_len"])
+    version = fig["engine_version"]
+    d = vllm_defaults(gpu.name, gpu.memory_gib, "llm", version,
+                      max_model_len=fig["max_model_len"], model=model)
+    cfg = ServingConfig(gpu=gpu.name, tp=fig["tp"], **(d.knobs() | {
+        "gpu_memory_utilization": fig["gpu_memory_utilization"]}))
+    n, inp, out = fig["batch_size"], fig["input_len"], fig["output_len"]
+    wl = Workload(prompt_tokens=np.full(n, inp, dtype=np.int64),
+                  output_tokens=np.full(n, out, dtype=np.int64),
+                  source=f"one batch of {n} dummy prompts of {inp:,} token ids + {out:,} output "
+                         "tokens (vllm bench latency; ignore_eos)",
+                  tokenizer="stated lengths", output_source="stated lengths (ignore_eos)")
+    return Run(name=fig["name"], source=fig["source"], gpu=gpu.name, model_id=fig["hf_id"],
+               config=cfg, workload=wl, measured_makespan_s=float(fig["latency_s"]),
+               measured_kv_blocks=None, timeline=None, moe=False, engine_version=version,
+               suite="vllm-v1-published-latency", model=model, engine=profile_for(version, "llm"))
+
+
+def latency_command(fig: dict) -> str:
+    mml = f"--max-model-len {fig['max_model_len']} " if fig["max_model_len_stated"] else ""
+    return FERRITE_H100_LATENCY_CMD.format(inp=fig["input_len"], out=fig["output_len"],
+                                           bs=fig["batch_size"], max_model_len=mml)
+
+
+def evaluate_vllm_v1_published_latency(gpus: dict) -> list[dict]:
+    """Predicted vs published seconds per iteration of every VLLM_V1_PUBLISHED_LATENCY_RUNS
+    figure: a check, fitted on nothing. Signed error % in the throughput suite's convention,
+    + = too fast: predicted / published iterations per second - 1 (= published / predicted
+    seconds - 1); time_error_pct is the same on the seconds themselves (+ = too slow). Beside
+    it the same gap arithmetic: (published - predicted seconds) over the simulated steps, the
+    requests and the steps' running requests (arithmetic on the figure, not a fitted term)."""
+    from tuner.sim.steps import DECODES, RUNNING
+
+    rows = []
+    for fig in VLLM_V1_PUBLISHED_LATENCY_RUNS:
+        run = vllm_v1_latency_run(fig, gpus)
+        res, cm = simulate_run(run, run.engine, gpus, return_steps=True)
+        st = np.concatenate(res.steps)
+        pub_s, pred_s = run.measured_makespan_s, res.makespan_s
+        gap_s = pub_s - pred_s
+        steps = max(res.iterations, 1)
+        decoding = st[:, DECODES] > 0
+        rows.append({
+            "run": fig["name"], "source": fig["source"], "quote": fig["quote"],
+            "gpu": fig["gpu"], "model": fig["hf_id"], "tp": fig["tp"],
+            "engine_version": fig["engine_version_stated"], "command": latency_command(fig),
+            "batch_size": fig["batch_size"], "input_len": fig["input_len"],
+            "output_len": fig["output_len"], "max_model_len": fig["max_model_len"],
+            "max_model_len_stated": fig["max_model_len_stated"],
+            "published_s": pub_s, "predicted_s": pred_s,
+            "error_pct": 100.0 * (pub_s / pred_s - 1.0),
+            "time_error_pct": 100.0 * (pred_s / pub_s - 1.0),
+            "engine": run.engine.name,
+            "config": (f"vLLM {fig['engine_version']} as simulated, LLM.generate (one call), "
+                       f"scheduler {run.config.scheduler}, max_num_seqs "
+                       f"{run.config.max_running}, max_num_batched_tokens "
+                       f"{run.config.chunk_size}, gpu_memory_utilization "
+                       f"{run.config.gpu_memory_utilization:g}, max_model_len "
+                       f"{fig['max_model_len']:,} ("
+                       + ("stated" if fig["max_model_len_stated"] else
+                          "not stated: the bench's default, the model's") +
+                       "), every request at t = 0, warm engine, no start-up"),
+            "iterations": res.iterations, "preemptions": res.preemptions,
+            "mean_decode_batch": float(st[decoding, DECODES].mean()) if decoding.any() else 0.0,
+            "published_per_step_ms": 1e3 * pub_s / steps,
+            "predicted_per_step_ms": 1e3 * pred_s / steps,
+            "gap_per_step_ms": 1e3 * gap_s / steps,
+            "gap_per_request_ms": 1e3 * gap_s / len(run.workload),
+            "gap_per_seq_step_us": 1e6 * gap_s / max(float(st[:, RUNNING].sum()), 1.0),
+            "provenance": cm.describe()})
+    return rows
+
+
+def print_vllm_v1_published_latency(rows: list[dict], throughput: list[dict] | None = None) -> None:
+    print("\nPublished vLLM V1 latency figures (vllm bench latency: one llm.generate call of "
+          "batch_size prompts of the stated lengths on a warm engine, mean seconds per "
+          "iteration; engine profile as the release is priced; a check, fitted on nothing; "
+          "error = predicted / published iterations per second - 1 = published / predicted "
+          "seconds - 1, + = too fast, as the throughput suite's req/s):")
+    print(f"  {'run':<50} {'BS':>3} {'in':>5} {'out':>4} {'s pub':>6} {'pred':>6} {'error':>7}  "
+          f"{'decode batch':>12} {'steps':>5}  {'step pub':>8} {'pred':>7}  {'gap/step':>8} "
+          f"{'gap/request':>11} {'gap/seq-step':>12}")
+    for p in rows:
+        print(f"  {p['run']:<50} {p['batch_size']:>3} {p['input_len']:>5} {p['output_len']:>4} "
+              f"{p['published_s']:6.3f} {p['predicted_s']:6.3f} {p['error_pct']:+6.1f}%  "
+              f"{p['mean_decode_batch']:12.1f} {p['iterations']:>5}  "
+              f"{p['published_per_step_ms']:6.2f}ms {p['predicted_per_step_ms']:5.2f}ms  "
+              f"{p['gap_per_step_ms']:6.2f}ms {p['gap_per_request_ms']:9.2f}ms "
+              f"{p['gap_per_seq_step_us']:9.1f} us")
+    s = summarise_signed([p["error_pct"] for p in rows])
+    if s["figures"]:
+        print(f"  {s['figures']} figures: median error {s['median_pct']:+.1f} %, worst "
+              f"{s['worst_pct']:+.1f} %, {s['too_fast']} of {s['figures']} too fast")
+    for b in sorted({p["batch_size"] for p in rows}):
+        sb = summarise_signed([p["error_pct"] for p in rows if p["batch_size"] == b])
+        gaps = [p["gap_per_step_ms"] for p in rows if p["batch_size"] == b]
+        print(f"  batch {b}: median error {sb['median_pct']:+.1f} %, worst "
+              f"{sb['worst_pct']:+.1f} %, gap/step {min(gaps):.2f} to {max(gaps):.2f} ms")
+    if throughput:
+        st = summarise_signed([p["req_s_error_pct"] for p in throughput])
+        batch = float(np.median([p["mean_decode_batch"] for p in throughput]))
+        print(f"  beside the same file's vllm bench throughput figures (median decode batch "
+              f"{batch:.0f}): median error {st['median_pct']:+.1f} %")
+    print("  step pub / pred: published / predicted seconds over the simulated steps; gap/step, "
+          "gap/request, gap/seq-step: (published - predicted seconds) over the simulated steps, "
+          "the requests and the steps' running requests: what a per-step, per-request or "
+          "per-sequence host term would have to add (arithmetic on each figure, not fitted)")
     if rows:
         print(f"  cost model: {rows[0]['provenance']}")
     for p in rows:
@@ -1282,6 +1454,37 @@ def fit_engine(runs: list[Run], gpus: dict, base: EngineProfile) -> EngineProfil
     return base.with_params(exposed_s=float(best))
 
 
+def published_makespan_error_pct(fig: dict) -> float:
+    """A published figure's signed makespan error (predicted / published time - 1: negative =
+    predicted too short), from the req/s error of a throughput figure or the time error of a
+    latency one."""
+    if "time_error_pct" in fig:
+        return float(fig["time_error_pct"])
+    return 100.0 * (1.0 / (1.0 + fig["req_s_error_pct"] / 100.0) - 1.0)
+
+
+def published_per_gpu(figs: list[dict], exclude: dict) -> dict:
+    """Per GPU without real runs of its own (``exclude``: the GPUs the leave-one-out rows
+    cover): the published figures' |makespan error|, fitted on nothing, for the cost model's
+    provenance line; one engine profile per GPU (the one most of its figures check)."""
+    out: dict[str, dict] = {}
+    by_gpu: dict[str, list[dict]] = {}
+    for f in figs:
+        if f["gpu"] not in exclude:
+            by_gpu.setdefault(f["gpu"], []).append(f)
+    for g, fs in by_gpu.items():
+        engines = [f["engine"] for f in fs]
+        engine = max(set(engines), key=engines.count)
+        err = [published_makespan_error_pct(f) for f in fs if f["engine"] == engine]
+        a = np.abs(err)
+        out[g] = {"runs": len(err), "median_abs_pct": float(np.median(a)),
+                  "worst_abs_pct": float(np.max(a)), "median_pct": float(np.median(err)),
+                  "too_short": int(sum(e < 0 for e in err)), "engine": engine,
+                  "fitted": False, "unit": "published vLLM V1 figure(s)",
+                  "sources": sorted({f["source"] for f in fs if f["engine"] == engine})}
+    return out
+
+
 def summarise(rows: list[dict]) -> dict:
     per_gpu = {}
     for r in rows:
@@ -1371,7 +1574,9 @@ def main(argv=None) -> int:
     out.update(runs=rows, summary=summarise(rows), published=published + PUBLISHED,
                published_sglang=published_sglang,
                vllm_pr12093=evaluate_vllm_pr12093(gpus, v0_engine if a.fit else None),
-               vllm_v1_published=evaluate_vllm_v1_published(gpus), startup=STARTUP_NOTE)
+               vllm_v1_published=evaluate_vllm_v1_published(gpus),
+               vllm_v1_published_latency=evaluate_vllm_v1_published_latency(gpus),
+               startup=STARTUP_NOTE)
     if a.write_summary:
         from tuner.predictors.aic import FIDELITY_FILE
         from tuner.predictors.aic_tables import data_dir
@@ -1410,6 +1615,8 @@ def main(argv=None) -> int:
             doc["sglang_per_gpu"] = sg_gpu
             doc["sglang_runs"] = [{k: r[k] for k in ("run", "gpu", "engine",
                                                      "makespan_error_pct")} for r in sg_loo]
+        doc["published_per_gpu"] = published_per_gpu(
+            out["vllm_v1_published"] + out["vllm_v1_published_latency"], exclude=per_gpu)
         (data_dir() / FIDELITY_FILE).write_text(json.dumps(doc, indent=1) + "\n")
     if a.json:
         print(json.dumps(out, indent=1, default=float))
@@ -1503,6 +1710,7 @@ def main(argv=None) -> int:
         print(f"  {p['what']} [{p['source']}] -- {p['status']}")
     print_vllm_pr12093(out["vllm_pr12093"])
     print_vllm_v1_published(out["vllm_v1_published"], out["vllm_pr12093"])
+    print_vllm_v1_published_latency(out["vllm_v1_published_latency"], out["vllm_v1_published"])
     print_sglang(out)
     return 0
 

@@ -430,6 +430,12 @@ class MeasuredTableCostModel:
         detail = self.describe()
         if not fid:
             detail += "; no public end-to-end run on this GPU checks it yet"
+        elif same and fid.get("fitted") is False:  # published figures, fitted on nothing
+            detail += (f"; checked on {fid['gpu']} against {fid['runs']} {fid['unit']} "
+                       f"(fitted on nothing): median |makespan error| "
+                       f"{fid['median_abs_pct']:.1f} %, worst {fid['worst_abs_pct']:.1f} %, "
+                       f"predicted too short on {fid['too_short']} of {fid['runs']} "
+                       f"(median {fid['median_pct']:+.1f} %)")
         elif same:
             detail += (f"; fidelity suite on {fid['gpu']}: {fid['runs']} "
                        f"{fid.get('unit', 'run(s)')}, leave-one-out "
@@ -705,8 +711,11 @@ def fidelity_summary(path: Path | None = None, framework: str = "vllm") -> dict:
     if not p.is_file():
         return {}
     doc = json.loads(p.read_text())
-    key = "per_gpu" if framework == "vllm" else f"{framework}_per_gpu"
-    return {g: dict(v, gpu=g) for g, v in doc.get(key, {}).items()}
+    if framework != "vllm":
+        return {g: dict(v, gpu=g) for g, v in doc.get(f"{framework}_per_gpu", {}).items()}
+    # a GPU's own runs first; else the published figures that check it (published_per_gpu)
+    merged = {**doc.get("published_per_gpu", {}), **doc.get("per_gpu", {})}
+    return {g: dict(v, gpu=g) for g, v in merged.items()}
 
 
 def transfer_error_summary(path: Path | None = None) -> dict | None:
