@@ -45,6 +45,7 @@ from tuner.search.records import (
     engine_winners,
     infeasible_summary,
     offload_verdict,
+    outside_space_verdicts,
     require_feasible,
     search_stats,
     study_constraints,
@@ -166,6 +167,7 @@ def study_outputs(study: optuna.Study, workload: Workload, model: ModelSpec,
                                                               meta, cost_model_for))
     bounds = winner_bounds(study, records, gpus)
     verdicts += estimate_verdicts(records) + price_verdicts(records, gpus)
+    verdicts += outside_space_verdicts(records)  # the defaults beat the space: said first
     verdicts += engine_verdicts(records) + defaults_verdicts(records) + [
         f"{goal} sits on a bound of the search: {'; '.join(lines)}."
         for goal, lines in bounds.items() if lines]
@@ -369,7 +371,8 @@ def defaults_verdicts(records: list[TrialRecord]) -> list[str]:
     for n, named in goals.items():
         r = by_num[n]
         b = r.baseline or {}
-        if b.get("feasible") and b.get("config") == r.config.to_dict():
+        # defaults outside the space: outside_space_verdicts says it
+        if b.get("feasible") and b.get("config") == r.config.to_dict() and not r.engine_defaults:
             out.append(f"{' and '.join(named).capitalize()}: {engine_name(r.config.engine)}'s "
                        "defaults are already the "
                        f"best plan on {plan_label(r.config)}; only the GPU type and count are "

@@ -116,13 +116,16 @@ def test_multi_fidelity_screens_promotes_and_measures_its_error(model, gpus, mon
     assert stats["screened_on_sample"] > 0
     assert stats["full_simulations"] + stats["screened_on_sample"] == stats["configurations"]
     assert sizes.count(300) == stats["configurations"]  # every candidate: the sample first
-    assert sizes.count(1200) == stats["full_simulations"]  # then the promoted ones in full
+    # then the promoted ones in full, and vLLM's defaults on the H100 (16,384 / 1,024), which
+    # this space does not hold, beside them
+    outside = st.user_attrs.get("engine_defaults_outside_space") or []
+    assert sizes.count(1200) == stats["full_simulations"] + len(outside)
     se = stats["sampling_error"]
     assert se["pairs"] >= N_CALIBRATE and se["audited"] >= 1
     assert 0 <= se["relative_error"]["median"] <= se["relative_error"]["max"] < 1
     # Records (winners, front, exports) hold full-workload simulations only.
     recs = trial_records(st)
-    assert len(recs) == stats["full_simulations"]
+    assert len(recs) == stats["full_simulations"] + len(outside)
     done = st.get_trials(deepcopy=False, states=(COMPLETE,))
     finals = {tuple(sorted(t.params.items())) for t in done if t.user_attrs.get("final_candidate")}
     assert stats["final_candidates"] == len(finals)

@@ -651,7 +651,8 @@ def _pareto_table(ctx, by_num, knobs, fleets=()):
     m0 = singles[0].metrics if singles else None
     tokens = (m0.prompt_tokens or 0, m0.output_tokens or 0) if m0 is not None else (0, 0)
     # (makespan, trial, GPU, $, $/1M tok, vs defaults, config tokens) per row
-    rows = [(r.makespan_s, str(r.number), r.gpu, r.cost_usd,
+    # the engines' defaults the space does not hold are no trial (records.OUTSIDE_SPACE_ATTR)
+    rows = [(r.makespan_s, "defaults" if r.engine_defaults else str(r.number), r.gpu, r.cost_usd,
              r.metrics.cost_per_million_tokens(), _gain_cell(r),
              config_tokens(r.config.to_dict(), knobs))
             for r, k in zip(singles, beaten, strict=True) if k is None]

@@ -44,6 +44,14 @@ the >= 160 GiB row from 0.28.0. Older releases (tuner.core.engines):
   preset).
   With chunked prefill on and ``--num-scheduler-steps`` > 1 (0.6.3 on), SchedulerConfig takes
   max(max_model_len, 2,048) again: multi-step chunked prefill does not chunk prompts.
+  Read again in the 0.6.3.post1, 0.6.4.post1, 0.6.5, 0.6.6.post1 and 0.7.3 wheels
+  (vllm/engine/arg_utils.py, vllm/config.py): ``EngineArgs.num_scheduler_steps = 1`` in every
+  one, so untuned V0 is single-step and its chunked budget (above 32K) is 512 / 2,048, not the
+  whole context (tuner.search.baseline.defaults_scheduler_steps); ``enable_chunked_prefill``
+  None turns on only for max_model_len > 32,768 on CUDA without sliding window, speculative
+  decoding, LoRA or prompt adapters, and not for multimodal models (0.7: those follow
+  VLLM_USE_V1; pooling models and ROCm excluded); the entry point (UsageContext) matters only
+  under the opt-in ``VLLM_USE_V1=1`` (0.6.6 on, ``_override_v1_engine_args``), not to V0.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig, engine_name
 from tuner.core.engine_defaults import DEFAULT_ENTRY_POINT, presets_by_gpu, vllm_defaults
+from tuner.core.engines import FITTED_SCHEDULER_STEPS, generation_of
 from tuner.core.errors import TunerError
 from tuner.core.sglang import default_config
 from tuner.core.workload import Workload
@@ -28,6 +29,48 @@ BASELINE_METRICS = ("makespan_s", "cost_usd", "usd_per_million_tokens", "usd_per
                     "preemptions", "kv_capacity_tokens", "peak_kv_fraction", "rental")
 
 
+def defaults_plan(model: ModelSpec, gpu: GPU, *, tp: int = 1, dp: int = 1,
+                  weight_bits: int = 16, kv_bits: int = 16, pp: int = 1,
+                  entry_point: str = DEFAULT_ENTRY_POINT, engine_version: str | None = None,
+                  engine: str = "vllm", num_scheduler_steps: int | None = None
+                  ) -> tuple[ServingConfig, dict, int | None]:
+    """`engine`'s defaults on `gpu` x (tp, dp, pp) at the plan's precision, as the baseline
+    simulates them: (the configuration, its defaults' dict, the --num-scheduler-steps they run
+    at). The steps differ from `num_scheduler_steps` only where vLLM's own default (1) replaces
+    the search's pricing (:func:`defaults_scheduler_steps`). TunerError where SGLang has no
+    default on this GPU (too little memory)."""
+    if engine == "sglang":  # SGLang's own defaults for the GPU (tuner.core.sglang)
+        given = {"tp": tp, "dp": dp, "pp": pp, "weight_bits": weight_bits, "kv_bits": kv_bits}
+        config, defaults = default_config(model, gpu, given)
+        return config, defaults.to_dict(), num_scheduler_steps
+    defaults = vllm_defaults(gpu.name, gpu.memory_gib, entry_point, engine_version,
+                             model.max_position, model, num_scheduler_steps)
+    # the winner's precision: vLLM serving the same checkpoint untuned (like for like)
+    config = ServingConfig(gpu=gpu.name, tp=tp, dp=dp, pp=pp, **{
+        **defaults.knobs(), "weight_bits": weight_bits, "kv_bits": kv_bits})
+    steps = defaults_scheduler_steps(defaults.scheduler, engine_version, num_scheduler_steps)
+    d = defaults.to_dict()
+    if steps != num_scheduler_steps:  # vLLM's own step count, not the search's pricing
+        d["num_scheduler_steps"] = steps
+        d["description"] += ("; single-step (vLLM's default --num-scheduler-steps 1: "
+                             + _single_step_why(engine_version)
+                             + "), priced with V0's single-step host estimate")
+    elif num_scheduler_steps is None and generation_of(engine_version).multi_step:
+        # V0 prefill-first defaults at the search's fitted step count: say so, vLLM's own is 1
+        d["description"] += (f"; at the search's {FITTED_SCHEDULER_STEPS} scheduler steps "
+                             "(vLLM's default --num-scheduler-steps is 1; tuner's V0 host "
+                             f"profile is fitted on {FITTED_SCHEDULER_STEPS}-step runs)")
+    return config, d, steps
+
+
+def _single_step_why(engine_version: str | None) -> str:
+    """Why V0's chunked defaults run single-step where the search prices 10 steps."""
+    if not generation_of(engine_version).multi_step_chunked:
+        return f"{engine_version} refuses multi-step scheduling with chunked prefill"
+    return ("above 32K context V0 chunks prompts at that budget; multi-step would budget the "
+            "whole context instead (SchedulerConfig)")
+
+
 def simulate_baseline(workload: Workload, model: ModelSpec, gpu: GPU, *, tp: int = 1,
                       dp: int = 1, weight_bits: int = 16, kv_bits: int = 16, pp: int = 1,
                       entry_point: str = DEFAULT_ENTRY_POINT,
@@ -40,50 +83,41 @@ def simulate_baseline(workload: Workload, model: ModelSpec, gpu: GPU, *, tp: int
     'defaults', 'feasible', 'reason', 'metrics', 'engine'}. `simulated`: figures the search already has ({config: metrics} of
     feasible trials on the whole workload); the defaults are taken from there when they are
     among them (the search's first trial per GPU is vLLM's defaults)."""
-    if engine == "sglang":  # SGLang's own defaults for the GPU (tuner.core.sglang)
+    try:
+        config, defaults, steps = defaults_plan(
+            model, gpu, tp=tp, dp=dp, weight_bits=weight_bits, kv_bits=kv_bits, pp=pp,
+            entry_point=entry_point, engine_version=engine_version, engine=engine,
+            num_scheduler_steps=num_scheduler_steps)
+    except TunerError as exc:  # no SGLang default exists on this GPU (too little memory)
         given = {"tp": tp, "dp": dp, "pp": pp, "weight_bits": weight_bits, "kv_bits": kv_bits}
-        try:
-            config, defaults = default_config(model, gpu, given)
-        except TunerError as exc:  # no default exists on this GPU (too little memory)
-            return {"config": given | {"gpu": gpu.name, "engine": engine}, "defaults": None,
-                    "feasible": False, "reason": str(exc), "metrics": None, "engine": engine}
-    else:
-        defaults = vllm_defaults(gpu.name, gpu.memory_gib, entry_point, engine_version,
-                                 model.max_position, model, num_scheduler_steps)
-        # the winner's precision: vLLM serving the same checkpoint untuned (like for like)
-        config = ServingConfig(gpu=gpu.name, tp=tp, dp=dp, pp=pp, **{
-            **defaults.knobs(), "weight_bits": weight_bits, "kv_bits": kv_bits})
-        steps = defaults_scheduler_steps(defaults.scheduler, engine_version,
-                                         num_scheduler_steps)
-        if steps != num_scheduler_steps:  # vLLM's own step count, not the search's pricing
-            out = simulate_beside(workload, model, gpu, config, engine_version=engine_version,
-                                  cost_model_for=single_step_costs(
-                                      cost_model_for or default_cost_models(model)),
-                                  startup_s=startup_s, num_scheduler_steps=steps)
-            d = defaults.to_dict()
-            d["num_scheduler_steps"] = steps
-            d["description"] += ("; single-step (vLLM's default --num-scheduler-steps 1: "
-                                 f"{engine_version} refuses multi-step scheduling with chunked "
-                                 "prefill), priced with V0's single-step host estimate")
-            return {**out, "defaults": d}
+        return {"config": given | {"gpu": gpu.name, "engine": engine}, "defaults": None,
+                "feasible": False, "reason": str(exc), "metrics": None, "engine": engine}
+    if steps != num_scheduler_steps:  # vLLM's own step count, not the search's pricing
+        out = simulate_beside(workload, model, gpu, config, engine_version=engine_version,
+                              cost_model_for=single_step_costs(
+                                  cost_model_for or default_cost_models(model)),
+                              startup_s=startup_s, num_scheduler_steps=steps)
+        return {**out, "defaults": defaults}
     return {**simulate_beside(workload, model, gpu, config, engine_version=engine_version,
                               cost_model_for=cost_model_for, simulated=simulated,
                               startup_s=startup_s, num_scheduler_steps=num_scheduler_steps),
-            "defaults": defaults.to_dict()}
+            "defaults": defaults}
 
 
 def defaults_scheduler_steps(scheduler: str, engine_version: str | None,
                              num_scheduler_steps: int | None) -> int | None:
     """The --num-scheduler-steps vLLM's defaults run at: the search's (`num_scheduler_steps`,
     None: priced as the fitted multi-step runs, tuner.core.engines.priced_scheduler_steps),
-    except where that pricing is one the defaults cannot run: a V0 release that refuses
-    multi-step with chunked prefill (before 0.6.3) whose defaults are chunked (above 32K
-    context, `scheduler` sarathi) runs them at vLLM's own default, 1 step."""
-    from tuner.core.engines import generation_of
+    except where that pricing is one the defaults do not run: a V0 release's defaults above
+    32K context (`scheduler` sarathi: chunked prefill) run at vLLM's own default, 1 step
+    (EngineArgs.num_scheduler_steps = 1 in every V0 wheel read, 0.6.3.post1 - 0.7.3). Before
+    0.6.3 V0 refuses multi-step with chunked prefill; from 0.6.3 on it takes the pair, but
+    then budgets the whole context (SchedulerConfig), which the defaults' chunked budget is
+    not, so the search's fitted 10 steps would price a plan vLLM never runs untuned."""
     from tuner.core.schedulers import SCHEDULER_PRESETS
 
     release = generation_of(engine_version)
-    if (num_scheduler_steps is None and release.multi_step and not release.multi_step_chunked
+    if (num_scheduler_steps is None and release.multi_step
             and SCHEDULER_PRESETS[scheduler].chunked_prefill):
         return 1
     return num_scheduler_steps
@@ -237,6 +271,7 @@ def attach_baselines(records: list[TrialRecord], numbers: Iterable[int], workloa
     return sims
 
 
-__all__ = ["BASELINE_METRICS", "attach_baselines", "defaults_scheduler_steps", "describe_gain",
+__all__ = ["BASELINE_METRICS", "attach_baselines", "defaults_plan", "defaults_scheduler_steps",
+           "describe_gain",
            "engine_name", "engine_presets", "gain", "simulate_baseline", "simulate_beside",
            "single_step_costs", "sixteen_bit_beside"]

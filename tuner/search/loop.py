@@ -4,6 +4,7 @@ feasibility check (:func:`assert_some_gpu_fits`)."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import time
@@ -16,13 +17,13 @@ from optuna.distributions import CategoricalDistribution
 
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import KNOBS, ServingConfig
-from tuner.core.engine_defaults import SEARCH_PRESETS
+from tuner.core.engine_defaults import DEFAULT_ENTRY_POINT, SEARCH_PRESETS
 from tuner.core.errors import TunerError
 from tuner.core.sglang import default_config, sglang_defaults
 from tuner.core.workload import Workload
 from tuner.core.workload.base import lengths_from_input
 from tuner.predictors.protocol import CostModel
-from tuner.search.baseline import engine_presets
+from tuner.search.baseline import defaults_plan, engine_name, engine_presets
 from tuner.search.constraints import Constraints
 from tuner.search.evaluator import Evaluator, config_key, front_key
 from tuner.search.meta import StudyMeta
@@ -721,12 +722,25 @@ def add_default_trials(study: optuna.Study, ev: Evaluator, settings: SearchSetti
     trials of the study: the
     defaults are then candidates like any other plan, so no recommended plan is beaten on both
     makespan and $ by vLLM untuned on the same GPUs. Repeats while that changes the winners;
-    returns the number of trials added."""
-    from tuner.search.records import engine_winners, pareto, trial_records, winners
+    returns the number of trials added. Defaults the space does not hold (a user's --space
+    without vLLM's max_num_seqs, say), which Optuna cannot record as trials, are simulated
+    all the same and kept beside the trials (:func:`_add_outside_space`): candidates too."""
+    from tuner.search.records import (
+        OUTSIDE_SPACE_ATTR,
+        config_from_dict,
+        engine_winners,
+        pareto,
+        trial_records,
+        winners,
+    )
 
     engine = engine_presets(ev.gpus, metadata, ev.model)
+    meta = StudyMeta.of(metadata)
     dists = _distributions(ev.space, list(ev.gpus))
     added = _cover_every_gpu(study, ev, settings, dists, engine)
+    # the defaults outside the space simulated already
+    tried = {config_from_dict(e["config"])
+             for e in study.user_attrs.get(OUTSIDE_SPACE_ATTR) or []}
     for _ in range(DEFAULT_ROUNDS):
         records = trial_records(study)
         best, per_gpu = winners(records)
@@ -735,6 +749,7 @@ def add_default_trials(study: optuna.Study, ev: Evaluator, settings: SearchSetti
                  *(n for d in engine_winners(records).values() for n in d.values()),
                  *pareto(records)]
         todo: dict[tuple, dict] = {}
+        outside: dict[ServingConfig, list[str]] = {}  # the defaults' plan -> what the space lacks
         for n in dict.fromkeys(picks):
             r = by_num[n]
             if r.gpu not in engine:
@@ -753,9 +768,11 @@ def add_default_trials(study: optuna.Study, ev: Evaluator, settings: SearchSetti
                     # (vllm-v0); those defaults are simulated beside the winner instead
                     # (tuner.search.baseline.simulate_baseline)
                     continue
-            if any(name in want and want[name] not in values
-                   for name, values in ev.space.knobs.items()):
-                continue  # the space does not hold vLLM's defaults (a user's own space)
+            plan, lacks = _defaults_outside(ev, r.config, meta)
+            if lacks:  # the space does not hold them (a user's own space): simulated beside it
+                if plan is not None and plan not in tried:
+                    outside.setdefault(plan, lacks)
+                continue
             params = {"gpu": r.gpu, **{name: _preset_value(name, values, want)
                                        for name, values in ev.space.knobs.items()}}
             if not ev.space.allows(params):
@@ -764,7 +781,12 @@ def add_default_trials(study: optuna.Study, ev: Evaluator, settings: SearchSetti
             # not simulated in full yet (never, or screened as the search's first preset)
             if prev is None or prev[1].level != "full":
                 todo.setdefault(config_key(params), params)
+        if outside:
+            _add_outside_space(study, ev, settings, outside)
+            tried |= set(outside)
         if not todo:
+            if outside:
+                continue  # the winners may have changed
             break
         number = len(study.get_trials(deepcopy=False))
         batch = []
@@ -776,6 +798,64 @@ def add_default_trials(study: optuna.Study, ev: Evaluator, settings: SearchSetti
         study.add_trials(batch)
         added += len(batch)
     return added
+
+
+def _defaults_outside(ev: Evaluator, config: ServingConfig, meta: StudyMeta
+                      ) -> tuple[ServingConfig | None, list[str]]:
+    """The engine's defaults on `config`'s GPUs (tuner.search.baseline.defaults_plan, exactly
+    as the baseline beside the winners simulates them) and what of them the space does not
+    hold: a searched knob without their value, or a fixed one at another ([] when it holds
+    them; knobs their engine does not have are held, ENGINE_HELD). (None, [...]) where they
+    cannot be a plan of this study: vLLM V0's defaults at its own single scheduler step in a
+    search priced at another step count (simulated beside the winner only)."""
+    from tuner.core.config import ENGINE_HELD
+
+    c = config
+    try:
+        plan, _d, steps = defaults_plan(
+            ev.model, ev.gpus[c.gpu], tp=c.tp, dp=c.dp, pp=c.pp, weight_bits=c.weight_bits,
+            kv_bits=c.kv_bits, engine=c.engine, entry_point=meta.entry_point or
+            DEFAULT_ENTRY_POINT, engine_version=meta.engine_version,
+            num_scheduler_steps=meta.num_scheduler_steps)
+    except TunerError:  # no SGLang default on this GPU
+        return None, []
+    held = ENGINE_HELD[plan.engine]
+    lacks = [f"{name} {getattr(plan, name)} not among {', '.join(map(str, values))}"
+             for name, values in ev.space.knobs.items()
+             if name not in held and getattr(plan, name, None) not in values]
+    lacks += [f"{name} {getattr(plan, name)}, where it fixes {value}"
+              for name, value in ev.space.fixed.items()
+              if name not in held and hasattr(plan, name) and getattr(plan, name) != value]
+    if lacks and steps != meta.num_scheduler_steps:
+        return None, lacks
+    return plan, lacks
+
+
+def _add_outside_space(study: optuna.Study, ev: Evaluator, settings: SearchSettings,
+                       outside: dict[ServingConfig, list[str]]) -> int:
+    """Simulate the engines' defaults the space does not hold (`outside`: plan -> what the
+    space lacks) on the full workload, as the evaluator simulates a trial, and keep the
+    simulations beside the study's trials (tuner.search.records.add_outside_space), labelled:
+    candidates like any plan, so no answer is worse on its goal than the defaults tuner
+    simulated beside it. Returns how many were simulated."""
+    from tuner.search.records import add_outside_space
+
+    # the evaluator with nothing fixed: a plan's whole configuration is its params
+    free = copy.copy(ev)
+    free.space = dataclasses.replace(ev.space, fixed={})
+    plans = list(outside)
+    results = _evaluate_many(free, [p.to_dict() for p in plans], 0, settings.constraints,
+                             "full")
+    keep = []
+    for plan, (values, attrs) in zip(plans, results, strict=True):
+        label = (f"{engine_name(plan.engine)}'s defaults, which the space searched does not "
+                 f"hold ({'; '.join(outside[plan])})")
+        # an infeasible one is kept too (no figures): simulated once, its reason reported
+        keep.append({"config": plan.to_dict(),
+                     "values": [float(v) for v in values] if attrs.get("feasible") else None,
+                     "attrs": {**attrs, "vllm_defaults": True, "engine_defaults": label}})
+    add_outside_space(study, keep)
+    return len(plans)
 
 
 def _holds_fixed(space: SearchSpace, want: dict, names: tuple[str, ...] = ("scheduler",)

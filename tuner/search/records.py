@@ -134,6 +134,14 @@ LEVELS = ("sample", "rung", "full")
 #: what the search proposed
 EXTRA_TRIAL_ATTRS = ("final_candidate", "vllm_defaults")
 
+#: the study's user attribute listing its engines' defaults simulated where the space does not
+#: hold them (a user's --space without vLLM's max_num_seqs, say; tuner.search.loop.
+#: add_default_trials): Optuna records no trial with a value outside a knob's choices, so they
+#: are kept beside the trials, each {"number", "config", "values", "attrs"}, and
+#: :func:`trial_records` makes them candidates like any plan (numbered -1, -2, ...: no trial
+#: number is negative, and Optuna hands out the others)
+OUTSIDE_SPACE_ATTR = "engine_defaults_outside_space"
+
 
 def counts_toward_budget(trial: optuna.trial.FrozenTrial) -> bool:
     """Whether --n-trials counts `trial`: not one the search added beyond it (EXTRA_TRIAL_ATTRS)."""
@@ -169,6 +177,9 @@ class TrialRecord:
     # --spot: the expected makespan and $ under interruptions (tuner.search.spot.plan_spot),
     # set when a study's outputs are made
     spot: dict | None = None
+    # an engine's defaults the space does not hold, simulated as a candidate (OUTSIDE_SPACE_ATTR):
+    # what they are and which of their values the space lacks ("" for the space's own plans)
+    engine_defaults: str = ""
 
     def __post_init__(self) -> None:
         if isinstance(self.config, dict):  # {}: none, as None
@@ -207,7 +218,8 @@ class TrialRecord:
                    memory=d.get("memory"),
                    provenance=provenance_from_attrs(d.get("provenance") or None,
                                                     d.get("provenance_kind")),
-                   baseline=d.get("vllm_defaults"))
+                   baseline=d.get("vllm_defaults"),
+                   engine_defaults=d.get("engine_defaults") or "")
 
     def to_dict(self) -> dict:
         d = {"number": self.number,
@@ -221,6 +233,8 @@ class TrialRecord:
             d["vllm_defaults"] = self.baseline
         if self.study_only:
             d["study_only"] = self.study_only
+        if self.engine_defaults:
+            d["engine_defaults"] = self.engine_defaults
         m = self.metrics
         if self.config is not None and m is not None and m.makespan_s is not None:
             # one part: the plan's GPU type serving every request (a mix has several,
@@ -294,11 +308,38 @@ def trial_records(study: optuna.Study) -> list[TrialRecord]:
         if r.duplicate or r.level != "full":
             continue
         seen.add(key)
+        out.append(r)
+    out += [r for r in outside_space_records(study) if r.config not in
+            {o.config for o in out}]  # a later, wider space may hold them as trials
+    for r in out:
         if limits.on_figures and r.feasible:
             r.within = limits.meets(r.makespan_s, r.cost_usd)
         r.study_only = study_only_reason(r.config, known, engine_schedulers)
+    return out
+
+
+def outside_space_records(study: optuna.Study) -> list[TrialRecord]:
+    """The engines' defaults the search simulated outside its space (OUTSIDE_SPACE_ATTR), as
+    records labelled with what they are (TrialRecord.engine_defaults)."""
+    out = []
+    for e in study.user_attrs.get(OUTSIDE_SPACE_ATTR) or []:
+        r = TrialRecord.from_attrs(int(e["number"]), e["config"], e.get("values"),
+                                   e.get("attrs") or {})
+        r.engine_defaults = str((e.get("attrs") or {}).get("engine_defaults") or "")
         out.append(r)
     return out
+
+
+def add_outside_space(study: optuna.Study, entries: list[dict]) -> list[int]:
+    """Keep `entries` ({"config", "values", "attrs"}: engines' defaults simulated outside the
+    space) beside the study's trials (OUTSIDE_SPACE_ATTR), numbered on from -1 down; their
+    numbers."""
+    have = list(study.user_attrs.get(OUTSIDE_SPACE_ATTR) or [])
+    first = -1 - len(have)
+    new = [{**e, "number": first - i} for i, e in enumerate(entries)]
+    if new:
+        study.set_user_attr(OUTSIDE_SPACE_ATTR, have + new)
+    return [e["number"] for e in new]
 
 
 def study_only_reason(config: ServingConfig, outputs_known: bool = True,
@@ -453,6 +494,22 @@ def winner_roles_of(best: dict, per_gpu: dict) -> dict[int, list[str]]:
     return roles
 
 
+def outside_space_verdicts(records: list[TrialRecord]) -> list[str]:
+    """One line per overall winner that is an engine's defaults the space does not hold
+    (TrialRecord.engine_defaults): the space's own best is worse on that goal, so the defaults
+    are the answer, and its exports."""
+    best, _ = winners(records)
+    by_num = {r.number: r for r in records}
+    goals: dict[int, list[str]] = {}
+    for goal, n in best.items():
+        goals.setdefault(n, []).append(goal)
+    return [f"{' and '.join(named).capitalize()}: {by_num[n].engine_defaults}, on "
+            f"{plan_label(by_num[n].config)}: no plan of the space beats them on this goal, so "
+            "they are the answer and its exports (a --space holding their values searches "
+            "around them)."
+            for n, named in goals.items() if by_num[n].engine_defaults]
+
+
 def infeasible_summary(records: list[TrialRecord]) -> dict[str, int]:
     """Infeasibility reasons with how many trials hit each, most frequent first."""
     counts: dict[str, int] = {}
@@ -529,8 +586,10 @@ def search_stats(study: optuna.Study) -> dict:
         "judged_on_rung": sum(1 for t in distinct if t.level == "rung"),
         "infeasible": sum(1 for t in distinct if not t.feasible),
         # vLLM's defaults simulated beside the winners (tuner.search.loop.add_default_trials)
+        # (and those outside the space, kept beside the trials: OUTSIDE_SPACE_ATTR)
         "vllm_defaults_checks": sum(1 for t in completed(study)
-                                    if t.user_attrs.get("vllm_defaults")),
+                                    if t.user_attrs.get("vllm_defaults"))
+        + len(study.user_attrs.get(OUTSIDE_SPACE_ATTR) or []),
         # configurations screened on the sample, simulated in full at the end as candidates
         "final_candidates": sum(1 for t in completed(study)
                                 if t.user_attrs.get("final_candidate")
