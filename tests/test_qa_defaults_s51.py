@@ -114,7 +114,9 @@ def test_a_shipped_space_keeps_its_defaults_as_trials():
 @pytest.mark.parametrize("version", ["0.6.0", "0.6.3", "0.6.6", "0.7.3"])
 def test_v0_chunked_defaults_run_single_step(version):
     assert defaults_scheduler_steps("sarathi", version, None) == 1
-    assert defaults_scheduler_steps("vllm-v0", version, None) is None  # the search's pricing
+    # untuned V0 is single-step whatever its scheduler (stop 51: it was priced at the
+    # search's fitted 10 steps below 32K context)
+    assert defaults_scheduler_steps("vllm-v0", version, None) == 1
     assert defaults_scheduler_steps("sarathi", version, 4) == 4  # the user's count is kept
 
 
@@ -146,3 +148,22 @@ def test_v0_batch_defaults_as_the_wheels_set_them():
             d = vllm_defaults("H100", 80, entry, version, 8192)
             assert (d.max_num_batched_tokens, d.max_num_seqs, d.scheduler) == (8192, 256,
                                                                                "vllm-v0")
+
+
+def test_v0_short_context_baseline_is_single_step_not_the_searchs_ten():
+    """llama-3-8b (8K context): V0 prefill-first defaults. The baseline runs vLLM's own
+    single step, priced with the single-step host estimate, and says why: a simulation apart
+    from the same knobs at the search's 10 steps."""
+    from tuner.core.engines import FITTED_SCHEDULER_STEPS
+
+    model = get_model("llama-3-8b")
+    gpu = GPUS["A100-80G"]
+    w = _workload(64)
+    b = simulate_baseline(w, model, gpu, engine_version="0.6.0")
+    assert b["feasible"] and b["defaults"]["num_scheduler_steps"] == 1
+    assert "single-step" in b["defaults"]["description"]
+    ten = simulate_baseline(w, model, gpu, engine_version="0.6.0",
+                            num_scheduler_steps=FITTED_SCHEDULER_STEPS)
+    assert ten["feasible"]
+    assert "num_scheduler_steps" not in ten["defaults"]
+    assert b["metrics"]["makespan_s"] != ten["metrics"]["makespan_s"]

@@ -53,18 +53,18 @@ def defaults_plan(model: ModelSpec, gpu: GPU, *, tp: int = 1, dp: int = 1,
     if steps != num_scheduler_steps:  # vLLM's own step count, not the search's pricing
         d["num_scheduler_steps"] = steps
         d["description"] += ("; single-step (vLLM's default --num-scheduler-steps 1: "
-                             + _single_step_why(engine_version)
+                             + _single_step_why(engine_version, defaults.scheduler)
                              + "), priced with V0's single-step host estimate")
-    elif num_scheduler_steps is None and generation_of(engine_version).multi_step:
-        # V0 prefill-first defaults at the search's fitted step count: say so, vLLM's own is 1
-        d["description"] += (f"; at the search's {FITTED_SCHEDULER_STEPS} scheduler steps "
-                             "(vLLM's default --num-scheduler-steps is 1; tuner's V0 host "
-                             f"profile is fitted on {FITTED_SCHEDULER_STEPS}-step runs)")
     return config, d, steps
 
 
-def _single_step_why(engine_version: str | None) -> str:
-    """Why V0's chunked defaults run single-step where the search prices 10 steps."""
+def _single_step_why(engine_version: str | None, scheduler: str) -> str:
+    """Why V0's defaults run single-step where the search prices (and exports) 10 steps."""
+    from tuner.core.schedulers import SCHEDULER_PRESETS
+
+    if not SCHEDULER_PRESETS[scheduler].chunked_prefill:
+        return (f"the search's plans run {FITTED_SCHEDULER_STEPS} steps, as its exports say; "
+                "untuned V0 runs one")
     if not generation_of(engine_version).multi_step_chunked:
         return f"{engine_version} refuses multi-step scheduling with chunked prefill"
     return ("above 32K context V0 chunks prompts at that budget; multi-step would budget the "
@@ -106,19 +106,15 @@ def simulate_baseline(workload: Workload, model: ModelSpec, gpu: GPU, *, tp: int
 
 def defaults_scheduler_steps(scheduler: str, engine_version: str | None,
                              num_scheduler_steps: int | None) -> int | None:
-    """The --num-scheduler-steps vLLM's defaults run at: the search's (`num_scheduler_steps`,
-    None: priced as the fitted multi-step runs, tuner.core.engines.priced_scheduler_steps),
-    except where that pricing is one the defaults do not run: a V0 release's defaults above
-    32K context (`scheduler` sarathi: chunked prefill) run at vLLM's own default, 1 step
-    (EngineArgs.num_scheduler_steps = 1 in every V0 wheel read, 0.6.3.post1 - 0.7.3). Before
-    0.6.3 V0 refuses multi-step with chunked prefill; from 0.6.3 on it takes the pair, but
-    then budgets the whole context (SchedulerConfig), which the defaults' chunked budget is
-    not, so the search's fitted 10 steps would price a plan vLLM never runs untuned."""
-    from tuner.core.schedulers import SCHEDULER_PRESETS
-
+    """The --num-scheduler-steps vLLM's defaults run at: the count the user gave the search,
+    else vLLM's own default, 1 (EngineArgs.num_scheduler_steps = 1 in every V0 wheel read,
+    0.6.3.post1 - 0.7.3), on every release that has multi-step (V0 0.5.5 - 0.7): untuned V0 is
+    single-step whatever its scheduler, while the search prices its plans at the fitted 10
+    steps (tuner.core.engines.priced_scheduler_steps) and exports them so. A release without
+    the option (V1, V0 before 0.5.5) gets None: it has one way to run. `scheduler` is kept
+    for the callers: the reason printed differs with chunked prefill (_single_step_why)."""
     release = generation_of(engine_version)
-    if (num_scheduler_steps is None and release.multi_step
-            and SCHEDULER_PRESETS[scheduler].chunked_prefill):
+    if num_scheduler_steps is None and release.multi_step:
         return 1
     return num_scheduler_steps
 
