@@ -127,7 +127,7 @@ def _weights_text(m) -> tuple[str, str | None]:
     a short cell ('12.8 GiB mxfp4') and the scheme's full description where the cell leaves
     some out (None otherwise): a footnote, since the full text (gpt-oss's modules kept at 16
     bits) wraps a table column into a dozen lines."""
-    text = fmt_gib(m.weight_bytes(m.checkpoint_bits))
+    text = fmt_gib(m.weight_bytes(m.checkpoint_bits) + m.vision_weight_bytes)  # + a VLM's tower
     how = m.checkpoint_quantization
     if m.checkpoint_bits == 16:
         return text, None
@@ -296,8 +296,8 @@ def models(
         out.print(escape(note), highlight=False)
     if model is None:
         out.print("[dim]active = parameters one token uses (MoE: its top-k experts); Gemma-3: "
-                  "text decoder only (the vision tower is not counted). Any Hugging Face id or "
-                  "config.json path works as --model.[/]")
+                  "params count the text decoder, weights its vision tower too. Any Hugging "
+                  "Face id or config.json path works as --model.[/]")
 
 
 @workload_app.command("stats")

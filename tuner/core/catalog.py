@@ -436,6 +436,12 @@ class ModelSpec:
     # serves a quantized checkpoint at its own precision (DeepSeek-V3: FP8, gpt-oss: MXFP4)
     checkpoint_bits: int = 16
     checkpoint_quantization: str = ""  # how, as the config says it ("fp8, blocks 128x128")
+    # --- a multimodal checkpoint's encoder -----------------------------------------------
+    # parameters of its vision tower (_vision_params' estimate from vision_config), which vLLM
+    # (unless --limit-mm-per-prompt zeroes every modality; for Gemma-3 only from 0.15) and
+    # SGLang load onto the GPU for a text-only job too: counted in the weights held and loaded
+    # (vision_weight_bytes), never in num_params or a step's compute (a text job never runs it)
+    vision_params: int = 0
 
     # --- structure -------------------------------------------------------------------
     @property
@@ -598,6 +604,15 @@ class ModelSpec:
         return self.num_layers * self.linear_weight_bytes_per_layer(bits) + 2.0 * (
             self.embedding_params + head + self.norm_params
         )
+
+    @property
+    def vision_weight_bytes(self) -> float:
+        """The vision tower's bytes on the GPU, at 16 bits whatever the plan's weight bits:
+        quantized VLM checkpoints usually leave it unconverted (their ignore /
+        modules_to_not_convert lists name it); an upper bound for an 8-bit plan vLLM quantizes
+        online, whose Fp8Config converts the tower's linear layers too (the 0.11 wheel's
+        gemma3_mm.py passes quant_config to SiglipVisionModel)."""
+        return 2.0 * self.vision_params
 
     def kv_bytes_per_token_per_layer(self, bits: int) -> float:
         """KV bytes one token holds in one attention layer at `bits`, whole model (not per TP
@@ -1194,6 +1209,13 @@ def _vision_params(v: dict) -> int | None:
     return total
 
 
+def _tower_params(raw: dict) -> int:
+    """The vision tower's parameters (_vision_params) of a multimodal config.json, 0 where it
+    has no vision_config or that config lacks the figures."""
+    vision = raw.get("vision_config")
+    return (_vision_params(vision) or 0) if isinstance(vision, dict) else 0
+
+
 def config_notes(raw: dict) -> list[str]:
     """What a config.json's ModelSpec leaves out or approximates, one phrase each (shape_note
     prints them): an architecture outside LLAMA_STYLE_ARCHITECTURES, a non-gated MLP's
@@ -1236,8 +1258,11 @@ def config_notes(raw: dict) -> list[str]:
         n = _vision_params(vision)
         size = (f"~{n / 1e9:.2f} B params, {2 * n / GIB:.1f} GiB at 16-bit" if n
                 else "its size not given in vision_config")
-        notes.append(f"text decoder only: the vision encoder ({size}) is not counted in the "
-                     "weights, nor its start-up activations")
+        notes.append(f"text decoder: the vision encoder ({size}) counts in the weights the "
+                     "engine loads (vLLM and SGLang load it for a text-only job too), not in "
+                     "the parameters or the compute; its start-up profiling is not counted"
+                     if n else f"text decoder only: the vision encoder ({size}) is not "
+                     "counted in the weights, nor its start-up activations")
     return notes
 
 
@@ -1338,6 +1363,7 @@ def model_from_config_dict(cfg: dict, *, where: str, name: str, source: str,
         sliding_window_layers=window_layers,
         **_checkpoint_precision(cfg, path),
         **moe,
+        vision_params=_tower_params(raw),
     )
     q = cfg.get("quantization_config") or cfg.get("compression_config") or {}
     names = [str(x) for key in ("modules_to_not_convert", "ignore", "exclude_modules")

@@ -404,6 +404,17 @@ def weight_bytes_per_rank(model: ModelSpec, config: ServingConfig) -> float:
     return per_rank
 
 
+def vision_weight_bytes_per_rank(model: ModelSpec, config: ServingConfig) -> float:
+    """A multimodal checkpoint's vision tower on one GPU (ModelSpec.vision_params, 16-bit):
+    loaded for a text-only job too (vLLM 0.11-0.14 build Gemma-3's SiglipVisionModel
+    unconditionally; from 0.15 `_mark_tower_model` skips a tower only when
+    --limit-mm-per-prompt zeroes all its modalities, which tuner's exports do not set), split
+    over the tensor-parallel ranks (mm_encoder_tp_mode "weights", the default), held on the
+    first pipeline stage (the one the plan sizes), and never offloaded (cpu_offload_gb wraps
+    the decoder layers make_layers builds)."""
+    return model.vision_weight_bytes / config.tp
+
+
 def assumed_shape_clause(model: ModelSpec) -> str:
     """'; model: <its shape assumed from a repo name>' where it is (the weights and KV sizes
     that do not fit are then the catalog model's, not the checkpoint's own), else ''."""
@@ -421,7 +432,7 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
     usable = gpu.memory_bytes * config.gpu_memory_utilization
     all_weights = weight_bytes_per_rank(model, config)
     offloaded = all_weights * config.weight_offload_fraction
-    weights = all_weights - offloaded
+    weights = all_weights - offloaded + vision_weight_bytes_per_rank(model, config)
     acts = activation_bytes(model, config, engine_version)
     runtime = runtime_overhead_bytes(config, engine_version, model.is_moe,
                                      cuda_graphs=gpu.architecture in ARCHITECTURES,

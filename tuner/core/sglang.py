@@ -64,6 +64,7 @@ from tuner.core.memory import (
     assumed_shape_clause,
     kv_bytes_per_token_per_layer_rank,
     kv_layer_fraction,
+    vision_weight_bytes_per_rank,
     weight_bytes_per_rank,
 )
 
@@ -342,7 +343,8 @@ def plan_memory_sglang(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
                          "--attention-on-cpu) is simulated for vLLM only; drop it with "
                          "--engine sglang.")
     usable = gpu.memory_bytes * config.gpu_memory_utilization
-    weights = weight_bytes_per_rank(model, config)
+    # a VLM's vision tower too: SGLang loads it for a text-only job (vLLM's figure)
+    weights = weight_bytes_per_rank(model, config) + vision_weight_bytes_per_rank(model, config)
     kv = usable - weights - PRELOAD_BYTES
     stage_layers = math.ceil(model.num_layers / config.pp)
     per_token = (kv_bytes_per_token_per_layer_rank(model, config.kv_bits, config.tp)

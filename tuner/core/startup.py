@@ -7,7 +7,8 @@ every GPU for both (tuner.sim.simulator adds it; ``--startup-s`` overrides it, 0
 
     start-up = weights_load_s + compile_s + graph_capture_s          (one replica; all alike)
 
-**Weights** = the checkpoint's bytes at the served precision (``ModelSpec.weight_bytes``; an
+**Weights** = the checkpoint's bytes at the served precision (``ModelSpec.weight_bytes``, plus
+a VLM's vision tower, ``vision_weight_bytes``, which the engine loads for text too; an
 8-bit plan that vLLM quantizes online from a 16-bit checkpoint reads twice that, not modelled)
 over the load bandwidth of the instance's storage. Not 1/TP of them per GPU: vLLM's default
 safetensors loader has *every* tensor-parallel rank read the whole checkpoint and keep its
@@ -193,7 +194,8 @@ def startup_for(model: ModelSpec, gpu: GPU | None, config: ServingConfig,
     if provider is None and gpu is not None and gpu.billing is not None:
         provider = gpu.billing.provider
     st = storage_for(provider, storage)
-    nbytes = float(model.weight_bytes(config.weight_bits))
+    # a VLM's vision tower is read too (the engine loads it for a text-only job)
+    nbytes = float(model.weight_bytes(config.weight_bits) + model.vision_weight_bytes)
     # pipeline stages on different machines load their layers from their own disks at once;
     # each stage captures and compiles its own layers, the stages in parallel
     per_machine = gpu.gpus_per_machine if gpu is not None else config.tp * config.pp
