@@ -111,3 +111,12 @@ def test_start_up_reads_the_tower_and_models_shows_it():
     g = get_model("gemma-3-27b")
     assert _weights_text(g)[0] == _weights_text(text_only(g))[0].replace("50.3", "51.1")
     assert _weights_text(g)[0].startswith("51.1")
+
+
+def test_models_json_carries_the_tower_the_table_counts():
+    from tuner.cli.catalogs import _model_row
+    from tuner.core.catalog import load_models
+
+    m = load_models()["gemma-3-27b"]
+    row = _model_row(m)
+    assert row["vision_weight_bytes"] == m.vision_weight_bytes > 0

@@ -107,6 +107,9 @@ def _model_row(m) -> dict:
         "weight_bytes_16bit": m.weight_bytes(16),
         # as the published checkpoint stores them (quantization_config): what vLLM loads
         "weight_bytes_checkpoint": m.weight_bytes(m.checkpoint_bits),
+        # a VLM's vision tower (16-bit), loaded beside the decoder for a text job too: the
+        # table's weights figure is weight_bytes_checkpoint + this
+        "vision_weight_bytes": m.vision_weight_bytes,
     }
 
 

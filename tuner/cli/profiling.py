@@ -290,11 +290,11 @@ def _weights_note(spec, g, tp: int, weight_bits: int) -> str | None:
     iteration all the same: a note, not an error), else None."""
     from tuner.core.catalog import GIB
     from tuner.core.config import ServingConfig
-    from tuner.core.memory import weight_bytes_per_rank
+    from tuner.core.memory import vision_weight_bytes_per_rank, weight_bytes_per_rank
 
-    def per_gpu(n: int) -> float:
-        return weight_bytes_per_rank(spec, ServingConfig(gpu=g.name, tp=n,
-                                                         weight_bits=weight_bits))
+    def per_gpu(n: int) -> float:  # a VLM's tower is loaded too
+        c = ServingConfig(gpu=g.name, tp=n, weight_bits=weight_bits)
+        return weight_bytes_per_rank(spec, c) + vision_weight_bytes_per_rank(spec, c)
 
     if per_gpu(tp) <= g.memory_bytes:
         return None
