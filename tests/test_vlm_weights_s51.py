@@ -2,9 +2,11 @@
 
 vLLM builds the vision tower for a text-only job too (the 0.11 wheel's gemma3_mm.py makes
 SiglipVisionModel unconditionally; from 0.15 `_mark_tower_model` skips it only when
---limit-mm-per-prompt zeroes every modality of the tower, which tuner's exports do not set),
-and SGLang likewise. tuner named the tower in a note only, so the memory plan overstated a VLM's
-KV capacity by its bytes (Qwen2.5-VL-7B: ~0.68 B params, 1.3 GiB, ~24K tokens on an H100).
+--limit-mm-per-prompt zeroes every modality of the tower, which tuner's exports now set where
+the release skips it: tests/test_vlm_text_only_s51.py; the vLLM plans here are pinned to
+releases that build it), and SGLang likewise. tuner named the tower in a note only, so the
+memory plan overstated a VLM's KV capacity by its bytes (Qwen2.5-VL-7B: ~0.68 B params,
+1.3 GiB, ~24K tokens on an H100).
 ModelSpec.vision_params now carries it, read from vision_config, counted at 16 bits in the
 memory plan (vLLM and SGLang), the start-up load and `tuner models`' weights, never in the
 parameters or the compute.
@@ -24,6 +26,9 @@ from tuner.core.memory import plan_memory
 from tuner.core.startup import startup_for
 
 GPUS = load_gpus()
+# releases that build the tower for a text-only job whatever the limits: Qwen2.5-VL's before
+# 0.11, Gemma-3's through 0.14 (memory.VLLM_TOWER_SKIP)
+BUILDS_QWEN_TOWER, BUILDS_GEMMA_TOWER = "0.10.2", "0.14.0"
 
 # Qwen2.5-VL-7B-Instruct's config.json: its decoder and vision_config fields
 QWEN25_VL_7B = {
@@ -43,6 +48,10 @@ SIGLIP_PARAMS = 27 * (4 * 1152 ** 2 + 2 * 1152 * 4304) + 3 * 14 * 14 * 1152
 def qwen_vl() -> object:
     return model_from_config_dict(QWEN25_VL_7B, where="config.json", name="qwen2.5-vl-7b",
                                   source="test")
+
+
+def qwen_plan(m, gpu, cfg):
+    return plan_memory(m, gpu, cfg, engine_version=BUILDS_QWEN_TOWER)
 
 
 def text_only(m):
@@ -66,21 +75,21 @@ def test_the_vllm_plan_holds_the_tower_on_the_gpu_and_loses_its_kv():
     q, gpu = qwen_vl(), get_gpu("H100", GPUS)
     for tp in (1, 2):
         cfg = ServingConfig(gpu="H100", tp=tp)
-        new, old = plan_memory(q, gpu, cfg), plan_memory(text_only(q), gpu, cfg)
+        new, old = qwen_plan(q, gpu, cfg), qwen_plan(text_only(q), gpu, cfg)
         assert new.weight_bytes - old.weight_bytes == pytest.approx(q.vision_weight_bytes / tp)
         lost = old.kv_capacity_tokens - new.kv_capacity_tokens
         assert lost == pytest.approx(q.vision_weight_bytes / tp / new.kv_bytes_per_token,
                                      abs=cfg.block_size)
     # ~1.27 GiB at 56 KiB per token: ~23.5K tokens fewer on one H100
     cfg = ServingConfig(gpu="H100")
-    assert (plan_memory(text_only(q), gpu, cfg).kv_capacity_tokens
-            - plan_memory(q, gpu, cfg).kv_capacity_tokens) > 23_000
+    assert (qwen_plan(text_only(q), gpu, cfg).kv_capacity_tokens
+            - qwen_plan(q, gpu, cfg).kv_capacity_tokens) > 23_000
 
 
 def test_the_tower_is_never_offloaded():
     q, gpu = qwen_vl(), get_gpu("H100", GPUS)
     cfg = ServingConfig(gpu="H100", weight_offload_fraction=0.5)
-    new, old = plan_memory(q, gpu, cfg), plan_memory(text_only(q), gpu, cfg)
+    new, old = qwen_plan(q, gpu, cfg), qwen_plan(text_only(q), gpu, cfg)
     assert new.weight_offloaded_bytes == old.weight_offloaded_bytes
     assert new.weight_bytes - old.weight_bytes == pytest.approx(q.vision_weight_bytes)
 
@@ -88,8 +97,10 @@ def test_the_tower_is_never_offloaded():
 def test_gemma_3_27b_on_an_h100_holds_the_siglip_tower():
     g, gpu = get_model("gemma-3-27b"), get_gpu("H100", GPUS)
     cfg = ServingConfig(gpu="H100")
-    new = plan_memory(g, gpu, cfg, mean_request_tokens=4000)
-    old = plan_memory(text_only(g), gpu, cfg, mean_request_tokens=4000)
+    new = plan_memory(g, gpu, cfg, mean_request_tokens=4000,
+                      engine_version=BUILDS_GEMMA_TOWER)
+    old = plan_memory(text_only(g), gpu, cfg, mean_request_tokens=4000,
+                      engine_version=BUILDS_GEMMA_TOWER)
     assert (new.weight_bytes - old.weight_bytes) / GIB == pytest.approx(0.77, abs=0.01)
     assert new.kv_capacity_tokens < old.kv_capacity_tokens
 

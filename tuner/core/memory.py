@@ -404,14 +404,58 @@ def weight_bytes_per_rank(model: ModelSpec, config: ServingConfig) -> float:
     return per_rank
 
 
-def vision_weight_bytes_per_rank(model: ModelSpec, config: ServingConfig) -> float:
+#: vLLM releases that build a VLM's vision tower only when --limit-mm-per-prompt leaves one of
+#: its modalities above 0, per config.json architecture: (first release, the tower's
+#: modalities). qwen2_5_vl.py, mistral3.py and mllama4.py test the limits from 0.11 (the 0.14.0
+#: wheel's Qwen2_5_VLForConditionalGeneration builds `visual` only `if get_limit_per_prompt(
+#: "image") or get_limit_per_prompt("video")`); gemma3_mm.py builds its SiglipVisionModel
+#: unconditionally through 0.14.0 and inside `_mark_tower_model(vllm_config, "image")` from 0.15.0
+VLLM_TOWER_SKIP: dict[str, tuple[tuple[int, int, int], tuple[str, ...]]] = {
+    "Qwen2_5_VLForConditionalGeneration": ((0, 11, 0), ("image", "video")),
+    "Mistral3ForConditionalGeneration": ((0, 11, 0), ("image",)),
+    "Llama4ForConditionalGeneration": ((0, 11, 0), ("image",)),
+    "Gemma3ForConditionalGeneration": ((0, 15, 0), ("image",)),
+}
+#: from 0.15.0 every multimodal model builds its towers in `_mark_tower_model`
+#: (model_executor/models/interfaces.py), which leaves out a tower whose modalities all have
+#: limit 0; a vision tower's are image (and video)
+VLLM_MARK_TOWER_SINCE = (0, 15, 0)
+_VISION_MODALITIES = ("image", "video")
+
+
+def vllm_text_only_limits(model: ModelSpec, engine_version: str | None = None) -> dict[str, int]:
+    """--limit-mm-per-prompt for a text-only job on `model` under vLLM `engine_version` (None:
+    the newest): every modality of its vision tower at 0 where that release then skips
+    building the tower (VLLM_TOWER_SKIP, VLLM_MARK_TOWER_SINCE); {} for a text model or a
+    release that builds the tower anyway. tuner's workloads are text-only, so its vLLM exports
+    set these and the memory plan leaves the tower out; with every limit 0 the encoder budget
+    is 0 too (no encoder profiling at start-up)."""
+    if model.vision_params <= 0:
+        return {}
+    v = parse_version(engine_version)
+    for arch in _architectures_of(model):
+        row = VLLM_TOWER_SKIP.get(arch)
+        if row is not None:
+            since, modalities = row
+            return {m: 0 for m in modalities} if v is None or v >= since else {}
+    if v is None or v >= VLLM_MARK_TOWER_SINCE:
+        return {m: 0 for m in _VISION_MODALITIES}
+    return {}
+
+
+def vision_weight_bytes_per_rank(model: ModelSpec, config: ServingConfig,
+                                 engine_version: str | None = None) -> float:
     """A multimodal checkpoint's vision tower on one GPU (ModelSpec.vision_params, 16-bit):
-    loaded for a text-only job too (vLLM 0.11-0.14 build Gemma-3's SiglipVisionModel
-    unconditionally; from 0.15 `_mark_tower_model` skips a tower only when
-    --limit-mm-per-prompt zeroes all its modalities, which tuner's exports do not set), split
-    over the tensor-parallel ranks (mm_encoder_tp_mode "weights", the default), held on the
-    first pipeline stage (the one the plan sizes), and never offloaded (cpu_offload_gb wraps
-    the decoder layers make_layers builds)."""
+    loaded for a text-only job too by SGLang (0.5.23 builds it unconditionally) and by the vLLM
+    releases that build it whatever the limits (vllm_text_only_limits empty: Gemma-3 through
+    0.14.0). A vLLM plan (`config.engine`) under `engine_version` (None: the newest) whose
+    release skips the tower once --limit-mm-per-prompt zeroes its modalities counts 0: tuner's
+    vLLM exports set those limits (its jobs are text-only). Split over the tensor-parallel
+    ranks (mm_encoder_tp_mode "weights", the default), held on the first pipeline stage (the
+    one the plan sizes), and never offloaded (cpu_offload_gb wraps the decoder layers
+    make_layers builds)."""
+    if config.engine == "vllm" and vllm_text_only_limits(model, engine_version):
+        return 0.0
     return model.vision_weight_bytes / config.tp
 
 
@@ -432,7 +476,8 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
     usable = gpu.memory_bytes * config.gpu_memory_utilization
     all_weights = weight_bytes_per_rank(model, config)
     offloaded = all_weights * config.weight_offload_fraction
-    weights = all_weights - offloaded + vision_weight_bytes_per_rank(model, config)
+    weights = all_weights - offloaded + vision_weight_bytes_per_rank(model, config,
+                                                                 engine_version)
     acts = activation_bytes(model, config, engine_version)
     runtime = runtime_overhead_bytes(config, engine_version, model.is_moe,
                                      cuda_graphs=gpu.architecture in ARCHITECTURES,

@@ -712,6 +712,8 @@ def engine_tokens(args: dict[str, Any]) -> list[str]:
             argv.append(f"--{key}")
         elif v is False:
             argv.append(f"--no-{key}")
+        elif isinstance(v, dict):  # a dict-typed option (--limit-mm-per-prompt) takes JSON
+            argv += [f"--{key}", json.dumps(v)]
         else:
             argv += [f"--{key}", str(v)]
     return argv

@@ -19,15 +19,17 @@ never dropped silently.
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
 from typing import Any
 
 import yaml
 
-from tuner.core.catalog import GPU, ModelSpec
+from tuner.core.catalog import GIB, GPU, ModelSpec
 from tuner.core.config import ServingConfig, check_model_config
 from tuner.core.errors import TunerError
+from tuner.core.memory import vllm_text_only_limits
 from tuner.core.units import plural
 from tuner.exports import common
 
@@ -120,7 +122,7 @@ _ARG_ORDER = ("model", "tensor_parallel_size", "pipeline_parallel_size", "data_p
               "enable_expert_parallel", "max_num_batched_tokens",
               "max_num_seqs", "enable_chunked_prefill", "gpu_memory_utilization", "block_size",
               "max_model_len", "kv_cache_dtype", "quantization", "cpu_offload_gb",
-              "num_scheduler_steps")
+              "limit_mm_per_prompt", "num_scheduler_steps")
 
 
 # ---- notes: what vLLM cannot be told, in the order the file lists them -------------------------
@@ -227,6 +229,14 @@ def vllm_engine_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_m
                      f"cache on {gpu.name} (EngineArgs._is_v1_supported_oracle), so it falls "
                      "back to the V0 engine, not the V1 engine priced: run it with "
                      "VLLM_USE_V1=1 to have it refuse instead, or export a 16-bit KV plan")
+    limits = vllm_text_only_limits(model, engine_version)
+    if limits:  # a VLM on a release that then skips its vision tower, as the plan assumed
+        args["limit_mm_per_prompt"] = limits
+        notes.append(f"limit_mm_per_prompt {json.dumps(limits)}: the job is text-only, so "
+                     f"vLLM skips building {model.name}'s vision tower and the memory plan "
+                     "does not count it; to send images drop it, and the tower's "
+                     f"{model.vision_weight_bytes / config.tp / GIB:.1f} GiB per GPU come out "
+                     "of the KV cache")
     if num_scheduler_steps is not None:  # a V0 engine (0.5.5 - 0.7), run as it was priced
         args["num_scheduler_steps"] = num_scheduler_steps
         notes.append(f"num_scheduler_steps={num_scheduler_steps}: vLLM V0's multi-step "
@@ -245,6 +255,8 @@ def vllm_cli_options(args: dict[str, Any], *, v0: bool = False) -> list[tuple[st
             if k != "enable_chunked_prefill":
                 continue
             v = "False"
+        if isinstance(v, dict):  # a dict-typed option (--limit-mm-per-prompt) takes JSON
+            v = json.dumps(v)
         out.append((k.replace("_", "-"), v))
     return out
 
