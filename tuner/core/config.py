@@ -285,7 +285,8 @@ def check_model_config(config: ServingConfig, model: Any) -> None:
     if config.weight_bits > bits:
         raise TunerError(
             f"{model.name}'s checkpoint is {model.checkpoint_quantization} ({bits}-bit weights, "
-            f"its config.json's quantization_config): vLLM serves it at {bits} bits, not "
+            f"its config.json's quantization_config): {engine_name(config.engine)} serves it "
+            f"at {bits} bits, not "
             f"{config.weight_bits}. Use --weight-bits {bits} (the default), or give a "
             f"{config.weight_bits}-bit checkpoint's config with --model.")
 

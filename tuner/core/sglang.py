@@ -319,6 +319,11 @@ def default_config(model: ModelSpec, gpu: GPU, given: dict) -> tuple[ServingConf
             f"is {d.mem_fraction_static:g}: its activation and CUDA-graph reserve for "
             f"--chunked-prefill-size {d.chunked_prefill_size:,} is more than the memory; "
             "give --mem-fraction-static or a smaller --chunk-size.")
+    # a quantized checkpoint (FP8 DeepSeek-V3) loads at its own precision when none is given,
+    # as vLLM's defaults take it (engine_defaults.model_defaults), not at ServingConfig's 16
+    bits = getattr(model, "checkpoint_bits", 16)
+    if "weight_bits" not in given and bits != 16:
+        given = {**given, "weight_bits": bits}
     base = given | {"gpu": gpu.name, "engine": "sglang",
                     "chunk_size": given.get("chunk_size", d.chunked_prefill_size),
                     "gpu_memory_utilization": given.get("gpu_memory_utilization",

@@ -633,8 +633,10 @@ def _fit_checkpoint(knobs: dict[str, list], fixed: dict, model, *, shipped: bool
     if block is not None and shipped and "block_size" not in knobs \
             and fixed.get("block_size", DEFAULTS["block_size"]) != block:
         fixed["block_size"] = block
-        notes.append(f"block_size: {block}, vLLM's MLA backends page {model.name}'s latent "
-                     "cache in 64-token blocks")
+        # block_size is a vLLM knob (SGLang's page is its own pick): said where vLLM is searched
+        if "vllm" in set(knobs.get("engine") or [fixed.get("engine", DEFAULTS["engine"])]):
+            notes.append(f"block_size: {block}, vLLM's MLA backends page {model.name}'s "
+                         "latent cache in 64-token blocks")
     # the cache precision a GPU's engine imposes (model_defaults with the GPU: sparse MLA on
     # sm_120), which no kv_cache_dtype changes
     cache = {g: model_defaults(model, g) for g in gpus or ()}
