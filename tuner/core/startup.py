@@ -194,8 +194,12 @@ def startup_for(model: ModelSpec, gpu: GPU | None, config: ServingConfig,
     if provider is None and gpu is not None and gpu.billing is not None:
         provider = gpu.billing.provider
     st = storage_for(provider, storage)
-    # a VLM's vision tower is read too (the engine loads it for a text-only job)
-    nbytes = float(model.weight_bytes(config.weight_bits) + model.vision_weight_bytes)
+    # a VLM's vision tower is read too where the engine builds it for a text-only job
+    # (tuner.core.memory.vision_weight_bytes_per_rank: not where vLLM's zero limits skip it)
+    from tuner.core.memory import vision_weight_bytes_per_rank
+
+    tower = vision_weight_bytes_per_rank(model, config, engine_version) * config.tp
+    nbytes = float(model.weight_bytes(config.weight_bits) + tower)
     # pipeline stages on different machines load their layers from their own disks at once;
     # each stage captures and compiles its own layers, the stages in parallel
     per_machine = gpu.gpus_per_machine if gpu is not None else config.tp * config.pp
