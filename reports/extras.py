@@ -49,6 +49,7 @@ from tuner.search.records import (
     completed,
     study_constraints,
     trial_records,
+    trial_ref,
     winner_roles_of,
     winners,
 )
@@ -120,8 +121,10 @@ def winner_header(label: str, record: TrialRecord, requests: int | None,
                   study: str | None = None, *, cite_trial: bool = True) -> str:
     """The summary line an export starts with: which trial (``cite_trial``), what it predicts,
     from what."""
-    where = f" of study {study!r}" if study else ""
-    which = f" (trial #{record.number}{where})" if cite_trial else ""
+    ref = trial_ref(record)  # an engine's defaults outside the space: no trial number
+    where = ("" if not study else f" of study {study!r}" if ref.startswith("trial ")
+             else f", which the space of study {study!r} does not hold")
+    which = f" ({ref}{where})" if cite_trial else ""
     job = f" for {requests} requests" if requests else ""
     return (f"{label} config found by tuner{which}: predicted makespan "
             f"{fmt_duration(record.makespan_s)}, {fmt_usd(record.cost_usd)}{job} "
@@ -216,7 +219,7 @@ def export_text(fmt: str, record: TrialRecord, model: ModelSpec, gpus: dict[str,
     name its requests use); `engine_version`: the vLLM release searched (None: the newest)."""
     config = record.config
     if config.gpu not in gpus:
-        raise TunerError(f"GPU {config.gpu!r} of trial #{record.number} is not in the GPU "
+            raise TunerError(f"GPU {config.gpu!r} of {trial_ref(record)} is not in the GPU "
                          "catalog; pass the --gpu-file the search used.")
     chat = chat_checkpoint(model)
     if chat and not (workload_path and workload_path != STDIN_NAME

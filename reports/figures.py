@@ -20,6 +20,7 @@ from plotly.subplots import make_subplots
 from tuner.core.units import as_finite, duration_unit
 from tuner.search.constraints import plan_label
 from tuner.search.fleet import beaten_by_mix
+from tuner.search.records import trial_ref
 
 if TYPE_CHECKING:
     from tuner.reports.context import ReportContext
@@ -152,7 +153,7 @@ def pareto_figure(ctx: ReportContext, trials: dict[int, TrialRecord],
     usd = usd_hover([t.cost_usd for t in feasible] + [f["cost_usd"] for f in fleets])
     # the plan (GPU count, TP x DP, engine) first: two dots of one GPU type differ mostly there
     hover = "<br>".join(
-        ["<b>%{customdata[0]}</b> trial #%{customdata[1]}: %{customdata[2]}",
+        ["<b>%{customdata[0]}</b> %{text}: %{customdata[2]}",
          f"simulated makespan %{{x:.3g}} {unit}, job $%{{y:{usd}}}"]
         + [f"{f} %{{customdata[{i + 3}]}}" for i, f in enumerate(HOVER_FIELDS)]
     ) + "<extra></extra>"
@@ -163,6 +164,8 @@ def pareto_figure(ctx: ReportContext, trials: dict[int, TrialRecord],
             y=[t.cost_usd for t in ts],
             customdata=[[esc(t.gpu), t.number, esc(plan_label(t.config))]
                         + [esc(getattr(t.config, f, "")) for f in HOVER_FIELDS] for t in ts],
+            # 'trial #12', or "vLLM's defaults": an engine's defaults outside the space (-1, ...)
+            text=[esc(trial_ref(t)) for t in ts],
         )
 
     gpu_names = list(dict.fromkeys([*colors, *(t.gpu for t in feasible)]))
@@ -302,8 +305,11 @@ def workload_figure(prompt: np.ndarray, output: np.ndarray) -> go.Figure | None:
 
 
 def role_label(entry: dict) -> str:
+    """'#12 A40 (overall fastest)'; an entry's "tag" in place of '#N' where the views gave one
+    ("vLLM's defaults": an engine's defaults outside the space, no trial)."""
     roles = entry.get("roles") or []
-    return f"#{entry['trial']} {entry.get('gpu', '')}" + (f" ({roles[0]})" if roles else "")
+    tag = entry.get("tag") or f"#{entry['trial']}"
+    return f"{tag} {entry.get('gpu', '')}" + (f" ({roles[0]})" if roles else "")
 
 
 def timeline_figure(timelines: list[dict], colors: dict[str, str]) -> go.Figure | None:
@@ -412,10 +418,11 @@ def slices_figure(slices: dict[str, list[dict]], colors: dict[str, str]) -> go.F
                 showlegend=gpu not in legend_done,
                 x=[esc(r["value"]) for r in rs], y=[r["makespan_s"] / div for r in rs],
                 customdata=[[r["trial"], r["cost_usd"], r["n"]] for r in rs],
+                text=[esc(r.get("ref") or f"trial #{r['trial']}") for r in rs],
                 marker=dict(color=colors.get(gpu, PALETTE[-1]), size=8),
                 line=dict(color=colors.get(gpu, PALETTE[-1]), width=1.5),
                 hovertemplate=f"{esc(gpu)}, {esc(knob)}=%{{x}}: best %{{y:.3g}} {unit}, "
-                              f"$%{{customdata[1]:{usd}}} (trial #%{{customdata[0]}}, "
+                              f"$%{{customdata[1]:{usd}}} (%{{text}}, "
                               "%{customdata[2]} feasible trials)<extra></extra>"),
                 row=row, col=col)
             legend_done.add(gpu)
@@ -438,7 +445,8 @@ def limit_figure(rows: list[dict]) -> go.Figure | None:
     if not rows:
         return None
     unit, div = duration_unit(max(r["makespan_s"] for r in rows))
-    labels = [esc(f"#{r['number']} {r['gpu']} ({r['roles'][0]})") for r in rows]
+    labels = [esc(f"{r.get('tag') or '#' + str(r['number'])} {r['gpu']} ({r['roles'][0]})")
+              for r in rows]
     fig = go.Figure()
     fig.add_trace(go.Bar(
         orientation="h", name="physical limit T<sub>o</sub>", y=labels,

@@ -50,6 +50,7 @@ from tuner.search.records import (
     search_stats,
     study_constraints,
     trial_records,
+    trial_ref,
     winners,
 )
 from tuner.search.spot import attach as spot_attach
@@ -346,11 +347,11 @@ def engine_verdicts(records: list[TrialRecord]) -> list[str]:
     for engine, d in per.items():
         f, c = by_num[d["fastest"]], by_num[d["cheapest"]]
         says = [f"fastest {plan_label(f.config)} {fmt_duration(f.makespan_s)} "
-                f"{fmt_usd(f.cost_usd)} (trial #{f.number}"
+                f"{fmt_usd(f.cost_usd)} ({trial_ref(f)}"
                 + (f", {describe_gain(f.baseline)}" if f.baseline else "") + ")"]
         if c.number != f.number:
             says.append(f"cheapest {plan_label(c.config)} {fmt_duration(c.makespan_s)} "
-                        f"{fmt_usd(c.cost_usd)} (trial #{c.number}"
+                        f"{fmt_usd(c.cost_usd)} ({trial_ref(c)}"
                         + (f", {describe_gain(c.baseline)}" if c.baseline else "") + ")")
         parts.append(f"{engine_name(engine)}: {'; '.join(says)}")
     return ["Best per engine — " + ". ".join(parts) + "."]
@@ -456,8 +457,8 @@ def startup_note(records: list[TrialRecord]) -> str | None:
         return None
     return ("Start-up: every makespan and job $ include each replica's engine start-up before "
             "its first step (replicas start at once, and every rented GPU is paid for it); the "
-            "physical limit T_o includes the same start-up. Fastest plan (trial "
-            f"#{r.number}): {st['description']}. --startup-s S sets it (0: the schedule alone).")
+            "physical limit T_o includes the same start-up. Fastest plan "
+            f"({trial_ref(r)}): {st['description']}. --startup-s S sets it (0: the schedule alone).")
 
 
 def too_long_note(info: dict) -> str:
@@ -532,7 +533,7 @@ def constraint_verdicts(study: optuna.Study, records: list[TrialRecord],
                    f"{c.num_gpus} x {best.gpu} ({'SGLang, ' if c.engine == 'sglang' else ''}"
                    f"{parallel_label(c)})"
                    f": {fmt_duration(best.makespan_s)}, {fmt_usd(best.cost_usd)} "
-                   f"(trial #{best.number}).")
+                   f"({trial_ref(best)}).")
     verdict = quantization_verdict(records, limits.goal if limits.on_figures else "cheapest",
                                    fmt_usd, beside)
     if verdict:
@@ -551,7 +552,8 @@ def _winner_yaml(snippets: dict, records: dict) -> Exports:
         text = snippets[goal]["formats"].get(fmt)
         if text is None:  # refused for the plan (e.g. flags its vLLM release lacks): say why
             why = (snippets[goal].get("skipped") or {}).get(fmt, "not written")
-            text = f"# The {fmt} export of trial #{snippets[goal]['trial']} is not written: {why}.\n"
+            ref = trial_ref(records[snippets[goal]["trial"]])
+            text = f"# The {fmt} export of {ref} is not written: {why}.\n"
         return text
 
     return Exports(primary("fastest"), primary("cheapest"))

@@ -24,6 +24,8 @@ from tuner.search.records import (
     Metrics,
     TrialRecord,
     cost_models_by_engine,
+    trial_ref,
+    trial_tag,
     winner_roles_of,
 )
 
@@ -113,8 +115,8 @@ def _memory_rows(ctx: ReportContext, trials: dict[int, TrialRecord]) -> list[dic
         a = as_finite(mem.activation_bytes) or 0.0
         kv = as_finite(mem.kv_bytes) or 0.0
         rows.append(dict(
-            number=num, gpu=t.gpu, roles=roles,
-            label=f"#{num} {t.gpu} ({roles[0]})",
+            number=num, tag=trial_tag(t), gpu=t.gpu, roles=roles,
+            label=f"{trial_tag(t)} {t.gpu} ({roles[0]})",
             total=total, usable=as_finite(mem.usable_bytes), weights=w, activations=a, kv=kv,
             free=max(total - w - a - kv, 0.0),
             kv_capacity_tokens=mem.kv_capacity_tokens,
@@ -151,7 +153,7 @@ def _slices(trials: dict[int, TrialRecord]) -> dict[str, list[dict]]:
             cur = best.get(key)
             if cur is None or (t.makespan_s, t.cost_usd, t.number) < \
                     (cur["makespan_s"], cur["cost_usd"], cur["trial"]):
-                best[key] = dict(value=value, gpu=t.gpu, trial=t.number,
+                best[key] = dict(value=value, gpu=t.gpu, trial=t.number, ref=trial_ref(t),
                                  makespan_s=t.makespan_s, cost_usd=t.cost_usd)
         rows = [dict(r, n=count[k]) for k, r in best.items()]
         rows.sort(key=lambda r: (sort_key(r["value"]), r["gpu"]))
@@ -168,7 +170,7 @@ def _limit_rows(ctx: ReportContext, trials: dict[int, TrialRecord],
         m = t.metrics or Metrics()
         ms, lb = as_finite(m.makespan_s), as_finite(m.lower_bound_s)
         rows.append(dict(
-            number=r[0], gpu=t.gpu, roles=r[1],
+            number=r[0], tag=trial_tag(t), ref=trial_ref(t), gpu=t.gpu, roles=r[1],
             color=colors.get(t.gpu, PALETTE[-1]), makespan_s=ms, lower_bound_s=lb,
             fraction=(lb / ms) if lb is not None and ms else None,
             makespan=fmt_duration(ms), limit=fmt_duration(lb),
@@ -180,6 +182,7 @@ def _limit_rows(ctx: ReportContext, trials: dict[int, TrialRecord],
 
 def _validation_rows(ctx: ReportContext) -> list[dict]:
     rows = []
+    trials = ctx.by_number
     for v in ctx.validation or []:
         pred, meas = float(v["predicted_s"]), float(v["measured_s"])
         err = (pred - meas) / meas if meas > 0 else None
@@ -191,7 +194,8 @@ def _validation_rows(ctx: ReportContext) -> list[dict]:
         note = v.get("note") or ("; ".join(str(n) for n in notes)
                                  if isinstance(notes, list) else str(notes or ""))
         rows.append(dict(
-            trial=f"#{trial}" if trial is not None else "—", gpu=v["config"].get("gpu", "—"),
+            trial=("—" if trial is None else trial_tag(trials[trial]) if trial in trials
+                   else f"#{trial}"), gpu=v["config"].get("gpu", "—"),
             summary=config_summary(v["config"]), runner=runner,
             predicted_s=pred, measured_s=meas, error=err, predicted=fmt_duration(pred),
             measured=fmt_duration(meas),
@@ -235,6 +239,16 @@ def fmt_usd_mtok(x: Any) -> str:
     return fmt_usd(x)
 
 
+def fmt_usd_column(values: Any) -> list[str]:
+    """A table column of $ figures at one number of decimals: four for all where any is below
+    $1 (fmt_usd's cents), else fmt_usd's two. "$1.05" over "$0.1993" reads as two roundings;
+    "$1.0512" over "$0.1993" is the same figure as a sentence's "$1.05", with more digits. The
+    terminal's tables (tuner.cli.search) format their $ columns with this too."""
+    vals = [as_finite(v) for v in values]
+    small = any(v is not None and abs(v) < 1 for v in vals)
+    return [fmt_usd(v) if v is None or not small else f"${v:,.4f}" for v in vals]
+
+
 def fmt_sig(x: Any, digits: int = 3) -> str:
     """A ratio such as QPS per $/h with `digits` significant figures: two decimals would round
     0.0155 to 0.02 beside a 0.0079 (fmt_float's small-value branch), a 29 % change."""
@@ -248,6 +262,8 @@ def gain_text(t: TrialRecord) -> str:
     """'1.61x faster, 38 % cheaper' than vLLM's defaults on the same GPUs ('—': not run)."""
     from tuner.search.baseline import describe_gain
 
+    if t.engine_defaults:  # the plan is the defaults it would be compared with
+        return "same plan"
     if t.baseline is None:
         return "—"
     return re.sub(r" than \w+'s defaults$", "", describe_gain(t.baseline))
@@ -258,7 +274,8 @@ def _row(t: TrialRecord, pick: str) -> dict:
     ms, lb = as_finite(m.makespan_s), as_finite(m.lower_bound_s)
     peak = as_finite(m.peak_kv_fraction)
     return dict(
-        gpu=t.gpu, pick=pick, number=t.number, summary=config_summary(t.config),
+        gpu=t.gpu, pick=pick, number=t.number, tag=trial_tag(t),
+        summary=config_summary(t.config),
         makespan=fmt_duration(ms), cost=fmt_usd(m.cost_usd),
         usd_per_1k=fmt_usd(m.usd_per_1k_requests), qps=fmt_float(m.qps),
         usd_per_mtok=fmt_usd_mtok(m.cost_per_million_tokens()), vs_defaults=gain_text(t),
@@ -274,7 +291,8 @@ def _winner_card(trials: dict[int, TrialRecord], n: int | None) -> dict | None:
         return None
     t = trials[n]
     count = t.config.num_gpus
-    return dict(gpu=t.gpu, number=n, label=f"{count} × {t.gpu}" if count > 1 else t.gpu,
+    return dict(gpu=t.gpu, number=n, ref=trial_ref(t),
+                label=f"{count} × {t.gpu}" if count > 1 else t.gpu,
                 makespan=fmt_duration(t.makespan_s), cost=fmt_usd(t.cost_usd),
                 usd_per_mtok=fmt_usd_mtok((t.metrics or Metrics()).cost_per_million_tokens()),
                 vs_defaults=gain_text(t), summary=config_summary(t.config),
@@ -317,6 +335,13 @@ def _best_table(ctx: ReportContext, trials: dict[int, TrialRecord], gpu_names: l
         else:
             table.append(_row(trials[picks.fastest], "fastest"))
             table.append(_row(trials[picks.cheapest], "cheapest"))
+    for key, figure in (("cost", "cost_usd"), ("usd_per_1k", "usd_per_1k_requests"),
+                        ("usd_per_mtok", None)):  # each $ column at one number of decimals
+        ms = [trials[r["number"]].metrics or Metrics() for r in table]
+        cells = fmt_usd_column([m.cost_per_million_tokens() if figure is None
+                                else getattr(m, figure) for m in ms])
+        for r, cell in zip(table, cells, strict=True):
+            r[key] = cell
     for r in table:
         r["overall"] = [k for k in GOALS if ctx.winners.of(k) == r["number"]]
         r["color"] = colors.get(r["gpu"], PALETTE[-1])
@@ -341,7 +366,7 @@ def _figures(ctx: ReportContext, trials: dict[int, TrialRecord], colors: dict[st
         "pareto": fig_json(figures.pareto_figure(ctx, trials, colors)),
         "deadline": fig_json(figures.deadline_figure(trials, colors, ctx.deadline_s)),
         "limit": fig_json(figures.limit_figure(rows["limit"])),
-        "timeline": fig_json(figures.timeline_figure(ctx.timelines or [], colors)),
+        "timeline": fig_json(figures.timeline_figure(rows["timelines"], colors)),
         "importance": fig_json(figures.importance_figure(ctx.importances or {})),
         "slices": fig_json(figures.slices_figure(rows["slices"], colors)),
         "memory": fig_json(figures.memory_figure(rows["memory"])),
@@ -377,8 +402,9 @@ def _fleet_view(ctx: ReportContext, trials: dict[int, TrialRecord],
         parts = [{"gpu": p["gpu"], "color": colors.get(p["gpu"], "#888"),
                   "gpus": f"{p['count']} ({p['tp']} x {p['dp']})",
                   "requests": f"{p['requests']:,} ({100 * p['requests'] / n:.0f} %)",
-                  "finish": fmt_duration(p["makespan_s"]), "cost": fmt_usd(p["cost_usd"])}
-                 for p in f["parts"]]
+                  "finish": fmt_duration(p["makespan_s"]), "cost": cost}
+                 for p, cost in zip(f["parts"], fmt_usd_column(p["cost_usd"] for p in f["parts"]),
+                                    strict=True)]
         alone = []
         for g in dict.fromkeys(p["gpu"] for p in f["parts"]):
             best = min((t for t in singles if t.gpu == g), default=None,
@@ -403,7 +429,11 @@ def view(ctx: ReportContext) -> dict:
     fastest = _winner_card(trials, ctx.winners.fastest)
     cheapest = _winner_card(trials, ctx.winners.cheapest)
     infeasible = [t for t in trials.values() if not t.feasible]
+    # the winners' timelines, each with its trial's tag ("vLLM's defaults": no trial number)
+    timelines = [dict(t, tag=trial_tag(trials[t["trial"]])) if t.get("trial") in trials else t
+                 for t in ctx.timelines or []]
     rows = dict(limit=_limit_rows(ctx, trials, colors), slices=_slices(trials),
+                timelines=timelines,
                 memory=_formatted_memory_rows(ctx, trials), validation=_validation_rows(ctx),
                 prompt=_as_lengths(ctx.workload.prompt_tokens, "workload.prompt_tokens"),
                 output=_as_lengths(ctx.workload.output_tokens, "workload.output_tokens"))
@@ -420,7 +450,7 @@ def view(ctx: ReportContext) -> dict:
         per_gpu_lines=_per_gpu_lines(ctx, trials, gpu_names, colors),
         table=_best_table(ctx, trials, gpu_names, colors), mem_rows=rows["memory"],
         fleets=_fleet_view(ctx, trials, colors),
-        limit_rows=rows["limit"], timelines=_timeline_view(ctx.timelines or []),
+        limit_rows=rows["limit"], timelines=_timeline_view(timelines),
         importances=_importance_view(ctx.importances),
         slice_knobs=list(rows["slices"]), validation=rows["validation"],
         validation_mean_error=fmt_pct(sum(val_errors) / len(val_errors)) if val_errors else "—",
@@ -450,10 +480,16 @@ def _front_counts(ctx: ReportContext, trials: dict[int, TrialRecord]) -> dict:
 
 
 def _trial_range(trials: dict[int, TrialRecord]) -> str:
-    if not trials:
-        return "—"
-    lo, hi = min(trials), max(trials)
-    return f"#{lo}" if lo == hi else f"#{lo}–#{hi}"
+    """'#0–#41', and the engines' defaults outside the space beside them (numbered -1, -2, ...:
+    no trial, so not in the range)."""
+    numbers = [n for n, t in trials.items() if trial_tag(t).startswith("#")]
+    others = list(dict.fromkeys(trial_tag(t) for t in trials.values()
+                                if not trial_tag(t).startswith("#")))
+    if not numbers:
+        return " and ".join(others) or "—"
+    lo, hi = min(numbers), max(numbers)
+    span = f"#{lo}" if lo == hi else f"#{lo}–#{hi}"
+    return span + "".join(f", and {o} outside the space" for o in others)
 
 
 PROVENANCE_LABELS = {  # Provenance.kind -> how the report names that source
@@ -552,6 +588,12 @@ def fmts_primary(snip: dict) -> str:
     return "vllm" if "vllm" in (snip.get("formats") or {}) else "sglang"
 
 
+def _ref_of(ctx: ReportContext, num: int | None) -> str:
+    """'trial #12' (or "vLLM's defaults") of a trial number of the context."""
+    t = ctx.by_number.get(num) if num is not None else None
+    return trial_ref(t) if t is not None else f"trial #{num}"
+
+
 def _export_view(ctx: ReportContext) -> list[dict]:
     """[{'title', 'trial', 'formats': [{'key', 'name', 'how', 'text', 'id', 'open'}],
     'skipped': [{'name', 'why'}]}]."""
@@ -574,7 +616,8 @@ def _export_view(ctx: ReportContext) -> list[dict]:
             # the formats not written for this plan, and why (tuner.exports.export_refusal)
             skipped = [dict(name=_format_info(key)[0], why=why)
                        for key, why in (snip.get("skipped") or {}).items()]
-            blocks.append(dict(title=title, trial=snip.get("trial"), formats=fmts,
+            num = snip.get("trial")
+            blocks.append(dict(title=title, trial=num, ref=_ref_of(ctx, num), formats=fmts,
                                skipped=skipped))
         return blocks
     yaml = {"fastest": ctx.exports.fastest_engine_config, "cheapest": ctx.exports.cheapest_engine_config}
@@ -585,7 +628,7 @@ def _export_view(ctx: ReportContext) -> list[dict]:
         name, how = _format_info("vllm")
         blocks.append(dict(
             title="Fastest and cheapest" if same else which.capitalize(),
-            trial=ctx.winners.of(which),
+            trial=ctx.winners.of(which), ref=_ref_of(ctx, ctx.winners.of(which)),
             formats=[dict(key="vllm", name=name, how=how, text=yaml[which],
                           id=f"yaml-{which}", open=True)], skipped=[]))
     return blocks

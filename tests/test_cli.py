@@ -477,7 +477,7 @@ def test_search_summary_fits_100_columns(monkeypatch, tmp_path):
             cfg = [cells[col] for cells in row if cells[col]]
             assert 1 <= len(cfg) <= 2, (title, cfg)
             assert re.match(r"TP\d+×DP\d+ .*chunk \d+ R \d+", " ".join(cfg)), cfg
-    assert "KV cap tokens" in text and "% of limit" in text  # moved, not lost
+    assert "KV cap tokens" in text and "of physical limit" in text  # moved, not lost
 
 
 def test_search_progress_shows_the_time_left():

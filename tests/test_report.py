@@ -470,7 +470,8 @@ def test_extras_figures_and_traceability(full_ctx, full):
             assert min(u["metrics"]["makespan_s"] for u in same) == pytest.approx(
                 t["metrics"]["makespan_s"]) and n >= 1
             assert y > 0
-        assert "trial #" in tr["hovertemplate"]
+        assert "%{text}" in tr["hovertemplate"]  # "trial #N" (or an engine's defaults)
+        assert all(s.startswith("trial #") for s in tr["text"])
     # importances: both objectives, every knob
     imp = figs["importance"]["data"]
     assert len(imp) == 2 and set(imp[0]["y"]) == set(full_ctx["importances"]["makespan_s"]

@@ -118,6 +118,7 @@ def export_cmd(
         winner_header,
     )
     from tuner.search import load_study
+    from tuner.search.records import trial_ref
 
     if fleet is not None:
         return _export_fleet(fleet, study, storage, out, output, workload, gpu_file,
@@ -151,7 +152,7 @@ def export_cmd(
         raise TunerError("--max-model-len must be >= 1.")
     refusal = prefill_budget_refusal(rec.config, max_model_len)
     if refusal:
-        raise TunerError(f"--max-model-len {max_model_len}, trial #{rec.number}: {refusal}; "
+        raise TunerError(f"--max-model-len {max_model_len}, {trial_ref(rec)}: {refusal}; "
                          f"pass --max-model-len {rec.config.chunk_size} or less.")
     label = goal if rank == 1 else f"rank {rank} {goal}"
     extra = {"trial": rec.number, "goal": goal, "rank": rank, "study": st.study_name,
@@ -178,12 +179,15 @@ def export_cmd(
         sys.stdout.write(text)
         return
     _write(output, text)
-    typer.echo(f"wrote {output}: trial #{rec.number} ({label}, {rec.gpu})", err=True)
+    typer.echo(f"wrote {output}: {trial_ref(rec)} ({label}, {rec.gpu})", err=True)
 
 
 def _parser_check(fmt: str, text: str):
     """check_export_detail, saying first why the export waits: importing vLLM to run its
-    parser takes seconds (about 20 s for vLLM 0.32 on a 2-core machine)."""
+    parser takes seconds (about 20 s for vLLM 0.32 on a 2-core machine). vLLM refusing the
+    arguments stops the export (one line, exit 2); the check itself failing to run (vLLM's
+    import or parser crashing for a reason of its own, a timeout) is no verdict on the export:
+    it is written, with one line saying it was not checked and why (None)."""
     from tuner.exports.common import engine_python
     from tuner.exports.formats import EXPORTERS, check_export_detail
 
@@ -195,7 +199,20 @@ def _parser_check(fmt: str, text: str):
         return None
     typer.echo(f"checking the {fmt} export's engine arguments with vLLM's own parser "
                f"({python}; importing vLLM takes a while) ...", err=True)
-    return check_export_detail(fmt, text, python=python)
+    try:
+        return check_export_detail(fmt, text, python=python)
+    except TunerError as exc:
+        if str(exc).startswith(REFUSED):  # the arguments are wrong: nothing is written
+            raise
+        first = (str(exc).strip().splitlines() or ["no message"])[0]
+        typer.echo(f"warning: not checked: vLLM's argument check could not run, so the "
+                   f"{fmt} export is written unchecked ({first})", err=True)
+        return None
+
+
+#: how tuner.exports.formats.check_export_detail starts the error of vLLM refusing an
+#: export's arguments (any other error of the check is the check failing to run)
+REFUSED = "vLLM refuses "
 
 
 def _export_fleet(k: int, study: str | None, storage: str | None, out: Path | None,

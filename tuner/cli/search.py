@@ -427,9 +427,11 @@ def _announce(job: _SearchInputs, settings, workload_name: str, workers: int) ->
     how = ("every configuration, full workload" if settings.exhaustive else
            f"{settings.n_trials} trials, {sname}, candidates first on a {n_s}-request sample"
            if n_s < n else f"{settings.n_trials} trials, {sname}")
+    knobs = searched_knobs(job.space)
     err.print(f"[bold]Searching[/] {n} requests of {escape(workload_name)} on "
-              f"{job.model.name}: {', '.join(job.gpus)} x {', '.join(job.space.knobs)} "
-              f"({size:,} configurations), {how}, study {escape(repr(settings.study_name))} in "
+              f"{job.model.name}: {', '.join(job.gpus)}"
+              + (f" x {', '.join(knobs)}" if knobs else "") +
+              f" ({size:,} configurations), {how}, study {escape(repr(settings.study_name))} in "
               f"{escape(mask_secrets(settings.storage))}" + (f", {workers} workers" if workers > 1 else "")
               + _constraint_words(settings.constraints))
     if note := shape_note(job.model):
@@ -437,6 +439,13 @@ def _announce(job: _SearchInputs, settings, workload_name: str, workers: int) ->
     for note in job.space_notes or []:
         err.print(f"[dim]{escape(note)}[/]")
     return size if settings.exhaustive else settings.n_trials
+
+
+def searched_knobs(space) -> list[str]:
+    """The knobs the search varies: a knob the space (as the search runs it) gives one value,
+    e.g. `engine` under --engines vllm or `tp: [1]`, is held, not searched."""
+    return [k for k, v in space.knobs.items()
+            if not isinstance(v, list | tuple) or len(dict.fromkeys(map(str, v))) > 1]
 
 
 def check_timeout(timeout: float | None) -> None:
@@ -591,6 +600,12 @@ def _print_gain(f, c) -> None:
 
     for goal, r in (("fastest", f), ("cheapest", c)) if f.number != c.number else \
             (("fastest and cheapest", f),):
+        if r.engine_defaults:  # the plan is its engine's defaults: nothing to compare with
+            out.print(f"  {goal}: {plan_label(r.config)}, "
+                      f"{fmt_usd(r.metrics.cost_per_million_tokens())} per 1M tokens (input + "
+                      f"output); the plan is {engine_name(r.config.engine)}'s defaults.",
+                      markup=False, highlight=False)
+            continue
         b = r.baseline or {}
         base = (b.get("metrics") or {})
         # both sides named: the same GPU type, count and precision (tuner.search.baseline)
@@ -604,12 +619,14 @@ def _print_gain(f, c) -> None:
 
 
 def _gain_cell(r) -> str:
-    """'1.26x, -21% $': speed-up and $ change against the plan's engine's defaults (vLLM's or
-    SGLang's) on the same GPUs."""
-    g = (r.baseline or {}).get("gain")
-    if g is None:
-        return "defaults can't run" if r.baseline else "—"
-    return f"{g['speedup']:.2f}x, {round(100 * (g['cost_ratio'] - 1)):+d}% $"  # no "-0%"
+    """'1.26x faster, 21 % cheaper' against the plan's engine's defaults (vLLM's or SGLang's)
+    on the same GPUs: the words of the line above the tables and of the report
+    (tuner.reports.views.gain_text), 'same plan' where the plan is those defaults."""
+    from tuner.reports.views import gain_text
+
+    if r.baseline is not None and r.baseline.get("gain") is None and not r.engine_defaults:
+        return "defaults can't run"  # the reason: in the report and results.json
+    return gain_text(r)
 
 
 def _best_table(ctx, by_num, knobs):
@@ -621,22 +638,37 @@ def _best_table(ctx, by_num, knobs):
             for goal in ("fastest", "cheapest")]
     ms = [r.metrics for _, _, r in rows]
     keys = [Column("GPU", [g for g, _, _ in rows]), Column("goal", [k for _, k, _ in rows])]
+    from tuner.reports.views import fmt_usd_column  # the report's $ columns read the same
+
     cols = [Column("makespan", [fmt_duration(m.makespan_s) for m in ms]),
-            Column("$ job", [fmt_usd(m.cost_usd) for m in ms]),
-            Column("$/1k req", [fmt_usd(m.usd_per_1k_requests) for m in ms], level=2, drop=5),
-            Column("$/1M tok", [fmt_usd(m.cost_per_million_tokens()) for m in ms], level=1, drop=2),
+            Column("$ job", fmt_usd_column(m.cost_usd for m in ms)),
+            Column("$/1k req", fmt_usd_column(m.usd_per_1k_requests for m in ms), level=2,
+                   drop=5),
+            Column("$/1M tok", fmt_usd_column(m.cost_per_million_tokens() for m in ms), level=1,
+                   drop=2),
             Column("vs defaults", [_gain_cell(r) for _, _, r in rows], level=1),
             Column("KV cap tokens", [f"{m.kv_capacity_tokens:,}" for m in ms], level=2),
             Column("max conc. req", [f"{m.max_concurrent_requests:.0f}" for m in ms],
                    level=2, drop=4),
             Column("peak KV", [f"{100 * m.peak_kv_fraction:.0f}%" for m in ms], level=2),
             Column("preempt", [f"{m.preemptions:,}" for m in ms], level=2, drop=3),
-            Column("% of limit", [f"{100 * m.limit_fraction:.0f}%" for m in ms], level=2)]
+            # not part of the "why": how near the plan gets to what its GPUs allow at all
+            Column(LIMIT_TITLE, [f"{100 * m.limit_fraction:.0f}%" for m in ms], level=2,
+                   note=LIMIT_NOTE)]
     why = "why: memory plan -> KV capacity -> concurrency"
-    return fitted_tables(f"Best config per GPU ({why})", keys, cols,
-                         [config_tokens(r.config.to_dict(), knobs) for _, _, r in rows], out.width,
-                         config_at=5, split_titles=("Best config per GPU",
-                                                    f"Best config per GPU, continued ({why})"))
+    return fitted_tables(f"Best config per GPU ({why}; and how near the physical limit)", keys,
+                         cols, [config_tokens(r.config.to_dict(), knobs) for _, _, r in rows],
+                         out.width, config_at=5,
+                         split_titles=("Best config per GPU", f"Best config per GPU, continued "
+                                       f"({why}; and how near the physical limit)"))
+
+
+#: the best table's last column, named and explained as the report names it
+#: (reports/templates/report.html.j2, "of physical limit")
+LIMIT_TITLE = "of physical limit"
+LIMIT_NOTE = ("of physical limit = the physical lower bound on the makespan (the larger of its "
+              "compute-bound and memory-bound time) / the predicted makespan; 100% would be "
+              "perfect")
 
 
 def _pareto_table(ctx, by_num, knobs, fleets=()):
@@ -644,6 +676,7 @@ def _pareto_table(ctx, by_num, knobs, fleets=()):
     both makespan and $, and the mixes (results.json's "fleets", `tuner export --fleet K`)."""
     from tuner.cli.tables import Column, config_tokens, fitted_tables
     from tuner.core.pricing import usd_per_million_tokens
+    from tuner.reports.views import fmt_usd_column
     from tuner.search.fleet import beaten_by_mix
 
     singles = [by_num[n] for n in ctx.pareto]
@@ -662,8 +695,8 @@ def _pareto_table(ctx, by_num, knobs, fleets=()):
     rows.sort(key=lambda row: (row[0], row[3]))
     keys = [Column("trial", [row[1] for row in rows]), Column("GPU", [row[2] for row in rows])]
     cols = [Column("makespan", distinct_durations([row[0] for row in rows])),
-            Column("$ job", [fmt_usd(row[3]) for row in rows]),
-            Column("$/1M tok", [fmt_usd(row[4]) for row in rows], level=1),
+            Column("$ job", fmt_usd_column(row[3] for row in rows)),
+            Column("$/1M tok", fmt_usd_column(row[4] for row in rows), level=1),
             Column("vs defaults", [row[5] for row in rows], level=1)]
     mixes = len(fleets)
     title = (f"Pareto front: makespan vs $ ({len(rows)} points"

@@ -539,8 +539,9 @@ def simulate(
            if summary["price_caveat"] else ""))
     if res.machines:
         t.add_row("machines", res.machines["description"])
-    t.add_row("$ per 1k requests", f"${res.usd_per_1k_requests:.3f}")
-    t.add_row("$ per 1M tokens (input + output)", f"${res.usd_per_million_tokens:.4f}")
+    # rounded as `tuner search` and the report round the same figures (fmt_usd)
+    t.add_row("$ per 1k requests", fmt_usd(res.usd_per_1k_requests))
+    t.add_row("$ per 1M tokens (input + output)", fmt_usd(res.usd_per_million_tokens))
     if res.rental:
         t.add_row("billing", res.rental.note)
     sp = summary.get("spot")

@@ -104,6 +104,9 @@ class Column:
     level: int = 0
     # where the second table is still too wide, the columns with the highest `drop` go first
     drop: int = 0
+    # what the column's figure is, where its title alone cannot say: printed once, under the
+    # table that holds the column (its caption)
+    note: str = ""
 
     @property
     def width(self) -> int:
@@ -118,7 +121,8 @@ def table_width(widths: Iterable[int]) -> int:
 
 def _table(title: str | None, columns: list[Column], config: tuple[str, list[str]] | None,
            at: int) -> Table:
-    t = Table(title=title)
+    notes = [c.note for c in columns if c.note]
+    t = Table(title=title, caption="; ".join(notes) or None, caption_justify="left")
     for c in columns[:at]:
         t.add_column(c.title, justify=c.justify, no_wrap=True)
     if config is not None:

@@ -235,6 +235,18 @@ def write_validation(out_dir: Path, records: list[dict]) -> Path:
     return write_atomic(path, json.dumps(jsonable(doc), indent=1) + "\n")
 
 
+def _trial_cell(trial, config: dict | None) -> str:
+    """A run's trial number as printed; an engine's defaults outside the search's space are no
+    trial (numbered -1, -2, ...: tuner.search.records.trial_tag): "vLLM's defaults"."""
+    from tuner.core.config import engine_name
+
+    if trial is None:
+        return "—"
+    if isinstance(trial, int) and trial < 0:
+        return f"{engine_name((config or {}).get('engine'))}'s defaults"
+    return str(trial)
+
+
 def _fmt_pct(x: float | None) -> str:
     return "—" if x is None else f"{x:+.1f} %"
 
@@ -413,7 +425,9 @@ def _run_chosen(chosen: list, w, spec, cat: dict, *, runner: str, prof, mode: st
         g = get_gpu(config.gpu, cat)
         base = base_cost_model(g, config)
         cal = load_calibration(g.name, spec.name, store)
-        label = f"trial {trial}" if trial is not None else f"config {i}"
+        cell = _trial_cell(trial, cfg_dict)
+        label = (f"config {i}" if trial is None else cell if cell.endswith("defaults")
+                 else f"trial {cell}")
         if not quiet:
             err.print(f"[bold]{label}[/] ({i}/{len(chosen)}): chunk {config.chunk_size}, "
                       f"R_max {config.max_running} on {g.name} with {runner} ...",
@@ -446,7 +460,7 @@ def _print_validation(records_out: list[dict], summary: dict, path: Path, *, run
         t.add_column(col, justify="right")
     for r in records_out:
         c = r["config"]
-        t.add_row("—" if r["trial"] is None else str(r["trial"]), c["gpu"], str(c["chunk_size"]),
+        t.add_row(_trial_cell(r["trial"], c), c["gpu"], str(c["chunk_size"]),
                   str(c["max_running"]), fmt_s(r["predicted_s"]), fmt_s(r["measured_s"]),
                   _fmt_pct(r["error_pct"]), fmt_s(r["predicted_calibrated_s"]),
                   _fmt_pct(r["error_calibrated_pct"]),
@@ -458,7 +472,9 @@ def _print_validation(records_out: list[dict], summary: dict, path: Path, *, run
 
     for r in records_out:
         if r.get("schedule"):
-            who = f"trial {r['trial']}" if r["trial"] is not None else "config"
+            cell = _trial_cell(r["trial"], r["config"])
+            who = ("config" if r["trial"] is None else cell if cell.endswith("defaults")
+                   else f"trial {cell}")
             outc.print(f"schedule {who}: {escape(summary_line(r['schedule']))}", highlight=False)
     med = summary["median_abs_error_pct"]
     line = f"median |error| {med:.1f} % over {len(records_out)} run(s)"
@@ -750,7 +766,7 @@ def _print_calibration(cal, sel: _Selection, path: Path, notes: list[str]) -> No
     loo = cal.error_loo_pct or [None] * len(sel.runs)
     for i, r in enumerate(sel.runs):
         c = r.get("config") or {}
-        run = (str(r["trial"]) if r.get("trial") is not None
+        run = (_trial_cell(r["trial"], c) if r.get("trial") is not None
                else Path(str(r["source"])).name if r.get("source") else str(i))
         t.add_row(run, _engine_short(r.get("engine")), str(c.get("chunk_size", "")),
                   str(c.get("max_running", "")), fmt_s(float(r["measured_s"])),

@@ -336,6 +336,8 @@ def is_quantized(config) -> bool:
 
 def no_plan_line(records, constraints: Constraints, fmt_usd) -> str:
     """The one line for a search whose plans all miss the deadline/budget: the best found."""
+    from tuner.search.records import trial_ref  # records imports this module
+
     feas = [r for r in records if r.feasible]
     if constraints.deadline_s is not None:
         best = min(feas, key=lambda r: (r.makespan_s, r.cost_usd))
@@ -348,7 +350,7 @@ def no_plan_line(records, constraints: Constraints, fmt_usd) -> str:
         lead = f"no plan costs at most {fmt_usd(constraints.budget_usd)}"
         what = "cheapest"
     return (f"{lead}; {what} is {fmt_duration(best.makespan_s)} on {best.config.num_gpus}"
-            f" x {best.gpu} for {fmt_usd(best.cost_usd)} (trial #{best.number}).")
+            f" x {best.gpu} for {fmt_usd(best.cost_usd)} ({trial_ref(best)}).")
 
 
 def quantization_verdict(records, goal: str, fmt_usd, beside=None) -> str | None:

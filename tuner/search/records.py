@@ -18,7 +18,7 @@ import numpy as np
 import optuna
 
 from tuner.core.catalog import GPU
-from tuner.core.config import DEFAULTS, ENGINE_HELD, KNOBS, ServingConfig
+from tuner.core.config import DEFAULTS, ENGINE_HELD, KNOBS, ServingConfig, engine_name
 from tuner.core.engines import NEWEST
 from tuner.core.errors import TunerError
 from tuner.core.memory import MemoryPlan
@@ -141,6 +141,22 @@ EXTRA_TRIAL_ATTRS = ("final_candidate", "vllm_defaults")
 #: :func:`trial_records` makes them candidates like any plan (numbered -1, -2, ...: no trial
 #: number is negative, and Optuna hands out the others)
 OUTSIDE_SPACE_ATTR = "engine_defaults_outside_space"
+
+
+def trial_tag(record: TrialRecord) -> str:
+    """'#12' for a trial of the study; "vLLM's defaults" (or SGLang's) for an engine's defaults
+    the space does not hold, simulated beside the trials (TrialRecord.engine_defaults, numbered
+    -1, -2, ...: no trial, so no trial number is printed for them)."""
+    if record.engine_defaults or record.number < 0:
+        engine = record.config.engine if record.config is not None else None
+        return f"{engine_name(engine)}'s defaults"
+    return f"#{record.number}"
+
+
+def trial_ref(record: TrialRecord) -> str:
+    """'trial #12', or "vLLM's defaults" (trial_tag) where the record is no trial."""
+    tag = trial_tag(record)
+    return f"trial {tag}" if tag.startswith("#") else tag
 
 
 def counts_toward_budget(trial: optuna.trial.FrozenTrial) -> bool:
@@ -354,7 +370,9 @@ def study_only_reason(config: ServingConfig, outputs_known: bool = True,
     if lacks:
         return f"simulator study: {lacks}"
     name = config.scheduler
-    if name not in engine_schedulers:
+    # an SGLang plan holds the scheduler knob (ENGINE_HELD): it runs SGLang's own scheduler,
+    # whatever vLLM release --engine-version names
+    if config.engine == "vllm" and name not in engine_schedulers:
         return (f"simulator study: the vLLM release searched does not run the '{name}' "
                 f"scheduler preset as exported (its flags select {', '.join(engine_schedulers)})")
     ordering = config.ordering
