@@ -372,8 +372,11 @@ def defaults_verdicts(records: list[TrialRecord]) -> list[str]:
     for n, named in goals.items():
         r = by_num[n]
         b = r.baseline or {}
-        # defaults outside the space: outside_space_verdicts says it
-        if b.get("feasible") and b.get("config") == r.config.to_dict() and not r.engine_defaults:
+        # defaults outside the space: outside_space_verdicts says it; defaults run at another
+        # scheduler step count (untuned V0: 1, the plan 10) are not the plan
+        steps = (b.get("defaults") or {}).get("num_scheduler_steps")
+        if (b.get("feasible") and b.get("config") == r.config.to_dict()
+                and not r.engine_defaults and steps is None):
             out.append(f"{' and '.join(named).capitalize()}: {engine_name(r.config.engine)}'s "
                        "defaults are already the "
                        f"best plan on {plan_label(r.config)}; only the GPU type and count are "

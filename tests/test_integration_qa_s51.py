@@ -67,3 +67,47 @@ def test_a_refused_precision_names_the_engine_asked():
         check_model_config(ServingConfig(gpu="B200", engine="sglang", weight_bits=16), ds)
     with pytest.raises(TunerError, match="vLLM serves it at 8 bits"):
         check_model_config(ServingConfig(gpu="B200", weight_bits=16), ds)
+
+
+def test_an_engines_own_default_is_not_called_a_bound_of_the_space_file():
+    """`tuner search -m llama-3-70b --gpus B200 --engines sglang`: the winner, SGLang's own
+    defaults (max running 4,096, mem fraction 0.849, which the search adds to the lists), was
+    said to sit on 'the largest the space offers (default.yaml)', which offers at most 1,024."""
+    from tuner.search.constraints import Constraints
+    from tuner.search.records import TrialRecord, bounds_hit
+
+    cfg = ServingConfig(gpu="B200", engine="sglang", max_running=4096,
+                        gpu_memory_utilization=0.849).to_dict()
+    knobs = {"max_running": [64, 256, 1024, 4096], "gpu_memory_utilization": [0.849, 0.9]}
+    base = {"engine": "sglang", "config": cfg, "feasible": True}
+    r = TrialRecord(number=3, config=cfg, feasible=True, baseline=base,
+                    metrics={"makespan_s": 1.0, "cost_usd": 1.0})
+    text = " | ".join(bounds_hit(r, knobs, Constraints(), 8, "default.yaml"))
+    assert "the space offers" not in text
+    assert "max_running 4096 (SGLang's own default here, which the search adds) is the " \
+           "largest searched: a --space listing larger values widens it" in text
+    # a vLLM plan at the end of the file's own list is still on the space's bound
+    v = ServingConfig(gpu="B200", max_running=4096).to_dict()
+    rv = TrialRecord(number=4, config=v, feasible=True, metrics={"makespan_s": 1.0,
+                                                                  "cost_usd": 1.0})
+    assert "max_running 4096 is the largest the space offers (default.yaml)" in " | ".join(
+        bounds_hit(rv, knobs, Constraints(), 8, "default.yaml"))
+
+
+def test_v0_defaults_at_one_step_are_not_the_ten_step_plan():
+    """`--engine-version 0.6.0`: the winner had vLLM's default knobs but runs 10 scheduler
+    steps; its defaults run 1. 'vLLM's defaults are already the best plan' contradicted the
+    next line ('the plan is 1.26x faster')."""
+    from reports.outputs import defaults_verdicts
+    from tuner.search.records import TrialRecord
+
+    cfg = ServingConfig(gpu="A100-80G", scheduler="vllm-v0").to_dict()
+
+    def rec(steps):
+        d = {"description": "x"} | ({"num_scheduler_steps": steps} if steps else {})
+        return TrialRecord(number=0, config=cfg, feasible=True,
+                           metrics={"makespan_s": 1.0, "cost_usd": 1.0},
+                           baseline={"engine": "vllm", "config": cfg, "feasible": True,
+                                     "defaults": d})
+    assert defaults_verdicts([rec(None)])  # the same plan: said
+    assert defaults_verdicts([rec(1)]) == []  # another step count: not the plan

@@ -422,17 +422,22 @@ def bounds_hit(r: TrialRecord, knobs: dict, constraints: Constraints,
                    "tensor-parallel group does not span machines (pipeline stages do: a "
                    "--space listing pp)")
     where = f" ({space})" if space else ""
+    # the engine's own default on this plan, which the search adds to the lists (SGLang's:
+    # tuner.search.space._offer_sglang_defaults): not a value the space file offers
+    b = r.baseline or {}
+    own = (b.get("config") or {}) if b.get("engine", "vllm") == c.engine else {}
     for name, values in knobs.items():
         if name in _NOT_BOUNDS or name not in KNOBS or len(values) < 2 or not all(
                 isinstance(v, int | float) and not isinstance(v, bool) for v in values):
             continue
         value = getattr(c, name)
-        if value == max(values):
-            out.append(f"{name} {value:g} is the largest the space offers{where}: a --space "
-                       "listing larger values widens it")
-        elif value == min(values) and min(values) > 0:
-            out.append(f"{name} {value:g} is the smallest the space offers{where}: a --space "
-                       "listing smaller values widens it")
+        if value not in (max(values), min(values)) or (value == min(values) and value <= 0):
+            continue
+        end, more = (("largest", "larger") if value == max(values) else ("smallest", "smaller"))
+        said = (f"{name} {value:g} ({engine_name(c.engine)}'s own default here, which the "
+                f"search adds) is the {end} searched" if own.get(name) == value
+                else f"{name} {value:g} is the {end} the space offers{where}")
+        out.append(f"{said}: a --space listing {more} values widens it")
     return out
 
 
