@@ -266,7 +266,7 @@ def gain_text(t: TrialRecord) -> str:
         return "same plan"
     if t.baseline is None:
         return "—"
-    return re.sub(r" than \w+'s defaults$", "", describe_gain(t.baseline))
+    return re.sub(r" (than|as) \w+'s defaults$", "", describe_gain(t.baseline))
 
 
 def _row(t: TrialRecord, pick: str) -> dict:

@@ -235,3 +235,17 @@ def test_validation_tables_name_the_defaults():
     assert _trial_cell(None, {}) == "—" and _trial_cell(7, {}) == "7"
     assert _trial_cell(-1, {"engine": "vllm"}) == "vLLM's defaults"
     assert _trial_cell(-2, {"engine": "sglang"}) == "SGLang's defaults"
+
+
+def test_a_gain_that_rounds_to_nothing_reads_as_a_tie():
+    """'1.00x slower, 0 % dearer than vLLM's defaults' said nothing: a tie reads as one."""
+    from tuner.cli.search import _gain_cell
+    from tuner.search.baseline import describe_gain
+
+    def base(speedup, saving):
+        return {"engine": "sglang", "gain": {"speedup": speedup, "saving_fraction": saving}}
+    assert describe_gain(base(0.998, -0.002)) == "as fast and as cheap as SGLang's defaults"
+    assert describe_gain(base(1.004, 0.03)) == "as fast, 3 % cheaper than SGLang's defaults"
+    assert describe_gain(base(1.2, 0.001)) == "1.20x faster, as cheap as SGLang's defaults"
+    assert _gain_cell(_record(7, baseline=base(0.998, -0.002))) == "as fast and as cheap"
+    assert _gain_cell(_record(8, baseline=base(1.2, 0.001))) == "1.20x faster, as cheap"

@@ -613,7 +613,7 @@ def _print_gain(f, c) -> None:
         vs = (f"; {who}'s defaults on the same {plan_label(b.get('config') or r.config)}: "
               f"{fmt_duration(base['makespan_s'])}, {fmt_usd(base['cost_usd'])}, so the plan is "
               f"{describe_gain(b)}" if base else f"; {describe_gain(b or None)}")
-        vs = vs.replace(f" than {who}'s defaults", "")
+        vs = vs.replace(f" than {who}'s defaults", "").replace(f" as {who}'s defaults", "")
         out.print(f"  {goal}: {plan_label(r.config)}, {fmt_usd(r.metrics.cost_per_million_tokens())} "
                   f"per 1M tokens (input + output){vs}.", markup=False, highlight=False)
 

@@ -222,11 +222,16 @@ def describe_gain(baseline: dict | None) -> str:
     who = engine_name(baseline.get("engine"))
     if g is None:
         return f"{who}'s defaults cannot run this plan ({baseline.get('reason') or 'infeasible'})"
-    speed = (f"{g['speedup']:.2f}x faster" if g["speedup"] >= 1
-             else f"{1 / g['speedup']:.2f}x slower")
-    save = g["saving_fraction"]
-    cost = f"{100 * save:.0f} % cheaper" if save >= 0 else f"{-100 * save:.0f} % dearer"
-    return f"{speed}, {cost} than {who}'s defaults"
+    # a ratio that rounds to nothing reads as a tie ("1.00x slower, 0 % dearer" said nothing)
+    x = g["speedup"]
+    speed = ("as fast" if f"{x:.2f}" == "1.00" or f"{1 / x:.2f}" == "1.00"
+             else f"{x:.2f}x faster" if x >= 1 else f"{1 / x:.2f}x slower")
+    pct = round(100 * g["saving_fraction"])
+    cost = ("as cheap" if pct == 0
+            else f"{pct} % cheaper" if pct > 0 else f"{-pct} % dearer")
+    if speed == "as fast" and cost == "as cheap":
+        return f"as fast and as cheap as {who}'s defaults"
+    return f"{speed}, {cost} {'as' if cost == 'as cheap' else 'than'} {who}'s defaults"
 
 
 def attach_baselines(records: list[TrialRecord], numbers: Iterable[int], workload: Workload,
