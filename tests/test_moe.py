@@ -225,8 +225,8 @@ def test_sglang_export_uses_ep_size_and_dp_attention():
     assert opts["ep-size"] == 4 and opts["tp-size"] == 4 and "enable-dp-attention" not in opts
     across = ServingConfig(gpu="H100", tp=1, dp=2, expert_parallel=True)
     opts = dict(sglang_server_args(across, MOE, g, max_model_len=8192)[0])
-    assert (opts["tp-size"], opts["dp-size"], opts["ep-size"]) == (2, 2, 2)
-    assert opts["enable-dp-attention"] is True
+    assert (opts["tp-size"], opts["attn-dp-size"], opts["ep-size"]) == (2, 2, 2)
+    assert "dp-size" not in opts and "enable-dp-attention" not in opts  # SGLang >= 0.5.22
     for cfg in (within, across):
         text = to_sglang_command(cfg, MOE, g, max_model_len=8192)
         assert from_sglang_command(text) == cfg
@@ -239,7 +239,7 @@ def test_sglang_export_uses_ep_size_and_dp_attention():
     no_ep = ServingConfig(gpu="H100", tp=2, dp=2)
     opts, notes = sglang_server_args(no_ep, MOE, g, max_model_len=8192)
     opts = dict(opts)
-    assert (opts["tp-size"], opts["dp-size"], opts["enable-dp-attention"]) == (4, 2, True)
+    assert (opts["tp-size"], opts["attn-dp-size"], "dp-size" in opts) == (4, 2, False)
     assert "ep-size" not in opts and any("DP attention" in n for n in notes)
     assert from_sglang_command(to_sglang_command(no_ep, MOE, g, max_model_len=8192)) == no_ep
     bare = ("python -m sglang.launch_server --model-path Qwen/Qwen3-30B-A3B --tp-size 4 "

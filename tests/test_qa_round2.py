@@ -67,7 +67,7 @@ def test_sglang_moe_at_dp_is_dp_attention_over_every_gpu():
     opts, notes = sglang_server_args(ServingConfig(gpu="L40S", tp=1, dp=2, engine="sglang"),
                                      MOE, GPUS["L40S"], max_model_len=4096)
     opts = dict(opts)
-    assert (opts["tp-size"], opts["dp-size"], opts["enable-dp-attention"]) == (2, 2, True)
+    assert (opts["tp-size"], opts["attn-dp-size"], "dp-size" in opts) == (2, 2, False)
     assert "ep-size" not in opts
     assert any("DP attention" in n for n in notes)
 

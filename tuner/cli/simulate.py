@@ -285,8 +285,11 @@ def engine_line(defaults, entry_point: str, num_scheduler_steps: int | None,
 
 
 # ---- simulate ---------------------------------------------------------------------------------
-def _memory_table(plan, gpu_name: str, title: str, reserve_note: str = "") -> Table:
-    """The plan per GPU; `reserve_note` (vLLM's: tuner.core.memory.describe_reserve) under it."""
+def _memory_table(plan, gpu_name: str, title: str, reserve_note: str = "",
+                  page_tokens: int | None = None) -> Table:
+    """The plan per GPU; `reserve_note` (vLLM's: tuner.core.memory.describe_reserve) under it;
+    `page_tokens`: SGLang's KV page (tuner.core.sglang.sglang_page_size), named with the
+    capacity (its ServingConfig holds block_size 1, which is not the page it runs)."""
     from rich.table import Table
 
     t = Table(title=title, caption=reserve_note or None, caption_justify="left")
@@ -298,7 +301,8 @@ def _memory_table(plan, gpu_name: str, title: str, reserve_note: str = "") -> Ta
     t.add_row("runtime (non-torch memory, CUDA graphs)" if reserve_note  # SGLang's: preload
               else "runtime (held before the weights load)", fmt_gib(plan.runtime_overhead_bytes))
     t.add_row("KV cache", fmt_gib(plan.kv_bytes))
-    t.add_row("KV capacity", f"{plan.kv_capacity_tokens:,} tokens")
+    t.add_row("KV capacity", f"{plan.kv_capacity_tokens:,} tokens"
+              + (f" (page {page_tokens})" if page_tokens else ""))
     t.add_row("max concurrent requests (mean length)", f"{plan.max_concurrent_requests:.1f}")
     return t
 
@@ -563,7 +567,8 @@ def simulate(
                             "Memory plan (SGLang: memory x --mem-fraction-static; activations "
                             "and CUDA graphs outside it)",
                             describe_reserve(spec, res.config, engine_version)
-                            if engine == "vllm" else ""))
+                            if engine == "vllm" else "",
+                            page_tokens=sg_defaults.page_size if engine == "sglang" else None))
     if summary.get("offload"):
         out.print(_offload_table(summary["offload"], g.name))
     out.print(f"cost model: {res.provenance}", style="dim", markup=False)

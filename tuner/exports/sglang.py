@@ -9,18 +9,23 @@ the newest released wheel's, sglang 0.5.23, its argparse built by ServerArgs.add
 exist with the types written (``--cpu-offload-gb`` an int, ``--schedule-conservativeness`` a
 float, ``--kv-cache-dtype`` fp8_e4m3 / fp4_mx_block16 among its choices), and the lpm schedule
 policy turns to fcfs while more than 128 requests wait (schedule_policy.py
-``WAITING_QUEUE_PREFIX_MATCH_MAX``). ``--enable-dp-attention`` is deprecated in 0.5.23 (a
-DeprecatedStoreTrueAction: it warns, and ``_handle_deprecated_dp_attention`` in
-arg_groups/parallel_hook.py turns ``--dp-size N --enable-dp-attention`` into ``--attn-dp-size N``,
-removal planned after 2026-12-31); tuner keeps the old spelling, which every v0.5 release
-accepts, where ``--attn-dp-size`` is new. :data:`SGLANG_KNOWN_OPTIONS` lists what was checked.
+``WAITING_QUEUE_PREFIX_MATCH_MAX``). DP attention is written ``--attn-dp-size N``, an option
+since sglang 0.5.22 (arg_groups/fields/parallel.py; 0.5.21 and older derive attn_dp_size from
+``--dp-size N --enable-dp-attention`` and have no such option); 0.5.22 and 0.5.23 deprecate the
+old pair (``--enable-dp-attention`` a DeprecatedStoreTrueAction that warns, turned into
+``--attn-dp-size N`` and ``dp_size`` 1 by ``handle_deprecated_dp_attention`` in
+arg_groups/parallel_hook.py; "remove the flag and the field after 2026-12-31"). tuner models one
+SGLang release, the newest (tuner.core.sglang), so it writes the new option, with a note giving
+the old pair for older releases; the importer reads both spellings.
+:data:`SGLANG_KNOWN_OPTIONS` lists what was checked.
 
 Expert parallelism (mixture-of-experts models): ``--ep-size`` is SGLang's expert-parallel
 group, which lives inside one server's tensor-parallel group (SGLang's ``--dp-size`` alone runs
 independent replicas, each with every expert). vLLM's data parallel + expert parallel (attention
 per replica, experts split over all tp x dp GPUs) is SGLang's DP attention:
-``--tp-size tp*dp --dp-size dp --enable-dp-attention --ep-size tp*dp`` (docs.sglang.io, "Expert
-Parallelism" and "Server Arguments": ``--ep-size``, ``--enable-dp-attention``); without expert
+``--tp-size tp*dp --attn-dp-size dp --ep-size tp*dp`` (no ``--dp-size``: SGLang refuses
+replicas beside attention DP; docs.sglang.io, "Expert Parallelism" and "Server Arguments":
+``--ep-size``, ``--attn-dp-size``); without expert
 parallelism the same less ``--ep-size`` (the experts tensor-split over the tp*dp GPUs, as vLLM's
 data-parallel engine does and as tuner sizes and prices any MoE plan at dp > 1).
 """
@@ -42,18 +47,22 @@ SGLANG_KNOWN_OPTIONS = frozenset({
     "model-path", "tp-size", "pp-size", "dp-size", "chunked-prefill-size", "max-prefill-tokens",
     "enable-mixed-chunk", "max-running-requests", "mem-fraction-static", "page-size",
     "context-length", "kv-cache-dtype", "quantization", "cpu-offload-gb", "schedule-policy",
-    "ep-size", "enable-dp-attention", "schedule-conservativeness",
+    "ep-size", "attn-dp-size", "schedule-conservativeness",
 })
-#: what SGLang's DP attention does to the server's arguments (ServerArgs._handle_data_parallelism:
-#: chunked_prefill_size //= dp_size, schedule_conservativeness *= 0.3; the pool configurator:
-#: max_running_requests // dp_size per worker): the export gives the whole server's figures so
+#: the first SGLang release with --attn-dp-size (older: --dp-size N --enable-dp-attention)
+ATTN_DP_SIZE_SINCE = "0.5.22"
+#: what SGLang's DP attention does to the server's arguments (0.5.23 arg_groups/parallel_hook.py
+#: handle_data_parallelism: chunked_prefill_size //= attn_dp_size, schedule_conservativeness
+#: *= 0.3; model_executor/pool_configurator.py: max_running_requests // attn_dp_size per rank;
+#: the same with dp_size for the old spelling): the export gives the whole server's figures so
 #: each rank runs the plan's
 DP_ATTENTION_CONSERVATIVENESS = 0.3
 _SGLANG_ALIASES = {"tp": "tp-size", "tensor-parallel-size": "tp-size",
                    "pp": "pp-size", "pipeline-parallel-size": "pp-size",
-                   "dp": "dp-size", "data-parallel-size": "dp-size", "model": "model-path"}
+                   "dp": "dp-size", "data-parallel-size": "dp-size", "model": "model-path",
+                   "attention-data-parallel-size": "attn-dp-size"}
 # The order the command lists the options in.
-_OPTION_ORDER = ("model-path", "tp-size", "pp-size", "dp-size", "enable-dp-attention", "ep-size",
+_OPTION_ORDER = ("model-path", "tp-size", "pp-size", "dp-size", "attn-dp-size", "ep-size",
                  "chunked-prefill-size", "max-prefill-tokens",
                  "enable-mixed-chunk", "max-running-requests", "mem-fraction-static", "page-size",
                  "context-length", "kv-cache-dtype", "quantization", "cpu-offload-gb",
@@ -113,11 +122,12 @@ _NOTES: dict[str, common.NoteText] = {
     "eviction_free": _eviction_note,
     "moe_dp": (
         "dp={c.dp} of a mixture-of-experts model: one server with DP attention "
-        "(--enable-dp-attention, --tp-size {c.num_gpus} = tp x dp), attention per replica and "
+        "(--attn-dp-size {c.dp}, --tp-size {c.num_gpus} = tp x dp), attention per replica and "
         "the experts split over all {c.num_gpus} GPUs, as the prediction sizes and prices it "
         "(plain --dp-size would run {c.dp} servers that each hold every expert); SGLang runs "
         "DP attention for the DeepSeek, Qwen MoE and other MoE families it lists: check yours "
-        "is among them."),
+        "is among them. SGLang before " + ATTN_DP_SIZE_SINCE + " has no --attn-dp-size: "
+        "there write --dp-size {c.dp} --enable-dp-attention in its place (the same server)."),
 }
 
 
@@ -140,14 +150,15 @@ def sglang_server_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max
         opts["ep-size"] = config.tp * config.dp
     if dep.one_engine:  # experts over all tp x dp GPUs, attention per replica: DP attention
         opts["tp-size"] = config.tp * config.dp
-        opts["enable-dp-attention"] = True
+        opts.pop("dp-size", None)  # attention DP is no replica count (SGLang refuses both > 1)
+        opts["attn-dp-size"] = config.dp
     # P = C: the prefill chunk and the step's prefill budget are the token budget; prefill-first
     # turns chunking off (-1) and keeps the budget where SGLang allows it (>= context length).
     if not config.chunked_prefill:
         opts["chunked-prefill-size"] = -1
     if config.chunked_prefill or config.chunk_size >= max_model_len:
         opts["max-prefill-tokens"] = config.chunk_size
-    if dep.one_engine:  # DP attention divides these by dp (DP_ATTENTION_CONSERVATIVENESS)
+    if dep.one_engine:  # DP attention divides these by its size (DP_ATTENTION_CONSERVATIVENESS)
         if opts.get("chunked-prefill-size", 0) > 0:
             opts["chunked-prefill-size"] *= config.dp
         opts["max-running-requests"] = config.max_running * config.dp
@@ -245,7 +256,14 @@ def from_sglang_command(text: str, *, gpu: str | None = None) -> ServingConfig:
     base, had_line = common.parsed_fields(text, opts, "sglang")
     chunk = opts.get("chunked-prefill-size")
     dp = opts.get("dp-size")
-    dp_attention = bool(opts.get("enable-dp-attention")) and isinstance(dp, int) and dp > 1
+    attn_dp = opts.get("attn-dp-size")
+    if isinstance(attn_dp, int) and attn_dp > 1:
+        # --attn-dp-size N (SGLang >= 0.5.22) is the plan's DP, as --dp-size N
+        # --enable-dp-attention (older releases) is: both spellings read back alike
+        dp = base["dp"] = attn_dp
+        dp_attention = True
+    else:
+        dp_attention = bool(opts.get("enable-dp-attention")) and isinstance(dp, int) and dp > 1
     if isinstance(chunk, int) and chunk > 0:
         base["chunk_size"] = chunk // dp if dp_attention else chunk  # per rank
     if dp_attention and isinstance(opts.get("max-running-requests"), int):
