@@ -346,14 +346,20 @@ def engine_verdicts(records: list[TrialRecord]) -> list[str]:
     parts = []
     for engine, d in per.items():
         f, c = by_num[d["fastest"]], by_num[d["cheapest"]]
-        says = [f"fastest {plan_label(f.config)} {fmt_duration(f.makespan_s)} "
+        # one plan both: named as both ("fastest" alone read as a missing cheapest)
+        both = "fastest and cheapest" if c.number == f.number else "fastest"
+        says = [f"{both} {plan_label(f.config)} {fmt_duration(f.makespan_s)} "
                 f"{fmt_usd(f.cost_usd)} ({trial_ref(f)}"
                 + (f", {describe_gain(f.baseline)}" if f.baseline else "") + ")"]
         if c.number != f.number:
             says.append(f"cheapest {plan_label(c.config)} {fmt_duration(c.makespan_s)} "
                         f"{fmt_usd(c.cost_usd)} ({trial_ref(c)}"
                         + (f", {describe_gain(c.baseline)}" if c.baseline else "") + ")")
-        parts.append(f"{engine_name(engine)}: {'; '.join(says)}")
+        # its best plans fall back to those that miss the goal where none meets it
+        # (tuner.search.records.rank): said, so no over-budget plan reads as an answer
+        miss = ("" if f.within else
+                f" (no {engine_name(engine)} plan meets the --deadline / --budget)")
+        parts.append(f"{engine_name(engine)}: {'; '.join(says)}{miss}")
     return ["Best per engine — " + ". ".join(parts) + "."]
 
 

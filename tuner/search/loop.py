@@ -874,17 +874,37 @@ def _cover_every_gpu(study: optuna.Study, ev: Evaluator, settings: SearchSetting
     """For each GPU type the search found no feasible plan on (its trials all at TPs too small
     for the model, or over the GPU cap): vLLM's defaults at DP 1 on the smallest TP of the
     space that runs, simulated in full as trials of the study, so a GPU type is left out of
-    the answer only where nothing the space holds runs on it. Returns the trials added."""
+    the answer only where nothing the space holds runs on it. Likewise, for each engine the
+    space searches that has no feasible plan on any GPU, that engine's defaults on every GPU
+    type: an engine is left out of the answer (its best plans) only where none of them runs.
+    Returns the trials added."""
     from tuner.search.records import trial_records
 
-    feasible = {r.gpu for r in trial_records(study) if r.feasible}
+    records = trial_records(study)
+    feasible = {r.gpu for r in records if r.feasible}
+    # (GPU, engine or None: the vLLM preset over the space's own engine, as before)
+    todo: list[tuple[str, str | None]] = [(g, None) for g in ev.gpus
+                                          if g not in feasible and g in engine]
+    # e.g. DeepSeek-V3 on H200 with --engines vllm,sglang: TPE tried vLLM only at TP 1 and
+    # over the GPU cap, so the answer held no vLLM plan though TP 8 runs
+    found = {r.config.engine for r in records if r.feasible and r.config is not None}
+    todo += [(g, e) for e in ev.space.knobs.get("engine", []) if e not in found
+             for g in ev.gpus if g in engine]
     added = 0
-    for g, gpu in ev.gpus.items():
-        if g in feasible or g not in engine:
-            continue
+    for g, eng in todo:
+        gpu = ev.gpus[g]
         tps = sorted(t for t in ev.space.knobs.get("tp", [1]) if t <= gpu.gpus_per_machine)
         for tp in tps or [1]:
-            want = {**engine[g], "tp": tp, "dp": 1, "pp": 1}
+            if eng == "sglang":
+                try:
+                    want = default_config(ev.model, gpu, {"tp": tp, "dp": 1, "pp": 1})[0]
+                except TunerError:  # no SGLang default on this GPU
+                    break
+                want = want.to_dict()
+            else:
+                want = {**engine[g], "tp": tp, "dp": 1, "pp": 1}
+                if eng is not None:
+                    want["engine"] = eng
             params = {"gpu": g, **{name: _preset_value(name, values, want)
                                    for name, values in ev.space.knobs.items()}}
             # at the space's nearest where its engine refuses the defaults' value for this job

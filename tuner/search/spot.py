@@ -326,18 +326,24 @@ def verdicts(records: list, winners: dict[str, int], fleets: list[dict]) -> list
     """One line: what the winners (and the fastest mix) are expected to take on spot."""
     from tuner.core.units import fmt_duration, fmt_usd
 
+    def said(rate) -> str:
+        return rate if isinstance(rate, str) else "; ".join(rate)
+
     by_num = {r.number: r for r in records}
-    parts, rates = [], []
-    for goal, n in winners.items():
-        r = by_num.get(n)
-        sp = r.spot if r is not None else None
-        if not sp:
-            continue
-        parts.append(f"the {goal} plan ({r.config.num_gpus} x {r.config.gpu}) "
+    shown_plans = [(goal, by_num[n]) for goal, n in winners.items()
+                   if by_num.get(n) is not None and by_num[n].spot]
+    rates = [said(r.spot["interruption_rate"]) for _goal, r in shown_plans]
+    # plans on GPU types of different rates: each plan names its own (a list of rates ahead
+    # of them said not which plan ran at which)
+    each = len(set(rates)) > 1
+    parts = []
+    for goal, r in shown_plans:
+        sp = r.spot
+        at = f", at {said(sp['interruption_rate'])}" if each else ""
+        parts.append(f"the {goal} plan ({r.config.num_gpus} x {r.config.gpu}{at}) "
                      f"{fmt_duration(r.makespan_s)}, {fmt_usd(r.cost_usd)} uninterrupted -> "
                      f"{fmt_duration(sp['expected_makespan_s'])}, "
                      f"{fmt_usd(sp['expected_cost_usd'])} expected")
-        rates.append(sp["interruption_rate"])
     if fleets and fleets[0].get("spot"):
         f, sp = fleets[0], fleets[0]["spot"]
         parts.append(f"the fastest mix {fmt_duration(f['makespan_s'])}, "
@@ -346,8 +352,8 @@ def verdicts(records: list, winners: dict[str, int], fleets: list[dict]) -> list
                      f"{fmt_usd(sp['expected_cost_usd'])} expected")
     if not parts:
         return []
-    shown = "; ".join(dict.fromkeys(x if isinstance(x, str) else "; ".join(x) for x in rates))
-    return [f"On spot machines (at interruption rate {shown}): {'; '.join(parts)}. Plans are "
+    shown = "" if each or not rates else f" (at interruption rate {'; '.join(dict.fromkeys(rates))})"
+    return [f"On spot machines{shown}: {'; '.join(parts)}. Plans are "
             "ranked on the uninterrupted figures; each plan's \"spot\" entry in results.json "
             f"has its expected figures ({MODEL})."]
 
