@@ -99,3 +99,13 @@ def test_an_engines_best_that_misses_the_budget_says_so():
     (line,) = engine_verdicts([v, s])
     assert "$4.26 (trial #0) (no vLLM plan meets the --deadline / --budget)" in line, line
     assert "SGLang plan meets" not in line
+
+
+def test_an_unseen_release_reads_as_a_sentence():
+    """`tuner replay --engine-version 0.8.5` printed "(not seen by tuner: modelled as vLLM V1,
+    synchronous scheduling is known to behave)"."""
+    from tuner.core.engines import generation_of
+
+    text = generation_of("0.8.5").describe()
+    assert "is known to behave" not in text
+    assert text.endswith("(not seen by tuner: modelled with its generation's known behaviour)")

@@ -126,7 +126,7 @@ class EngineRelease:
         if self.version == "newest":
             return f"the newest vLLM: {self.generation.label}"
         how = (f"known from {self.known}" if self.known
-               else f"not seen by tuner: modelled as {self.generation.label} is known to behave")
+               else "not seen by tuner: modelled with its generation's known behaviour")
         return f"vLLM {self.version}: {self.generation.label} ({how})"
 
 
