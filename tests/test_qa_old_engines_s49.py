@@ -224,7 +224,7 @@ def test_a_refused_winner_yaml_is_said_not_crashed_on():
     why = "vLLM 0.6.3 (V0) has no --data-parallel-size"
     snippets = {"fastest": {"trial": 3, "formats": {"run-batch": "x"}, "skipped": {"vllm": why}},
                 "cheapest": {"trial": 1, "formats": {"vllm": "model: m\n"}}}
-    records = {3: SimpleNamespace(config=moe), 1: SimpleNamespace(config=V0)}
+    records = {3: SimpleNamespace(config=moe, number=3), 1: SimpleNamespace(config=V0, number=1)}
     exports = _winner_yaml(snippets, records)
     assert why in exports.fastest_engine_config and exports.fastest_engine_config.startswith("#")
     assert exports.cheapest_engine_config == "model: m\n"

@@ -147,7 +147,7 @@ def trial_tag(record: TrialRecord) -> str:
     """'#12' for a trial of the study; "vLLM's defaults" (or SGLang's) for an engine's defaults
     the space does not hold, simulated beside the trials (TrialRecord.engine_defaults, numbered
     -1, -2, ...: no trial, so no trial number is printed for them)."""
-    if record.engine_defaults or record.number < 0:
+    if getattr(record, "engine_defaults", "") or record.number < 0:
         engine = record.config.engine if record.config is not None else None
         return f"{engine_name(engine)}'s defaults"
     return f"#{record.number}"
