@@ -569,29 +569,38 @@ def published_v1_req_s(fig: dict) -> float:
     return fig["total_tok_s"] / (fig["input_len"] + fig["output_len"])
 
 
-def vllm_v1_published_run(fig: dict, gpus: dict) -> Run:
-    """One VLLM_V1_PUBLISHED_RUNS figure as a Run: the command's settings, the release's
-    LLM-class defaults for the rest (vllm bench throughput runs LLM.generate), its profile
-    (profile_for: vllm-v1-offline from 0.14 on)."""
+def _fixed_length_run(fig: dict, gpus: dict, model, n: int, source: str, measured_s: float,
+                      suite: str) -> Run:
+    """A published `vllm bench` figure as a Run: n requests of the figure's stated lengths at
+    t = 0, the command's settings and the release's LLM-class defaults for the rest (vllm bench
+    runs LLM.generate), priced with the release's profile (profile_for: vllm-v1-offline from
+    0.14 on); `measured_s` is the published time it is checked against."""
     from tuner.core.engine_defaults import vllm_defaults
     from tuner.predictors.engine_overhead import profile_for
 
-    gpu, model = gpus[fig["gpu"]], published_v1_model(fig)
-    version = fig["engine_version"]
+    gpu, version = gpus[fig["gpu"]], fig["engine_version"]
     d = vllm_defaults(gpu.name, gpu.memory_gib, "llm", version,
                       max_model_len=fig["max_model_len"], model=model)
     cfg = ServingConfig(gpu=gpu.name, tp=fig["tp"], **(d.knobs() | {
         "gpu_memory_utilization": fig["gpu_memory_utilization"]}))
-    n, inp, out = fig["num_prompts"], fig["input_len"], fig["output_len"]
+    inp, out = fig["input_len"], fig["output_len"]
     wl = Workload(prompt_tokens=np.full(n, inp, dtype=np.int64),
-                  output_tokens=np.full(n, out, dtype=np.int64),
-                  source=f"{n:,} requests of {inp:,} prompt + {out:,} output tokens (random "
-                         "dataset, range ratio 0; ignore_eos)",
+                  output_tokens=np.full(n, out, dtype=np.int64), source=source,
                   tokenizer="stated lengths", output_source="stated lengths (ignore_eos)")
     return Run(name=fig["name"], source=fig["source"], gpu=gpu.name, model_id=fig["hf_id"],
-               config=cfg, workload=wl, measured_makespan_s=n / published_v1_req_s(fig),
+               config=cfg, workload=wl, measured_makespan_s=measured_s,
                measured_kv_blocks=None, timeline=None, moe=False, engine_version=version,
-               suite="vllm-v1-published", model=model, engine=profile_for(version, "llm"))
+               suite=suite, model=model, engine=profile_for(version, "llm"))
+
+
+def vllm_v1_published_run(fig: dict, gpus: dict) -> Run:
+    """One VLLM_V1_PUBLISHED_RUNS figure as a Run (_fixed_length_run): num_prompts requests,
+    checked against num_prompts / the published req/s."""
+    n, inp, out = fig["num_prompts"], fig["input_len"], fig["output_len"]
+    return _fixed_length_run(
+        fig, gpus, published_v1_model(fig), n,
+        f"{n:,} requests of {inp:,} prompt + {out:,} output tokens (random dataset, range "
+        "ratio 0; ignore_eos)", n / published_v1_req_s(fig), "vllm-v1-published")
 
 
 def evaluate_vllm_v1_published(gpus: dict) -> list[dict]:
@@ -726,26 +735,12 @@ def vllm_v1_latency_run(fig: dict, gpus: dict) -> Run:
     batch_size requests of the stated lengths, all at t = 0, on a warm engine (its makespan is
     the published seconds per iteration), with the command's settings and the release's
     LLM-class defaults for the rest, priced with the release's profile (vllm-v1-offline)."""
-    from tuner.core.engine_defaults import vllm_defaults
-    from tuner.predictors.engine_overhead import profile_for
-
-    gpu = gpus[fig["gpu"]]
-    model = replace(published_v1_model(fig), max_position=fig["max_model_len"])
-    version = fig["engine_version"]
-    d = vllm_defaults(gpu.name, gpu.memory_gib, "llm", version,
-                      max_model_len=fig["max_model_len"], model=model)
-    cfg = ServingConfig(gpu=gpu.name, tp=fig["tp"], **(d.knobs() | {
-        "gpu_memory_utilization": fig["gpu_memory_utilization"]}))
     n, inp, out = fig["batch_size"], fig["input_len"], fig["output_len"]
-    wl = Workload(prompt_tokens=np.full(n, inp, dtype=np.int64),
-                  output_tokens=np.full(n, out, dtype=np.int64),
-                  source=f"one batch of {n} dummy prompts of {inp:,} token ids + {out:,} output "
-                         "tokens (vllm bench latency; ignore_eos)",
-                  tokenizer="stated lengths", output_source="stated lengths (ignore_eos)")
-    return Run(name=fig["name"], source=fig["source"], gpu=gpu.name, model_id=fig["hf_id"],
-               config=cfg, workload=wl, measured_makespan_s=float(fig["latency_s"]),
-               measured_kv_blocks=None, timeline=None, moe=False, engine_version=version,
-               suite="vllm-v1-published-latency", model=model, engine=profile_for(version, "llm"))
+    model = replace(published_v1_model(fig), max_position=fig["max_model_len"])
+    return _fixed_length_run(
+        fig, gpus, model, n, f"one batch of {n} dummy prompts of {inp:,} token ids + {out:,} "
+        "output tokens (vllm bench latency; ignore_eos)", float(fig["latency_s"]),
+        "vllm-v1-published-latency")
 
 
 def latency_command(fig: dict) -> str:
