@@ -20,6 +20,7 @@ from dataclasses import replace
 import pytest
 import yaml
 
+from tests.test_vlm_weights_s51 import QWEN25_VL_7B
 from tuner.core import sglang as sg
 from tuner.core.catalog import (
     GIB,
@@ -39,16 +40,6 @@ H100 = get_gpu("H100", GPUS)
 CFG = ServingConfig(gpu="H100")
 VLLM_FORMATS = [f for f, e in EXPORTERS.items() if e.engine_argv is not None]
 
-QWEN25_VL_7B = {
-    "architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
-    "hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28,
-    "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064,
-    "max_position_embeddings": 128000, "tie_word_embeddings": False,
-    "vision_config": {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420,
-                      "hidden_act": "silu", "patch_size": 14, "in_channels": 3,
-                      "temporal_patch_size": 2, "spatial_merge_size": 2,
-                      "out_hidden_size": 3584},
-}
 
 
 def tower_gib(model, version, cfg=CFG) -> float:
