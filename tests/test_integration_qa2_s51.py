@@ -109,3 +109,17 @@ def test_an_unseen_release_reads_as_a_sentence():
     text = generation_of("0.8.5").describe()
     assert "is known to behave" not in text
     assert text.endswith("(not seen by tuner: modelled with its generation's known behaviour)")
+
+
+def test_a_resume_with_other_engines_names_engine_first():
+    """`--resume` with `--engines vllm,sglang` on a `--engines vllm` study: the refusal listed
+    the knobs SGLang's defaults had moved and cut off before 'engine'."""
+    from tuner.search.storage import _differs
+
+    old = {"knobs": {"max_running": [16, 1024], "gpu_memory_utilization": [0.85, 0.9],
+                     "chunk_size": [512, 8192], "engine": ["vllm"]}}
+    new = {"knobs": {"max_running": [16, 1024, 4096],
+                     "gpu_memory_utilization": [0.817, 0.828, 0.839, 0.85, 0.9],
+                     "chunk_size": [512, 4096, 8192], "engine": ["vllm", "sglang"]}}
+    said = _differs(old, new)
+    assert said is not None and said.index("'engine'") < said.index("max_running")

@@ -414,6 +414,9 @@ def _differs(old: dict | None, new: dict | None) -> str | None:
         if a != b:
             if isinstance(a, dict) and isinstance(b, dict):  # name what differs, not the start
                 keys = [k for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
+                # the flag's knob first: --engines moves other knobs' lists (SGLang's defaults
+                # join them), and a cut-short listing must still name it
+                keys.sort(key=lambda k: k != "engine")
                 a = {k: a.get(k) for k in keys}
                 b = {k: b.get(k) for k in keys}
             return f"another {what} ({_short(a)} vs now {_short(b)})"
