@@ -42,6 +42,7 @@ from tuner.exports import EXPORTERS, ExportCannotStart, formats_for, render_expo
 from tuner.exports.common import Deployment
 from tuner.predictors.protocol import CostModel
 from tuner.predictors.sources import cost_model_for as default_cost_models
+from tuner.search.constraints import trial_ref
 from tuner.search.meta import study_meta
 from tuner.search.records import (
     TrialRecord,
@@ -49,7 +50,6 @@ from tuner.search.records import (
     completed,
     study_constraints,
     trial_records,
-    trial_ref,
     winner_roles_of,
     winners,
 )

@@ -18,9 +18,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from tuner.core.units import as_finite, duration_unit
-from tuner.search.constraints import plan_label
+from tuner.search.constraints import plan_label, trial_ref
 from tuner.search.fleet import beaten_by_mix
-from tuner.search.records import trial_ref
 
 if TYPE_CHECKING:
     from tuner.reports.context import ReportContext

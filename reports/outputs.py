@@ -37,6 +37,7 @@ from tuner.predictors.protocol import CostModel
 from tuner.reports.context import Exports, ReportContext, build_report_context
 from tuner.reports.extras import report_extras
 from tuner.reports.html import render_html
+from tuner.search.constraints import trial_ref
 from tuner.search.meta import StudyMeta, study_meta
 from tuner.search.records import (
     GOALS,
@@ -50,7 +51,6 @@ from tuner.search.records import (
     search_stats,
     study_constraints,
     trial_records,
-    trial_ref,
     winners,
 )
 from tuner.search.spot import attach as spot_attach

@@ -19,13 +19,12 @@ from tuner.exports import EXPORTERS
 from tuner.reports import figures
 from tuner.reports.context import GpuInfo, ReportContext
 from tuner.reports.figures import GIB, PALETTE, fig_json, gpu_colors, role_label, sort_key
+from tuner.search.constraints import trial_ref, trial_tag
 from tuner.search.records import (
     GOALS,
     Metrics,
     TrialRecord,
     cost_models_by_engine,
-    trial_ref,
-    trial_tag,
     winner_roles_of,
 )
 

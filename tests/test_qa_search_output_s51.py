@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 from tuner.cli.main import app
 from tuner.cli.tables import Column, fitted_tables
 from tuner.core.errors import TunerError
-from tuner.search.records import TrialRecord, trial_ref, trial_tag
+from tuner.search.constraints import trial_ref, trial_tag
+from tuner.search.records import TrialRecord
 
 runner = CliRunner()
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "arxiv.jsonl"

@@ -118,7 +118,7 @@ def export_cmd(
         winner_header,
     )
     from tuner.search import load_study
-    from tuner.search.records import trial_ref
+    from tuner.search.constraints import trial_ref
 
     if fleet is not None:
         return _export_fleet(fleet, study, storage, out, output, workload, gpu_file,

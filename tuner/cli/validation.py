@@ -237,7 +237,7 @@ def write_validation(out_dir: Path, records: list[dict]) -> Path:
 
 def _trial_cell(trial, config: dict | None) -> str:
     """A run's trial number as printed; an engine's defaults outside the search's space are no
-    trial (numbered -1, -2, ...: tuner.search.records.trial_tag): "vLLM's defaults"."""
+    trial (numbered -1, -2, ...: tuner.search.constraints.trial_tag): "vLLM's defaults"."""
     from tuner.core.config import engine_name
 
     if trial is None:

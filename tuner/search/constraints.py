@@ -22,6 +22,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from tuner.core.config import engine_name
 from tuner.core.errors import TunerError
 from tuner.core.units import fmt_duration
 from tuner.search.space import DEFAULT_MAX_GPUS
@@ -334,10 +335,24 @@ def is_quantized(config) -> bool:
     return config.weight_bits < 16 or config.kv_bits < 16
 
 
+def trial_tag(record) -> str:
+    """'#12' for a trial of the study (a tuner.search.records.TrialRecord); "vLLM's defaults" (or SGLang's) for an engine's defaults
+    the space does not hold, simulated beside the trials (TrialRecord.engine_defaults, numbered
+    -1, -2, ...: no trial, so no trial number is printed for them)."""
+    if getattr(record, "engine_defaults", "") or record.number < 0:
+        engine = record.config.engine if record.config is not None else None
+        return f"{engine_name(engine)}'s defaults"
+    return f"#{record.number}"
+
+
+def trial_ref(record) -> str:
+    """'trial #12', or "vLLM's defaults" (trial_tag) where the record is no trial."""
+    tag = trial_tag(record)
+    return f"trial {tag}" if tag.startswith("#") else tag
+
+
 def no_plan_line(records, constraints: Constraints, fmt_usd) -> str:
     """The one line for a search whose plans all miss the deadline/budget: the best found."""
-    from tuner.search.records import trial_ref  # records imports this module
-
     feas = [r for r in records if r.feasible]
     if constraints.deadline_s is not None:
         best = min(feas, key=lambda r: (r.makespan_s, r.cost_usd))

@@ -143,22 +143,6 @@ EXTRA_TRIAL_ATTRS = ("final_candidate", "vllm_defaults")
 OUTSIDE_SPACE_ATTR = "engine_defaults_outside_space"
 
 
-def trial_tag(record: TrialRecord) -> str:
-    """'#12' for a trial of the study; "vLLM's defaults" (or SGLang's) for an engine's defaults
-    the space does not hold, simulated beside the trials (TrialRecord.engine_defaults, numbered
-    -1, -2, ...: no trial, so no trial number is printed for them)."""
-    if getattr(record, "engine_defaults", "") or record.number < 0:
-        engine = record.config.engine if record.config is not None else None
-        return f"{engine_name(engine)}'s defaults"
-    return f"#{record.number}"
-
-
-def trial_ref(record: TrialRecord) -> str:
-    """'trial #12', or "vLLM's defaults" (trial_tag) where the record is no trial."""
-    tag = trial_tag(record)
-    return f"trial {tag}" if tag.startswith("#") else tag
-
-
 def counts_toward_budget(trial: optuna.trial.FrozenTrial) -> bool:
     """Whether --n-trials counts `trial`: not one the search added beyond it (EXTRA_TRIAL_ATTRS)."""
     return not any(trial.user_attrs.get(k) for k in EXTRA_TRIAL_ATTRS)
