@@ -966,12 +966,9 @@ def _window_layers(cfg: dict, num_layers: int, path: Path | str) -> tuple[int, i
         return _chunked_layers(cfg, num_layers, path)
     if window == 0 or cfg.get("use_sliding_window") is False:
         return 0, 0
-    layer_types = cfg.get("layer_types")
-    if isinstance(layer_types, list) and layer_types:
-        if len(layer_types) != num_layers:
-            raise TunerError(f"{path}: layer_types lists {len(layer_types)} layers, "
-                             f"num_hidden_layers is {num_layers}.")
-        return window, sum(1 for t in layer_types if t == "sliding_attention")
+    typed = _layer_type_count(cfg, num_layers, path, "sliding_attention")
+    if typed is not None:
+        return window, typed
     pattern = _config_count(cfg, ("sliding_window_pattern",), path)
     if pattern:  # Gemma-3: every pattern-th layer is global, the rest slide
         return window, num_layers - num_layers // pattern
@@ -980,6 +977,18 @@ def _window_layers(cfg: dict, num_layers: int, path: Path | str) -> tuple[int, i
     if cfg.get("use_sliding_window") is True and "max_window_layers" in cfg:
         return window, max(num_layers - _config_count(cfg, ("max_window_layers",), path), 0)
     return window, num_layers
+
+
+def _layer_type_count(cfg: dict, num_layers: int, path: Path | str, kind: str) -> int | None:
+    """How many of the config's `layer_types` are `kind` (None where it lists none); a list
+    whose length is not num_hidden_layers is refused."""
+    types = cfg.get("layer_types")
+    if not (isinstance(types, list) and types):
+        return None
+    if len(types) != num_layers:
+        raise TunerError(f"{path}: layer_types lists {len(types)} layers, "
+                         f"num_hidden_layers is {num_layers}.")
+    return sum(1 for t in types if t == kind)
 
 
 def _chunked_layers(cfg: dict, num_layers: int, path: Path | str) -> tuple[int, int]:
@@ -991,12 +1000,9 @@ def _chunked_layers(cfg: dict, num_layers: int, path: Path | str) -> tuple[int, 
     manager), so a chunked layer holds at most the chunk (0 to chunk tokens: an upper bound);
     earlier releases keep every token (arch_support.check_engine_runs warns)."""
     chunk = _config_count(cfg, ("attention_chunk_size",), path)
-    types = cfg.get("layer_types")
-    if isinstance(types, list) and types:
-        if len(types) != num_layers:
-            raise TunerError(f"{path}: layer_types lists {len(types)} layers, "
-                             f"num_hidden_layers is {num_layers}.")
-        return chunk, sum(1 for t in types if t == "chunked_attention")
+    typed = _layer_type_count(cfg, num_layers, path, "chunked_attention")
+    if typed is not None:
+        return chunk, typed
     rope = cfg.get("no_rope_layers")
     if isinstance(rope, list) and rope:
         return chunk, sum(1 for i, r in enumerate(rope) if i < num_layers and r)
