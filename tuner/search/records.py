@@ -207,7 +207,8 @@ class TrialRecord:
                    provenance=provenance_from_attrs(attrs.get("provenance"),
                                                     attrs.get("provenance_kind")),
                    values=tuple(values) if values else None,
-                   fidelity=attrs.get("fidelity") or {}, duplicate=bool(attrs.get("duplicate")))
+                   fidelity=attrs.get("fidelity") or {}, duplicate=bool(attrs.get("duplicate")),
+                   engine_defaults=str(attrs.get("engine_defaults") or ""))
 
     @classmethod
     def from_dict(cls, d: dict) -> TrialRecord:
@@ -309,8 +310,8 @@ def trial_records(study: optuna.Study) -> list[TrialRecord]:
             continue
         seen.add(key)
         out.append(r)
-    out += [r for r in outside_space_records(study) if r.config not in
-            {o.config for o in out}]  # a later, wider space may hold them as trials
+    held = {o.config for o in out}  # a later, wider space may hold them as trials
+    out += [r for r in outside_space_records(study) if r.config not in held]
     for r in out:
         if limits.on_figures and r.feasible:
             r.within = limits.meets(r.makespan_s, r.cost_usd)
@@ -321,13 +322,9 @@ def trial_records(study: optuna.Study) -> list[TrialRecord]:
 def outside_space_records(study: optuna.Study) -> list[TrialRecord]:
     """The engines' defaults the search simulated outside its space (OUTSIDE_SPACE_ATTR), as
     records labelled with what they are (TrialRecord.engine_defaults)."""
-    out = []
-    for e in study.user_attrs.get(OUTSIDE_SPACE_ATTR) or []:
-        r = TrialRecord.from_attrs(int(e["number"]), e["config"], e.get("values"),
+    return [TrialRecord.from_attrs(int(e["number"]), e["config"], e.get("values"),
                                    e.get("attrs") or {})
-        r.engine_defaults = str((e.get("attrs") or {}).get("engine_defaults") or "")
-        out.append(r)
-    return out
+            for e in study.user_attrs.get(OUTSIDE_SPACE_ATTR) or []]
 
 
 def add_outside_space(study: optuna.Study, entries: list[dict]) -> list[int]:
