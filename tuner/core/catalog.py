@@ -1264,9 +1264,11 @@ def config_notes(raw: dict) -> list[str]:
         n = _vision_params(vision)
         size = (f"~{n / 1e9:.2f} B params, {2 * n / GIB:.1f} GiB at 16-bit" if n
                 else "its size not given in vision_config")
-        notes.append(f"text decoder: the vision encoder ({size}) counts in the weights the "
-                     "engine loads (vLLM and SGLang load it for a text-only job too), not in "
-                     "the parameters or the compute; its start-up profiling is not counted"
+        notes.append(f"text decoder: the vision encoder ({size}) counts in the weights "
+                     "where the engine loads it for a text-only job (SGLang always; vLLM "
+                     "until the release skips it under the zero --limit-mm-per-prompt "
+                     "tuner's exports set), not in the parameters or the compute; its "
+                     "start-up profiling is not counted"
                      if n else f"text decoder only: the vision encoder ({size}) is not "
                      "counted in the weights, nor its start-up activations")
     return notes
