@@ -347,26 +347,21 @@ def _best_table(ctx: ReportContext, trials: dict[int, TrialRecord], gpu_names: l
     return table
 
 
-def _sglang_page_tokens(ctx: ReportContext, cfg) -> int | None:
-    """The KV page an SGLang plan runs (tuner.core.sglang.sglang_page_size: 64 on B200, GB200,
-    B300, else mostly 1; its config's block_size is held at 1), or None: a vLLM plan, or a
-    model or GPU the catalog lacks (the report keeps neither spec)."""
-    if cfg is None or cfg.engine != "sglang":
+def _sglang_page_tokens(trial: TrialRecord) -> int | None:
+    """The KV page an SGLang plan ran (its memory plan's kv_page_tokens, as
+    tuner.core.sglang.plan_memory_sglang rounded the pool: 64 on B200, GB200, B300, else mostly
+    1; its config's block_size is held at 1), or None: a vLLM plan, or a plan stored before
+    the page was recorded (no page claimed)."""
+    cfg, mem = trial.config, trial.memory
+    if cfg is None or cfg.engine != "sglang" or mem is None:
         return None
-    from tuner.core.catalog import find_gpu, load_gpus, load_models, model_aliases
-    from tuner.core.sglang import sglang_page_size
-
-    names = model_aliases()
-    key = next((names[n.lower()] for n in (ctx.model.name, ctx.model.hf_id)
-                if n and n.lower() in names), None)
-    gpu = find_gpu(cfg.gpu, load_gpus())
-    return None if key is None or gpu is None else sglang_page_size(load_models()[key], gpu)
+    return mem.kv_page_tokens
 
 
 def _formatted_memory_rows(ctx: ReportContext, trials: dict[int, TrialRecord]) -> list[dict]:
     rows = _memory_rows(ctx, trials)
     for r in rows:
-        page = _sglang_page_tokens(ctx, trials[r["number"]].config)
+        page = _sglang_page_tokens(trials[r["number"]])
         r.update(total_s=fmt_gib(r["total"]), usable_s=fmt_gib(r["usable"]),
                  weights_s=fmt_gib(r["weights"]), activations_s=fmt_gib(r["activations"]),
                  kv_s=fmt_gib(r["kv"]), free_s=fmt_gib(r["free"]),

@@ -112,7 +112,7 @@ def test_report_memory_table_names_sglangs_page(monkeypatch):
     rows = {r["number"]: r for r in views._formatted_memory_rows(ctx, trials)}
     assert rows[0]["kv_tokens_s"] == f"{plan.kv_capacity_tokens:,} (page 64)"
     assert "page" not in rows[1]["kv_tokens_s"]  # vLLM's block is its config's block_size
-    # a model the catalog lacks: no page claimed
+    # a model the catalog lacks: the page is the plan's (stop 52), no catalog look-up
     ctx.model = ModelInfo(name="my-own-model", num_params=1, hf_id=None)
     rows = views._formatted_memory_rows(ctx, trials)
-    assert "page" not in rows[0]["kv_tokens_s"]
+    assert rows[0]["kv_tokens_s"] == f"{plan.kv_capacity_tokens:,} (page 64)"

@@ -288,8 +288,8 @@ def engine_line(defaults, entry_point: str, num_scheduler_steps: int | None,
 def _memory_table(plan, gpu_name: str, title: str, reserve_note: str = "",
                   page_tokens: int | None = None) -> Table:
     """The plan per GPU; `reserve_note` (vLLM's: tuner.core.memory.describe_reserve) under it;
-    `page_tokens`: SGLang's KV page (tuner.core.sglang.sglang_page_size), named with the
-    capacity (its ServingConfig holds block_size 1, which is not the page it runs)."""
+    `page_tokens`: SGLang's KV page (the plan's kv_page_tokens), named with the capacity (its
+    ServingConfig holds block_size 1, which is not the page it runs)."""
     from rich.table import Table
 
     t = Table(title=title, caption=reserve_note or None, caption_justify="left")
@@ -568,7 +568,8 @@ def simulate(
                             "and CUDA graphs outside it)",
                             describe_reserve(spec, res.config, engine_version)
                             if engine == "vllm" else "",
-                            page_tokens=sg_defaults.page_size if engine == "sglang" else None))
+                            page_tokens=res.memory.kv_page_tokens if engine == "sglang"
+                            else None))
     if summary.get("offload"):
         out.print(_offload_table(summary["offload"], g.name))
     out.print(f"cost model: {res.provenance}", style="dim", markup=False)

@@ -71,6 +71,10 @@ class MemoryPlan:
     host_kv_bytes: float = 0.0  # offloaded layers' KV at full KV capacity
     host_limit_bytes: float = 0.0  # host RAM per GPU - HOST_RESERVE_BYTES
     host_used_bytes: float = 0.0  # offloaded weights + host KV
+    # SGLang's KV page (tokens) the pool was rounded to and the scheduler allocates in
+    # (tuner.core.sglang.sglang_page_size); None: a vLLM plan (its block is the config's
+    # block_size) or a plan stored before the field
+    kv_page_tokens: int | None = None
 
     @property
     def kv_gpu_bytes_used(self) -> float:

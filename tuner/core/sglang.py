@@ -43,9 +43,11 @@ the weights and what the process held before loading (CUDA context, NCCL), round
 whole KV pages. The page is one token (``ServerArgs.page_size``'s platform default) except
 where SGLang's default attention backend needs more: 64 on compute capability 10.x (B200,
 GB200, B300: trtllm_mha, trtllm_mla) and for DeepSeek's sparse attention
-(``sglang_page_size``); each admitted request then also reserves a page for its last, partly
-filled one (``PrefillAdder``: ``per_req_token_overhead``), which the simulator's admission
-charges (tuner.sim.sglang).
+(``sglang_page_size``; the plan records it, ``MemoryPlan.kv_page_tokens``); each admitted
+request then also reserves a page for its last, partly filled one (``PrefillAdder``:
+``per_req_token_overhead``), which the simulator's admission charges, and a running request
+holds its KV in whole pages, a decode taking a new page where its pages are full
+(``check_decode_mem``; tuner.sim.sglang).
 """
 
 from __future__ import annotations
@@ -342,7 +344,8 @@ def plan_memory_sglang(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
     max_total_num_tokens // page_size * page_size). A tuner.core.memory.MemoryPlan
     (activations and CUDA graphs are outside the fraction, so its activation_bytes is 0 and
     runtime_overhead_bytes the preload; kv_capacity_blocks counts tokens, the simulator's
-    unit for SGLang)."""
+    unit for SGLang; kv_page_tokens the page, which the simulator and the reports read from
+    here)."""
     if config.weight_offload_fraction or config.kv_offload_layers or config.attention_on_cpu:
         raise TunerError("offloading (--kv-offload-layers, --weight-offload-fraction, "
                          "--attention-on-cpu) is simulated for vLLM only; drop it with "
@@ -386,7 +389,7 @@ def plan_memory_sglang(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
         kv_bytes=max(kv, 0.0), kv_bytes_per_token=per_token, kv_capacity_blocks=tokens,
         kv_capacity_tokens=tokens,
         max_concurrent_requests=tokens / mean_request_tokens if mean_request_tokens > 0 else 0.0,
-        host_kv_bytes_per_token=0.0, fits=fits, reason=reason)
+        host_kv_bytes_per_token=0.0, fits=fits, reason=reason, kv_page_tokens=page)
 
 
 def dp_attention_supported(model) -> bool:

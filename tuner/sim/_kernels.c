@@ -751,9 +751,11 @@ enum { SGK_CAPACITY, SGK_CHUNK, SGK_MAX_RUNNING, SGK_MAX_PREFILL, SGK_RADIX, SGK
        SGK_CLIP_MAX_NEW, SGK_RETRACT_STEPS, SGK_LPM_MAX_WAITING, SGK_IN_BATCH_THRESHOLD,
        SGK_PAGE, SGK_MAX_ROWS, SGK_N_PARAMS };
 enum { SGF_DECAY, SGF_MIN_RATIO, SGF_N_PARAMS };
-/* a running list longer than its row (impossible: running + chunked <= max_running) */
+/* a running list longer than its row (impossible: running + chunked <= max_running), or a
+ * scratch smaller than the page + 1 */
 enum { STATUS_OVERFLOW = 5 };
-enum { SG_ABI_VERSION = 3 };  /* 2: SGK_POLICY holds a policy code; 3: GWAIT, WAIT_CACHED */
+/* 2: SGK_POLICY holds a policy code; 3: GWAIT, WAIT_CACHED; 4: KV held in whole pages */
+enum { SG_ABI_VERSION = 4 };
 enum { SG_POLICY_FCFS, SG_POLICY_LPM, SG_POLICY_DFS_WEIGHT };
 
 i64 tk_sglang_layout(i64 *out, i64 size) {
@@ -864,8 +866,14 @@ static void sg_unlock(SgState *s, i64 g) {
     }
 }
 
+/* _paged: the pool tokens `tokens` KV tokens occupy, whole pages (the last partly filled) */
+static inline i64 sg_paged(const SgState *s, i64 tokens) {
+    i64 page = SK(SGK_PAGE);
+    return page == 1 ? tokens : (tokens + page - 1) / page * page;
+}
+
 static void sg_release(SgState *s, i64 r) {
-    SC(SG_PRIVATE) -= (i64)SR(r, SG_COMPUTED) - SR(r, SG_SHARED);
+    SC(SG_PRIVATE) -= sg_paged(s, SR(r, SG_COMPUTED)) - SR(r, SG_SHARED);
     if (SR(r, SG_SHARED) > 0) sg_unlock(s, SR(r, SG_GROUP));
     SR(r, SG_COMPUTED) = 0;
     SR(r, SG_SHARED) = 0;
@@ -888,9 +896,10 @@ static void sg_insert(SgState *s, i64 r) {
 }
 
 static inline i64 sg_hit(const SgState *s, i64 r) {  /* _hit: the cached prefix r can skip */
-    i64 g = SR(r, SG_GROUP);
+    i64 g = SR(r, SG_GROUP), page = SK(SGK_PAGE);
     if (g < 0 || !SG(g, SG_CACHED)) return 0;
-    return min64(SG(g, SG_GLEN), (i64)SR(r, SG_PROMPT) + SR(r, SG_GENERATED) - 1);
+    i64 held = (i64)SR(r, SG_PROMPT) + SR(r, SG_GENERATED) - 1;  /* whole pages of it */
+    return min64(SG(g, SG_GLEN), page == 1 ? held : held / page * page);
 }
 
 /* Stable ascending sort of m (key, value) pairs in scratch[0..m), scratch[ws..ws+m) (bottom-up
@@ -1119,8 +1128,8 @@ static i64 sg_run_prefill(SgState *s, i64 nb, i64 step, i64 *row) {
     i64 pf = 0, sq = 0, ctx = 0, sampled = 0, nfin = 0;
     for (i64 j = 0; j < nb; j++) {
         i64 r = SQ(SG_Q_BATCH_REQ, j), ext = SQ(SG_Q_BATCH_NEW, j);
-        if (!sg_alloc(s, ext)) return STATUS_STUCK;
         i64 c0 = SR(r, SG_COMPUTED);
+        if (!sg_alloc(s, sg_paged(s, c0 + ext) - sg_paged(s, c0))) return STATUS_STUCK;
         pf += ext;
         sq += ext * ext;
         ctx += ext * c0;
@@ -1156,11 +1165,38 @@ static i64 sg_run_prefill(SgState *s, i64 nb, i64 step, i64 *row) {
 
 /* ---- decode (update_running_batch, retract_decode; _retract, _decode) ---------------------- */
 
+/* _full_pages: running requests whose pages are full (a new page at their next decode) */
+static i64 sg_full_pages(const SgState *s) {
+    i64 full = 0, page = SK(SGK_PAGE);
+    if (page == 1) return SC(SG_N_RUNNING);
+    for (i64 i = 0; i < SC(SG_N_RUNNING); i++)
+        full += SR(SQ(SG_Q_RUNNING, i), SG_COMPUTED) % page == 0;
+    return full;
+}
+
+/* pages(j), the new pages decode steps 1..j take (as _decode): a running request with offset
+ * o = -computed mod page takes one at steps o + 1, o + 1 + page, ...; pc[m] (m <= page): the
+ * requests with offset < m, so pages(j) = running (j / page) + pc[j % page], and pc[1] the
+ * requests whose pages are full (all of them at page 1) */
+static void sg_page_offsets(const SgState *s, i64 *pc) {
+    i64 page = SK(SGK_PAGE);
+    for (i64 m = 0; m <= page; m++) pc[m] = 0;
+    if (page == 1) {  /* no division per request */
+        pc[1] = SC(SG_N_RUNNING);
+        return;
+    }
+    for (i64 i = 0; i < SC(SG_N_RUNNING); i++)
+        pc[(page - SR(SQ(SG_Q_RUNNING, i), SG_COMPUTED) % page) % page + 1] += 1;
+    for (i64 m = 1; m <= page; m++) pc[m] += pc[m - 1];
+}
+
 /* Retract running requests, fewest output tokens first (the longest prompt among equals, the
  * most recently admitted among exact ties, as Python's stable reverse sort pops them), until
- * the rest have RETRACT_STEPS of room each; at least one out, one kept. Returns how many. */
+ * the rest have RETRACT_STEPS of room each and the pages of their next decode; at least one
+ * out, one kept. Returns how many. */
 static i64 sg_retract(SgState *s) {
-    i64 nrun = SC(SG_N_RUNNING), n = s->n, steps = SK(SGK_RETRACT_STEPS);
+    i64 nrun = SC(SG_N_RUNNING), n = s->n, steps = SK(SGK_RETRACT_STEPS), page = SK(SGK_PAGE);
+    i64 full = sg_full_pages(s);
     i64 *key = s->scratch, *val = s->scratch + s->ws;
     for (i64 i = 0; i < nrun; i++) {  /* reversed: equal keys pop the latest admitted first */
         i64 r = SQ(SG_Q_RUNNING, nrun - 1 - i);
@@ -1169,9 +1205,11 @@ static i64 sg_retract(SgState *s) {
     }
     sg_sort(s, nrun);
     i64 out = 0, kept = nrun;
-    while (kept > 0 && (out == 0 || sg_available(s) + SC(SG_EVICTABLE) < steps * kept)) {
+    while (kept > 0 && (out == 0 || sg_available(s) + SC(SG_EVICTABLE)
+                                    < max64(steps * kept, page * full))) {
         if (kept == 1) break;
         i64 r = s->scratch[s->ws + out];
+        full -= SR(r, SG_COMPUTED) % page == 0;
         sg_release(s, r);
         SW((SC(SG_WAIT_HEAD) + SC(SG_N_WAITING)) % n) = (i32)r;
         SC(SG_N_WAITING) += 1;
@@ -1206,12 +1244,15 @@ static i64 sg_decode(SgState *s, i64 *rec, i64 step, i64 fast, i64 max_steps, i6
         SC(SG_BATCH_FULL) = 0;
         SC(SG_RESET_PENDING) = 0;
     }
-    i64 bs = SC(SG_N_RUNNING), retracted = 0;
-    if (sg_available(s) + SC(SG_EVICTABLE) < bs) {  /* check_decode_mem failed */
+    i64 bs = SC(SG_N_RUNNING), retracted = 0, page = SK(SGK_PAGE);
+    i64 *pc = s->scratch;  /* page + 1 entries (ws > page); the retraction's sort reuses them */
+    sg_page_offsets(s, pc);
+    if (sg_available(s) + SC(SG_EVICTABLE) < page * pc[1]) {  /* check_decode_mem */
         retracted = sg_retract(s);
         SC(SG_BATCH_FULL) = 0;
         bs = SC(SG_N_RUNNING);
-        if (sg_available(s) + SC(SG_EVICTABLE) < bs) return STATUS_STUCK;
+        sg_page_offsets(s, pc);
+        if (sg_available(s) + SC(SG_EVICTABLE) < page * pc[1]) return STATUS_STUCK;
     } else {
         double r = s->f[0] - decay;
         s->f[0] = floor_ratio > r ? floor_ratio : r;
@@ -1225,15 +1266,20 @@ static i64 sg_decode(SgState *s, i64 *rec, i64 step, i64 fast, i64 max_steps, i6
     i64 k = 1;
     if (fast && !retracted && SC(SG_CHUNKED) < 0
             && (SC(SG_BATCH_FULL) || SC(SG_N_WAITING) == 0)) {
-        /* the following steps repeat this one until a request finishes or KV runs out */
-        i64 fr = sg_available(s) + SC(SG_EVICTABLE);
-        k = max64(1, min64(left_min, min64(fr / bs, max_steps - step)));
+        /* the following steps repeat this one until a request finishes or KV runs out: the
+         * most steps whose pages the free pool holds (pages(j) <= free pages) */
+        i64 free_pages = (sg_available(s) + SC(SG_EVICTABLE)) / page;
+        i64 q = free_pages / bs, m = 0;
+        while (m + 1 < page && pc[m + 1] <= free_pages - q * bs) m++;
+        k = max64(1, min64(left_min, min64(q * page + m, max_steps - step)));
     }
-    /* step j needs bs free tokens: unused cached prefixes are evicted (LRU) at the first step
+    /* step j needs its pages free: unused cached prefixes are evicted (LRU) at the first step
      * that needs them, as check_decode_mem does step by step */
     i64 a0 = sg_available(s), evicted = 0, cache = SC(SG_CACHE_TOKENS), priv = SC(SG_PRIVATE);
+    i64 need = 0;  /* tokens steps 1..j take */
     for (i64 j = 1; j <= k; j++) {
-        while (a0 + evicted < j * bs) {
+        need = page == 1 ? bs * j : page * (bs * (j / page) + pc[j % page]);
+        while (a0 + evicted < need) {
             i64 g = sg_evict_oldest(s);
             if (g < 0) return STATUS_STUCK;
             cache -= SG(g, SG_GLEN);
@@ -1244,13 +1290,13 @@ static i64 sg_decode(SgState *s, i64 *rec, i64 step, i64 fast, i64 max_steps, i6
         row[DECODES] = bs;
         row[DECODE_KV] = sum_c + bs * j;
         row[SAMPLED] = bs;
-        row[KV_BLOCKS] = priv + bs * j + cache;
+        row[KV_BLOCKS] = priv + need + cache;
         row[RUNNING] = bs;
     }
     SC(SG_CACHE_TOKENS) -= evicted;
     SC(SG_EVICTABLE) -= evicted;
     rec[PREEMPTED] = retracted;
-    SC(SG_PRIVATE) += k * bs;
+    SC(SG_PRIVATE) += need;
     int any_done = 0;
     for (i64 i = 0; i < bs; i++) {
         i64 r = SQ(SG_Q_RUNNING, i);
@@ -1299,6 +1345,7 @@ i64 tk_sglang_run(const i64 *kp, const double *kf, i32 *req, i64 n, i32 *grp, i3
     SgState st = { kp, kf, req, grp, q, c, f, n, w, ws, scratch };
     SgState *s = &st;
     i64 step = *step_io, status = STATUS_OK;
+    if (SK(SGK_PAGE) < 1 || SK(SGK_PAGE) + 1 > ws) return STATUS_OVERFLOW;  /* sg_decode's pc */
     while (SC(SG_DONE) < n) {
         if (step >= max_steps) { status = STATUS_MAX_STEPS; break; }
         if (base + cap - step < SK(SGK_MAX_ROWS)) { status = STATUS_FULL; break; }

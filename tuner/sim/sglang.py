@@ -17,20 +17,28 @@ Read from SGLang's source, the v0.5 line (tuner.core.sglang names the files and 
   ``--max-running-requests`` the running count. A request refused for KV (NO_TOKEN) marks the
   batch full: no prefill is tried again until a running request leaves (finishes or is
   retracted: ``update_running_batch``, one decode step later, clears the mark).
-* ``update_running_batch``: a decode needs one free token per running request
-  (``check_decode_mem``, evicting unused radix-cache entries first). Without it,
-  ``ScheduleBatch.retract_decode`` retracts requests (fewest output tokens first, the longest
-  prompt among equals) until the rest have 20 decode steps of room each, frees their KV
-  (recompute later: prompt + tokens generated so far), puts them at the end of the waiting
-  queue and sets new_token_ratio = min(1, (decoded + 20 x remaining) / (sum max_new + 1));
-  otherwise the ratio decays by (init - min) / 600 towards min.
+* KV is held in whole pages of ``page_size`` tokens (``PagedTokenToKVPoolAllocator``): a
+  request holds its tokens rounded up to whole pages (its last page partly filled; a cached
+  prefix is whole pages), a prefill (chunk) allocates the pages its new tokens reach
+  (``alloc_extend``) and a decode step a new page for each request whose pages are full
+  (``alloc_decode``). At page 1 that is one token per token.
+* ``update_running_batch``: a decode needs a free page per running request whose pages are full
+  (``check_decode_mem``: ``new_page_count_next_decode`` x page_size in 0.5.5,
+  ``new_tokens_required_next_decode`` in 0.5.23; one token per request at page 1), evicting
+  unused radix-cache entries first. Without it, ``ScheduleBatch.retract_decode`` retracts
+  requests (fewest output tokens first, the longest prompt among equals) until the rest have
+  20 decode steps of room each and their next decode's pages, frees their KV (recompute
+  later: prompt + tokens generated so far), puts them at the end of the waiting queue and sets
+  new_token_ratio = min(1, (decoded + 20 x remaining) / (sum max_new + 1)); otherwise the
+  ratio decays by (init - min) / 600 towards min.
 * Radix cache (``RadixCache``, in whole pages): a request's prompt is matched against the cached
   prefixes when it is scheduled (at least one token is always computed); after a prefill
   (chunk) its computed prefix is inserted, a copy computed twice in one batch is freed; entries
   no running request uses stay cached and are evicted least-recently-used when KV is needed.
   Tuner knows shared prefixes as groups (Workload.prefix_ids / prefix_tokens): one entry per
   group, inserted once a member has computed the whole prefix (SGLang would also match a
-  partial one).
+  partial one). A match is whole pages of the prompt less its last token
+  (``Req.adjust_max_prefix_ids``, ``RadixCache.match_prefix`` page-aligned).
 * ``--schedule-policy lpm`` sorts the waiting queue by cached prefix length (longest first),
   moving a request whose prefix is not cached but another waiting request's (by more than 32
   tokens) to the end, so one member computes it first (in-batch prefix caching); with more than
@@ -126,8 +134,9 @@ def admission_floor(prompt, output, prefix_ids, prefix_tokens, radix: bool,
     else runs (PrefillAdder.add_one_req: its new tokens + max_new + a page must stay below the
     pool less the cached prefix it locks): prompt + output + page_size + 1, and with the radix
     cache the part of its group's cached prefix it does not use besides (a prompt that is all
-    cached prefix recomputes its last token, so it holds that token twice; a group of one member
-    never finds its prefix cached). A smaller pool never admits the request."""
+    cached prefix matches whole pages of all but its last token and holds the rest twice; a
+    group of one member never finds its prefix cached). A smaller pool never admits the
+    request."""
     p = np.asarray(prompt, dtype=np.int64)
     need = p + np.asarray(output, dtype=np.int64) + page_size + 1
     if radix and prefix_ids is not None:
@@ -136,7 +145,7 @@ def admission_floor(prompt, output, prefix_ids, prefix_tokens, radix: bool,
         has = gid >= 0
         has[has] = members[gid[has]] > 1  # a group of one never finds its prefix cached
         g = glen[gid[has]]
-        need[has] += g - np.minimum(g, p[has] - 1)
+        need[has] += g - np.minimum(g, (p[has] - 1) // page_size * page_size)
     return need
 
 
@@ -213,9 +222,13 @@ class SGLangScheduler:
             self.lru[g] = None  # most recently used
             self.evictable += int(self.glen[g])
 
+    def _paged(self, tokens: int) -> int:
+        """Pool tokens that `tokens` KV tokens occupy: whole pages (the last one partly filled)."""
+        return -(-tokens // self.page) * self.page
+
     def _release(self, r: int) -> None:
-        """Free r's KV (a finished request: its private tokens; its prefix stays cached)."""
-        self.private -= int(self.computed[r] - self.shared[r])
+        """Free r's KV (a finished request: its private pages; its prefix stays cached)."""
+        self.private -= self._paged(int(self.computed[r])) - int(self.shared[r])
         if self.shared[r] > 0:
             self._unlock(int(self.gid[r]))
         self.computed[r] = 0
@@ -241,7 +254,9 @@ class SGLangScheduler:
         g = int(self.gid[r])
         if g < 0 or not self.cached[g]:
             return 0
-        return int(min(self.glen[g], self.P[r] + self.generated[r] - 1))
+        # whole pages of what it holds less the token it recomputes (SGLang's match)
+        return int(min(self.glen[g],
+                       (self.P[r] + self.generated[r] - 1) // self.page * self.page))
 
     # ---- prefill -----------------------------------------------------------------------------
     def _sort_lpm(self) -> None:
@@ -388,8 +403,8 @@ class SGLangScheduler:
         pf = sq = ctx = sampled = 0
         finished = []
         for r, ext in batch:
-            self._alloc(ext)
             c0 = int(self.computed[r])
+            self._alloc(self._paged(c0 + ext) - self._paged(c0))  # the pages it reaches
             pf += ext
             sq += ext * ext
             ctx += ext * c0
@@ -414,16 +429,25 @@ class SGLangScheduler:
         return row[None, :]
 
     # ---- decode ------------------------------------------------------------------------------
+    def _full_pages(self, rs) -> int:
+        """Of requests `rs`, how many need a new page at their next decode (their pages are
+        full: ScheduleBatch.new_page_count_next_decode; all of them at page 1)."""
+        return int(np.count_nonzero(self.computed[np.asarray(rs, dtype=np.int64)]
+                                    % self.page == 0))
+
     def _retract(self) -> int:
         """retract_decode: requests out until the rest have RETRACT_DECODE_STEPS of room each
-        (at least one out, at least one kept); returns how many."""
+        and the pages of their next decode (check_decode_mem; at page 1 the 20 steps cover
+        it), at least one out, at least one kept; returns how many."""
         order = sorted(self.running, key=lambda r: (self.generated[r], -self.P[r]), reverse=True)
+        full = self._full_pages(order)
         out = 0
         while order and (out == 0 or self.available + self.evictable
-                         < sg.RETRACT_DECODE_STEPS * len(order)):
+                         < max(sg.RETRACT_DECODE_STEPS * len(order), self.page * full)):
             if len(order) == 1:
                 break
             r = order.pop()
+            full -= int(self.computed[r] % self.page == 0)
             self._release(r)
             self.waiting.append(r)
             out += 1
@@ -444,32 +468,44 @@ class SGLangScheduler:
             self.reset_pending = False
         bs = len(self.running)
         retracted = 0
-        if self.available + self.evictable < bs:
+        if self.available + self.evictable < self.page * self._full_pages(self.running):
             retracted = self._retract()
             self.batch_full = False
             bs = len(self.running)
-            if self.available + self.evictable < bs:
+            if self.available + self.evictable < self.page * self._full_pages(self.running):
                 raise _Stuck
         else:
             self.ratio = max(self.ratio - self.s.new_token_ratio_decay,
                              self.s.min_new_token_ratio)
         run = np.fromiter(self.running, dtype=np.int64, count=bs)
         left = self.O[run] - self.generated[run]
+        # pages(j), the new pages steps 1..j take: step j one for each request whose KV length
+        # before it, computed + j - 1, is a whole number of pages, so a request with offset
+        # o = -computed mod page takes one at steps o + 1, o + 1 + page, ...; over a cycle of
+        # `page` steps each request takes one. pc[m]: requests with offset < m.
+        pc = np.zeros(self.page + 1, dtype=np.int64)
+        np.cumsum(np.bincount((-self.computed[run]) % self.page, minlength=self.page),
+                  out=pc[1:])
         k = 1
         if (fast and not retracted and self.chunked < 0
                 and (self.batch_full or not self.waiting)):
-            # the following steps repeat this one until a request finishes or KV runs out
-            free = self.available + self.evictable
-            k = int(max(1, min(int(left.min()), free // bs, max_steps - step)))
-        # step j (1..k) needs bs free tokens: unused cached prefixes are evicted (LRU) at the
-        # first step that needs them, as check_decode_mem does step by step
+            # the following steps repeat this one until a request finishes or KV runs out:
+            # the most steps whose pages the free pool holds (pages(j) <= free pages)
+            free_pages = (self.available + self.evictable) // self.page
+            q = free_pages // bs
+            m = int(np.searchsorted(pc[:self.page], free_pages - q * bs, side="right")) - 1
+            k = int(max(1, min(int(left.min()), q * self.page + m, max_steps - step)))
         j = np.arange(1, k + 1, dtype=np.int64)
+        need_j = self.page * (bs * (j // self.page) + pc[j % self.page])  # tokens by step j
+        # step j needs its pages free: unused cached prefixes are evicted (LRU) at the first
+        # step that needs them, as check_decode_mem does step by step
         cache_j = np.full(k, self.cache_tokens, dtype=np.int64)
         a0, evicted = self.available, 0
-        while a0 + evicted < k * bs:
+        while a0 + evicted < need_j[-1]:
             if not self.lru:
                 raise _Stuck
-            at = (a0 + evicted) // bs + 1  # the step that evicts it
+            # the step that evicts it: the first that needs more than is free
+            at = int(np.searchsorted(need_j, a0 + evicted, side="right")) + 1
             g, _ = self.lru.popitem(last=False)
             x = int(self.glen[g])
             self.cached[g] = False
@@ -481,8 +517,8 @@ class SGLangScheduler:
         rows[:, DECODES] = bs
         rows[:, DECODE_KV] = int(self.computed[run].sum()) + bs * j
         rows[:, SAMPLED] = bs
-        rows[:, KV_BLOCKS] = self.private + bs * j + cache_j
-        self.private += k * bs
+        rows[:, KV_BLOCKS] = self.private + need_j + cache_j
+        self.private += int(need_j[-1])
         rows[:, RUNNING] = bs
         rows[0, PREEMPTED] = retracted
         self.computed[run] += k
@@ -560,7 +596,8 @@ N_SLOTS = 15
 # the page, the most rows one round writes; kf: the ratio's decay and floor
 N_PARAMS, K_MAX_ROWS, N_FPARAMS = 12, 11, 2
 STATUS_OVERFLOW = 5  # a broken invariant (running + chunked > max running): never expected
-_ABI_VERSION = 3  # 2: kp's policy slot holds a code (fcfs, lpm, dfs-weight); 3: G_WAIT & co
+# 2: kp's policy slot holds a code (fcfs, lpm, dfs-weight); 3: G_WAIT & co; 4: KV in whole pages
+_ABI_VERSION = 4
 _PAUSE_EVERY_STEPS = 1 << 16  # steps between chances to react to Ctrl-C (the vLLM loop's)
 
 
@@ -604,7 +641,9 @@ def _run_c(prompt, output, *, capacity_tokens: int, chunked_prefill_size: int,
     ratio = np.array([settings.init_new_token_ratio], dtype=np.float64)
     policy = policy_code(settings)
     # sorts: the running batch, lpm's queue (<= 128), dfs-weight's groups and queue (all of it)
-    ws = max(w, (n if policy == POLICY_DFS_WEIGHT else min(n, sg.LPM_MAX_WAITING)) + 1)
+    # and the decode's count of requests per page offset (page + 1)
+    ws = max(w, (n if policy == POLICY_DFS_WEIGHT else min(n, sg.LPM_MAX_WAITING)) + 1,
+             int(page_size) + 1)
     scratch = np.zeros(4 * ws, dtype=np.int64)
     # a round writes one prefill row or a decode stretch, which ends at a finish at the latest
     max_rows = max(int(output.max(initial=0)), 1)
@@ -639,7 +678,7 @@ def _run_c(prompt, output, *, capacity_tokens: int, chunked_prefill_size: int,
                 raise KeyboardInterrupt
         elif status == STATUS_OVERFLOW:
             raise RuntimeError("SGLang's C scheduler: more running requests than "
-                               "--max-running-requests (a bug)")
+                               "--max-running-requests, or a page below 1 (a bug)")
         else:
             break
     done = rec[:filled]
