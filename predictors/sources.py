@@ -221,7 +221,25 @@ def resolve(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
             engine: str = "vllm", log_requests: bool | None = None) -> Resolution:
     """Walk the registry (as `mode` restricts it) for (model, gpu, config); TunerError on a bad
     mode or folder, or where the restricted registry cannot price it. `engine`: the engine
-    simulated ("vllm" | "sglang"): whose kernel tables and engine profile price it."""
+    simulated ("vllm" | "sglang"): whose kernel tables and engine profile price it. A hybrid
+    (Gated DeltaNet) model resolves its attention and linear parts alike and adds the
+    recurrent scan's roofline estimate (predictors.hybrid)."""
+    if getattr(model, "is_hybrid", False):
+        from tuner.predictors.hybrid import hybrid_cost_model
+
+        kw = dict(profile=profile, mode=mode, engine_version=engine_version,
+                  calibrated=calibrated, entry_point=entry_point,
+                  num_scheduler_steps=num_scheduler_steps, engine=engine,
+                  log_requests=log_requests)
+        first = {}
+
+        def part(spec):
+            r = resolve(spec, gpu, config, **kw)
+            first.setdefault("r", r)
+            return r.cost_model
+
+        cm = hybrid_cost_model(model, gpu, config, part)
+        return Resolution(cm, first["r"].source, first["r"].declined)
     q = CostQuery(model, gpu, config, None if profile is None else Path(profile), mode,
                   engine_version, entry_point, num_scheduler_steps, engine, log_requests)
     declined: list[tuple[str, str]] = []

@@ -170,9 +170,14 @@ def test_llama4_moe_layers_listed_explicitly_win():
     assert spec(cfg).num_moe_layers == 3
 
 
-# ---- 2. hybrid linear-attention / Mamba models: refused in one line, never priced as attention
+# ---- 2. hybrid Mamba models: refused in one line, never priced as attention (Gated DeltaNet
+# hybrids such as Qwen3-Next are priced since stop 52: tests/test_hybrid_models_s52.py)
+def test_qwen3_next_loads_as_a_hybrid():
+    m = spec(QWEN3_NEXT)
+    assert (m.num_kv_layers, m.linear_attention_layers) == (12, 36)
+
+
 @pytest.mark.parametrize("cfg, words", [
-    (QWEN3_NEXT, ("Qwen3NextForCausalLM", "hybrid", "12 of its 48 layers", "4x")),
     (JAMBA_MINI, ("JambaForCausalLM", "hybrid", "4 of its 32 layers", "Mamba", "8x")),
     ({**LLAMA_31_8B, "architectures": ["SomeHybrid"], "num_hidden_layers": 4,
       "layer_types": ["mamba", "full_attention", "mamba", "full_attention"]},

@@ -82,6 +82,9 @@ VLLM_ARCH_FLOORS: tuple[ArchFloor, ...] = (
               "the 0.10.1 wheel's model registry has it, 0.10.0's does not"),
     ArchFloor("DeepseekV32ForCausalLM", "0.11.0", "DeepSeek-V3.2, sparse attention indexer",
               "the 0.11.0 wheel's model registry has it, 0.10.2's does not"),
+    ArchFloor("Qwen3NextForCausalLM", "0.10.2", "Qwen3-Next (Gated DeltaNet hybrid, V1 only)",
+              "vLLM 0.10.2's release notes add Qwen3-Next (qwen3_next.py, the V1 hybrid "
+              "KV cache manager's Mamba-style state pages)"),
 )
 
 #: the config.json `architectures` entry and RoPE scaling type of each catalog model
@@ -115,6 +118,7 @@ CATALOG_ARCHITECTURES: dict[str, tuple[str, str]] = {
     "qwen3-30b-a3b": ("Qwen3MoeForCausalLM", ""),
     "qwen3-30b-a3b-instruct-2507": ("Qwen3MoeForCausalLM", ""),
     "qwen3-235b-a22b": ("Qwen3MoeForCausalLM", ""),
+    "qwen3-next-80b-a3b": ("Qwen3NextForCausalLM", ""),
     "gemma-3-4b": ("Gemma3ForConditionalGeneration", "linear"),
     "gemma-3-12b": ("Gemma3ForConditionalGeneration", "linear"),
     "gemma-3-27b": ("Gemma3ForConditionalGeneration", "linear"),

@@ -442,6 +442,16 @@ class ModelSpec:
     # SGLang load onto the GPU for a text-only job too: counted in the weights held and loaded
     # (vision_weight_bytes), never in num_params or a step's compute (a text job never runs it)
     vision_params: int = 0
+    # --- hybrid linear attention (Qwen3-Next / Qwen3.5 Gated DeltaNet) -------------------
+    # layers whose mixer is a Gated DeltaNet (no KV cache: a fixed per-request recurrent
+    # state) instead of attention; 0 = every layer attends. Shapes as config.json names them.
+    linear_attention_layers: int = 0
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel_dim: int = 0
+    linear_ssm_state_bits: int = 16  # config mamba_ssm_dtype float32: 32 (vLLM honours it)
 
     # --- structure -------------------------------------------------------------------
     @property
@@ -477,11 +487,50 @@ class ModelSpec:
 
     @property
     def num_full_attention_layers(self) -> int:
-        return self.num_layers - self.num_window_layers
+        return self.num_kv_layers - self.num_window_layers
 
     @property
     def value_head_dim(self) -> int:
         return self.v_head_dim or self.head_dim
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Some layers are Gated DeltaNet (linear attention) with a recurrent state, not KV."""
+        return self.linear_attention_layers > 0
+
+    @property
+    def num_kv_layers(self) -> int:
+        """Layers that keep a KV cache (every layer unless the model is hybrid)."""
+        return self.num_layers - self.linear_attention_layers
+
+    @property
+    def linear_mixer_params_per_layer(self) -> int:
+        """One Gated DeltaNet layer's projections (vLLM qwen3_next.py): in_proj_qkvz (hidden ->
+        2 x key heads x key dim + 2 x value heads x value dim), in_proj_ba (hidden -> 2 x value
+        heads) and out_proj (value heads x value dim -> hidden); the depthwise conv1d's
+        kernel x conv channels. 0 for a model without such layers."""
+        if not self.is_hybrid:
+            return 0
+        h = self.hidden_size
+        key = self.linear_num_key_heads * self.linear_key_head_dim
+        value = self.linear_num_value_heads * self.linear_value_head_dim
+        conv = (2 * key + value) * self.linear_conv_kernel_dim
+        return h * (2 * key + 2 * value) + h * 2 * self.linear_num_value_heads + value * h + conv
+
+    def linear_state_bytes_per_layer_rank(self, tp: int = 1) -> float:
+        """One request's recurrent state in one Gated DeltaNet layer on one tensor-parallel
+        rank, as vLLM sizes it (MambaStateShapeCalculator.gated_delta_net_state_shape): the
+        conv state (2 x key + value channels / tp) x (kernel - 1) at the model dtype (16-bit)
+        plus the temporal state (value heads / tp) x value dim x key dim at
+        linear_ssm_state_bits (the config's mamba_ssm_dtype, else the model dtype)."""
+        if not self.is_hybrid:
+            return 0.0
+        key = self.linear_num_key_heads * self.linear_key_head_dim
+        value = self.linear_num_value_heads * self.linear_value_head_dim
+        conv = (2 * key + value) / tp * (self.linear_conv_kernel_dim - 1) * 2.0
+        ssm = (self.linear_num_value_heads / tp * self.linear_value_head_dim
+               * self.linear_key_head_dim * self.linear_ssm_state_bits / 8.0)
+        return conv + ssm
 
     # --- parameter counts -------------------------------------------------------------
     @property
@@ -530,14 +579,16 @@ class ModelSpec:
     @property
     def linear_params_total(self) -> int:
         """All per-layer matmul weights (resident: every expert counts)."""
-        return (self.num_layers * self.attention_params_per_layer
+        return (self.num_kv_layers * self.attention_params_per_layer
+                + self.linear_attention_layers * self.linear_mixer_params_per_layer
                 + self.num_dense_layers * self.dense_mlp_params
                 + self.num_moe_layers * self.moe_layer_params)
 
     @property
     def active_linear_params_total(self) -> int:
         """Per-layer matmul weights one token passes through (MoE: only its top-k experts)."""
-        return (self.num_layers * self.attention_params_per_layer
+        return (self.num_kv_layers * self.attention_params_per_layer
+                + self.linear_attention_layers * self.linear_mixer_params_per_layer
                 + self.num_dense_layers * self.dense_mlp_params
                 + self.num_moe_layers * self.active_moe_layer_params)
 
@@ -641,7 +692,7 @@ class ModelSpec:
     def kv_bytes_per_token(self, bits: int, layers: int | None = None) -> float:
         """KV of one token over `layers` layers (default all) at `bits`, as if every layer kept
         every token; sliding-window layers keep fewer: see tuner.core.memory.kv_bytes_per_request."""
-        n = self.num_layers if layers is None else layers
+        n = self.num_kv_layers if layers is None else layers
         return n * self.kv_bytes_per_token_per_layer(bits)
 
 
@@ -1128,6 +1179,49 @@ def _hybrid_layers(cfg: dict) -> tuple[int, str] | None:
     return None
 
 
+#: model types of the Gated DeltaNet hybrids tuner prices (Qwen3-Next, Qwen3.5's text decoders)
+_GDN_TYPES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe",
+                        "qwen3_5_moe_text"})
+#: the GDN config keys the layer's shape needs
+_GDN_KEYS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+             "linear_value_head_dim", "linear_conv_kernel_dim")
+
+
+def _gated_deltanet(raw: dict, cfg: dict, path: Path | str) -> dict[str, int]:
+    """The ModelSpec fields of a Gated DeltaNet hybrid (Qwen3-Next, Qwen3.5): its linear
+    layers (layer_types' "linear_attention", else all but every full_attention_interval-th,
+    as vLLM's qwen3_next.py reads them) and the layer's head shapes; {} for a model without
+    such layers. Any other hybrid (Mamba, MiniMax's lightning attention, ...) is refused
+    (_refuse_hybrid)."""
+    gdn = _model_types(raw, cfg) & _GDN_TYPES or "linear_num_value_heads" in cfg
+    layers = cfg.get("num_hidden_layers")
+    if not gdn or not isinstance(layers, int) or layers <= 0:
+        _refuse_hybrid(raw, cfg, path)
+        return {}
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types:
+        if len(types) != layers:
+            raise TunerError(f"{path}: layer_types lists {len(types)} layers, "
+                             f"num_hidden_layers is {layers}.")
+        other = {str(t) for t in types} - {"linear_attention", "full_attention"}
+        if other:
+            raise TunerError(f"{path}: {_arch_label(raw)} lists layer types tuner does not "
+                             f"price ({', '.join(sorted(other))}); it prices full_attention "
+                             "and linear_attention (Gated DeltaNet) layers.")
+        linear = sum(1 for t in types if t == "linear_attention")
+    else:
+        interval = _config_int(cfg, "full_attention_interval", path, default=4)
+        linear = layers - layers // interval  # layer i attends where (i + 1) % interval == 0
+    if linear == 0:
+        return {}
+    shape = {f"linear_{k[7:]}": _config_int(cfg, k, path) for k in _GDN_KEYS}
+    ssm = str(cfg.get("mamba_ssm_dtype") or cfg.get("mamba_ssm_cache_dtype") or "").lower()
+    # vLLM's HybridAttentionMamba config copies the config's mamba_ssm_dtype into
+    # mamba_ssm_cache_dtype; the conv state stays at the model dtype
+    bits = 32 if ssm in ("float32", "fp32") else 16
+    return dict(linear_attention_layers=linear, linear_ssm_state_bits=bits, **shape)
+
+
 def _refuse_hybrid(raw: dict, cfg: dict, path: Path | str) -> None:
     """One TunerError for a model whose layers are not all attention (Qwen3-Next's Gated
     DeltaNet, Jamba's and Nemotron-H's Mamba, ...): tuner's KV, memory and kernel models put a
@@ -1146,9 +1240,9 @@ def _refuse_hybrid(raw: dict, cfg: dict, path: Path | str) -> None:
     else:
         what = "it mixes state-space / linear-attention layers with attention"
     raise TunerError(
-        f"{path}: {_arch_label(raw)} is a hybrid model: {what}. tuner prices decoders whose "
-        "every layer keeps a KV cache and does not model a per-request recurrent state, so it "
-        "does not support this model.")
+        f"{path}: {_arch_label(raw)} is a hybrid model: {what}. Of the hybrids tuner prices "
+        "only the Gated DeltaNet family (Qwen3-Next, Qwen3.5); Mamba / SSM layers are not "
+        "modelled, so it does not support this model.")
 
 
 def _ernie_moe_layout(cfg: dict, layers: int, width: int, path: Path | str) -> tuple[int, int, int]:
@@ -1287,7 +1381,7 @@ def model_from_config_dict(cfg: dict, *, where: str, name: str, source: str,
         raise TunerError(f"{where}: a config.json holds a JSON object, got {type(cfg).__name__}.")
     raw, cfg = cfg, _decoder_config(cfg)
     path = where
-    _refuse_hybrid(raw, cfg, path)
+    linear = _gated_deltanet(raw, cfg, path)
     heads = _config_int(cfg, "num_attention_heads", path)
     hidden = _config_int(cfg, "hidden_size", path)
     kv_heads = _config_int(cfg, "num_key_value_heads", path, default=heads)
@@ -1371,6 +1465,7 @@ def model_from_config_dict(cfg: dict, *, where: str, name: str, source: str,
         sliding_window_layers=window_layers,
         **_checkpoint_precision(cfg, path),
         **moe,
+        **linear,
         vision_params=_tower_params(raw),
     )
     q = cfg.get("quantization_config") or cfg.get("compression_config") or {}

@@ -75,6 +75,14 @@ class MemoryPlan:
     # (tuner.core.sglang.sglang_page_size); None: a vLLM plan (its block is the config's
     # block_size) or a plan stored before the field
     kv_page_tokens: int | None = None
+    # a hybrid (Gated DeltaNet) model under vLLM V1 (hybrid_state_plan): the attention block
+    # vLLM raises so a page holds a layer's recurrent state (0: config.block_size), the state
+    # pages (in attention blocks) each running request holds, and the running requests whose
+    # state pages kv_capacity_blocks already leaves out (0: no cap)
+    block_size_tokens: int = 0
+    state_blocks_per_request: int = 0
+    state_bytes_per_request: float = 0.0
+    max_running_by_state: int = 0
 
     @property
     def kv_gpu_bytes_used(self) -> float:
@@ -366,9 +374,9 @@ def kv_bytes_per_request(model: ModelSpec, tokens: float, kv_bits: int, tp: int 
     """KV bytes per rank of one request holding `tokens` tokens over `layers` layers (default
     all): full-attention layers keep every token, sliding-window layers at most the window.
     With fewer than all layers (KV offload) the window layers are taken in proportion."""
-    n = model.num_layers if layers is None else min(layers, model.num_layers)
+    n = model.num_kv_layers if layers is None else min(layers, model.num_kv_layers)
     per_layer = kv_bytes_per_token_per_layer_rank(model, kv_bits, tp)
-    window_layers = model.num_window_layers * n / model.num_layers
+    window_layers = model.num_window_layers * n / model.num_kv_layers
     return per_layer * ((n - window_layers) * tokens
                         + window_layers * window_kv_tokens(model, tokens))
 
@@ -382,7 +390,45 @@ def kv_layer_fraction(model: ModelSpec, mean_request_tokens: float = 0.0) -> flo
     if model.num_window_layers == 0 or mean_request_tokens <= 0:
         return 1.0
     kept = window_kv_tokens(model, mean_request_tokens) / mean_request_tokens
-    return (model.num_full_attention_layers + model.num_window_layers * kept) / model.num_layers
+    return (model.num_full_attention_layers + model.num_window_layers * kept) / model.num_kv_layers
+
+
+#: FlashAttention's kernel block (its supported sizes are multiples of 16): vLLM raises a
+#: hybrid model's attention block in steps of it (platforms/interface.py
+#: _align_hybrid_block_size, vLLM 0.32)
+HYBRID_BLOCK_ALIGN_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class HybridLayout:
+    """How vLLM V1 pages a Gated DeltaNet hybrid (0.32 kv_cache_utils
+    _get_kv_cache_groups_uniform_page_size and _align_hybrid_block_size): every page is one
+    layer's attention block or one layer's recurrent state, padded to one size; layers group
+    by type in groups of `group_layers` (the smaller type's count), a block serves one group,
+    and a request holds its attention groups' blocks per block_size tokens plus one state block
+    per linear-layer group (mamba_cache_mode "none"; "align", with prefix caching, keeps the
+    running state in one block too)."""
+
+    block_size_tokens: int
+    group_layers: int
+    attention_groups: int
+    state_groups: int
+    block_bytes: float  # one block of one group: group_layers pages, per rank
+    state_bytes_per_request: float  # the unpadded recurrent state of all linear layers
+
+
+def hybrid_layout(model: ModelSpec, config: ServingConfig) -> HybridLayout:
+    tp = config.tp
+    page_token = kv_bytes_per_token_per_layer_rank(model, config.kv_bits, tp)
+    state = model.linear_state_bytes_per_layer_rank(tp)
+    align = max(HYBRID_BLOCK_ALIGN_TOKENS, config.block_size)
+    block = max(config.block_size, align * math.ceil(state / (align * page_token)))
+    attn, lin = model.num_kv_layers, model.linear_attention_layers
+    group = min(attn, lin)
+    if max(attn, lin) < 1.5 * group:
+        group = max(attn, lin)
+    return HybridLayout(block, group, math.ceil(attn / group), math.ceil(lin / group),
+                        group * block * page_token, state * lin)
 
 
 def weight_bytes_per_rank(model: ModelSpec, config: ServingConfig) -> float:
@@ -489,7 +535,7 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
     staging = offload_staging_bytes(model, offloaded)
     kv = usable - weights - acts - runtime - staging
     # a pipeline stage keeps the KV of its layers (the first, of ceil(layers / pp), the most)
-    stage_layers = math.ceil(model.num_layers / config.pp)
+    stage_layers = math.ceil(model.num_kv_layers / config.pp)
     layers_on_gpu = max(stage_layers - config.kv_offload_layers, 0)
     # mean over layers of one token's KV per rank; sliding-window layers count by the share of
     # the workload's mean request they keep (window / mean tokens, at most 1)
@@ -502,6 +548,24 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
     else:
         blocks = 0
     tokens = blocks * config.block_size
+    hybrid: dict = {}
+    if model.is_hybrid and kv > 0:
+        # attention blocks of the attention groups, less the state blocks of the requests that
+        # can run at once: vLLM takes a request's state blocks from the same pool at its
+        # admission, so the plan sets aside those of min(max_num_seqs, the requests of the
+        # workload's mean length the pool holds with their state); the scheduler is capped
+        # there (an ESTIMATE of vLLM's concurrency where requests differ in length)
+        lay = hybrid_layout(model, config)
+        pool = int(kv // lay.block_bytes) // lay.attention_groups
+        per_req = math.ceil(lay.state_groups / lay.attention_groups)
+        need = per_req + max(math.ceil(mean_request_tokens / lay.block_size_tokens), 1)
+        cap = min(config.max_running, pool // need)
+        blocks = max(pool - per_req * cap, 0)
+        tokens = blocks * lay.block_size_tokens
+        kv_per_token = lay.block_bytes * lay.attention_groups / lay.block_size_tokens
+        hybrid = dict(block_size_tokens=lay.block_size_tokens, state_blocks_per_request=per_req,
+                      state_bytes_per_request=lay.state_bytes_per_request,
+                      max_running_by_state=max(cap, 1) if blocks else 0)
     conc = tokens / mean_request_tokens if mean_request_tokens > 0 else 0.0
 
     fits, reason = True, ""
@@ -511,7 +575,12 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
     k = config.kv_offload_layers
     held = (f"{model.name}'s {stage_layers} layers" if config.pp == 1 else
             f"the {stage_layers} layers of each of {model.name}'s {config.pp} pipeline stages")
-    if k > model.num_layers:
+    if model.is_hybrid and (k > 0 or config.pp > 1):
+        fits = False  # the state pages are planned for one stage whose KV all stays on the GPU
+        reason = (f"{model.name} is a hybrid (Gated DeltaNet) model: tuner plans its recurrent "
+                  "state pages without KV offload and pipeline stages; use "
+                  "kv_offload_layers 0 and pp 1")
+    elif k > model.num_layers:
         fits = False
         reason = (f"kv_offload_layers {k} is more than {model.name} has ({model.num_layers} "
                   f"layers): offload at most {stage_layers - 1}, the GPU must keep at least "
@@ -565,6 +634,7 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
         host_kv_bytes=host_kv,
         host_limit_bytes=host_limit,
         host_used_bytes=host_used,
+        **hybrid,
     )
 
 

@@ -17,6 +17,7 @@ from tuner.core.engines import (
     generation_of,
     moe_parallel_refusal,
     multi_step_refusal,
+    parse_version,
     priced_scheduler_steps,
 )
 from tuner.core.errors import TunerError
@@ -259,10 +260,40 @@ def _decode_kv_read_bytes(model: ModelSpec, p: np.ndarray, d: np.ndarray, kv_bit
     return float(full + reads.sum() * per_layer * windowed)
 
 
-def scheduler_params(config: ServingConfig, capacity_blocks: int) -> sch.SchedulerParams:
+def scheduler_params(config: ServingConfig, capacity_blocks: int,
+                     plan: MemoryPlan | None = None) -> sch.SchedulerParams:
+    """The scheduler's knobs; a hybrid model's `plan` sets the attention block vLLM raised and
+    caps the running requests at those whose state pages the plan set aside."""
+    block, running = config.block_size, config.max_running
+    if plan is not None and plan.block_size_tokens:
+        block = plan.block_size_tokens
+        running = min(running, max(plan.max_running_by_state, 1))
     return sch.preset(config.scheduler, token_budget=config.chunk_size,
-                      max_running=config.max_running, block_size=config.block_size,
-                      capacity_blocks=capacity_blocks)
+                      max_running=running, block_size=block, capacity_blocks=capacity_blocks)
+
+
+#: the first vLLM release with a Gated DeltaNet hybrid (Qwen3-Next): 0.10.2, V1 only
+HYBRID_SINCE = (0, 10, 2)
+
+
+def _check_hybrid_runs(model: ModelSpec, engine: str, engine_version: str | None,
+                       config: ServingConfig) -> None:
+    """InfeasibleConfig where tuner cannot price a hybrid (Gated DeltaNet) model: under SGLang
+    (its Mamba radix cache is not modelled), a vLLM release before HYBRID_SINCE, or a V0
+    scheduler preset."""
+    if engine == "sglang":
+        raise InfeasibleConfig(
+            f"{model.name} is a hybrid (Gated DeltaNet) model: tuner prices it on vLLM V1 only "
+            "(SGLang's recurrent-state pool is not modelled); run it under vLLM")
+    v = parse_version(engine_version)
+    if v is not None and v < HYBRID_SINCE:
+        raise InfeasibleConfig(
+            f"{model.name} is a hybrid (Gated DeltaNet) model, which vLLM runs from 0.10.2 "
+            f"(V1 engine) on, not {engine_version}: use --engine-version 0.10.2 or newer")
+    if config.scheduler in ("vllm-v0", "sarathi"):
+        raise InfeasibleConfig(
+            f"{model.name} is a hybrid (Gated DeltaNet) model, which only vLLM's V1 engine "
+            f"runs; scheduler {config.scheduler} is V0's: use --scheduler vllm")
 
 
 def machines_for(gpu: GPU, config: ServingConfig) -> Machines:
@@ -307,6 +338,8 @@ def check_feasible(workload: Workload, model: ModelSpec, gpu: GPU,
             "with every expert (its DP attention, which splits the experts over all ranks as "
             "tuner prices a mixture-of-experts plan at dp > 1, is for the DeepSeek and Qwen MoE "
             "families): run it under vLLM, or at dp 1")
+    if model.is_hybrid:
+        _check_hybrid_runs(model, engine, engine_version, config)
     version = {} if engine == "sglang" else {"engine_version": engine_version}
     plan = (plan_memory_sglang if engine == "sglang" else plan_memory)(
         model, gpu, config, mean_request_tokens=float(total.mean()),
@@ -744,7 +777,7 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         if sglang is not None:
             raise TunerError("SGLang settings (--schedule-policy, --schedule-conservativeness, "
                              "--max-prefill-tokens) need --engine sglang.")
-        params = scheduler_params(config, plan.kv_capacity_blocks)
+        params = scheduler_params(config, plan.kv_capacity_blocks, plan)
         if not prefix_caching:  # a preempted request's blocks are not cached either
             params = params._replace(cache_preempted=False)
     order = _submission_order(workload, model, gpu, config, plan)
