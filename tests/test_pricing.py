@@ -257,13 +257,13 @@ def test_on_too_long_fail_is_one_line_and_exit_2(tmp_path):
 def test_plan_no_instance_holds_is_infeasible_not_a_crash():
     from tuner.sim.simulator import InfeasibleConfig
 
-    gcp = load_gpu_catalog(None, None, "gcp")  # L4 only as 1-GPU g2 machines here
+    runpod = load_gpu_catalog(None, None, "runpod")  # L4 only as 1-GPU pods here
     with pytest.raises(InfeasibleConfig, match="no instance with 2 GPUs"):
-        simulate_default(small_workload(8), get_model("llama-3-8b"), gcp["L4"],
+        simulate_default(small_workload(8), get_model("llama-3-8b"), runpod["L4"],
                          ServingConfig(gpu="L4", tp=2))
-    res = simulate_default(small_workload(8), get_model("llama-3-8b"), gcp["L4"],
+    res = simulate_default(small_workload(8), get_model("llama-3-8b"), runpod["L4"],
                            ServingConfig(gpu="L4", dp=2))
-    assert res.rental.instance == "g2-standard-4" and res.rental.count == 2
+    assert res.rental.instance == "1x_L4" and res.rental.count == 2
 
 
 def test_a_gpu_file_with_only_a_providers_section(tmp_path):
