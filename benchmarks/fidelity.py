@@ -67,6 +67,14 @@ and the weight read dominate decode: each is simulated as one batch of its reque
 no start-up, with the command's settings and the release's LLM-class defaults; predicted vs
 published seconds (signed as the req/s: + = too fast) and the same gap arithmetic.
 
+A second, independent H100 source (VLLM25915_RUNS: vllm-project/vllm#25915, `vllm bench
+throughput --model Qwen/Qwen3-8B --input-len 1024 --output-len 2048`, BF16, on the
+vllm/vllm-openai v0.8.5 and v0.10.2 images; the bench's defaults for the rest: 1,000 prompts,
+random dataset) is rebuilt the same way, each prompt of the mean length the figure's own input /
+output tok/s gives, priced with the release's profile (vllm-v1-sync), fitted on nothing, and
+printed beside the first source's H100 figures; published_per_gpu keeps it apart from the
+headline figures of the GPU's main profile (other_engines).
+
 Published figures have no per-request lengths. SGLang's benchmark of vLLM 0.6.0 (offline,
 5,000 ShareGPT prompts; sgl-project/sglang benchmark/benchmark_vllm_060/README.md) is rebuilt
 from its stated length distribution (published_workload: ShareGPT lengths resampled from the
@@ -840,6 +848,139 @@ def print_vllm_v1_published_latency(rows: list[dict], throughput: list[dict] | N
               f"{p['preemptions']} preemptions")
 
 
+# ---- a second, independent published V1 source on an H100: vllm-project/vllm#25915 ----------
+#: vllm-project/vllm#25915, "[Performance]: Limited improvements when compared Qwen3 /
+#: Qwen3-FP8" (Lyken17, 2025-09-30; an issue about FP8 gaining little over BF16, not about
+#: vLLM's BF16 speed): `vllm bench throughput --model Qwen/Qwen3-8B --input-len 1024
+#: --output-len 2048` "on the latest vllm/vllm-openai:v0.8.5 with h100 hardware", and the same
+#: command on vllm/vllm-openai:v0.10.2. Only the BF16 rows are rebuilt (the FP8 checkpoint's
+#: block-quantized GEMMs are left out). Every other setting is the bench's default, read in
+#: vllm/benchmarks/throughput.py: no dataset path -> the random dataset, --num-prompts 1000,
+#: --random-range-ratio 0 (every request the same stated lengths), SamplingParams ignore_eos
+#: with max_tokens = --output-len, LLM.generate with its progress bar, EngineArgs' defaults
+#: (gpu_memory_utilization 0.9, max_model_len the model's 40,960, prefix caching on: the random
+#: prompts share no block). The published figures are that progress bar's "est. speed input /
+#: output" at the end of the call: the finished requests' prompt and output tokens over the
+#: call's elapsed time, so the call took 1,000 x 2,048 / output tok/s seconds, and the prompts
+#: averaged input / output tok/s x 2,048 tokens: the random dataset builds each prompt as
+#: text from 1,024 random token ids, which the engine re-tokenizes (1,085 tokens on 0.8.5;
+#: 1,021 on 0.10.2, whose dataset re-encodes towards the stated length). Each run has the
+#: prompt length the figure itself gives. GPU: "h100" (the SXM part assumed, as the catalog's
+#: H100; the issue does not say SXM or PCIe). Fitted on nothing.
+VLLM25915 = ("vllm-project/vllm#25915 \"[Performance]: Limited improvements when compared "
+             "Qwen3 / Qwen3-FP8\" (2025-09-30), its BF16 rows")
+VLLM25915_CMD = "vllm bench throughput --model Qwen/Qwen3-8B --input-len 1024 --output-len 2048"
+VLLM25915_SETTINGS = {"source": VLLM25915, "gpu": "H100", "tp": 1, "hf_id": "Qwen/Qwen3-8B",
+                      "catalog_model": "qwen3-8b", "dtype": "bfloat16", "input_len": 1024,
+                      "output_len": 2048, "num_prompts": 1000, "gpu_memory_utilization": 0.9,
+                      "max_model_len": 40960, "prefix_caching": True}
+VLLM25915_RUNS = [
+    VLLM25915_SETTINGS | {
+        "name": f"vllm25915-h100_qwen3-8b_v{v}_in1024_out2048", "engine_version": v,
+        "engine_version_stated": f"vllm/vllm-openai:v{v}", "input_tok_s": i, "output_tok_s": o,
+        "quote": q}
+    for v, i, o, q in (
+        ("0.8.5", 2375.11, 4481.69, "bf16 **2375.11 toks/s, output: 4481.69 toks/s**"),
+        ("0.10.2", 2697.18, 5408.88, "bf16 **speed input: 2697.18 toks/s, output: 5408.88 toks/s**"))
+]
+
+
+def vllm25915_prompt_len(fig: dict) -> int:
+    """The prompts' mean length the figure gives: input / output tok/s x the output length
+    (every request ran to --output-len: ignore_eos)."""
+    return round(fig["input_tok_s"] / fig["output_tok_s"] * fig["output_len"])
+
+
+def vllm25915_published_s(fig: dict) -> float:
+    """The generate call's seconds: num_prompts x output_len / the published output tok/s."""
+    return fig["num_prompts"] * fig["output_len"] / fig["output_tok_s"]
+
+
+def vllm25915_run(fig: dict, gpus: dict) -> Run:
+    """One VLLM25915_RUNS figure as a Run (_fixed_length_run): num_prompts requests of the
+    figure's own mean prompt length and the stated output length, the release's LLM-class
+    defaults, priced with the release's profile (vllm-v1-sync before 0.14)."""
+    n, out = fig["num_prompts"], fig["output_len"]
+    inp = vllm25915_prompt_len(fig)
+    return _fixed_length_run(
+        fig | {"input_len": inp}, gpus, load_models()[fig["catalog_model"]], n,
+        f"{n:,} requests of {inp:,} prompt tokens (the figure's input / output tok/s x "
+        f"{out:,}; stated --input-len {fig['input_len']:,}) + {out:,} output tokens (random "
+        "dataset; ignore_eos)", vllm25915_published_s(fig), "vllm-v1-published-25915")
+
+
+def evaluate_vllm25915(gpus: dict) -> list[dict]:
+    """Predicted vs published seconds (and output tok/s) of every VLLM25915_RUNS figure: a
+    check, fitted on nothing, signed as the other published V1 rows (+ = too fast)."""
+    from tuner.sim.steps import DECODES
+
+    rows = []
+    for fig in VLLM25915_RUNS:
+        run = vllm25915_run(fig, gpus)
+        res, cm = simulate_run(run, run.engine, gpus, return_steps=True)
+        st = np.concatenate(res.steps)
+        pub_s, pred_s = run.measured_makespan_s, res.makespan_s
+        pub_req_s, req_s = fig["num_prompts"] / pub_s, fig["num_prompts"] / pred_s
+        decoding = st[:, DECODES] > 0
+        rows.append({
+            "run": fig["name"], "source": fig["source"], "quote": fig["quote"],
+            "gpu": fig["gpu"], "model": fig["hf_id"], "tp": fig["tp"],
+            "engine_version": fig["engine_version_stated"], "command": VLLM25915_CMD,
+            "input_len": vllm25915_prompt_len(fig), "input_len_stated": fig["input_len"],
+            "output_len": fig["output_len"], "num_prompts": fig["num_prompts"],
+            "published_output_tok_s": fig["output_tok_s"],
+            "predicted_output_tok_s": fig["num_prompts"] * fig["output_len"] / pred_s,
+            "published_req_s": pub_req_s, "predicted_req_s": req_s,
+            "req_s_error_pct": 100.0 * (req_s / pub_req_s - 1.0),
+            "published_makespan_s": pub_s, "predicted_makespan_s": pred_s,
+            "time_error_pct": 100.0 * (pred_s / pub_s - 1.0), "engine": run.engine.name,
+            "config": (f"vLLM {fig['engine_version']} as simulated, LLM.generate, scheduler "
+                       f"{run.config.scheduler}, max_num_seqs {run.config.max_running}, "
+                       f"max_num_batched_tokens {run.config.chunk_size}, "
+                       f"gpu_memory_utilization {run.config.gpu_memory_utilization:g}, "
+                       "every request at t = 0, no start-up"),
+            "iterations": res.iterations, "preemptions": res.preemptions,
+            "mean_decode_batch": float(st[decoding, DECODES].mean()) if decoding.any() else 0.0,
+            "gap_per_step_ms": 1e3 * (pub_s - pred_s) / max(res.iterations, 1),
+            "provenance": cm.describe()})
+    return rows
+
+
+def print_vllm25915(rows: list[dict], h100_other: list[dict] | None = None) -> None:
+    print("\nPublished vLLM V1 figures, a second source on an H100 (vllm-project/vllm#25915: "
+          "vllm bench throughput, Qwen3-8B BF16, 1,000 x 1,024 in / 2,048 out; the progress "
+          "bar's output tok/s -> seconds; a check, fitted on nothing; error = predicted / "
+          "published req/s - 1, + = too fast):")
+    print(f"  {'run':<44} {'in':>5} {'out':>5} {'tok/s pub':>9} {'pred':>7} {'s pub':>7} "
+          f"{'pred':>7} {'error':>7}  {'decode batch':>12} {'steps':>6} {'preempt':>7}  "
+          f"{'gap/step':>8}")
+    for p in rows:
+        print(f"  {p['run']:<44} {p['input_len']:>5} {p['output_len']:>5} "
+              f"{p['published_output_tok_s']:9.0f} {p['predicted_output_tok_s']:7.0f} "
+              f"{p['published_makespan_s']:7.1f} {p['predicted_makespan_s']:7.1f} "
+              f"{p['req_s_error_pct']:+6.1f}%  {p['mean_decode_batch']:12.1f} "
+              f"{p['iterations']:>6} {p['preemptions']:>7}  {p['gap_per_step_ms']:6.2f}ms")
+    s = summarise_signed([p["req_s_error_pct"] for p in rows])
+    if s["figures"]:
+        mk = [published_makespan_error_pct(p) for p in rows]
+        print(f"  {s['figures']} figures: median error {s['median_pct']:+.1f} %, worst "
+              f"{s['worst_pct']:+.1f} %, {s['too_fast']} of {s['figures']} too fast; as "
+              f"makespans {min(mk):+.1f} to {max(mk):+.1f} % (- = predicted too short)")
+    if h100_other:
+        other = [published_makespan_error_pct(p) for p in h100_other if p["gpu"] == "H100"]
+        if other:
+            print(f"  beside the first H100 source's {len(other)} figures (vLLM 0.21.1.dev0, "
+                  f"Qwen2.5-7B-Instruct): makespan median {np.median(other):+.1f} %, "
+                  f"{min(other):+.1f} to {max(other):+.1f} %")
+    if rows:
+        print(f"  cost model: {rows[0]['provenance']}")
+    for p in rows:
+        print(f"  {p['run']}: {p['command']} [{p['source']}: \"{p['quote']}\"; "
+              f"{p['engine_version']}, {p['gpu']} (SXM assumed), TP {p['tp']}; prompts "
+              f"{p['input_len']:,} tokens from the figure, --input-len "
+              f"{p['input_len_stated']:,} stated]; {p['config']}")
+
+
 def sharegpt_pool(root: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """(prompt, output) lengths of the distinct ShareGPT requests in lambda-a100's Llama-3-8B
     runs, and the files they come from. vLLM's sampler takes the first N of one seeded shuffle,
@@ -1477,6 +1618,16 @@ def published_per_gpu(figs: list[dict], exclude: dict) -> dict:
                   "too_short": int(sum(e < 0 for e in err)), "engine": engine,
                   "fitted": False, "unit": "published vLLM V1 figure(s)",
                   "sources": sorted({f["source"] for f in fs if f["engine"] == engine})}
+        # the GPU's figures priced with another profile (an older release's): kept beside,
+        # apart from the headline numbers above (stop 52: vllm-project/vllm#25915 on H100)
+        rest = [f for f in fs if f["engine"] != engine]
+        if rest:
+            e = [published_makespan_error_pct(f) for f in rest]
+            out[g]["other_engines"] = {
+                "runs": len(e), "engines": sorted({f["engine"] for f in rest}),
+                "median_pct": float(np.median(e)), "worst_abs_pct": float(np.max(np.abs(e))),
+                "too_short": int(sum(x < 0 for x in e)),
+                "sources": sorted({f["source"] for f in rest})}
     return out
 
 
@@ -1571,7 +1722,7 @@ def main(argv=None) -> int:
                vllm_pr12093=evaluate_vllm_pr12093(gpus, v0_engine if a.fit else None),
                vllm_v1_published=evaluate_vllm_v1_published(gpus),
                vllm_v1_published_latency=evaluate_vllm_v1_published_latency(gpus),
-               startup=STARTUP_NOTE)
+               vllm25915=evaluate_vllm25915(gpus), startup=STARTUP_NOTE)
     if a.write_summary:
         from tuner.predictors.aic import FIDELITY_FILE
         from tuner.predictors.aic_tables import data_dir
@@ -1611,7 +1762,8 @@ def main(argv=None) -> int:
             doc["sglang_runs"] = [{k: r[k] for k in ("run", "gpu", "engine",
                                                      "makespan_error_pct")} for r in sg_loo]
         doc["published_per_gpu"] = published_per_gpu(
-            out["vllm_v1_published"] + out["vllm_v1_published_latency"], exclude=per_gpu)
+            out["vllm_v1_published"] + out["vllm_v1_published_latency"] + out["vllm25915"],
+            exclude=per_gpu)
         (data_dir() / FIDELITY_FILE).write_text(json.dumps(doc, indent=1) + "\n")
     if a.json:
         print(json.dumps(out, indent=1, default=float))
@@ -1706,6 +1858,7 @@ def main(argv=None) -> int:
     print_vllm_pr12093(out["vllm_pr12093"])
     print_vllm_v1_published(out["vllm_v1_published"], out["vllm_pr12093"])
     print_vllm_v1_published_latency(out["vllm_v1_published_latency"], out["vllm_v1_published"])
+    print_vllm25915(out["vllm25915"], out["vllm_v1_published"] + out["vllm_v1_published_latency"])
     print_sglang(out)
     return 0
 
