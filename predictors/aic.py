@@ -226,7 +226,9 @@ class MeasuredTableCostModel:
         mla = _mla_fields(model, tables, tp, weight_bits, kv_bits) \
             if getattr(model, "is_mla", False) else None
         # an MLA model's attention projections are priced inside its module tables
-        attn_shapes = [] if mla else [((Hr + 2 * Kr) * d, h), (h, Hr * d)]
+        # Qwen3-Next's output gate widens q_proj by the queries' width (attn_output_gate)
+        Hq = 2 * Hr if getattr(model, "attn_output_gate", False) else Hr
+        attn_shapes = [] if mla else [((Hq + 2 * Kr) * d, h), (h, Hr * d)]
         ffn_shapes = [(2 * inter // tp, h), (h, inter // tp)]
         m = tables.gemm_m_grid(dtype)
         # the checkpoint's projections kept at 16 bits (modules_to_not_convert): their GEMMs

@@ -81,7 +81,9 @@ def linear_dims(op: str, model, tp: int = 1) -> tuple[int, int]:
     h, d = model.hidden_size, model.head_dim
     q, kv = model.num_heads * d, model.num_kv_heads * d
     if op == "linear.qkv":
-        return h, (q + 2 * kv) // tp
+        # Qwen3-Next's output gate: q_proj emits a gate as wide as the queries (attn_output_gate)
+        gate = q if getattr(model, "attn_output_gate", False) else 0
+        return h, (q + gate + 2 * kv) // tp
     if op == "linear.o":
         return q // tp, h
     if op == "linear.gate_up":

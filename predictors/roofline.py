@@ -85,6 +85,8 @@ class RooflineCostModel:
     shared_intermediate_size: int = 0  # all shared experts together
     moe_layers: int = 0  # layers with an MoE FFN (the others are dense)
     attention_params: float = 0.0  # Q, K, V, O weights of one layer (0: from the GQA shape)
+    # q_proj also emits an output gate as wide as the queries (Qwen3-Next's attn_output_gate)
+    attn_output_gate: bool = False
     # KV bytes one token holds in one layer on one rank (0: from the GQA shape; MLA: a latent)
     kv_bytes_per_token: float = 0.0
     # DeepSeek sparse attention (0 = dense): attention reads at most sparse_topk cached tokens
@@ -218,7 +220,8 @@ class RooflineCostModel:
         """Seconds per iteration for each operation group (all layers summed)."""
         L = self.num_layers
         tokens = f.prefill_tokens + f.decodes
-        attn_width = 2 * self.hidden_size + (self.num_heads + 2 * self.num_kv_heads) * self.head_dim / self.tp
+        q_heads = self.num_heads * (2 if self.attn_output_gate else 1)  # + the output gate
+        attn_width = 2 * self.hidden_size + (q_heads + 2 * self.num_kv_heads) * self.head_dim / self.tp
         moe = self._moe
         Lm = self.num_moe_layers
         Ld = L - Lm
@@ -370,6 +373,8 @@ def _moe_fields(model) -> dict:
     attn = getattr(model, "attention_params_per_layer", None)
     if attn:
         out["attention_params"] = float(attn)
+    if getattr(model, "attn_output_gate", False):
+        out["attn_output_gate"] = True
     if moe is None:
         return out
     return dict(out, num_experts=moe.num_experts, experts_per_token=moe.experts_per_token,

@@ -83,8 +83,20 @@ VLLM_ARCH_FLOORS: tuple[ArchFloor, ...] = (
     ArchFloor("DeepseekV32ForCausalLM", "0.11.0", "DeepSeek-V3.2, sparse attention indexer",
               "the 0.11.0 wheel's model registry has it, 0.10.2's does not"),
     ArchFloor("Qwen3NextForCausalLM", "0.10.2", "Qwen3-Next (Gated DeltaNet hybrid, V1 only)",
-              "vLLM 0.10.2's release notes add Qwen3-Next (qwen3_next.py, the V1 hybrid "
-              "KV cache manager's Mamba-style state pages)"),
+              "the 0.10.2 wheel's model registry has it, 0.10.1.1's does not"),
+    ArchFloor("Qwen3_5ForConditionalGeneration", "0.17.0",
+              "Qwen3.5 (Gated DeltaNet hybrid, V1 only)",
+              "the 0.17.0 wheel's model registry has it, 0.16.0's does not"),
+    ArchFloor("Qwen3_5MoeForConditionalGeneration", "0.17.0",
+              "Qwen3.5-MoE (Gated DeltaNet hybrid, V1 only)",
+              "the 0.17.0 wheel's model registry has it, 0.16.0's does not"),
+    ArchFloor("Qwen3_5ForCausalLM", "0.27.0", "Qwen3.5 text-only (Gated DeltaNet hybrid)",
+              "the 0.27.0 wheel's model registry has it, 0.26.0's does not (0.17.0 - 0.26.0 "
+              "register the multimodal Qwen3_5ForConditionalGeneration only)"),
+    ArchFloor("Qwen3_5MoeForCausalLM", "0.27.0",
+              "Qwen3.5-MoE text-only (Gated DeltaNet hybrid)",
+              "the 0.27.0 wheel's model registry has it, 0.26.0's does not (0.17.0 - 0.26.0 "
+              "register the multimodal Qwen3_5MoeForConditionalGeneration only)"),
 )
 
 #: the config.json `architectures` entry and RoPE scaling type of each catalog model
@@ -119,6 +131,7 @@ CATALOG_ARCHITECTURES: dict[str, tuple[str, str]] = {
     "qwen3-30b-a3b-instruct-2507": ("Qwen3MoeForCausalLM", ""),
     "qwen3-235b-a22b": ("Qwen3MoeForCausalLM", ""),
     "qwen3-next-80b-a3b": ("Qwen3NextForCausalLM", ""),
+    "granite-4.0-h-tiny": ("GraniteMoeHybridForCausalLM", ""),
     "gemma-3-4b": ("Gemma3ForConditionalGeneration", "linear"),
     "gemma-3-12b": ("Gemma3ForConditionalGeneration", "linear"),
     "gemma-3-27b": ("Gemma3ForConditionalGeneration", "linear"),

@@ -431,6 +431,9 @@ class ModelSpec:
     index_head_dim: int = 0
     sliding_window: int = 0  # tokens; 0 = none
     sliding_window_layers: int = 0  # layers that use the window (Gemma-3: 5 of every 6, gpt-oss: half)
+    # Qwen3-Next / Qwen3.5 attention (config attn_output_gate, vLLM's default True): q_proj
+    # also emits a sigmoid gate on the attention output, heads x head_dim more columns
+    attn_output_gate: bool = False
     # --- the checkpoint as stored ---------------------------------------------------------
     # weight precision of the published checkpoint (config.json's quantization_config): vLLM
     # serves a quantized checkpoint at its own precision (DeepSeek-V3: FP8, gpt-oss: MXFP4)
@@ -442,9 +445,14 @@ class ModelSpec:
     # SGLang load onto the GPU for a text-only job too: counted in the weights held and loaded
     # (vision_weight_bytes), never in num_params or a step's compute (a text job never runs it)
     vision_params: int = 0
-    # --- hybrid linear attention (Qwen3-Next / Qwen3.5 Gated DeltaNet) -------------------
-    # layers whose mixer is a Gated DeltaNet (no KV cache: a fixed per-request recurrent
-    # state) instead of attention; 0 = every layer attends. Shapes as config.json names them.
+    # --- hybrid linear attention (Qwen3-Next / Qwen3.5 Gated DeltaNet, Granite-4.0-H Mamba2)
+    # layers whose mixer is a Gated DeltaNet or a Mamba2 (no KV cache: a fixed per-request
+    # recurrent state) instead of attention; 0 = every layer attends. Shapes as a Gated
+    # DeltaNet config.json names them; a Mamba2 mixer (linear_mixer "mamba2") keeps its
+    # n_groups x d_state (B and C) as key heads x key dim and its heads x head_dim (x) as value
+    # heads x value dim, so its conv channels (2 x key + value) and temporal state (value heads
+    # x value dim x key dim) read as a Gated DeltaNet's do (vLLM's mamba2_state_shape)
+    linear_mixer: str = ""  # "": Gated DeltaNet; "mamba2": Mamba2 (GraniteMoeHybrid)
     linear_attention_layers: int = 0
     linear_num_key_heads: int = 0
     linear_num_value_heads: int = 0
@@ -495,8 +503,49 @@ class ModelSpec:
 
     @property
     def is_hybrid(self) -> bool:
-        """Some layers are Gated DeltaNet (linear attention) with a recurrent state, not KV."""
+        """Some layers are Gated DeltaNet / Mamba2 mixers with a recurrent state, not KV."""
         return self.linear_attention_layers > 0
+
+    @property
+    def is_mamba2(self) -> bool:
+        return self.linear_mixer == "mamba2"
+
+    @property
+    def linear_mixer_label(self) -> str:
+        """The non-attention mixer as messages and provenance name it."""
+        return "Mamba2" if self.is_mamba2 else "Gated DeltaNet"
+
+    @property
+    def linear_in_proj_outputs(self) -> int:
+        """Output columns of one linear layer's fused input projection: a Gated DeltaNet's
+        in_proj_qkvz (2 x key + 2 x value; its small in_proj_ba apart), a Mamba2's in_proj
+        (vLLM mamba_mixer2.py: gate z and x, 2 x intermediate, B and C, 2 x groups x d_state,
+        and dt, one per head)."""
+        key = self.linear_num_key_heads * self.linear_key_head_dim
+        value = self.linear_num_value_heads * self.linear_value_head_dim
+        extra = self.linear_num_value_heads if self.is_mamba2 else 0
+        return 2 * key + 2 * value + extra
+
+    def linear_state_groups_rank(self, tp: int = 1) -> float:
+        """Key heads (a Mamba2's groups) one rank keeps: vLLM replicates a Mamba2's groups up to
+        the TP degree where it does not divide them (extra_groups_for_head_shards)."""
+        g = self.linear_num_key_heads
+        if self.is_mamba2 and g % tp:
+            g += tp - g
+        return g / tp
+
+    def linear_tp_refusal(self, tp: int) -> str | None:
+        """Why vLLM cannot shard this model's Mamba2 mixers over `tp` ranks (MambaMixer2
+        asserts: the degree divides the heads; it divides the groups or there is one group),
+        else None."""
+        if not (self.is_hybrid and self.is_mamba2) or tp <= 1:
+            return None
+        heads, groups = self.linear_num_value_heads, self.linear_num_key_heads
+        if heads % tp or (groups % tp and groups != 1):
+            return (f"{self.name}'s Mamba2 layers have {heads} heads in {groups} groups: vLLM "
+                    f"shards them over tp {tp} only where it divides the heads and the groups "
+                    "(or there is one group); choose a tp that does")
+        return None
 
     @property
     def num_kv_layers(self) -> int:
@@ -515,19 +564,22 @@ class ModelSpec:
         key = self.linear_num_key_heads * self.linear_key_head_dim
         value = self.linear_num_value_heads * self.linear_value_head_dim
         conv = (2 * key + value) * self.linear_conv_kernel_dim
+        if self.is_mamba2:  # in_proj (linear_in_proj_outputs), conv1d, out_proj
+            return h * self.linear_in_proj_outputs + conv + value * h
         return h * (2 * key + 2 * value) + h * 2 * self.linear_num_value_heads + value * h + conv
 
     def linear_state_bytes_per_layer_rank(self, tp: int = 1) -> float:
         """One request's recurrent state in one Gated DeltaNet layer on one tensor-parallel
-        rank, as vLLM sizes it (MambaStateShapeCalculator.gated_delta_net_state_shape): the
-        conv state (2 x key + value channels / tp) x (kernel - 1) at the model dtype (16-bit)
-        plus the temporal state (value heads / tp) x value dim x key dim at
-        linear_ssm_state_bits (the config's mamba_ssm_dtype, else the model dtype)."""
+        rank, as vLLM sizes it (MambaStateShapeCalculator.gated_delta_net_state_shape, and
+        mamba2_state_shape for a Mamba2: its groups replicated up to the TP degree where it
+        does not divide them): the conv state (2 x key + value channels / tp) x (kernel - 1)
+        at the model dtype (16-bit) plus the temporal state (value heads / tp) x value dim x
+        key dim at linear_ssm_state_bits (the config's mamba_ssm_dtype, else the model dtype)."""
         if not self.is_hybrid:
             return 0.0
-        key = self.linear_num_key_heads * self.linear_key_head_dim
+        key_rank = self.linear_state_groups_rank(tp) * self.linear_key_head_dim
         value = self.linear_num_value_heads * self.linear_value_head_dim
-        conv = (2 * key + value) / tp * (self.linear_conv_kernel_dim - 1) * 2.0
+        conv = (2 * key_rank + value / tp) * (self.linear_conv_kernel_dim - 1) * 2.0
         ssm = (self.linear_num_value_heads / tp * self.linear_value_head_dim
                * self.linear_key_head_dim * self.linear_ssm_state_bits / 8.0)
         return conv + ssm
@@ -544,7 +596,8 @@ class ModelSpec:
             kv_b = self.kv_lora_rank * heads * (d - self.qk_rope_head_dim + dv)
             return q + kv_a + kv_b + heads * dv * h
         kv = self.hidden_size * self.num_kv_heads * (d + dv)
-        return h * heads * d + kv + heads * dv * h
+        q = h * heads * d * (2 if self.attn_output_gate else 1)  # + the output gate's columns
+        return q + kv + heads * dv * h
 
     @property
     def dense_mlp_params(self) -> int:
@@ -1080,6 +1133,13 @@ LLAMA_STYLE_ARCHITECTURES = frozenset({
     "MiniCPMForCausalLM", "Ernie4_5_ForCausalLM", "Ernie4_5_MoeForCausalLM",
     "MiniMaxM2ForCausalLM",
 })
+#: the Gated DeltaNet hybrids' architectures (the names vLLM's model registry gives
+#: qwen3_next.py and qwen3_5.py): attention on every full_attention_interval-th layer, a Gated
+#: DeltaNet on the others (_gated_deltanet), MoE or dense MLP
+GATED_DELTANET_ARCHITECTURES = frozenset({
+    "Qwen3NextForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
+    "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+})
 #: config.json `model_type`s / `architectures` whose MLP has no gate (up, activation, down)
 _NON_GATED_TYPES = frozenset({"starcoder2", "gpt_neox", "phi", "nemotron", "persimmon",
                               "gpt_bigcode", "gpt2", "gptj", "opt", "falcon", "bloom", "mpt",
@@ -1222,6 +1282,74 @@ def _gated_deltanet(raw: dict, cfg: dict, path: Path | str) -> dict[str, int]:
     return dict(linear_attention_layers=linear, linear_ssm_state_bits=bits, **shape)
 
 
+#: model types whose hybrid layers are Mamba2 mixers beside attention, each with its MLP / MoE
+#: (vLLM granitemoehybrid.py). Bamba (the same structure) stays refused: vLLM dropped
+#: BambaForCausalLM after 0.23.0 (registry _PREVIOUSLY_SUPPORTED_MODELS), and tuner has no
+#: release ceiling to refuse the releases that cannot load it; Nemotron-H (mixer-only and
+#: FFN-only blocks), Falcon-H1 (attention and Mamba side by side) and Zamba2 (a shared
+#: attention block) are not this structure.
+_MAMBA2_TYPES = frozenset({"granitemoehybrid"})
+#: their architectures (vLLM's registry: granitemoehybrid.py), for notes that name the mixer
+MAMBA2_HYBRID_ARCHITECTURES = frozenset({"GraniteMoeHybridForCausalLM"})
+#: a Granite-4.0 layer_types entry -> whether the layer attends (the names the checkpoints
+#: write, "attention" / "mamba", and transformers 5's, "full_attention" / "linear_attention")
+_MAMBA2_LAYER_KINDS = {"attention": True, "full_attention": True, "mamba": False,
+                       "linear_attention": False}
+
+
+def _linear_layers(raw: dict, cfg: dict, path: Path | str) -> dict:
+    """The ModelSpec fields of a priced hybrid (a Gated DeltaNet or Mamba2 one), {} for a
+    model whose layers all attend; any other hybrid is refused (_refuse_hybrid)."""
+    if _model_types(raw, cfg) & _MAMBA2_TYPES:
+        return _mamba2_hybrid(raw, cfg, path)
+    return _gated_deltanet(raw, cfg, path)
+
+
+def _mamba2_hybrid(raw: dict, cfg: dict, path: Path | str) -> dict:
+    """A GraniteMoeHybrid config's Mamba2 layers (layer_types "mamba", the others attention)
+    and the mixer's shape, read as vLLM's granitemoehybrid.py reads it: intermediate =
+    mamba_expand x hidden = mamba_n_heads x mamba_d_head (d_head "auto": intermediate / heads),
+    mamba_n_groups groups of mamba_d_state, a mamba_d_conv-tap conv1d; defaults as
+    transformers' GraniteMoeHybridConfig. The state is at the model dtype (vLLM's
+    mamba_ssm_cache_dtype "auto": no hook reads the config for this family). {} where every
+    layer attends (Granite-4.0-Micro)."""
+    layers = _config_int(cfg, "num_hidden_layers", path)
+    types = cfg.get("layer_types", cfg.get("layers_block_type"))
+    if not isinstance(types, list) or not types:
+        raise TunerError(f"{path}: {_arch_label(raw)} lists no layer_types, so which of its "
+                         "layers are Mamba2 and which attend is not known.")
+    if len(types) != layers:
+        raise TunerError(f"{path}: layer_types lists {len(types)} layers, "
+                         f"num_hidden_layers is {layers}.")
+    other = {str(t) for t in types} - set(_MAMBA2_LAYER_KINDS)
+    if other:
+        raise TunerError(f"{path}: {_arch_label(raw)} lists layer types tuner does not price "
+                         f"({', '.join(sorted(other))}); it prices attention and mamba layers.")
+    mamba = sum(1 for t in types if not _MAMBA2_LAYER_KINDS[str(t)])
+    if mamba == 0:
+        return {}
+    if mamba == layers:
+        raise TunerError(f"{path}: {_arch_label(raw)} has no attention layer (all {layers} "
+                         "are Mamba2): tuner prices hybrids whose attention layers page a KV "
+                         "cache beside the recurrent state, so it does not support this model.")
+    hidden = _config_int(cfg, "hidden_size", path)
+    heads = _config_int(cfg, "mamba_n_heads", path, default=128)
+    intermediate = _config_int(cfg, "mamba_expand", path, default=2) * hidden
+    d_head = cfg.get("mamba_d_head", "auto")
+    d_head = intermediate // heads if d_head in ("auto", None) \
+        else _config_int(cfg, "mamba_d_head", path)
+    if heads * d_head != intermediate:
+        raise TunerError(f"{path}: mamba_n_heads x mamba_d_head ({heads} x {d_head}) must equal "
+                         f"mamba_expand x hidden_size ({intermediate}), as transformers and "
+                         "vLLM require.")
+    return dict(linear_mixer="mamba2", linear_attention_layers=mamba,
+                linear_num_key_heads=_config_int(cfg, "mamba_n_groups", path, default=1),
+                linear_key_head_dim=_config_int(cfg, "mamba_d_state", path, default=256),
+                linear_num_value_heads=heads, linear_value_head_dim=d_head,
+                linear_conv_kernel_dim=_config_int(cfg, "mamba_d_conv", path, default=4),
+                linear_ssm_state_bits=16)
+
+
 def _refuse_hybrid(raw: dict, cfg: dict, path: Path | str) -> None:
     """One TunerError for a model whose layers are not all attention (Qwen3-Next's Gated
     DeltaNet, Jamba's and Nemotron-H's Mamba, ...): tuner's KV, memory and kernel models put a
@@ -1241,8 +1369,8 @@ def _refuse_hybrid(raw: dict, cfg: dict, path: Path | str) -> None:
         what = "it mixes state-space / linear-attention layers with attention"
     raise TunerError(
         f"{path}: {_arch_label(raw)} is a hybrid model: {what}. Of the hybrids tuner prices "
-        "only the Gated DeltaNet family (Qwen3-Next, Qwen3.5); Mamba / SSM layers are not "
-        "modelled, so it does not support this model.")
+        "only the Gated DeltaNet family (Qwen3-Next, Qwen3.5) and Granite-4.0-H's Mamba2 "
+        "layers; other Mamba / SSM layers are not modelled, so it does not support this model.")
 
 
 def _ernie_moe_layout(cfg: dict, layers: int, width: int, path: Path | str) -> tuple[int, int, int]:
@@ -1325,8 +1453,20 @@ def config_notes(raw: dict) -> list[str]:
         return []
     cfg = _decoder_config(raw)
     notes = []
-    unknown = [a for a in _architectures(raw) if a not in LLAMA_STYLE_ARCHITECTURES
-               and a not in _NON_GATED_ARCHITECTURES]
+    archs = _architectures(raw)
+    unknown = [a for a in archs if a not in LLAMA_STYLE_ARCHITECTURES
+               and a not in _NON_GATED_ARCHITECTURES and a not in GATED_DELTANET_ARCHITECTURES]
+    if any(a in GATED_DELTANET_ARCHITECTURES for a in archs):
+        try:
+            linear = _gated_deltanet(raw, cfg, "").get("linear_attention_layers", 0)
+        except TunerError:
+            linear = 0  # the spec's own reading says what is wrong
+        layers = cfg.get("num_hidden_layers")
+        which = (f"{linear} of its {layers} layers are Gated DeltaNet" if linear else
+                 "its Gated DeltaNet layers")
+        notes.append(f"a Gated DeltaNet hybrid: {which}, whose recurrent scan and conv1d are "
+                     "an ESTIMATE (a spec-sheet roofline: no measured kernel); their "
+                     "projections and the attention layers are priced as any decoder's")
     if unknown:
         notes.append(f"architecture {'/'.join(unknown)} is not one tuner knows; priced as a "
                      "Llama-style decoder (attention and a gated MLP on every layer): check "
@@ -1381,7 +1521,7 @@ def model_from_config_dict(cfg: dict, *, where: str, name: str, source: str,
         raise TunerError(f"{where}: a config.json holds a JSON object, got {type(cfg).__name__}.")
     raw, cfg = cfg, _decoder_config(cfg)
     path = where
-    linear = _gated_deltanet(raw, cfg, path)
+    linear = _linear_layers(raw, cfg, path)
     heads = _config_int(cfg, "num_attention_heads", path)
     hidden = _config_int(cfg, "hidden_size", path)
     kv_heads = _config_int(cfg, "num_key_value_heads", path, default=heads)
@@ -1403,6 +1543,9 @@ def model_from_config_dict(cfg: dict, *, where: str, name: str, source: str,
     moe: dict[str, int] = {}
     intermediate = _config_int(cfg, "intermediate_size", path,
                                default=_config_count(cfg, ("moe_intermediate_size",), path) or None)
+    if not experts and _model_types(raw, cfg) & _MAMBA2_TYPES:
+        # a dense Granite-4.0 layer's MLP is its shared_mlp (vLLM granitemoehybrid.py)
+        intermediate = _config_count(cfg, ("shared_intermediate_size",), path) or intermediate
     if experts:
         top_k = _config_count(cfg, ("num_experts_per_tok", "experts_per_token", "moe_k"), path)
         if not 0 < top_k <= experts:
@@ -1411,9 +1554,11 @@ def model_from_config_dict(cfg: dict, *, where: str, name: str, source: str,
         width = _config_count(cfg, ("moe_intermediate_size",), path) or intermediate
         shared_n = _config_count(cfg, ("n_shared_experts",), path)
         shared_width = shared_n * width
-        if _config_count(cfg, ("shared_expert_intermediate_size",), path):  # Qwen2-MoE
+        # Qwen2-MoE; GraniteMoeShared / GraniteMoeHybrid: shared_intermediate_size
+        shared_key = ("shared_expert_intermediate_size", "shared_intermediate_size")
+        if _config_count(cfg, shared_key, path):
             shared_n = 1
-            shared_width = _config_count(cfg, ("shared_expert_intermediate_size",), path)
+            shared_width = _config_count(cfg, shared_key, path)
         dense = _config_count(cfg, ("first_k_dense_replace",), path)
         step = _config_count(cfg, ("decoder_sparse_step",), path) or 1
         mlp_only = cfg.get("mlp_only_layers") or []
@@ -1463,6 +1608,10 @@ def model_from_config_dict(cfg: dict, *, where: str, name: str, source: str,
         **_sparse_attention(cfg, path, kv_lora),
         sliding_window=window,
         sliding_window_layers=window_layers,
+        # vLLM's qwen3_next.py reads attn_output_gate with a default of True (Qwen3.5's
+        # attention is the same class); a Mamba2 hybrid's attention has no such gate
+        attn_output_gate=(bool(linear) and not linear.get("linear_mixer")
+                          and cfg.get("attn_output_gate", True) is not False),
         **_checkpoint_precision(cfg, path),
         **moe,
         **linear,

@@ -281,6 +281,9 @@ def check_model_config(config: ServingConfig, model: Any) -> None:
         raise TunerError(f"expert_parallel applies to mixture-of-experts models only; "
                          f"{getattr(model, 'name', model)} is dense (no routed experts). Drop "
                          "--enable-expert-parallel.")
+    refusal = getattr(model, "linear_tp_refusal", lambda tp: None)(config.tp)
+    if refusal:  # a Mamba2 hybrid's heads / groups that vLLM cannot shard over the degree
+        raise TunerError(refusal)
     bits = getattr(model, "checkpoint_bits", 16)
     if config.weight_bits > bits:
         raise TunerError(

@@ -29,7 +29,7 @@ import yaml
 from tuner.core.catalog import GIB, GPU, ModelSpec
 from tuner.core.config import ServingConfig, check_model_config
 from tuner.core.errors import TunerError
-from tuner.core.memory import vllm_text_only_limits
+from tuner.core.memory import plan_memory, vllm_text_only_limits
 from tuner.core.units import plural
 from tuner.exports import common
 
@@ -191,6 +191,21 @@ _NOTES: dict[str, common.NoteText] = {
 }
 
 
+def _hybrid_block_note(config: ServingConfig, model: ModelSpec, gpu: GPU) -> list[str]:
+    """A hybrid's (Gated DeltaNet, Mamba2) block-size as vLLM runs it: the block-size
+    exported is the plan's, and vLLM raises it (a user-given one too: platforms/interface.py
+    _align_hybrid_block_size, 0.32) until one attention page holds a layer's recurrent state,
+    as the memory plan does (tuner.core.memory.hybrid_layout); said, so vLLM's log line is no
+    surprise. [] where the plan keeps the block (or does not fit)."""
+    block = plan_memory(model, gpu, config).block_size_tokens
+    if not block or block == config.block_size:
+        return []
+    return [f"block-size {config.block_size}: {model.name} is a {model.linear_mixer_label} "
+            f"hybrid, so vLLM raises its attention block to {block} tokens (it logs \"Setting "
+            f"attention block size to {block} tokens\") for one page to hold a layer's recurrent state; the "
+            "prediction was simulated with that block"]
+
+
 def vllm_engine_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model_len: int,
                      kv_capacity_tokens: int | None = None,
                      quantized_model: str | None = None,
@@ -229,6 +244,8 @@ def vllm_engine_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_m
                      f"cache on {gpu.name} (EngineArgs._is_v1_supported_oracle), so it falls "
                      "back to the V0 engine, not the V1 engine priced: run it with "
                      "VLLM_USE_V1=1 to have it refuse instead, or export a 16-bit KV plan")
+    if model.is_hybrid:
+        notes += _hybrid_block_note(config, model, gpu)
     limits = vllm_text_only_limits(model, engine_version)
     if limits:  # a VLM on a release that then skips its vision tower, as the plan assumed
         args["limit_mm_per_prompt"] = limits

@@ -375,7 +375,10 @@ def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int]
       below its longest request under a scheduler without chunked prefill, which vLLM
       refuses, `num_scheduler_steps` V0's decode runs) are left out where no engine searched
       runs them, else left out of that engine's plans only (SearchSpace.excluded): no trial
-      is spent on a plan its engine refuses.
+      is spent on a plan its engine refuses;
+    * a hybrid (Gated DeltaNet) model's plans run on vLLM V1 at pp 1 with every layer's KV
+      on the GPU (_fit_hybrid): SGLang, V0 schedulers, pp > 1 and KV offload are left out,
+      and a space or --engine-version of nothing else is one TunerError.
     """
     knobs = dict(space.knobs)
     fixed = dict(space.fixed)
@@ -398,9 +401,14 @@ def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int]
         notes.append(f"scheduler: {engine_schedulers[0]} (the engine version's own batching) "
                      f"in place of the space's {fixed['scheduler']}")
         fixed["scheduler"] = engine_schedulers[0]
+    if getattr(model, "is_hybrid", False):
+        notes += _fit_hybrid(knobs, fixed, model, engine_version, space.source)
+        if "schedule_policy" not in space.knobs and "sglang" not in knobs.get("engine", ()):
+            knobs.pop("schedule_policy", None)  # added above for SGLang's plans alone
     notes += _fit_checkpoint(knobs, fixed, model, shipped=is_shipped(space), gpus=gpus)
     notes += _fit_engine_knobs(knobs, fixed, space.source)
-    if is_shipped(space) and "pp" not in knobs and int(fixed.get("pp", 1)) == 1:
+    if (is_shipped(space) and "pp" not in knobs and int(fixed.get("pp", 1)) == 1
+            and not getattr(model, "is_hybrid", False)):  # a hybrid runs at pp 1 (_fit_hybrid)
         notes += _offer_pipeline(knobs, model, gpus)
     if is_shipped(space) and "sglang" in knobs.get("engine", ()):
         # after the checkpoint and the pipeline: SGLang's defaults depend on the precision and
@@ -581,6 +589,67 @@ def _fit_v0_moe(knobs: dict[str, list], fixed: dict, model, engine_version: str 
     return [f"{' and '.join(dropped)} left out: vLLM {engine_version} (V0) runs neither for a "
             "mixture-of-experts model (one data-parallel engine and --enable-expert-parallel "
             "are V1's, from 0.8.0)"]
+
+
+#: scheduler presets of vLLM's V0 engine (its prefill-first batching, Sarathi on its block
+#: manager, and their -noevict forms), which no hybrid model runs on
+_V0_SCHEDULERS = ("vllm-v0", "sarathi")
+
+
+def _fit_hybrid(knobs: dict[str, list], fixed: dict, model, engine_version: str | None,
+                source: str) -> list[str]:
+    """What a hybrid (Gated DeltaNet, Mamba2) model's plans cannot take, left out in place, so no
+    trial is spent on a plan the simulator refuses (tuner.sim.simulator._check_hybrid_runs,
+    tuner.core.memory.plan_memory): SGLang (its recurrent-state pool is not modelled), a V0
+    scheduler, KV offload and pipeline stages (the state pages are planned for one stage whose
+    KV stays on the GPU). One note per knob; one TunerError where nothing would be left (the
+    space, or --engines, holds only such values) or --engine-version predates the model."""
+    from tuner.core.engines import parse_version
+    from tuner.sim.simulator import HYBRID_SINCE
+
+    name = f"{model.name} is a hybrid ({getattr(model, 'linear_mixer_label', 'Gated DeltaNet')}) model"
+    since = ".".join(map(str, HYBRID_SINCE))
+    v = parse_version(engine_version)
+    if v is not None and v < HYBRID_SINCE:
+        raise TunerError(f"--engine-version {engine_version}: {name}, which tuner prices on "
+                         f"vLLM {since} (V1 engine) on: give --engine-version {since} or later, "
+                         "or leave it out (the newest).")
+    rules = (
+        ("engine", lambda e: e == "sglang",
+         "tuner prices it on vLLM V1 only (SGLang's recurrent-state pool is not modelled)",
+         "search it under vLLM (--engines vllm)"),
+        ("scheduler", lambda n: str(n).removesuffix("-noevict") in _V0_SCHEDULERS,
+         f"tuner prices it on vLLM's V1 engine only (from {since}), not V0's batching",
+         "use scheduler vllm"),
+        ("kv_offload_layers", lambda k: int(k) > 0,
+         "tuner plans its recurrent state pages with every layer's KV on the GPU",
+         "use kv_offload_layers 0"),
+        ("pp", lambda p: int(p) > 1,
+         "tuner plans its recurrent state pages for one pipeline stage",
+         "use pp 1, with tp / dp for more GPUs"),
+    )
+    notes: list[str] = []
+    for knob, refused, why, instead in rules:
+        if knob in fixed and refused(fixed[knob]):
+            raise TunerError(f"{source}: {knob} {_value_text(fixed[knob])}: {name}, and {why}; "
+                             f"{instead}.")
+        values = knobs.get(knob)
+        if not isinstance(values, list):
+            continue
+        dropped = [x for x in values if refused(x)]
+        kept = [x for x in values if not refused(x)]
+        if not dropped:
+            continue
+        if not kept:
+            what = (f"the engines searched ({', '.join(values)})" if knob == "engine" else
+                    f"{source}: {knob} {', '.join(map(_value_text, values))}")
+            raise TunerError(f"{what}: {name}, and {why}; {instead}.")
+        knobs[knob] = kept
+        if len(kept) == 1 and knob != "engine":  # one value left: held, not searched
+            fixed[knob] = knobs.pop(knob)[0]
+        notes.append(f"{knob} {', '.join(map(_value_text, dropped))} left out: {name}, and "
+                     f"{why}")
+    return notes
 
 
 def _offer_pipeline(knobs: dict[str, list], model, gpus: dict) -> list[str]:
