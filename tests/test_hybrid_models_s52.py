@@ -66,15 +66,14 @@ def test_mamba_hybrid_still_refused_in_one_line():
     assert "\n" not in str(err.value) and "Mamba" in str(err.value)
 
 
-def test_plan_sets_state_pages_aside(qnext):
+def test_plan_pool_is_every_block_state_charged_by_scheduler(qnext):
     gpu = load_gpus()["H100"]
     cfg = ServingConfig(gpu="H100", tp=4, max_running=256)
     p = plan_memory(qnext, gpu, cfg, mean_request_tokens=1500)
     assert p.fits and p.block_size_tokens == 272 and p.state_blocks_per_request == 3
-    assert p.max_running_by_state == 256
     lay = hybrid_layout(qnext, cfg)
     pool = int(p.kv_bytes // lay.block_bytes)
-    assert p.kv_capacity_blocks == pool - 3 * 256
+    assert p.kv_capacity_blocks == pool  # the scheduler charges the state blocks (stop 52)
     assert p.kv_capacity_tokens == p.kv_capacity_blocks * 272
 
 
@@ -100,12 +99,12 @@ def _job(n=64):
                     output_tokens=np.full(n, 50, dtype=np.int64))
 
 
-def test_simulation_caps_running_by_state_pages(qnext):
+def test_simulation_charges_state_pages(qnext):
     gpu = load_gpus()["H100"]
     cfg = ServingConfig(gpu="H100", tp=4, max_running=32)
     cm = resolve_cost_model(qnext, gpu, cfg)
     r = simulate(_job(), qnext, gpu, cfg, cm)
-    assert r.makespan_s > 0 and r.memory.max_running_by_state == 32
+    assert r.makespan_s > 0 and r.memory.state_blocks_per_request == 3
 
 
 @pytest.mark.parametrize("kw, words", [

@@ -301,8 +301,11 @@ def _memory_table(plan, gpu_name: str, title: str, reserve_note: str = "",
     t.add_row("runtime (non-torch memory, CUDA graphs)" if reserve_note  # SGLang's: preload
               else "runtime (held before the weights load)", fmt_gib(plan.runtime_overhead_bytes))
     t.add_row("KV cache", fmt_gib(plan.kv_bytes))
+    state = getattr(plan, "state_blocks_per_request", 0) or 0
     t.add_row("KV capacity", f"{plan.kv_capacity_tokens:,} tokens"
-              + (f" (page {page_tokens})" if page_tokens else ""))
+              + (f" (page {page_tokens})" if page_tokens else "")
+              # a hybrid's pool: its attention tokens before any state block is taken
+              + (f" (attention; + {state} state blocks a request)" if state else ""))
     t.add_row("max concurrent requests (mean length)", f"{plan.max_concurrent_requests:.1f}")
     return t
 

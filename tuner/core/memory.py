@@ -75,14 +75,16 @@ class MemoryPlan:
     # (tuner.core.sglang.sglang_page_size); None: a vLLM plan (its block is the config's
     # block_size) or a plan stored before the field
     kv_page_tokens: int | None = None
-    # a hybrid (Gated DeltaNet) model under vLLM V1 (hybrid_state_plan): the attention block
-    # vLLM raises so a page holds a layer's recurrent state (0: config.block_size), the state
-    # pages (in attention blocks) each running request holds, and the running requests whose
-    # state pages kv_capacity_blocks already leaves out (0: no cap)
+    # a hybrid (Gated DeltaNet) model under vLLM V1 (hybrid_layout): the attention block vLLM
+    # raises so a page holds a layer's recurrent state (0: config.block_size) and the state
+    # pages (in attention blocks) each running request takes from the same pool, which the
+    # scheduler charges at its admission (SchedulerParams.state_blocks). kv_capacity_blocks /
+    # _tokens are then the whole pool, its attention-token capacity before any state block is
+    # taken; max_concurrent_requests counts the state blocks. (A plan stored before this held
+    # max_running_by_state, a cap with the state pages set aside: from_dict drops it.)
     block_size_tokens: int = 0
     state_blocks_per_request: int = 0
     state_bytes_per_request: float = 0.0
-    max_running_by_state: int = 0
 
     @property
     def kv_gpu_bytes_used(self) -> float:
@@ -548,25 +550,28 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
     else:
         blocks = 0
     tokens = blocks * config.block_size
-    hybrid: dict = {}
-    if model.is_hybrid and kv > 0:
-        # attention blocks of the attention groups, less the state blocks of the requests that
-        # can run at once: vLLM takes a request's state blocks from the same pool at its
-        # admission, so the plan sets aside those of min(max_num_seqs, the requests of the
-        # workload's mean length the pool holds with their state); the scheduler is capped
-        # there (an ESTIMATE of vLLM's concurrency where requests differ in length)
-        lay = hybrid_layout(model, config)
-        pool = int(kv // lay.block_bytes) // lay.attention_groups
-        per_req = math.ceil(lay.state_groups / lay.attention_groups)
-        need = per_req + max(math.ceil(mean_request_tokens / lay.block_size_tokens), 1)
-        cap = min(config.max_running, pool // need)
-        blocks = max(pool - per_req * cap, 0)
-        tokens = blocks * lay.block_size_tokens
-        kv_per_token = lay.block_bytes * lay.attention_groups / lay.block_size_tokens
-        hybrid = dict(block_size_tokens=lay.block_size_tokens, state_blocks_per_request=per_req,
-                      state_bytes_per_request=lay.state_bytes_per_request,
-                      max_running_by_state=max(cap, 1) if blocks else 0)
     conc = tokens / mean_request_tokens if mean_request_tokens > 0 else 0.0
+    hybrid: dict = {}
+    state_tokens = 0  # the pool's tokens one request's state blocks take (hybrids only)
+    if model.is_hybrid and kv > 0:
+        # the whole pool, in blocks of the attention groups (one block of each): vLLM takes a
+        # request's state blocks (one per linear-layer group) from the same pool at its
+        # admission and frees them with it; the scheduler charges them per running request
+        # (SchedulerParams.state_blocks), so none are set aside here. Their count is rounded
+        # up to whole attention-group blocks (exact with one attention group, as Qwen3-Next's
+        # and Qwen3.5's 1 in 4 attention layers give)
+        lay = hybrid_layout(model, config)
+        blocks = int(kv // lay.block_bytes) // lay.attention_groups
+        per_req = math.ceil(lay.state_groups / lay.attention_groups)
+        tokens = blocks * lay.block_size_tokens
+        state_tokens = per_req * lay.block_size_tokens
+        kv_per_token = lay.block_bytes * lay.attention_groups / lay.block_size_tokens
+        # requests of the mean length the pool holds at once, each with its whole blocks and
+        # its state blocks
+        mean_blocks = max(math.ceil(mean_request_tokens / lay.block_size_tokens), 1)
+        conc = blocks / (mean_blocks + per_req) if mean_request_tokens > 0 else 0.0
+        hybrid = dict(block_size_tokens=lay.block_size_tokens, state_blocks_per_request=per_req,
+                      state_bytes_per_request=lay.state_bytes_per_request)
 
     fits, reason = True, ""
     gib = lambda b: f"{b / GIB:.1f} GiB"  # noqa: E731
@@ -577,8 +582,8 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
             f"the {stage_layers} layers of each of {model.name}'s {config.pp} pipeline stages")
     if model.is_hybrid and (k > 0 or config.pp > 1):
         fits = False  # the state pages are planned for one stage whose KV all stays on the GPU
-        reason = (f"{model.name} is a hybrid (Gated DeltaNet) model: tuner plans its recurrent "
-                  "state pages without KV offload and pipeline stages; use "
+        reason = (f"{model.name} is a hybrid ({model.linear_mixer_label}) model: tuner plans its "
+                  "recurrent state pages without KV offload and pipeline stages; use "
                   "kv_offload_layers 0 and pp 1")
     elif k > model.num_layers:
         fits = False
@@ -600,10 +605,12 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
             reason += (f"; --pp {2 * config.pp} splits the layers over "
                        f"{2 * config.pp} stages (machines)")
         reason += assumed_shape_clause(model)
-    elif max_request_tokens and tokens < max_request_tokens:
+    elif max_request_tokens and tokens - state_tokens < max_request_tokens:
         fits = False
-        reason = (f"KV cache on {gpu.name} holds {tokens} tokens ({gib(kv)}), fewer than the "
-                  f"longest request ({max_request_tokens} tokens)"
+        state = (f" less one request's {hybrid.get('state_blocks_per_request')} recurrent-state "
+                 f"blocks ({state_tokens} tokens' worth)" if state_tokens else "")
+        reason = (f"KV cache on {gpu.name} holds {tokens} tokens ({gib(kv)}){state}, fewer than "
+                  f"the longest request ({max_request_tokens} tokens)"
                   + assumed_shape_clause(model))
     host_kv = tokens * host_kv_per_token
     host_used = host_kv + offloaded

@@ -36,11 +36,12 @@ enum { Q_RUNNING, Q_BATCH_REQ, Q_BATCH_NEW, Q_BATCH_PREFILL, Q_WAITING, N_Q_COLS
 /* scheduler parameters kp[] (SchedulerParams' field order) */
 enum { K_TOKEN_BUDGET, K_PREFILL_BUDGET, K_MAX_RUNNING, K_BLOCK_SIZE, K_CAPACITY_BLOCKS,
        K_PREFILL_FIRST, K_CHUNKED_PREFILL, K_DECODES_FIRST, K_UPFRONT_PROMPT_ALLOC,
-       K_RESERVE_FULL, K_ADMIT_FULL_SEQUENCE, K_CACHE_PREEMPTED, K_CLIENT_CAP, N_PARAMS };
+       K_RESERVE_FULL, K_ADMIT_FULL_SEQUENCE, K_CACHE_PREEMPTED, K_CLIENT_CAP, K_STATE_BLOCKS,
+       N_PARAMS };
 /* how a call of tk_run ended */
 enum { STATUS_OK, STATUS_STUCK, STATUS_MAX_STEPS, STATUS_FULL, STATUS_PAUSED };
 /* the functions' argument lists: raised whenever one changes, so a stale build is refused */
-enum { ABI_VERSION = 5 };  /* 5: K_CLIENT_CAP */
+enum { ABI_VERSION = 6 };  /* 5: K_CLIENT_CAP; 6: K_STATE_BLOCKS */
 
 /* The numbers above in one array, so the loader can check them against the Python side. */
 i64 tk_layout(i64 *out, i64 size) {
@@ -112,10 +113,11 @@ static inline void push(State *s, i64 j, i64 r, i64 new_tokens, int is_prefill) 
     Q(Q_BATCH_PREFILL, j) = is_prefill ? 1 : 0;
 }
 
-/* Give back request r's KV: its private blocks, and its share of a group's prefix (whose blocks
- * are freed with the group's last user). */
+/* Give back request r's KV: its private blocks, its recurrent-state blocks (K_STATE_BLOCKS,
+ * held by every running request: see admit_waiting) and its share of a group's prefix (whose
+ * blocks are freed with the group's last user). Only a running request is released. */
 static void release(State *s, i64 r) {
-    C(FREE_BLOCKS) += REQ(r, BLOCKS);
+    C(FREE_BLOCKS) += REQ(r, BLOCKS) + K(K_STATE_BLOCKS);
     REQ(r, BLOCKS) = 0;
     if (REQ(r, SHARED) > 0) {
         i64 g = REQ(r, GROUP);
@@ -219,10 +221,15 @@ static void admit_waiting(State *s, i64 step) {
         if (K(K_CHUNKED_PREFILL)) new_tokens = min64(remaining, lim);
         else if (remaining > lim) break;
         else new_tokens = remaining;
-        i64 nb = admit_blocks(s, r, hit, new_tokens, sh);
-        if (nb + extra > C(FREE_BLOCKS)) break;
+        /* a hybrid model's recurrent-state blocks (one per Mamba / Gated DeltaNet group) come
+         * from the same pool with the request's first allocation, and count in its admission
+         * check (vLLM V1 allocate_slots sums every group's blocks, MambaManager's included,
+         * and returns None when they exceed the free ones; 0 for other models) */
+        i64 nb = admit_blocks(s, r, hit, new_tokens, sh), st = K(K_STATE_BLOCKS);
+        if (nb + extra + st > C(FREE_BLOCKS)) break;
         if (K(K_ADMIT_FULL_SEQUENCE)
-                && ceil_div(REQ(r, PROMPT) + REQ(r, GENERATED), B) - sh + extra > C(FREE_BLOCKS))
+                && ceil_div(REQ(r, PROMPT) + REQ(r, GENERATED), B) - sh + extra + st
+                   > C(FREE_BLOCKS))
             break;  /* vLLM's scheduler_reserve_full_isl: the whole sequence must fit now */
         C(WAIT_HEAD) = (C(WAIT_HEAD) + 1) % n;
         C(N_WAITING) -= 1;
@@ -234,8 +241,8 @@ static void admit_waiting(State *s, i64 step) {
             }
             GRP(g, G_REF) += 1;
         }
-        C(FREE_BLOCKS) -= nb + extra;
-        C(ALLOCATED) += nb + extra;
+        C(FREE_BLOCKS) -= nb + extra + st;
+        C(ALLOCATED) += nb + extra + st;
         REQ(r, CACHED_BLOCKS) = 0;
         REQ(r, BLOCKS) = nb;
         REQ(r, SHARED) = sh;
@@ -754,8 +761,10 @@ enum { SGF_DECAY, SGF_MIN_RATIO, SGF_N_PARAMS };
 /* a running list longer than its row (impossible: running + chunked <= max_running), or a
  * scratch smaller than the page + 1 */
 enum { STATUS_OVERFLOW = 5 };
-/* 2: SGK_POLICY holds a policy code; 3: GWAIT, WAIT_CACHED; 4: KV held in whole pages */
-enum { SG_ABI_VERSION = 4 };
+/* 2: SGK_POLICY holds a policy code; 3: GWAIT, WAIT_CACHED; 4: KV held in whole pages;
+ * 5: retraction as sglang >= 0.5.2 (next decode's pages, release_req's eviction), prompts
+ * charged and cut in whole pages */
+enum { SG_ABI_VERSION = 5 };
 enum { SG_POLICY_FCFS, SG_POLICY_LPM, SG_POLICY_DFS_WEIGHT };
 
 i64 tk_sglang_layout(i64 *out, i64 size) {
@@ -1034,11 +1043,13 @@ static i64 sg_prefill_batch(SgState *s, i64 step) {
     i64 cur_offset = 0, rem_input = SK(SGK_MAX_PREFILL), rem_chunk = SK(SGK_CHUNK);
     i64 nb = 0, new_chunked = -1;
     /* what a request takes of the budgets (PrefillAdder._update_prefill_budget) */
+    /* the extend in whole pages, for the KV and compute budgets alike (ceil_paged_tokens) */
 #define SG_CHARGE(ext, max_new) do {                                   \
-        offset += (double)((ext) + (max_new) + page);                  \
-        cur_offset += (ext) + page;                                    \
-        rem_input -= (ext);                                            \
-        rem_chunk -= (ext);                                            \
+        i64 ext_paged_ = sg_paged(s, (ext));                           \
+        offset += (double)(ext_paged_ + (max_new) + page);             \
+        cur_offset += ext_paged_ + page;                               \
+        rem_input -= ext_paged_;                                       \
+        rem_chunk -= ext_paged_;                                       \
     } while (0)
     if (SC(SG_CHUNKED) >= 0) {  /* add_chunked_req: the chunked request's next chunk */
         i64 r = SC(SG_CHUNKED);
@@ -1080,17 +1091,17 @@ static i64 sg_prefill_batch(SgState *s, i64 step) {
                 break;
             }
         }
-        if (ext <= rem_chunk) {
+        if (sg_paged(s, ext) <= rem_chunk) {  /* fits whole (_select_prefill_admission) */
             SQ(SG_Q_BATCH_REQ, nb) = (i32)r;
             SQ(SG_Q_BATCH_NEW, nb) = (i32)ext;
             nb++;
             SG_CHARGE(ext, max_new);
-        } else {  /* a prompt longer than the chunk left: cut there, the rest in later steps */
-            if (rem_chunk <= 0) {
+        } else {  /* longer than the chunk left: cut at a page multiple, the rest later */
+            i64 x = rem_chunk / page * page;  /* hit is whole pages: the cut ends on one */
+            if (x <= 0) {
                 if (hit > 0) sg_unlock(s, g);
                 break;  /* OTHER */
             }
-            i64 x = rem_chunk;
             SQ(SG_Q_BATCH_REQ, nb) = (i32)r;
             SQ(SG_Q_BATCH_NEW, nb) = (i32)x;
             nb++;
@@ -1191,9 +1202,10 @@ static void sg_page_offsets(const SgState *s, i64 *pc) {
 }
 
 /* Retract running requests, fewest output tokens first (the longest prompt among equals, the
- * most recently admitted among exact ties, as Python's stable reverse sort pops them), until
- * the rest have RETRACT_STEPS of room each and the pages of their next decode; at least one
- * out, one kept. Returns how many. */
+ * most recently admitted among exact ties, as Python's stable reverse sort pops them): at least
+ * one out, then more until the rest's next decode has its pages (sglang >= 0.5.2's
+ * check_decode_mem), one kept; each one out evicts unused cached prefixes until RETRACT_STEPS
+ * x the requests still kept are free (release_req). Returns how many. */
 static i64 sg_retract(SgState *s) {
     i64 nrun = SC(SG_N_RUNNING), n = s->n, steps = SK(SGK_RETRACT_STEPS), page = SK(SGK_PAGE);
     i64 full = sg_full_pages(s);
@@ -1205,12 +1217,12 @@ static i64 sg_retract(SgState *s) {
     }
     sg_sort(s, nrun);
     i64 out = 0, kept = nrun;
-    while (kept > 0 && (out == 0 || sg_available(s) + SC(SG_EVICTABLE)
-                                    < max64(steps * kept, page * full))) {
+    while (kept > 0 && (out == 0 || sg_available(s) + SC(SG_EVICTABLE) < page * full)) {
         if (kept == 1) break;
         i64 r = s->scratch[s->ws + out];
         full -= SR(r, SG_COMPUTED) % page == 0;
         sg_release(s, r);
+        sg_evict(s, steps * (kept - 1));  /* release_req's evict_from_tree_cache */
         SW((SC(SG_WAIT_HEAD) + SC(SG_N_WAITING)) % n) = (i32)r;
         SC(SG_N_WAITING) += 1;
         sg_waiting_changed(s, r, 1);
@@ -1218,7 +1230,6 @@ static i64 sg_retract(SgState *s) {
         out++;
         kept--;
     }
-    sg_evict(s, steps * kept);
     /* the retracted hold no KV any more (computed 0); a running request has computed >= 1 */
     i64 j = 0, sum_gen = 0, sum_out = 0;
     for (i64 i = 0; i < nrun; i++) {

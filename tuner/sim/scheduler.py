@@ -45,7 +45,8 @@ STATUS_MAX_STEPS = 2  # the step limit ran out
 STATUS_FULL = 3  # the step record is full: grown, then the loop resumes
 STATUS_PAUSED = 4  # a slice of steps is done: Python runs its signal handlers (Ctrl-C), resumes
 _PAUSE_EVERY_STEPS = 1 << 16  # ~10-50 ms of steps between chances to react to Ctrl-C
-_ABI_VERSION = 5  # the C functions' argument lists (tk_layout reports the library's); 5: client_cap
+_ABI_VERSION = 6  # the C functions' argument lists (tk_layout reports the library's); 5: client_cap,
+# 6: state_blocks
 #: rows of the step record handed on at a time when the caller streams them (on_steps): 4.5 MiB
 #: of int64, so a job of millions of steps never holds its whole record
 STREAM_ROWS = 1 << 16
@@ -85,6 +86,12 @@ class SchedulerParams(NamedTuple):
     # a closed-loop client's cap on requests in flight (vllm bench serve --max-concurrency):
     # request r of the submission order is sent once r + 1 - client_cap have finished; 0: none
     client_cap: int = 0
+    # blocks of a hybrid model's recurrent state (vLLM V1: one per Mamba / Gated DeltaNet KV
+    # cache group, tuner.core.memory.MemoryPlan.state_blocks_per_request) every running request
+    # holds besides its KV blocks: taken from the same pool at its admission (a preempted
+    # request's again when it is readmitted) and counted in the admission check, freed when it
+    # finishes or is preempted; 0: every layer attends (no state)
+    state_blocks: int = 0
 
 
 def preset(scheduler: str, *, token_budget: int, max_running: int, block_size: int,
@@ -307,7 +314,7 @@ def run_schedule(prompt_tokens: np.ndarray, output_tokens: np.ndarray, params: S
                                                 params.block_size)
     max_steps = step_limit(prompt, output, max_steps)
     k = SchedulerParams(*(int(v) for v in params[:5]), *(bool(v) for v in params[5:12]),
-                        int(params.client_cap))
+                        int(params.client_cap), int(params.state_blocks))
     width = max(min(prompt.shape[0], k.max_running), 1)
     req, grp, q, c = _new_state(prompt, output, gid, pblocks, n_groups, k.capacity_blocks,
                                 arrival_step, width)

@@ -11,9 +11,12 @@ Read from SGLang's source, the v0.5 line (tuner.core.sglang names the files and 
   request's next chunk, then waiting requests in queue order: each must leave
   ``rem_total_tokens`` = free + evictable KV - sum over running requests of
   min(max_new - generated, 4096) x new_token_ratio - what this batch already took (each request
-  its extend tokens + min(max_new, 4096) + one page) above zero; ``--chunked-prefill-size``
-  caps the batch's tokens (a prompt longer than what is left is cut there and finishes in later
-  steps, one chunked request at a time), ``--max-prefill-tokens`` too, and
+  its extend tokens in whole pages + min(max_new, 4096) + one page) above zero;
+  ``--chunked-prefill-size`` caps the batch's tokens, each request's extend counted in whole
+  pages (``ceil_paged_tokens``; a prompt whose pages exceed what is left is cut at a page
+  multiple, ``_select_prefill_admission``, and finishes in later steps, one chunked request at
+  a time; the chunked request's later chunks, ``add_chunked_req``, are not aligned),
+  ``--max-prefill-tokens`` too, and
   ``--max-running-requests`` the running count. A request refused for KV (NO_TOKEN) marks the
   batch full: no prefill is tried again until a running request leaves (finishes or is
   retracted: ``update_running_batch``, one decode step later, clears the mark).
@@ -26,11 +29,13 @@ Read from SGLang's source, the v0.5 line (tuner.core.sglang names the files and 
   (``check_decode_mem``: ``new_page_count_next_decode`` x page_size in 0.5.5,
   ``new_tokens_required_next_decode`` in 0.5.23; one token per request at page 1), evicting
   unused radix-cache entries first. Without it, ``ScheduleBatch.retract_decode`` retracts
-  requests (fewest output tokens first, the longest prompt among equals) until the rest have
-  20 decode steps of room each and their next decode's pages, frees their KV (recompute
-  later: prompt + tokens generated so far), puts them at the end of the waiting queue and sets
-  new_token_ratio = min(1, (decoded + 20 x remaining) / (sum max_new + 1)); otherwise the
-  ratio decays by (init - min) / 600 towards min.
+  requests (fewest output tokens first, the longest prompt among equals): at least one, then
+  more only until the rest's next decode has its pages (``check_decode_mem`` again, the form
+  since 0.5.2; up to 0.5.1 until each kept request had 20 decode steps of room). Each one out
+  has its KV freed (recompute later: prompt + tokens generated so far), then unused cached
+  prefixes evicted until 20 x the requests still kept are free (``release_req``), and goes
+  to the end of the waiting queue; new_token_ratio = min(1, (decoded + 20 x remaining) /
+  (sum max_new + 1)); otherwise the ratio decays by (init - min) / 600 towards min.
 * Radix cache (``RadixCache``, in whole pages): a request's prompt is matched against the cached
   prefixes when it is scheduled (at least one token is always computed); after a prefill
   (chunk) its computed prefix is inserted, a copy computed twice in one batch is freed; entries
@@ -47,9 +52,9 @@ Read from SGLang's source, the v0.5 line (tuner.core.sglang names the files and 
 
 A finished request's own tokens (beyond its group's prefix) are freed at once: SGLang inserts
 them into the tree as evictable entries, which admission and decode count as free alike, so the
-batches are the same; the step record's KV column counts them free. The retraction test is the
-v0.5 form (free + evictable below 20 decode steps per remaining request; the newest main checks
-one step's tokens instead).
+batches are the same; the step record's KV column counts them free. The retraction is 0.5.23's
+(the next decode's pages; tuner models no SGLang scheduler before 0.5.2, so a run labelled with
+an older release, such as the fidelity suite's v0.3.0 figures, retracts this way too).
 
 * ``--schedule-policy dfs-weight`` (``_sort_by_dfs_weight``, no 128 cap) orders the whole
   waiting queue by a depth-first walk of the radix tree, heaviest subtree first: here the
@@ -330,7 +335,10 @@ class SGLangScheduler:
         new_chunked = -1
 
         def charge(ext: int, max_new: int) -> None:
+            # _update_prefill_budget: the KV and compute budgets alike take the extend in
+            # whole pages (ceil_paged_tokens; raw only under gfx95's exact chunk fill)
             nonlocal offset, cur_offset, rem_input, rem_chunk
+            ext = self._paged(ext)
             offset += ext + max_new + self.page
             cur_offset += ext + self.page
             rem_input -= ext
@@ -368,17 +376,19 @@ class SGLangScheduler:
                     self._unlock(g)
                     self.batch_full = True
                     break
-            if ext <= rem_chunk:
+            if self._paged(ext) <= rem_chunk:  # _select_prefill_admission: fits whole
                 batch.append((r, ext))
                 charge(ext, max_new)
             else:
-                if rem_chunk <= 0:
+                # cut at a page multiple (the match is whole pages: the chunk ends on one)
+                x = rem_chunk // self.page * self.page
+                if x <= 0:
                     if hit > 0:
                         self._unlock(g)
                     break  # OTHER
-                batch.append((r, rem_chunk))
+                batch.append((r, x))
                 new_chunked = r
-                charge(rem_chunk, 0)
+                charge(x, 0)
             admitted += 1
             self.computed[r] = hit
             self.shared[r] = hit
@@ -436,22 +446,24 @@ class SGLangScheduler:
                                     % self.page == 0))
 
     def _retract(self) -> int:
-        """retract_decode: requests out until the rest have RETRACT_DECODE_STEPS of room each
-        and the pages of their next decode (check_decode_mem; at page 1 the 20 steps cover
-        it), at least one out, at least one kept; returns how many."""
+        """retract_decode (sglang 0.5.2 on; 0.5.23 read): at least one request out, then more
+        until the rest's next decode has its pages (check_decode_mem over the kept requests),
+        at least one kept; each one out evicts unused cached prefixes until
+        RETRACT_DECODE_STEPS x the requests still kept are free (release_req). Returns how
+        many. (Up to 0.5.1 it retracted until RETRACT_DECODE_STEPS per kept request were free;
+        tuner models no release before 0.5.2 here.)"""
         order = sorted(self.running, key=lambda r: (self.generated[r], -self.P[r]), reverse=True)
         full = self._full_pages(order)
         out = 0
-        while order and (out == 0 or self.available + self.evictable
-                         < max(sg.RETRACT_DECODE_STEPS * len(order), self.page * full)):
+        while order and (out == 0 or self.available + self.evictable < self.page * full):
             if len(order) == 1:
                 break
             r = order.pop()
             full -= int(self.computed[r] % self.page == 0)
             self._release(r)
+            self._evict(sg.RETRACT_DECODE_STEPS * len(order))  # release_req's evict_from_tree_cache
             self.waiting.append(r)
             out += 1
-        self._evict(sg.RETRACT_DECODE_STEPS * len(order))
         kept_set = set(order)
         self.running = [r for r in self.running if r in kept_set]
         kept = np.fromiter(order, dtype=np.int64, count=len(order))
@@ -596,8 +608,10 @@ N_SLOTS = 15
 # the page, the most rows one round writes; kf: the ratio's decay and floor
 N_PARAMS, K_MAX_ROWS, N_FPARAMS = 12, 11, 2
 STATUS_OVERFLOW = 5  # a broken invariant (running + chunked > max running): never expected
-# 2: kp's policy slot holds a code (fcfs, lpm, dfs-weight); 3: G_WAIT & co; 4: KV in whole pages
-_ABI_VERSION = 4
+# 2: kp's policy slot holds a code (fcfs, lpm, dfs-weight); 3: G_WAIT & co; 4: KV in whole pages;
+# 5: retraction as sglang >= 0.5.2 (the next decode's pages; release_req's eviction), prompts
+# charged and cut in whole pages
+_ABI_VERSION = 5
 _PAUSE_EVERY_STEPS = 1 << 16  # steps between chances to react to Ctrl-C (the vLLM loop's)
 
 
@@ -709,6 +723,12 @@ def run_schedule(prompt_tokens, output_tokens, *, capacity_tokens: int,
     settings = settings or sg.SGLangSettings()
     prompt, output = np.asarray(prompt_tokens), np.asarray(output_tokens)
     max_steps = sch.step_limit(prompt, output, max_steps)
+    # SGLang refuses a chunk that is not a whole number of pages (validation_hook:
+    # "chunked_prefill_size must be divisible by page_size"); such a chunk runs here as the
+    # page multiple below it, at least a page, so a prompt cut at a page multiple always moves
+    page = max(int(page_size), 1)
+    if int(chunked_prefill_size) > 0:
+        chunked_prefill_size = max(int(chunked_prefill_size) // page * page, page)
     if not reference:
         return _run_c(prompt, output, capacity_tokens=int(capacity_tokens),
                       chunked_prefill_size=int(chunked_prefill_size),

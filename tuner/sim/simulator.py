@@ -190,7 +190,9 @@ def lower_bound_s(workload: Workload, model: ModelSpec, gpu: GPU, config: Servin
     # keep it 16-bit), so the bound splits the GEMM FLOPs by rate
     gemm_params = float(model.active_linear_params_total)
     gemm16_params = _unconverted_gemm_params(model, config.weight_bits) if fp8 else 0.0
-    attn = 2.0 * model.num_heads * (model.head_dim + model.value_head_dim) * model.num_layers
+    # only the layers that attend (a hybrid's linear layers keep no KV: their scan is left out
+    # of the bound, which stays a bound)
+    attn = 2.0 * model.num_heads * (model.head_dim + model.value_head_dim) * model.num_kv_layers
     tokens = (p + np.maximum(d - 1.0, 0.0)).sum()  # through the layers
     pairs = _prefill_pairs(model, p).sum()
     if workload.prefix_ids is not None and workload.prefix_tokens is not None:
@@ -217,7 +219,7 @@ def _unconverted_gemm_params(model: ModelSpec, weight_bits: int) -> float:
     attention projections' share in every layer and its dense MLPs' share (routed and shared
     experts read the quantized bytes), as the roofline prices them."""
     attn16, mlp16 = unconverted_shares(model, weight_bits)
-    return (attn16 * model.num_layers * model.attention_params_per_layer
+    return (attn16 * model.num_kv_layers * model.attention_params_per_layer
             + mlp16 * model.num_dense_layers * model.dense_mlp_params)
 
 
@@ -253,7 +255,7 @@ def _decode_kv_read_bytes(model: ModelSpec, p: np.ndarray, d: np.ndarray, kv_bit
                                          + top * model.latent_bytes_per_token_per_layer(kv_bits)))
     per_layer = model.kv_bytes_per_token_per_layer(kv_bits)
     windowed = model.num_window_layers
-    full = (p * steps + 0.5 * steps * (steps + 1)).sum() * per_layer * (model.num_layers - windowed)
+    full = (p * steps + 0.5 * steps * (steps + 1)).sum() * per_layer * (model.num_kv_layers - windowed)
     if not windowed:
         return float(full)
     reads = _capped_reads(p, steps, float(model.sliding_window))
@@ -263,13 +265,15 @@ def _decode_kv_read_bytes(model: ModelSpec, p: np.ndarray, d: np.ndarray, kv_bit
 def scheduler_params(config: ServingConfig, capacity_blocks: int,
                      plan: MemoryPlan | None = None) -> sch.SchedulerParams:
     """The scheduler's knobs; a hybrid model's `plan` sets the attention block vLLM raised and
-    caps the running requests at those whose state pages the plan set aside."""
-    block, running = config.block_size, config.max_running
+    the state blocks each running request takes from the same pool (charged at its admission,
+    freed when it finishes or is preempted, as vLLM V1's KV cache manager does)."""
+    params = sch.preset(config.scheduler, token_budget=config.chunk_size,
+                        max_running=config.max_running, block_size=config.block_size,
+                        capacity_blocks=capacity_blocks)
     if plan is not None and plan.block_size_tokens:
-        block = plan.block_size_tokens
-        running = min(running, max(plan.max_running_by_state, 1))
-    return sch.preset(config.scheduler, token_budget=config.chunk_size,
-                      max_running=running, block_size=block, capacity_blocks=capacity_blocks)
+        params = params._replace(block_size=plan.block_size_tokens,
+                                 state_blocks=plan.state_blocks_per_request)
+    return params
 
 
 #: the first vLLM release with a Gated DeltaNet hybrid (Qwen3-Next): 0.10.2, V1 only
@@ -283,17 +287,19 @@ def _check_hybrid_runs(model: ModelSpec, engine: str, engine_version: str | None
     scheduler preset."""
     if engine == "sglang":
         raise InfeasibleConfig(
-            f"{model.name} is a hybrid (Gated DeltaNet) model: tuner prices it on vLLM V1 only "
-            "(SGLang's recurrent-state pool is not modelled); run it under vLLM")
+            f"{model.name} is a hybrid ({model.linear_mixer_label}) model: tuner prices it on "
+            "vLLM V1 only (SGLang's recurrent-state pool is not modelled); run it under vLLM")
     v = parse_version(engine_version)
     if v is not None and v < HYBRID_SINCE:
         raise InfeasibleConfig(
-            f"{model.name} is a hybrid (Gated DeltaNet) model, which vLLM runs from 0.10.2 "
-            f"(V1 engine) on, not {engine_version}: use --engine-version 0.10.2 or newer")
-    if config.scheduler in ("vllm-v0", "sarathi"):
+            f"{model.name} is a hybrid ({model.linear_mixer_label}) model, which tuner prices "
+            f"on vLLM 0.10.2 (V1 engine) on, not {engine_version}: use --engine-version 0.10.2 "
+            "or newer")
+    if config.scheduler.removesuffix("-noevict") in ("vllm-v0", "sarathi"):
         raise InfeasibleConfig(
-            f"{model.name} is a hybrid (Gated DeltaNet) model, which only vLLM's V1 engine "
-            f"runs; scheduler {config.scheduler} is V0's: use --scheduler vllm")
+            f"{model.name} is a hybrid ({model.linear_mixer_label}) model, which tuner prices "
+            f"on vLLM's V1 engine only; scheduler {config.scheduler} is V0's: use --scheduler "
+            "vllm")
 
 
 def machines_for(gpu: GPU, config: ServingConfig) -> Machines:
@@ -338,6 +344,14 @@ def check_feasible(workload: Workload, model: ModelSpec, gpu: GPU,
             "with every expert (its DP attention, which splits the experts over all ranks as "
             "tuner prices a mixture-of-experts plan at dp > 1, is for the DeepSeek and Qwen MoE "
             "families): run it under vLLM, or at dp 1")
+    if engine == "sglang" and config.chunk_size > 0:
+        page = sglang_page_size(model, gpu)
+        if config.chunk_size % page:
+            # ServerArgs' validation_hook: "chunked_prefill_size must be divisible by page_size"
+            raise InfeasibleConfig(
+                f"SGLang refuses --chunked-prefill-size {config.chunk_size} on {gpu.name}: it "
+                f"pages {model.name}'s KV in {page}-token pages and needs a chunk of whole "
+                f"pages (e.g. {max(config.chunk_size // page, 1) * page})")
     if model.is_hybrid:
         _check_hybrid_runs(model, engine, engine_version, config)
     version = {} if engine == "sglang" else {"engine_version": engine_version}
