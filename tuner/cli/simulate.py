@@ -590,6 +590,13 @@ def simulate(
     else:
         out.print(engine_line(defaults, entry_point, num_scheduler_steps, disable_log_requests,
                               res.decode_run_steps, prefix_caching), style="dim", markup=False)
+        from tuner.sim.simulator import hybrid_prefix_caching_off
+        if hybrid_prefix_caching_off(spec, "vllm", engine_version):
+            out.print(f"prefix caching off: vLLM {engine_version} turns it off for a hybrid "
+                      f"model such as {spec.name} (\"Hybrid or mamba-based model detected "
+                      "... disabling\"; every hybrid up to 0.11.0, the Gated DeltaNet family "
+                      "up to 0.12), whatever the flags say; simulated so",
+                      style="dim", markup=False)
         if single_step_note:
             out.print(single_step_note, style="dim", markup=False)
         if summary["defaulted"]:

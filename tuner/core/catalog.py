@@ -1455,7 +1455,19 @@ def config_notes(raw: dict) -> list[str]:
     notes = []
     archs = _architectures(raw)
     unknown = [a for a in archs if a not in LLAMA_STYLE_ARCHITECTURES
-               and a not in _NON_GATED_ARCHITECTURES and a not in GATED_DELTANET_ARCHITECTURES]
+               and a not in _NON_GATED_ARCHITECTURES and a not in GATED_DELTANET_ARCHITECTURES
+               and a not in MAMBA2_HYBRID_ARCHITECTURES]
+    if any(a in MAMBA2_HYBRID_ARCHITECTURES for a in archs):
+        # priced as a Mamba2 hybrid (_mamba2_hybrid), not as the Llama-style fallback
+        try:
+            mamba = _mamba2_hybrid(raw, cfg, "").get("linear_attention_layers", 0)
+        except TunerError:
+            mamba = 0  # the spec's own reading says what is wrong
+        which = (f"{mamba} of its {cfg.get('num_hidden_layers')} layers are Mamba2" if mamba
+                 else "its Mamba2 layers")
+        notes.append(f"a Mamba2 hybrid: {which}, whose chunked SSD scan and conv1d are an "
+                     "ESTIMATE (a spec-sheet roofline: no measured kernel); their projections "
+                     "and the attention layers are priced as any decoder's")
     if any(a in GATED_DELTANET_ARCHITECTURES for a in archs):
         try:
             linear = _gated_deltanet(raw, cfg, "").get("linear_attention_layers", 0)

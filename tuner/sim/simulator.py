@@ -278,6 +278,28 @@ def scheduler_params(config: ServingConfig, capacity_blocks: int,
 
 #: the first vLLM release with a Gated DeltaNet hybrid (Qwen3-Next): 0.10.2, V1 only
 HYBRID_SINCE = (0, 10, 2)
+#: the releases up to here turn prefix caching off for every hybrid (Mamba / Gated DeltaNet)
+#: model whatever the flags say: their MambaModelConfig.verify_and_update_config sets
+#: enable_prefix_caching False ("Hybrid or mamba-based model detected: disabling prefix
+#: caching since it is not yet supported"; the 0.11.0 wheel, and public Qwen3-Next start-up
+#: logs of 0.10.2 and 0.11.0)
+HYBRID_NO_PREFIX_CACHE_UNTIL = (0, 11, 0)
+#: 0.11.1 - 0.12.x keep it only for a model class marked SupportsMambaPrefixCaching
+#: (granitemoehybrid.py is, qwen3_next.py is not, in both wheels) and disable it for the rest
+#: ("... without support for prefix caching: disabling."); from 0.13.0 every hybrid caches
+#: prefixes (Mamba cache mode "align" or "all"; the 0.13.0 wheel has no disabling branch)
+HYBRID_PREFIX_CACHE_ALL_FROM = (0, 13, 0)
+
+
+def hybrid_prefix_caching_off(model: ModelSpec, engine: str, engine_version: str | None) -> bool:
+    """vLLM `engine_version` turns prefix caching off for this hybrid model (the Gated
+    DeltaNet family has no SupportsMambaPrefixCaching class before 0.13.0; Mamba2's has)."""
+    v = parse_version(engine_version)
+    if not (model.is_hybrid and engine == "vllm" and v is not None):
+        return False
+    if v <= HYBRID_NO_PREFIX_CACHE_UNTIL:
+        return True
+    return v < HYBRID_PREFIX_CACHE_ALL_FROM and model.linear_mixer != "mamba2"
 
 
 def _check_hybrid_runs(model: ModelSpec, engine: str, engine_version: str | None,
@@ -745,6 +767,8 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         raise InfeasibleConfig(why)
     if prefix_caching is None:
         prefix_caching = engine == "sglang" or generation_of(engine_version).generation.prefix_caching
+    if hybrid_prefix_caching_off(model, engine, engine_version):
+        prefix_caching = False  # vLLM overrides the flag for a hybrid in these releases
     full_workload = workload  # the physical limit counts every shared prefix once regardless
     if not prefix_caching and workload.prefix_ids is not None:
         workload = dataclasses.replace(workload, prefix_ids=None, prefix_tokens=None)
