@@ -449,6 +449,14 @@ class MeasuredTableCostModel:
         else:
             detail += (f"; the public runs on {fid['gpu']} check the {checked} engine profile, "
                        "not this one")
+            other = fid.get("other_engines") or {}
+            if self.engine is not None and self.engine.name in other.get("engines", ()):
+                # published figures of this profile, kept beside the headline (fitted on nothing)
+                detail += (f"; {other['runs']} published figure(s) check {self.engine.name} "
+                           f"there (fitted on nothing): median makespan error "
+                           f"{other['median_pct']:+.1f} %, worst |error| "
+                           f"{other['worst_abs_pct']:.1f} %, predicted too short on "
+                           f"{other['too_short']} of {other['runs']}")
         return Provenance(self.kind, detail, None if err is None else float(err),
                           engine=None if self.framework == "vllm" else self.framework)
 

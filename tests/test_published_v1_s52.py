@@ -70,3 +70,23 @@ def test_evaluated_rows_and_per_gpu_summary():
     assert out["other_engines"]["runs"] == 2
     assert out["other_engines"]["engines"] == ["vllm-v1-sync"]
     assert out["other_engines"]["sources"] == [fidelity.VLLM25915]
+
+
+def test_a_vllm_v1_sync_h100_line_cites_the_figures_that_check_its_own_profile():
+    """The H100 headline checks vllm-v1-offline; a 0.10.2 plan (vllm-v1-sync) now cites the two
+    vllm#25915 figures kept beside it instead of only "check another profile"."""
+    from tuner.core.catalog import load_gpus, load_models
+    from tuner.predictors.aic import fidelity_summary, table_cost_model
+
+    other = fidelity_summary()["H100"]["other_engines"]
+    assert other["runs"] == 2 and other["engines"] == ["vllm-v1-sync"]
+    model, gpu = load_models()["llama-3-8b"], load_gpus()["H100"]
+    from tuner.core.config import ServingConfig
+    from tuner.predictors.sources import resolve
+
+    cm = resolve(model, gpu, ServingConfig(gpu="H100"), engine_version="0.10.2").cost_model
+    line = cm.provenance.detail
+    assert "check the vllm-v1-offline engine profile, not this one" in line
+    assert "2 published figure(s) check vllm-v1-sync there (fitted on nothing)" in line
+    # the headline profile's line is unchanged (no second citation)
+    assert "check vllm-v1-sync" not in table_cost_model(model, gpu).provenance.detail
