@@ -31,7 +31,7 @@ SHIPPED_MODELS = {
     "llama-3.1-8b", "llama-3.1-70b", "llama-3.2-1b", "llama-3.2-3b", "llama-3.3-70b",
     "qwen2.5-14b", "qwen2.5-32b", "qwen2.5-72b", "qwen3-8b", "qwen3-14b", "qwen3-32b",
     "qwen3-30b-a3b", "qwen3-30b-a3b-instruct-2507", "qwen3-235b-a22b", "qwen3-next-80b-a3b",
-    "granite-4.0-h-tiny", "mixtral-8x7b",
+    "granite-4.0-h-tiny", "nemotron-h-8b-base-8k", "mixtral-8x7b",
     "mistral-nemo-12b", "gemma-3-4b", "gemma-3-12b", "gemma-3-27b", "phi-4", "gpt-oss-20b",
     "gpt-oss-120b", "deepseek-v3",
     # the models of the public vLLM benchmark runs (issue #24; counts in test_models_catalog)

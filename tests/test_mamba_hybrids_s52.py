@@ -108,7 +108,7 @@ def test_bad_granite_configs_refused_in_one_line(change, words):
     {**GRANITE, "architectures": ["BambaForCausalLM"], "model_type": "bamba",
      "layer_types": None, "attn_layer_indices": [5, 15, 25, 35], "num_local_experts": 0},
     {**GRANITE, "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
-     "layer_types": None, "num_local_experts": 0, "hybrid_override_pattern": "M-M*" * 10},
+     "layer_types": None, "num_local_experts": 0, "hybrid_override_pattern": "MEM*" * 10},
 ])
 def test_other_mamba_hybrids_still_refused(cfg):
     with pytest.raises(TunerError, match="Mamba") as err:

@@ -67,6 +67,7 @@ PUBLISHED_TOTALS = [
     ("qwen3-235b-a22b", 235e9, "Qwen3-235B-A22B model card"),
     ("qwen3-next-80b-a3b", 80e9, "Qwen3-Next-80B-A3B-Instruct model card: 80B in total"),
     ("granite-4.0-h-tiny", 7e9, "Granite-4.0-H-Tiny model card: 7B parameters"),
+    ("nemotron-h-8b-base-8k", 8e9, "Nemotron-H-8B-Base-8K model card: 8B parameters"),
     # Mistral AI, "Mixtral of experts" (mistral.ai/news/mixtral-of-experts, 2023-12-11)
     ("mixtral-8x7b", 46.7e9, "Mistral AI Mixtral announcement"),
     # HF safetensors total of mistralai/Mistral-Nemo-Base-2407 (Mistral: "12B")

@@ -1141,7 +1141,7 @@ GATED_DELTANET_ARCHITECTURES = frozenset({
     "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
 })
 #: config.json `model_type`s / `architectures` whose MLP has no gate (up, activation, down)
-_NON_GATED_TYPES = frozenset({"starcoder2", "gpt_neox", "phi", "nemotron", "persimmon",
+_NON_GATED_TYPES = frozenset({"starcoder2", "gpt_neox", "phi", "nemotron", "nemotron_h", "persimmon",
                               "gpt_bigcode", "gpt2", "gptj", "opt", "falcon", "bloom", "mpt",
                               "codegen"})
 _NON_GATED_ARCHITECTURES = frozenset({
@@ -1302,7 +1302,89 @@ def _linear_layers(raw: dict, cfg: dict, path: Path | str) -> dict:
     model whose layers all attend; any other hybrid is refused (_refuse_hybrid)."""
     if _model_types(raw, cfg) & _MAMBA2_TYPES:
         return _mamba2_hybrid(raw, cfg, path)
+    if _model_types(raw, cfg) & _NEMOTRON_H_TYPES:
+        return _nemotron_h(raw, cfg, path)
     return _gated_deltanet(raw, cfg, path)
+
+
+#: Nemotron-H / Nemotron-Nano-v2 (vLLM nemotron_h.py): hybrid_override_pattern makes each of
+#: num_hidden_layers blocks ONE sublayer behind its own RMSNorm: 'M' a Mamba2 mixer, '*'
+#: attention, '-' a non-gated squared-ReLU MLP (up, down), 'E' an MoE (Nemotron-3)
+_NEMOTRON_H_TYPES = frozenset({"nemotron_h"})
+NEMOTRON_H_ARCHITECTURES = frozenset({"NemotronHForCausalLM"})
+#: layers_block_type (transformers 5's spelling of the pattern) -> the pattern's character
+_NEMOTRON_H_BLOCKS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+
+
+def _nemotron_h_pattern(raw: dict, cfg: dict, path: Path | str) -> str:
+    """A Nemotron-H config's block pattern, one character a block (hybrid_override_pattern,
+    else layers_block_type spelled as it), checked as vLLM's NemotronHConfig checks it:
+    num_hidden_layers characters of 'M', '*', '-' (and 'E')."""
+    pattern = cfg.get("hybrid_override_pattern")
+    blocks = cfg.get("layers_block_type")
+    if not (isinstance(pattern, str) and pattern) and isinstance(blocks, list) and blocks:
+        other = {str(b) for b in blocks} - set(_NEMOTRON_H_BLOCKS)
+        if other:
+            raise TunerError(f"{path}: layers_block_type lists block types tuner does not "
+                             f"price ({', '.join(sorted(other))}).")
+        pattern = "".join(_NEMOTRON_H_BLOCKS[str(b)] for b in blocks)
+    if not (isinstance(pattern, str) and pattern):
+        raise TunerError(f"{path}: {_arch_label(raw)} has no hybrid_override_pattern, so which "
+                         "of its blocks are Mamba2, attention and MLP is not known.")
+    layers = _config_int(cfg, "num_hidden_layers", path)
+    if len(pattern) != layers:
+        raise TunerError(f"{path}: hybrid_override_pattern has {len(pattern)} blocks, "
+                         f"num_hidden_layers is {layers}.")
+    other = set(pattern) - set("M*-E")
+    if other:
+        raise TunerError(f"{path}: hybrid_override_pattern holds block types tuner does not "
+                         f"price ({', '.join(sorted(other))}); it prices 'M', '*' and '-'.")
+    return pattern
+
+
+def _nemotron_h_blocks(raw: dict, cfg: dict, path: Path | str) -> tuple[int, int]:
+    """(mixer blocks 'M' and '*', MLP blocks '-') of a dense Nemotron-H: tuner's layer is a
+    mixer and an FFN, so num_layers is the mixer blocks and the MLP blocks' weights are spread
+    over them (model_from_config_dict)."""
+    pattern = _nemotron_h_pattern(raw, cfg, path)
+    return pattern.count("M") + pattern.count("*"), pattern.count("-")
+
+
+def _nemotron_h(raw: dict, cfg: dict, path: Path | str) -> dict:
+    """A Nemotron-H config's Mamba2 blocks and the mixer's shape as vLLM's nemotron_h.py reads
+    them (MambaMixer2 of mamba_num_heads x mamba_head_dim, n_groups groups of ssm_state_size,
+    a conv_kernel-tap conv1d; `expand` is not read); defaults those of the 0.10.2 wheel's
+    NemotronHConfig. The temporal state is at the config's mamba_ssm_cache_dtype (32 bits
+    where it says float32), else 16-bit, as the NemotronHForCausalLMConfig hook sets it from
+    vllm#29978 (Dec 2025; float16 where the config is silent). Not modelled by release: the
+    0.10.2 - 0.12.0 wheels have no hook (the model dtype whatever the config says), and
+    vllm#39032 (Apr 2026) makes a silent config float32. The MoE variants ('E') are refused
+    in one line."""
+    pattern = _nemotron_h_pattern(raw, cfg, path)
+    if "E" in pattern:
+        raise TunerError(
+            f"{path}: {_arch_label(raw)} has MoE blocks ('E' in hybrid_override_pattern: "
+            "Nemotron-3), each standing alone between the mixer blocks (with a latent "
+            "projection where moe_latent_size is set), which are not modelled: tuner prices "
+            "the dense Nemotron-H / Nemotron-Nano-v2 Mamba2 hybrids ('M', '*', '-') only, so "
+            "it does not support this model.")
+    mamba, attn, mlp = pattern.count("M"), pattern.count("*"), pattern.count("-")
+    if not (mamba and attn and mlp):
+        raise TunerError(
+            f"{path}: {_arch_label(raw)}'s hybrid_override_pattern has {mamba} Mamba2, {attn} "
+            f"attention and {mlp} MLP blocks: tuner prices Nemotron-H patterns with all "
+            "three, so it does not support this model.")
+    heads = _config_int(cfg, "mamba_num_heads", path, default=128)
+    key = "n_groups" if "n_groups" in cfg else "mamba_n_groups"
+    conv = "conv_kernel" if "conv_kernel" in cfg else "mamba_d_conv"
+    ssm = str(cfg.get("mamba_ssm_cache_dtype") or "").lower()
+    return dict(linear_mixer="mamba2", linear_attention_layers=mamba,
+                linear_num_key_heads=_config_int(cfg, key, path, default=8),
+                linear_key_head_dim=_config_int(cfg, "ssm_state_size", path, default=128),
+                linear_num_value_heads=heads,
+                linear_value_head_dim=_config_int(cfg, "mamba_head_dim", path, default=64),
+                linear_conv_kernel_dim=_config_int(cfg, conv, path, default=4),
+                linear_ssm_state_bits=32 if ssm in ("float32", "fp32") else 16)
 
 
 def _mamba2_hybrid(raw: dict, cfg: dict, path: Path | str) -> dict:
@@ -1456,7 +1538,22 @@ def config_notes(raw: dict) -> list[str]:
     archs = _architectures(raw)
     unknown = [a for a in archs if a not in LLAMA_STYLE_ARCHITECTURES
                and a not in _NON_GATED_ARCHITECTURES and a not in GATED_DELTANET_ARCHITECTURES
-               and a not in MAMBA2_HYBRID_ARCHITECTURES]
+               and a not in MAMBA2_HYBRID_ARCHITECTURES and a not in NEMOTRON_H_ARCHITECTURES]
+    nemotron_h = bool(_model_types(raw, cfg) & _NEMOTRON_H_TYPES)
+    if nemotron_h:
+        try:
+            mixers, mlps = _nemotron_h_blocks(raw, cfg, "")
+            mamba = _nemotron_h(raw, cfg, "")["linear_attention_layers"]
+        except TunerError:
+            mixers = mlps = mamba = 0  # the spec's own reading says what is wrong
+        width = cfg.get("intermediate_size")
+        if mixers and isinstance(width, int):
+            notes.append(
+                f"a Mamba2 hybrid of one-sublayer blocks: {mamba} Mamba2 and {mixers - mamba} "
+                f"attention blocks are its layers, whose chunked SSD scan and conv1d are an "
+                f"ESTIMATE (a spec-sheet roofline: no measured kernel); its {mlps} MLP blocks "
+                f"(up and down, {width} wide) are spread over them as a gated MLP of the same "
+                f"parameters and FLOPs, {_gated_equivalent(width * mlps / mixers)} wide a layer")
     if any(a in MAMBA2_HYBRID_ARCHITECTURES for a in archs):
         # priced as a Mamba2 hybrid (_mamba2_hybrid), not as the Llama-style fallback
         try:
@@ -1484,7 +1581,7 @@ def config_notes(raw: dict) -> list[str]:
                      "Llama-style decoder (attention and a gated MLP on every layer): check "
                      "its parameter count against the model card")
     width = cfg.get("intermediate_size")
-    if not _gated_mlp(raw, cfg) and isinstance(width, int):
+    if not _gated_mlp(raw, cfg) and isinstance(width, int) and not nemotron_h:
         notes.append(f"its MLP is not gated (up and down, {width} wide): priced as a gated "
                      f"MLP of the same parameters and FLOPs ({_gated_equivalent(width)} wide)")
     cross = cfg.get("cross_attention_layers")
@@ -1546,6 +1643,12 @@ def model_from_config_dict(cfg: dict, *, where: str, name: str, source: str,
     if kv_lora:  # MLA: a query/key head is qk_nope + qk_rope wide, values v_head_dim
         head_dim = _config_int(cfg, "qk_nope_head_dim", path) + rope_dim
         v_head_dim = _config_int(cfg, "v_head_dim", path, default=head_dim)
+    elif _model_types(raw, cfg) & _NEMOTRON_H_TYPES:
+        # head_dim, else the remote-code config's attention_head_dim, else 128 (the 0.10.2
+        # wheel's NemotronHConfig default): Nano-9B-v2's 40 heads of 128 are not 4480 / 40
+        head_dim = _config_int(cfg, "head_dim", path, default=_config_int(
+            cfg, "attention_head_dim", path, default=128))
+        v_head_dim = 0
     else:
         head_dim = _config_int(cfg, "head_dim", path, default=max(hidden // heads, 1))
         v_head_dim = 0
@@ -1591,6 +1694,12 @@ def model_from_config_dict(cfg: dict, *, where: str, name: str, source: str,
         moe = dict(num_experts=experts, experts_per_token=top_k, moe_intermediate_size=width,
                    num_shared_experts=shared_n, shared_expert_intermediate_size=shared_width,
                    first_k_dense_layers=dense)
+    if linear and _model_types(raw, cfg) & _NEMOTRON_H_TYPES:
+        # Nemotron-H: a layer is a mixer block ('M' or '*'); the '-' blocks' MLPs, one per
+        # block, are spread over them at the width of equal weights and FLOPs (then made the
+        # gated equivalent below): 8B's 24 MLPs of 21504 over 28 layers, 12288 gated
+        layers, mlp_blocks = _nemotron_h_blocks(raw, cfg, path)
+        intermediate = intermediate * mlp_blocks / layers
     if not _gated_mlp(raw, cfg):
         # up + down (2 x hidden x W) priced as a gated MLP of equal parameters, FLOPs, bytes
         # and activation memory, 3 x hidden x 2W/3: every predictor's gated formula holds
