@@ -587,6 +587,16 @@ def simulate(
         if summary["defaulted"]:
             out.print(f"not given ({', '.join(summary['defaulted'])}): "
                       f"{sg_defaults.describe(summary['defaulted'])}", style="dim", markup=False)
+        if m := res.memory.state_slots:  # a hybrid: tuner.core.sglang._hybrid_state_pool
+            sized = ("--mamba-full-memory-ratio 0.9 of the memory after the weights; 5 a "
+                     "running request with the radix cache" if st.radix_cache else
+                     "--disable-radix-cache: one a running request")
+            out.print(f"Mamba state pool: {m:,} request states of "
+                      f"{res.memory.state_bytes_per_request / 2**20:,.1f} MiB per GPU "
+                      f"({sized}), --max-running-requests at most "
+                      f"{res.memory.max_running_by_slots:,}; prefix hits off: SGLang's Mamba "
+                      "radix cache matches only at stored states, not modelled", style="dim",
+                      markup=False)
     else:
         out.print(engine_line(defaults, entry_point, num_scheduler_steps, disable_log_requests,
                               res.decode_run_steps, prefix_caching), style="dim", markup=False)

@@ -85,6 +85,10 @@ class MemoryPlan:
     block_size_tokens: int = 0
     state_blocks_per_request: int = 0
     state_bytes_per_request: float = 0.0
+    # a hybrid under SGLang (tuner.core.sglang._hybrid_state_pool): its Mamba state pool's slots
+    # (max_mamba_cache_size) and the running requests they allow (0: not a hybrid SGLang plan)
+    state_slots: int = 0
+    max_running_by_slots: int = 0
 
     @property
     def kv_gpu_bytes_used(self) -> float:

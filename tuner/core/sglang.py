@@ -74,7 +74,8 @@ DEFAULT_ENGINE = "vllm"
 SOURCE = ("SGLang v0.5 source, checked against the sglang 0.5.23 wheel: server_args.py "
           "(ServerArgs defaults; arg_groups/memory_hook.py handle_gpu_memory_settings), "
           "managers/scheduler.py, managers/schedule_policy.py (PrefillAdder), "
-          "managers/schedule_batch.py (retract_decode)")
+          "managers/schedule_batch.py (retract_decode), mem_cache/kv_cache_configurator.py "
+          "(a hybrid's Mamba state pool)")
 
 # ---- scheduler constants (environ.py / global_config.py; schedule_policy.py) ----
 INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
@@ -92,6 +93,39 @@ DEFAULT_CONSERVATIVENESS = 1.0  # ServerArgs.schedule_conservativeness
 # counted inside mem_fraction_static because profile_max_num_token measures free memory after
 # loading. ~0.5 GiB is an ESTIMATE (SGLang's own 512 MiB constant-metadata allowance).
 PRELOAD_BYTES = 0.5 * GIB
+
+# ---- hybrid (Gated DeltaNet) models: the Mamba state pool (sglang 0.5.23) ----
+#: --mamba-full-memory-ratio when unset (arg_groups/fields/schedule.py: fallback 0.9; no
+#: override for the Qwen3-Next / Qwen3.5 architectures): the state pool gets ratio / (1 +
+#: ratio) of the memory left after the weights (kv_cache_configurator.py
+#: _handle_max_mamba_cache), the full-attention KV pool the rest
+MAMBA_FULL_MEMORY_RATIO = 0.9
+#: the state slots a running request may need with the radix cache on
+#: (_calculate_mamba_ratio): MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO 3, plus 2 tracking
+#: slots (allocation_sizing.get_mamba_tracking_slots) of the "extra_buffer" strategy that
+#: --mamba-radix-cache-strategy auto picks for these architectures under the default overlap
+#: schedule (overrides.py _mamba_radix_cache_resolution); 1 with --disable-radix-cache.
+#: max_running_requests is capped at the slots // this (resolve_max_num_reqs)
+MAMBA_SLOTS_PER_REQUEST = 3 + 2
+MAMBA_SLOTS_PER_REQUEST_NO_RADIX = 1
+#: the temporal (SSM) state's width when the config names no mamba_ssm_dtype: float32
+#: (configs/mamba_utils.py mamba2_state_dtype); the conv state is bfloat16
+#: (SGLANG_MAMBA_CONV_DTYPE)
+MAMBA_SSM_STATE_BITS = 32
+
+
+def sglang_state_bytes_per_request(model: ModelSpec, tp: int) -> float:
+    """One request's recurrent state over all of a hybrid's linear layers on one TP rank, as
+    SGLang sizes a MambaPool slot (mamba_utils.py mamba_cache_per_req: the conv state at
+    bfloat16, the temporal state at float32 unless the config names mamba_ssm_dtype;
+    Mamba2StateShape.create shards both over the TP ranks). tuner's catalog keeps the config's
+    float32 as 32 bits and anything else as 16, so a config naming bfloat16 reads as SGLang's
+    float32 default here (no catalogued checkpoint names it). 0 for a model without them."""
+    if not getattr(model, "is_hybrid", False):
+        return 0.0
+    wide = dataclasses.replace(model, linear_ssm_state_bits=MAMBA_SSM_STATE_BITS)
+    return wide.linear_state_bytes_per_layer_rank(tp) * model.linear_attention_layers
+
 
 # ---- GPU-memory tiers (_handle_gpu_memory_settings; MiB thresholds as in the source) ----
 _MIB = 1024 * 1024
@@ -333,11 +367,14 @@ def default_config(model: ModelSpec, gpu: GPU, given: dict) -> tuple[ServingConf
     if "max_running" not in base:
         plan = plan_memory_sglang(model, gpu, ServingConfig(**(base | {"max_running": 1})))
         base["max_running"] = max_running_default(plan.kv_capacity_tokens, model.max_position)
+        if plan.max_running_by_slots:  # a hybrid: its Mamba state slots cap it too
+            base["max_running"] = min(base["max_running"], plan.max_running_by_slots)
     return ServingConfig(**base), d
 
 
 def plan_memory_sglang(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
-                       mean_request_tokens: float = 0.0, max_request_tokens: int = 0):
+                       mean_request_tokens: float = 0.0, max_request_tokens: int = 0,
+                       radix_cache: bool = True):
     """SGLang's KV pool for (model, gpu, config), config.gpu_memory_utilization read as
     --mem-fraction-static: memory x fraction - weights - PRELOAD_BYTES, in whole pages of
     sglang_page_size(model, gpu) tokens (pool_configurator.py calculate_pool_sizes:
@@ -345,7 +382,10 @@ def plan_memory_sglang(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
     (activations and CUDA graphs are outside the fraction, so its activation_bytes is 0 and
     runtime_overhead_bytes the preload; kv_capacity_blocks counts tokens, the simulator's
     unit for SGLang; kv_page_tokens the page, which the simulator and the reports read from
-    here)."""
+    here). A hybrid (Gated DeltaNet) model first gives its Mamba state pool its share
+    (_hybrid_state_pool: state_slots, max_running_by_slots, state_bytes_per_request); the KV
+    pool then holds its attention layers only. `radix_cache` False: --disable-radix-cache,
+    which sizes that pool by --max-running-requests."""
     if config.weight_offload_fraction or config.kv_offload_layers or config.attention_on_cpu:
         raise TunerError("offloading (--kv-offload-layers, --weight-offload-fraction, "
                          "--attention-on-cpu) is simulated for vLLM only; drop it with "
@@ -354,7 +394,13 @@ def plan_memory_sglang(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
     # a VLM's vision tower too: SGLang loads it for a text-only job (vLLM's figure)
     weights = weight_bytes_per_rank(model, config) + vision_weight_bytes_per_rank(model, config)
     kv = usable - weights - PRELOAD_BYTES
-    stage_layers = math.ceil(model.num_layers / config.pp)
+    hybrid: dict = {}
+    if getattr(model, "is_hybrid", False):
+        hybrid = _hybrid_state_pool(model, config, kv, radix_cache)
+        kv -= hybrid.pop("pool_bytes")
+    # a hybrid's KV pool holds its attention layers only (pool_configurator.py: the
+    # full_attention_layer_ids)
+    stage_layers = math.ceil(model.num_kv_layers / config.pp)
     per_token = (kv_bytes_per_token_per_layer_rank(model, config.kv_bits, config.tp)
                  * kv_layer_fraction(model, mean_request_tokens) * stage_layers)
     tokens = int(kv // per_token) if kv > 0 and per_token > 0 else 0
@@ -362,7 +408,18 @@ def plan_memory_sglang(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
     tokens = tokens // page * page
     fits, reason = True, ""
     gib = lambda b: f"{b / GIB:.1f} GiB"  # noqa: E731
-    if kv <= 0:
+    if hybrid and config.pp > 1:
+        fits = False  # SGLang splits the state pool by stage; tuner plans one stage
+        reason = (f"{model.name} is a hybrid ({model.linear_mixer_label}) model: tuner plans "
+                  "SGLang's Mamba state pool for one pipeline stage; use pp 1")
+    elif hybrid and kv > 0 and hybrid["max_running_by_slots"] < 1:
+        fits = False  # resolve_max_num_reqs: "state cache is too small to serve any requests"
+        reason = (f"SGLang's Mamba state pool for {model.name} on {gpu.name} holds "
+                  f"{hybrid['state_slots']} request states "
+                  f"({gib(hybrid['state_bytes_per_request'])} each per rank), fewer than "
+                  f"the {_slots_per_request(radix_cache)} one running request needs: more "
+                  "--mem-fraction-static or TP")
+    elif kv <= 0:
         fits = False
         reason = (f"{model.name} at {config.weight_bits}-bit weights, TP {config.tp}, does not "
                   f"fit on {gpu.name} under SGLang: weights {gib(weights)} + preload "
@@ -389,7 +446,35 @@ def plan_memory_sglang(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
         kv_bytes=max(kv, 0.0), kv_bytes_per_token=per_token, kv_capacity_blocks=tokens,
         kv_capacity_tokens=tokens,
         max_concurrent_requests=tokens / mean_request_tokens if mean_request_tokens > 0 else 0.0,
-        host_kv_bytes_per_token=0.0, fits=fits, reason=reason, kv_page_tokens=page)
+        host_kv_bytes_per_token=0.0, fits=fits, reason=reason, kv_page_tokens=page, **hybrid)
+
+
+def _slots_per_request(radix_cache: bool) -> int:
+    return MAMBA_SLOTS_PER_REQUEST if radix_cache else MAMBA_SLOTS_PER_REQUEST_NO_RADIX
+
+
+def _hybrid_state_pool(model: ModelSpec, config: ServingConfig, rest_bytes: float,
+                       radix_cache: bool) -> dict:
+    """SGLang's Mamba state pool of a hybrid (kv_cache_configurator.py
+    _handle_max_mamba_cache, no speculative decoding): with the radix cache, slots =
+    int((rest x r / (1 + r) - slot) // slot) for r = MAMBA_FULL_MEMORY_RATIO and `rest` the
+    memory left after the weights; --disable-radix-cache with --max-running-requests (tuner's
+    exports always give it): that many slots. The pool holds one padding slot more; the
+    running requests are capped at slots // MAMBA_SLOTS_PER_REQUEST (resolve_max_num_reqs).
+    pool_bytes: what the KV pool then lacks."""
+    slot = sglang_state_bytes_per_request(model, config.tp)
+    if rest_bytes <= 0 or slot <= 0:
+        return dict(pool_bytes=0.0, state_slots=0, max_running_by_slots=0,
+                    state_bytes_per_request=slot)
+    if radix_cache:
+        r = MAMBA_FULL_MEMORY_RATIO
+        slots = int((rest_bytes * r / (1 + r) - slot) // slot)
+    else:
+        slots = max(int(config.max_running), 1)
+    slots = max(slots, 0)
+    return dict(pool_bytes=(slots + 1) * slot if slots else 0.0, state_slots=slots,
+                max_running_by_slots=slots // _slots_per_request(radix_cache),
+                state_bytes_per_request=slot)
 
 
 def dp_attention_supported(model) -> bool:

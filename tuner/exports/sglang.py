@@ -37,7 +37,12 @@ from typing import Any
 
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import SGLANG_SCHEDULE_POLICY, ServingConfig, check_model_config
-from tuner.core.sglang import DEFAULT_CONSERVATIVENESS
+from tuner.core.sglang import (
+    DEFAULT_CONSERVATIVENESS,
+    MAMBA_FULL_MEMORY_RATIO,
+    MAMBA_SLOTS_PER_REQUEST,
+    plan_memory_sglang,
+)
 from tuner.exports import common
 
 _SGLANG_ORDERING = {v: k for k, v in SGLANG_SCHEDULE_POLICY.items()}
@@ -178,7 +183,22 @@ def sglang_server_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max
         opts["schedule-policy"] = SGLANG_SCHEDULE_POLICY.get(config.ordering, "fcfs")
     notes = dep.quantized_checkpoint_notes(opts, common.notes_for(dep, _NOTES), "model-path",
                                            "SGLang")
+    if config.engine == "sglang" and getattr(model, "is_hybrid", False):
+        notes.append(_hybrid_note(config, model, gpu))
     return list(common.in_order(opts, _OPTION_ORDER).items()), notes
+
+
+def _hybrid_note(config: ServingConfig, model: ModelSpec, gpu: GPU) -> str:
+    """What the plan took of SGLang's Mamba state pool (tuner.core.sglang._hybrid_state_pool),
+    which SGLang sizes itself from the flags above: no flag restates it."""
+    plan = plan_memory_sglang(model, gpu, config)
+    return (f"{model.name} is a hybrid ({model.linear_mixer_label}) model: the prediction "
+            f"takes SGLang's Mamba state pool as its defaults size it (--mamba-full-memory-ratio "
+            f"{MAMBA_FULL_MEMORY_RATIO:g} of the memory after the weights: {plan.state_slots:,} "
+            f"request states, the radix cache on: at most {plan.max_running_by_slots:,} running "
+            f"requests per replica, {MAMBA_SLOTS_PER_REQUEST} states each) and no prefix hits; "
+            "--disable-radix-cache, --max-mamba-cache-size or --mamba-full-memory-ratio would "
+            "run another split than the one predicted.")
 
 
 #: Marks a launch command that is one machine's server of a plan over several machines: its

@@ -600,10 +600,11 @@ def _fit_hybrid(knobs: dict[str, list], fixed: dict, model, engine_version: str 
                 source: str) -> list[str]:
     """What a hybrid (Gated DeltaNet, Mamba2) model's plans cannot take, left out in place, so no
     trial is spent on a plan the simulator refuses (tuner.sim.simulator._check_hybrid_runs,
-    tuner.core.memory.plan_memory): SGLang (its recurrent-state pool is not modelled), a V0
-    scheduler, KV offload and pipeline stages (the state pages are planned for one stage whose
-    KV stays on the GPU). One note per knob; one TunerError where nothing would be left (the
-    space, or --engines, holds only such values) or --engine-version predates the model."""
+    tuner.core.memory.plan_memory): SGLang for a hybrid outside the Gated DeltaNet family
+    (whose Mamba state pool alone tuner plans under SGLang), a V0 scheduler, KV offload and
+    pipeline stages (the state pages are planned for one stage whose KV stays on the GPU). One
+    note per knob; one TunerError where nothing would be left (the space, or --engines, holds
+    only such values) or --engine-version predates the model."""
     from tuner.core.engines import parse_version
     from tuner.sim.simulator import HYBRID_SINCE
 
@@ -614,10 +615,11 @@ def _fit_hybrid(knobs: dict[str, list], fixed: dict, model, engine_version: str 
         raise TunerError(f"--engine-version {engine_version}: {name}, which tuner prices on "
                          f"vLLM {since} (V1 engine) on: give --engine-version {since} or later, "
                          "or leave it out (the newest).")
+    not_gdn = bool(getattr(model, "linear_mixer", ""))  # "": Gated DeltaNet
     rules = (
-        ("engine", lambda e: e == "sglang",
-         "tuner prices it on vLLM V1 only (SGLang's recurrent-state pool is not modelled)",
-         "search it under vLLM (--engines vllm)"),
+        ("engine", lambda e: not_gdn and e == "sglang",
+         "tuner prices it under SGLang for the Gated DeltaNet family (Qwen3-Next, Qwen3.5) "
+         "only", "search it under vLLM (--engines vllm)"),
         ("scheduler", lambda n: str(n).removesuffix("-noevict") in _V0_SCHEDULERS,
          f"tuner prices it on vLLM's V1 engine only (from {since}), not V0's batching",
          "use scheduler vllm"),

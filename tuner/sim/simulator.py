@@ -304,13 +304,19 @@ def hybrid_prefix_caching_off(model: ModelSpec, engine: str, engine_version: str
 
 def _check_hybrid_runs(model: ModelSpec, engine: str, engine_version: str | None,
                        config: ServingConfig) -> None:
-    """InfeasibleConfig where tuner cannot price a hybrid (Gated DeltaNet) model: under SGLang
-    (its Mamba radix cache is not modelled), a vLLM release before HYBRID_SINCE, or a V0
+    """InfeasibleConfig where tuner cannot price a hybrid model: a Mamba2 hybrid under SGLang
+    (tuner plans SGLang's Mamba state pool for the Gated DeltaNet family only:
+    tuner.core.sglang._hybrid_state_pool), a vLLM release before HYBRID_SINCE, or a V0
     scheduler preset."""
     if engine == "sglang":
-        raise InfeasibleConfig(
-            f"{model.name} is a hybrid ({model.linear_mixer_label}) model: tuner prices it on "
-            "vLLM V1 only (SGLang's recurrent-state pool is not modelled); run it under vLLM")
+        if model.linear_mixer:  # "": Gated DeltaNet
+            # SGLang 0.5.23 runs it with another attention backend on sm_100 (flashinfer,
+            # granitemoehybrid.py), whose page tuner has not read in
+            raise InfeasibleConfig(
+                f"{model.name} is a hybrid ({model.linear_mixer_label}) model: tuner prices "
+                "it under SGLang for the Gated DeltaNet family (Qwen3-Next, Qwen3.5) only; "
+                "run it under vLLM")
+        return
     v = parse_version(engine_version)
     if v is not None and v < HYBRID_SINCE:
         raise InfeasibleConfig(
@@ -336,7 +342,8 @@ def machines_for(gpu: GPU, config: ServingConfig) -> Machines:
 
 def check_feasible(workload: Workload, model: ModelSpec, gpu: GPU,
                    config: ServingConfig, engine: str | None = None,
-                   engine_version: str | None = None) -> MemoryPlan:
+                   engine_version: str | None = None, *,
+                   radix_cache: bool = True) -> MemoryPlan:
     """The memory plan of `engine` (default config.engine: tuner.core.memory's for vLLM under
     vLLM `engine_version`, None the newest; tuner.core.sglang's for SGLang); raises
     InfeasibleConfig with the numbers when the config cannot run."""
@@ -376,7 +383,9 @@ def check_feasible(workload: Workload, model: ModelSpec, gpu: GPU,
                 f"pages (e.g. {max(config.chunk_size // page, 1) * page})")
     if model.is_hybrid:
         _check_hybrid_runs(model, engine, engine_version, config)
-    version = {} if engine == "sglang" else {"engine_version": engine_version}
+    # SGLang's radix cache (on unless --disable-radix-cache) sizes a hybrid's state pool
+    version = ({"radix_cache": radix_cache} if engine == "sglang"
+               else {"engine_version": engine_version})
     plan = (plan_memory_sglang if engine == "sglang" else plan_memory)(
         model, gpu, config, mean_request_tokens=float(total.mean()),
         max_request_tokens=int(total.max()), **version)
@@ -767,13 +776,20 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         raise InfeasibleConfig(why)
     if prefix_caching is None:
         prefix_caching = engine == "sglang" or generation_of(engine_version).generation.prefix_caching
+    # SGLang's radix cache as launched (it sizes a hybrid's Mamba state pool)
+    radix = engine == "sglang" and prefix_caching and (sglang is None or sglang.radix_cache)
     if hybrid_prefix_caching_off(model, engine, engine_version):
         prefix_caching = False  # vLLM overrides the flag for a hybrid in these releases
+    if engine == "sglang" and model.is_hybrid:
+        # SGLang's Mamba radix cache hits only where a request state is stored (chunk-aligned
+        # branch points): not modelled, so no prefix hits are simulated (a conservative figure)
+        prefix_caching = False
     full_workload = workload  # the physical limit counts every shared prefix once regardless
     if not prefix_caching and workload.prefix_ids is not None:
         workload = dataclasses.replace(workload, prefix_ids=None, prefix_tokens=None)
     start = resolve_startup(model, gpu, config, startup_s, engine_version)
-    plan = check_feasible(workload, model, gpu, config, engine, engine_version)
+    plan = check_feasible(workload, model, gpu, config, engine, engine_version,
+                          radix_cache=radix)
     cost_model = pipelined(cost_model, model, gpu, config)  # PP stages (tuner.sim.pipeline)
     provenance = cost_model.provenance
     if engine == "sglang":
@@ -805,8 +821,9 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
                 f"({int(workload.prompt_tokens[i])} prompt + {int(workload.output_tokens[i])} "
                 f"output tokens) is admitted only with {int(floor[i])} (its tokens, a page, and "
                 "the cached prefix it locks): more KV memory")
-        params = SGLangParams(plan.kv_capacity_tokens, config.chunk_size, config.max_running,
-                              settings, page)
+        # a hybrid's Mamba state slots cap the running requests (resolve_max_num_reqs)
+        running = min(config.max_running, plan.max_running_by_slots or config.max_running)
+        params = SGLangParams(plan.kv_capacity_tokens, config.chunk_size, running, settings, page)
         if provenance.engine != "sglang":  # a cost model resolved for vLLM (sources, engine=)
             provenance = Provenance(provenance.kind, f"{provenance.detail}; SGLang priced with "
                                     "vLLM's kernel tables; engine overhead not fitted",
