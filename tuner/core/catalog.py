@@ -460,6 +460,11 @@ class ModelSpec:
     linear_value_head_dim: int = 0
     linear_conv_kernel_dim: int = 0
     linear_ssm_state_bits: int = 16  # config mamba_ssm_dtype float32: 32 (vLLM honours it)
+    # Nemotron-H: the temporal state's dtype as the config names it (mamba_ssm_cache_dtype,
+    # "" where silent) and "nemotron_h", whose vLLM hook sets that dtype by release
+    # (tuner.core.memory.vllm_ssm_state_bits); "": linear_ssm_state_bits on every release
+    linear_ssm_dtype: str = ""
+    linear_ssm_dtype_rule: str = ""
 
     # --- structure -------------------------------------------------------------------
     @property
@@ -1354,12 +1359,11 @@ def _nemotron_h(raw: dict, cfg: dict, path: Path | str) -> dict:
     """A Nemotron-H config's Mamba2 blocks and the mixer's shape as vLLM's nemotron_h.py reads
     them (MambaMixer2 of mamba_num_heads x mamba_head_dim, n_groups groups of ssm_state_size,
     a conv_kernel-tap conv1d; `expand` is not read); defaults those of the 0.10.2 wheel's
-    NemotronHConfig. The temporal state is at the config's mamba_ssm_cache_dtype (32 bits
-    where it says float32), else 16-bit, as the NemotronHForCausalLMConfig hook sets it from
-    vllm#29978 (Dec 2025; float16 where the config is silent). Not modelled by release: the
-    0.10.2 - 0.12.0 wheels have no hook (the model dtype whatever the config says), and
-    vllm#39032 (Apr 2026) makes a silent config float32. The MoE variants ('E') are refused
-    in one line."""
+    NemotronHConfig. linear_ssm_state_bits is the temporal state's width from 0.13.0 to
+    0.19.1 (the config's mamba_ssm_cache_dtype: 32 bits where it says float32, else 16); the
+    config's dtype and the "nemotron_h" rule are kept so that vLLM's plan reads the release's
+    width (tuner.core.memory.vllm_ssm_state_bits: the model dtype before 0.13.0, a silent
+    config float32 from 0.20.0). The MoE variants ('E') are refused in one line."""
     pattern = _nemotron_h_pattern(raw, cfg, path)
     if "E" in pattern:
         raise TunerError(
@@ -1384,7 +1388,8 @@ def _nemotron_h(raw: dict, cfg: dict, path: Path | str) -> dict:
                 linear_num_value_heads=heads,
                 linear_value_head_dim=_config_int(cfg, "mamba_head_dim", path, default=64),
                 linear_conv_kernel_dim=_config_int(cfg, conv, path, default=4),
-                linear_ssm_state_bits=32 if ssm in ("float32", "fp32") else 16)
+                linear_ssm_state_bits=32 if ssm in ("float32", "fp32") else 16,
+                linear_ssm_dtype=ssm, linear_ssm_dtype_rule="nemotron_h")
 
 
 def _mamba2_hybrid(raw: dict, cfg: dict, path: Path | str) -> dict:

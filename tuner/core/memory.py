@@ -423,8 +423,38 @@ class HybridLayout:
     state_bytes_per_request: float  # the unpadded recurrent state of all linear layers
 
 
-def hybrid_layout(model: ModelSpec, config: ServingConfig) -> HybridLayout:
+#: vLLM's NemotronHForCausalLMConfig hook (model_executor/models/config.py), read in the wheels:
+#: none through 0.12.0 (mamba_ssm_cache_dtype "auto": the temporal state at the model dtype,
+#: whatever the config says); from 0.13.0 (vllm#29978) the config's mamba_ssm_cache_dtype,
+#: else "float16" (0.13.0 - 0.19.1); from 0.20.0 (vllm#39032) else "float32"
+#: (DEFAULT_MAMBA_SSM_CACHE_DTYPE; the 0.20.0, 0.24.0 and 0.33.0 wheels)
+NEMOTRON_H_SSM_HOOK_SINCE = (0, 13, 0)
+NEMOTRON_H_SSM_FLOAT32_SINCE = (0, 20, 0)
+
+
+def vllm_ssm_state_bits(model: ModelSpec, engine_version: str | None = None) -> int:
+    """The temporal (SSM) state's width vLLM `engine_version` (None: the newest) keeps for
+    `model`: a Nemotron-H's as its release's hook sets it (NEMOTRON_H_SSM_*; 16-bit model
+    dtype, the config's dtype, else float16 or float32); any other hybrid's
+    linear_ssm_state_bits on every release (GraniteMoeHybrid and Qwen3-Next have no hook:
+    "auto", the model dtype; Qwen3.5's hook copies the config's mamba_ssm_dtype)."""
+    if model.linear_ssm_dtype_rule != "nemotron_h":
+        return model.linear_ssm_state_bits
+    v = parse_version(engine_version)
+    if v is not None and v < NEMOTRON_H_SSM_HOOK_SINCE:
+        return 16
+    if model.linear_ssm_dtype:
+        return 32 if model.linear_ssm_dtype in ("float32", "fp32") else 16
+    return 16 if v is not None and v < NEMOTRON_H_SSM_FLOAT32_SINCE else 32
+
+
+def hybrid_layout(model: ModelSpec, config: ServingConfig,
+                  ssm_state_bits: int | None = None) -> HybridLayout:
+    """`ssm_state_bits`: the temporal state's width (vllm_ssm_state_bits for the release
+    planned); None: the spec's linear_ssm_state_bits."""
     tp = config.tp
+    if ssm_state_bits is not None and ssm_state_bits != model.linear_ssm_state_bits:
+        model = dataclasses.replace(model, linear_ssm_state_bits=ssm_state_bits)
     page_token = kv_bytes_per_token_per_layer_rank(model, config.kv_bits, tp)
     state = model.linear_state_bytes_per_layer_rank(tp)
     align = max(HYBRID_BLOCK_ALIGN_TOKENS, config.block_size)
@@ -564,7 +594,7 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
         # (SchedulerParams.state_blocks), so none are set aside here. Their count is rounded
         # up to whole attention-group blocks (exact with one attention group, as Qwen3-Next's
         # and Qwen3.5's 1 in 4 attention layers give)
-        lay = hybrid_layout(model, config)
+        lay = hybrid_layout(model, config, vllm_ssm_state_bits(model, engine_version))
         blocks = int(kv // lay.block_bytes) // lay.attention_groups
         per_req = math.ceil(lay.state_groups / lay.attention_groups)
         tokens = blocks * lay.block_size_tokens

@@ -191,13 +191,15 @@ _NOTES: dict[str, common.NoteText] = {
 }
 
 
-def _hybrid_block_note(config: ServingConfig, model: ModelSpec, gpu: GPU) -> list[str]:
+def _hybrid_block_note(config: ServingConfig, model: ModelSpec, gpu: GPU,
+                       engine_version: str | None = None) -> list[str]:
     """A hybrid's (Gated DeltaNet, Mamba2) block-size as vLLM runs it: the block-size
     exported is the plan's, and vLLM raises it (a user-given one too: platforms/interface.py
     _align_hybrid_block_size, 0.32) until one attention page holds a layer's recurrent state,
     as the memory plan does (tuner.core.memory.hybrid_layout); said, so vLLM's log line is no
-    surprise. [] where the plan keeps the block (or does not fit)."""
-    block = plan_memory(model, gpu, config).block_size_tokens
+    surprise. [] where the plan keeps the block (or does not fit). `engine_version`: the
+    release planned (a Nemotron-H's state width depends on it: memory.vllm_ssm_state_bits)."""
+    block = plan_memory(model, gpu, config, engine_version=engine_version).block_size_tokens
     if not block or block == config.block_size:
         return []
     return [f"block-size {config.block_size}: {model.name} is a {model.linear_mixer_label} "
@@ -245,7 +247,7 @@ def vllm_engine_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_m
                      "back to the V0 engine, not the V1 engine priced: run it with "
                      "VLLM_USE_V1=1 to have it refuse instead, or export a 16-bit KV plan")
     if model.is_hybrid:
-        notes += _hybrid_block_note(config, model, gpu)
+        notes += _hybrid_block_note(config, model, gpu, engine_version)
     limits = vllm_text_only_limits(model, engine_version)
     if limits:  # a VLM on a release that then skips its vision tower, as the plan assumed
         args["limit_mm_per_prompt"] = limits
