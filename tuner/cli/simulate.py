@@ -225,7 +225,7 @@ def check_vllm_options(**sglang_only: Any) -> None:
 
 
 def sglang_config(knobs: dict[str, Any], gpu, model, mem_fraction_static: float | None,
-                  schedule_policy: str | None):
+                  schedule_policy: str | None, radix_cache: bool = True):
     """(ServingConfig, SGLangDefaults) for --engine sglang: the knobs given, the rest SGLang's
     defaults for the GPU (tuner.core.sglang.default_config)."""
     given = {k: v for k, v in knobs.items()
@@ -234,7 +234,8 @@ def sglang_config(knobs: dict[str, Any], gpu, model, mem_fraction_static: float 
         raise TunerError(f"--mem-fraction-static must be in (0, 1], got {mem_fraction_static:g}: "
                          "the share of GPU memory for weights and the KV pool.")
     return default_config(model, gpu, given | {"gpu_memory_utilization": mem_fraction_static,
-                                               "schedule_policy": schedule_policy})
+                                               "schedule_policy": schedule_policy},
+                          radix_cache=radix_cache)
 
 
 def _overhead(cm) -> str | None:
@@ -300,6 +301,9 @@ def _memory_table(plan, gpu_name: str, title: str, reserve_note: str = "",
     t.add_row("activations (start-up profile peak)", fmt_gib(plan.activation_bytes))
     t.add_row("runtime (non-torch memory, CUDA graphs)" if reserve_note  # SGLang's: preload
               else "runtime (held before the weights load)", fmt_gib(plan.runtime_overhead_bytes))
+    if slots := getattr(plan, "state_slots", 0):  # SGLang's, carved out before the KV pool
+        t.add_row("Mamba state pool", f"{fmt_gib((slots + 1) * plan.state_bytes_per_request)} "
+                  f"({slots:,} request states + 1 padding)")
     t.add_row("KV cache", fmt_gib(plan.kv_bytes))
     state = getattr(plan, "state_blocks_per_request", 0) or 0
     t.add_row("KV capacity", f"{plan.kv_capacity_tokens:,} tokens"
@@ -401,7 +405,7 @@ def simulate(
                              num_scheduler_steps=num_scheduler_steps,
                              prefix_caching=prefix_caching)
         config, sg_defaults = sglang_config(knobs, g, spec, mem_fraction_static,
-                                            schedule_policy)
+                                            schedule_policy, not disable_radix_cache)
         sg_settings = SGLangSettings(
             schedule_policy=config.schedule_policy,
             schedule_conservativeness=(DEFAULT_CONSERVATIVENESS if schedule_conservativeness

@@ -332,14 +332,16 @@ def nvidia_smi_total_bytes(gpu: GPU) -> int:
     return int(gpu.memory_bytes + NVIDIA_SMI_EXTRA_BYTES)
 
 
-def default_config(model: ModelSpec, gpu: GPU, given: dict) -> tuple[ServingConfig,
-                                                                    SGLangDefaults]:
+def default_config(model: ModelSpec, gpu: GPU, given: dict, *,
+                   radix_cache: bool = True) -> tuple[ServingConfig, SGLangDefaults]:
     """(ServingConfig, SGLangDefaults): an SGLang plan on `gpu` of the fields `given` (None or
     absent: SGLang's own default; gpu_memory_utilization is --mem-fraction-static):
     --chunked-prefill-size by GPU memory, --mem-fraction-static from it, TP and PP,
     --max-running-requests from the KV pool and the context length; the KV page size of
     SGLang's default attention backend (sglang_page_size; ServingConfig.block_size stays 1,
-    ENGINE_HELD: not a knob under SGLang)."""
+    ENGINE_HELD: not a knob under SGLang). `radix_cache` False (--disable-radix-cache): a
+    hybrid's --max-running-requests as SGLang sets it without the flag (the state pool sized
+    by the ratio, one state a running request), which the exports then give."""
     given = {k: v for k, v in given.items() if v is not None}
     dp = given.get("dp", 1)
     # a mixture-of-experts plan at dp > 1 is one DP-attention server (tuner.exports.sglang)
@@ -367,8 +369,10 @@ def default_config(model: ModelSpec, gpu: GPU, given: dict) -> tuple[ServingConf
     if "max_running" not in base:
         plan = plan_memory_sglang(model, gpu, ServingConfig(**(base | {"max_running": 1})))
         base["max_running"] = max_running_default(plan.kv_capacity_tokens, model.max_position)
-        if plan.max_running_by_slots:  # a hybrid: its Mamba state slots cap it too
-            base["max_running"] = min(base["max_running"], plan.max_running_by_slots)
+        # a hybrid: its Mamba state slots cap it too (the ratio's slots: --disable-radix-cache
+        # sizes them by --max-running-requests only when given); 0: the plan refuses it
+        if cap := plan.state_slots // _slots_per_request(radix_cache):
+            base["max_running"] = min(base["max_running"], cap)
     return ServingConfig(**base), d
 
 
@@ -395,9 +399,11 @@ def plan_memory_sglang(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
     weights = weight_bytes_per_rank(model, config) + vision_weight_bytes_per_rank(model, config)
     kv = usable - weights - PRELOAD_BYTES
     hybrid: dict = {}
+    rest, pool = kv, 0.0  # the memory after the weights; what the Mamba state pool takes of it
     if getattr(model, "is_hybrid", False):
         hybrid = _hybrid_state_pool(model, config, kv, radix_cache)
-        kv -= hybrid.pop("pool_bytes")
+        pool = hybrid.pop("pool_bytes")
+        kv -= pool
     # a hybrid's KV pool holds its attention layers only (pool_configurator.py: the
     # full_attention_layer_ids)
     stage_layers = math.ceil(model.num_kv_layers / config.pp)
@@ -419,6 +425,16 @@ def plan_memory_sglang(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
                   f"({gib(hybrid['state_bytes_per_request'])} each per rank), fewer than "
                   f"the {_slots_per_request(radix_cache)} one running request needs: more "
                   "--mem-fraction-static or TP")
+    elif hybrid and kv <= 0 < rest:
+        # --disable-radix-cache sizes the pool by --max-running-requests alone; SGLang stops
+        # with "Not enough GPU memory for hybrid (mamba/linear-attention) state cache"
+        fits = False
+        reason = (f"SGLang's Mamba state pool for {model.name} on {gpu.name} does not fit: "
+                  f"{hybrid['state_slots']:,} request states (--disable-radix-cache: one per "
+                  f"--max-running-requests, + 1 padding) x "
+                  f"{hybrid['state_bytes_per_request'] / 2**20:,.1f} MiB per rank = "
+                  f"{gib(pool)} > the {gib(rest)} left after the weights and preload: lower "
+                  "--max-running-requests, or more --mem-fraction-static or TP")
     elif kv <= 0:
         fits = False
         reason = (f"{model.name} at {config.weight_bits}-bit weights, TP {config.tp}, does not "

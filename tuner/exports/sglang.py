@@ -185,6 +185,12 @@ def sglang_server_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max
                                            "SGLang")
     if config.engine == "sglang" and getattr(model, "is_hybrid", False):
         notes.append(_hybrid_note(config, model, gpu))
+        # the state slots cap the running requests (resolve_max_num_reqs), as the simulator
+        # takes them: the flag at that cap, not at a value SGLang lowers with a warning
+        cap = plan_memory_sglang(model, gpu, config).max_running_by_slots
+        given = opts.get("max-running-requests")
+        if cap and isinstance(given, int) and config.max_running > cap:
+            opts["max-running-requests"] = given // config.max_running * cap
     return list(common.in_order(opts, _OPTION_ORDER).items()), notes
 
 
