@@ -86,25 +86,26 @@ class HybridCostModel:
     gpu: object
     tp: int = 1
 
-    def _gpu_parts(self, f: BatchFeatures) -> dict[str, np.ndarray]:
-        out = {k: v for k, v in self.attention.breakdown(f).items() if k != "overhead"}
+    def _gpu_parts(self, f: BatchFeatures) -> tuple[dict[str, np.ndarray], object]:
+        """(the GPU parts, the attention model's own overhead or None): each part model's
+        breakdown is computed once a call (this runs on every priced batch)."""
+        out = dict(self.attention.breakdown(f))  # a copy: the part model's dict stays its own
+        over = out.pop("overhead", None)
         for k, v in self.linear.breakdown(f).items():
             if k in ITERATION_GROUPS or k.startswith("attention"):
                 continue  # the LM head once; the stand-in attention kernels are not run
             out[k] = out.get(k, 0.0) + v
         out[ESTIMATED] = scan_seconds(self.model, self.gpu, self.tp, f)
-        return out
+        return out, over
 
     def breakdown(self, f: BatchFeatures) -> dict[str, np.ndarray]:
-        parts = self._gpu_parts(f)
+        parts, over = self._gpu_parts(f)
         engine = getattr(self.attention, "engine", None)
         if engine is not None:
             gpu = sum_parts(parts, len(f))
             parts["overhead"] = engine.step_time_s(gpu, f, self.tp) - gpu
-        else:
-            over = self.attention.breakdown(f).get("overhead")
-            if over is not None:
-                parts["overhead"] = over
+        elif over is not None:
+            parts["overhead"] = over
         return parts
 
     def iteration_time_s(self, f: BatchFeatures) -> np.ndarray:
@@ -114,7 +115,7 @@ class HybridCostModel:
         return group_ops(self.breakdown(f), self.model.num_layers)
 
     def layer_time_s(self, f: BatchFeatures) -> np.ndarray:
-        p = self._gpu_parts(f)
+        p, _ = self._gpu_parts(f)
         return sum(v for k, v in p.items() if k not in ITERATION_GROUPS) / self.model.num_layers
 
     def decode_attention_layer_s(self, f: BatchFeatures) -> np.ndarray:
