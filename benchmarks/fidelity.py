@@ -611,44 +611,59 @@ def vllm_v1_published_run(fig: dict, gpus: dict) -> Run:
         "ratio 0; ignore_eos)", n / published_v1_req_s(fig), "vllm-v1-published")
 
 
+def _published_row(fig: dict, run, gpus: dict, command: str):
+    """(result, steps, the row fields every published-figure block shares): the run simulated
+    with its steps, the figure's identity and the schedule's counts."""
+    from tuner.sim.steps import DECODES
+
+    res, cm = simulate_run(run, run.engine, gpus, return_steps=True)
+    st = np.concatenate(res.steps)
+    decoding = st[:, DECODES] > 0
+    return res, st, {
+        "run": fig["name"], "source": fig["source"], "quote": fig["quote"],
+        "gpu": fig["gpu"], "model": fig["hf_id"], "tp": fig["tp"],
+        "engine_version": fig["engine_version_stated"], "command": command,
+        "engine": run.engine.name, "iterations": res.iterations,
+        "preemptions": res.preemptions,
+        "mean_decode_batch": float(st[decoding, DECODES].mean()) if decoding.any() else 0.0,
+        "provenance": cm.describe()}
+
+
+def _generate_config(fig: dict, run) -> str:
+    """The simulated settings of a `vllm bench throughput` figure (LLM.generate)."""
+    return (f"vLLM {fig['engine_version']} as simulated, LLM.generate, scheduler "
+            f"{run.config.scheduler}, max_num_seqs {run.config.max_running}, "
+            f"max_num_batched_tokens {run.config.chunk_size}, "
+            f"gpu_memory_utilization {run.config.gpu_memory_utilization:g}, "
+            "every request at t = 0, no start-up")
+
+
 def evaluate_vllm_v1_published(gpus: dict) -> list[dict]:
     """Predicted vs published req/s of every VLLM_V1_PUBLISHED_RUNS figure: a check, fitted on
     nothing (signed error %: predicted / published - 1; + = too fast). Beside it, what the gap
     would be as host time: (published - predicted makespan) over the simulated steps, and per
     running request a step (arithmetic on the figure, not a fitted term)."""
-    from tuner.sim.steps import DECODES, RUNNING
+    from tuner.sim.steps import RUNNING
 
     rows = []
     for fig in VLLM_V1_PUBLISHED_RUNS:
         run = vllm_v1_published_run(fig, gpus)
-        res, cm = simulate_run(run, run.engine, gpus, return_steps=True)
-        st = np.concatenate(res.steps)
+        res, st, row = _published_row(fig, run, gpus, FERRITE_H100_CMD.format(
+            inp=fig["input_len"], out=fig["output_len"]))
         pub_req_s = published_v1_req_s(fig)
         req_s = len(run.workload) / res.makespan_s
         gap_s = run.measured_makespan_s - res.makespan_s
         seq_steps = float(st[:, RUNNING].sum())
-        rows.append({
-            "run": fig["name"], "source": fig["source"], "quote": fig["quote"],
-            "gpu": fig["gpu"], "model": fig["hf_id"], "tp": fig["tp"],
-            "engine_version": fig["engine_version_stated"],
-            "command": FERRITE_H100_CMD.format(inp=fig["input_len"], out=fig["output_len"]),
+        rows.append(row | {
             "input_len": fig["input_len"], "output_len": fig["output_len"],
             "num_prompts": fig["num_prompts"], "published_total_tok_s": fig.get("total_tok_s"),
             "published_req_s": pub_req_s, "predicted_req_s": req_s,
             "req_s_error_pct": 100.0 * (req_s / pub_req_s - 1.0),
             "published_makespan_s": run.measured_makespan_s,
-            "predicted_makespan_s": res.makespan_s, "engine": run.engine.name,
-            "config": (f"vLLM {fig['engine_version']} as simulated, LLM.generate, scheduler "
-                       f"{run.config.scheduler}, max_num_seqs {run.config.max_running}, "
-                       f"max_num_batched_tokens {run.config.chunk_size}, "
-                       f"gpu_memory_utilization {run.config.gpu_memory_utilization:g}, "
-                       "every request at t = 0, no start-up"),
-            "iterations": res.iterations, "preemptions": res.preemptions,
-            "mean_decode_batch": float(st[:, DECODES][st[:, DECODES] > 0].mean()),
+            "predicted_makespan_s": res.makespan_s, "config": _generate_config(fig, run),
             "gap_per_step_ms": 1e3 * gap_s / max(res.iterations, 1),
             "gap_per_request_ms": 1e3 * gap_s / len(run.workload),
-            "gap_per_seq_step_us": 1e6 * gap_s / max(seq_steps, 1.0),
-            "provenance": cm.describe()})
+            "gap_per_seq_step_us": 1e6 * gap_s / max(seq_steps, 1.0)})
     return rows
 
 
@@ -764,28 +779,22 @@ def evaluate_vllm_v1_published_latency(gpus: dict) -> list[dict]:
     seconds - 1); time_error_pct is the same on the seconds themselves (+ = too slow). Beside
     it the same gap arithmetic: (published - predicted seconds) over the simulated steps, the
     requests and the steps' running requests (arithmetic on the figure, not a fitted term)."""
-    from tuner.sim.steps import DECODES, RUNNING
+    from tuner.sim.steps import RUNNING
 
     rows = []
     for fig in VLLM_V1_PUBLISHED_LATENCY_RUNS:
         run = vllm_v1_latency_run(fig, gpus)
-        res, cm = simulate_run(run, run.engine, gpus, return_steps=True)
-        st = np.concatenate(res.steps)
+        res, st, row = _published_row(fig, run, gpus, latency_command(fig))
         pub_s, pred_s = run.measured_makespan_s, res.makespan_s
         gap_s = pub_s - pred_s
         steps = max(res.iterations, 1)
-        decoding = st[:, DECODES] > 0
-        rows.append({
-            "run": fig["name"], "source": fig["source"], "quote": fig["quote"],
-            "gpu": fig["gpu"], "model": fig["hf_id"], "tp": fig["tp"],
-            "engine_version": fig["engine_version_stated"], "command": latency_command(fig),
+        rows.append(row | {
             "batch_size": fig["batch_size"], "input_len": fig["input_len"],
             "output_len": fig["output_len"], "max_model_len": fig["max_model_len"],
             "max_model_len_stated": fig["max_model_len_stated"],
             "published_s": pub_s, "predicted_s": pred_s,
             "error_pct": 100.0 * (pub_s / pred_s - 1.0),
             "time_error_pct": 100.0 * (pred_s / pub_s - 1.0),
-            "engine": run.engine.name,
             "config": (f"vLLM {fig['engine_version']} as simulated, LLM.generate (one call), "
                        f"scheduler {run.config.scheduler}, max_num_seqs "
                        f"{run.config.max_running}, max_num_batched_tokens "
@@ -795,14 +804,11 @@ def evaluate_vllm_v1_published_latency(gpus: dict) -> list[dict]:
                        + ("stated" if fig["max_model_len_stated"] else
                           "not stated: the bench's default, the model's") +
                        "), every request at t = 0, warm engine, no start-up"),
-            "iterations": res.iterations, "preemptions": res.preemptions,
-            "mean_decode_batch": float(st[decoding, DECODES].mean()) if decoding.any() else 0.0,
             "published_per_step_ms": 1e3 * pub_s / steps,
             "predicted_per_step_ms": 1e3 * pred_s / steps,
             "gap_per_step_ms": 1e3 * gap_s / steps,
             "gap_per_request_ms": 1e3 * gap_s / len(run.workload),
-            "gap_per_seq_step_us": 1e6 * gap_s / max(float(st[:, RUNNING].sum()), 1.0),
-            "provenance": cm.describe()})
+            "gap_per_seq_step_us": 1e6 * gap_s / max(float(st[:, RUNNING].sum()), 1.0)})
     return rows
 
 
@@ -912,20 +918,13 @@ def vllm25915_run(fig: dict, gpus: dict) -> Run:
 def evaluate_vllm25915(gpus: dict) -> list[dict]:
     """Predicted vs published seconds (and output tok/s) of every VLLM25915_RUNS figure: a
     check, fitted on nothing, signed as the other published V1 rows (+ = too fast)."""
-    from tuner.sim.steps import DECODES
-
     rows = []
     for fig in VLLM25915_RUNS:
         run = vllm25915_run(fig, gpus)
-        res, cm = simulate_run(run, run.engine, gpus, return_steps=True)
-        st = np.concatenate(res.steps)
+        res, _, row = _published_row(fig, run, gpus, VLLM25915_CMD)
         pub_s, pred_s = run.measured_makespan_s, res.makespan_s
         pub_req_s, req_s = fig["num_prompts"] / pub_s, fig["num_prompts"] / pred_s
-        decoding = st[:, DECODES] > 0
-        rows.append({
-            "run": fig["name"], "source": fig["source"], "quote": fig["quote"],
-            "gpu": fig["gpu"], "model": fig["hf_id"], "tp": fig["tp"],
-            "engine_version": fig["engine_version_stated"], "command": VLLM25915_CMD,
+        rows.append(row | {
             "input_len": vllm25915_prompt_len(fig), "input_len_stated": fig["input_len"],
             "output_len": fig["output_len"], "num_prompts": fig["num_prompts"],
             "published_output_tok_s": fig["output_tok_s"],
@@ -933,16 +932,9 @@ def evaluate_vllm25915(gpus: dict) -> list[dict]:
             "published_req_s": pub_req_s, "predicted_req_s": req_s,
             "req_s_error_pct": 100.0 * (req_s / pub_req_s - 1.0),
             "published_makespan_s": pub_s, "predicted_makespan_s": pred_s,
-            "time_error_pct": 100.0 * (pred_s / pub_s - 1.0), "engine": run.engine.name,
-            "config": (f"vLLM {fig['engine_version']} as simulated, LLM.generate, scheduler "
-                       f"{run.config.scheduler}, max_num_seqs {run.config.max_running}, "
-                       f"max_num_batched_tokens {run.config.chunk_size}, "
-                       f"gpu_memory_utilization {run.config.gpu_memory_utilization:g}, "
-                       "every request at t = 0, no start-up"),
-            "iterations": res.iterations, "preemptions": res.preemptions,
-            "mean_decode_batch": float(st[decoding, DECODES].mean()) if decoding.any() else 0.0,
-            "gap_per_step_ms": 1e3 * (pub_s - pred_s) / max(res.iterations, 1),
-            "provenance": cm.describe()})
+            "time_error_pct": 100.0 * (pred_s / pub_s - 1.0),
+            "config": _generate_config(fig, run),
+            "gap_per_step_ms": 1e3 * (pub_s - pred_s) / max(res.iterations, 1)})
     return rows
 
 
