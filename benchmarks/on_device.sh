@@ -15,7 +15,9 @@
 #   4. while time remains: llama-3-70b (one layer) and llama-2-7b operators (the H100 set's other
 #      shapes), then the host-side families (quant, threads) of llama-3-8b and a final fit
 # Every step has its own limit and the whole run a budget, so the command ends inside it even if
-# a step hangs; a failed or cut step does not stop the ones after it (a cut profile keeps its rows).
+# a step hangs; a failed or cut step does not stop the ones after it (a step is cut with SIGINT, as
+# a Ctrl-C, then killed 5 s later: a cut profile keeps its rows and records the cut run and its
+# totals in provenance.json).
 #
 # NOT here: a real-engine run. The machine has no vLLM (its wheel alone is over the 64 MiB a call
 # carries, and nothing can be fetched there) and no model weights (no Hugging Face hub), so
@@ -80,9 +82,9 @@ step() {  # step NAME LIMIT_S COMMAND...: run with a limit (cut to the budget le
     fi
     local t=$SECONDS rc
     if [ -n "${STDOUT:-}" ]; then
-        timeout -k 5 "$limit" "$@" > "$STDOUT" 2> "$LOGS/$name.log" < /dev/null
+        timeout -s INT -k 5 "$limit" "$@" > "$STDOUT" 2> "$LOGS/$name.log" < /dev/null
     else
-        timeout -k 5 "$limit" "$@" > "$LOGS/$name.log" 2>&1 < /dev/null
+        timeout -s INT -k 5 "$limit" "$@" > "$LOGS/$name.log" 2>&1 < /dev/null
     fi
     rc=$?
     printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$(( SECONDS - t ))" "$limit" >> "$WORK/steps.tsv"
@@ -200,13 +202,16 @@ if [ -z "${PREFLIGHT_FAILED:-}" ]; then
         STDOUT=$RES/compare_$m.json step "compare_$m" 60 "$PY" -P -c "$COMPARE_PY" \
             "$PROF/$m" "$GPU" "$REPO/benchmarks/profile_vs_tables.py" "$REHEARSAL"
     done
-    profile "$MODEL" "profile_host_$MODEL" quant,threads 120
+    # the host-side families one at a time (on 2026-11-30 quant's 72 cases took all of a shared
+    # 120 s and threads never started)
+    profile "$MODEL" "profile_threads_$MODEL" threads 120
+    profile "$MODEL" "profile_quant_$MODEL" quant 120
     step "fit_final_$MODEL" 60 "${TUNER[@]}" fit "$PROF/$MODEL"
 fi
 
 # Summary: what was measured, against the tables, the catalog, the H100 profiles and the job.
 read -r -d '' SUMMARY_PY <<'PY'
-import csv, json, statistics, sys
+import csv, importlib.util, json, sys
 from pathlib import Path
 
 from tuner.core.catalog import load_gpus
@@ -214,6 +219,11 @@ from tuner.core.catalog import load_gpus
 work, out, gpu, h100 = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
 budget_s, elapsed_s, rehearsal = float(sys.argv[5]), float(sys.argv[6]), bool(sys.argv[7])
 res = work / "results"
+# families and the GPU-against-GPU ratios as benchmarks/profile_vs_tables.py computes them
+spec = importlib.util.spec_from_file_location("profile_vs_tables", sys.argv[8])
+pvt = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(pvt)
+family = pvt.family
 
 
 def load(path):
@@ -229,14 +239,6 @@ def rows(path):
             return [r for r in csv.DictReader(f) if r["status"] == "ok"]
     except OSError:
         return []
-
-
-def family(op):
-    if op.startswith("linear."):
-        return "linear"
-    if op in ("norm", "activation", "rotary", "add"):
-        return "elementwise"
-    return op  # lm_head, attn.prefill, attn.decode, copy.h2d, quant, cpu.matmul, ...
 
 
 def vs_catalog(rs, prov, cat):
@@ -267,27 +269,6 @@ def vs_catalog(rs, prov, cat):
     return out
 
 
-KEY = ("operation", "variant", "tokens", "context", "batch", "kv_len", "size_bytes", "bits")
-
-
-def vs_h100(rs, ref):
-    """Median time ratio this GPU / the H100 over the same cases, per family; linear split
-    into weight-read-bound (<= 16 tokens) and compute-bound (>= 2,048 tokens)."""
-    base = {tuple(r[k] for k in KEY): float(r["median_s"]) for r in ref}
-    groups = {}
-    for r in rs:
-        b = base.get(tuple(r[k] for k in KEY))
-        if not b:
-            continue
-        fam = family(r["operation"])
-        groups.setdefault(fam, []).append(float(r["median_s"]) / b)
-        if fam == "linear" and int(r["tokens"]) <= 16:
-            groups.setdefault("linear<=16tok", []).append(float(r["median_s"]) / b)
-        if fam == "linear" and int(r["tokens"]) >= 2048:
-            groups.setdefault("linear>=2048tok", []).append(float(r["median_s"]) / b)
-    return {k: {"n": len(v), "median_ratio": statistics.median(v)} for k, v in groups.items()}
-
-
 cat = load_gpus().get(gpu)
 steps = [dict(zip(("step", "exit", "seconds", "limit_s"), line.split("\t")))
          for line in (work / "steps.tsv").read_text().splitlines() if line]
@@ -311,7 +292,7 @@ for d in sorted(p for p in (work / "profiles").iterdir() if p.is_dir()):
                                                    "stand_in_gpu")}
     ref = rows(h100 / d.name / "profile.csv")
     if ref and prov.get("device") == "cuda":
-        m["vs_h100_2026_11_26"] = vs_h100(rs, ref)
+        m["vs_h100_2026_11_26"] = pvt.against(rs, ref)
     S["models"][d.name] = m
 sim = {src: load(res / f"simulate_{src}.json") for src in ("tables", "profile")}
 if all(sim.values()):
@@ -371,7 +352,7 @@ if [ -z "$DRY_RUN" ]; then
         --format=csv > "$LOGS/gpu.csv" 2>/dev/null || rm -f "$LOGS/gpu.csv"
 fi
 STDOUT=$LOGS/summary.out step summary 60 "$PY" -P -c "$SUMMARY_PY" "$WORK" "$OUT" "$GPU" \
-    "$H100_DATA" "$BUDGET_S" "$(( SECONDS - T0 ))" "$REHEARSAL"
+    "$H100_DATA" "$BUDGET_S" "$(( SECONDS - T0 ))" "$REHEARSAL" "$REPO/benchmarks/profile_vs_tables.py"
 # At most 8 files come back (each <= 16 MiB, names of letters, digits, '.', '_', '-'): summary.json,
 # summary.txt and three archives. The sklearn pickle stays behind (`tuner fit` remakes it).
 echo "== pack"

@@ -8,11 +8,18 @@ per-layer linear time at 1 and 4,096 tokens against the reference figures of Lla
 H100 (~0.16 ms and ~2.2 ms).
 
     python benchmarks/profile_vs_tables.py predictors/data/llama-3-8b-H100 [more profile dirs]
+    python benchmarks/profile_vs_tables.py benchmarks/data/h200-2026-11-30 \
+        --against benchmarks/data/h100-2026-11-26      # also GPU against GPU, same cases
 
 Rows compared: the four projections (GEMM grid, log-log interpolated in tokens), decode
 attention (batch x KV length grid) and prefill attention of one sequence with no earlier
 context (the tables' batch-1 rows). Norms, rotary and activations are not in the tables (vLLM
 fuses them), so they are not compared.
+
+`--against DIR` also sets each profile beside the profile of the same model under DIR (another
+GPU measured with the same grids): the median time ratio per family over the cases both hold,
+the projections split into weight-read-bound (<= 16 tokens) and compute-bound (>= 2,048 tokens)
+rows, which tells what a GPU's spec-sheet ratios predict from what they do not.
 """
 
 from __future__ import annotations
@@ -33,6 +40,53 @@ from tuner.predictors.opmath import LINEAR_OPS, linear_dims
 def _rows(profile: Path) -> list[dict]:
     with (profile / "profile.csv").open() as f:
         return [r for r in csv.DictReader(f) if r["status"] == "ok"]
+
+
+def profile_dirs(paths: list[Path]) -> list[Path]:
+    """Profile folders from the command line: a profile folder itself, or a data folder whose
+    subfolders are profiles (a shell glob's README.md beside them is passed over)."""
+    found: list[Path] = []
+    for p in paths:
+        if (p / "provenance.json").is_file():
+            found.append(p)
+        elif p.is_dir():
+            found += sorted(d for d in p.iterdir() if (d / "provenance.json").is_file())
+    if not found:
+        raise SystemExit(f"no profile folder (one with provenance.json) in: "
+                         f"{' '.join(map(str, paths))}")
+    return found
+
+
+def family(op: str) -> str:
+    """The comparison family of a profile row's operation."""
+    if op.startswith("linear."):
+        return "linear"
+    if op in ("norm", "activation", "rotary", "add"):
+        return "elementwise"
+    return op  # lm_head, attn.prefill, attn.decode, copy.h2d, quant, cpu.matmul, ...
+
+
+# the columns that identify one measured case across two profiles of the same grids
+CASE_KEY = ("operation", "variant", "tokens", "context", "batch", "kv_len", "size_bytes", "bits")
+
+
+def against(rows: list[dict], ref_rows: list[dict]) -> dict:
+    """Median time ratio rows / ref_rows over the cases both measured, per family; the
+    projections also split into weight-read-bound (<= 16 tokens) and compute-bound
+    (>= 2,048 tokens) rows."""
+    base = {tuple(r[k] for k in CASE_KEY): float(r["median_s"]) for r in ref_rows}
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        b = base.get(tuple(r[k] for k in CASE_KEY))
+        if not b:
+            continue
+        fam, ratio = family(r["operation"]), float(r["median_s"]) / b
+        groups.setdefault(fam, []).append(ratio)
+        if fam == "linear" and int(r["tokens"]) <= 16:
+            groups.setdefault("linear<=16tok", []).append(ratio)
+        if fam == "linear" and int(r["tokens"]) >= 2048:
+            groups.setdefault("linear>=2048tok", []).append(ratio)
+    return {k: {"n": len(v), "median_ratio": float(np.median(v))} for k, v in groups.items()}
 
 
 def _interp_loglog(x: np.ndarray, y: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -108,10 +162,21 @@ def _summary(ratios: list[float]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("profiles", nargs="+", type=Path)
+    ap.add_argument("profiles", nargs="+", type=Path,
+                    help="profile folders, or data folders holding one per model")
+    ap.add_argument("--against", type=Path, metavar="DIR",
+                    help="a data folder of another GPU's profiles (same model folder names)")
     ap.add_argument("--json", action="store_true", help="print the comparison as JSON")
     a = ap.parse_args(argv)
-    results = [compare(p) for p in a.profiles]
+    results = []
+    for p in profile_dirs(a.profiles):
+        res = compare(p)
+        if a.against and (a.against / p.name / "profile.csv").is_file():
+            ref = a.against / p.name
+            ref_gpu = json.loads((ref / "provenance.json").read_text()).get("device_name")
+            res["against"] = {"profile": str(ref), "device_name": ref_gpu,
+                              "families": against(_rows(p), _rows(ref))}
+        results.append(res)
     if a.json:
         json.dump(results, sys.stdout, indent=2)
         print()
@@ -127,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         for m, v in res["layer_linear"].items():
             print(f"  per-layer projections at {m:>4} token(s): profile {v['profile_ms']:.3f} ms, "
                   f"tables {v['tables_ms']:.3f} ms")
+        if ag := res.get("against"):
+            print(f"  against {ag['profile']} ({ag['device_name']}): median time ratio this / that")
+            for fam, f in ag["families"].items():
+                print(f"    {fam:<16} {f['n']:>5} cases {f['median_ratio']:>7.3f}")
     return 0
 
 

@@ -355,25 +355,41 @@ def _run(torch, settings: ProfileSettings, device: str, dtype_name: str, tdtype,
                              elapsed_s=0.0, total_rows=0)
     t_start = time.perf_counter()
     factory = OpFactory(torch, device, tdtype, model)
-    with RowWriter(csv_path) as writer, Progress(
-            TextColumn("[progress.description]{task.description}"), BarColumn(),
-            MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-            console=console, transient=False, disable=not progress) as prog:
-        task = prog.add_task(f"profiling {prov['model']} on {device}", total=len(todo))
-        _measure_cases(torch, factory, todo, model=model, dtype_name=dtype_name, device=device,
-                       timing=timing, writer=writer, prog=prog, task=task, summary=summary)
-    summary.elapsed_s = time.perf_counter() - t_start
-    rows = read_rows(csv_path)
+    try:
+        with RowWriter(csv_path) as writer, Progress(
+                TextColumn("[progress.description]{task.description}"), BarColumn(),
+                MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+                console=console, transient=False, disable=not progress) as prog:
+            task = prog.add_task(f"profiling {prov['model']} on {device}", total=len(todo))
+            _measure_cases(torch, factory, todo, model=model, dtype_name=dtype_name,
+                           device=device, timing=timing, writer=writer, prog=prog, task=task,
+                           summary=summary)
+    except KeyboardInterrupt:
+        # Ctrl-C, or `timeout -s INT` cutting a budgeted run: the rows written so far stay
+        # (a rerun resumes after them), and provenance says this run was cut and what the
+        # folder holds, instead of losing the totals of the runs before it
+        _record_run(prov, out, settings, summary, time.perf_counter() - t_start, cut=True)
+        raise
+    _record_run(prov, out, settings, summary, time.perf_counter() - t_start, cut=False)
+    return summary
+
+
+def _record_run(prov: dict, out: Path, settings: ProfileSettings, summary: ProfileSummary,
+                elapsed_s: float, *, cut: bool) -> None:
+    """Append this run to provenance.json with the folder's totals (rows, status counts)."""
+    summary.elapsed_s = elapsed_s
+    rows = read_rows(out / PROFILE_CSV)
     summary.total_rows = len(rows)
-    prov["runs"].append({"date": prov["date"], "measured": summary.measured,
-                         "skipped_existing": summary.skipped_existing,
-                         "elapsed_s": round(summary.elapsed_s, 2), "quick": settings.quick,
-                         "oom": summary.oom, "errors": summary.errors})
+    run = {"date": prov["date"], "measured": summary.measured,
+           "skipped_existing": summary.skipped_existing, "elapsed_s": round(elapsed_s, 2),
+           "quick": settings.quick, "oom": summary.oom, "errors": summary.errors}
+    if cut:
+        run["cut"] = True  # interrupted before its plan was done
+    prov["runs"].append(run)
     prov["elapsed_s"] = round(sum(r["elapsed_s"] for r in prov["runs"]), 2)
     prov["rows"] = len(rows)
     prov["status_counts"] = _count_status(rows)
     _write_json(out / PROVENANCE_JSON, prov)
-    return summary
 
 
 def case_dtype(case: Case, dtype: str, device: str) -> str:

@@ -252,7 +252,8 @@ def test_other_form_factors_are_their_own_entries(gpus, spelling, name):
 
 def test_gh200_is_one_gpu_a_machine_with_a_c2c_host_link(gpus):
     g = gpus["GH200-96G"]
-    assert g.gpus_per_machine == 1 and g.host_link_gbps >= 9 * gpus["H100"].host_link_gbps
+    # NVLink-C2C 450 GB/s one way against the ~55 GB/s measured over an H100's PCIe 5 x16
+    assert g.gpus_per_machine == 1 and g.host_link_gbps >= 8 * gpus["H100"].host_link_gbps
     assert g.bf16_tflops == gpus["H100"].bf16_tflops and g.hbm_gbps > gpus["H100"].hbm_gbps
 
 

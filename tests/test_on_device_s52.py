@@ -45,7 +45,7 @@ def test_dry_run_lists_the_device_steps(tmp_path):
     for step in ("preflight", "profile_ops_llama-3-8b", "profile_copy_llama-3-8b",
                  "fit_llama-3-8b", "compare_llama-3-8b", "simulate_tables", "simulate_profile",
                  "search", "profile_ops_llama-3-70b", "profile_ops_llama-2-7b",
-                 "profile_host_llama-3-8b", "summary", "pack"):
+                 "profile_threads_llama-3-8b", "profile_quant_llama-3-8b", "summary", "pack"):
         assert f"== {step} " in r.stdout or f"== {step}\n" in r.stdout, step
     assert "--device cuda" in r.stdout and "--device cpu" not in r.stdout
     assert "--gpus H200" in r.stdout and "--profile" in r.stdout
@@ -128,7 +128,8 @@ def test_cpu_rehearsal_runs_the_pipeline_and_packs_what_comes_back(tmp_path):
     assert set(steps.values()) == {"0"}, steps
     for step in ("preflight", "profile_ops_tiny-llama", "profile_copy_tiny-llama",
                  "fit_tiny-llama", "compare_tiny-llama", "simulate_tables", "simulate_profile",
-                 "search", "profile_host_tiny-llama", "fit_final_tiny-llama"):
+                 "search", "profile_threads_tiny-llama", "profile_quant_tiny-llama",
+                 "fit_final_tiny-llama"):
         assert step in steps, step
     m = s["models"]["tiny-llama"]
     assert m["provenance"]["device_name"] and m["fit_median_cv_pct"] is not None
