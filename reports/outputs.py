@@ -47,6 +47,7 @@ from tuner.search.records import (
     infeasible_summary,
     offload_verdict,
     outside_space_verdicts,
+    pareto,
     require_feasible,
     search_stats,
     study_constraints,
@@ -169,6 +170,7 @@ def study_outputs(study: optuna.Study, workload: Workload, model: ModelSpec,
     bounds = winner_bounds(study, records, gpus)
     verdicts += estimate_verdicts(records) + price_verdicts(records, gpus)
     verdicts += outside_space_verdicts(records)  # the defaults beat the space: said first
+    verdicts += runs_as_verdicts(records)
     verdicts += engine_verdicts(records) + defaults_verdicts(records) + [
         f"{goal} sits on a bound of the search: {'; '.join(lines)}."
         for goal, lines in bounds.items() if lines]
@@ -361,6 +363,22 @@ def engine_verdicts(records: list[TrialRecord]) -> list[str]:
                 f" (no {engine_name(engine)} plan meets the --deadline / --budget)")
         parts.append(f"{engine_name(engine)}: {'; '.join(says)}{miss}")
     return ["Best per engine — " + ". ".join(parts) + "."]
+
+
+def runs_as_verdicts(records: list[TrialRecord]) -> list[str]:
+    """One line per winner or Pareto point that runs another R_max than the search sampled
+    (TrialRecord.runs_as_note: a hybrid's SGLang state pool caps it): its tables and exports
+    give the R_max that runs, this says why it is not the one sampled."""
+    best, _ = winners(records)
+    by_num = {r.number: r for r in records}
+    roles: dict[int, list[str]] = {}
+    for goal, n in best.items():
+        roles.setdefault(n, []).append(goal)
+    for n in pareto(records):
+        roles.setdefault(n, [f"Pareto point {trial_ref(by_num[n])}"])
+    return [f"{' and '.join(named).capitalize() if named[0] in GOALS else named[0]}: "
+            f"{by_num[n].runs_as_note}."
+            for n, named in roles.items() if by_num[n].runs_as_note]
 
 
 def defaults_verdicts(records: list[TrialRecord]) -> list[str]:

@@ -15,8 +15,10 @@ import numpy as np
 import optuna
 
 from tuner.core.catalog import GPU, ModelSpec
-from tuner.core.config import ServingConfig
+from tuner.core.config import DEFAULTS, ServingConfig
+from tuner.core.errors import TunerError
 from tuner.core.pricing import job_cost_usd
+from tuner.core.sglang import MAMBA_SLOTS_PER_REQUEST, plan_memory_sglang
 from tuner.core.workload import Workload
 from tuner.predictors.protocol import CostModel
 from tuner.predictors.sources import cost_model_for as default_cost_models
@@ -137,6 +139,10 @@ class Knowledge:
     pairs: list = field(default_factory=list)  # (scaled sample makespan, reference makespan)
     rung_pairs: list = field(default_factory=list)  # (scaled rung makespan, full makespan)
     seen: set = field(default_factory=set)  # trial numbers ingested
+    # the key of the plan a configuration runs as (Evaluator.runs_as: a hybrid's SGLang plan
+    # with R_max above its state pool's cap runs at the cap) -> the key of the first simulated
+    # configuration that runs as it: another sampled R_max above the cap is a duplicate
+    runs_as: dict = field(default_factory=dict)
     best: dict = field(default_factory=dict)  # objective index -> (value, other, key)
     # (engine, objective index) -> (value, other, key): each engine's best (--engines), which
     # the polish explores around too, so the best plan per engine is as well searched
@@ -150,6 +156,7 @@ class Knowledge:
         if rec.duplicate:
             return
         key = config_key(params)
+        self.runs_as.setdefault(config_key({**params, **rec.runs_as}), key)
         prev = self.done.get(key)
         # two workers simulated the same config at once: keep the first; a configuration
         # simulated again on more requests at the end (tuner.search.loop.add_final_candidates:
@@ -180,6 +187,14 @@ class Knowledge:
             self.pairs.append((fid["sample_makespan_s"] * fid["scale"], schedule_s))
         if rec.level == "full" and fid.get("rung_makespan_s") is not None:
             self.rung_pairs.append((fid["rung_makespan_s"] * fid["rung_scale"], schedule_s))
+
+    def simulated(self, params: dict, runs_as: dict) -> tuple | None:
+        """The (values, record, number) of the configuration `params` or of one that runs as
+        the same plan (`runs_as`: Evaluator.runs_as's knobs), None when neither is simulated."""
+        prev = self.done.get(config_key(params))
+        if prev is None:  # R_max 143 after R_max 512 that ran at 143, too
+            prev = self.done.get(self.runs_as.get(config_key({**params, **runs_as})))
+        return prev
 
     def ingest(self, study: optuna.Study) -> None:
         """Trials other workers finished since the last call."""
@@ -263,10 +278,35 @@ class Evaluator:
         self.use_rung = self.sampled and self.n_rung < n
         self._samples: dict[int, Workload] = {}  # stratified samples by size
         self.known = Knowledge()
+        self._caps: dict[ServingConfig, tuple[int, int]] = {}  # runs_as: (cap, state slots)
         self.sim_s = 0.0  # time spent simulating
 
     def config(self, params: dict) -> ServingConfig:
         return ServingConfig(**self.space.fixed, **params)
+
+    def runs_as(self, params: dict) -> tuple[dict, str]:
+        """({knob: the value the plan runs with}, why) where that differs from `params`, else
+        ({}, ""). SGLang caps a hybrid's running requests at its Mamba state pool
+        (tuner.core.sglang._hybrid_state_pool, resolve_max_num_reqs; the search runs the radix
+        cache: slots // MAMBA_SLOTS_PER_REQUEST), as the simulator does: every R_max above the
+        cap is the same plan, simulated and shown at the cap."""
+        if params.get("engine", self.space.fixed.get("engine", DEFAULTS["engine"])) != "sglang" \
+                or not getattr(self.model, "is_hybrid", False):
+            return {}, ""
+        config = self.config(params)
+        if config not in self._caps:
+            try:
+                plan = plan_memory_sglang(self.model, self.gpus[config.gpu], config)
+                self._caps[config] = (plan.max_running_by_slots, plan.state_slots)
+            except TunerError:  # a plan SGLang refuses (offload knobs): the simulation says so
+                self._caps[config] = (0, 0)
+        cap, slots = self._caps[config]
+        if not cap or config.max_running <= cap:
+            return {}, ""
+        return {"max_running": cap}, (
+            f"R {config.max_running} -> {cap}: SGLang's Mamba state pool ({slots:,} request "
+            f"states, {MAMBA_SLOTS_PER_REQUEST} a running request with the radix cache) caps "
+            "--max-running-requests")
 
     def _sample_of(self, m: int) -> Workload:
         if m not in self._samples:
@@ -322,8 +362,18 @@ class Evaluator:
         (a configuration promoted, for calibration, an audit or as the first of its GPU, goes
         to the rung when the search uses one, else to the full job); "rung" simulates it on
         the reference rung (the end's candidates; the full job where there is no rung);
-        "full" on the full workload (exhaustive, the end's full simulations)."""
-        config = self.config(params)
+        "full" on the full workload (exhaustive, the end's full simulations). A plan that
+        runs other knob values than `params` (:meth:`runs_as`) is simulated as it runs, its
+        attributes saying so ("runs_as", "runs_as_note")."""
+        over, note = self.runs_as(params)
+        values, attrs = self._evaluate(dataclasses.replace(self.config(params), **over),
+                                       params, number, level)
+        if over:
+            attrs.update(runs_as=over, runs_as_note=note)
+        return values, attrs
+
+    def _evaluate(self, config: ServingConfig, params: dict, number: int,
+                  level: str | None) -> tuple[tuple, dict]:
         gpu = self.gpus[params["gpu"]]
         fid: dict = {"level": "full"}
         target = "rung" if level == "rung" and self.use_rung else "full"

@@ -180,12 +180,17 @@ def _objective(ev: Evaluator, gpu_names: list[str], shared: bool,
             params[name] = trial.suggest_categorical(name, space.knobs[name])
         if shared:  # other workers' trials: dedup and promotion see them too
             ev.known.ingest(trial.study)
-        key = config_key(params)
-        prev = ev.known.done.get(key)
-        if prev is not None:  # identical config already simulated: reuse, do not re-simulate
+        # identical config, or one SGLang runs as the same plan (Evaluator.runs_as: R_max above
+        # a hybrid's state-pool cap), already simulated: reuse, do not re-simulate
+        over, note = ev.runs_as(params)
+        prev = ev.known.simulated(params, over)
+        if prev is not None:
             values, rec, _first = prev
-            _set_attrs(trial, values, {"duplicate": True, "feasible": rec.feasible,
-                                       "fidelity": {"level": rec.level}}, constraints)
+            attrs = {"duplicate": True, "feasible": rec.feasible,
+                     "fidelity": {"level": rec.level}}
+            if over:
+                attrs.update(runs_as=over, runs_as_note=note)
+            _set_attrs(trial, values, attrs, constraints)
             return tuple(values)
         values, attrs = _evaluate(ev, params, trial.number, constraints)
         _set_attrs(trial, values, attrs, constraints)
@@ -315,7 +320,8 @@ def next_polish(ev: Evaluator, gpu_names: list[str], constraints: Constraints) -
     pick = None
     for key in polish_targets(ev, constraints):
         near = neighbours(key, ev.space, gpu_names)
-        todo = [p for p in near if config_key(p) not in ev.known.done]
+        # not a plan simulated already, nor one that runs as one (Evaluator.runs_as)
+        todo = [p for p in near if ev.known.simulated(p, ev.runs_as(p)[0]) is None]
         # the target whose neighbourhood is least explored goes first, so a short budget is
         # shared among the targets (each engine's best included) rather than spent on the first
         if todo and (pick is None or len(near) - len(todo) < pick[0]):
@@ -472,8 +478,8 @@ def _exhaustive(study: optuna.Study, ev: Evaluator, settings: SearchSettings,
 
     number = len(study.get_trials(deepcopy=False))
     for params in ev.space.grid_params(list(ev.gpus)):
-        if config_key(params) in ev.known.done:
-            continue
+        if ev.known.simulated(params, ev.runs_as(params)[0]) is not None:
+            continue  # simulated, or runs as a plan simulated (Evaluator.runs_as)
         if t_end is not None and time.monotonic() > t_end:
             break
         # add_trials numbers them in order

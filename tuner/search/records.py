@@ -180,6 +180,12 @@ class TrialRecord:
     # an engine's defaults the space does not hold, simulated as a candidate (OUTSIDE_SPACE_ATTR):
     # what they are and which of their values the space lacks ("" for the space's own plans)
     engine_defaults: str = ""
+    # the knob values the plan runs with where SGLang overrides the sampled ones
+    # (tuner.search.evaluator.Evaluator.runs_as: a hybrid's R_max capped by its state pool),
+    # already in `config`; `sampled`: the values the search sampled; runs_as_note: why
+    runs_as: dict = field(default_factory=dict)
+    sampled: dict = field(default_factory=dict)
+    runs_as_note: str = ""
 
     def __post_init__(self) -> None:
         if isinstance(self.config, dict):  # {}: none, as None
@@ -200,8 +206,17 @@ class TrialRecord:
     def from_attrs(cls, number: int, config: ServingConfig | dict | None, values,
                    attrs: dict) -> TrialRecord:
         """The record of the user attributes the evaluator stores on a trial (the evaluator's
-        own bookkeeping reads its fresh results through this too)."""
-        return cls(number=number, config=config,
+        own bookkeeping reads its fresh results through this too). `config`: as sampled; the
+        record's is the plan as it runs (``runs_as``)."""
+        runs_as = dict(attrs.get("runs_as") or {})
+        sampled = {}
+        if isinstance(config, dict):  # {}: none
+            config = config_from_dict(config) if config else None
+        if runs_as and config is not None:
+            sampled = {k: getattr(config, k) for k in runs_as}
+            config = dataclasses.replace(config, **runs_as)
+        return cls(number=number, config=config, runs_as=runs_as, sampled=sampled,
+                   runs_as_note=str(attrs.get("runs_as_note") or ""),
                    feasible=bool(attrs.get("feasible", False)), reason=attrs.get("reason", ""),
                    metrics=attrs.get("metrics"), memory=attrs.get("memory"),
                    provenance=provenance_from_attrs(attrs.get("provenance"),
@@ -220,7 +235,8 @@ class TrialRecord:
                    provenance=provenance_from_attrs(d.get("provenance") or None,
                                                     d.get("provenance_kind")),
                    baseline=d.get("vllm_defaults"),
-                   engine_defaults=d.get("engine_defaults") or "")
+                   engine_defaults=d.get("engine_defaults") or "",
+                   **_runs_as_from_dict(d))
 
     def to_dict(self) -> dict:
         d = {"number": self.number,
@@ -236,6 +252,8 @@ class TrialRecord:
             d["study_only"] = self.study_only
         if self.engine_defaults:
             d["engine_defaults"] = self.engine_defaults
+        if self.runs_as:  # `config` holds the values that run
+            d["runs_as"] = {"sampled": self.sampled, "note": self.runs_as_note}
         m = self.metrics
         if self.config is not None and m is not None and m.makespan_s is not None:
             # one part: the plan's GPU type serving every request (a mix has several,
@@ -271,6 +289,14 @@ class TrialRecord:
     def serving_config(self) -> ServingConfig:
         """The configuration (:attr:`config`, typed; kept for earlier callers)."""
         return self.config
+
+
+def _runs_as_from_dict(d: dict) -> dict:
+    """TrialRecord's runs_as fields from its JSON form's "runs_as" (config: the values run)."""
+    entry, config = d.get("runs_as") or {}, d.get("config") or {}
+    sampled = dict(entry.get("sampled") or {})
+    return {"runs_as": {k: config[k] for k in sampled if k in config}, "sampled": sampled,
+            "runs_as_note": str(entry.get("note") or "")}
 
 
 def _spot_part(spot: dict, i: int) -> dict:
@@ -576,7 +602,9 @@ def search_stats(study: optuna.Study) -> dict:
     seen: set[tuple] = set()
     duplicates = 0
     for ft in completed(study):
-        key = config_key(ft.params)
+        # as the plan runs: R_max above a hybrid's SGLang state-pool cap is the cap's plan
+        # (tuner.search.evaluator.Evaluator.runs_as)
+        key = config_key({**ft.params, **(ft.user_attrs.get("runs_as") or {})})
         if key in seen and counts_toward_budget(ft):
             duplicates += 1
         seen.add(key)
