@@ -204,6 +204,9 @@ def run_worker(runner: str, python: str, request: dict, work_dir: Path, *,
 
     Raises EngineRejected when the engine refused the configuration while starting up,
     RunnerFailed for any other failure (with the log's path)."""
+    # absolute: the worker runs in work_dir, so a relative one (`--out tuner-out`, the
+    # default) would be resolved twice and its request not found
+    work_dir = Path(work_dir).resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
     req_path, res_path, log_path = (work_dir / "request.json", work_dir / "result.json",
                                     work_dir / "worker.log")
