@@ -565,13 +565,27 @@ def _moe_curves(moe: MoEShape, par: MoEParallel, tables: KernelTables, gpu, weig
         if machines > 1:
             bw, bw_note = scale_out_of(gpu)
             a2a = a2a + 2.0 * scale_out_gather_s(msg, machines, per, bw)
+            # a machine boundary does not speed a collective up: where the tables measured the
+            # whole group inside one machine (a --provider plan over smaller instances, e.g. 8
+            # x 1-GPU L4 VMs, whose one-machine PCIe tables are slower than the network
+            # estimate's 5 us hops), the spanning group costs at least that
+            whole = [tables.nccl_collective(op, par.group)
+                     for op in ("allgather", "reducescatter")]
+            floor = ""
+            if None not in whole:
+                one = sum(loglog_curve(msg, np.log(w[0]), np.log(w[1])) for w in whole)
+                if np.any(one > a2a):
+                    floor = (f"; at least the tables over {par.group} GPUs in one machine (a "
+                             "machine boundary does not speed a collective up)")
+                a2a = np.maximum(a2a, one)
             notes.append(
                 f"MoE dispatch/combine over {machines} machines of {per} GPUs: "
                 + (f"NCCL all-gather + reduce-scatter tables over a machine's {per} GPUs, "
                    if local > 1 else "")
                 + f"the inter-machine stage estimated (a ring over the scale-out network at "
                 f"{bw_note}: (n-1)/n of the message per GPU NIC + "
-                f"{SCALE_OUT_HOP_LATENCY_S * 1e6:g} us per step, NCCL's tuning-model latency)")
+                f"{SCALE_OUT_HOP_LATENCY_S * 1e6:g} us per step, NCCL's tuning-model latency)"
+                + floor)
         else:
             notes.append(f"MoE dispatch/combine: NCCL all-gather + reduce-scatter tables over "
                          f"{par.group} GPUs")

@@ -91,11 +91,13 @@ ESTIMATE_MARGIN = 1.25
 
 
 def deploy_max_model_len(workload: Workload, model: ModelSpec,
-                         record: TrialRecord | None = None) -> tuple[int, str]:
+                         record: TrialRecord | None = None, *,
+                         sglang: bool = False) -> tuple[int, str]:
     """(the max-model-len an export deploys, a note or ""): the longest request when its
     tokens were counted; with ESTIMATE_MARGIN more when they were estimated, at most the
     model's context and the plan's KV capacity (the engine refuses to start below one
-    max-model-len of KV), never below the longest request."""
+    max-model-len of KV), never below the longest request. `sglang`: the note heads an SGLang
+    file, so it names SGLang's flag (a vLLM file's names vLLM's only)."""
     longest = max_request_tokens(workload)
     if not str(workload.tokenizer).startswith("estimate"):
         return longest, ""
@@ -108,9 +110,10 @@ def deploy_max_model_len(workload: Workload, model: ModelSpec,
     mml = max(mml, longest)
     if mml == longest:
         return longest, ""
-    # both engines' names for it: the note heads vLLM and SGLang files alike
-    return mml, (f"max-model-len {mml} (SGLang: --context-length {mml + 1}, its check being "
-                 f"strict): the longest request ({longest} tokens) was "
+    # the file's own engine's name for it (SGLang's check is strict: one token more)
+    limit = (f"max-model-len {mml} (SGLang: --context-length {mml + 1}, its check being "
+             "strict)" if sglang else f"max-model-len {mml}")
+    return mml, (f"{limit}: the longest request ({longest} tokens) was "
                  "estimated at 4 characters per token (no tokenizer offline), so the context "
                  "keeps a margin "
                  "(up to 25 %); for exact counts give -m a local model folder with its "
@@ -281,8 +284,13 @@ def export_text(fmt: str, record: TrialRecord, model: ModelSpec, gpus: dict[str,
         disable_log_requests=disable_log_requests, engine_version=engine_version, **kw)
 
 
+#: the export formats that write SGLang's flags (the others: vLLM's, or JSON's engine-neutral
+#: fields)
+SGLANG_FORMATS = ("sglang", "sglang-offline")
+
+
 def export_snippets(records: list[TrialRecord], model: ModelSpec, gpus: dict[str, GPU], *,
-                    max_model_len: int | Callable[[TrialRecord], tuple[int, str]],
+                    max_model_len: int | Callable[..., tuple[int, str]],
                     requests: int, study: str | None = None,
                     workload_path: str = "", quantized_model: str | None = None,
                     num_scheduler_steps: int | None = None,
@@ -301,17 +309,17 @@ def export_snippets(records: list[TrialRecord], model: ModelSpec, gpus: dict[str
             continue
         r = by_num[n]
         header = winner_header(which, r, requests, study)
-        mml, note = (max_model_len(r) if callable(max_model_len) else (max_model_len, ""))
-        if note:
-            header += f"\nNOTE: {note}"
-        if misses:
-            header += f"\nNOTE: {misses}"
         extra = {"trial": n, "goal": which, "rank": 1, "study": study,
                  "provenance": r.provenance}
         texts, skipped = {}, {}
         for fmt in formats_for(r.config.engine):
+            # the margin's note names the file's engine's flag (deploy_max_model_len)
+            mml, note = (max_model_len(r, sglang=fmt in SGLANG_FORMATS) if callable(max_model_len)
+                         else (max_model_len, ""))
+            head = header + (f"\nNOTE: {note}" if note else "") \
+                + (f"\nNOTE: {misses}" if misses else "")
             try:
-                texts[fmt] = export_text(fmt, r, model, gpus, max_model_len=mml, header=header,
+                texts[fmt] = export_text(fmt, r, model, gpus, max_model_len=mml, header=head,
                                          workload_path=workload_path, extra=extra,
                                          quantized_model=quantized_model,
                                          num_scheduler_steps=num_scheduler_steps,
@@ -589,7 +597,7 @@ def report_extras(study: optuna.Study, records: list[TrialRecord], workload: Wor
         "importances": param_importances(study, numbers={r.number for r in records}),
         "export_snippets": export_snippets(
             records, model, gpus,
-            max_model_len=lambda r: deploy_max_model_len(workload, model, r),
+            max_model_len=lambda r, **kw: deploy_max_model_len(workload, model, r, **kw),
             misses=(f"no plan of one GPU type {limits.describe()}, this one included: only a "
                     "mix of GPU types meets it (results.json \"fleets\"; tuner export --fleet "
                     "K --output DIR)"

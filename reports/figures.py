@@ -36,6 +36,7 @@ MEMORY_COLORS = {
     "weights": "#4e79a7",
     "activations": "#f28e2b",
     "KV cache": "#59a14f",
+    "Mamba state pool": "#b07aa1",
     "free / reserved": "rgba(128,128,128,0.35)",
 }
 HOVER_FIELDS = ("chunk_size", "max_running", "weight_bits", "kv_bits", "tp", "scheduler")
@@ -239,9 +240,12 @@ def memory_figure(rows: list[dict]) -> go.Figure | None:
     fig = go.Figure()
     labels = [esc(r["label"]) for r in rows]
     widest = max(r["total"] for r in rows) / GIB or 1.0
-    for part, key in (("weights", "weights"), ("activations", "activations"),
-                      ("KV cache", "kv"), ("free / reserved", "free")):
-        vals = [r[key] / GIB for r in rows]
+    parts = [("weights", "weights"), ("activations", "activations"), ("KV cache", "kv"),
+             ("Mamba state pool", "state"), ("free / reserved", "free")]
+    if not any(r.get("state") for r in rows):  # no hybrid under SGLang: no empty legend entry
+        parts.remove(("Mamba state pool", "state"))
+    for part, key in parts:
+        vals = [r.get(key, 0.0) / GIB for r in rows]
         fig.add_trace(go.Bar(
             orientation="h", name=part, y=labels, x=vals,
             marker=dict(color=MEMORY_COLORS[part]),

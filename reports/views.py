@@ -113,13 +113,20 @@ def _memory_rows(ctx: ReportContext, trials: dict[int, TrialRecord]) -> list[dic
         w = as_finite(mem.weight_bytes) or 0.0
         a = as_finite(mem.activation_bytes) or 0.0
         kv = as_finite(mem.kv_bytes) or 0.0
+        # a hybrid under SGLang: its Mamba state pool, carved out before the KV pool (the
+        # padding slot included, as simulate's memory table shows it)
+        slots = getattr(mem, "state_slots", 0) or 0
+        state = (slots + 1) * (as_finite(mem.state_bytes_per_request) or 0.0) if slots else 0.0
         rows.append(dict(
             number=num, tag=trial_tag(t), gpu=t.gpu, roles=roles,
             label=f"{trial_tag(t)} {t.gpu} ({roles[0]})",
             total=total, usable=as_finite(mem.usable_bytes), weights=w, activations=a, kv=kv,
-            free=max(total - w - a - kv, 0.0),
+            state=state, state_slots=slots,
+            free=max(total - w - a - kv - state, 0.0),
             kv_capacity_tokens=mem.kv_capacity_tokens,
             max_concurrent_requests=mem.max_concurrent_requests,
+            # the running requests the state slots allow (0: no such cap)
+            max_running_by_slots=getattr(mem, "max_running_by_slots", 0) or 0,
             summary=config_summary(t.config),
         ))
     return rows
@@ -367,8 +374,20 @@ def _formatted_memory_rows(ctx: ReportContext, trials: dict[int, TrialRecord]) -
                  kv_s=fmt_gib(r["kv"]), free_s=fmt_gib(r["free"]),
                  kv_tokens_s=fmt_int(r["kv_capacity_tokens"])
                  + (f" (page {page})" if page else ""),
-                 max_conc_s=fmt_int(r["max_concurrent_requests"]))
+                 state_s=(f"{fmt_gib(r['state'])} ({fmt_int(r['state_slots'])} states + 1)"
+                          if r["state_slots"] else "—"),
+                 max_conc_s=max_concurrent_text(r["max_concurrent_requests"],
+                                                r["max_running_by_slots"]))
     return rows
+
+
+def max_concurrent_text(by_kv: float | None, by_slots: int) -> str:
+    """The concurrent requests a plan runs: the KV pool's figure at the mean length, or, for a
+    hybrid under SGLang whose Mamba state slots allow fewer, that cap and what sets it (SGLang
+    caps --max-running-requests at the slots: kv_cache_configurator.py resolve_max_num_reqs)."""
+    if by_slots and (by_kv is None or by_slots < by_kv):
+        return f"{fmt_int(by_slots)} (Mamba state-slot cap; the KV pool: {fmt_int(by_kv)})"
+    return fmt_int(by_kv)
 
 
 def _figures(ctx: ReportContext, trials: dict[int, TrialRecord], colors: dict[str, str],

@@ -142,7 +142,8 @@ def test_gcp_now_offers_h100_and_a100_80g_and_rents_the_8_gpu_h100_shape():
     h100 = cat["H100"].billing
     inst, n = choose_instances(h100, 8)
     assert (inst.name, n, inst.usd_per_h) == ("a3-highgpu-8g", 1, pytest.approx(87.83247))
-    assert choose_instances(h100, 2)[0].name == "a3-highgpu-2g"
+    # a3-highgpu-1g/2g/4g are Spot / Flex-start only (on_demand: false): on-demand rents the 8g
+    assert choose_instances(h100, 2)[0].name == "a3-highgpu-8g"
     assert cat["H100"].price_usd_per_h == pytest.approx(10.97906)  # the 1-GPU shape's
     assert "us-east4" in cat["H100"].price_source and "Spot or Flex-start" in h100.source
     assert choose_instances(cat["L4"].billing, 2)[0].name == "g2-standard-24"
@@ -169,5 +170,6 @@ def test_cli_search_prices_h100_on_gcp(tmp_path):
     assert "a3-highgpu-8g" in json.dumps(out)
     g = CliRunner().invoke(app, ["gpus", "--provider", "gcp", "--json"])
     d = json.loads(g.stdout)
-    assert [i["name"] for i in d["H100"]["billing"]["instances"]] == [
-        "a3-highgpu-1g", "a3-highgpu-2g", "a3-highgpu-4g", "a3-highgpu-8g"]
+    assert [i["name"] for i in d["H100"]["billing"]["instances"]] == ["a3-highgpu-8g"]
+    assert [i["name"] for i in d["H100"]["billing"]["not_on_demand"]] == [
+        "a3-highgpu-1g", "a3-highgpu-2g", "a3-highgpu-4g"]

@@ -137,13 +137,14 @@ def test_disable_log_requests_passed_on_wherever_the_log_is_on_by_default(versio
 
 # ---- data / expert parallel on V0 ------------------------------------------------------------------
 @pytest.mark.parametrize("fmt", ["vllm", "vllm-run-batch"])
-def test_v0_refuses_a_data_parallel_moe_engine(fmt):
+def test_v0_writes_a_moe_plans_replicas_as_engines_of_their_own(fmt):
+    # V0 has no --data-parallel-size: dp 2 is two engines, each holding every expert
     moe = ServingConfig(gpu="H100", tp=2, dp=2, scheduler="vllm-v0", chunk_size=8192,
                         max_running=256)
-    with pytest.raises(ExportCannotStart, match=r"vLLM 0\.6\.3 \(V0\) has no "
-                                                 r"--data-parallel-size"):
-        render_export(fmt, moe, MIXTRAL, GPUS["H100"], max_model_len=4096,
-                      engine_version="0.6.3", num_scheduler_steps=10)
+    text = render_export(fmt, moe, MIXTRAL, GPUS["H100"], max_model_len=4096,
+                         engine_version="0.6.3", num_scheduler_steps=10)
+    assert "data-parallel-size 2" not in text and "data-parallel-size: 2" not in text
+    assert "ONE replica's engine" in text and "independent replicas" in text
     v1 = ServingConfig(gpu="H100", tp=2, dp=2, chunk_size=8192, max_running=256)
     text = render_export("vllm", v1, MIXTRAL, GPUS["H100"], max_model_len=4096,
                          engine_version="0.8.5")

@@ -2,9 +2,9 @@
 
 1. without chunked prefill (V0's vllm-v0 scheduler) vLLM refuses a token budget below the
    longest request, so those chunk sizes are left out of vLLM's plans (SGLang's keep them);
-2. a mixture-of-experts model's dp > 1 / expert parallelism (V1's only) are left out of vLLM's
-   plans under V0 and kept for SGLang where SGLang runs them (DP attention), dropped where no
-   engine searched runs them;
+2. a mixture-of-experts model's expert parallelism (V1's only) is left out of vLLM's plans
+   under V0 and kept for SGLang; its dp > 1 V0 runs as independent replicas (each holding every
+   expert), so vLLM's plans keep it and SGLang's leave it out where SGLang lacks DP attention;
 3. a fleet's run-batch launchers pass --disable-log-requests where the single export does.
 """
 
@@ -123,14 +123,17 @@ def test_a_searched_scheduler_keeps_small_budgets_for_the_chunking_one():
 
 
 # ---- 2. mixture-of-experts plans V0 does not run -----------------------------------------------
-def test_v0_moe_dp_is_dropped_where_no_engine_searched_runs_it():
-    # Mixtral: vLLM V0 has no one data-parallel engine, SGLang no DP attention for it
+def test_v0_moe_dp_stays_for_vllms_independent_replicas_only():
+    # Mixtral: vLLM V0 runs dp > 1 as independent replicas, SGLang has no DP attention for it
     space, notes = _fit(SearchSpace(knobs={"dp": [1, 2, 4], "expert_parallel": [False, True],
                                            "chunk_size": [8192]},
                                     fixed={"scheduler": "vllm-v0"}, source="t"),
                         MIXTRAL, engines=("vllm", "sglang"))
-    assert space.knobs["dp"] == [1]
-    assert any(n.startswith("dp 2, 4 left out:") and "SGLang" in n and "V0" in n for n in notes)
+    assert space.knobs["dp"] == [1, 2, 4]
+    assert any(n.startswith("dp 2, 4 left out of SGLang's plans (vLLM's keep them)")
+               for n in notes)
+    dp = {(p["engine"], p["dp"]) for p in space.grid_params(["H100"])}
+    assert dp == {("vllm", 1), ("vllm", 2), ("vllm", 4), ("sglang", 1)}
     # expert parallelism: SGLang's plans keep it, vLLM's leave it out
     assert space.knobs["expert_parallel"] == [False, True]
     ep = {(p["engine"], p["expert_parallel"]) for p in space.grid_params(["H100"])}
@@ -143,8 +146,8 @@ def test_v0_moe_dp_stays_for_sglang_where_it_runs_it():
                         QWEN_MOE, engines=("vllm", "sglang"))
     assert space.knobs["dp"] == [1, 2, 4]
     dp = {(p["engine"], p["dp"]) for p in space.grid_params(["H100"])}
-    assert dp == {("vllm", 1), ("sglang", 1), ("sglang", 2), ("sglang", 4)}
-    assert any("left out of vLLM's plans (SGLang's keep them)" in n for n in notes)
+    assert dp == {(e, d) for e in ("vllm", "sglang") for d in (1, 2, 4)}  # V0: replicas
+    assert any("independent replicas" in n for n in notes)
     # V1 runs them: nothing is left out
     v1, _ = _fit(SearchSpace(knobs={"dp": [1, 2, 4], "chunk_size": [8192]},
                              fixed={"scheduler": "vllm"}, source="t"),
@@ -181,7 +184,7 @@ def test_a_v0_search_over_both_engines_spends_no_trial_on_what_vllm_refuses(samp
     records = _search_trials(QWEN_MOE, w, sampler)
     for r in records:
         if r.config.engine == "vllm":
-            assert r.config.dp == 1 and r.config.chunk_size >= 3100, r.config
+            assert r.config.chunk_size >= 3100, r.config  # dp > 1: independent replicas
             assert "refuses" not in (r.reason or "") and "no chunked prefill" not in (r.reason
                                                                                      or "")
     sglang = [r.config for r in records if r.config.engine == "sglang"]

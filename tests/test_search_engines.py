@@ -189,5 +189,6 @@ def test_a_plans_summary_names_its_engine_and_not_the_knobs_it_lacks():
     class Info:
         cost_model = "first trial's"
     lines = cost_model_lines(recs, {"A10": Info(), "A40": Info()})
-    assert lines == ["A10 (vLLM): vLLM tables", "A10 (SGLang): SGLang tables",
+    assert lines == ["A10 (vLLM), fastest and cheapest (trial #0): vLLM tables",
+                     "A10 (SGLang), fastest and cheapest (trial #1): SGLang tables",
                      "A40: first trial's"]

@@ -195,9 +195,15 @@ def spot_rates_for(provider: str | None, gpu_file: Path | None, spot: bool,
 def catalog_gpu(name: str, cat: dict, provider: str | None, spot: bool = False):
     """A GPU of the catalog; with --provider, one the provider offers (else one error line)."""
     from tuner.core.catalog import get_gpu
-    from tuner.core.pricing import require_offered
+    from tuner.core.pricing import instance_hint, require_offered
 
-    g = get_gpu(name, cat)
+    try:
+        g = get_gpu(name, cat)
+    except TunerError:  # an instance shape's name (a3-highgpu-1g): say which GPU to name
+        hint = instance_hint(name, provider)
+        if hint:
+            raise TunerError(hint) from None
+        raise
     require_offered(g, provider, spot)
     return g
 

@@ -170,10 +170,12 @@ def _provider_instances(cat: dict, provider: str, as_json: bool, gpu_file=None) 
     first = next(iter(offered.values()))
     b = first.billing
     rates = None
-    if b.spot:  # the published spot interruption rate of each instance shape
-        from tuner.core.pricing import get_provider, load_providers
+    from tuner.core.pricing import get_provider, load_providers
 
-        prov = get_provider(provider, load_providers(gpu_file))
+    prov = get_provider(provider, load_providers(gpu_file))
+    # each row's own date (Billing.date joins the dates of all of a GPU's shapes)
+    row_dates = {r.name: r.date for r in prov.instances}
+    if b.spot:  # the published spot interruption rate of each instance shape
         rates = {i.name: prov.interruption_rate(i.name) for g in offered.values()
                  for i in g.billing.instances}
     t = Table(title=f"{provider}{' spot' if b.spot else ''} instances (billed "
@@ -183,10 +185,14 @@ def _provider_instances(cat: dict, provider: str, as_json: bool, gpu_file=None) 
     for col in cols + (["interruptions (published)"] if rates is not None else []):
         t.add_column(col, justify="left" if col in ("instance", "GPU") else "right")
     for n, g in offered.items():
-        for i in g.billing.instances:
-            row = [i.name, n, str(i.gpus), str(i.vcpus or "—"),
+        # shapes not rented on-demand (providers.yaml on_demand: false): listed, marked "*"
+        for i in sorted(g.billing.instances + g.billing.not_on_demand,
+                        key=lambda i: (i.gpus, i.usd_per_h)):
+            name = f"{i.name} *" if i in g.billing.not_on_demand else i.name
+            row = [name, n, str(i.gpus), str(i.vcpus or "—"),
                    f"{i.ram_gib:g}" if i.ram_gib else "—", f"{i.usd_per_h:,.4g}",
-                   f"{i.usd_per_h / i.gpus:,.3f}", g.billing.date or "—"]
+                   f"{i.usd_per_h / i.gpus:,.3f}",
+                   row_dates.get(i.name) or g.billing.date or "—"]
             if rates is not None:
                 r = rates.get(i.name)
                 row.append("none: --interruption-rate" if r is None else
@@ -200,6 +206,10 @@ def _provider_instances(cat: dict, provider: str, as_json: bool, gpu_file=None) 
                   + (f"; {src}" if src else ""), markup=False)
     out.print("A plan rents whole instances (each tensor-parallel group inside one) and pays "
               "the run time rounded up to the billing granularity.", markup=False)
+    for src in dict.fromkeys(g.billing.not_on_demand_source for g in offered.values()
+                             if g.billing.not_on_demand):
+        out.print(f"* not rented on-demand, so on-demand plans leave it out (--spot prices it "
+                  f"where the table has a spot price; $/h: the list price): {src}", markup=False)
     for n, g in offered.items():
         out.print(f"[dim]{n}: {escape(g.price_source)}[/]", highlight=False)
 

@@ -112,6 +112,7 @@ def export_cmd(
     from tuner.core.config import prefill_budget_refusal
     from tuner.core.engines import priced_scheduler_steps
     from tuner.reports.extras import (
+        SGLANG_FORMATS,
         deploy_max_model_len,
         export_text,
         max_request_tokens,
@@ -143,7 +144,8 @@ def export_cmd(
         requests = len(w)
         longest = max_request_tokens(w)
         if max_model_len is None:
-            max_model_len, margin = deploy_max_model_len(w, s.model, rec)
+            max_model_len, margin = deploy_max_model_len(w, s.model, rec,
+                                                         sglang=fmt in SGLANG_FORMATS)
         elif max_model_len < longest:
             typer.echo(f"warning: --max-model-len {max_model_len} is below the workload's "
                        f"longest request ({longest} tokens): the engine will reject the "

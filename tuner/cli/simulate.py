@@ -66,7 +66,7 @@ ENGINE_PANEL = "Engine: vLLM (default) or SGLang, and the options only one of th
 
 
 # ---- ServingConfig fields as options ------------------------------------------------------------
-def _option_help(knob: Knob) -> str:
+def _option_help(knob: Knob, name: str = "") -> str:
     """The field's help, its allowed values and unit, and the engine arguments it becomes."""
     parts = [knob.help]
     rule = knob.rule()
@@ -74,11 +74,25 @@ def _option_help(knob: Knob) -> str:
         parts.append("One of " + " | ".join(str(c) for c in knob.choices) + ".")
     elif rule:
         parts.append(f"{knob.unit.capitalize()}, {rule}." if knob.unit else f"{rule}.")
+    own = _SGLANG_OWN_OPTION.get(name)  # the CLI takes SGLang's value another way
     engines = [f"{label} {prefix}{arg.name}" for label, prefix, arg in
-               (("vLLM", "", knob.vllm), ("SGLang", "--", knob.sglang)) if arg is not None]
+               (("vLLM", "", knob.vllm), ("SGLang", "--", None if own else knob.sglang))
+               if arg is not None]
     if engines:  # no square brackets: rich would read them as markup
         parts.append(f"Engines: {', '.join(engines)}.")
+    if own:
+        parts.append(own)
     return " ".join(parts)
+
+
+#: knobs the CLI takes for vLLM only, whose SGLang value it takes another way (simulate's
+#: check_sglang_options refuses them with --engine sglang)
+_SGLANG_OWN_OPTION = {
+    "gpu_memory_utilization": "SGLang's counterpart is an option of its own, "
+                              "--mem-fraction-static (simulate --engine sglang refuses this one).",
+    "block_size": "SGLang runs its default page for the GPU (simulate --engine sglang refuses "
+                  "another value).",
+}
 
 
 #: knobs whose default is vLLM's own for the GPU, entry point and engine version
@@ -98,7 +112,7 @@ def _knob_parameter(name: str, knob: Knob, kind: type) -> inspect.Parameter:
     required = name not in DEFAULTS
     engine = name in DEFAULTED
     option = typer.Option(*(knob.flags or (f"--{name.replace('_', '-')}",)),
-                          help=_option_help(knob) + (" Default: vLLM's for the GPU, "
+                          help=_option_help(knob, name) + (" Default: vLLM's for the GPU, "
                                                      "--entry-point and --engine-version."
                                                      if name in ENGINE_DEFAULTED else
                                                      MODEL_DEFAULTED.get(name, "")),
@@ -287,10 +301,11 @@ def engine_line(defaults, entry_point: str, num_scheduler_steps: int | None,
 
 # ---- simulate ---------------------------------------------------------------------------------
 def _memory_table(plan, gpu_name: str, title: str, reserve_note: str = "",
-                  page_tokens: int | None = None) -> Table:
+                  page_tokens: int | None = None, block_given: int | None = None) -> Table:
     """The plan per GPU; `reserve_note` (vLLM's: tuner.core.memory.describe_reserve) under it;
     `page_tokens`: SGLang's KV page (the plan's kv_page_tokens), named with the capacity (its
-    ServingConfig holds block_size 1, which is not the page it runs)."""
+    ServingConfig holds block_size 1, which is not the page it runs); `block_given`: the
+    config's block_size, which vLLM raises for a hybrid (the plan's block_size_tokens)."""
     from rich.table import Table
 
     t = Table(title=title, caption=reserve_note or None, caption_justify="left")
@@ -306,12 +321,28 @@ def _memory_table(plan, gpu_name: str, title: str, reserve_note: str = "",
                   f"({slots:,} request states + 1 padding)")
     t.add_row("KV cache", fmt_gib(plan.kv_bytes))
     state = getattr(plan, "state_blocks_per_request", 0) or 0
+    block = getattr(plan, "block_size_tokens", 0) or 0
+    raised = (f", block {block:,} tokens: vLLM raised it from {block_given}"
+              if block and block_given and block != block_given
+              else f", block {block:,} tokens" if block else "")
     t.add_row("KV capacity", f"{plan.kv_capacity_tokens:,} tokens"
               + (f" (page {page_tokens})" if page_tokens else "")
               # a hybrid's pool: its attention tokens before any state block is taken
-              + (f" (attention; + {state} state blocks a request)" if state else ""))
-    t.add_row("max concurrent requests (mean length)", f"{plan.max_concurrent_requests:.1f}")
+              + (f" (attention{raised}; + {state} state blocks a request)" if state else ""))
+    t.add_row("max concurrent requests (mean length)", _max_concurrent(plan))
     return t
+
+
+def _max_concurrent(plan) -> str:
+    """The KV pool's concurrent requests at the mean length, or, where a hybrid's SGLang Mamba
+    state slots allow fewer (SGLang caps --max-running-requests at them:
+    kv_cache_configurator.py resolve_max_num_reqs), that cap and what sets it."""
+    by_kv = plan.max_concurrent_requests
+    cap = getattr(plan, "max_running_by_slots", 0) or 0
+    if cap and cap < by_kv:
+        return (f"{cap:,}: the Mamba state pool's cap ({plan.state_slots:,} states); the KV "
+                f"pool alone {by_kv:.1f}")
+    return f"{by_kv:.1f}"
 
 
 @app.command()
@@ -576,7 +607,7 @@ def simulate(
                             describe_reserve(spec, res.config, engine_version)
                             if engine == "vllm" else "",
                             page_tokens=res.memory.kv_page_tokens if engine == "sglang"
-                            else None))
+                            else None, block_given=config.block_size))
     if summary.get("offload"):
         out.print(_offload_table(summary["offload"], g.name))
     out.print(f"cost model: {res.provenance}", style="dim", markup=False)
@@ -605,7 +636,8 @@ def simulate(
         out.print(engine_line(defaults, entry_point, num_scheduler_steps, disable_log_requests,
                               res.decode_run_steps, prefix_caching), style="dim", markup=False)
         from tuner.sim.simulator import hybrid_prefix_caching_off
-        if hybrid_prefix_caching_off(spec, "vllm", engine_version):
+        hybrid_cache_off = hybrid_prefix_caching_off(spec, "vllm", engine_version)
+        if hybrid_cache_off:
             out.print(f"prefix caching off: vLLM {engine_version} turns it off for a hybrid "
                       f"model such as {spec.name} (\"Hybrid or mamba-based model detected "
                       "... disabling\"; every hybrid up to 0.11.0, the Gated DeltaNet family "
@@ -614,8 +646,11 @@ def simulate(
         if single_step_note:
             out.print(single_step_note, style="dim", markup=False)
         if summary["defaulted"]:
-            out.print(f"not given ({', '.join(summary['defaulted'])}): "
-                      f"{defaults.describe(summary['defaulted'])}",
+            # the defaults as this run has them: a hybrid's prefix caching and block as the
+            # release and model set them, not the generation's
+            given = defaults.describe(summary["defaulted"], prefix_caching_off=hybrid_cache_off,
+                                      block_runs=res.memory.block_size_tokens)
+            out.print(f"not given ({', '.join(summary['defaulted'])}): {given}",
                       style="dim", markup=False)
     if note := shape_note(spec):
         out.print(note, style="yellow", markup=False)

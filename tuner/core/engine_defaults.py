@@ -162,12 +162,19 @@ class EngineDefaults:
         (tuner.search.space.fit_space): knobs() but offloading, which a space searches."""
         return {k: v for k, v in self.knobs().items() if k not in _OFFLOAD_KNOBS}
 
-    def describe(self, only: Iterable[str] | None = None) -> str:
+    def describe(self, only: Iterable[str] | None = None, *, prefix_caching_off: bool = False,
+                 block_runs: int | None = None) -> str:
         """vLLM's defaults here; with `only` (ServingConfig knob names), just those knobs', so a
-        line about the knobs not given does not print defaults the user overrode."""
+        line about the knobs not given does not print defaults the user overrode. For a hybrid
+        model, as the run goes: `prefix_caching_off`, the release turns prefix caching off for
+        it (tuner.sim.simulator.hybrid_prefix_caching_off); `block_runs`, the attention block
+        vLLM raises the default one to (the plan's block_size_tokens)."""
         release = ("the newest release" if self.engine_version == "newest"
                    else f"release {self.engine_version}")
-        if self.scheduler == "vllm":
+        if self.scheduler == "vllm" and prefix_caching_off:
+            batching = ("chunked prefill on, prefix caching off (this release turns it off for "
+                        "a hybrid model)")
+        elif self.scheduler == "vllm":
             batching = "chunked prefill and prefix caching on"
         elif self.scheduler == "sarathi":
             batching = "V0 chunked prefill (decodes first, then prefill chunks)"
@@ -180,7 +187,11 @@ class EngineDefaults:
                  "max_running": f"max_num_seqs {self.max_num_seqs:,}",
                  "gpu_memory_utilization":
                      f"gpu_memory_utilization {self.gpu_memory_utilization:g}",
-                 "block_size": f"block {self.block_size}", "weight_bits": weights,
+                 "block_size": f"block {self.block_size}" + (
+                     f", which vLLM raises to {block_runs} tokens for this hybrid (a page holds "
+                     "a layer's recurrent state)" if block_runs and block_runs != self.block_size
+                     else ""),
+                 "weight_bits": weights,
                  "kv_bits": f"{self.kv_bits}-bit KV cache"
                             + (f" ({self.kv_cache})" if self.kv_cache else ""),
                  "scheduler": f"FCFS, {batching}"}

@@ -197,24 +197,38 @@ def multi_step_refusal(release: EngineRelease, steps: int, chunked_prefill: bool
     return None
 
 
-def moe_parallel_refusal(release: EngineRelease, is_moe: bool, dp: int,
+def moe_parallel_refusal(release: EngineRelease, is_moe: bool,
                          expert_parallel: bool) -> str | None:
     """Why a vLLM V0 release (0.5 - 0.7) cannot run a mixture-of-experts plan as tuner prices
-    it: one data-parallel engine (the experts split over every TP x DP rank) or expert
-    parallelism. Both are V1 engine arguments, --data-parallel-size (vllm-project/vllm#13923)
-    and --enable-expert-parallel (vllm-project/vllm#14305), March 2025; vllm-project/vllm#18702:
-    data parallel "can be only used with v1 engine". None where the release runs it."""
-    if release.generation.key != "v0" or not is_moe or (dp <= 1 and not expert_parallel):
+    it: expert parallelism, a V1 engine argument (--enable-expert-parallel,
+    vllm-project/vllm#14305, March 2025). dp > 1 it runs, as independent replicas
+    (moe_independent_replicas). None where the release runs it."""
+    if release.generation.key != "v0" or not is_moe or not expert_parallel:
         return None
-    lacks = " nor ".join(flag for flag, used in (("--data-parallel-size", dp > 1),
-                                                  ("--enable-expert-parallel", expert_parallel))
-                         if used)
-    return (f"vLLM {release.version} (V0) has no {lacks}: one data-parallel engine of a "
-            "mixture-of-experts model and expert parallelism run on the V1 engine only "
-            "(vllm-project/vllm#13923, #14305). Use --dp 1 without --enable-expert-parallel, or a "
-            "release from 0.8.0 (--engine-version).")
+    return (f"vLLM {release.version} (V0) has no --enable-expert-parallel: expert parallelism "
+            "runs on the V1 engine only (vllm-project/vllm#14305). Leave expert "
+            "parallelism out, or use a release from 0.8.0 (--engine-version).")
+
+
+def moe_independent_replicas(release: EngineRelease, engine: str, is_moe: bool,
+                             dp: int) -> bool:
+    """Whether a mixture-of-experts plan at dp > 1 runs as dp independent engines, each a
+    TP group holding every expert (as a dense model's replicas do), rather than as V1's one
+    data-parallel engine with the experts split over all tp x dp GPUs: under a vLLM V0
+    release (0.5 - 0.7), which has no --data-parallel-size (vllm-project/vllm#13923, March
+    2025; vllm-project/vllm#18702: data parallel "can be only used with v1 engine"), so a V0
+    user's dp is dp copies of the engine. SGLang's plans keep their own meaning."""
+    return engine == "vllm" and is_moe and dp > 1 and release.generation.key == "v0"
+
+
+def moe_replicas_note(dp: int) -> str:
+    """How a V0 mixture-of-experts plan's dp > 1 runs and is priced (its provenance and
+    export notes say so)."""
+    return (f"dp {dp} independent replicas (V0 has no data-parallel MoE engine); each holds "
+            "every expert")
 
 
 __all__ = ["GENERATIONS", "KNOWN", "MULTI_STEP_CHUNKED_SINCE", "MULTI_STEP_SINCE", "NEWEST",
            "OLDEST", "EngineGeneration", "EngineRelease", "check_scheduler_steps", "dotted",
-           "generation_of", "moe_parallel_refusal", "multi_step_refusal", "parse_version"]
+           "generation_of", "moe_independent_replicas", "moe_parallel_refusal",
+           "moe_replicas_note", "multi_step_refusal", "parse_version"]

@@ -10,7 +10,7 @@ from functools import lru_cache
 from tuner.core.arch_support import model_architecture
 from tuner.core.catalog import ARCHITECTURES, GIB, GPU, ModelSpec, assumed_shape
 from tuner.core.config import ServingConfig
-from tuner.core.engines import parse_version
+from tuner.core.engines import generation_of, moe_independent_replicas, parse_version
 
 # What vLLM's start-up memory profile takes from the KV budget besides weights and activations
 # (tuner.core.memory.runtime_overhead_bytes). The CUDA context is not among it: vLLM takes its
@@ -467,6 +467,18 @@ def hybrid_layout(model: ModelSpec, config: ServingConfig,
                         group * block * page_token, state * lin)
 
 
+def moe_replica_config(model: ModelSpec, config: ServingConfig, engine_version: str | None,
+                       engine: str = "vllm") -> ServingConfig:
+    """The config one replica is sized and priced at: `config` at dp 1 where a
+    mixture-of-experts plan's dp > 1 is dp independent engines, each holding every expert
+    (vLLM V0: tuner.core.engines.moe_independent_replicas), as a dense replica is; else
+    `config` itself (V1's one data-parallel engine splits the experts over all tp x dp GPUs)."""
+    if not (model.is_moe and config.dp > 1) or not moe_independent_replicas(  # cheap test first
+            generation_of(engine_version), engine, model.is_moe, config.dp):
+        return config
+    return dataclasses.replace(config, dp=1)
+
+
 def weight_bytes_per_rank(model: ModelSpec, config: ServingConfig) -> float:
     """Weight bytes one GPU holds (before any offload): its tensor-parallel share; vLLM splits
     an MoE model's routed experts over all tp x dp GPUs (sliced, or whole experts with expert
@@ -557,7 +569,9 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
                 engine_version: str | None = None) -> MemoryPlan:
     """KV capacity M for (model, gpu, config) under vLLM `engine_version` (None: the newest;
     its start-up profile, `ProfileRun`, sets what the budget loses besides the weights);
-    `fits` False with the numbers when it cannot run."""
+    `fits` False with the numbers when it cannot run. A V0 mixture-of-experts plan at dp > 1
+    is sized per replica, every expert held (moe_replica_config)."""
+    config = moe_replica_config(model, config, engine_version)
     tp = config.tp
     usable = gpu.memory_bytes * config.gpu_memory_utilization
     all_weights = weight_bytes_per_rank(model, config)

@@ -9,7 +9,13 @@ whole instances and pays what the provider bills:
   smallest instance with at least TP GPUs -- a TP=2 plan on a provider with 1/4/8-GPU
   instances rents a 4-GPU instance and pays for 2 idle GPUs, which :class:`Rental` says);
 * **billing**: the run time is rounded up to the provider's granularity (second / minute /
-  hour) and to its minimum.
+  hour) and to its minimum;
+* **on-demand only where sold**: a shape the provider does not rent on-demand (providers.yaml
+  ``on_demand: false``, e.g. GCP's a3-highgpu-1g/2g/4g: Spot or Flex-start VMs only) is never
+  rented at the on-demand price; with ``--spot`` it is, at its spot price where the table has one;
+* **machine shape**: the rented shape's GPUs per instance are the plan's machine size for the
+  cost model too (:func:`plan_machine_gpu`: an expert group over two 4-GPU instances gathers
+  over the network, not NVLink).
 
 :func:`job_cost_usd` is the rule as one plain function; the simulator calls it.
 """
@@ -56,6 +62,10 @@ class Billing:
     spot: bool = False
     source: str = ""  # where the prices come from (per instance in the table; joined here)
     date: str = ""
+    # on-demand billing: the GPU's shapes the provider does not rent on-demand (left out of
+    # `instances`; at their on-demand list price, for `tuner gpus`), and why (source)
+    not_on_demand: tuple[Instance, ...] = ()
+    not_on_demand_source: str = ""
 
     @classmethod
     def from_dict(cls, d: Any) -> Billing | None:
@@ -66,7 +76,10 @@ class Billing:
                    instances=tuple(Instance.from_dict(i) for i in d["instances"]),
                    granularity_s=int(d["granularity_s"]), minimum_s=int(d.get("minimum_s", 0)),
                    spot=bool(d.get("spot", False)), source=str(d.get("source", "")),
-                   date=str(d.get("date", "")))
+                   date=str(d.get("date", "")),
+                   not_on_demand=tuple(Instance.from_dict(i)
+                                       for i in d.get("not_on_demand") or ()),
+                   not_on_demand_source=str(d.get("not_on_demand_source", "")))
 
     @property
     def per_gpu_usd_per_h(self) -> float:
@@ -100,6 +113,8 @@ class Rental:
     provider: str = ""
     granularity: str = ""
     spot: bool = False  # at the spot price (--spot), not on-demand
+    # smaller shapes of the GPU left out because the provider does not rent them on-demand
+    not_on_demand: tuple[str, ...] = ()
 
     @property
     def note(self) -> str:
@@ -109,7 +124,12 @@ class Rental:
                 f"{self.granularity} "
                 f"({self.billed_s:,.0f} s for {self.runtime_s:,.0f} s of work)")
         if idle:
-            text += f"; {plural(idle, 'GPU')} idle: no instance holds exactly {self.gpus_needed}"
+            text += (f"; {plural(idle, 'GPU')} idle: no "
+                     f"{'on-demand ' if self.not_on_demand else ''}instance holds exactly "
+                     f"{self.gpus_needed}")
+            if self.not_on_demand:
+                text += (f" ({', '.join(self.not_on_demand)}: {self.provider} does not rent "
+                         f"{'it' if len(self.not_on_demand) == 1 else 'them'} on-demand)")
         return text
 
     def to_dict(self) -> dict:
@@ -146,21 +166,42 @@ def choose_instances(billing: Billing, tp: int, dp: int = 1,
                      pp: int = 1) -> tuple[Instance, int]:
     """(instance shape, how many): the cheapest hourly rental of one shape that holds `dp`
     replicas of `pp` pipeline stages of `tp` GPUs, each TP group inside one instance (ties:
-    fewer GPUs rented). One replica: the smallest instance with at least `tp` GPUs when prices
-    grow with size."""
+    fewer GPUs rented, then fewer machines: GCP's spot 2 x a3-highgpu-4g costs what one
+    a3-highgpu-8g does, and one machine keeps the plan's collectives on NVLink). One replica:
+    the smallest instance with at least `tp` GPUs when prices grow with size."""
     best = None
     for inst in billing.instances:
         n = _instances_for(inst.gpus, tp, pp, dp)
         if n is None:
             continue
-        key = (n * inst.usd_per_h, n * inst.gpus)
+        key = (n * inst.usd_per_h, n * inst.gpus, n)
         if best is None or key < best[0]:
             best = (key, inst, n)
     if best is None:
         biggest = max(i.gpus for i in billing.instances)
-        raise TunerError(f"{billing.provider} has no instance with {tp} GPUs of this type "
+        raise TunerError(f"{billing.provider} has no {'on-demand ' if billing.not_on_demand else ''}"
+                         f"instance with {tp} GPUs of this type "
                          f"(largest: {biggest}); choose a smaller tensor-parallel size.")
     return best[1], best[2]
+
+
+def plan_machine_gpu(gpu, tp: int, dp: int = 1, pp: int = 1):
+    """`gpu` (a tuner.core.catalog.GPU, duck-typed) with gpus_per_machine the GPUs of the
+    instance shape its provider billing rents for this plan (:func:`choose_instances`), so the
+    cost model's collectives, MoE dispatch and pipeline stages span the machines actually
+    rented; `gpu` itself without --provider (the catalog's machine shape: answers unchanged),
+    where the shape already matches, or where no shape holds a TP group (the simulator's
+    placement refuses that plan with its own message)."""
+    billing = getattr(gpu, "billing", None)
+    if billing is None:
+        return gpu
+    try:
+        inst, _ = choose_instances(billing, tp, dp, pp)
+    except TunerError:
+        return gpu
+    if inst.gpus == gpu.gpus_per_machine:
+        return gpu
+    return dataclasses.replace(gpu, gpus_per_machine=inst.gpus)
 
 
 @dataclass(frozen=True)
@@ -239,11 +280,16 @@ def rent(runtime_s: float, billing: Billing, tp: int, dp: int = 1, pp: int = 1) 
     inst, n = choose_instances(billing, tp, dp, pp)
     billed = billed_seconds(runtime_s, billing.granularity_s, billing.minimum_s)
     usd_h = n * inst.usd_per_h
-    return Rental(instance=inst.name, count=n, gpus_needed=tp * pp * dp,
+    needed = tp * pp * dp
+    # the smaller shapes that would have held the plan had the provider rented them on-demand
+    left_out = tuple(i.name for i in billing.not_on_demand
+                     if i.gpus < inst.gpus and _instances_for(i.gpus, tp, pp, dp) is not None)
+    return Rental(instance=inst.name, count=n, gpus_needed=needed,
                   gpus_rented=n * inst.gpus,
                   usd_per_h=usd_h, runtime_s=runtime_s, billed_s=billed,
                   cost_usd=billed / 3600.0 * usd_h, provider=billing.provider,
-                  granularity=billing.granularity_name(), spot=billing.spot)
+                  granularity=billing.granularity_name(), spot=billing.spot,
+                  not_on_demand=left_out if n * inst.gpus > needed else ())
 
 
 def job_cost_usd(runtime_s: float, price_usd_per_h: float, tp: int, dp: int = 1,
@@ -305,6 +351,11 @@ class InstanceRow:
     # the provider's published spot interruption frequency: an AWS Spot Instance Advisor
     # bucket ("<5%" .. ">20%", see SPOT_ADVISOR_BUCKETS) or interruptions per instance-hour
     spot_interruption: str | float | None = None
+    # False: the provider rents this shape only as spot / other non-on-demand VMs (GCP's
+    # a3-highgpu-1g/2g/4g: Spot or Flex-start); on-demand plans never rent it, and
+    # on_demand_source says where that is stated (required then)
+    on_demand: bool = True
+    on_demand_source: str = ""
 
 
 # ---- spot interruptions ---------------------------------------------------------------------
@@ -397,6 +448,18 @@ class Provider:
     def has_spot(self, gpu: str) -> bool:
         return any(r.gpu == gpu and r.spot_usd_per_h is not None for r in self.instances)
 
+    def has_on_demand(self, gpu: str) -> bool:
+        return any(r.gpu == gpu and r.on_demand for r in self.instances)
+
+    def not_on_demand_reason(self, gpu: str) -> str:
+        """'gcp does not rent a3-highgpu-1g, a3-highgpu-2g, a3-highgpu-4g on-demand (SOURCE)'
+        for `gpu`'s shapes with on_demand: false; "" if none."""
+        rows = [r for r in self.instances if r.gpu == gpu and not r.on_demand]
+        if not rows:
+            return ""
+        return (f"{self.name} does not rent {', '.join(r.name for r in rows)} on-demand ("
+                + "; ".join(dict.fromkeys(r.on_demand_source for r in rows)) + ")")
+
     def billing(self, gpu: str, *, spot: bool = False) -> Billing:
         rows = sorted((r for r in self.instances if r.gpu == gpu),
                       key=lambda r: (r.gpus, r.usd_per_h))
@@ -412,6 +475,14 @@ class Provider:
                     "(spot prices move with demand); drop --spot, or add spot_usd_per_h to "
                     "the instances in a --gpu-file 'providers:' section.")
             rows = [r for r in rows if r.spot_usd_per_h is not None]
+        # on-demand: only the shapes the provider rents on-demand (the others are listed apart)
+        hidden = [] if spot else [r for r in rows if not r.on_demand]
+        if hidden:
+            rows = [r for r in rows if r.on_demand]
+            if not rows:
+                raise TunerError(f"{self.name} has no {gpu} instance on-demand: "
+                                 f"{self.not_on_demand_reason(gpu)}; add --spot to price its "
+                                 "spot instances, or pick another GPU or --provider.")
         insts = tuple(Instance(r.name, r.gpus, float(r.spot_usd_per_h if spot else r.usd_per_h),
                                r.vcpus, r.ram_gib) for r in rows)
         # a row's source and date are its on-demand price's; its spot price (spot_usd_per_h)
@@ -420,9 +491,15 @@ class Provider:
         return Billing(provider=self.name, instances=insts, granularity_s=self.granularity_s,
                        minimum_s=self.minimum_s, spot=spot,
                        source="; ".join(dict.fromkeys(
-                           f"{r.name}: {how}{r.source}" + (f" ({r.notes})" if r.notes else "")
-                           for r in rows)),
-                       date=", ".join(dict.fromkeys(r.date for r in rows)))
+                           [f"{r.name}: {how}{r.source}" + (f" ({r.notes})" if r.notes else "")
+                            for r in rows]
+                           + ([f"not rented on-demand, so left out: "
+                               f"{self.not_on_demand_reason(gpu)}"] if hidden else []))),
+                       date=", ".join(dict.fromkeys(r.date for r in rows)),
+                       not_on_demand=tuple(Instance(r.name, r.gpus, float(r.usd_per_h), r.vcpus,
+                                                    r.ram_gib) for r in hidden),
+                       not_on_demand_source="; ".join(dict.fromkeys(
+                           r.on_demand_source for r in hidden)))
 
 
 # $/GPU-h above which a price is a typo (--price, --gpu-file, a provider table); the catalog's
@@ -458,6 +535,19 @@ def _check_interruption(row: InstanceRow, where: str) -> None:
     check_interruption_rate(v, f"{where}: {row.name}: spot_interruption")
 
 
+def _check_on_demand(row: InstanceRow, where: str) -> None:
+    """A row's on_demand: true or false; false needs on_demand_source (where it is stated)."""
+    if not isinstance(row.on_demand, bool):
+        raise TunerError(f"{where}: {row.name}: on_demand must be true or false, got "
+                         f"{row.on_demand!r}.")
+    if not isinstance(row.on_demand_source, str):
+        raise TunerError(f"{where}: {row.name}: on_demand_source must be text, got "
+                         f"{row.on_demand_source!r}.")
+    if not row.on_demand and not row.on_demand_source.strip():
+        raise TunerError(f"{where}: {row.name}: on_demand: false needs on_demand_source "
+                         "(where the provider says it does not rent the shape on-demand).")
+
+
 def _provider(name: str, d: dict, where: str) -> Provider:
     try:
         bill = d.get("billing") or {}
@@ -475,6 +565,7 @@ def _provider(name: str, d: dict, where: str) -> Provider:
                                  f"usd_per_h={row.usd_per_h!r}, "
                                  f"spot_usd_per_h={row.spot_usd_per_h!r}.")
             _check_interruption(row, f"{where}: {name}")
+            _check_on_demand(row, f"{where}: {name}")
             rows.append(row)
         return Provider(name=name, title=str(d.get("title", name)),
                         granularity_s=GRANULARITY_S[gran],
@@ -522,7 +613,8 @@ def apply_provider(gpus: dict, provider: Provider, *, spot: bool = False) -> dic
     `spot`: at a spot price) keep no billing; :func:`require_offered` refuses them."""
     out = dict(gpus)
     for name in provider.gpu_names():
-        if name not in out or (spot and not provider.has_spot(name)):
+        if name not in out or (spot and not provider.has_spot(name)) \
+                or (not spot and not provider.has_on_demand(name)):
             continue
         b = provider.billing(name, spot=spot)
         first = b.instances[0]
@@ -537,6 +629,29 @@ def apply_provider(gpus: dict, provider: Provider, *, spot: bool = False) -> dic
             price_source=f"{spot_title(provider.title) if spot else provider.title}: {b.source}",
             price_date=b.date, **host)
     return out
+
+
+def instance_hint(name: str, provider: str | None,
+                  providers: dict[str, Provider] | None = None) -> str:
+    """One line for a GPU name that is a provider's instance shape ("" when none is): name the
+    GPU, tuner picks the shape; and where the shape is not rented on-demand, that (with its
+    source). `provider`: the --provider given (None: every table is looked in)."""
+    key = name.strip().lower()
+    for pname, p in (providers or load_providers()).items():
+        if provider is not None and pname.lower() != provider.strip().lower():
+            continue
+        row = next((r for r in p.instances if r.name.lower() == key), None)
+        if row is None:
+            continue
+        text = (f"{row.name} is an instance shape of {pname} ({row.gpus} x {row.gpu}), not a "
+                f"GPU: name the GPU ({row.gpu}) with --provider {pname} and tuner picks the "
+                "shape")
+        if not row.on_demand:
+            text += (f"; {pname} does not rent {row.name} on-demand ({row.on_demand_source}), "
+                     + ("so only --spot plans rent it" if row.spot_usd_per_h is not None else
+                        "and the table has no spot price for it, so no plan rents it"))
+        return text + "."
+    return ""
 
 
 def reprice(billing: Billing, usd_per_gpu_h: float) -> Billing:
@@ -560,13 +675,15 @@ def require_offered(gpu, provider: str | None, spot: bool = False,
     no_instance = (f"Provider {provider} has no {gpu.name} instance in the price table; drop "
                    f"{gpu.name} from the GPUs or pick another --provider (`tuner gpus "
                    f"--provider {provider}` lists what it has).")
-    if not spot:
-        raise TunerError(no_instance)
-    # with --spot a GPU goes unpriced for either reason (apply_provider): the table tells which
+    # a GPU goes unpriced for one of several reasons (apply_provider): the table tells which
     table = next((p for name, p in (providers or load_providers()).items()
                   if name.lower() == provider.lower()), None)
-    if table is not None and gpu.name not in table.gpu_names():
+    if table is None or gpu.name not in table.gpu_names():
         raise TunerError(no_instance)
+    if not spot:  # every instance of it is spot-only (on_demand: false)
+        raise TunerError(f"Provider {provider} has no {gpu.name} instance on-demand: "
+                         f"{table.not_on_demand_reason(gpu.name)}; add --spot to price its "
+                         f"spot instances, or drop {gpu.name}.")
     raise TunerError(
         f"Provider {provider} publishes no fixed spot price for {gpu.name} in the price "
         "table (spot prices move with demand); drop --spot, or add spot_usd_per_h to "
@@ -576,7 +693,7 @@ def require_offered(gpu, provider: str | None, spot: bool = False,
 __all__ = ["ADVISOR_MONTH_H", "Billing", "GRANULARITY_S", "Instance", "InstanceRow",
            "InterruptionRate", "Machines", "Provider", "Rental", "SPOT_ADVISOR_BUCKETS",
            "advisor_bucket_rate", "apply_provider", "billed_seconds", "check_interruption_rate",
-           "choose_instances", "get_provider",
-           "place",
+           "choose_instances", "get_provider", "instance_hint",
+           "place", "plan_machine_gpu",
            "job_cost_usd", "load_providers", "plural", "price_caveat", "rent", "reprice",
            "require_offered", "spot_title", "usd_per_million_tokens"]

@@ -499,7 +499,14 @@ def dp_attention_supported(model) -> bool:
     prices a mixture-of-experts plan at dp > 1. SGLang's models size their attention by the
     attention-TP group only in the families that implement it: DeepSeek's MLA models and the
     Qwen MoE models (sglang/srt/models/qwen3_moe.py: get_attention_tp_size()); others (e.g.
-    Mixtral) split attention over all tp x dp GPUs, so such a plan is not what tuner priced."""
+    Mixtral) split attention over all tp x dp GPUs, so such a plan is not what tuner priced.
+    The Gated DeltaNet hybrid Qwen3-Next is one of them (read in the 0.5.23 wheel):
+    models/qwen3_next.py splits its linear-attention heads by attn_tp_size too, and
+    configs/qwen3_next.py sizes a Mamba state slot over linear_attn_tp_size() (the attention-TP
+    group), while each DP rank's kv_cache_configurator.py sizes its own state pool from that
+    GPU's memory (_handle_max_mamba_cache) and caps that rank's running requests
+    (resolve_max_num_reqs: max_running_requests // attn_dp_size), which is the per-rank pool
+    plan_memory_sglang gives a tp x dp plan (_hybrid_state_pool at config.tp)."""
     names = f"{getattr(model, 'name', '')} {getattr(model, 'hf_id', '')}".lower()
     return bool(getattr(model, "is_moe", False)) and (
         getattr(model, "kv_lora_rank", 0) > 0 or "qwen" in names)

@@ -24,7 +24,7 @@ from tuner.core.config import (
     prefill_budget_refusal,
 )
 from tuner.core.errors import TunerError
-from tuner.core.memory import plan_memory, weight_bytes_per_rank
+from tuner.core.memory import moe_replica_config, plan_memory, weight_bytes_per_rank
 from tuner.core.pricing import Machines, place
 from tuner.core.units import plural
 
@@ -108,9 +108,11 @@ class Deployment:
     @property
     def offload_gib_per_gpu(self) -> float:
         """The weights each GPU offloads to host memory, in GiB (the memory plan's shard: an
-        MoE model at dp > 1 holds 1/dp of the experts)."""
+        MoE model at dp > 1 holds 1/dp of the experts, but every one as V0's replicas)."""
+        replica = moe_replica_config(self.model, self.config, self.engine_version,
+                                     self.config.engine)
         return (self.config.weight_offload_fraction
-                * weight_bytes_per_rank(self.model, self.config) / GIB)
+                * weight_bytes_per_rank(self.model, replica) / GIB)
 
     def quantized_checkpoint_notes(self, opts: dict, notes: list[str], option: str,
                                    engine: str) -> list[str]:
@@ -163,8 +165,19 @@ class Deployment:
         sized as vLLM's data-parallel engine runs it (attention per replica, the experts split
         over all TP x DP GPUs, tensor-wise or, with expert parallelism, whole: its memory
         plan and predictors.moe), so its export keeps it one engine (vLLM --data-parallel-size,
-        SGLang's DP attention); otherwise every DP replica is an engine of its own."""
-        return self.model.is_moe and self.config.dp > 1
+        SGLang's DP attention); otherwise every DP replica is an engine of its own, as also
+        under vLLM V0, which has no data-parallel engine (moe_replicas_alone)."""
+        return self.model.is_moe and self.config.dp > 1 and not self.moe_replicas_alone
+
+    @property
+    def moe_replicas_alone(self) -> bool:
+        """A mixture-of-experts plan at dp > 1 for a vLLM V0 release: dp independent engines,
+        each holding every expert on its TP GPUs, as it was sized and priced
+        (tuner.core.engines.moe_independent_replicas)."""
+        from tuner.core.engines import generation_of, moe_independent_replicas
+
+        return self.model.is_moe and self.config.dp > 1 and moe_independent_replicas(
+            generation_of(self.engine_version), self.config.engine, True, self.config.dp)
 
     def machines_line(self, engine: str = "vllm", separate: bool = False) -> str:
         """'# Needs 4 x H100 machine (8 GPUs each): 8 replicas of TP 1 per machine (32 GPUs).'
@@ -296,7 +309,9 @@ WHEN: dict[str, Callable[[Deployment], bool]] = {
     # a mixture-of-experts model over dp > 1 replicas: the prediction splits its experts over
     # all tp x dp GPUs, as one vLLM engine with --data-parallel-size does; independent
     # engines (SGLang's --dp-size without EP, run-batch replicas, Ray Data) each hold all
-    "moe_dp": lambda d: d.model.is_moe and d.config.dp > 1,
+    "moe_dp": lambda d: d.one_engine,
+    # ... except under vLLM V0, whose replicas are such independent engines, sized and priced so
+    "moe_replicas": lambda d: d.moe_replicas_alone,
 }
 
 

@@ -198,11 +198,15 @@ def _hybrid_note(config: ServingConfig, model: ModelSpec, gpu: GPU) -> str:
     """What the plan took of SGLang's Mamba state pool (tuner.core.sglang._hybrid_state_pool),
     which SGLang sizes itself from the flags above: no flag restates it."""
     plan = plan_memory_sglang(model, gpu, config)
+    # a DP-attention server (tuner.core.sglang.dp_attention_supported): one pool per DP rank,
+    # each sized from its own GPU's memory and capping that rank's running requests
+    per = ("per DP-attention rank (SGLang sizes one pool per rank)"
+           if getattr(model, "is_moe", False) and config.dp > 1 else "per replica")
     return (f"{model.name} is a hybrid ({model.linear_mixer_label}) model: the prediction "
             f"takes SGLang's Mamba state pool as its defaults size it (--mamba-full-memory-ratio "
             f"{MAMBA_FULL_MEMORY_RATIO:g} of the memory after the weights: {plan.state_slots:,} "
             f"request states, the radix cache on: at most {plan.max_running_by_slots:,} running "
-            f"requests per replica, {MAMBA_SLOTS_PER_REQUEST} states each) and no prefix hits; "
+            f"requests {per}, {MAMBA_SLOTS_PER_REQUEST} states each) and no prefix hits; "
             "--disable-radix-cache, --max-mamba-cache-size or --mamba-full-memory-ratio would "
             "run another split than the one predicted.")
 

@@ -28,6 +28,7 @@ import yaml
 
 from tuner.core.catalog import GIB, GPU, ModelSpec
 from tuner.core.config import ServingConfig, check_model_config
+from tuner.core.engines import moe_replicas_note
 from tuner.core.errors import TunerError
 from tuner.core.memory import plan_memory, vllm_text_only_limits
 from tuner.core.units import plural
@@ -146,6 +147,11 @@ def _eviction_note(dep: common.Deployment) -> str:
 
 _NOTES: dict[str, common.NoteText] = {
     "model_id": lambda dep: common.model_id_note(dep, "model"),
+    "moe_replicas": lambda dep: (
+        f"{moe_replicas_note(dep.config.dp)}: vLLM {dep.engine_version} runs dp={dep.config.dp}"
+        f" of {dep.model.name} as {dep.config.dp} engines of "
+        f"{plural(dep.config.tp, 'GPU')} each, as predicted (no --data-parallel-size, no "
+        "split experts)."),
     "prefill_budget": (
         "scheduler {c.scheduler!r}: with chunked prefill off vLLM requires "
         "max-num-batched-tokens >= max-model-len ({c.chunk_size} < {mml}); raise "
@@ -365,7 +371,9 @@ def to_vllm_yaml(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model
         notes.append(f"disable_log_requests: vLLM {engine_version} logs every request by "
                      "default (releases before 0.10.1); the search was told this server runs "
                      "without that log (--disable-log-requests), so the export says so")
-    dep = common.Deployment(config, model, gpu, max_model_len)
+    dep = common.Deployment(config, model, gpu, max_model_len,
+                            num_scheduler_steps=num_scheduler_steps,
+                            engine_version=engine_version)
     if not dep.one_engine:  # each replica its own engine (as _replica_lines writes it)
         args.pop("data_parallel_size", None)
     options = dict(vllm_cli_options(args))
@@ -451,7 +459,9 @@ def to_vllm_run_batch(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_
         quantized_model=quantized_model, num_scheduler_steps=num_scheduler_steps,
         engine_version=engine_version)
     title = [f"# vLLM offline batch run written by tuner for {config.gpu} x{config.num_gpus}.",
-             *_replica_lines(common.Deployment(config, model, gpu, max_model_len), args,
+             *_replica_lines(common.Deployment(config, model, gpu, max_model_len,
+                                               num_scheduler_steps=num_scheduler_steps,
+                                               engine_version=engine_version), args,
                              "this command"),
              "# Input: OpenAI Batch API JSONL (custom_id, method, url, body), one request a line;",
              "# results go to the output JSONL in the same order."]

@@ -368,14 +368,15 @@ def fit_space(space: SearchSpace, *, model, gpus: dict, gpu_caps: dict[str, int]
       KV cache for vLLM) are left out, and with them the CPU-thread knobs, which only set CPU
       attention's threads (_fit_engine_knobs); a space of nothing else is refused;
     * under a vLLM V0 `engine_version` (0.5 - 0.7) with vLLM the only engine searched, a
-      mixture-of-experts model's dp > 1 (one data-parallel engine) and expert parallelism,
-      which only V1 runs (tuner.core.engines.moe_parallel_refusal), are left out;
-    * values an engine searched refuses for this job (_engine_refusals: those V0 MoE plans;
-      SGLang's dp > 1 for a MoE model without its DP attention; with `workload`, chunk sizes
-      below its longest request under a scheduler without chunked prefill, which vLLM
-      refuses, `num_scheduler_steps` V0's decode runs) are left out where no engine searched
-      runs them, else left out of that engine's plans only (SearchSpace.excluded): no trial
-      is spent on a plan its engine refuses;
+      mixture-of-experts model's expert parallelism, which only V1 runs
+      (tuner.core.engines.moe_parallel_refusal), is left out (its dp > 1 stays: independent
+      replicas, each holding every expert);
+    * values an engine searched refuses for this job (_engine_refusals: V0's MoE expert
+      parallelism; SGLang's dp > 1 for a MoE model without its DP attention; with
+      `workload`, chunk sizes below its longest request under a scheduler without chunked
+      prefill, which vLLM refuses, `num_scheduler_steps` V0's decode runs) are left out
+      where no engine searched runs them, else left out of that engine's plans only
+      (SearchSpace.excluded): no trial is spent on a plan its engine refuses;
     * a hybrid (Gated DeltaNet) model's plans run on vLLM V1 at pp 1 with every layer's KV
       on the GPU (_fit_hybrid): SGLang, V0 schedulers, pp > 1 and KV offload are left out,
       and a space or --engine-version of nothing else is one TunerError.
@@ -463,10 +464,8 @@ def _engine_refusals(knobs: dict[str, list], fixed: dict, model, engine_version:
     dps = knobs.get("dp", [])
     wide = () if dps == AUTO else tuple(d for d in dps if int(d) > 1)
     v0 = generation_of(engine_version).generation.key == "v0"
+    # (its dp > 1 V0 runs, as independent replicas: tuner.core.engines.moe_independent_replicas)
     if getattr(model, "is_moe", False) and v0:  # tuner.core.engines.moe_parallel_refusal
-        out.append(_Refusal("vllm", "dp", wide,
-                            f"vLLM {engine_version} (V0) runs a mixture-of-experts model as one "
-                            "data-parallel engine only from 0.8.0 (V1's --data-parallel-size)"))
         out.append(_Refusal("vllm", "expert_parallel", (True,),
                             f"vLLM {engine_version} (V0) has no --enable-expert-parallel (V1's, "
                             "from 0.8.0)"))
@@ -566,29 +565,26 @@ def _fit_engine_refusals(knobs: dict[str, list], fixed: dict, refusals: list[_Re
 
 def _fit_v0_moe(knobs: dict[str, list], fixed: dict, model, engine_version: str | None
                 ) -> list[str]:
-    """Under a V0 release, a mixture-of-experts model's plans V1 alone runs (dp > 1 as one
-    data-parallel engine, expert parallelism) left out of a vLLM-only space, in place (the
-    simulator refuses them: every such trial would be infeasible); the note saying so. A space
-    that also searches SGLang keeps them for its plans and leaves them out of vLLM's
-    (_engine_refusals, _fit_engine_refusals)."""
+    """Under a V0 release, a mixture-of-experts model's expert parallelism (V1's alone) left
+    out of a vLLM-only space, in place (the simulator refuses it: every such trial would be
+    infeasible; a space that also searches SGLang keeps it for SGLang's plans and leaves it
+    out of vLLM's: _engine_refusals, _fit_engine_refusals). Its dp > 1 stays: V0 runs it as
+    independent replicas, each holding every expert
+    (tuner.core.engines.moe_independent_replicas). The notes saying both."""
     from tuner.core.engines import generation_of
 
     if not getattr(model, "is_moe", False) or generation_of(engine_version).generation.key != "v0":
         return []
-    if set(knobs.get("engine") or [fixed.get("engine", "vllm")]) != {"vllm"}:
-        return []
-    dropped = []
-    if "dp" in knobs and any(int(d) > 1 for d in knobs["dp"]):
-        knobs["dp"] = [1]
-        dropped.append("dp > 1")
-    if "expert_parallel" in knobs and any(bool(e) for e in knobs["expert_parallel"]):
+    engines = set(knobs.get("engine") or [fixed.get("engine", "vllm")])
+    notes = []
+    if "vllm" in engines and any(int(d) > 1 for d in knobs.get("dp") or [fixed.get("dp", 1)]):
+        notes.append(f"vLLM {engine_version}'s dp > 1 of {model.name}: independent replicas "
+                     "(V0 has no data-parallel MoE engine); each holds every expert")
+    if engines == {"vllm"} and any(bool(e) for e in knobs.get("expert_parallel") or []):
         knobs["expert_parallel"] = [False]
-        dropped.append("expert parallelism")
-    if not dropped:
-        return []
-    return [f"{' and '.join(dropped)} left out: vLLM {engine_version} (V0) runs neither for a "
-            "mixture-of-experts model (one data-parallel engine and --enable-expert-parallel "
-            "are V1's, from 0.8.0)"]
+        notes.append(f"expert parallelism left out: vLLM {engine_version} (V0) has no "
+                     "--enable-expert-parallel (V1's, from 0.8.0)")
+    return notes
 
 
 #: scheduler presets of vLLM's V0 engine (its prefill-first batching, Sarathi on its block

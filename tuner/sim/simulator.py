@@ -15,14 +15,24 @@ from tuner.core.config import ENGINES, ServingConfig, check_model_config
 from tuner.core.engines import (
     check_scheduler_steps,
     generation_of,
+    moe_independent_replicas,
     moe_parallel_refusal,
+    moe_replicas_note,
     multi_step_refusal,
     parse_version,
     priced_scheduler_steps,
 )
 from tuner.core.errors import TunerError
-from tuner.core.memory import MemoryPlan, plan_memory
-from tuner.core.pricing import Machines, Rental, job_cost_usd, place, rent, usd_per_million_tokens
+from tuner.core.memory import MemoryPlan, moe_replica_config, plan_memory
+from tuner.core.pricing import (
+    Machines,
+    Rental,
+    job_cost_usd,
+    place,
+    plan_machine_gpu,
+    rent,
+    usd_per_million_tokens,
+)
 from tuner.core.provenance import Provenance
 from tuner.core.schedulers import SCHEDULER_PRESETS
 from tuner.core.sglang import (
@@ -769,11 +779,15 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
                    f" [{run_steps} steps: as tuner prices V0 without --num-scheduler-steps; "
                    f"scheduler {config.scheduler}]")
         raise InfeasibleConfig(why + assumed)
-    why = (moe_parallel_refusal(generation_of(engine_version), model.is_moe, config.dp,
+    why = (moe_parallel_refusal(generation_of(engine_version), model.is_moe,
                                 bool(getattr(config, "expert_parallel", False)))
            if engine == "vllm" else None)
     if why is not None:  # a plan priced as V1 runs it, which this release cannot start
         raise InfeasibleConfig(why)
+    # V0 has no data-parallel engine: an MoE plan's dp replicas are engines of their own, each
+    # holding every expert (its memory plan and cost model are one replica's, at dp 1)
+    replicas_alone = moe_independent_replicas(generation_of(engine_version), engine,
+                                              model.is_moe, config.dp)
     if prefix_caching is None:
         prefix_caching = engine == "sglang" or generation_of(engine_version).generation.prefix_caching
     # SGLang's radix cache as launched (it sizes a hybrid's Mamba state pool)
@@ -787,11 +801,17 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     full_workload = workload  # the physical limit counts every shared prefix once regardless
     if not prefix_caching and workload.prefix_ids is not None:
         workload = dataclasses.replace(workload, prefix_ids=None, prefix_tokens=None)
+    # with --provider: the rented instance shape is the machine (start-up, PP stages; the
+    # cost model gets the same from predictors.sources); the catalog's without one
+    gpu = plan_machine_gpu(gpu, config.tp, config.dp, config.pp)
     start = resolve_startup(model, gpu, config, startup_s, engine_version)
     plan = check_feasible(workload, model, gpu, config, engine, engine_version,
                           radix_cache=radix)
     cost_model = pipelined(cost_model, model, gpu, config)  # PP stages (tuner.sim.pipeline)
     provenance = cost_model.provenance
+    if replicas_alone:
+        provenance = dataclasses.replace(
+            provenance, detail=f"{provenance.detail}; {moe_replicas_note(config.dp)}")
     if engine == "sglang":
         if workload.arrival_s is not None:
             raise TunerError("replaying arrivals (a trace's arrival times) is simulated for "
@@ -843,8 +863,9 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     if run_steps > 1:
         check_decode_runs(scheduled, config, plan, run_steps)
     # a fitted CostModel may carry its measured host<->device curve (predictors.transfer_model)
-    off_ctx = _offload.OffloadContext.build(model, gpu, config,
-                                            transfer=cost_model.transfer_model)
+    off_ctx = _offload.OffloadContext.build(
+        model, gpu, moe_replica_config(model, config, engine_version, engine),
+        transfer=cost_model.transfer_model)
     off_totals = _offload.OffloadTotals()
     makespan = kv_time_integral = peak_kv = running_s = 0.0
     iterations = preemptions = cached = 0
