@@ -19,11 +19,12 @@
 # a Ctrl-C, then killed 5 s later: a cut profile keeps its rows and records the cut run and its
 # totals in provenance.json).
 #
-# NOT here: a real-engine run. The machine has no vLLM (its wheel alone is over the 64 MiB a call
+#   3b. (VALIDATE=0 leaves it out) `tuner validate --runner transformers` on 64 requests of the
+#      job: the image's transformers' continuous batching on random weights of the model's shape
+# NOT here: a vLLM run. The machine has no vLLM (its wheel alone is over the 64 MiB a call
 # carries, and nothing can be fetched there) and no model weights (no Hugging Face hub), so
-# `tuner validate` and `vllm bench serve` (benchmarks/on_gpu.sh, for a networked machine of your
-# own) cannot run. A possible later step, not built: transformers' continuous batching
-# (`generate_batch`) on random weights of the model's shape, timed as tuner's transformers runner.
+# `tuner validate --runner vllm` and `vllm bench serve` (benchmarks/on_gpu.sh, for a networked
+# machine of your own) cannot run.
 #
 # Before the call, HERE (PyPI reachable): `bash benchmarks/device_wheels.sh` (optuna, plotly,
 # typer 0.28 and their needs into .whl/, ~15 MiB; the image lacks them). Then the call:
@@ -55,6 +56,18 @@ else
     PY=${PYTHON:-python3}  # the image's /opt/torch/.venv/bin/python3 (torch 2.11, cu130)
 fi
 GPU=${GPU:-H200}           # catalog GPU the search prices; the profile's own match replaces it
+# PROFILE=0: steps 1-3 and 4 left out, only the transformers run (a second call of a session
+# whose profiles came back already)
+PROFILE=${PROFILE-1}; [ "$PROFILE" = 0 ] && PROFILE=
+VALIDATE=${VALIDATE-1}     # step 3b, the transformers run; VALIDATE=0 or '' leaves it out
+[ "$VALIDATE" = 0 ] && VALIDATE=
+# its Python (transformers >= 5): the device's own; in the rehearsal .venv-vllm's (has it)
+if [ -n "$REHEARSAL" ] && [ -x "$REPO/.venv-vllm/bin/python" ]; then
+    VALIDATE_PY=${VALIDATE_PYTHON:-$REPO/.venv-vllm/bin/python}
+else
+    VALIDATE_PY=${VALIDATE_PYTHON:-$PY}
+    [ -n "$REHEARSAL" ] && [ -z "${VALIDATE_PYTHON:-}" ] && VALIDATE=  # no transformers here
+fi
 N_TRIALS=${N_TRIALS:-300}
 RESERVE_S=25               # kept back from the budget for the summary and the packing
 WORK=${WORK:-/tmp/tuner-device}
@@ -173,7 +186,7 @@ profile() {  # profile MODEL NAME FAMILIES LIMIT_S
     step "$2" "$4" "${TUNER[@]}" profile --model "$1" --device "$DEVICE" "${QUICK[@]}" \
         --only "$3" --out "$PROF/$1"
 }
-if [ -z "${PREFLIGHT_FAILED:-}" ]; then
+if [ -z "${PREFLIGHT_FAILED:-}" ] && [ -n "$PROFILE" ]; then
     # 1. what the simulator's step time is made of, then the copies (offloading); ~45 + ~80 s on
     #    an H100 for 575 + 88 cases (benchmarks/data/h100-2026-11-26/README.md)
     profile "$MODEL" "profile_ops_$MODEL" linear,elementwise,lm_head,attention 180
@@ -195,6 +208,34 @@ if [ -z "${PREFLIGHT_FAILED:-}" ]; then
     STDOUT=$RES/search.json step search 180 "${TUNER[@]}" search -w "$WORKLOAD" -m "$MODEL" \
         --gpus "$GPU" --max-gpus 1 --profile "$PROF/$MODEL" --n-trials "$N_TRIALS" \
         --timeout 120 --out "$RES/search" --json
+fi
+if [ -z "${PREFLIGHT_FAILED:-}" ]; then
+    # 3b. (VALIDATE=0 leaves it out) a real-engine run: `tuner validate --runner transformers`
+    #    (transformers' continuous batching) of the best plan of a small search on the first 64
+    #    requests of the job, on random weights of the model's shape (the worker makes them on
+    #    the device: nothing written, no hub). gpu_memory_utilization 0.5: transformers sizes an
+    #    SDPA mask and read buffers with the KV cache, beside the plan's KV (at 0.9 a H200's
+    #    llama-3-8b plan would not fit them). validation.json: predicted vs measured.
+    if [ -n "$VALIDATE" ]; then
+        VGPU=(--gpus "$GPU")
+        [ -n "$REHEARSAL" ] && VGPU=(--gpus CPU --gpu-file "$WORK/cpu.yaml")  # this CPU as the device
+        if [ -z "$DRY_RUN" ]; then
+            # the rehearsal: 8 requests (transformers on 2 CPU cores: ~7 s a request), the CPU
+            # device's plan at 0.9 (its memory_gib is sized for that)
+            head -n "$([ -n "$REHEARSAL" ] && echo 8 || echo 64)" "$WORKLOAD" > "$WORK/validate.jsonl"
+            printf 'knobs:\n  chunk_size: [512, 2048]\n  max_running: [16, 64]\nfixed:\n  gpu_memory_utilization: %s\n  block_size: 16\n' \
+                "$([ -n "$REHEARSAL" ] && echo 0.9 || echo 0.5)" > "$WORK/validate_space.yaml"
+            [ -n "$REHEARSAL" ] && "$PY" -P -m tuner.runners.cpu_device --out "$WORK/cpu.yaml" > /dev/null
+        fi
+        step validate_search 60 "${TUNER[@]}" search -w "$WORK/validate.jsonl" -m "$MODEL" \
+            "${VGPU[@]}" --max-gpus 1 --engines vllm --space "$WORK/validate_space.yaml" \
+            --n-trials 8 --out "$RES/validate" --study validate
+        STDOUT=$RES/validation.json step validate 240 "${TUNER[@]}" validate --out "$RES/validate" \
+            --study validate --top 1 --runner transformers --python "$VALIDATE_PY" \
+            --timeout 200 --store "$WORK/calibration" --json
+    fi
+fi
+if [ -z "${PREFLIGHT_FAILED:-}" ] && [ -n "$PROFILE" ]; then
     # 4. more shapes while the budget lasts (~50 and ~30 s each on an H100)
     for m in $EXTRA_MODELS; do
         profile "$m" "profile_ops_$m" linear,elementwise,lm_head,attention 120
@@ -310,6 +351,12 @@ if search:
                                    "cost_usd": w["metrics"]["cost_usd"], "config": w["config"]}
                                for g, w in (search.get("winners") or {}).items()
                                if w and w.get("metrics")}}
+val = load(res / "validation.json")
+if val and val.get("validation"):
+    S["validation"] = [{k: v.get(k) for k in ("trial", "config", "predicted_s", "measured_s",
+                                              "error_pct", "engine", "device", "requests",
+                                              "output_tokens", "kv_capacity_tokens", "startup_s")}
+                       for v in val["validation"]]
 (out / "summary.json").write_text(json.dumps(S, indent=1))
 
 L = [f"on_device summary ({'REHEARSAL on a CPU: no GPU figures' if rehearsal else 'device run'}),"
@@ -340,6 +387,10 @@ if "job" in S:
     L.append(f"job arxiv.jsonl on {gpu}: tables {j['makespan_tables_s']:.1f} s, profile "
              f"{j['makespan_profile_s']:.1f} s ({j['profile_over_tables']:.3f} x)"
              + ("" if j["profile_applied"] else "; the profile was set aside (see provenance)"))
+for v in S.get("validation") or []:
+    L.append(f"validate (transformers, {v['requests']} requests of arxiv.jsonl, trial {v['trial']}):"
+             f" predicted {v['predicted_s']:.2f} s, measured {v['measured_s']:.2f} s on "
+             f"{v['device']} ({v['engine']}); KV tokens plan/engine {v['kv_capacity_tokens']}")
 for v in (S.get("search") or {}).get("verdicts") or []:
     L.append("search: " + v)
 (out / "summary.txt").write_text("\n".join(L) + "\n")

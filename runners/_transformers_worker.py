@@ -41,14 +41,91 @@ def _start(req: dict, res: dict, cuda: bool):
     model.eval()
     gen = GenerationConfig(max_new_tokens=max(int(x) for x in req["output_tokens"]),
                            do_sample=False, eos_token_id=-1, pad_token_id=0)
+    a = config_args(a, ContinuousBatchingConfig)
     cbc = ContinuousBatchingConfig(**a)
     manager = model.init_continuous_batching(generation_config=gen, continuous_batching_config=cbc)
-    if req.get("warmup", True) and cuda:
-        manager.warmup()
-    manager.start()
+    try:
+        if req.get("warmup", True) and cuda:
+            manager.warmup()  # builds the paged cache in this thread (and captures graphs)
+        manager.start()
+        cache = _wait_for_cache(manager, float(req.get("timeout_s") or 3600))
+    except MemoryError as exc:
+        raise MemoryError(footprint_message(str(exc), a, model.config, res["device"])) from None
     res["startup_s"] = time.monotonic() - t0
     res["engine_args"] = dict(a)
+    page = int(a.get("page_size") or a.get("block_size") or 0)
+    if cache is not None and page and getattr(cache, "num_blocks", None):
+        # what transformers made of num_blocks (whole sectors), to set beside the plan's
+        res["kv_capacity_tokens"] = int(cache.num_blocks) * page
+        res["block_size"] = page
     return manager
+
+
+def config_args(args: dict, config_cls) -> dict:
+    """`args` in the names this transformers' ContinuousBatchingConfig takes: before 5.17 the
+    page size was `block_size` (tokens a block holds; num_blocks counted those blocks, so the
+    capacity in tokens is num_blocks x the size either way)."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(config_cls)} if dataclasses.is_dataclass(
+        config_cls) else set()
+    out = dict(args)
+    if names and "page_size" not in names and "page_size" in out:
+        out["block_size"] = out.pop("page_size")
+    return out
+
+
+def _wait_for_cache(manager, timeout_s: float):
+    """The manager's paged cache once its generation thread has made it (None where this
+    transformers does not show it); the thread's own error when it stopped first (a cache
+    that does not fit is found there, before any request)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        bp = getattr(manager, "batch_processor", "absent")
+        if bp == "absent":
+            return None
+        if bp is not None:
+            return getattr(bp, "cache", None)
+        if not manager.is_running():
+            raise thread_error(manager)
+        time.sleep(0.01)
+    raise TimeoutError("transformers' generation thread did not make its cache in time")
+
+
+def thread_error(manager) -> BaseException:
+    """Why transformers' generation thread stopped: its recorded fatal error (re-raised as
+    itself, so a MemoryError stays one), else a plain RuntimeError."""
+    err = getattr(getattr(manager, "background_thread_status", None), "fatal_error", None)
+    if isinstance(err, BaseException):
+        return err
+    return RuntimeError("transformers' generation thread stopped (see the log)")
+
+
+def footprint_message(text: str, args: dict, model_config, device: str) -> str:
+    """transformers' "Memory footprint X is more than available memory Y" in words: the plan's
+    KV cache (num_blocks x page_size tokens) and the buffers transformers sizes with it (under
+    SDPA/eager attention a [max_batch_tokens, cache tokens + max_batch_tokens] mask) do not
+    fit this device."""
+    import re
+
+    m = re.search(r"footprint (\d+) is more than available memory (\d+)", text)
+    if not m:
+        return text
+    need, avail = (int(x) / 1024**3 for x in m.groups())
+    page = int(args.get("page_size") or args.get("block_size") or 0)
+    tokens = int(args.get("num_blocks") or 0) * page
+    cfg = model_config.get_text_config() if hasattr(model_config, "get_text_config") \
+        else model_config
+    heads = getattr(cfg, "num_key_value_heads", None) or getattr(cfg, "num_attention_heads", 0)
+    head_dim = getattr(cfg, "head_dim", None) or (
+        cfg.hidden_size // max(int(getattr(cfg, "num_attention_heads", 1)), 1))
+    kv_gib = tokens * 2 * heads * head_dim * 2 * cfg.num_hidden_layers / 1024**3  # K+V, bf16
+    return (f"transformers' paged cache for the plan's {tokens:,} KV tokens "
+            f"({kv_gib:.1f} GiB of KV at 16 bits) with max_batch_tokens "
+            f"{args.get('max_batch_tokens')} needs {need:.1f} GiB with the buffers it sizes "
+            f"to them (under SDPA/eager attention a max_batch_tokens x cache-tokens mask), "
+            f"more than the {avail:.1f} GiB free on {device}: validate on the device the plan "
+            "is for, or a plan with a smaller KV cache (gpu_memory_utilization) or chunk_size")
 
 
 def _generate(manager, req: dict, res: dict, prompts: list, outs_len: list[int]):
@@ -114,7 +191,7 @@ def _collect(manager, want: set[str], timeout_s: float) -> dict:
         r = manager.get_result(timeout=1)
         if r is None:
             if not manager.is_running():
-                raise RuntimeError("transformers' generation thread stopped")
+                raise thread_error(manager)
             continue
         if r.request_id in want and r.is_finished():
             if getattr(r, "error", None):

@@ -8,7 +8,8 @@ only used where no profile applies; a CPU profile replaces them with measured ra
 CPU run the engine's KV cache is set to exactly the memory plan's KV bytes (runners/vllm.py),
 so ``memory_gib`` is chosen to leave ``kv_mib`` MiB of KV cache after the plan's runtime
 overhead (tuner.core.memory.runtime_overhead_bytes at TP 1, no CUDA graphs): a small KV
-cache makes large R_max configurations preempt, as on a GPU.
+cache makes large R_max configurations preempt, as on a GPU. One device a machine
+(``gpus_per_machine: 1``): a search's default space then holds TP 1 plans only.
 
 Peaks are rough estimates from the core count (AVX-512: 32 BF16 FLOP/cycle/core at ~2.5 GHz;
 ~10 GB/s of memory bandwidth per core), marked as such in ``notes``; the price is nominal.
@@ -56,6 +57,9 @@ def cpu_entry(*, kv_mib: float = 64.0, utilization: float = 0.9, price_usd_per_h
         "host_link_gbps": float(10 * cores),
         "host_ram_gib": round(_meminfo_gib(), 1),
         "cpu_cores": int(cores),
+        # one device a machine: the catalog's default (8) would make the default space offer
+        # TP 2..8 and pipeline stages over "machines" of CPUs, none of which a CPU run has
+        "gpus_per_machine": 1,
         "tdp_w": float(15 * cores),
         "price_usd_per_h": float(price_usd_per_h),
         "price_source": "nominal price for a CPU test device (not a quote)",

@@ -13,6 +13,12 @@ Knob mapping (transformers' ContinuousBatchingConfig; vLLM's is in tuner.exports
     block_size  -> page_size (>= 4)        KV capacity -> num_blocks = plan tokens / page_size
                                                            (the tuner's memory plan, as on vLLM CPU)
 
+transformers (5.17+, cache.py) counts num_blocks in whole-model blocks of page_size tokens and
+rounds them up to its sectors; the worker reports the capacity it made (kv_capacity_tokens).
+Beside that KV it sizes buffers with the cache (under SDPA/eager attention a
+[max_batch_tokens, cache tokens + max_batch_tokens] mask): a plan whose KV fits the device can
+still not fit transformers, which the worker says in one line (footprint_message).
+
 Knobs transformers lacks (weight/KV bits, offload, tp/dp, ordering beyond submission order)
 are listed in ``RunResult.notes``; the run uses 16-bit weights and KV.
 """
@@ -73,6 +79,12 @@ def run_transformers(workload: Workload, model: ModelSpec, gpu: GPU, config: Ser
     job = build_job(workload, model, gpu, config, checkpoint=checkpoint,
                     model_cache_dir=model_cache_dir)
     args, notes = cb_config(config, job["kv_capacity_tokens_planned"])
+    # said with every transformers run: on the lent H200 (2026-11-30) it measured 105.0 s where
+    # the vLLM prediction was 6.7 s, and the error column alone reads as tuner's
+    notes.append("the prediction is the plan's engine as tuner models it (vLLM's scheduler and "
+                 "kernels); transformers' continuous batching is another engine, so the error "
+                 "is the gap between the two until `tuner calibrate --runner transformers` fits "
+                 "transformers' own per-step costs")
     job["notes"] += notes
     job.update({"engine_args": args, "warmup": warmup, "seed": 0, "timeout_s": timeout_s})
     wd = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="tuner-hf-"))

@@ -137,3 +137,26 @@ def test_a_cut_profile_run_records_itself_and_the_folder_totals(tmp_path, monkey
     assert prov["runs"][-1]["measured"] == 2 and "cut" not in prov["runs"][0]
     assert prov["rows"] == first["rows"] + 2 == len(_rows(tmp_path / "p" / "profile.csv"))
     assert prov["status_counts"] == {"ok": prov["rows"]}
+
+
+def test_the_transformers_run_on_the_h200_is_the_example_jobs_first_64_requests():
+    """The second device call of 2026-11-30: `tuner validate --runner transformers` of a plan for
+    the first 64 requests of examples/arxiv.jsonl on random weights of llama-3-8b's shape. Every
+    token the workload asks for was produced, and the engine's KV cache was the plan's."""
+    import numpy as np
+
+    from tuner.core.workload import load_workload
+
+    d = H200 / "transformers-validate"
+    v = json.loads((d / "validation.json").read_text())["validation"][0]
+    res = json.loads((d / "result.json").read_text())
+    w = load_workload(REPO / "examples" / "arxiv.jsonl")
+    assert v["device"] == "cuda: NVIDIA H200" and v["runner"] == "transformers"
+    assert v["engine"].startswith("transformers 5.17.0") and v["model"] == "llama-3-8b"
+    assert res["ok"] and res["requests"] == 64 and res["mismatched_lengths"] == 0
+    assert res["prompt_tokens"] == int(np.sum(w.prompt_tokens[:64]))
+    assert res["output_tokens"] == v["output_tokens"] == int(np.sum(w.output_tokens[:64]))
+    assert v["kv_capacity_tokens"]["plan"] == v["kv_capacity_tokens"]["engine"]
+    # the prediction is vLLM's engine: transformers' continuous batching is an order of
+    # magnitude slower on the same plan (105.0 s against 6.7 s), which the notes now say
+    assert v["measured_s"] > 10 * v["predicted_s"]

@@ -44,7 +44,7 @@ def test_dry_run_lists_the_device_steps(tmp_path):
     assert r.returncode == 0, r.stderr
     for step in ("preflight", "profile_ops_llama-3-8b", "profile_copy_llama-3-8b",
                  "fit_llama-3-8b", "compare_llama-3-8b", "simulate_tables", "simulate_profile",
-                 "search", "profile_ops_llama-3-70b", "profile_ops_llama-2-7b",
+                 "search", "validate_search", "validate", "profile_ops_llama-3-70b", "profile_ops_llama-2-7b",
                  "profile_threads_llama-3-8b", "profile_quant_llama-3-8b", "summary", "pack"):
         assert f"== {step} " in r.stdout or f"== {step}\n" in r.stdout, step
     assert "--device cuda" in r.stdout and "--device cpu" not in r.stdout
@@ -128,7 +128,7 @@ def test_cpu_rehearsal_runs_the_pipeline_and_packs_what_comes_back(tmp_path):
     assert set(steps.values()) == {"0"}, steps
     for step in ("preflight", "profile_ops_tiny-llama", "profile_copy_tiny-llama",
                  "fit_tiny-llama", "compare_tiny-llama", "simulate_tables", "simulate_profile",
-                 "search", "profile_threads_tiny-llama", "profile_quant_tiny-llama",
+                 "search", "validate_search", "validate", "profile_threads_tiny-llama", "profile_quant_tiny-llama",
                  "fit_final_tiny-llama"):
         assert step in steps, step
     m = s["models"]["tiny-llama"]
@@ -139,6 +139,9 @@ def test_cpu_rehearsal_runs_the_pipeline_and_packs_what_comes_back(tmp_path):
     assert s["job"]["makespan_tables_s"] > 0 and s["job"]["makespan_profile_s"] > 0
     assert s["search"]["winners"] and s["search"]["verdicts"]
     assert "REHEARSAL" in (out / "summary.txt").read_text()
+    if (REPO / ".venv-vllm" / "bin" / "python").exists():  # the transformers run (step 3b)
+        v = s["validation"][0]
+        assert v["predicted_s"] > 0 and v["measured_s"] > 0 and v["engine"].startswith("transformers")
 
     with tarfile.open(out / "profiles.tar.gz") as t:
         members = set(t.getnames())
@@ -148,6 +151,7 @@ def test_cpu_rehearsal_runs_the_pipeline_and_packs_what_comes_back(tmp_path):
     with tarfile.open(out / "results.tar.gz") as t:
         members = set(t.getnames())
     assert {"results/search/report.html", "results/search.json",
-            "results/compare_tiny-llama.json", "results/simulate_profile.json"} <= members
+            "results/compare_tiny-llama.json", "results/simulate_profile.json",
+            "results/validation.json"} <= members
     with tarfile.open(out / "logs.tar.gz") as t:
         assert "logs/profile_ops_tiny-llama.log" in t.getnames()
