@@ -169,9 +169,12 @@ def export_cmd(
                        num_scheduler_steps=steps,
                        disable_log_requests=s.meta.disable_log_requests,
                        engine_version=s.meta.engine_version)
+    from tuner.exports.formats import EXPORTERS
     from tuner.exports.vllm import is_v0
 
-    if is_v0(s.meta.engine_version, steps):  # the installed (V1) parser is not its judge
+    # the installed (V1) parser is not a V0 export's judge; SGLang and JSON exports have none
+    vllm_argv = fmt in EXPORTERS and EXPORTERS[fmt].engine_argv is not None
+    if vllm_argv and is_v0(s.meta.engine_version, steps):
         how = f", --num-scheduler-steps {steps}" if steps is not None else ""
         typer.echo(f"not checked against the installed vLLM: the export runs vLLM "
                    f"{s.meta.engine_version} (V0{how}), whose parser differs", err=True)

@@ -186,14 +186,17 @@ def multi_step_refusal(release: EngineRelease, steps: int, chunked_prefill: bool
         return (f"vLLM {release.version} runs multi-step scheduling ({steps} steps) only "
                 "without chunked prefill: it refuses the two together ('Chunked prefill is not "
                 "supported with multi-step', vllm-project/vllm#8274; supported from "
-                f"{dotted(MULTI_STEP_CHUNKED_SINCE)}). Use --num-scheduler-steps 1, --scheduler "
-                "vllm-v0, or a --max-model-len of 32,768 or less (V0 turns chunked prefill on "
-                "above it).")
+                f"{dotted(MULTI_STEP_CHUNKED_SINCE)}). Use --num-scheduler-steps 1, or the "
+                "scheduler without chunked prefill (simulate: --scheduler vllm-v0; search: "
+                "scheduler: vllm-v0 in the --space file), or in simulate a --max-model-len of "
+                "32,768 or less (V0 turns chunked prefill on above it).")
     if pp > 1:
         return (f"vLLM V0 runs multi-step scheduling ({steps} steps) with chunked prefill only "
                 f"without pipeline parallelism (pp {pp}): vLLM refuses it ('Multi-Step "
                 "Chunked-Prefill is not supported for pipeline-parallel-size > 1'). Use "
-                "--num-scheduler-steps 1, --scheduler vllm-v0 or --pp 1.")
+                "--num-scheduler-steps 1, the scheduler without chunked prefill (simulate: "
+                "--scheduler vllm-v0; search: scheduler: vllm-v0 in the --space file) or one "
+                "pipeline stage (pp 1).")
     return None
 
 

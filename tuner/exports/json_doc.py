@@ -48,7 +48,8 @@ def render_document(dep: Deployment, opts: RenderOptions) -> str:
     model, gpu = dep.model, dep.gpu
     kw = {"max_model_len": dep.max_model_len, "kv_capacity_tokens": dep.kv_capacity_tokens,
           "quantized_model": dep.quantized_model}
-    sopts, snotes = sglang_server_args(dep.config, model, gpu, **kw)
+    sopts, snotes = sglang_server_args(dep.config, model, gpu, **kw,
+                                       engine_version=dep.engine_version)
     # an SGLang-simulated plan has no vLLM arguments (its knobs are SGLang's)
     vllm_doc = None
     if dep.config.engine == "vllm":

@@ -43,6 +43,7 @@ from tuner.core.sglang import (
     MAMBA_SLOTS_PER_REQUEST,
     plan_memory_sglang,
 )
+from tuner.core.units import plural
 from tuner.exports import common
 
 _SGLANG_ORDERING = {v: k for k, v in SGLANG_SCHEDULE_POLICY.items()}
@@ -125,6 +126,11 @@ _NOTES: dict[str, common.NoteText] = {
         "sort the input so and submit it in order (SGLang queues them as they arrive, "
         "schedule-policy {c.schedule_policy})."),
     "eviction_free": _eviction_note,
+    "moe_replicas": lambda dep: (
+        f"dp={dep.config.dp} of a mixture-of-experts model as vLLM {dep.engine_version} (V0) "
+        f"runs it and the prediction sizes it: {dep.config.dp} independent servers (--dp-size "
+        f"{dep.config.dp}, no DP attention), each holding every expert on its "
+        f"{plural(dep.config.tp, 'GPU')}."),
     "moe_dp": (
         "dp={c.dp} of a mixture-of-experts model: one server with DP attention "
         "(--attn-dp-size {c.dp}, --tp-size {c.num_gpus} = tp x dp), attention per replica and "
@@ -138,13 +144,15 @@ _NOTES: dict[str, common.NoteText] = {
 
 def sglang_server_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model_len: int,
                        kv_capacity_tokens: int | None = None,
-                       quantized_model: str | None = None,
+                       quantized_model: str | None = None, engine_version: str | None = None,
                        ) -> tuple[list[tuple[str, Any]], list[str]]:
     """SGLang ``launch_server`` options [(dashed name, value)] (True: a bare flag) and notes for
-    what SGLang lacks, following SGLang's documented server arguments."""
+    what SGLang lacks, following SGLang's documented server arguments. ``engine_version``: the
+    vLLM release a vLLM plan was searched for (a V0 release's mixture-of-experts replicas are
+    independent servers, --dp-size, not DP attention)."""
     check_model_config(config, model)
     dep = common.Deployment(config, model, gpu, max_model_len, kv_capacity_tokens,
-                            quantized_model)
+                            quantized_model, engine_version=engine_version)
     opts = common.mapped_args(config, "sglang")
     # SGLang refuses a request whose prompt + max_new_tokens reaches the context length
     # (TokenizerManager._validate_one_request: `>= self.context_len`), where vLLM allows
@@ -228,13 +236,15 @@ def machine_shares(dep: common.Deployment) -> list[list[int]] | None:
 
 def to_sglang_command(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_model_len: int,
                       header: str = "", kv_capacity_tokens: int | None = None,
-                      quantized_model: str | None = None) -> str:
+                      quantized_model: str | None = None,
+                      engine_version: str | None = None) -> str:
     """``python -m sglang.launch_server`` with every server argument, notes on top; for a plan
     over several machines, one machine's server (its replicas as --dp-size)."""
     opts, notes = sglang_server_args(config, model, gpu, max_model_len=max_model_len,
                                      kv_capacity_tokens=kv_capacity_tokens,
-                                     quantized_model=quantized_model)
-    dep = common.Deployment(config, model, gpu, max_model_len)
+                                     quantized_model=quantized_model,
+                                     engine_version=engine_version)
+    dep = common.Deployment(config, model, gpu, max_model_len, engine_version=engine_version)
     title = [f"# SGLang server launch written by tuner for {config.gpu} x{config.num_gpus}.",
              dep.machines_line("sglang")]
     shares = machine_shares(dep)
@@ -315,4 +325,5 @@ def render_command(dep: common.Deployment, opts: common.RenderOptions) -> str:
     """The export registry's entry (tuner.exports.formats)."""
     return to_sglang_command(dep.config, dep.model, dep.gpu, max_model_len=dep.max_model_len,
                              header=opts.header, kv_capacity_tokens=dep.kv_capacity_tokens,
-                             quantized_model=dep.quantized_model)
+                             quantized_model=dep.quantized_model,
+                             engine_version=dep.engine_version)

@@ -204,7 +204,8 @@ def engine_kwargs(dep: common.Deployment) -> tuple[dict, list[str]]:
     opts, notes = sglang_server_args(dep.config, dep.model, dep.gpu,
                                      max_model_len=dep.max_model_len,
                                      kv_capacity_tokens=dep.kv_capacity_tokens,
-                                     quantized_model=dep.quantized_model)
+                                     quantized_model=dep.quantized_model,
+                                     engine_version=dep.engine_version)
     return {name.replace("-", "_"): value for name, value in opts}, notes
 
 
