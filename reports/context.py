@@ -42,8 +42,10 @@ from tuner.core.workload import Workload
 from tuner.search.records import (
     GOALS,
     TrialRecord,
+    cost_model_picks,
     pareto,
     provenance_from_attrs,
+    rank,
     winners,
 )
 
@@ -246,11 +248,14 @@ def _check_entries(ctx: ReportContext) -> None:
 
 # ---- building one from a study's records -----------------------------------------------------
 def gpu_infos(records: list[TrialRecord], gpus: dict[str, GPU]) -> dict[str, GpuInfo]:
-    """Each GPU's price and cost model (the provenance of its first feasible trial)."""
+    """Each GPU's price and cost model: the provenance of its fastest plan (its winner's, as
+    tuner.search.records.cost_model_picks picks them; the provenance names the plan's
+    parallelism, which differs between trials of one GPU)."""
     provenance: dict[str, Provenance] = {}
-    for r in records:
-        if r.feasible and r.provenance is not None:
-            provenance.setdefault(r.gpu, r.provenance)
+    for g, engines in cost_model_picks(records).items():
+        # each engine's first pick leads with its fastest plan: the GPU's is the fastest of them
+        fastest = rank([picks[0][1][0] for picks in engines.values()], "fastest")
+        provenance[g] = fastest[0].provenance
     return {name: GpuInfo(price_usd_per_h=g.price_usd_per_h, price_source=g.price_source,
                           price_date=g.price_date, memory_gib=g.memory_gib,
                           cost_model=provenance.get(name, UNMEASURED))

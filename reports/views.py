@@ -543,16 +543,19 @@ def provenance_label(provenance: Provenance, measured: bool | None = None) -> st
 
 
 def _gpu_view(name: str, g: GpuInfo, color: str,
-              per_engine: dict[str, str] | None = None) -> dict:
-    """One row of the provenance table. Where the study priced both engines on the GPU, one
-    cost-model line per engine: their kernel tables and engine overheads differ (SGLang's
-    overhead is an estimate), and the GPU's first trial names only one of them."""
+              per_engine: dict[str, list[str]] | None = None) -> dict:
+    """One row of the provenance table: the cost model of the GPU's best plans, fastest and
+    cheapest, naming their trials (tuner.search.records.cost_models_by_engine, as the
+    terminal's cost-model lines), per engine where the study priced both on the GPU (their
+    kernel tables and engine overheads differ; SGLang's overhead is an estimate). A GPU
+    without a feasible trial: its cost model as the context gives it."""
     from tuner.core.config import engine_name
 
     measured = g.measured if g.measured is not None else g.cost_model.is_measured
     cv = as_finite(g.cv_error)
-    lines = [f"{engine_name(e)}: {text}" for e, text in (per_engine or {}).items()] \
-        if len(per_engine or {}) > 1 else [str(g.cost_model) or "—"]
+    per_engine = per_engine or {}
+    lines = [f"{engine_name(e)}, {text}" if len(per_engine) > 1 else text
+             for e, texts in per_engine.items() for text in texts] or [str(g.cost_model) or "—"]
     return dict(name=name, color=color, memory=fmt_float(g.memory_gib, 0),
                 price=fmt_usd_per_h(g.price_usd_per_h), source=g.price_source or "—",
                 date=g.price_date or "—", cost_model=str(g.cost_model) or "—", cost_models=lines,

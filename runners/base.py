@@ -93,6 +93,9 @@ class RunResult:
     log_path: str = ""
     wall_s: float = 0.0  # the whole worker process, import to exit
     makespans_s: list[float] = field(default_factory=list)  # every repeat; makespan_s = min
+    # requests whose generated length differs from the asked one, in the measured pass (None:
+    # the runner does not count them): a run with any did not do the job it was timed on
+    mismatched_lengths: int | None = None
 
     def to_dict(self, *, with_steps: bool = True) -> dict:
         d = dataclasses.asdict(self)
@@ -344,6 +347,8 @@ def result_from_worker(runner: str, res: dict, notes: list[str]) -> RunResult:
         log_path=res.get("log_path", ""),
         wall_s=float(res.get("wall_s", 0.0)),
         makespans_s=[float(x) for x in res.get("makespans_s") or [res["makespan_s"]]],
+        mismatched_lengths=(int(res["mismatched_lengths"])
+                            if res.get("mismatched_lengths") is not None else None),
     )
 
 

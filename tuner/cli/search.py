@@ -569,38 +569,21 @@ def _uncovered_lines(records, gpus: dict) -> list[str]:
 def cost_model_lines(records, gpus: dict) -> list[str]:
     """'GPU: cost model' per GPU, or per GPU and engine where the study priced both engines on
     it (their kernel tables and engine overheads differ): each the provenance of that GPU's
-    (and engine's) best plans, fastest and cheapest, with the trial it describes. The
-    provenance names the plan's parallelism (moe_tp, machines), which differs between trials
-    of one GPU, so a line from another trial than the winner's would describe another plan.
-    A GPU without a feasible trial: its catalog entry's cost model."""
+    (and engine's) best plans, fastest and cheapest, with the trial it describes
+    (tuner.search.records.cost_model_picks, as the report's provenance table). A GPU without
+    a feasible trial: its catalog entry's cost model."""
     from tuner.core.config import engine_name
-    from tuner.search.constraints import trial_ref
-    from tuner.search.records import rank
+    from tuner.search.records import cost_models_by_engine
 
-    feasible = [r for r in records if r.feasible and r.provenance is not None]
+    by = cost_models_by_engine(records)
     lines = []
     for g, info in gpus.items():
-        mine = [r for r in feasible if r.gpu == g]
-        engines = list(dict.fromkeys(r.config.engine for r in mine))
-        if not mine:
+        engines = by.get(g, {})
+        if not engines:
             lines.append(f"{g}: {info.cost_model}")
-            continue
-        for e in engines:
+        for e, texts in engines.items():
             label = f"{g} ({engine_name(e)})" if len(engines) > 1 else g
-            best = {goal: rank([r for r in mine if r.config.engine == e], goal)
-                    for goal in ("fastest", "cheapest")}
-            picked = {goal: rs[0] for goal, rs in best.items() if rs}
-            if not picked:  # none deployable: its first feasible trial
-                first = next(r for r in mine if r.config.engine == e)
-                lines.append(f"{label}, {trial_ref(first)}: {first.provenance}")
-                continue
-            by_text: dict[str, list] = {}
-            for goal, r in picked.items():
-                by_text.setdefault(str(r.provenance), []).append((goal, r))
-            for text, plans in by_text.items():
-                refs = " and ".join(dict.fromkeys(trial_ref(r) for _, r in plans))
-                goals = " and ".join(goal for goal, _ in plans)
-                lines.append(f"{label}, {goals} ({refs}): {text}")
+            lines += [f"{label}, {text}" for text in texts]
     return lines
 
 

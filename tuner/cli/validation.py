@@ -173,6 +173,7 @@ def validate_one(w, spec, gpu, config, *, runner: str, base_cost_model, calibrat
         "import_s": res.import_s,
         "wall_s": res.wall_s,
         "requests": res.requests,
+        "mismatched_lengths": res.mismatched_lengths,
         "output_tokens": res.output_tokens,
         "throughput_tok_s": res.throughput_tok_s,
         "preemptions": {"sim": sim.preemptions, "real": res.preemptions},
@@ -233,6 +234,21 @@ def write_validation(out_dir: Path, records: list[dict]) -> Path:
     merged = [r for r in old if key(r) not in new_keys] + records
     doc = {"validation": merged, "summary": summarize(merged)}
     return write_atomic(path, json.dumps(jsonable(doc), indent=1) + "\n")
+
+
+def mismatch_warning(rec: dict) -> str | None:
+    """The warning for a run whose requests did not all generate the asked number of tokens
+    (the worker's mismatched_lengths; None: none, or not counted): its measured makespan is
+    that of another job than the predicted one."""
+    n = rec.get("mismatched_lengths")
+    if not n:
+        return None
+    cell = _trial_cell(rec.get("trial"), rec.get("config"))
+    who = ("config" if rec.get("trial") is None else cell if cell.endswith("defaults")
+           else f"trial {cell}")
+    return (f"warning: {who}: {n:,} of {rec.get('requests', 0):,} requests generated another "
+            "output length than asked: the run did not do the job, so its measured makespan "
+            "is not comparable with the prediction.")
 
 
 def _trial_cell(trial, config: dict | None) -> str:
@@ -476,6 +492,9 @@ def _print_validation(records_out: list[dict], summary: dict, path: Path, *, run
             who = ("config" if r["trial"] is None else cell if cell.endswith("defaults")
                    else f"trial {cell}")
             outc.print(f"schedule {who}: {escape(summary_line(r['schedule']))}", highlight=False)
+    for r in records_out:
+        if (warning := mismatch_warning(r)) is not None:
+            outc.print(warning, markup=False, highlight=False, style="yellow")
     med = summary["median_abs_error_pct"]
     line = f"median |error| {med:.1f} % over {len(records_out)} run(s)"
     if summary["median_abs_error_calibrated_pct"] is not None:

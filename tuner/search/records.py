@@ -25,7 +25,7 @@ from tuner.core.memory import MemoryPlan
 from tuner.core.pricing import usd_per_million_tokens
 from tuner.core.provenance import Provenance
 from tuner.core.units import as_finite
-from tuner.search.constraints import Constraints, plan_label
+from tuner.search.constraints import Constraints, plan_label, trial_ref
 from tuner.search.meta import study_meta
 from tuner.search.space import OUTPUT_ORDERINGS, engine_refusal
 
@@ -475,15 +475,39 @@ def pareto(records: Iterable[TrialRecord]) -> list[int]:
     return [feas[i].number for i in pareto_indices([(r.makespan_s, r.cost_usd) for r in feas])]
 
 
-def cost_models_by_engine(records: list[TrialRecord]) -> dict[str, dict[str, str]]:
-    """{GPU: {engine: its cost model's provenance}}, each from the first feasible trial of that
-    GPU and engine: what the terminal's and the report's cost-model lines show (a study that
-    priced both engines on a GPU has two: their kernel tables and engine overheads differ)."""
-    by: dict[str, dict[str, str]] = {}
-    for r in records:
-        if r.feasible and r.provenance is not None:
-            by.setdefault(r.gpu, {}).setdefault(r.config.engine, str(r.provenance))
+def cost_model_picks(records: list[TrialRecord]) -> dict[str, dict[str, list[tuple]]]:
+    """{GPU: {engine: [(goals, trials, provenance)]}}: the cost model of each GPU's (and
+    engine's) best plans, fastest and cheapest (:func:`rank`), one entry per distinct
+    provenance ('fastest and cheapest' where both plans have the same), with the trials it
+    describes. The provenance names the plan's parallelism (moe_tp, machines), which differs
+    between trials of one GPU, so one from another trial than the winner's would describe
+    another plan. What the terminal's cost-model lines and the report's provenance table show
+    (a study that priced both engines on a GPU has lines for each: their kernel tables and
+    engine overheads differ)."""
+    feasible = [r for r in records if r.feasible and r.provenance is not None]
+    by: dict[str, dict[str, list[tuple]]] = {}
+    for g in dict.fromkeys(r.gpu for r in feasible):
+        mine = [r for r in feasible if r.gpu == g]
+        for e in dict.fromkeys(r.config.engine for r in mine):
+            ours = [r for r in mine if r.config.engine == e]
+            grouped: dict[str, list] = {}
+            for goal in GOALS:
+                best = rank(ours, goal)[0]  # deployable() keeps at least one of `ours`
+                grouped.setdefault(str(best.provenance), []).append((goal, best))
+            by.setdefault(g, {})[e] = [
+                (" and ".join(goal for goal, _ in plans),
+                 list({id(r): r for _, r in plans}.values()), plans[0][1].provenance)
+                for plans in grouped.values()]
     return by
+
+
+def cost_models_by_engine(records: list[TrialRecord]) -> dict[str, dict[str, list[str]]]:
+    """{GPU: {engine: ['fastest and cheapest (trial #12): its cost model', ...]}}: the lines
+    of :func:`cost_model_picks`, each naming the plans and trials it describes."""
+    return {g: {e: [f"{goals} ({' and '.join(dict.fromkeys(trial_ref(r) for r in rs))}): "
+                    f"{provenance}" for goals, rs, provenance in picks]
+                for e, picks in engines.items()}
+            for g, engines in cost_model_picks(records).items()}
 
 
 def winners(records: list[TrialRecord]) -> tuple[dict, dict]:
