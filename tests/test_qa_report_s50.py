@@ -113,16 +113,20 @@ def test_mixes_are_on_the_reports_front_as_the_terminal_prints_it():
 
 def test_provenance_names_each_engines_cost_model():
     text, _ = _render(_context())
-    assert "SGLang: A40 kernels transferred; SGLang priced with vLLM&#39;s kernel tables; " \
-           "engine overhead: sglang-overlap (estimated, not fitted)" in text
-    assert "vLLM: A40 kernels transferred; engine overhead: vllm-v1-offline" in text
+    # each engine's winners, trial named (stop 53: the rows had described a first trial)
+    assert "SGLang, fastest and cheapest (trial #2): A40 kernels transferred; SGLang priced " \
+           "with vLLM&#39;s kernel tables; engine overhead: sglang-overlap (estimated, not " \
+           "fitted)" in text
+    assert "vLLM, fastest and cheapest (trial #0): A40 kernels transferred; engine overhead: " \
+           "vllm-v1-offline" in text
     # one engine on a GPU: the plain line, as before
     ctx = _context()
     ctx["trials"] = [t for t in ctx["trials"] if t["config"]["engine"] == "vllm"]
     ctx.update(pareto=[0], winners=dict(fastest=0, cheapest=0),
                best_per_gpu={"A40": dict(fastest=0, cheapest=0)})
     text, _ = _render(ctx)
-    assert "<div>A40 kernels transferred; engine overhead" in text and "vLLM: A40" not in text
+    assert "<div>fastest and cheapest (trial #0): A40 kernels transferred; engine overhead" \
+        in text and "vLLM, fastest" not in text
 
 
 def test_per_token_and_ratio_figures_round_as_the_terminal():
