@@ -5,7 +5,6 @@ catalog's host link they measured, and the profiler's record of a run cut short.
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import subprocess
 import sys
@@ -20,11 +19,10 @@ MODELS = ("llama-3-8b", "llama-2-7b", "llama-3-70b")
 
 
 def _pvt():
-    spec = importlib.util.spec_from_file_location(
-        "profile_vs_tables", REPO / "benchmarks" / "profile_vs_tables.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """benchmarks/profile_vs_tables.py as a module (the H100 data's tests load it so too)."""
+    from tests.test_gpu_profile_data import _compare_module
+
+    return _compare_module()
 
 
 def _rows(path: Path) -> list[dict]:
