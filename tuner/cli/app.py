@@ -111,7 +111,8 @@ DisableLogRequestsOpt = Annotated[bool, typer.Option(
     "`vllm serve` export.")]
 MaxModelLenOpt = Annotated[int | None, typer.Option(
     "--max-model-len", help="vLLM's --max-model-len: the longest request (prompt + output "
-    "tokens) the engine takes; longer ones fail (--on-too-long). Default the model's context. "
+    "tokens) the engine takes; longer ones fail (where the command has --on-too-long, it "
+    "says what to do with them). Default the model's context. "
     "V0 releases take max(it, 2,048) as their default token budget.", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 StartupOpt = Annotated[float | None, typer.Option(

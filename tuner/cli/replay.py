@@ -68,6 +68,19 @@ from tuner.core.workload.timed import (  # noqa: F401  (the column names, re-exp
 if TYPE_CHECKING:
     import numpy as np
 
+#: A replayed run whose requests arrive within this fraction of its simulated makespan is
+#: fitted (`tuner calibrate`) as if all came at once: an engine can only wait for requests
+#: before the last one arrives, so the wait the fit scales is at most this share.
+ARRIVAL_SPAN_TOLERATED = 0.02
+
+
+def calibration_leaves_out(arrival_span_s: float, schedule_s: float) -> bool:
+    """Whether `tuner calibrate` leaves a replayed run out: its requests arrived over more than
+    ARRIVAL_SPAN_TOLERATED of the simulated schedule, a wait its record does not tell apart
+    from step time (a fit would scale it too)."""
+    return arrival_span_s > ARRIVAL_SPAN_TOLERATED * schedule_s
+
+
 #: KV capacity the engine reported, where a file carries it (tokens, or blocks x block size)
 KV_TOKEN_KEYS = ("kv_capacity_tokens", "num_gpu_kv_tokens")
 KV_BLOCK_KEYS = ("num_gpu_blocks",)
@@ -114,6 +127,35 @@ class MeasuredRun:
 
 def _fail(path: Path, msg: str) -> TunerError:
     return TunerError(f"{path}: {msg}")
+
+
+def _kv_tokens(row: dict, path: Path, where: str) -> int | None:
+    """The engine's KV capacity in tokens a run's file states (KV_TOKEN_KEYS, the first name
+    present wins; else KV_BLOCK_KEYS x block_size), None where it states none (absent, blank,
+    0); a value that is not a positive whole number is one clear error."""
+    def number(key: str) -> float | None:
+        raw = row.get(key)
+        if raw is None or (isinstance(raw, str) and not raw.strip()):
+            return None
+        try:
+            v = float(raw)
+        except (TypeError, ValueError):
+            v = math.nan
+        if isinstance(raw, bool) or not math.isfinite(v) or v < 0 or v != int(v):
+            raise _fail(path, f"{where} {key} must be a whole number >= 0 (the engine's KV "
+                              f"capacity), got {raw!r}.")
+        return v or None  # 0: not recorded
+
+    for key in KV_TOKEN_KEYS:
+        if (v := number(key)) is not None:
+            return int(v)
+    for key in KV_BLOCK_KEYS:
+        if (blocks := number(key)) is not None:
+            if (size := number("block_size")) is None:
+                raise _fail(path, f"{where} {key} is {int(blocks):,} blocks but no block_size "
+                                  "says how many tokens a block holds; add block_size.")
+            return int(blocks * size)
+    return None
 
 
 def _positive_ints(values: Any, name: str, path: Path) -> np.ndarray:
@@ -200,7 +242,7 @@ def read_bench_result(path: Path, doc: dict) -> MeasuredRun:
     if itl_ms is not None and not itl_ok:
         note += f"median_itl_ms {itl_ms!r} is not a positive number: ITL not compared; "
     return MeasuredRun(prompt[ok], output[ok], arrival, float(duration), "vllm bench serve result",
-                       note.rstrip("; "),
+                       note.rstrip("; "), _kv_tokens(doc, path, "the result's"),
                        model_id=model_id.strip() if isinstance(model_id, str) else "",
                        median_itl_s=float(itl_ms) / 1e3 if itl_ok else None,
                        client_cap=cap, index=np.flatnonzero(ok), list_name="input_lens")
@@ -316,10 +358,7 @@ def read_per_request(path: Path, rows: list[dict],
             f"the fastest request took {fastest_s:,.1f} s per output token ({times}): the times "
             "look like milliseconds, but replay reads seconds (divide them by 1,000); the "
             "comparison is not valid if so")
-    kv = None
-    for key in KV_TOKEN_KEYS:
-        if key in head:
-            kv = int(float(head[key]))
+    kv = _kv_tokens(head, path, "the first request's")
     return MeasuredRun(prompt[ok], output[ok], arrival[ok] - t0, span_s,
                        f"per-request file ({times})", note, kv, warnings=warnings,
                        index=np.flatnonzero(ok),
@@ -347,7 +386,7 @@ def read_run(path: Path) -> MeasuredRun:
             doc = None  # JSONL: one object a line
         if isinstance(doc, dict):
             if "input_lens" in doc or "duration" in doc:
-                return read_bench_result(path, doc)
+                return _with_meta_kv(path, read_bench_result(path, doc))
             if _first(doc, PROMPT_KEYS):  # a per-request file of one request (a JSONL line)
                 one_line = "\n" not in text.strip()
                 return read_per_request(path, [doc], [1] if one_line else None)
@@ -405,7 +444,9 @@ def replay(
     entry_point: EntryPointOpt = "serve",
     price: PriceOpt = None, gpu_file: GpuFileOpt = None,
     record: Annotated[bool, typer.Option(help="Append the comparison to the calibration store "
-                      "(`tuner calibrate --method makespan` fits on it).")] = False,
+                      "(`tuner calibrate --method makespan` fits on it where the run sent its "
+                      "requests at once; a run whose requests arrived over time is recorded "
+                      "but left out of the fit, and replay says so).")] = False,
     store: Annotated[Path | None, typer.Option(help="Calibration store for --record (default "
                      "$TUNER_CALIBRATION_DIR or ~/.cache/tuner/calibration).")] = None,
     as_json: JsonOpt = False,
@@ -498,6 +539,13 @@ def replay(
         doc.update(_itl(m, res))
     if record:
         doc["recorded_in"] = str(_record(doc, res, cm, spec, g, config, store))
+        span = 0.0 if m.arrival_s is None else float(m.arrival_s.max() - m.arrival_s.min())
+        if calibration_leaves_out(span, res.schedule_s):  # say so now, not at the fit
+            doc["record_note"] = (
+                f"`tuner calibrate` will leave this run out: its requests arrived over "
+                f"{fmt_s(span)}, a wait the record does not tell apart from step time; "
+                "calibrate on runs that send every request at once (`vllm bench serve "
+                "--request-rate inf`)")
     if as_json:
         from tuner.core.io import jsonable
 
@@ -538,7 +586,10 @@ def replay(
         out.print(note, style="yellow", markup=False)
     for w in warnings:
         out.print(f"warning: {w}.", style="yellow", markup=False)
-    if "recorded_in" in doc:
+    if "record_note" in doc:
+        out.print(f"recorded in {doc['recorded_in']}; {doc['record_note']}", style="yellow",
+                  markup=False)
+    elif "recorded_in" in doc:
         out.print(f"recorded in {doc['recorded_in']} (fit with: tuner calibrate --device "
                   f"{g.name} --model {spec.name} --runner replay --method makespan)",
                   markup=False)

@@ -35,10 +35,6 @@ if TYPE_CHECKING:
     from tuner.search.records import TrialRecord
 
 PICKS = ("fastest", "spread")
-#: A replayed run whose requests arrive within this fraction of its simulated makespan is
-#: fitted as if all came at once: an engine can only wait for requests before the last one
-#: arrives, so the wait the fit scales is at most this share.
-ARRIVAL_SPAN_TOLERATED = 0.02
 # Run options only some runners take (runners.registry.Runner.options).
 RUNNER_OPTIONS = frozenset({"warmup_passes"})
 
@@ -729,7 +725,7 @@ def _without_arrival_waits(recs: list[dict], origins: list[str],
     unknown wait for arrivals. `tuner replay --record` stores the simulated schedule, arrivals
     included; a record that says how long that schedule waited (sim.idle_s) is fitted without
     scaling the wait, any other one only when its run file shows every request sent at once."""
-    from tuner.cli.replay import read_run
+    from tuner.cli.replay import calibration_leaves_out, read_run
 
     keep, left, spans = [], [], {}
     for i, r in enumerate(recs):
@@ -749,7 +745,7 @@ def _without_arrival_waits(recs: list[dict], origins: list[str],
         if span is None:
             left.append({"run": name, "why": "its run file is not here to show when its "
                          "requests arrived (calibrate from the folder `tuner replay` ran in)"})
-        elif span > ARRIVAL_SPAN_TOLERATED * float(r["sim"]["base_time_s"]):
+        elif calibration_leaves_out(span, float(r["sim"]["base_time_s"])):
             left.append({"run": name, "why": f"requests arriving over {fmt_s(span)}"})
         else:
             keep.append(i)
