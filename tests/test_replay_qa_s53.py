@@ -74,3 +74,12 @@ def test_record_says_when_calibrate_will_leave_the_run_out(tmp_path):
     cal = CliRunner().invoke(app, ["calibrate", "--store", str(tmp_path / "s"), "--method",
                                    "makespan", "--json"])
     assert "left out 1 replayed run" in cal.output or "left out 1" in cal.output, cal.output
+
+
+def test_validate_config_with_invalid_yaml_says_so_before_asking_for_the_gpu(tmp_path):
+    from tuner.cli.validation import load_config_file
+
+    bad = tmp_path / "cfg.yaml"
+    bad.write_text("max-num-seqs: [unclosed\n")
+    with pytest.raises(TunerError, match="not valid YAML"):
+        load_config_file(bad, None)

@@ -112,6 +112,12 @@ def load_config_file(path: Path, gpu: str | None) -> dict:
             return ServingConfig.from_dict(cfg).to_dict()
         except TypeError as exc:
             raise TunerError(f"{path}: not a ServingConfig ({exc}).") from None
+    try:  # the YAML itself first: an invalid file is its own error, not a missing --gpu
+        import yaml
+
+        yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise TunerError(f"{path}: not valid YAML ({str(exc).splitlines()[0]}).") from None
     gpu_name = gpu
     if gpu_name is None:
         for line in text.splitlines():
