@@ -225,13 +225,12 @@ def resolve(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
     (Gated DeltaNet) model resolves its attention and linear parts alike and adds the
     recurrent scan's roofline estimate (predictors.hybrid). A mixture-of-experts plan whose
     dp > 1 is independent engines (vLLM V0) is priced as one of them, at dp 1."""
+    from tuner.core.memory import moe_replica_config
     from tuner.core.pricing import plan_machine_gpu
 
     # with --provider, the machines are the rented instance shape (an expert group over two
     # 4-GPU instances gathers over the network): gpu itself without one
     gpu = plan_machine_gpu(gpu, config.tp, config.dp, config.pp)
-    from tuner.core.memory import moe_replica_config
-
     config = moe_replica_config(model, config, engine_version, engine)
     if getattr(model, "is_hybrid", False):
         from tuner.predictors.hybrid import hybrid_cost_model

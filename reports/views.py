@@ -115,8 +115,8 @@ def _memory_rows(ctx: ReportContext, trials: dict[int, TrialRecord]) -> list[dic
         kv = as_finite(mem.kv_bytes) or 0.0
         # a hybrid under SGLang: its Mamba state pool, carved out before the KV pool (the
         # padding slot included, as simulate's memory table shows it)
-        slots = getattr(mem, "state_slots", 0) or 0
-        state = (slots + 1) * (as_finite(mem.state_bytes_per_request) or 0.0) if slots else 0.0
+        slots = mem.state_slots or 0
+        state = as_finite(mem.state_pool_bytes) or 0.0
         rows.append(dict(
             number=num, tag=trial_tag(t), gpu=t.gpu, roles=roles,
             label=f"{trial_tag(t)} {t.gpu} ({roles[0]})",

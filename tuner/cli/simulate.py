@@ -317,7 +317,7 @@ def _memory_table(plan, gpu_name: str, title: str, reserve_note: str = "",
     t.add_row("runtime (non-torch memory, CUDA graphs)" if reserve_note  # SGLang's: preload
               else "runtime (held before the weights load)", fmt_gib(plan.runtime_overhead_bytes))
     if slots := getattr(plan, "state_slots", 0):  # SGLang's, carved out before the KV pool
-        t.add_row("Mamba state pool", f"{fmt_gib((slots + 1) * plan.state_bytes_per_request)} "
+        t.add_row("Mamba state pool", f"{fmt_gib(plan.state_pool_bytes)} "
                   f"({slots:,} request states + 1 padding)")
     t.add_row("KV cache", fmt_gib(plan.kv_bytes))
     state = getattr(plan, "state_blocks_per_request", 0) or 0

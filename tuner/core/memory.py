@@ -91,6 +91,14 @@ class MemoryPlan:
     max_running_by_slots: int = 0
 
     @property
+    def state_pool_bytes(self) -> float:
+        """SGLang's Mamba state pool of a hybrid plan: its slots and the padding slot
+        (tuner.core.sglang._hybrid_state_pool), carved out before the KV pool; 0 otherwise."""
+        if not self.state_slots:
+            return 0.0
+        return (self.state_slots + 1) * (self.state_bytes_per_request or 0.0)
+
+    @property
     def kv_gpu_bytes_used(self) -> float:
         """KV bytes on the GPU at full capacity (whole blocks only)."""
         return self.kv_capacity_tokens * self.kv_bytes_per_token

@@ -173,11 +173,9 @@ class Deployment:
     def moe_replicas_alone(self) -> bool:
         """A mixture-of-experts plan at dp > 1 for a vLLM V0 release: dp independent engines,
         each holding every expert on its TP GPUs, as it was sized and priced
-        (tuner.core.engines.moe_independent_replicas)."""
-        from tuner.core.engines import generation_of, moe_independent_replicas
-
-        return self.model.is_moe and self.config.dp > 1 and moe_independent_replicas(
-            generation_of(self.engine_version), self.config.engine, True, self.config.dp)
+        (tuner.core.memory.moe_replica_config: the config at dp 1 then)."""
+        return moe_replica_config(self.model, self.config, self.engine_version,
+                                  self.config.engine) is not self.config
 
     def machines_line(self, engine: str = "vllm", separate: bool = False) -> str:
         """'# Needs 4 x H100 machine (8 GPUs each): 8 replicas of TP 1 per machine (32 GPUs).'

@@ -16,8 +16,8 @@ import optuna
 
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import DEFAULTS, ServingConfig
-from tuner.core.engines import generation_of, moe_independent_replicas
 from tuner.core.errors import TunerError
+from tuner.core.memory import moe_replica_config
 from tuner.core.pricing import job_cost_usd
 from tuner.core.sglang import MAMBA_SLOTS_PER_REQUEST, plan_memory_sglang
 from tuner.core.workload import Workload
@@ -346,12 +346,6 @@ class Evaluator:
         finally:
             self.sim_s += time.perf_counter() - t0
 
-    def _moe_replicas_alone(self, config: ServingConfig) -> bool:
-        """Whether this MoE plan's dp > 1 is dp independent engines (a vLLM V0 release), as
-        the simulator runs it (tuner.sim.simulator.simulate: replicas_alone)."""
-        return moe_independent_replicas(generation_of(self.sim_options["engine_version"]),
-                                        config.engine, self.model.is_moe, config.dp)
-
     def _one_replica(self, gpu: GPU, config: ServingConfig, size: int | None = None):
         """(the simulation of one replica on its sample, the sample, its scale). A dense
         replica runs alone (dp 1); a mixture-of-experts one is not alone (its experts are split
@@ -361,7 +355,8 @@ class Evaluator:
         holding every expert (tuner.core.engines.moe_independent_replicas): those run alone,
         as a dense model's do."""
         sample, scale = self.replica_sample(config.dp, size)
-        if not (self.model.is_moe and config.dp > 1) or self._moe_replicas_alone(config):
+        if not (self.model.is_moe and config.dp > 1) or moe_replica_config(
+                self.model, config, self.sim_options["engine_version"], config.engine) is not config:
             return self._simulate(sample, gpu, dataclasses.replace(config, dp=1)), sample, scale
         wide = self._sample_of(min(len(self.workload), len(sample) * config.dp))
         return self._simulate(wide, gpu, config, replicas=1), sample, scale

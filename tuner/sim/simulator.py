@@ -15,7 +15,6 @@ from tuner.core.config import ENGINES, ServingConfig, check_model_config
 from tuner.core.engines import (
     check_scheduler_steps,
     generation_of,
-    moe_independent_replicas,
     moe_parallel_refusal,
     moe_replicas_note,
     multi_step_refusal,
@@ -786,8 +785,7 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         raise InfeasibleConfig(why)
     # V0 has no data-parallel engine: an MoE plan's dp replicas are engines of their own, each
     # holding every expert (its memory plan and cost model are one replica's, at dp 1)
-    replicas_alone = moe_independent_replicas(generation_of(engine_version), engine,
-                                              model.is_moe, config.dp)
+    replica = moe_replica_config(model, config, engine_version, engine)
     if prefix_caching is None:
         prefix_caching = engine == "sglang" or generation_of(engine_version).generation.prefix_caching
     # SGLang's radix cache as launched (it sizes a hybrid's Mamba state pool)
@@ -809,7 +807,7 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
                           radix_cache=radix)
     cost_model = pipelined(cost_model, model, gpu, config)  # PP stages (tuner.sim.pipeline)
     provenance = cost_model.provenance
-    if replicas_alone:
+    if replica is not config:
         provenance = dataclasses.replace(
             provenance, detail=f"{provenance.detail}; {moe_replicas_note(config.dp)}")
     if engine == "sglang":
@@ -863,9 +861,8 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     if run_steps > 1:
         check_decode_runs(scheduled, config, plan, run_steps)
     # a fitted CostModel may carry its measured host<->device curve (predictors.transfer_model)
-    off_ctx = _offload.OffloadContext.build(
-        model, gpu, moe_replica_config(model, config, engine_version, engine),
-        transfer=cost_model.transfer_model)
+    off_ctx = _offload.OffloadContext.build(model, gpu, replica,
+                                            transfer=cost_model.transfer_model)
     off_totals = _offload.OffloadTotals()
     makespan = kv_time_integral = peak_kv = running_s = 0.0
     iterations = preemptions = cached = 0
