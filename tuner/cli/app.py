@@ -243,3 +243,25 @@ def fmt_gib(b: float) -> str:
     return f"{b / 1024**3:.1f} GiB"
 
 
+
+
+def check_store(store: Path | None) -> None:
+    """One clear line, before anything runs, where the calibration store (--store, else
+    $TUNER_CALIBRATION_DIR or the default) is not a folder nor can become one: the store is
+    otherwise written at the end (a 'File exists' after validate's engine runs)."""
+    import os
+
+    from tuner.predictors.calibration import default_store
+
+    path = Path(store) if store is not None else default_store()
+    what = ("--store" if store is not None else "$TUNER_CALIBRATION_DIR"
+            if os.environ.get("TUNER_CALIBRATION_DIR") else "the calibration store")
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                why = ("is a file, not a folder" if p == path
+                       else f"cannot be made: {p} is a file, not a folder")
+                raise TunerError(f"{what} {path} {why}; the calibration store is a folder "
+                                 "(runs.jsonl and one fit per device and model): give a "
+                                 "folder's path.")
+            return

@@ -39,6 +39,7 @@ from tuner.cli.app import (
     SchedulerStepsOpt,
     app,
     catalog_gpu,
+    check_store,
     fmt_s,
     load_gpu_catalog,
     out,
@@ -52,7 +53,8 @@ from tuner.cli.simulate import (
 )
 from tuner.core.config import KNOBS
 from tuner.core.errors import TunerError
-from tuner.core.units import plural
+from tuner.core.units import fmt_rate, plural
+from tuner.core.workload.base import MAX_TOKENS
 from tuner.core.workload.timed import (  # noqa: F401  (the column names, re-exported)
     ARRIVAL_KEYS,
     FINISH_KEYS,
@@ -167,9 +169,12 @@ def _positive_ints(values: Any, name: str, path: Path) -> np.ndarray:
         raise _fail(path, f"{name} must be a list of token counts.") from None
     if a.ndim != 1 or a.size == 0:
         raise _fail(path, f"{name} must be a non-empty list of token counts.")
-    if not np.all(np.isfinite(a)) or np.any(a < 0) or np.any(a != np.floor(a)):
-        i = int(np.flatnonzero(~(np.isfinite(a) & (a >= 0) & (a == np.floor(a))))[0])
-        raise _fail(path, f"{name}[{i}] must be a whole number of tokens >= 0, got {a[i]!r}.")
+    # above MAX_TOKENS the int64 cast wraps (a request of 1e30 tokens became negative)
+    ok = np.isfinite(a) & (a >= 0) & (a == np.floor(a)) & (a <= MAX_TOKENS)
+    if not ok.all():
+        i = int(np.flatnonzero(~ok)[0])
+        raise _fail(path, f"{name}[{i}] must be a whole number of tokens from 0 to "
+                          f"{MAX_TOKENS:,}, got {float(a[i]):g}.")
     return a.astype(np.int64)
 
 
@@ -367,6 +372,10 @@ def read_per_request(path: Path, rows: list[dict],
 
 def read_run(path: Path) -> MeasuredRun:
     """A real run's file, by content: a bench result JSON, or per-request CSV / JSONL."""
+    if str(path) == "-":  # --record stores the run's path, which calibrate reads again
+        raise TunerError("-: tuner replay reads the run from a file, not from standard input; "
+                         "save it to a file (e.g. `vllm bench serve --save-result "
+                         "--save-detailed`) and pass its path.")
     if path.is_dir():
         raise TunerError(f"{path}: is a folder; expected a run's result JSON, CSV or JSONL file.")
     if not path.is_file():
@@ -470,6 +479,8 @@ def replay(
     from tuner.predictors.sources import cost_model_for
     from tuner.sim.simulator import simulate as run_sim
 
+    if record:
+        check_store(store)
     g = catalog_gpu(knobs["gpu"], load_gpu_catalog(gpu_file, price), None)
     m = read_run(run)
     if not (model or m.model_id):
@@ -556,8 +567,8 @@ def replay(
     for col in ("figure", "measured", "predicted", "error"):
         t.add_column(col, justify="right" if col != "figure" else "left")
     t.add_row("makespan", fmt_s(m.measured_s), fmt_s(res.makespan_s), f"{err_pct:+.1f} %")
-    t.add_row("output tok/s", f"{doc['measured_output_tok_s']:,.0f}",
-              f"{doc['predicted_output_tok_s']:,.0f}",
+    t.add_row("output tok/s", fmt_rate(doc["measured_output_tok_s"]),
+              fmt_rate(doc["predicted_output_tok_s"]),
               f"{100.0 * (m.measured_s / res.makespan_s - 1.0):+.1f} %")
     kv_eng = m.kv_tokens
     t.add_row("KV capacity (tokens)", f"{kv_eng:,}" if kv_eng else "not recorded",

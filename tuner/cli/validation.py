@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tuner.cli.app import JsonOpt, StoredProfileModeOpt
+from tuner.cli.app import JsonOpt, StoredProfileModeOpt, check_store
 from tuner.cli.exports import GpuFileOpt, StorageOpt, StudyOpt
 from tuner.core.errors import TunerError
 from tuner.core.units import fmt_duration as fmt_s
@@ -323,10 +323,15 @@ def validate_cmd(
     from tuner.predictors.calibration import append_runs
 
     _check_validate_options(runner, top, repeats, warmup_passes, python, timeout)
+    check_store(store)  # written after the runs: a file there must fail before them
     meta, chosen, out_dir = _chosen_configs(study, storage, out, top, pick, trials, config_files,
                                             workload, model, gpu)
     spec, cat, w = _validate_inputs(meta, model, gpu_file, workload)
+    from tuner.core.catalog import get_gpu
     from tuner.runners.registry import find_python
+
+    for _, cfg_dict, _ in chosen:  # a typo in a --config's GPU is the user's to fix first
+        get_gpu(cfg_dict["gpu"], cat)
 
     find_python(runner, python)  # the runner not installed: one line, after the inputs' own
     prof = profile or meta.profile
@@ -552,6 +557,7 @@ def calibrate_cmd(
 
     if method not in ("auto", "steps", "makespan"):
         raise TunerError(f"Unknown --method {method!r}; choose auto, steps or makespan.")
+    check_store(store)
     sel = _calibration_runs(runs, store, device, model, runner, engine_version)
     try:
         cal = fit_calibration(sel.runs, device=sel.device, model=sel.model, method=method)

@@ -298,14 +298,20 @@ def _check_value(f: dataclasses.Field, value: Any) -> None:
     """TunerError (one line, with the allowed values) unless ``value`` suits field ``f``."""
     knob: Knob = f.metadata["knob"]
     default = f.default
+    wrong_type = False  # a numeric knob given no number (or a fraction for a count)
     if isinstance(default, bool):
         ok = isinstance(value, bool)
     elif isinstance(default, numbers.Real):
-        ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and knob.allows(value)
+        # an int knob (tokens, requests, GPUs) takes whole numbers only: 512.5 is no budget
+        wrong_type = (not isinstance(value, numbers.Real) or isinstance(value, bool)
+                      or (isinstance(default, int) and not float(value).is_integer()))
+        ok = not wrong_type and knob.allows(value)
     else:  # str fields
         ok = isinstance(value, str) and (knob.allows(value) if knob.choices else bool(value))
     if not ok:
         rule = knob.rule() or ("true or false" if isinstance(default, bool) else "non-empty")
+        if wrong_type and not knob.choices:  # ">= 1, got 'abc'" does not say a number is due
+            rule = f"{'an integer' if isinstance(default, int) else 'a number'} {rule}".strip()
         # the field and the option that sets it: a CLI user typed the flag, a file the field
         flag = (knob.flags or (f"--{f.name.replace('_', '-')}",))[0].split("/")[0]
         raise TunerError(f"{f.name} must be {rule}, got {value!r} (option {flag}). "

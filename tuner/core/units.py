@@ -61,3 +61,13 @@ def fmt_usd(x: Any) -> str:
     if v is None:
         return "—"
     return f"${v:.4f}" if abs(v) < 1 else f"${v:,.2f}"
+
+
+def fmt_rate(x: Any) -> str:
+    """A throughput (tok/s, req/s) as the terminal prints it: whole numbers with separators
+    from 100 on ("12,345"), else 3 significant digits, so a slow or sparse job's 0.19 tok/s
+    does not read as 0; "—" where there is no finite figure."""
+    v = as_finite(x)
+    if v is None:
+        return NO_VALUE
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"

@@ -26,6 +26,7 @@ from tuner.core.workload.base import (
     CSV_OUTPUT_COLUMN,
     CSV_PROMPT_COLUMN,
     MAX_ARRIVAL_S,
+    MAX_TOKENS,
     RequestColumns,
     one_line,
 )
@@ -252,6 +253,9 @@ def parse_rows(name: str | Path, rows: list[dict], lines: list[int] | None, *,
             if dtype is np.int64 and not v.is_integer():
                 raise _fail(name, f"{where(i)}: {key} must be a whole number of tokens, got "
                                   f"{r.get(key)!r}.")
+            if dtype is np.int64 and v > MAX_TOKENS:  # int64 would overflow (a traceback)
+                raise _fail(name, f"{where(i)}: {key} must be at most {MAX_TOKENS:,} tokens, "
+                                  f"got {r.get(key)!r}.")
             vals.append(v)
         return np.asarray(vals, dtype=dtype)
 
@@ -292,11 +296,20 @@ def timed_columns(path: Path, name: str | Path, skip_invalid: bool) -> RequestCo
         return (f"{int(numbers[i])}" if lines is not None else f"request {int(numbers[i])}")
 
     bad = (t.prompt < 1) | (t.output < 1)
-    if bad.any() and not skip_invalid:
-        i = int(np.flatnonzero(bad)[0])
+    # arrival_s / arrived_at are the job formats' columns, whose times are >= 0 (a JSONL
+    # record's, records.parse_arrival); a run's own names (queued_ts, start_s) keep any origin
+    key_t = t.columns["arrival"]
+    early = (t.arrival < 0 if t.arrival is not None and key_t in CSV_ARRIVAL_COLUMNS
+             else np.zeros_like(bad))
+    if (bad | early).any() and not skip_invalid:
+        i = int(np.flatnonzero(bad | early)[0])
+        if early[i]:
+            raise TunerError(f"{name}:{where(i)}: {key_t} must be a time in seconds >= 0 (or "
+                             f"Unix time), got {rows[i].get(key_t)!r}")
         key = t.columns["prompt"] if t.prompt[i] < 1 else t.columns["output"]
         raise TunerError(f"{name}:{where(i)}: {key} must be a positive integer, got 0; every "
                          "request needs a prompt and an output token")
+    bad |= early
     keep = ~bad
     arrival_s = None
     if t.arrival is not None:
