@@ -210,6 +210,39 @@ def batch_paths(workload_path: str) -> tuple[str, str]:
     return str(p), str(p.with_name(f"{p.stem}.results.jsonl"))
 
 
+def chat_served_model(model: ModelSpec, workload_path: str, fmt: str,
+                      quantized: str | None = None) -> tuple[ModelSpec, str]:
+    """(the model an export of ``fmt`` serves, a header NOTE line or ""): for a job of chat
+    requests on a base checkpoint, its chat model (catalog.chat_checkpoint), which has the same
+    shapes and cost; `quantized`: the user's checkpoint the plan serves, which keeps its name
+    and is said to need a chat template."""
+    chat = chat_checkpoint(model)
+    if chat and not (workload_path and workload_path != STDIN_NAME
+                     and chat_requests(workload_path)):
+        chat = None  # no chat requests: the base checkpoint serves them
+    if chat and quantized:  # the user's checkpoint is served: say what it needs
+        return model, (f"\nNOTE: the requests are chat messages: {quantized} must carry a chat "
+                       f"template (a quantization of the base {model.load_id} has none; "
+                       f"quantize its chat model, {chat}).")
+    if not chat:
+        return model, ""
+    # a base checkpoint has no chat template: vLLM (transformers >= 4.44) and SGLang answer
+    # every chat request with an error; its chat form has the same shapes and cost
+    # said in the words of the engine the file runs (an SGLang file names no vLLM error)
+    if fmt in ("sglang", "sglang-offline"):
+        refusal, how = ("SGLang answers each one with an error: transformers' "
+                        "'tokenizer.chat_template is not set'", "SGLang --chat-template "
+                        "FILE" if fmt == "sglang" else "its tokenizer's chat_template")
+    else:
+        refusal, how = ("vLLM answers each one 400, 'default chat template is no longer "
+                        "allowed'", "vLLM --chat-template FILE")
+    note = (f"\nNOTE: the requests are chat messages and {model.load_id} is a base "
+            f"checkpoint without a chat template ({refusal}): this serves {chat}, the "
+            "chat model of the same shapes and cost; to serve the base one, set it back "
+            f"and give the engine a chat template ({how}).")
+    return dataclasses.replace(model, checkpoint=chat), note
+
+
 def export_text(fmt: str, record: TrialRecord, model: ModelSpec, gpus: dict[str, GPU], *,
                 max_model_len: int, header: str, workload_path: str = "",
                 batch_output: str | None = None, extra: dict | None = None,
@@ -224,34 +257,12 @@ def export_text(fmt: str, record: TrialRecord, model: ModelSpec, gpus: dict[str,
     if config.gpu not in gpus:
             raise TunerError(f"GPU {config.gpu!r} of {trial_ref(record)} is not in the GPU "
                          "catalog; pass the --gpu-file the search used.")
-    chat = chat_checkpoint(model)
-    if chat and not (workload_path and workload_path != STDIN_NAME
-                     and chat_requests(workload_path)):
-        chat = None  # no chat requests: the base checkpoint serves them
     # the user's checkpoint is served only for plans at its own weight bits
     quantized = (quantized_model if quantized_model and Deployment(
         config, model, gpus[config.gpu], max_model_len,
         quantized_model=quantized_model).serves_quantized_checkpoint else None)
-    if chat and quantized:  # the user's checkpoint is served: say what it needs
-        header += (f"\nNOTE: the requests are chat messages: {quantized} must carry a chat "
-                   f"template (a quantization of the base {model.load_id} has none; quantize "
-                   f"its chat model, {chat}).")
-    elif chat:
-        # a base checkpoint has no chat template: vLLM (transformers >= 4.44) and SGLang answer
-        # every chat request with an error; its chat form has the same shapes and cost
-        # said in the words of the engine the file runs (an SGLang file names no vLLM error)
-        if fmt in ("sglang", "sglang-offline"):
-            refusal, how = ("SGLang answers each one with an error: transformers' "
-                            "'tokenizer.chat_template is not set'", "SGLang --chat-template "
-                            "FILE" if fmt == "sglang" else "its tokenizer's chat_template")
-        else:
-            refusal, how = ("vLLM answers each one 400, 'default chat template is no longer "
-                            "allowed'", "vLLM --chat-template FILE")
-        header += (f"\nNOTE: the requests are chat messages and {model.load_id} is a base "
-                   f"checkpoint without a chat template ({refusal}): this serves {chat}, the "
-                   "chat model of the same shapes and cost; to serve the base one, set it back "
-                   f"and give the engine a chat template ({how}).")
-        model = dataclasses.replace(model, checkpoint=chat)
+    model, note = chat_served_model(model, workload_path, fmt, quantized)
+    header += note
     m, mem = record.metrics, record.memory
     kw: dict[str, Any] = {}
     exporter = EXPORTERS.get(fmt)  # render_export refuses an unknown format

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import plotly.offline
 
+from tuner.core.config import DEFAULTS, ENGINE_HELD
 from tuner.core.errors import TunerError
 from tuner.core.provenance import Provenance
 from tuner.core.units import as_finite, fmt_duration, fmt_usd
@@ -76,7 +77,14 @@ def config_summary(cfg) -> str:
     or its JSON form (a validation entry's)."""
     if not isinstance(cfg, dict):
         cfg = cfg.to_dict()
+    held = ENGINE_HELD.get(cfg.get("engine", "vllm"), {})  # knobs the plan's engine lacks
+
+    def off_default(k: str) -> bool:  # a knob the terminal's table shows too (cli/tables.py)
+        return k in cfg and k not in held and cfg[k] != DEFAULTS.get(k)
+
     parts = [f"tp{cfg.get('tp', 1)}"]
+    if cfg.get("pp", 1) > 1:
+        parts.append(f"pp{cfg['pp']}")
     if cfg.get("dp", 1) > 1:
         parts.append(f"dp{cfg['dp']}")
     if cfg.get("engine", "vllm") == "sglang":  # SGLang's plans hold vLLM's own knobs
@@ -91,6 +99,19 @@ def config_summary(cfg) -> str:
         parts.append(f"KV offload {cfg['kv_offload_layers']} layers")
     if cfg.get("weight_offload_fraction", 0):
         parts.append(f"weights {100 * cfg['weight_offload_fraction']:.0f} % on CPU")
+    if off_default("attention_on_cpu"):
+        parts.append("attention on CPU")
+    if off_default("cpu_threads_intra") or off_default("cpu_threads_inter"):
+        parts.append(f"CPU threads {cfg.get('cpu_threads_intra', 0)}/"
+                     f"{cfg.get('cpu_threads_inter', 0)}")
+    # the memory share sets the KV capacity: gpu_memory_utilization (SGLang:
+    # mem_fraction_static), as the terminal's 'mem .95'
+    if off_default("gpu_memory_utilization"):
+        parts.append(f"mem {cfg['gpu_memory_utilization']:g}")
+    if off_default("block_size"):
+        parts.append(f"block {cfg['block_size']}")
+    if off_default("expert_parallel"):
+        parts.append("expert parallel")
     return ", ".join(parts)
 
 

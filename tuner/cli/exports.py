@@ -230,7 +230,7 @@ def _export_fleet(k: int, study: str | None, storage: str | None, out: Path | No
 
     from tuner.core.engines import priced_scheduler_steps
     from tuner.exports.fleet import fleet_files
-    from tuner.reports.extras import deploy_max_model_len
+    from tuner.reports.extras import chat_served_model, deploy_max_model_len
     from tuner.reports.outputs import fleet_entries
     from tuner.search import load_study, study_cost_model_for
     from tuner.search.records import trial_records
@@ -254,10 +254,15 @@ def _export_fleet(k: int, study: str | None, storage: str | None, out: Path | No
         lines = src.read_text(encoding="utf-8").splitlines(keepends=True)
     except OSError as exc:
         raise TunerError(f"Cannot read the workload {src}: {exc.strerror or exc}.") from None
+    # the same served model and max-model-len notes as the single-plan exports: a job of chat
+    # requests on a base checkpoint is served by its chat model (else every request fails)
+    model, chat_note = chat_served_model(s.model, str(src), "run-batch")
+    mml, mml_note = ((max_model_len, "") if max_model_len
+                     else deploy_max_model_len(s.workload, s.model))
     files = fleet_files(
-        fleets[k - 1], lines, s.workload, s.model, s.gpus,
-        max_model_len=max_model_len or deploy_max_model_len(s.workload, s.model)[0],
-        header=f"Fleet plan {k} of study {st.study_name!r}.",
+        fleets[k - 1], lines, s.workload, model, s.gpus, max_model_len=mml,
+        header=(f"Fleet plan {k} of study {st.study_name!r}."
+                + (f"\nNOTE: {mml_note}" if mml_note else "") + chat_note),
         quantized_model=quantized_model or s.meta.constraints.quantized_model,
         num_scheduler_steps=priced_scheduler_steps(s.meta.engine_version,
                                                    s.meta.num_scheduler_steps),

@@ -177,10 +177,13 @@ class Deployment:
         return moe_replica_config(self.model, self.config, self.engine_version,
                                   self.config.engine) is not self.config
 
-    def machines_line(self, engine: str = "vllm", separate: bool = False) -> str:
+    def machines_line(self, engine: str = "vllm", separate: bool = False,
+                      headless_model: str | None = None) -> str:
         """'# Needs 4 x H100 machine (8 GPUs each): 8 replicas of TP 1 per machine (32 GPUs).'
         `separate`: for an export that runs every replica as an engine of its own (run-batch,
-        Ray Data): no one-engine launch lines."""
+        Ray Data): no one-engine launch lines. `headless_model`: the checkpoint of a command
+        that has no --headless (`vllm run-batch`): the other machines' data-parallel ranks are
+        then `vllm serve MODEL --headless` with the same engine options."""
         m = self.machines
         line = f"# Needs {m.describe()} ({plural(m.gpus_used, 'GPU')} in use)."
         if m.machines_per_replica > 1 and engine == "sglang":
@@ -194,6 +197,19 @@ class Deployment:
             line += (f"\n# The one engine spans the {m.count} machines: start the same command "
                      f"on each with --nnodes {m.count} --node-rank K (K = 0 .. {m.count - 1}) "
                      "--dist-init-addr HEAD_IP:5000 (machine 0's address).")
+        elif self.one_engine and m.count > 1 and not separate and headless_model:
+            # `vllm run-batch` takes the head's DP options but has no --headless (its parser,
+            # vLLM 0.32): the other machines' ranks are headless `vllm serve` engines
+            local = m.replicas_per_machine
+            line += (f"\n# The one engine spans the {m.count} machines ({local} data-parallel "
+                     f"rank(s) each): on machine 0 add --data-parallel-size-local {local} "
+                     "--data-parallel-address HEAD_IP --data-parallel-rpc-port 13345 to this "
+                     f"command; on machine K (K = 1 .. {m.count - 1}) start its ranks with "
+                     f"vllm serve {headless_model} --headless, this command's engine options "
+                     "(all but -i, -o and --served-model-name) and --data-parallel-size-local "
+                     f"{local} --data-parallel-start-rank {local}*K --data-parallel-address "
+                     "HEAD_IP --data-parallel-rpc-port 13345 (vllm run-batch has no "
+                     "--headless; vLLM's multi-node data parallel).")
         elif self.one_engine and m.count > 1 and not separate:  # vLLM's multi-node DP
             local = m.replicas_per_machine
             line += (f"\n# The one engine spans the {m.count} machines ({local} data-parallel "
@@ -290,7 +306,8 @@ WHEN: dict[str, Callable[[Deployment], bool]] = {
     # an FP8 KV cache on a GPU where vLLM's FlashAttention has none (another backend runs it)
     "kv_bits_8": lambda d: fp8_kv_other_backend(d),
     "weight_bits_8": lambda d: d.config.weight_bits == 8 and not d.gpu.fp8_tflops,
-    "weight_bits_4": lambda d: d.config.weight_bits == 4,
+    # ... unless the model's own checkpoint is 4-bit (gpt-oss's MXFP4): it is served as is
+    "weight_bits_4": lambda d: d.config.weight_bits == 4 and d.model.checkpoint_bits != 4,
     "kv_offload": lambda d: d.config.kv_offload_layers > 0,
     "attention_on_cpu": lambda d: d.config.attention_on_cpu,
     # the CPU threads set the CPU attention's threads, and only priced with it

@@ -202,6 +202,18 @@ def sglang_server_args(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max
     return list(common.in_order(opts, _OPTION_ORDER).items()), notes
 
 
+def vllm_plan_notes(config: ServingConfig, notes: list[str]) -> list[str]:
+    """`notes` of an SGLang file, headed, for a vLLM plan translated into SGLang's words, by
+    the line saying its header's predicted figures are vLLM's (SGLang's own were not
+    simulated for it)."""
+    if config.engine == "sglang":
+        return notes
+    return ["this plan was simulated for vLLM (vLLM's scheduler, memory plan and host costs): "
+            "the predicted makespan and $ above are vLLM's, not SGLang's; these are the same "
+            "knobs in SGLang's words, not simulated under SGLang (search with --engines sglang "
+            "for SGLang's own plans).", *notes]
+
+
 def _hybrid_note(config: ServingConfig, model: ModelSpec, gpu: GPU) -> str:
     """What the plan took of SGLang's Mamba state pool (tuner.core.sglang._hybrid_state_pool),
     which SGLang sizes itself from the flags above: no flag restates it."""
@@ -261,8 +273,9 @@ def to_sglang_command(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_
     title += ["# Then submit the batch JSONL through its OpenAI-compatible API (port 30000), e.g.",
               "# the Batch API (/v1/files, /v1/batches) or an OpenAI client over the file's "
               "bodies."]
-    return common.write_command(common.export_head(title, header, notes, config),
-                                "python -m sglang.launch_server", opts)
+    return common.write_command(
+        common.export_head(title, header, vllm_plan_notes(config, notes), config),
+        "python -m sglang.launch_server", opts)
 
 
 def _infer_without_comment(opts: dict[str, Any], chunk: Any, base: dict) -> None:

@@ -23,7 +23,7 @@ import ast
 from tuner.core.config import ServingConfig
 from tuner.core.errors import TunerError
 from tuner.exports import common
-from tuner.exports.sglang import machine_shares, sglang_server_args
+from tuner.exports.sglang import machine_shares, sglang_server_args, vllm_plan_notes
 
 _SCRIPT = '''
 import asyncio
@@ -238,7 +238,7 @@ def to_sglang_offline_script(dep: common.Deployment, opts: common.RenderOptions)
              "# Needs: pip install 'sglang[all]'.", *how,
              "# Resumable: each result is appended as it completes; after an interruption rerun "
              "the same command and only unanswered requests run."]
-    head = common.export_head(title, opts.header, notes, c)
+    head = common.export_head(title, opts.header, vllm_plan_notes(c, notes), c)
     kwargs_text = "{\n" + "".join(f"    {k!r}: {v!r},\n" for k, v in kwargs.items()) + "}"
     body = _SCRIPT.format(input_path=opts.input_path, output_path=opts.output_path,
                           engine_kwargs=kwargs_text, replicas_by_machine=shares,

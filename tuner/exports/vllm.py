@@ -299,14 +299,18 @@ def v0_server_flags(args: dict[str, Any], num_scheduler_steps: int | None,
     return False
 
 
-def _replica_lines(dep: common.Deployment, args: dict, run: str) -> list[str]:
+def _replica_lines(dep: common.Deployment, args: dict, run: str, *,
+                   run_batch: bool = False) -> list[str]:
     """The machines the plan needs and how this one engine's file is run: one engine per
     replica (`args` loses data_parallel_size), or, for a mixture-of-experts model at dp > 1
-    (its experts split over all TP x DP GPUs), the whole plan as one data-parallel engine."""
+    (its experts split over all TP x DP GPUs), the whole plan as one data-parallel engine.
+    `run_batch`: the file is a `vllm run-batch` command, which has no --headless."""
     c = dep.config
-    lines = [dep.machines_line()]
+    lines = [dep.machines_line(headless_model=str(args["model"]) if run_batch else None)]
     if dep.one_engine:
         where = ("once, on one machine" if dep.machines.count == 1 else
+                 "on machine 0, with the multi-node flags above (the headless ranks on the "
+                 "others)" if run_batch else
                  "on every machine, with the multi-node flags above")
         how = ("whole experts split over them: expert parallelism" if c.expert_parallel else
                "every expert tensor-split over them")
@@ -462,7 +466,7 @@ def to_vllm_run_batch(config: ServingConfig, model: ModelSpec, gpu: GPU, *, max_
              *_replica_lines(common.Deployment(config, model, gpu, max_model_len,
                                                num_scheduler_steps=num_scheduler_steps,
                                                engine_version=engine_version), args,
-                             "this command"),
+                             "this command", run_batch=True),
              "# Input: OpenAI Batch API JSONL (custom_id, method, url, body), one request a line;",
              "# results go to the output JSONL in the same order."]
     options = [("model", args.pop("model"))]
