@@ -588,11 +588,17 @@ def cost_model_lines(records, gpus: dict) -> list[str]:
 
 
 def _gpus(r) -> str:
-    """'32 x A40 on 4 machines' (the machines when more than one)."""
+    """'32 x A40 on 4 machines of 8' (the machines when more than one); with --provider the
+    instances rented, and the GPUs of them the plan leaves idle, which its $ pays for."""
     n = r.config.num_gpus
     m = (r.metrics.machines if r.metrics is not None else None) or {}
-    on = ("" if m.get("count", 1) <= 1 else f" on {m['count']} x {m['instance']}"
-          if m.get("provider") else f" on {m['count']} machines of {m['gpus_per_machine']}")
+    on = ("" if m.get("count", 1) <= 1
+          else f" on {m['count']} machines of {m['gpus_per_machine']}")
+    if m.get("provider"):  # whole instances billed: '4 x H100 on 1 x p5.48xlarge (4 idle, paid)'
+        idle = m["count"] * m["gpus_per_machine"] - n
+        on = (f" on {m['count']} x {m['instance']}"
+              + (f" ({plural(idle, 'GPU')} of {'it' if m['count'] == 1 else 'them'} idle, "
+                 "paid)" if idle > 0 else ""))
     return f"{n} x {r.gpu}{on}" + (" under SGLang" if r.config.engine == "sglang" else "")
 
 

@@ -44,11 +44,14 @@ class Instance:
     usd_per_h: float  # the price charged (on-demand, or spot with --spot)
     vcpus: int | None = None
     ram_gib: float | None = None
+    source: str = ""  # where its price comes from (its providers.yaml row), and when
+    date: str = ""
 
     @classmethod
     def from_dict(cls, d: dict) -> Instance:
         return cls(name=str(d["name"]), gpus=int(d["gpus"]), usd_per_h=float(d["usd_per_h"]),
-                   vcpus=d.get("vcpus"), ram_gib=d.get("ram_gib"))
+                   vcpus=d.get("vcpus"), ram_gib=d.get("ram_gib"),
+                   source=str(d.get("source") or ""), date=str(d.get("date") or ""))
 
 
 @dataclass(frozen=True)
@@ -483,11 +486,13 @@ class Provider:
                 raise TunerError(f"{self.name} has no {gpu} instance on-demand: "
                                  f"{self.not_on_demand_reason(gpu)}; add --spot to price its "
                                  "spot instances, or pick another GPU or --provider.")
-        insts = tuple(Instance(r.name, r.gpus, float(r.spot_usd_per_h if spot else r.usd_per_h),
-                               r.vcpus, r.ram_gib) for r in rows)
         # a row's source and date are its on-demand price's; its spot price (spot_usd_per_h)
         # was read from the same table at the same date, which the spot label says
         how = "spot price from the same table and date as its on-demand price: " if spot else ""
+        insts = tuple(Instance(r.name, r.gpus, float(r.spot_usd_per_h if spot else r.usd_per_h),
+                               r.vcpus, r.ram_gib,
+                               source=f"{how}{r.source}" + (f" ({r.notes})" if r.notes else ""),
+                               date=r.date) for r in rows)
         return Billing(provider=self.name, instances=insts, granularity_s=self.granularity_s,
                        minimum_s=self.minimum_s, spot=spot,
                        source="; ".join(dict.fromkeys(
@@ -656,9 +661,25 @@ def instance_hint(name: str, provider: str | None,
 
 def reprice(billing: Billing, usd_per_gpu_h: float) -> Billing:
     """The billing with every instance at `usd_per_gpu_h` per GPU (--price with --provider)."""
+    how = "user override (--price) per GPU-hour"
     return dataclasses.replace(billing, instances=tuple(
-        dataclasses.replace(i, usd_per_h=usd_per_gpu_h * i.gpus) for i in billing.instances),
-        source="user override (--price) per GPU-hour", date="")
+        dataclasses.replace(i, usd_per_h=usd_per_gpu_h * i.gpus, source=how, date="")
+        for i in billing.instances), source=how, date="")
+
+
+def price_provenance(gpu, rental: Rental | None = None) -> str:
+    """Where the price a plan pays comes from, and its date: with --provider the rented
+    instance's row of the price table ('aws p5.48xlarge: SOURCE, 2026-11-24'), else the
+    catalog's per-GPU price (`gpu`: a tuner.core.catalog.GPU, duck-typed)."""
+    billing = getattr(gpu, "billing", None)
+    if billing is not None and rental is not None:
+        inst = next((i for i in billing.instances if i.name == rental.instance), None)
+        if inst is not None and inst.source:
+            return (f"{billing.provider}{' spot' if billing.spot else ''} {inst.name}: "
+                    f"{inst.source}" + (f", {inst.date}" if inst.date else ""))
+    source = str(getattr(gpu, "price_source", "") or "").strip() or "no source given"
+    date = str(getattr(gpu, "price_date", "") or "").strip()
+    return source + (f", {date}" if date and date.lower() != "estimate" else "")
 
 
 def require_offered(gpu, provider: str | None, spot: bool = False,
@@ -694,6 +715,6 @@ __all__ = ["ADVISOR_MONTH_H", "Billing", "GRANULARITY_S", "Instance", "InstanceR
            "InterruptionRate", "Machines", "Provider", "Rental", "SPOT_ADVISOR_BUCKETS",
            "advisor_bucket_rate", "apply_provider", "billed_seconds", "check_interruption_rate",
            "choose_instances", "get_provider", "instance_hint",
-           "place", "plan_machine_gpu",
+           "place", "plan_machine_gpu", "price_provenance",
            "job_cost_usd", "load_providers", "plural", "price_caveat", "rent", "reprice",
            "require_offered", "spot_title", "usd_per_million_tokens"]

@@ -159,10 +159,11 @@ def simulate_fleet(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
                    beaten_by: list[tuple[float, float]] = (),
                    margin: float = ESTIMATE_MARGIN) -> FleetPlan | None:
     """Simulate `configs` (one per part) serving `workload` together, with the shares moved
-    until the parts finish within `tolerance` of each other (or `rounds` tries; the closest is
-    returned). InfeasibleConfig when a part cannot run its share. None as soon as the parts
-    balanced by their simulated rates would still lose to a (makespan, $) of `beaten_by` on
-    both by more than `margin` (not worth more rounds)."""
+    until the parts finish within `tolerance` of each other (or `rounds` tries; the fastest is
+    returned, or the split that gives the slowest part nothing where that ends sooner: then
+    the plan holds fewer parts). InfeasibleConfig when a part cannot run its share. None as
+    soon as the parts balanced by their simulated rates would still lose to a (makespan, $) of
+    `beaten_by` on both by more than `margin` (not worth more rounds)."""
     k = len(configs)
     shares = np.full(k, 1.0 / k) if shares is None else np.asarray(shares, float) / sum(shares)
     trials = trials or [None] * k
@@ -188,18 +189,35 @@ def simulate_fleet(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
             sched[i], start[i] = res.makespan_s - res.startup_s, res.startup_s
         # a part of share 0 gets no request: leaving its share out deals the same split
         plan = FleetPlan(tuple(parts), tuple(float(x) for x in shares if x > 0))
-        if best is None or plan.makespan_s < best.makespan_s:
-            best = plan
-        if plan.finish_spread <= tolerance:
-            return plan
         # measured rates: the work each part did per second of its schedule
         rate = np.where(sched > 0, shares, 0.0) / np.where(sched > 0, sched, 1.0)
+        if best is None or plan.makespan_s < best.makespan_s:
+            best, best_rate, best_finish, best_start = plan, rate, start + sched, start
+        if plan.finish_spread <= tolerance:
+            return plan
         shares, t_end = balance(rate, start)
         if beaten_by:  # the balanced plan, estimated from these rates: still beaten?
             usd_per_s = sum(p.cost_usd / p.makespan_s for p in parts)
             if any(bt * (1 + margin) < t_end and bc * (1 + margin) < usd_per_s * t_end
                    for bt, bc in beaten_by):
                 return None
+    # The fluid rule prices a share as rate x time, but a part's least work is a request from
+    # prompt to last token: a part dealt a handful of requests can end after the others would
+    # have ended without it (2 x H100 + 1 x A10: the A10's one long request outlasted the H100s'
+    # whole job). The split may give a part nothing: where the measured rates say the others
+    # end sooner without the slowest part, simulate that split and keep the faster plan.
+    if best is not None and (best_rate > 0).sum() > 1:
+        slow = int(np.argmax(np.where(best_rate > 0, best_finish, -np.inf)))
+        rest = np.where(np.arange(k) == slow, 0.0, best_rate)
+        without, t_rest = balance(rest, best_start)
+        if t_rest < best.makespan_s:
+            alt = simulate_fleet(workload, model, gpus, configs, cost_model_for, shares=without,
+                                 tolerance=tolerance, rounds=rounds, startup_s=startup_s,
+                                 engine_version=engine_version,
+                                 num_scheduler_steps=num_scheduler_steps, trials=trials,
+                                 beaten_by=beaten_by, margin=margin)
+            if alt is not None and alt.makespan_s < best.makespan_s:
+                return alt
     return best
 
 
@@ -398,7 +416,8 @@ def fleet_front(workload: Workload, model: ModelSpec, gpus: dict[str, GPU],
                                   beaten_by=singles)
         except InfeasibleConfig:
             continue  # a part cannot hold its share (a request longer than its KV)
-        if plan is not None:
+        # a split that gives a type nothing is a single-type plan, not a mix
+        if plan is not None and len(plan.parts) > 1:
             plans.append(plan)
     points = singles + [(p.makespan_s, p.cost_usd) for p in plans]
     on_front = set(pareto_indices(points))
