@@ -199,39 +199,48 @@ class ThreadChoice:
     inter: int  # inter-op threads = compute concurrency + LOADER_THREADS (LM-Offload §4.2)
     inter_compute: int
     loader_intra: tuple[int, ...]  # threads of the five load/store tasks (by volume)
-    chosen_by: str  # "config" or "alg3"
+    chosen_by: str  # "config", "alg3", or which one the config gave and Alg. 3 the other
 
 
 def choose_threads(cpu: CPUModel, kv_bytes: float = float(1 << 30), flops: float = 0.0,
-                   volumes: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0, 1.0)) -> ThreadChoice:
+                   volumes: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0, 1.0), *,
+                   intra: int = 0, inter: int = 0) -> ThreadChoice:
     """LM-Offload Alg. 3: for intra = 1 .. max_thrs - 5, inter_compute = the attention graph's
     max concurrency (Kahn); free = max_thrs - inter_compute x intra; skip when free < 5; give
     the free threads to the five load/store tasks in proportion to their volumes; keep the
     setting with the best modelled throughput (here: the shortest attention time of a
     representative call; ties: fewer threads). Falls back to intra 1 when no setting leaves
-    five threads free."""
-    conc = cpu.graph_concurrency
+    five threads free. `intra` / `inter` > 0: that one is the user's and Alg. 3 chooses the
+    other (inter: the compute task's concurrency is min(inter, the graph's))."""
+    conc = max(1, min(inter, cpu.graph_concurrency)) if inter > 0 else cpu.graph_concurrency
+    inter_all = inter if inter > 0 else conc + cpu.loader_threads
     best: tuple[float, int] | None = None
-    for intra in range(1, max(cpu.cores - cpu.loader_threads, 1) + 1):
-        free = cpu.cores - conc * intra
+    # the intra-op threads to try: none when the user gave them
+    tries = range(1, max(cpu.cores - cpu.loader_threads, 1) + 1) if intra <= 0 else ()
+    for i in tries:
+        free = cpu.cores - conc * i
         if free < cpu.loader_threads:
             continue
-        t = float(cpu.attention_s(kv_bytes, flops, intra, conc + cpu.loader_threads))
+        t = float(cpu.attention_s(kv_bytes, flops, i, inter_all))
         if best is None or t < best[0] * (1 - 1e-9):
-            best = (t, intra)
-    intra = best[1] if best else 1
+            best = (t, i)
+    chosen_by = ("alg3" if intra <= 0 and inter <= 0 else
+                 "config intra, alg3 inter" if intra > 0 else "config inter, alg3 intra")
+    if intra <= 0:
+        intra = best[1] if best else 1
     free = max(cpu.cores - conc * intra, cpu.loader_threads)
     vol = np.asarray(volumes, dtype=np.float64)
     share = vol / vol.sum() if vol.sum() > 0 else np.full(len(vol), 1.0 / len(vol))
     loaders = tuple(int(max(1, math.floor(free * s))) for s in share)
-    return ThreadChoice(intra=intra, inter=conc + cpu.loader_threads, inter_compute=conc,
-                        loader_intra=loaders, chosen_by="alg3")
+    return ThreadChoice(intra=intra, inter=inter_all, inter_compute=conc,
+                        loader_intra=loaders, chosen_by=chosen_by)
 
 
 def threads_for(config: ServingConfig, cpu: CPUModel) -> ThreadChoice:
-    """The config's threads when both are set (> 0), else LM-Offload Alg. 3's choice."""
+    """The config's threads when both are set (> 0); LM-Offload Alg. 3's choice of the one
+    left at 0 (both, when both are): a thread count the user gave is never replaced."""
     if config.cpu_threads_intra > 0 and config.cpu_threads_inter > 0:
         conc = max(1, min(config.cpu_threads_inter, cpu.graph_concurrency))
         return ThreadChoice(intra=config.cpu_threads_intra, inter=config.cpu_threads_inter,
                             inter_compute=conc, loader_intra=(), chosen_by="config")
-    return choose_threads(cpu)
+    return choose_threads(cpu, intra=config.cpu_threads_intra, inter=config.cpu_threads_inter)

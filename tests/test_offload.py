@@ -248,20 +248,23 @@ class StubCost:
     transfer_model = None
 
 
-def _price(cfg, f, **ctx_kw):
+def _price(cfg, f, scheme=None, **ctx_kw):
     m, g = get_model("llama-3-8b"), get_gpu("A10", GPUS)
     ctx = off.OffloadContext.build(m, g, cfg, transfer=linear_link(1e9), **ctx_kw)
+    if scheme:  # e.g. LM-Offload's stream for a weight-only plan vLLM would run its own way
+        ctx = dataclasses.replace(ctx, weight_scheme=scheme)
     return off.price_iterations(f, StubCost().iteration_time_s(f), ctx, StubCost()), ctx
 
 
 def test_weight_streaming_eq2_by_hand():
     """Half of llama-3-8b's 16-bit weights in host RAM, streamed at 1 GB/s: per layer
     0.5 x weights / 32 bytes; Eq. 2 per layer: max(1 ms compute, load) -> the stall is
-    32 x (load - 1 ms)."""
+    32 x (load - 1 ms). (A vLLM plan offloads whole layers its own way:
+    tests/test_vllm_weight_offload_s54.py.)"""
     m = get_model("llama-3-8b")
     cfg = ServingConfig(gpu="A10", weight_offload_fraction=0.5)
     f = BatchFeatures.single(decodes=8, kv_tokens=8000)
-    p, _ = _price(cfg, f)
+    p, _ = _price(cfg, f, scheme="prefetch")
     load = 0.5 * m.weight_bytes(16) / 32 / 1e9
     assert float(p["weight_stall_s"][0]) == pytest.approx(32 * (load - 1e-3))
     assert float(p["dt_s"][0]) == pytest.approx(40e-3 + 32 * (load - 1e-3))
@@ -342,7 +345,10 @@ def test_host_memory_is_a_hard_limit():
 
 def test_weight_offload_staging_buffers():
     m, g = get_model("llama-3-8b"), get_gpu("A10", GPUS)
-    plan = plan_memory(m, g, ServingConfig(gpu="A10", weight_offload_fraction=0.5))
+    # LM-Offload's stream (a plan with KV offload too): two layers of the offloaded share;
+    # vLLM's schemes: tests/test_vllm_weight_offload_s54.py
+    plan = plan_memory(m, g, ServingConfig(gpu="A10", weight_offload_fraction=0.5,
+                                           kv_offload_layers=1))
     assert plan.offload_staging_bytes == pytest.approx(2 * 0.5 * m.weight_bytes(16) / 32)
     b = plan.breakdown()
     assert b["weights_host_bytes"] == pytest.approx(0.5 * m.weight_bytes(16))

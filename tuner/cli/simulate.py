@@ -47,8 +47,9 @@ from tuner.cli.app import (
     spot_rates_for,
 )
 from tuner.core.config import DEFAULTS, ENGINES, KNOBS, Knob, ServingConfig, prefill_budget_refusal
+from tuner.core.engines import WEIGHT_OFFLOAD_SCHEMES
 from tuner.core.errors import TunerError
-from tuner.core.pricing import price_caveat
+from tuner.core.pricing import price_caveat, price_provenance
 from tuner.core.sglang import (
     DEFAULT_CONSERVATIVENESS,
     MAX_PREFILL_TOKENS,
@@ -56,7 +57,7 @@ from tuner.core.sglang import (
     SGLangSettings,
     default_config,
 )
-from tuner.core.units import fmt_usd, plural
+from tuner.core.units import fmt_rate, fmt_usd, plural
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -316,6 +317,10 @@ def _memory_table(plan, gpu_name: str, title: str, reserve_note: str = "",
     t.add_row("activations (start-up profile peak)", fmt_gib(plan.activation_bytes))
     t.add_row("runtime (non-torch memory, CUDA graphs)" if reserve_note  # SGLang's: preload
               else "runtime (held before the weights load)", fmt_gib(plan.runtime_overhead_bytes))
+    if getattr(plan, "offload_staging_bytes", 0):  # weight offload: so the rows add up
+        t.add_row("offloaded-layer copy (1 layer, each forward)"
+                  if getattr(plan, "weight_offload_scheme", "") == "vllm-copy"
+                  else "streamed-weight buffers (2 layers)", fmt_gib(plan.offload_staging_bytes))
     if slots := getattr(plan, "state_slots", 0):  # SGLang's, carved out before the KV pool
         t.add_row("Mamba state pool", f"{fmt_gib(plan.state_pool_bytes)} "
                   f"({slots:,} request states + 1 padding)")
@@ -537,6 +542,7 @@ def simulate(
     summary["max_concurrency"] = max_concurrency
     # the $ rest on the GPU's price: say where it is no current list price ("" where it is)
     summary["price_caveat"] = price_caveat(g)
+    summary["price_source"] = price_provenance(g, res.rental)  # the $ figure's source and date
     summary["ordering_note"] = ordering_note(config.ordering, w)
     # below 16 bits: the checkpoint (or online quantization) the prediction assumes, the FP8 KV
     # cache's backend, and that output quality is not simulated (the exports' own rules)
@@ -555,6 +561,7 @@ def simulate(
 
         print(json.dumps(jsonable(summary), indent=2))
         return
+    from rich.markup import escape
     from rich.table import Table  # here: --json prints no table (rich.table ~20 ms)
 
     t = Table(title=f"{spec.name} on {g.name} x{config.num_gpus}: {len(w)} requests")
@@ -579,6 +586,7 @@ def simulate(
         f"{res.rental.instance}" if res.rental else f"${res.price_usd_per_h:.2f}/GPU-h")
         + (f"  (that price is {summary['price_caveat']}: --price {g.name}=USD sets yours)"
            if summary["price_caveat"] else ""))
+    t.add_row("price source", escape(summary["price_source"]))
     if res.machines:
         t.add_row("machines", res.machines["description"])
     # rounded as `tuner search` and the report round the same figures (fmt_usd)
@@ -591,7 +599,8 @@ def simulate(
         t.add_row("expected makespan on spot", f"{fmt_s(sp['expected_makespan_s'])}  "
                   f"({sp['expected_interruptions']:.3g} interruptions expected)")
         t.add_row("expected job cost on spot", f"{fmt_usd(sp['expected_cost_usd'])}")
-    t.add_row("throughput", f"{res.throughput_tok_s:,.0f} output tok/s, {res.qps:.2f} req/s")
+    t.add_row("throughput",
+              f"{fmt_rate(res.throughput_tok_s)} output tok/s, {fmt_rate(res.qps)} req/s")
     t.add_row("QPS per $/h", f"{res.qps_per_usd_per_h:.3f}")
     if res.vasuki_cost_metric is not None:
         t.add_row("Vasuki cost metric (QPS / $ per FP32 GFLOP/W)", f"{res.vasuki_cost_metric:.4f}")
@@ -658,10 +667,17 @@ def simulate(
         out.print(f"note: {summary['ordering_note']}", style="yellow", markup=False)
     if summary["start_refused"]:
         out.print(f"warning: {summary['start_refused']}", style="yellow", markup=False)
-    if engine == "vllm" and config.kv_bits == 4:
-        out.print("warning: --kv-bits 4: vLLM has no 4-bit KV cache (its smallest "
-                  "kv_cache_dtype is fp8); this is a simulator study, not a plan vLLM runs.",
+    from tuner.search.space import cpu_threads_priced, engine_refusal
+
+    if engine == "vllm" and (lacks := engine_refusal(config)):
+        # layer-wise KV offload and CPU attention too, not only a 4-bit KV cache
+        out.print(f"warning: {lacks}: this is a simulator study, not a plan vLLM runs.",
                   style="yellow", markup=False)
+    if ((config.cpu_threads_intra or config.cpu_threads_inter)
+            and not cpu_threads_priced(config.attention_on_cpu, config.kv_offload_layers)):
+        out.print("note: --cpu-threads-intra / --cpu-threads-inter changed nothing: they set "
+                  "the threads of CPU decode attention, which needs --attention-on-cpu and "
+                  "--kv-offload-layers > 0.", style="yellow", markup=False)
     for note in summary["precision_notes"]:
         out.print(f"note: {note}", style="yellow", markup=False)
     if config.dp > len(w):
@@ -712,9 +728,15 @@ def _offload_table(o: dict, gpu_name: str) -> Table:
     """Why offloading helps or not: capacity gained vs transfer time against the overlap budget."""
     from rich.table import Table
 
-    t = Table(title=f"Offloading on {gpu_name} (per GPU)")
+    scheme = o.get("weight_offload_scheme")
+    t = Table(title=f"Offloading on {gpu_name} (per GPU)", caption_justify="left",
+              caption=(f"weights offloaded as {WEIGHT_OFFLOAD_SCHEMES[scheme]}"
+                       if scheme in WEIGHT_OFFLOAD_SCHEMES else None))
     t.add_column("figure")
     t.add_column("value", justify="right")
+    if isinstance(o.get("weight_offloaded_layers"), int | float):
+        t.add_row("whole layers offloaded (vLLM fills the first layers)",
+                  f"{o['weight_offloaded_layers']:.2f}")
     mem = o.get("memory", {})
     if mem:
         t.add_row("weights GPU / host", f"{fmt_gib(mem.get('weights_gpu_bytes', 0))} / "

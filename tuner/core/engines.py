@@ -235,3 +235,46 @@ __all__ = ["GENERATIONS", "KNOWN", "MULTI_STEP_CHUNKED_SINCE", "MULTI_STEP_SINCE
            "OLDEST", "EngineGeneration", "EngineRelease", "check_scheduler_steps", "dotted",
            "generation_of", "moe_independent_replicas", "moe_parallel_refusal",
            "moe_replicas_note", "multi_step_refusal", "parse_version"]
+
+
+# ---- weight offload (--cpu-offload-gb) as each release runs it ------------------------------
+#: vLLM's --cpu-offload-gb: vllm-project/vllm#6496 (merged 2024-07-17, first released in 0.5.3).
+#: Each decoder layer's parameters go to pinned host memory, first layers first, until the budget
+#: is spent; before every forward of such a layer its state is copied to the GPU
+#: (`v.to(device, non_blocking=True)` on the compute stream, then `functional_call`): no
+#: prefetch, so the copy and the layer's compute run one after the other
+VLLM_CPU_OFFLOAD_SINCE: Version = (0, 5, 3)
+#: vllm-project/vllm#15354 (0.8.4, "[V1] Fully Transparent Implementation of CPU Offloading"):
+#: the V1 engine keeps offloaded parameters in pinned host memory and lets kernels read them
+#: over the link (UVA, zero copy: "cuda threads will directly fetch them in the kernel"); the
+#: 0.32 wheel's model_executor/offloader/uva.py still does (VLLM_WEIGHT_OFFLOADING_DISABLE_UVA
+#: falls back to the copies)
+VLLM_UVA_OFFLOAD_SINCE: Version = (0, 8, 4)
+
+WEIGHT_OFFLOAD_SCHEMES = {
+    "prefetch": "streamed layer by layer behind compute, a share of every layer "
+                "(FlexGen / LM-Offload Eq. 2)",
+    "vllm-copy": "vLLM's --cpu-offload-gb before 0.8.4: whole first layers copied to the GPU "
+                 "before each of their forwards, not overlapped with compute (vllm#6496)",
+    "vllm-uva": "vLLM's --cpu-offload-gb from 0.8.4: whole first layers read by their kernels "
+                "from host memory over the link (UVA, zero copy), overlapped with nothing but "
+                "the layer's own compute (vllm#15354); optimistic: a GEMM that rereads its "
+                "weights pays the link more than once",
+}
+
+
+def weight_offload_scheme(engine: str, kv_offload_layers: int, attention_on_cpu: bool,
+                          engine_version: str | None = None) -> str:
+    """How a plan's offloaded weights reach the GPU, a key of WEIGHT_OFFLOAD_SCHEMES. A vLLM plan
+    runs vLLM's --cpu-offload-gb as `engine_version` (None: the newest) implements it; a plan
+    with layer-wise KV offload or CPU attention, which vLLM cannot run (VLLM_LACKS in
+    tuner.search.space), and any other engine keep LM-Offload's prefetched stream. Raises for a
+    vLLM release without --cpu-offload-gb."""
+    if engine != "vllm" or kv_offload_layers > 0 or attention_on_cpu:
+        return "prefetch"
+    v = parse_version(engine_version)
+    if v is not None and v < VLLM_CPU_OFFLOAD_SINCE:
+        raise TunerError(f"vLLM {engine_version} has no --cpu-offload-gb (it came in "
+                         f"{dotted(VLLM_CPU_OFFLOAD_SINCE)}, vllm-project/vllm#6496): give "
+                         "--weight-offload-fraction 0 or --engine-version 0.5.3 or later.")
+    return "vllm-copy" if v is not None and v < VLLM_UVA_OFFLOAD_SINCE else "vllm-uva"

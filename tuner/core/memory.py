@@ -10,7 +10,12 @@ from functools import lru_cache
 from tuner.core.arch_support import model_architecture
 from tuner.core.catalog import ARCHITECTURES, GIB, GPU, ModelSpec, assumed_shape
 from tuner.core.config import ServingConfig
-from tuner.core.engines import generation_of, moe_independent_replicas, parse_version
+from tuner.core.engines import (
+    generation_of,
+    moe_independent_replicas,
+    parse_version,
+    weight_offload_scheme,
+)
 
 # What vLLM's start-up memory profile takes from the KV budget besides weights and activations
 # (tuner.core.memory.runtime_overhead_bytes). The CUDA context is not among it: vLLM takes its
@@ -67,7 +72,10 @@ class MemoryPlan:
     fits: bool
     reason: str
     # offloading (tuner.sim.offload): GPU staging buffers and the host-memory side, per rank
-    offload_staging_bytes: float = 0.0  # double buffer for streamed (offloaded) weights
+    offload_staging_bytes: float = 0.0  # GPU memory receiving offloaded weights
+    # how offloaded weights reach the GPU (tuner.core.engines.weight_offload_scheme); ""
+    # without weight offload
+    weight_offload_scheme: str = ""
     host_kv_bytes: float = 0.0  # offloaded layers' KV at full KV capacity
     host_limit_bytes: float = 0.0  # host RAM per GPU - HOST_RESERVE_BYTES
     host_used_bytes: float = 0.0  # offloaded weights + host KV
@@ -590,7 +598,10 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
     runtime = runtime_overhead_bytes(config, engine_version, model.is_moe,
                                      cuda_graphs=gpu.architecture in ARCHITECTURES,
                                      nvlink=gpu.nvlink_gbps is not None, model=model)
-    staging = offload_staging_bytes(model, offloaded)
+    scheme = (weight_offload_scheme(config.engine, config.kv_offload_layers,
+                                    config.attention_on_cpu, engine_version)
+              if offloaded > 0 else "")
+    staging = offload_staging_bytes(model, offloaded, scheme, all_weights)
     kv = usable - weights - acts - runtime - staging
     # a pipeline stage keeps the KV of its layers (the first, of ceil(layers / pp), the most)
     stage_layers = math.ceil(model.num_kv_layers / config.pp)
@@ -653,9 +664,14 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
     elif kv <= 0:
         fits = False
         shape = f"TP {tp}" + (f" x PP {config.pp}" if config.pp > 1 else "")
+        # with weight offload: the GPU's share and the streaming buffers, so the sum is the
+        # one that does not fit (the model's whole weights are printed elsewhere)
+        held_gpu = (f"weights {gib(weights)} on the GPU ({gib(offloaded)} offloaded)"
+                    if offloaded > 0 else f"weights {gib(weights)}")
+        buffers = f" + offload staging {gib(staging)}" if staging > 0 else ""
         reason = (f"{model.name} at {config.weight_bits}-bit weights, {shape}, does not fit on "
-                  f"{gpu.name}: weights {gib(weights)} + activations {gib(acts)} + runtime "
-                  f"{gib(runtime)} > {gib(usable)} usable "
+                  f"{gpu.name}: {held_gpu} + activations {gib(acts)} + runtime "
+                  f"{gib(runtime)}{buffers} > {gib(usable)} usable "
                   f"({gpu.memory_gib:g} GiB x {config.gpu_memory_utilization:g})")
         if tp * config.pp >= gpu.gpus_per_machine:  # a machine's worth: say what spans more
             reason += (f"; --pp {2 * config.pp} splits the layers over "
@@ -694,6 +710,7 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
         fits=fits,
         reason=reason,
         offload_staging_bytes=staging,
+        weight_offload_scheme=scheme,
         host_kv_bytes=host_kv,
         host_limit_bytes=host_limit,
         host_used_bytes=host_used,
@@ -707,10 +724,16 @@ def host_limit_bytes(gpu: GPU) -> float:
     return max(gpu.host_ram_gib * GIB - HOST_RESERVE_BYTES, 0.0)
 
 
-def offload_staging_bytes(model: ModelSpec, offloaded_bytes: float) -> float:
-    """GPU buffers that receive streamed weights (FlexGen / LM-Offload): two layers' worth of
-    the offloaded share (one arriving while the other is used)."""
-    if offloaded_bytes <= 0:
+def offload_staging_bytes(model: ModelSpec, offloaded_bytes: float, scheme: str = "prefetch",
+                          weight_bytes: float = 0.0) -> float:
+    """GPU memory that receives offloaded weights, by tuner.core.engines.weight_offload_scheme:
+    "prefetch" (FlexGen / LM-Offload): two layers' worth of the offloaded share (one arriving
+    while the other is used); "vllm-copy": one whole layer (`weight_bytes` / layers, at most
+    the offloaded bytes), the copy a forward makes, inside the profile run's peak; "vllm-uva":
+    none (kernels read host memory)."""
+    if offloaded_bytes <= 0 or scheme == "vllm-uva":
         return 0.0
+    if scheme == "vllm-copy":
+        return min(offloaded_bytes, weight_bytes / model.num_layers)
     return 2.0 * offloaded_bytes / model.num_layers
 

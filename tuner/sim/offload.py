@@ -27,6 +27,12 @@ Per iteration i, with L layers, k = kv_offload_layers, wf = weight_offload_fract
 * dt'_i = compute_i + weight stall (sum over layers of max(0, load_weight - compute_layer))
           + KV stall.
 
+That weight stream is LM-Offload's; a plan vLLM runs (weights offloaded, no KV offload, no CPU
+attention) is priced as vLLM's --cpu-offload-gb runs (tuner.core.engines.weight_offload_scheme):
+m = offloaded bytes / one layer's bytes whole first layers in host memory, nothing prefetched:
+      copies (before 0.8.4):  weight stall = m * h2d(layer weights)
+      UVA (0.8.4 on):         weight stall = m * max(0, h2d(layer weights) - compute_layer)
+
 Vasuki moves the whole offloaded layer KV both ways each iteration (line 8: d2h and h2d of
 layer_mem x mid): m_h2d = m_d2h = KV of the batch in one layer (old + new tokens). That is
 the default (`KV_WRITEBACK_FULL`); an engine keeping the host copy writes back only the new
@@ -49,6 +55,7 @@ import numpy as np
 
 from tuner.core.catalog import GPU, ModelSpec
 from tuner.core.config import ServingConfig
+from tuner.core.engines import weight_offload_scheme
 from tuner.core.memory import (
     MemoryPlan,
     kv_bytes_per_token_per_layer_rank,
@@ -218,6 +225,11 @@ class OffloadContext:
     weight_stream_bytes_per_layer: float  # offloaded weights streamed per layer per iteration
     weight_stream_elems_per_layer: float
     weight_init_quantize_s: float  # Eq. 3: one-time quantization of offloaded weights (CPU)
+    # how the offloaded weights reach the GPU (tuner.core.engines.weight_offload_scheme):
+    # "prefetch" streams a share of every layer (Eq. 2); vLLM's schemes hold whole layers
+    weight_scheme: str = "prefetch"
+    weight_layer_bytes: float = 0.0  # one whole layer's weights per rank (vLLM's schemes)
+    weight_offloaded_layers: float = 0.0  # the whole layers vLLM's budget offloads, per rank
 
     @property
     def active(self) -> bool:
@@ -227,7 +239,8 @@ class OffloadContext:
     @classmethod
     def build(cls, model: ModelSpec, gpu: GPU, config: ServingConfig,
               transfer: TransferModel | None = None, quant: QuantCostModel | None = None,
-              cpu: CPUModel | None = None) -> OffloadContext:
+              cpu: CPUModel | None = None,
+              engine_version: str | None = None) -> OffloadContext:
         tp = config.tp
         cpu = cpu or CPUModel.from_gpu(gpu)
         quant = quant or QuantCostModel.from_specs(gpu, cpu)
@@ -239,15 +252,26 @@ class OffloadContext:
         offloaded = wf * held
         lin_elems = (wf * model.linear_params_per_layer / tp
                      * held / (model.weight_bytes(config.weight_bits) / tp))
+        scheme = (weight_offload_scheme(config.engine, config.kv_offload_layers,
+                                        config.attention_on_cpu, engine_version)
+                  if wf > 0 else "prefetch")
+        layer_bytes = held / model.num_layers
         init = 0.0
-        if wf > 0 and config.weight_bits < 16:
+        # vLLM quantizes (or loads quantized) weights on the GPU before offloading them: no
+        # CPU quantization pass (Eq. 3 is LM-Offload's)
+        if wf > 0 and config.weight_bits < 16 and scheme == "prefetch":
             init = float(quant.quantize_s(lin_elems * model.num_layers, "cpu"))
         return cls(model=model, gpu=gpu, config=config, transfer=transfer, quant=quant, cpu=cpu,
                    threads=threads_for(config, cpu),
-                   kv_bytes_per_token_layer=elems * config.kv_bits / 8.0,
+                   # the bytes the memory plan holds at kv_bits (a packed layout such as
+                   # DeepSeek-V3.2's FP8 MLA cache with its scales is not elems x bits)
+                   kv_bytes_per_token_layer=kv_bytes_per_token_per_layer_rank(
+                       model, config.kv_bits, tp),
                    kv_elems_per_token_layer=elems, heads_per_rank=model.num_heads / tp,
                    weight_stream_bytes_per_layer=offloaded / model.num_layers,
-                   weight_stream_elems_per_layer=lin_elems, weight_init_quantize_s=init)
+                   weight_stream_elems_per_layer=lin_elems, weight_init_quantize_s=init,
+                   weight_scheme=scheme, weight_layer_bytes=layer_bytes,
+                   weight_offloaded_layers=offloaded / layer_bytes if layer_bytes > 0 else 0.0)
 
 
 def _per_layer_times(cost_model: CostModel, f: BatchFeatures):
@@ -319,21 +343,34 @@ def price_iterations(f: BatchFeatures, dt: np.ndarray, ctx: OffloadContext,
     extra, quant_s = _kv_quantization(f, ctx, h2d_tok)
     b_tok = ctx.kv_bytes_per_token_layer
 
-    # Eq. 2 per layer: weights streamed for the next layer vs this layer's compute
-    compute_layer_res = layer_s
-    compute_layer_off = layer_s + cpu_delta
-    w_link = float(ctx.transfer.h2d_s(ctx.weight_stream_bytes_per_layer))
-    w_load = w_link
-    if c.weight_offload_fraction > 0 and c.weight_bits < 16:
-        w_load += float(ctx.quant.dequantize_s(ctx.weight_stream_elems_per_layer, "gpu"))
-    if w_load > 0:
-        weight_stall = ((L - k) * np.maximum(w_load - compute_layer_res, 0.0)
-                        + k * np.maximum(w_load - compute_layer_off, 0.0))
+    if ctx.weight_scheme != "prefetch" and c.weight_offload_fraction > 0:
+        # vLLM's --cpu-offload-gb (tuner.core.engines.WEIGHT_OFFLOAD_SCHEMES): whole layers in
+        # host memory, nothing prefetched; no KV offload beside it (the scheme requires none)
+        one_layer_s = float(ctx.transfer.h2d_s(ctx.weight_layer_bytes))
+        m = ctx.weight_offloaded_layers
+        if ctx.weight_scheme == "vllm-uva":  # the kernels read over the link as they compute
+            weight_stall = m * np.maximum(one_layer_s - layer_s, 0.0)
+        else:  # copied before the layer's forward, on the compute stream
+            weight_stall = np.full(n, m * one_layer_s)
+        weight_transfer = np.full(n, m * one_layer_s)
+        exec_kv = layer_s
     else:
-        weight_stall = zero
-    wall_layer = (((L - k) * np.maximum(compute_layer_res, w_load)
-                   + k * np.maximum(compute_layer_off, w_load)) / L)
-    exec_kv = np.maximum(wall_layer - w_link, 0.0)
+        # Eq. 2 per layer: weights streamed for the next layer vs this layer's compute
+        compute_layer_res = layer_s
+        compute_layer_off = layer_s + cpu_delta
+        w_link = float(ctx.transfer.h2d_s(ctx.weight_stream_bytes_per_layer))
+        w_load = w_link
+        if c.weight_offload_fraction > 0 and c.weight_bits < 16:
+            w_load += float(ctx.quant.dequantize_s(ctx.weight_stream_elems_per_layer, "gpu"))
+        if w_load > 0:
+            weight_stall = ((L - k) * np.maximum(w_load - compute_layer_res, 0.0)
+                            + k * np.maximum(w_load - compute_layer_off, 0.0))
+        else:
+            weight_stall = zero
+        weight_transfer = np.full(n, L * w_load) if w_load > 0 else zero
+        wall_layer = (((L - k) * np.maximum(compute_layer_res, w_load)
+                       + k * np.maximum(compute_layer_off, w_load)) / L)
+        exec_kv = np.maximum(wall_layer - w_link, 0.0)
 
     kv = KVTransfer(h2d_bytes_per_layer=h2d_tok * b_tok, d2h_bytes_per_layer=d2h_tok * b_tok,
                     num_requests=n_req, extra_s_per_layer=extra)
@@ -350,7 +387,7 @@ def price_iterations(f: BatchFeatures, dt: np.ndarray, ctx: OffloadContext,
         "quant_s": quant_s,
         "kv_transfer_s": st["transfer_s"],
         "kv_budget_s": st["budget_s"],
-        "weight_transfer_s": np.full(n, L * w_load) if w_load > 0 else zero,
+        "weight_transfer_s": weight_transfer,
         "max_layers": best,
         "max_layers_exact": best_exact,
         "layer_transfer_s": kv.time_s(1, ctx.transfer),  # one layer's KV moved (both ways)
@@ -454,6 +491,9 @@ class OffloadTotals:
             "stalled_iterations_fraction": (self.stalled_iterations / self.iterations
                                             if self.iterations else 0.0),
             "weight_init_quantize_s": ctx.weight_init_quantize_s,
+            "weight_offload_scheme": ctx.weight_scheme if c.weight_offload_fraction > 0 else None,
+            "weight_offloaded_layers": (round(ctx.weight_offloaded_layers, 2)
+                                        if ctx.weight_scheme != "prefetch" else None),
             "cpu_threads": dataclasses.asdict(ctx.threads) | {"cores": ctx.cpu.cores},
             "transfer_model": ctx.transfer.describe(),
         }

@@ -862,7 +862,8 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         check_decode_runs(scheduled, config, plan, run_steps)
     # a fitted CostModel may carry its measured host<->device curve (predictors.transfer_model)
     off_ctx = _offload.OffloadContext.build(model, gpu, replica,
-                                            transfer=cost_model.transfer_model)
+                                            transfer=cost_model.transfer_model,
+                                            engine_version=engine_version)
     off_totals = _offload.OffloadTotals()
     makespan = kv_time_integral = peak_kv = running_s = 0.0
     iterations = preemptions = cached = 0
@@ -932,8 +933,11 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
     if gpu.vasuki_usd_per_fp32_gflop_per_w:
         res.vasuki_cost_metric = res.qps / gpu.vasuki_usd_per_fp32_gflop_per_w
     if off_ctx.active:
+        # at the same mean request as `plan`: a sliding-window model's tokens per byte depend
+        # on it, and without it the gain compared capacities in different tokens
         base = plan_memory(model, gpu, dataclasses.replace(
             config, kv_offload_layers=0, weight_offload_fraction=0.0),
+            mean_request_tokens=float((workload.prompt_tokens + workload.output_tokens).mean()),
             engine_version=engine_version).kv_capacity_tokens
         res.offload = off_totals.summary(off_ctx, plan, dp=config.dp,
                                          kv_capacity_tokens_no_offload=base)
