@@ -15,9 +15,14 @@ on takes its generation's behaviour, and every line that prints the engine says 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from tuner.core.errors import TunerError
+
+if TYPE_CHECKING:
+    from tuner.core.config import ServingConfig
 
 Version = tuple[int, int, int]
 
@@ -267,8 +272,8 @@ def weight_offload_scheme(engine: str, kv_offload_layers: int, attention_on_cpu:
                           engine_version: str | None = None) -> str:
     """How a plan's offloaded weights reach the GPU, a key of WEIGHT_OFFLOAD_SCHEMES. A vLLM plan
     runs vLLM's --cpu-offload-gb as `engine_version` (None: the newest) implements it; a plan
-    with layer-wise KV offload or CPU attention, which vLLM cannot run (VLLM_LACKS in
-    tuner.search.space), and any other engine keep LM-Offload's prefetched stream. Raises for a
+    with layer-wise KV offload or CPU attention, which vLLM cannot run (VLLM_LACKS below),
+    and any other engine keep LM-Offload's prefetched stream. Raises for a
     vLLM release without --cpu-offload-gb."""
     if engine != "vllm" or kv_offload_layers > 0 or attention_on_cpu:
         return "prefetch"
@@ -278,3 +283,41 @@ def weight_offload_scheme(engine: str, kv_offload_layers: int, attention_on_cpu:
                          f"{dotted(VLLM_CPU_OFFLOAD_SINCE)}, vllm-project/vllm#6496): give "
                          "--weight-offload-fraction 0 or --engine-version 0.5.3 or later.")
     return "vllm-copy" if v is not None and v < VLLM_UVA_OFFLOAD_SINCE else "vllm-uva"
+
+
+# ---- what vLLM cannot run -------------------------------------------------------------------
+#: Knob values vLLM has no counterpart for: {knob: (the values it lacks, why)}. tuner simulates
+#: them (Vasuki's layer-wise KV offload, FlexGen's CPU decode attention, a 4-bit KV cache), but
+#: a vLLM plan with one is a simulator study, not a plan vLLM runs: its export would be vLLM's
+#: own settings with a comment, priced as something else. SGLang plans hold the two offload
+#: knobs at their defaults (tuner.core.config.ENGINE_HELD) and have a 4-bit KV cache.
+VLLM_LACKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "kv_offload_layers": (lambda v: int(v) > 0, "vLLM has no layer-wise KV offload"),
+    "attention_on_cpu": (lambda v: v is True,
+                         "vLLM has no CPU decode attention for KV-offloaded layers"),
+    "kv_bits": (lambda v: int(v) == 4,
+                "tuner maps no vLLM kv_cache_dtype to a 4-bit KV cache (its FP8 cache is "
+                "kv_bits 8)"),
+}
+
+
+def engine_refusal(config: ServingConfig) -> str | None:
+    """Why the plan's engine cannot run `config` as tuner priced it (VLLM_LACKS), or None."""
+    if config.engine != "vllm":
+        return None
+    for name, (lacks, why) in VLLM_LACKS.items():
+        value = getattr(config, name)
+        if lacks(value):
+            return f"{why} ({name} {value_text(value)})"
+    return None
+
+
+def value_text(value: Any) -> str:
+    """A knob value as a space file spells it (true, not True)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def cpu_threads_priced(attention_on_cpu: bool, kv_offload_layers: int) -> bool:
+    """Whether the CPU-thread knobs change a prediction: they set the threads of the CPU decode
+    attention of KV-offloaded layers (tuner.sim.offload._cpu_attention), nothing else."""
+    return bool(attention_on_cpu) and int(kv_offload_layers) > 0

@@ -335,7 +335,7 @@ def _threads_given(dep: Deployment) -> bool:
 
 
 def _threads_priced(dep: Deployment) -> bool:
-    from tuner.search.space import cpu_threads_priced
+    from tuner.core.engines import cpu_threads_priced
 
     return cpu_threads_priced(dep.config.attention_on_cpu, dep.config.kv_offload_layers)
 

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from tuner.core.config import DEFAULTS, SCHEDULE_POLICIES, ServingConfig
+from tuner.core.engines import (  # noqa: F401  (re-exported: the search's names for them)
+    VLLM_LACKS,
+    cpu_threads_priced,
+    engine_refusal,
+    value_text,
+)
 from tuner.core.errors import TunerError
 
 _FIELDS = {f.name: f for f in dataclasses.fields(ServingConfig)}
@@ -28,41 +32,8 @@ DEFAULT_MAX_GPUS = 32
 #: known before the run (the input's max_tokens, or --outputs-known)
 OUTPUT_ORDERINGS = ("longest-output", "binpack", "blend")
 
-#: Knob values vLLM has no counterpart for: {knob: (the values it lacks, why)}. tuner simulates
-#: them (Vasuki's layer-wise KV offload, FlexGen's CPU decode attention, a 4-bit KV cache), but
-#: a vLLM plan with one is a simulator study, not a plan vLLM runs: its export would be vLLM's
-#: own settings with a comment, priced as something else. SGLang plans hold the two offload
-#: knobs at their defaults (tuner.core.config.ENGINE_HELD) and have a 4-bit KV cache.
-VLLM_LACKS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "kv_offload_layers": (lambda v: int(v) > 0, "vLLM has no layer-wise KV offload"),
-    "attention_on_cpu": (lambda v: v is True,
-                         "vLLM has no CPU decode attention for KV-offloaded layers"),
-    "kv_bits": (lambda v: int(v) == 4,
-                "tuner maps no vLLM kv_cache_dtype to a 4-bit KV cache (its FP8 cache is "
-                "kv_bits 8)"),
-}
-
-
-def engine_refusal(config: ServingConfig) -> str | None:
-    """Why the plan's engine cannot run `config` as tuner priced it (VLLM_LACKS), or None."""
-    if config.engine != "vllm":
-        return None
-    for name, (lacks, why) in VLLM_LACKS.items():
-        value = getattr(config, name)
-        if lacks(value):
-            return f"{why} ({name} {_value_text(value)})"
-    return None
-
-
-def _value_text(value: Any) -> str:
-    """A knob value as a space file spells it (true, not True)."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def cpu_threads_priced(attention_on_cpu: bool, kv_offload_layers: int) -> bool:
-    """Whether the CPU-thread knobs change a prediction: they set the threads of the CPU decode
-    attention of KV-offloaded layers (tuner.sim.offload._cpu_attention), nothing else."""
-    return bool(attention_on_cpu) and int(kv_offload_layers) > 0
+# What vLLM cannot run and whether the CPU threads matter are facts of the engine, kept in
+# tuner.core.engines (tuner simulate asks them without loading the search)
 
 
 @dataclass(frozen=True)
@@ -537,7 +508,7 @@ def _fit_engine_refusals(knobs: dict[str, list], fixed: dict, refusals: list[_Re
             continue
         knobs[name] = kept
         whys = "; ".join(dict.fromkeys(r.why for rs in by_engine.values() for r in rs))
-        notes.append(f"{name} {', '.join(map(_value_text, common))} left out: {whys}")
+        notes.append(f"{name} {', '.join(map(value_text, common))} left out: {whys}")
         live = [dataclasses.replace(r, values=tuple(v for v in r.values if v in kept))
                 if r.knob == name else r for r in live]
     # the rest: left out of the refusing engine's plans (under a searched scheduler: of its
@@ -553,12 +524,12 @@ def _fit_engine_refusals(knobs: dict[str, list], fixed: dict, refusals: list[_Re
         excluded.append(Exclusion(r.knob, values, when, r.why))
         whose = f"{engine_name(r.engine)}'s plans"
         if r.when:
-            whose += " with " + ", ".join(f"{k} {'/'.join(map(_value_text, vs))}"
+            whose += " with " + ", ".join(f"{k} {'/'.join(map(value_text, vs))}"
                                          for k, vs in r.when)
         others = [engine_name(e) + "'s" for e in engines if e != r.engine]
         keep = (f"{' and '.join(others)} keep them" if others
                 else "the space's other plans keep them")
-        notes.append(f"{r.knob} {', '.join(map(_value_text, values))} left out of {whose} "
+        notes.append(f"{r.knob} {', '.join(map(value_text, values))} left out of {whose} "
                      f"({keep}): {r.why}")
     return notes, tuple(excluded)
 
@@ -629,7 +600,7 @@ def _fit_hybrid(knobs: dict[str, list], fixed: dict, model, engine_version: str 
     notes: list[str] = []
     for knob, refused, why, instead in rules:
         if knob in fixed and refused(fixed[knob]):
-            raise TunerError(f"{source}: {knob} {_value_text(fixed[knob])}: {name}, and {why}; "
+            raise TunerError(f"{source}: {knob} {value_text(fixed[knob])}: {name}, and {why}; "
                              f"{instead}.")
         values = knobs.get(knob)
         if not isinstance(values, list):
@@ -640,12 +611,12 @@ def _fit_hybrid(knobs: dict[str, list], fixed: dict, model, engine_version: str 
             continue
         if not kept:
             what = (f"the engines searched ({', '.join(values)})" if knob == "engine" else
-                    f"{source}: {knob} {', '.join(map(_value_text, values))}")
+                    f"{source}: {knob} {', '.join(map(value_text, values))}")
             raise TunerError(f"{what}: {name}, and {why}; {instead}.")
         knobs[knob] = kept
         if len(kept) == 1 and knob != "engine":  # one value left: held, not searched
             fixed[knob] = knobs.pop(knob)[0]
-        notes.append(f"{knob} {', '.join(map(_value_text, dropped))} left out: {name}, and "
+        notes.append(f"{knob} {', '.join(map(value_text, dropped))} left out: {name}, and "
                      f"{why}")
     return notes
 
@@ -739,7 +710,7 @@ def _fit_engine_knobs(knobs: dict[str, list], fixed: dict, source: str) -> list[
             flag = "--" + name.replace("_", "-")
             if name in fixed and lacks(fixed[name]):
                 raise TunerError(
-                    f"{source}: {name} {_value_text(fixed[name])}: {why}, so no engine "
+                    f"{source}: {name} {value_text(fixed[name])}: {why}, so no engine "
                     "searched runs it; "
                     f"study it with `tuner simulate {flag}` or leave it out of the space.")
             if name not in knobs or knobs[name] == AUTO:
@@ -747,7 +718,7 @@ def _fit_engine_knobs(knobs: dict[str, list], fixed: dict, source: str) -> list[
             kept = [v for v in knobs[name] if not lacks(v)]
             if not kept:
                 raise TunerError(
-                    f"{source}: {name} {', '.join(map(_value_text, knobs[name]))}: {why}, so "
+                    f"{source}: {name} {', '.join(map(value_text, knobs[name]))}: {why}, so "
                     f"no engine searched runs any of them; study them with `tuner simulate "
                     f"{flag}` or list a value it runs.")
             if len(kept) < len(knobs[name]):
@@ -755,7 +726,7 @@ def _fit_engine_knobs(knobs: dict[str, list], fixed: dict, source: str) -> list[
                 knobs[name] = kept
                 if len(kept) == 1:  # one value left: held, not searched
                     fixed[name] = knobs.pop(name)[0]
-                notes.append(f"{name} {', '.join(map(_value_text, dropped))} left out: {why}; "
+                notes.append(f"{name} {', '.join(map(value_text, dropped))} left out: {why}; "
                              f"`tuner simulate {flag}` studies it")
     threads = [n for n in ("cpu_threads_intra", "cpu_threads_inter") if n in knobs]
     cpu_attention = (True in knobs.get("attention_on_cpu", [])
