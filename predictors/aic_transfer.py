@@ -32,16 +32,28 @@ import numpy as np
 # GPU architecture (tuner.core.catalog.ARCHITECTURES) -> the measured GPU (a catalog name in
 # predictors.aic_tables.MEASURED) whose tables a GPU of that architecture without its own is
 # transferred from. In the shipped catalog: A100-40G (GA100, as the A100-80G), A10 and A40
-# (GA102) from the A100-80G; L4 (AD104) and RTX4090 (AD102) from the L40S (AD102)
+# (GA102) from the A100-80G; L4 (AD104) and RTX4090 (AD102) from the L40S (AD102); a
+# Blackwell GPU by its compute capability (TRANSFER_SOURCE_BY_CC below)
 TRANSFER_SOURCE = {"ampere": "A100-80G", "ada": "L40S", "hopper": "H100",
                    "blackwell": "RTX-PRO-6000"}
+# Blackwell is two chip families the engines run apart: the data-centre parts (compute
+# capability 10.x: B200, B300, GB200; tcgen05 GEMMs, FlashInfer trtllm attention) and the
+# workstation GB202 (12.0: RTX PRO 6000; FA2 attention). The rule measured between them
+# (predictors/data/aic/transfer_checks.json, Llama-3-8B): from the B200 to the B300 and GB200
+# 1.5 and 3.3 % (median), from the RTX PRO 6000 13.2 and 18.6 %. (architecture, major) -> source
+TRANSFER_SOURCE_BY_CC = {("blackwell", 10): "B200", ("blackwell", 12): "RTX-PRO-6000"}
 
 
 def transfer_source(gpu) -> str | None:
     """The measured GPU a GPU (duck-typed tuner GPU) without tables is transferred from: the one
-    of its architecture; None where it states none (or no GPU of it is measured)."""
+    of its architecture (of its compute capability's major where TRANSFER_SOURCE_BY_CC names
+    one); None where it states none (or no GPU of it is measured)."""
     arch = getattr(gpu, "architecture", None)
-    return TRANSFER_SOURCE.get(arch) if arch else None
+    if not arch:
+        return None
+    cc = getattr(gpu, "compute_capability", None)
+    by_cc = TRANSFER_SOURCE_BY_CC.get((arch, int(cc))) if cc is not None else None
+    return by_cc or TRANSFER_SOURCE.get(arch)
 
 
 def spec_peaks(gpu) -> dict:

@@ -100,6 +100,9 @@ class RooflineCostModel:
     # machines: an expert group larger than one machine gathers across them over the
     # scale-out network (per-GPU bytes/s, one direction; 0 = never spans: the old rule)
     gpus_per_machine: int = 0
+    # > 0: the interconnect bandwidth is that many direct links, one per other GPU of the
+    # machine (an AMD Infinity Fabric mesh, GPU.nvlink_mesh): a group uses only its own
+    mesh_peers: int = 0
     scale_out_bytes_per_s: float = 0.0
     scale_out_note: str = ""
     name: str = "roofline"
@@ -125,7 +128,7 @@ class RooflineCostModel:
             kv_bits=kv_bits,
             weight_bytes_per_param=model_weight_bytes_per_param(model, weight_bits),
             **_unconverted_fields(model, weight_bits),
-            name=f"roofline from {gpu.name} spec sheet (not measured)",
+            name=f"roofline from {gpu.name} spec sheet (not measured){_unmeasured_kind(gpu)}",
             kv_bytes_per_token=_kv_bytes_per_token(model, kv_bits, tp),
             **_sparse_fields(model),
             **_moe_fields(model),
@@ -182,6 +185,13 @@ class RooflineCostModel:
     @property
     def _bw(self) -> float:
         return self.hbm_bytes_per_s * self.bandwidth_efficiency
+
+    def _link_bytes_per_s(self, group: int) -> float:
+        """Per-GPU bandwidth a group of `group` GPUs of one machine exchanges over: the whole
+        interconnect on a switch; on a direct mesh only the links to the group's other GPUs."""
+        if self.mesh_peers <= 0:
+            return self.interconnect_bytes_per_s
+        return self.interconnect_bytes_per_s * min(max(group - 1, 1), self.mesh_peers) / self.mesh_peers
 
     @property
     def kv_bytes_per_token_per_layer(self) -> float:
@@ -249,7 +259,7 @@ class RooflineCostModel:
                 msg = tokens * par.token_factor * self.hidden_size * 2.0
                 machines = par.machines(self.gpus_per_machine) if self.scale_out_bytes_per_s else 1
                 local = self.gpus_per_machine if machines > 1 else par.group
-                ring = (local - 1) / local * msg / self.interconnect_bytes_per_s
+                ring = (local - 1) / local * msg / self._link_bytes_per_s(local)
                 if machines > 1:  # two-level: a machine's ring + the inter-machine stage
                     ring = ring + scale_out_gather_s(msg, machines, self.gpus_per_machine,
                                                      self.scale_out_bytes_per_s)
@@ -272,7 +282,7 @@ class RooflineCostModel:
                                  / (self.peak_flops * self.attention_efficiency))
         if self.tp > 1:
             msg = tokens * self.hidden_size * 2.0
-            ring = 2.0 * (self.tp - 1) / self.tp * msg / self.interconnect_bytes_per_s
+            ring = 2.0 * (self.tp - 1) / self.tp * msg / self._link_bytes_per_s(self.tp)
             allreduce = 2.0 * (ring + self.allreduce_latency_s)
         else:
             allreduce = np.zeros_like(tokens)
@@ -347,6 +357,19 @@ def _sparse_fields(model) -> dict:
             "index_flops_per_pair": 2.0 * model.index_n_heads * model.index_head_dim}
 
 
+def _unmeasured_kind(gpu) -> str:
+    """What the roofline assumes for a GPU of no measured architecture (an AMD Instinct: vLLM /
+    SGLang on ROCm): the efficiencies above, fitted on H100 figures, carried to its kernels
+    unchecked. A GPU of a measured architecture priced by the roofline (--profile-mode
+    roofline, a config the tables do not cover) gets no such note."""
+    if getattr(gpu, "architecture", None):
+        return ""
+    r = RooflineCostModel
+    return (f"; no GPU of its kind is measured: {r.compute_efficiency:.2f} of its spec FLOP/s "
+            f"and {r.bandwidth_efficiency:.2f} of its HBM bandwidth, the efficiencies fitted on "
+            "H100 figures, assumed for its engine's kernels and unchecked")
+
+
 def _kv_bytes_per_token(model, kv_bits: int, tp: int) -> float:
     """The memory plan's KV bytes per token, layer and rank for a tuner ModelSpec (MLA: one
     latent per token); 0 for a duck-typed model without those fields (GQA formula)."""
@@ -363,7 +386,9 @@ def _machine_fields(gpu) -> dict:
     if per <= 0:
         return {}
     bw, note = scale_out_of(gpu)
-    return {"gpus_per_machine": per, "scale_out_bytes_per_s": bw, "scale_out_note": note}
+    mesh = per - 1 if getattr(gpu, "nvlink_mesh", False) and getattr(gpu, "nvlink_gbps", None) else 0
+    return {"gpus_per_machine": per, "scale_out_bytes_per_s": bw, "scale_out_note": note,
+            "mesh_peers": mesh}
 
 
 def _moe_fields(model) -> dict:
