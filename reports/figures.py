@@ -17,6 +17,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from tuner.core.memory import MEMORY_ITEM_NAMES
 from tuner.core.units import as_finite, duration_unit
 from tuner.search.constraints import plan_label, trial_ref
 from tuner.search.fleet import beaten_by_mix
@@ -32,13 +33,37 @@ PALETTE = (
     "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
     "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac",
 )
+#: by tuner.core.memory.gpu_memory_items' keys, and "free"
 MEMORY_COLORS = {
     "weights": "#4e79a7",
     "activations": "#f28e2b",
-    "KV cache": "#59a14f",
-    "Mamba state pool": "#b07aa1",
-    "free / reserved": "rgba(128,128,128,0.35)",
+    "runtime": "#edc948",
+    "offload_buffers": "#ff9da7",
+    "kv": "#59a14f",
+    "state": "#b07aa1",
+    "free": "rgba(128,128,128,0.35)",
 }
+#: the short names the figure's legend gives gpu_memory_items' rows (the table's headers are
+#: the labels `tuner simulate` prints)
+MEMORY_SHORT = {"weights": "weights", "activations": "activations", "runtime": "runtime",
+                "offload_buffers": "weight-offload buffers", "state": "Mamba state pool",
+                "kv": "KV cache", "free": "free / reserved"}
+
+
+def memory_columns(rows: list[dict]) -> list[tuple[str, str]]:
+    """The (key, label) of the memory parts the winners' rows (views._memory_rows) show, in
+    gpu_memory_items' order: a part only where some row has it (a stored plan without the
+    runtime figure, no offload buffers, no Mamba state pool: no column), labelled as
+    `tuner simulate` labels it, or by its name where the plans' labels differ."""
+    labels: dict[str, set[str]] = {}
+    for r in rows:
+        for key, label, nbytes in r.get("items", ()):
+            if nbytes is not None:
+                labels.setdefault(key, set()).add(label)
+    order = list(MEMORY_SHORT)  # gpu_memory_items' order, whichever row has a part first
+    return [(k, next(iter(labels[k])) if len(labels[k]) == 1
+             else MEMORY_ITEM_NAMES.get(k, MEMORY_SHORT[k]))
+            for k in sorted(labels, key=order.index)]
 HOVER_FIELDS = ("chunk_size", "max_running", "weight_bits", "kv_bits", "tp", "scheduler")
 
 
@@ -240,15 +265,14 @@ def memory_figure(rows: list[dict]) -> go.Figure | None:
     fig = go.Figure()
     labels = [esc(r["label"]) for r in rows]
     widest = max(r["total"] for r in rows) / GIB or 1.0
-    parts = [("weights", "weights"), ("activations", "activations"), ("KV cache", "kv"),
-             ("Mamba state pool", "state"), ("free / reserved", "free")]
-    if not any(r.get("state") for r in rows):  # no hybrid under SGLang: no empty legend entry
-        parts.remove(("Mamba state pool", "state"))
+    # the table's parts (memory_columns: none a plan lacks, so no empty legend entry), free last
+    parts = [(MEMORY_SHORT[k], k) for k, _ in memory_columns(rows)] + [
+        (MEMORY_SHORT["free"], "free")]
     for part, key in parts:
-        vals = [r.get(key, 0.0) / GIB for r in rows]
+        vals = [(r.get(key) or 0.0) / GIB for r in rows]
         fig.add_trace(go.Bar(
             orientation="h", name=part, y=labels, x=vals,
-            marker=dict(color=MEMORY_COLORS[part]),
+            marker=dict(color=MEMORY_COLORS[key]),
             text=[f"{v:.1f}" if v >= 0.06 * widest else "" for v in vals],
             textposition="inside", insidetextanchor="middle", textangle=0,
             hovertemplate=f"{part}: %{{x:.2f}} GiB<extra>%{{y}}</extra>"))
@@ -444,27 +468,31 @@ def slices_figure(slices: dict[str, list[dict]], colors: dict[str, str]) -> go.F
 
 
 def limit_figure(rows: list[dict]) -> go.Figure | None:
-    rows = [r for r in rows if r["fraction"] is not None]
+    """Each winner's schedule beside its physical limit T_o, start-up left out of both (it
+    has no bound to approach: views._limit_rows)."""
+    rows = [r for r in rows if r["fraction"] is not None and r.get("schedule_s") is not None
+            and r.get("schedule_lower_bound_s") is not None]
     if not rows:
         return None
-    unit, div = duration_unit(max(r["makespan_s"] for r in rows))
+    unit, div = duration_unit(max(r["schedule_s"] for r in rows))
     labels = [esc(f"{r.get('tag') or '#' + str(r['number'])} {r['gpu']} ({r['roles'][0]})")
               for r in rows]
     fig = go.Figure()
     fig.add_trace(go.Bar(
         orientation="h", name="physical limit T<sub>o</sub>", y=labels,
-        x=[r["lower_bound_s"] / div for r in rows], marker=dict(color="rgba(128,128,128,0.55)"),
+        x=[r["schedule_lower_bound_s"] / div for r in rows],
+        marker=dict(color="rgba(128,128,128,0.55)"),
         hovertemplate=f"%{{y}}: T<sub>o</sub> %{{x:.3g}} {unit}<extra></extra>"))
     fig.add_trace(go.Bar(
-        orientation="h", name="predicted makespan", y=labels,
-        x=[r["makespan_s"] / div for r in rows], marker=dict(color=[r["color"] for r in rows]),
+        orientation="h", name="predicted schedule (makespan less start-up)", y=labels,
+        x=[r["schedule_s"] / div for r in rows], marker=dict(color=[r["color"] for r in rows]),
         text=[f"{100 * r['fraction']:.0f} % of the limit" for r in rows],
         textposition="outside", cliponaxis=False,
-        hovertemplate=f"%{{y}}: makespan %{{x:.3g}} {unit}<extra></extra>"))
+        hovertemplate=f"%{{y}}: schedule %{{x:.3g}} {unit}<extra></extra>"))
     fig.update_layout(**base_layout(
         barmode="group", height=max(200, 100 + 60 * len(rows)),
         xaxis=axis(f"time ({unit})", **scale(
-            v / div for r in rows for v in (r["lower_bound_s"], r["makespan_s"]))),
+            v / div for r in rows for v in (r["schedule_lower_bound_s"], r["schedule_s"]))),
         yaxis=dict(autorange="reversed", automargin=True),
         legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, bgcolor="rgba(0,0,0,0)"),
         margin=dict(l=20, r=110, t=40, b=50)))

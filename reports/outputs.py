@@ -484,7 +484,8 @@ def startup_note(records: list[TrialRecord]) -> str | None:
         return None
     return ("Start-up: every makespan and job $ include each replica's engine start-up before "
             "its first step (replicas start at once, and every rented GPU is paid for it); the "
-            "physical limit T_o includes the same start-up. Fastest plan "
+            "\"of physical limit\" figure leaves it out on both sides (the schedule against "
+            "its bound T_o). Fastest plan "
             f"({trial_ref(r)}): {st['description']}. --startup-s S sets it (0: the schedule alone).")
 
 

@@ -14,6 +14,7 @@ import plotly.offline
 
 from tuner.core.config import DEFAULTS, ENGINE_HELD
 from tuner.core.errors import TunerError
+from tuner.core.memory import gpu_memory_items
 from tuner.core.provenance import Provenance
 from tuner.core.units import as_finite, fmt_duration, fmt_usd
 from tuner.exports import EXPORTERS
@@ -131,19 +132,21 @@ def _memory_rows(ctx: ReportContext, trials: dict[int, TrialRecord]) -> list[dic
         if mem is None:
             continue
         total = as_finite(mem.gpu_memory_bytes) or 0.0
-        w = as_finite(mem.weight_bytes) or 0.0
-        a = as_finite(mem.activation_bytes) or 0.0
-        kv = as_finite(mem.kv_bytes) or 0.0
-        # a hybrid under SGLang: its Mamba state pool, carved out before the KV pool (the
-        # padding slot included, as simulate's memory table shows it)
+        # simulate's rows (tuner.core.memory.gpu_memory_items): the runtime and any
+        # weight-offload buffers have their own, not "free"; a hybrid under SGLang its Mamba
+        # state pool, carved out before the KV pool (the padding slot included)
+        engine = t.config.engine if t.config is not None else "vllm"
+        items = [(k, label, as_finite(b)) for k, label, b in gpu_memory_items(mem, engine)]
+        part = {k: b or 0.0 for k, _, b in items}
         slots = mem.state_slots or 0
-        state = as_finite(mem.state_pool_bytes) or 0.0
         rows.append(dict(
             number=num, tag=trial_tag(t), gpu=t.gpu, roles=roles,
             label=f"{trial_tag(t)} {t.gpu} ({roles[0]})",
-            total=total, usable=as_finite(mem.usable_bytes), weights=w, activations=a, kv=kv,
-            state=state, state_slots=slots,
-            free=max(total - w - a - kv - state, 0.0),
+            total=total, usable=as_finite(mem.usable_bytes), weights=part["weights"],
+            activations=part["activations"], runtime=part["runtime"],
+            offload_buffers=part.get("offload_buffers", 0.0), kv=part["kv"],
+            state=part.get("state", 0.0), state_slots=slots, items=items,
+            free=max(total - sum(part.values()), 0.0),
             kv_capacity_tokens=mem.kv_capacity_tokens,
             max_concurrent_requests=mem.max_concurrent_requests,
             # the running requests the state slots allow (0: no such cap)
@@ -190,19 +193,30 @@ def _slices(trials: dict[int, TrialRecord]) -> dict[str, list[dict]]:
 
 def _limit_rows(ctx: ReportContext, trials: dict[int, TrialRecord],
                 colors: dict[str, str]) -> list[dict]:
-    """Each distinct winner with its physical limit T_o and how close its makespan gets."""
+    """Each distinct winner with its physical limit T_o and how close its schedule gets: the
+    makespan less start-up against T_o less the same start-up (Metrics.schedule_limit), as the
+    start-up has no bound to approach; the whole-job figures are kept beside them."""
     rows = []
     for r in _winner_roles(ctx):
         t = trials[r[0]]
         m = t.metrics or Metrics()
         ms, lb = as_finite(m.makespan_s), as_finite(m.lower_bound_s)
+        start = as_finite(m.startup_s) or 0.0  # a study priced before start-up: none
+        sched = as_finite(m.schedule_s)
+        sched = ms - start if sched is None and ms is not None else sched
+        sched_lb = as_finite(m.schedule_lower_bound_s)
+        sched_lb = lb - start if sched_lb is None and lb is not None else sched_lb
+        frac = m.schedule_limit()
         rows.append(dict(
             number=r[0], tag=trial_tag(t), ref=trial_ref(t), gpu=t.gpu, roles=r[1],
             color=colors.get(t.gpu, PALETTE[-1]), makespan_s=ms, lower_bound_s=lb,
-            fraction=(lb / ms) if lb is not None and ms else None,
-            makespan=fmt_duration(ms), limit=fmt_duration(lb),
-            pct=fmt_pct(lb / ms) if lb is not None and ms else "—",
-            gap=fmt_duration(ms - lb) if lb is not None and ms is not None else "—",
+            schedule_s=sched, schedule_lower_bound_s=sched_lb, startup_s=start,
+            fraction=frac, whole_fraction=(lb / ms) if lb is not None and ms else None,
+            makespan=fmt_duration(ms), schedule=fmt_duration(sched), limit=fmt_duration(sched_lb),
+            startup=fmt_duration(start) if start else "—",
+            pct=fmt_pct(frac), whole_pct=fmt_pct(lb / ms) if lb is not None and ms else "—",
+            gap=fmt_duration(sched - sched_lb) if sched is not None and sched_lb is not None
+            else "—",
             summary=config_summary(t.config)))
     return rows
 
@@ -298,7 +312,7 @@ def gain_text(t: TrialRecord) -> str:
 
 def _row(t: TrialRecord, pick: str) -> dict:
     m = t.metrics or Metrics()
-    ms, lb = as_finite(m.makespan_s), as_finite(m.lower_bound_s)
+    ms = as_finite(m.makespan_s)
     peak = as_finite(m.peak_kv_fraction)
     return dict(
         gpu=t.gpu, pick=pick, number=t.number, tag=trial_tag(t),
@@ -308,7 +322,7 @@ def _row(t: TrialRecord, pick: str) -> dict:
         usd_per_mtok=fmt_usd_mtok(m.cost_per_million_tokens()), vs_defaults=gain_text(t),
         qps_per_usd=fmt_sig(m.qps_per_usd_per_h),
         tok_s=fmt_int(m.throughput_tok_s), preemptions=fmt_int(m.preemptions),
-        peak_kv=fmt_pct(peak), limit=fmt_pct(lb / ms) if lb is not None and ms else "—",
+        peak_kv=fmt_pct(peak), limit=fmt_pct(m.schedule_limit()),
     )
 
 
@@ -390,9 +404,16 @@ def _formatted_memory_rows(ctx: ReportContext, trials: dict[int, TrialRecord]) -
     rows = _memory_rows(ctx, trials)
     for r in rows:
         page = _sglang_page_tokens(trials[r["number"]])
+        labels = {k: label for k, label, _ in r["items"]}
+        # each part's cell under memory_columns' headers ("—": a part this plan has not); its
+        # own label beside it where the column's differs (another engine or offload scheme)
+        cells = {k: fmt_gib(b) for k, _, b in r["items"]}
+        cells["state"] = (f"{fmt_gib(r['state'])} ({fmt_int(r['state_slots'])} states + 1)"
+                          if r["state_slots"] else "—")
         r.update(total_s=fmt_gib(r["total"]), usable_s=fmt_gib(r["usable"]),
                  weights_s=fmt_gib(r["weights"]), activations_s=fmt_gib(r["activations"]),
-                 kv_s=fmt_gib(r["kv"]), free_s=fmt_gib(r["free"]),
+                 kv_s=fmt_gib(r["kv"]), free_s=fmt_gib(r["free"]), cells=cells,
+                 cell_labels=labels,
                  kv_tokens_s=fmt_int(r["kv_capacity_tokens"])
                  + (f" (page {page})" if page else ""),
                  state_s=(f"{fmt_gib(r['state'])} ({fmt_int(r['state_slots'])} states + 1)"
@@ -501,6 +522,7 @@ def view(ctx: ReportContext) -> dict:
                             if fastest and r["number"] == fastest["number"]), None),
         per_gpu_lines=_per_gpu_lines(ctx, trials, gpu_names, colors),
         table=_best_table(ctx, trials, gpu_names, colors), mem_rows=rows["memory"],
+        mem_cols=figures.memory_columns(rows["memory"]),
         fleets=_fleet_view(ctx, trials, colors),
         limit_rows=rows["limit"], timelines=_timeline_view(timelines),
         importances=_importance_view(ctx.importances),

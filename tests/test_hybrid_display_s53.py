@@ -91,7 +91,8 @@ def test_report_memory_rows_carve_out_the_state_pool(qnext, monkeypatch):
     pool = (plan.state_slots + 1) * plan.state_bytes_per_request
     assert row["state"] == pytest.approx(pool)
     assert row["free"] == pytest.approx(plan.gpu_memory_bytes - plan.weight_bytes
-                                        - plan.activation_bytes - plan.kv_bytes - pool)
+                                        - plan.activation_bytes - plan.kv_bytes - pool
+                                        - plan.runtime_overhead_bytes)  # its own row (s54)
     assert f"{plan.state_slots:,} states" in row["state_s"]
     assert row["max_conc_s"].startswith(f"{plan.max_running_by_slots:,} ")
     assert "state-slot cap" in row["max_conc_s"]

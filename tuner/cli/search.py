@@ -663,8 +663,7 @@ def _best_table(ctx, by_num, knobs):
             Column("peak KV", [f"{100 * m.peak_kv_fraction:.0f}%" for m in ms], level=2),
             Column("preempt", [f"{m.preemptions:,}" for m in ms], level=2, drop=3),
             # not part of the "why": how near the plan gets to what its GPUs allow at all
-            Column(LIMIT_TITLE, [f"{100 * m.limit_fraction:.0f}%" for m in ms], level=2,
-                   note=LIMIT_NOTE)]
+            Column(LIMIT_TITLE, [_limit_cell(m) for m in ms], level=2, note=LIMIT_NOTE)]
     why = "why: memory plan -> KV capacity -> concurrency"
     return fitted_tables(f"Best config per GPU ({why}; and how near the physical limit)", keys,
                          cols, [config_tokens(r.config.to_dict(), knobs) for _, _, r in rows],
@@ -676,9 +675,16 @@ def _best_table(ctx, by_num, knobs):
 #: the best table's last column, named and explained as the report names it
 #: (reports/templates/report.html.j2, "of physical limit")
 LIMIT_TITLE = "of physical limit"
-LIMIT_NOTE = ("of physical limit = the physical lower bound on the makespan (the larger of its "
-              "compute-bound and memory-bound time) / the predicted makespan; 100% would be "
-              "perfect")
+LIMIT_NOTE = ("of physical limit = the physical lower bound on the makespan less start-up (the "
+              "larger of its compute-bound and memory-bound time) / the predicted schedule (the "
+              "makespan less start-up): start-up is left out on both sides, as it has no such "
+              "bound; 100% would be perfect")
+
+
+def _limit_cell(m) -> str:
+    """The schedule's share of its physical limit (Metrics.schedule_limit), '—' if unknown."""
+    v = m.schedule_limit()
+    return "—" if v is None else f"{100 * v:.0f}%"
 
 
 def _pareto_table(ctx, by_num, knobs, fleets=()):

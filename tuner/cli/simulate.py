@@ -47,7 +47,7 @@ from tuner.cli.app import (
     spot_rates_for,
 )
 from tuner.core.config import DEFAULTS, ENGINES, KNOBS, Knob, ServingConfig, prefill_budget_refusal
-from tuner.core.engines import WEIGHT_OFFLOAD_SCHEMES
+from tuner.core.engines import WEIGHT_OFFLOAD_SCHEMES, cpu_threads_priced, engine_refusal
 from tuner.core.errors import TunerError
 from tuner.core.pricing import price_caveat, price_provenance
 from tuner.core.sglang import (
@@ -309,22 +309,16 @@ def _memory_table(plan, gpu_name: str, title: str, reserve_note: str = "",
     config's block_size, which vLLM raises for a hybrid (the plan's block_size_tokens)."""
     from rich.table import Table
 
+    from tuner.core.memory import gpu_memory_items
+
     t = Table(title=title, caption=reserve_note or None, caption_justify="left")
     t.add_column("per GPU")
     t.add_column(gpu_name, justify="right")
     t.add_row("usable (memory x utilisation)", fmt_gib(plan.usable_bytes))
-    t.add_row("weights", fmt_gib(plan.weight_bytes))
-    t.add_row("activations (start-up profile peak)", fmt_gib(plan.activation_bytes))
-    t.add_row("runtime (non-torch memory, CUDA graphs)" if reserve_note  # SGLang's: preload
-              else "runtime (held before the weights load)", fmt_gib(plan.runtime_overhead_bytes))
-    if getattr(plan, "offload_staging_bytes", 0):  # weight offload: so the rows add up
-        t.add_row("offloaded-layer copy (1 layer, each forward)"
-                  if getattr(plan, "weight_offload_scheme", "") == "vllm-copy"
-                  else "streamed-weight buffers (2 layers)", fmt_gib(plan.offload_staging_bytes))
-    if slots := getattr(plan, "state_slots", 0):  # SGLang's, carved out before the KV pool
-        t.add_row("Mamba state pool", f"{fmt_gib(plan.state_pool_bytes)} "
-                  f"({slots:,} request states + 1 padding)")
-    t.add_row("KV cache", fmt_gib(plan.kv_bytes))
+    # the rows the report's memory table shows too (reserve_note: vLLM's; SGLang has none)
+    for key, label, nbytes in gpu_memory_items(plan, "vllm" if reserve_note else "sglang"):
+        t.add_row(label, fmt_gib(nbytes) + (f" ({plan.state_slots:,} request states + 1 "
+                                              "padding)" if key == "state" else ""))
     state = getattr(plan, "state_blocks_per_request", 0) or 0
     block = getattr(plan, "block_size_tokens", 0) or 0
     raised = (f", block {block:,} tokens: vLLM raised it from {block_given}"
@@ -578,9 +572,12 @@ def simulate(
         t.add_row("client", f"at most {max_concurrency:,} requests in flight (closed loop: the "
                   "next sent when one finishes" + (f"; split over the {config.dp} DP replicas"
                                                    if config.dp > 1 else "") + ")")
+    # the schedule against its own bound: start-up, which has none, would read as nearness
     t.add_row("physical limit T_o", f"{fmt_s(res.schedule_lower_bound_s)} schedule + "
-              f"{fmt_s(res.startup_s)} start-up  (makespan is "
-              f"{100 * res.lower_bound_s / res.makespan_s:.0f} % of the limit's speed)")
+              f"{fmt_s(res.startup_s)} start-up  (schedule at "
+              f"{100 * res.schedule_limit_fraction:.0f} % of its limit's speed, start-up left "
+              f"out of both; with it in both, "
+              f"{100 * res.lower_bound_s / res.makespan_s:.0f} %)")
     t.add_row("job cost", f"{fmt_usd(res.cost_usd)}  at " + (
         f"${res.rental.usd_per_h:,.2f}/h for {res.rental.count} x "
         f"{res.rental.instance}" if res.rental else f"${res.price_usd_per_h:.2f}/GPU-h")
@@ -667,8 +664,6 @@ def simulate(
         out.print(f"note: {summary['ordering_note']}", style="yellow", markup=False)
     if summary["start_refused"]:
         out.print(f"warning: {summary['start_refused']}", style="yellow", markup=False)
-    from tuner.search.space import cpu_threads_priced, engine_refusal
-
     if engine == "vllm" and (lacks := engine_refusal(config)):
         # layer-wise KV offload and CPU attention too, not only a 4-bit KV cache
         out.print(f"warning: {lacks}: this is a simulator study, not a plan vLLM runs.",

@@ -182,6 +182,10 @@ class GPU:
     # NVLink joins every pair of a machine's GPUs (an NVSwitch board); False where bridges join
     # pairs only (A40): vLLM and SGLang then keep their custom all-reduce to 2 GPUs
     nvlink_all_pairs: bool = True
+    # the NVLink column is the sum of direct links, one to each other GPU of the machine, not a
+    # switch port (AMD Infinity Fabric: an 8-GPU MI300X board joins every pair by its own
+    # 64 GB/s-one-way link): a group of k GPUs exchanges over k - 1 of them
+    nvlink_mesh: bool = False
     # per-GPU scale-out network bandwidth between machines (InfiniBand / RoCE / EFA NICs), ONE
     # direction, GB/s: what an expert group spanning machines gathers over; None = not stated
     # (FALLBACK_SCALE_OUT_GBPS_PER_MACHINE, an estimate); scale_out_source says where it
@@ -236,6 +240,9 @@ class GPU:
         if not isinstance(self.nvlink_all_pairs, bool):
             raise TunerError(f"GPU {self.name}: nvlink_all_pairs must be true or false, got "
                              f"{self.nvlink_all_pairs!r}.")
+        if not isinstance(self.nvlink_mesh, bool):
+            raise TunerError(f"GPU {self.name}: nvlink_mesh must be true or false, got "
+                             f"{self.nvlink_mesh!r}.")
         if not isinstance(self.scale_out_source, str):
             raise TunerError(f"GPU {self.name}: scale_out_source must be text (where "
                              f"scale_out_gbps comes from), got {self.scale_out_source!r}.")
@@ -603,6 +610,47 @@ class ModelSpec:
         kv = self.hidden_size * self.num_kv_heads * (d + dv)
         q = h * heads * d * (2 if self.attn_output_gate else 1)  # + the output gate's columns
         return q + kv + heads * dv * h
+
+    # What vLLM's DeepSeek model (model_executor/models/deepseek_v2.py, read in 0.32; SGLang's
+    # deepseek_v2.py builds the same layers) keeps whole on every tensor-parallel rank or adds
+    # at load, beyond a 1/tp share of the counts above (tuner.core.memory.mla_rank_extra_bytes)
+    @property
+    def mla_down_proj_params_per_layer(self) -> int:
+        """MLA's down-projection to the query and KV latents (q_a_proj + kv_a_proj_with_mqa),
+        which vLLM runs replicated (DeepSeekV2FusedQkvAProjLinear, disable_tp=True; without
+        q_lora a ReplicatedLinear kv_a_proj_with_mqa); 0 for a GQA model."""
+        if not self.is_mla:
+            return 0
+        return self.hidden_size * (self.q_lora_rank + self.kv_lora_rank + self.qk_rope_head_dim)
+
+    @property
+    def mla_absorbed_params_per_layer(self) -> int:
+        """kv_b_proj's weights (kv_lora_rank x heads x (qk_nope + v)): vLLM keeps kv_b_proj for
+        prefill and adds W_UK_T and W_UV, a 16-bit copy of the rank's slice, for the absorbed
+        decode (mla_attention.py process_weights_after_loading); 0 for a GQA model."""
+        if not self.is_mla:
+            return 0
+        return self.kv_lora_rank * self.num_heads * (
+            self.head_dim - self.qk_rope_head_dim + self.value_head_dim)
+
+    @property
+    def index_quantized_params_per_layer(self) -> int:
+        """DeepSeek sparse attention's indexer query projection wq_b (q_lora_rank x
+        index_n_heads x index_head_dim), a ReplicatedLinear at the checkpoint's precision;
+        not in the parameter counts above (under 0.2 % of DeepSeek-V3.2's); 0 when dense."""
+        if not self.is_sparse_attention:
+            return 0
+        return self.q_lora_rank * self.index_n_heads * self.index_head_dim
+
+    @property
+    def index_16bit_params_per_layer(self) -> int:
+        """The indexer's key and head-weight projections (wk: hidden x index_head_dim,
+        weights_proj: hidden x index_n_heads), fused in one 16-bit, replicated layer
+        (wk_weights_proj: quant_config None, disable_tp; an FP8 wk is upcast at load); 0 when
+        dense."""
+        if not self.is_sparse_attention:
+            return 0
+        return self.hidden_size * (self.index_head_dim + self.index_n_heads)
 
     @property
     def dense_mlp_params(self) -> int:
@@ -1751,19 +1799,32 @@ def model_from_config_dict(cfg: dict, *, where: str, name: str, source: str,
 
 def _layer_modules(spec: ModelSpec) -> list[tuple[str, int]]:
     """(module name as a Llama-style checkpoint names it, parameters) of every attention
-    projection and dense MLP projection (an MoE layer's experts are left out: their names
-    differ by family)."""
+    projection and dense MLP projection (an MoE layer's routed experts are left out: their
+    names differ by family). An MLA model's are DeepSeek's (deepseek_v2.py): q_a_proj /
+    q_b_proj (q_proj without q_lora), kv_a_proj_with_mqa, kv_b_proj, o_proj, and its MoE
+    layers' shared experts (mlp.shared_experts.*, dense MLPs every token runs, counted with
+    the dense MLPs): Kimi-K2-Thinking's INT4 checkpoint keeps both at 16 bits
+    ("re:.*self_attn.*", "re:.*shared_experts.*" in its ignore list)."""
     h, heads, d, dv = spec.hidden_size, spec.num_heads, spec.head_dim, spec.value_head_dim
     kv = spec.num_kv_heads
-    attn = ([("q_proj", h * heads * d), ("k_proj", h * kv * d), ("v_proj", h * kv * dv),
-             ("o_proj", heads * dv * h)] if not spec.is_mla else [])
+    attn = [("q_proj", h * heads * d), ("k_proj", h * kv * d), ("v_proj", h * kv * dv),
+            ("o_proj", heads * dv * h)]
+    shared = []
+    if spec.is_mla:
+        ql, kl, rope = spec.q_lora_rank, spec.kv_lora_rank, spec.qk_rope_head_dim
+        q = ([("q_a_proj", h * ql), ("q_b_proj", ql * heads * d)] if ql
+             else [("q_proj", h * heads * d)])
+        attn = q + [("kv_a_proj_with_mqa", h * (kl + rope)),
+                    ("kv_b_proj", kl * heads * (d - rope + dv)), ("o_proj", heads * dv * h)]
+        shared = [(f"shared_experts.{n}", h * spec.shared_expert_intermediate_size)
+                  for n in ("gate_proj", "up_proj", "down_proj")
+                  if spec.shared_expert_intermediate_size]
     mlp = [(n, h * spec.intermediate_size) for n in ("gate_proj", "up_proj", "down_proj")]
     dense = set(range(spec.num_dense_layers)) if spec.is_moe else set(range(spec.num_layers))
     out = []
     for i in range(spec.num_layers):
         out += [(f"model.layers.{i}.self_attn.{n}", c) for n, c in attn]
-        if i in dense:
-            out += [(f"model.layers.{i}.mlp.{n}", c) for n, c in mlp]
+        out += [(f"model.layers.{i}.mlp.{n}", c) for n, c in (mlp if i in dense else shared)]
     return out
 
 

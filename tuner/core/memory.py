@@ -143,6 +143,39 @@ class MemoryPlan:
         return cls(**kw)
 
 
+#: the GPU buffers offloaded weights arrive in, by tuner.core.engines.weight_offload_scheme
+#: (offload_staging_bytes; vLLM's UVA offload has none); "": a plan stored before the scheme
+#: was, which streamed them (LM-Offload's prefetch)
+OFFLOAD_BUFFER_LABELS = {"vllm-copy": "offloaded-layer copy (1 layer, each forward)",
+                         "prefetch": "streamed-weight buffers (2 layers)",
+                         "": "streamed-weight buffers (2 layers)"}
+#: a name for gpu_memory_items' rows whose label depends on the plan, for a column over plans
+#: whose labels differ (two engines, two offload schemes)
+MEMORY_ITEM_NAMES = {"runtime": "runtime", "offload_buffers": "weight-offload buffers"}
+
+
+def gpu_memory_items(plan: MemoryPlan,
+                     engine: str = "vllm") -> list[tuple[str, str, float | None]]:
+    """Where one GPU's memory goes under `plan`, as (key, label, bytes), in the order and
+    words of `tuner simulate`'s memory table and the report's memory rows (one list, so the two
+    agree): weights, activations, the runtime, the weight-offload buffers (where the plan has
+    any), SGLang's Mamba state pool (a hybrid's), the KV cache. A figure a stored plan lacks
+    is None."""
+    items = [("weights", "weights", plan.weight_bytes),
+             ("activations", "activations (start-up profile peak)", plan.activation_bytes),
+             # vLLM's non-torch memory and CUDA graphs; SGLang's, what its preload holds
+             ("runtime", "runtime (non-torch memory, CUDA graphs)" if engine == "vllm"
+              else "runtime (held before the weights load)", plan.runtime_overhead_bytes)]
+    if plan.offload_staging_bytes:
+        items.append(("offload_buffers", OFFLOAD_BUFFER_LABELS.get(
+            plan.weight_offload_scheme or "", OFFLOAD_BUFFER_LABELS["prefetch"]),
+            plan.offload_staging_bytes))
+    if plan.state_slots:  # carved out before the KV pool (tuner.core.sglang)
+        items.append(("state", "Mamba state pool", plan.state_pool_bytes))
+    items.append(("kv", "KV cache", plan.kv_bytes))
+    return items
+
+
 @dataclass(frozen=True)
 class ProfileRun:
     """How a vLLM release's start-up profile run sizes what it reserves besides the weights:
@@ -373,12 +406,27 @@ def describe_reserve(model: ModelSpec, config: ServingConfig,
             f"({run.sampler}); {graphs}")
 
 
-def kv_bytes_per_token_per_layer_rank(model: ModelSpec, kv_bits: int, tp: int = 1) -> float:
+#: the first vLLM release that caches an MLA model's compressed latent: v0.7.1 ("MLA ... 10x
+#: token memory capacity"; Neural Magic's "Enhancing DeepSeek Models with MLA and FP8
+#: Optimizations in vLLM", 2025-02-04: DeepSeek on 8 x H200 holds 54,560 tokens under v0.7.0,
+#: 512,000 under v0.7.1). Before it vLLM's DeepseekV2Attention up-projects every head's K and V
+#: and caches them, V padded to the query / key width (qk_nope + qk_rope: "padding value to
+#: qk_head_dim for alignment"), the heads split over the tensor-parallel ranks
+VLLM_MLA_CACHE_SINCE = (0, 7, 1)
+
+
+def kv_bytes_per_token_per_layer_rank(model: ModelSpec, kv_bits: int, tp: int = 1,
+                                      engine_version: str | None = None) -> float:
     """KV bytes one token holds in one attention layer on one tensor-parallel rank: K and V of
     the rank's KV heads (heads are split across ranks, replicated when fewer than `tp`); MLA
     (DeepSeek) caches one latent of kv_lora_rank + qk_rope_head_dim per token that every rank
-    keeps whole (vLLM's MLA backends replicate it)."""
+    keeps whole (vLLM's MLA backends replicate it), except under a vLLM release before
+    VLLM_MLA_CACHE_SINCE (`engine_version`; None: the newest), which caches every head's K and
+    V at the query / key width."""
     if model.is_mla:
+        v = parse_version(engine_version)
+        if v is not None and v < VLLM_MLA_CACHE_SINCE:
+            return max(1.0, model.num_heads / tp) * 2 * model.head_dim * kv_bits / 8.0
         return model.kv_bytes_per_token_per_layer(kv_bits)
     kv_heads_per_rank = max(1.0, model.num_kv_heads / tp)
     return kv_heads_per_rank * (model.head_dim + model.value_head_dim) * kv_bits / 8.0
@@ -515,7 +563,37 @@ def weight_bytes_per_rank(model: ModelSpec, config: ServingConfig) -> float:
         experts = model.num_moe_layers * model.num_experts * model.expert_params * per_param
         per_rank -= experts / config.tp * (1.0 - 1.0 / config.dp) \
             * math.ceil(model.num_layers / config.pp) / model.num_layers
-    return per_rank
+    return per_rank + mla_rank_extra_bytes(model, config)
+
+
+def mla_rank_extra_bytes(model: ModelSpec, config: ServingConfig) -> float:
+    """Bytes one GPU of an MLA (DeepSeek-style) model holds beyond its 1/tp share of
+    ModelSpec.weight_bytes, as vLLM builds the model (deepseek_v2.py and mla_attention.py, read
+    in the 0.32 source; SGLang's deepseek_v2.py replicates the same layers), for the layers of
+    the first pipeline stage:
+
+    - the q / kv down-projection (mla_down_proj_params_per_layer) runs replicated: whole on
+      every rank, (1 - 1/tp) of it more than the share;
+    - the MoE router (GateLinear, a ReplicatedLinear built without quant_config, so at the
+      16-bit model dtype): whole and 16-bit on every rank, not 1/tp at the weight bits;
+    - W_UK_T and W_UV, the 16-bit copy of the rank's kv_b_proj slice the absorbed decode
+      reads (mla_absorbed_params_per_layer / tp), next to kv_b_proj itself;
+    - DeepSeek sparse attention's indexer, whole on every rank: wq_b at the weight bits and
+      wk + weights_proj at 16 bits (index_*_params_per_layer).
+
+    About 1.2 GiB per GPU for DeepSeek-V3 and 2.0 GiB for V3.2 at TP 8 (FP8): KV capacity
+    taken from a plan that fits with little room. 0 for a GQA model."""
+    if not model.is_mla:
+        return 0.0
+    tp = config.tp
+    per_param = model.weight_bytes_per_param(config.weight_bits)  # as weight_bytes counts it
+    per_layer = (model.mla_down_proj_params_per_layer * per_param * (1.0 - 1.0 / tp)
+                 + 2.0 * model.mla_absorbed_params_per_layer / tp
+                 + model.index_quantized_params_per_layer * per_param
+                 + 2.0 * model.index_16bit_params_per_layer)
+    router = model.router_params * (2.0 - per_param / tp)  # per MoE layer
+    stage = math.ceil(model.num_layers / config.pp) / model.num_layers
+    return stage * (model.num_kv_layers * per_layer + model.num_moe_layers * router)
 
 
 #: vLLM releases that build a VLM's vision tower only when --limit-mm-per-prompt leaves one of
@@ -608,7 +686,8 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
     layers_on_gpu = max(stage_layers - config.kv_offload_layers, 0)
     # mean over layers of one token's KV per rank; sliding-window layers count by the share of
     # the workload's mean request they keep (window / mean tokens, at most 1)
-    per_layer_token = (kv_bytes_per_token_per_layer_rank(model, config.kv_bits, tp)
+    per_layer_token = (kv_bytes_per_token_per_layer_rank(model, config.kv_bits, tp,
+                                                         engine_version)
                        * kv_layer_fraction(model, mean_request_tokens))
     kv_per_token = per_layer_token * layers_on_gpu
     host_kv_per_token = per_layer_token * min(config.kv_offload_layers, model.num_layers)

@@ -74,7 +74,8 @@ class Metrics:
     mean_kv_fraction: float | None = None
     lower_bound_s: float | None = None
     schedule_lower_bound_s: float | None = None
-    limit_fraction: float | None = None
+    limit_fraction: float | None = None  # lower_bound_s / makespan_s: start-up on both sides
+    schedule_limit_fraction: float | None = None  # the same of the schedule alone
     kv_capacity_tokens: int | None = None
     max_concurrent_requests: float | None = None
     vasuki_cost_metric: float | None = None
@@ -93,6 +94,24 @@ class Metrics:
     def to_dict(self) -> dict:
         keys = self.keys if self.keys is not None else (*_METRIC_FIELDS, *self.extra)
         return {k: self.extra[k] if k in self.extra else getattr(self, k) for k in keys}
+
+    def schedule_limit(self) -> float | None:
+        """How near the schedule gets to its physical limit T_o, start-up excluded on both
+        sides (SimResult.schedule_limit_fraction): the stored figure, or for a study that
+        predates it the schedule's bound over the schedule (a study that predates start-up
+        had none: its whole-job ratio); None when unknown."""
+        v = as_finite(self.schedule_limit_fraction)
+        if v is not None:
+            return v
+        ms, lb = as_finite(self.makespan_s), as_finite(self.lower_bound_s)
+        if ms is None or lb is None:
+            return None
+        start = as_finite(self.startup_s) or 0.0
+        sched = as_finite(self.schedule_s)
+        sched = ms - start if sched is None else sched
+        sched_lb = as_finite(self.schedule_lower_bound_s)
+        sched_lb = lb - start if sched_lb is None else sched_lb
+        return sched_lb / sched if sched > 0 else None
 
     def cost_per_million_tokens(self) -> float | None:
         """$ per million tokens (input + output): the stored figure, or for a study that

@@ -108,6 +108,13 @@ class SimResult:
         return self.lower_bound_s - self.startup_s
 
     @property
+    def schedule_limit_fraction(self) -> float:
+        """How near the schedule gets to its physical limit: T_o / the schedule, start-up
+        excluded on both sides (it has no bound to approach: a start-up-heavy makespan would
+        otherwise read near the limit whatever its schedule does)."""
+        return self.schedule_lower_bound_s / self.schedule_s
+
+    @property
     def qps(self) -> float:
         return self.requests / self.makespan_s
 
@@ -156,7 +163,8 @@ class SimResult:
             "mean_kv_fraction": self.mean_kv_fraction,
             "lower_bound_s": self.lower_bound_s,
             "schedule_lower_bound_s": self.schedule_lower_bound_s,
-            "limit_fraction": self.lower_bound_s / self.makespan_s,
+            "limit_fraction": self.lower_bound_s / self.makespan_s,  # whole job, start-up in
+            "schedule_limit_fraction": self.schedule_limit_fraction,
             "kv_capacity_tokens": self.memory.kv_capacity_tokens,
             "max_concurrent_requests": self.memory.max_concurrent_requests,
             "vasuki_cost_metric": self.vasuki_cost_metric,
@@ -843,8 +851,11 @@ def simulate(workload: Workload, model: ModelSpec, gpu: GPU, config: ServingConf
         running = min(config.max_running, plan.max_running_by_slots or config.max_running)
         params = SGLangParams(plan.kv_capacity_tokens, config.chunk_size, running, settings, page)
         if provenance.engine != "sglang":  # a cost model resolved for vLLM (sources, engine=)
+            # a roofline has no kernel tables: it prices SGLang as it prices vLLM
+            priced = ("the roofline vLLM uses" if provenance.kind == "roofline"
+                      else "vLLM's kernel tables")
             provenance = Provenance(provenance.kind, f"{provenance.detail}; SGLang priced with "
-                                    "vLLM's kernel tables; engine overhead not fitted",
+                                    f"{priced}; engine overhead not fitted",
                                     provenance.error_pct)
     else:
         if sglang is not None:
