@@ -126,3 +126,16 @@ def test_simulate_says_how_the_weights_are_offloaded(tmp_path, capfd):
     assert "streamed-weight buffers" not in text and "offloaded-layer copy" not in text
     err = _one_error(*_run([*args, "--engine-version", "0.5.0"], tmp_path, capfd))
     assert "vLLM 0.5.0 has no --cpu-offload-gb" in err
+
+
+def test_a_quantized_cache_alone_is_not_shown_as_offloading(tmp_path):
+    """--kv-bits 8 with nothing offloaded printed an "Offloading" table of zero transfers
+    (and on an RTX PRO 6000, where DeepSeek-V3.2's cache is FP8 by default, without any flag)."""
+    wl = tmp_path / "w.jsonl"
+    wl.write_text("".join('{"prompt_tokens": 900, "output_tokens": 100}\n' for _ in range(16)))
+    res = CliRunner().invoke(app, ["simulate", "-w", str(wl), "-m", "llama-3-8b", "-g", "A10",
+                                   "--kv-bits", "8"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "KV-cache quantization on A10" in text and "KV (de)quantization (s)" in text
+    assert "Offloading on" not in text and "KV stall" not in text

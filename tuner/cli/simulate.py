@@ -723,6 +723,17 @@ def _offload_table(o: dict, gpu_name: str) -> Table:
     """Why offloading helps or not: capacity gained vs transfer time against the overlap budget."""
     from rich.table import Table
 
+    if not (o.get("kv_offload_layers") or o.get("weight_offload_fraction")
+            or o.get("attention_on_cpu")):
+        # nothing offloaded: a quantized KV cache is what brought the figures here, and the
+        # transfer rows would all read 0
+        t = Table(title=f"KV-cache quantization on {gpu_name} (per GPU)")
+        t.add_column("figure")
+        t.add_column("value", justify="right")
+        t.add_row("KV bits", str(o.get("kv_bits")))
+        if isinstance(o.get("kv_quantize_s"), int | float):
+            t.add_row("KV (de)quantization (s)", f"{o['kv_quantize_s']:,.1f}")
+        return t
     scheme = o.get("weight_offload_scheme")
     t = Table(title=f"Offloading on {gpu_name} (per GPU)", caption_justify="left",
               caption=(f"weights offloaded as {WEIGHT_OFFLOAD_SCHEMES[scheme]}"
