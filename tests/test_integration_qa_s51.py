@@ -52,7 +52,7 @@ def test_mla_block_note_only_where_vllm_is_searched():
     for engines, said in ((["sglang"], False), (["vllm", "sglang"], True), (["vllm"], True)):
         _, notes = fit_space(load_space("default"), model=ds, gpus={"H200": gpus["H200"]},
                              gpu_caps={}, defaults={}, outputs_from_input=True, engines=engines)
-        assert any("MLA backends page" in n for n in notes) is said, engines
+        assert any("MLA latent cache" in n for n in notes) is said, engines
 
 
 def test_a_refused_precision_names_the_engine_asked():

@@ -233,9 +233,12 @@ def is_large_gpu(gpu_name: str, memory_gib: float) -> bool:
     return memory_gib >= LARGE_GPU_GIB and "a100" not in gpu_name.lower()
 
 
-#: vLLM's MLA attention backends page the latent cache in 64-token blocks (FlashMLA and its
-#: sparse variant require it, FlashInfer-MLA takes 32 or 64; vllm/platforms/cuda.py sets
-#: block_size 64 for them)
+#: The MLA latent cache's block: 64 tokens, which every vLLM MLA backend takes (FlashMLA and its
+#: sparse variant require it for their kernels, FlashInfer-MLA takes 32 or 64). Earlier
+#: releases' vllm/platforms/cuda.py set block_size 64 for MLA; 0.32 leaves an unset
+#: --block-size to the backend (16 on H100/H200 and the RTX PRO 6000, 32 on B200 for
+#: DeepSeek-V3, read in its source). tuner plans 64 and its exports write it, so a plan runs as
+#: priced; vLLM's own default differs by under 1 % of KV capacity (the last block's padding)
 MLA_BLOCK_SIZE = 64
 
 

@@ -673,8 +673,8 @@ def _fit_checkpoint(knobs: dict[str, list], fixed: dict, model, *, shipped: bool
         fixed["block_size"] = block
         # block_size is a vLLM knob (SGLang's page is its own pick): said where vLLM is searched
         if "vllm" in set(knobs.get("engine") or [fixed.get("engine", DEFAULTS["engine"])]):
-            notes.append(f"block_size: {block}, vLLM's MLA backends page {model.name}'s "
-                         "latent cache in 64-token blocks")
+            notes.append(f"block_size: {block} for {model.name}'s MLA latent cache, a block "
+                         "every vLLM MLA backend takes (the exports set it)")
     # the cache precision a GPU's engine imposes (model_defaults with the GPU: sparse MLA on
     # sm_120), which no kv_cache_dtype changes
     cache = {g: model_defaults(model, g) for g in gpus or ()}
