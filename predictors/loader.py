@@ -147,7 +147,8 @@ def roofline(model, gpu, config, reason: str = ""):
     from tuner.predictors.roofline import RooflineCostModel
 
     rf = RooflineCostModel.from_specs(gpu, model, tp=config.tp, weight_bits=config.weight_bits,
-                                      kv_bits=config.kv_bits)
+                                      kv_bits=config.kv_bits,
+                                      engine=getattr(config, "engine", "vllm"))
     return dataclasses.replace(rf, name=f"{rf.name}{f' ({reason})' if reason else ''}") if reason else rf
 
 

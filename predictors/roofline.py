@@ -109,8 +109,9 @@ class RooflineCostModel:
 
     @classmethod
     def from_specs(cls, gpu, model, *, tp: int = 1, weight_bits: int = 16, kv_bits: int = 16,
-                   **overrides) -> RooflineCostModel:
-        """From a tuner GPU and ModelSpec (duck-typed: predictors does not import tuner)."""
+                   engine: str = "vllm", **overrides) -> RooflineCostModel:
+        """From a tuner GPU and ModelSpec (duck-typed: predictors does not import tuner);
+        `engine` lays out the KV cache it reads as the memory plan does."""
         return cls(
             peak_flops=gpu.peak_flops,
             hbm_bytes_per_s=gpu.hbm_bytes_per_s,
@@ -129,7 +130,7 @@ class RooflineCostModel:
             weight_bytes_per_param=model_weight_bytes_per_param(model, weight_bits),
             **_unconverted_fields(model, weight_bits),
             name=f"roofline from {gpu.name} spec sheet (not measured){_unmeasured_kind(gpu)}",
-            kv_bytes_per_token=_kv_bytes_per_token(model, kv_bits, tp),
+            kv_bytes_per_token=_kv_bytes_per_token(model, kv_bits, tp, gpu, engine),
             **_sparse_fields(model),
             **_moe_fields(model),
             **{k: v for k, v in _machine_fields(gpu).items() if k not in overrides},
@@ -370,14 +371,15 @@ def _unmeasured_kind(gpu) -> str:
             "H100 figures, assumed for its engine's kernels and unchecked")
 
 
-def _kv_bytes_per_token(model, kv_bits: int, tp: int) -> float:
+def _kv_bytes_per_token(model, kv_bits: int, tp: int, gpu=None, engine: str = "vllm") -> float:
     """The memory plan's KV bytes per token, layer and rank for a tuner ModelSpec (MLA: one
-    latent per token); 0 for a duck-typed model without those fields (GQA formula)."""
+    latent per token, a sparse-MLA FP8 cache laid out as `engine`'s backend on `gpu` keeps
+    it); 0 for a duck-typed model without those fields (GQA formula)."""
     if not hasattr(model, "is_mla"):
         return 0.0
     from tuner.core.memory import kv_bytes_per_token_per_layer_rank
 
-    return float(kv_bytes_per_token_per_layer_rank(model, kv_bits, tp))
+    return float(kv_bytes_per_token_per_layer_rank(model, kv_bits, tp, gpu=gpu, engine=engine))
 
 
 def _machine_fields(gpu) -> dict:

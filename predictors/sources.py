@@ -168,8 +168,8 @@ def _roofline(q: CostQuery, declined) -> CostModel:
     from tuner.predictors.roofline import RooflineCostModel
 
     return RooflineCostModel.from_specs(q.gpu, q.model, tp=c.tp, weight_bits=c.weight_bits,
-                                        kv_bits=c.kv_bits, dp=c.dp,
-                                        expert_parallel=c.expert_parallel)
+                                        kv_bits=c.kv_bits, engine=getattr(c, "engine", "vllm"),
+                                        dp=c.dp, expert_parallel=c.expert_parallel)
 
 
 #: The cost sources in order of preference; the first that prices a query is used. Adding a

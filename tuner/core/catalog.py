@@ -771,20 +771,24 @@ class ModelSpec:
         gemma3_mm.py passes quant_config to SiglipVisionModel)."""
         return 2.0 * self.vision_params
 
-    def kv_bytes_per_token_per_layer(self, bits: int) -> float:
+    def kv_bytes_per_token_per_layer(self, bits: int, packed: bool = True) -> float:
         """KV bytes one token holds in one attention layer at `bits`, whole model (not per TP
         rank): K and V of every KV head, or for MLA one latent 'head' of kv_lora_rank +
-        qk_rope_head_dim (vLLM caches the compressed latent, shared by all heads)."""
+        qk_rope_head_dim (vLLM caches the compressed latent, shared by all heads). `packed`:
+        see latent_bytes_per_token_per_layer."""
         if self.is_mla:
-            return self.latent_bytes_per_token_per_layer(bits) + self.index_bytes_per_token_per_layer
+            return (self.latent_bytes_per_token_per_layer(bits, packed)
+                    + self.index_bytes_per_token_per_layer)
         return self.num_kv_heads * (self.head_dim + self.value_head_dim) * bits / 8.0
 
-    def latent_bytes_per_token_per_layer(self, bits: int) -> float:
+    def latent_bytes_per_token_per_layer(self, bits: int, packed: bool = True) -> float:
         """MLA's cached latent (kv_lora_rank + qk_rope_head_dim values) for one token and layer,
-        as vLLM stores it: `bits` per value, except a sparse-attention model's 8-bit cache,
-        vLLM's fp8_ds_mla layout for FlashMLA-sparse: the latent in FP8 with an FP32 scale per
-        128 values, the rope part 16-bit (656 bytes for DeepSeek-V3.2)."""
-        if self.is_sparse_attention and bits == 8:
+        as vLLM stores it: `bits` per value, except a sparse-attention model's 8-bit cache in
+        vLLM's packed fp8_ds_mla layout (`packed`, the FlashMLA-sparse kernels'): the latent in
+        FP8 with an FP32 scale per 128 values, the rope part 16-bit (656 bytes for
+        DeepSeek-V3.2). packed=False: the plain FP8 cache of a backend that refuses that layout
+        (tuner.core.memory.sparse_mla_packed_fp8 says which GPUs)."""
+        if self.is_sparse_attention and bits == 8 and packed:
             return self.kv_lora_rank * (1.0 + 4.0 / 128.0) + 2.0 * self.qk_rope_head_dim
         return (self.kv_lora_rank + self.qk_rope_head_dim) * bits / 8.0
 

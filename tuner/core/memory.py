@@ -415,19 +415,75 @@ def describe_reserve(model: ModelSpec, config: ServingConfig,
 VLLM_MLA_CACHE_SINCE = (0, 7, 1)
 
 
+#: vLLM's sparse-MLA (DeepSeek-V3.2) attention backend for an FP8 KV cache, by the GPU's CUDA
+#: compute capability (major), and whether it keeps the packed fp8_ds_mla layout (656 bytes
+#: per token for V3.2's latent) or a plain FP8 cache (576). Read in vLLM 0.32's source
+#: (vllm/platforms/cuda.py _get_backend_priorities; the backends' supports_combination under
+#: vllm/v1/attention/backends/mla/; mla_attention.py _canonicalize_sparse_mla_kv_cache_dtype);
+#: earlier releases are not known here and are planned the same:
+#: - 9.x (H100, H200): FLASH_ATTN_MLA_SPARSE takes a 16-bit cache only, so FLASHMLA_SPARSE,
+#:   which serves fp8 as fp8_ds_mla
+#: - 10.x (B200, B300, GB200): FLASHINFER_MLA_SPARSE comes first for a quantized cache and
+#:   refuses fp8_ds_mla, so the cache stays plain fp8 (vLLM logs "Using standard fp8 KV cache
+#:   format"; --attention-backend FLASHMLA_SPARSE would pack it)
+#: - 12.x (RTX PRO 6000): FLASHINFER_MLA_SPARSE_SM120, which turns fp8 (and auto) into
+#:   fp8_ds_mla (tuner.core.engine_defaults.SM120_GPUS)
+SPARSE_MLA_FP8_BACKENDS = {9: ("FLASHMLA_SPARSE", True),
+                           10: ("FLASHINFER_MLA_SPARSE", False),
+                           12: ("FLASHINFER_MLA_SPARSE_SM120", True)}
+
+
+def sparse_mla_fp8_backend(gpu, engine: str = "vllm") -> tuple[str, bool]:
+    """(backend, packed): vLLM's sparse-MLA backend for an FP8 cache on `gpu` and whether its
+    cache is the packed fp8_ds_mla layout (SPARSE_MLA_FP8_BACKENDS). ("", True) where that is
+    not read here (no GPU, one of no stated compute capability, SGLang, whose layout is its
+    own): the packed layout, as tuner has planned it."""
+    cc = getattr(gpu, "compute_capability", None)
+    if engine != "vllm" or cc is None:
+        return "", True
+    return SPARSE_MLA_FP8_BACKENDS.get(int(cc), ("", True))
+
+
+def sparse_mla_packed_fp8(gpu, engine: str = "vllm") -> bool:
+    """Whether a sparse-MLA model's 8-bit cache is vLLM's packed fp8_ds_mla on `gpu` (False:
+    plain FP8 on data-centre Blackwell, sparse_mla_fp8_backend)."""
+    return sparse_mla_fp8_backend(gpu, engine)[1]
+
+
+def sparse_mla_cache_note(model: ModelSpec, gpu, kv_bits: int, engine: str = "vllm") -> str:
+    """What the plan's KV bytes per token and layer are for a sparse-MLA model's FP8 cache
+    under vLLM on `gpu`: the backend, its layout and its bytes, sourced; "" elsewhere."""
+    if not (getattr(model, "is_sparse_attention", False) and kv_bits == 8):
+        return ""
+    backend, packed = sparse_mla_fp8_backend(gpu, engine)
+    if not backend:
+        return ""
+    latent = model.latent_bytes_per_token_per_layer(8, packed)
+    layout = ("the packed fp8_ds_mla layout (FP8 latent, an FP32 scale per 128 values, 16-bit "
+              "rope)" if packed else "a plain FP8 cache (it refuses fp8_ds_mla)")
+    return (f"KV cache of {model.name} on {gpu.name} (compute capability "
+            f"{gpu.compute_capability:.1f}): vLLM picks its {backend} backend, which keeps "
+            f"{layout}: {latent:g} bytes per token and layer + the indexer's "
+            f"{model.index_bytes_per_token_per_layer:g} (read in vLLM 0.32's "
+            "vllm/platforms/cuda.py and vllm/v1/attention/backends/mla/; earlier releases are "
+            "not known).")
+
+
 def kv_bytes_per_token_per_layer_rank(model: ModelSpec, kv_bits: int, tp: int = 1,
-                                      engine_version: str | None = None) -> float:
+                                      engine_version: str | None = None, gpu=None,
+                                      engine: str = "vllm") -> float:
     """KV bytes one token holds in one attention layer on one tensor-parallel rank: K and V of
     the rank's KV heads (heads are split across ranks, replicated when fewer than `tp`); MLA
     (DeepSeek) caches one latent of kv_lora_rank + qk_rope_head_dim per token that every rank
     keeps whole (vLLM's MLA backends replicate it), except under a vLLM release before
     VLLM_MLA_CACHE_SINCE (`engine_version`; None: the newest), which caches every head's K and
-    V at the query / key width."""
+    V at the query / key width. A sparse-MLA model's 8-bit cache is laid out as `engine`'s
+    backend on `gpu` keeps it (sparse_mla_packed_fp8; no GPU: packed)."""
     if model.is_mla:
         v = parse_version(engine_version)
         if v is not None and v < VLLM_MLA_CACHE_SINCE:
             return max(1.0, model.num_heads / tp) * 2 * model.head_dim * kv_bits / 8.0
-        return model.kv_bytes_per_token_per_layer(kv_bits)
+        return model.kv_bytes_per_token_per_layer(kv_bits, sparse_mla_packed_fp8(gpu, engine))
     kv_heads_per_rank = max(1.0, model.num_kv_heads / tp)
     return kv_heads_per_rank * (model.head_dim + model.value_head_dim) * kv_bits / 8.0
 
@@ -687,7 +743,7 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
     # mean over layers of one token's KV per rank; sliding-window layers count by the share of
     # the workload's mean request they keep (window / mean tokens, at most 1)
     per_layer_token = (kv_bytes_per_token_per_layer_rank(model, config.kv_bits, tp,
-                                                         engine_version)
+                                                         engine_version, gpu, config.engine)
                        * kv_layer_fraction(model, mean_request_tokens))
     kv_per_token = per_layer_token * layers_on_gpu
     host_kv_per_token = per_layer_token * min(config.kv_offload_layers, model.num_layers)

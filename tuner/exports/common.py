@@ -416,6 +416,11 @@ def precision_notes(dep: Deployment, engine: str = "vllm") -> list[str]:
             text += (f" On {dep.gpu.name} vLLM's FlashAttention has no FP8 KV cache (sm_90 "
                      "and sm_100 only), so vLLM runs another attention backend (FlashInfer); "
                      "the predicted FP8-KV decode attention is an estimate for it.")
+        if engine == "vllm":  # a sparse-MLA model's cache layout as its backend keeps it
+            from tuner.core.memory import sparse_mla_cache_note
+
+            if note := sparse_mla_cache_note(model, dep.gpu, c.kv_bits):
+                text += " " + note
         out.append(text)
     return out
 

@@ -266,7 +266,7 @@ class OffloadContext:
                    # the bytes the memory plan holds at kv_bits (a packed layout such as
                    # DeepSeek-V3.2's FP8 MLA cache with its scales is not elems x bits)
                    kv_bytes_per_token_layer=kv_bytes_per_token_per_layer_rank(
-                       model, config.kv_bits, tp),
+                       model, config.kv_bits, tp, gpu=gpu, engine=config.engine),
                    kv_elems_per_token_layer=elems, heads_per_rank=model.num_heads / tp,
                    weight_stream_bytes_per_layer=offloaded / model.num_layers,
                    weight_stream_elems_per_layer=lin_elems, weight_init_quantize_s=init,

@@ -22,7 +22,7 @@ from tuner.core.engines import (
     priced_scheduler_steps,
 )
 from tuner.core.errors import TunerError
-from tuner.core.memory import MemoryPlan, moe_replica_config, plan_memory
+from tuner.core.memory import MemoryPlan, moe_replica_config, plan_memory, sparse_mla_packed_fp8
 from tuner.core.pricing import (
     Machines,
     Rental,
@@ -227,7 +227,8 @@ def lower_bound_s(workload: Workload, model: ModelSpec, gpu: GPU, config: Servin
     peak = gpu.fp8_tflops * 1e12 if fp8 else gpu.peak_flops
     n = config.num_gpus
     comp_s = fast / (peak * n) + slow / (gpu.peak_flops * n)
-    mem = _decode_kv_read_bytes(model, p, d, config.kv_bits)
+    mem = _decode_kv_read_bytes(model, p, d, config.kv_bits,
+                                sparse_mla_packed_fp8(gpu, config.engine))
     return float(max(comp_s, mem / (gpu.hbm_bytes_per_s * n)))
 
 
@@ -257,20 +258,23 @@ def _capped_reads(p: np.ndarray, steps: np.ndarray, cap: float) -> np.ndarray:
     return below * p + 0.5 * below * (below + 1) + (steps - below) * cap
 
 
-def _decode_kv_read_bytes(model: ModelSpec, p: np.ndarray, d: np.ndarray, kv_bits: int) -> float:
+def _decode_kv_read_bytes(model: ModelSpec, p: np.ndarray, d: np.ndarray, kv_bits: int,
+                          packed: bool = True) -> float:
     """KV bytes the decode steps read, summed over the job: the prefill samples a request's
     first token, then its decode step t (1 .. d - 1) reads its p + t cached tokens in each
     full-attention layer and at most the window in a sliding-window layer, at the bytes per
     token and layer the cache holds (an MLA model: its latent,
     ModelSpec.kv_bytes_per_token_per_layer). Under DeepSeek sparse attention the indexer reads
-    every cached key and the attention at most index_topk latents."""
+    every cached key and the attention at most index_topk latents, in the layout the memory
+    plan holds (`packed`: tuner.core.memory.sparse_mla_packed_fp8)."""
     steps = np.maximum(d - 1.0, 0.0)
     if model.is_sparse_attention:
         every = (p * steps + 0.5 * steps * (steps + 1)).sum()
         top = _capped_reads(p, steps, float(model.index_topk)).sum()
         return float(model.num_layers * (every * model.index_bytes_per_token_per_layer
-                                         + top * model.latent_bytes_per_token_per_layer(kv_bits)))
-    per_layer = model.kv_bytes_per_token_per_layer(kv_bits)
+                                         + top * model.latent_bytes_per_token_per_layer(
+                                             kv_bits, packed)))
+    per_layer = model.kv_bytes_per_token_per_layer(kv_bits, packed)
     windowed = model.num_window_layers
     full = (p * steps + 0.5 * steps * (steps + 1)).sum() * per_layer * (model.num_kv_layers - windowed)
     if not windowed:
