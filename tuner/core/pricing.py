@@ -46,12 +46,31 @@ class Instance:
     ram_gib: float | None = None
     source: str = ""  # where its price comes from (its providers.yaml row), and when
     date: str = ""
+    # the instance's network bandwidth to other instances, Gbit/s in ONE direction, shared by
+    # all its GPUs (providers.yaml network_gbps; None: none published there, the catalog's
+    # per-GPU scale_out_gbps is used); network_label: the figure as shown ("p5.48xlarge 3,200
+    # Gbps EFA shared by its 8 GPUs (aws, read 2026-11-30)"), network_source: where from
+    network_gbps: float | None = None
+    network_label: str = ""
+    network_source: str = ""
 
     @classmethod
     def from_dict(cls, d: dict) -> Instance:
+        net = d.get("network_gbps")
         return cls(name=str(d["name"]), gpus=int(d["gpus"]), usd_per_h=float(d["usd_per_h"]),
                    vcpus=d.get("vcpus"), ram_gib=d.get("ram_gib"),
-                   source=str(d.get("source") or ""), date=str(d.get("date") or ""))
+                   source=str(d.get("source") or ""), date=str(d.get("date") or ""),
+                   network_gbps=None if net is None else float(net),
+                   network_label=str(d.get("network_label") or ""),
+                   network_source=str(d.get("network_source") or ""))
+
+    @property
+    def network_bytes_per_s_per_gpu(self) -> float | None:
+        """The instance's one-direction network bandwidth shared equally by its GPUs, bytes/s
+        per GPU (the unit of the catalog's scale_out_gbps x 1e9); None: no published figure."""
+        if self.network_gbps is None:
+            return None
+        return self.network_gbps * 1e9 / 8.0 / self.gpus
 
 
 @dataclass(frozen=True)
@@ -193,18 +212,58 @@ def plan_machine_gpu(gpu, tp: int, dp: int = 1, pp: int = 1):
     instance shape its provider billing rents for this plan (:func:`choose_instances`), so the
     cost model's collectives, MoE dispatch and pipeline stages span the machines actually
     rented; `gpu` itself without --provider (the catalog's machine shape: answers unchanged),
-    where the shape already matches, or where no shape holds a TP group (the simulator's
-    placement refuses that plan with its own message)."""
+    or where no shape holds a TP group (the simulator's placement refuses that plan with its
+    own message).
+
+    The scale-out network (what MoE gathers and pipeline hand-overs between machines cross)
+    becomes the rented shape's where the provider table publishes one (Instance.network_gbps:
+    the instance's bandwidth shared by its GPUs, per GPU as the catalog's scale_out_gbps is);
+    where it does not, the catalog's figure stays and its source says so (:func:`network_of`)."""
     billing = getattr(gpu, "billing", None)
     if billing is None:
         return gpu
     try:
-        inst, _ = choose_instances(billing, tp, dp, pp)
+        inst, count = choose_instances(billing, tp, dp, pp)
     except TunerError:
         return gpu
-    if inst.gpus == gpu.gpus_per_machine:
-        return gpu
-    return dataclasses.replace(gpu, gpus_per_machine=inst.gpus)
+    changes: dict[str, Any] = {}
+    if inst.gpus != gpu.gpus_per_machine:
+        changes["gpus_per_machine"] = inst.gpus
+    per_gpu = inst.network_bytes_per_s_per_gpu
+    source = str(getattr(gpu, "scale_out_source", "") or "")
+    if count <= 1:  # one machine: no traffic crosses a network
+        pass
+    elif per_gpu is not None:
+        if getattr(gpu, "scale_out_gbps", None) != per_gpu / 1e9 \
+                or not source.startswith(inst.network_label):
+            changes.update(scale_out_gbps=per_gpu / 1e9,
+                           scale_out_source=f"{inst.network_label}: {inst.network_source}")
+    elif getattr(gpu, "scale_out_gbps", None) is not None \
+            and not source.startswith(_CATALOG_NETWORK):  # once: simulator and sources both ask
+        # (no scale_out_gbps at all: GPU.scale_out_note already says it is the fallback estimate)
+        word = "estimate" if source.lower().startswith("estimate") else "figure"
+        changes["scale_out_source"] = (
+            f"{_CATALOG_NETWORK} {word}, not the rented {inst.name}'s ({billing.provider} "
+            f"publishes no network figure for it in the price table): {source}")
+    return dataclasses.replace(gpu, **changes) if changes else gpu
+
+
+#: how a provider plan's scale-out source begins where the rented shape has no network figure
+_CATALOG_NETWORK = "catalog"
+
+
+def network_of(gpu, tp: int, dp: int = 1, pp: int = 1) -> Instance | None:
+    """The instance shape a --provider plan rents when it publishes a network figure (the one
+    :func:`plan_machine_gpu` prices the plan's inter-machine traffic with); None without
+    --provider, without a figure, or where no shape holds the plan."""
+    billing = getattr(gpu, "billing", None)
+    if billing is None:
+        return None
+    try:
+        inst, _ = choose_instances(billing, tp, dp, pp)
+    except TunerError:
+        return None
+    return inst if inst.network_gbps is not None else None
 
 
 @dataclass(frozen=True)
@@ -359,6 +418,11 @@ class InstanceRow:
     # on_demand_source says where that is stated (required then)
     on_demand: bool = True
     on_demand_source: str = ""
+    # the instance's network bandwidth to other instances, Gbit/s one direction, all its GPUs
+    # together (the provider's published figure; the provider's network_source says where);
+    # network_note: how the provider states it ("EFA", "at most (...)", "baseline, bursts to 10")
+    network_gbps: float | None = None
+    network_note: str = ""
 
 
 # ---- spot interruptions ---------------------------------------------------------------------
@@ -434,6 +498,21 @@ class Provider:
     billing_source: str
     instances: tuple[InstanceRow, ...] = field(default_factory=tuple)
     spot_interruption_source: str = ""  # where the instances' spot_interruption come from
+    network_source: str = ""  # where the instances' network_gbps come from
+    network_date: str = ""  # when that was read ("read 2026-11-30")
+
+    def network_label(self, row: InstanceRow) -> str:
+        """'p5.48xlarge 3,200 Gbps EFA shared by its 8 GPUs (aws, read 2026-11-30)': a row's
+        network figure as provenance lines show it (no colon: GPU.scale_out_note cuts there);
+        "" without one."""
+        gbps = row.network_gbps
+        if gbps is None:
+            return ""
+        num = f"{gbps:,.0f}" if float(gbps).is_integer() else f"{gbps:,g}"
+        note = f" {row.network_note.strip()}" if row.network_note.strip() else ""
+        shared = f"shared by its {row.gpus} GPUs" if row.gpus > 1 else "for its one GPU"
+        when = f", {self.network_date}" if self.network_date else ""
+        return f"{row.name} {num} Gbps{note} {shared} ({self.name}{when})".replace(":", ",")
 
     def gpu_names(self) -> list[str]:
         return list(dict.fromkeys(r.gpu for r in self.instances))
@@ -492,7 +571,12 @@ class Provider:
         insts = tuple(Instance(r.name, r.gpus, float(r.spot_usd_per_h if spot else r.usd_per_h),
                                r.vcpus, r.ram_gib,
                                source=f"{how}{r.source}" + (f" ({r.notes})" if r.notes else ""),
-                               date=r.date) for r in rows)
+                               date=r.date,
+                               network_gbps=None if r.network_gbps is None
+                               else float(r.network_gbps),
+                               network_label=self.network_label(r),
+                               network_source=self.network_source if r.network_gbps is not None
+                               else "") for r in rows)
         return Billing(provider=self.name, instances=insts, granularity_s=self.granularity_s,
                        minimum_s=self.minimum_s, spot=spot,
                        source="; ".join(dict.fromkeys(
@@ -553,6 +637,18 @@ def _check_on_demand(row: InstanceRow, where: str) -> None:
                          "(where the provider says it does not rent the shape on-demand).")
 
 
+def _check_network(row: InstanceRow, where: str) -> None:
+    """A row's network_gbps: a positive finite number of Gbit/s (or absent); network_note text."""
+    v = row.network_gbps
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)
+                          or not math.isfinite(v) or not 0 < v <= 100_000):
+        raise TunerError(f"{where}: {row.name}: network_gbps must be the instance's network "
+                         f"bandwidth in Gbit/s (e.g. 3200 for an AWS p5.48xlarge), got {v!r}.")
+    if not isinstance(row.network_note, str):
+        raise TunerError(f"{where}: {row.name}: network_note must be text, got "
+                         f"{row.network_note!r}.")
+
+
 def _provider(name: str, d: dict, where: str) -> Provider:
     try:
         bill = d.get("billing") or {}
@@ -571,12 +667,19 @@ def _provider(name: str, d: dict, where: str) -> Provider:
                                  f"spot_usd_per_h={row.spot_usd_per_h!r}.")
             _check_interruption(row, f"{where}: {name}")
             _check_on_demand(row, f"{where}: {name}")
+            _check_network(row, f"{where}: {name}")
             rows.append(row)
+        if any(r.network_gbps is not None for r in rows) \
+                and not str(d.get("network_source") or "").strip():
+            raise TunerError(f"{where}: provider {name}: network_gbps needs network_source "
+                             "(where the provider publishes its instances' network bandwidth).")
         return Provider(name=name, title=str(d.get("title", name)),
                         granularity_s=GRANULARITY_S[gran],
                         minimum_s=int(bill.get("minimum_s", 0)),
                         billing_source=str(bill.get("source", "")), instances=tuple(rows),
-                        spot_interruption_source=str(d.get("spot_interruption_source") or ""))
+                        spot_interruption_source=str(d.get("spot_interruption_source") or ""),
+                        network_source=str(d.get("network_source") or ""),
+                        network_date=str(d.get("network_date") or ""))
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise TunerError(f"{where}: provider {name} is malformed ({exc}); see "
                          "tuner/core/data/providers.yaml for the schema.") from None
@@ -713,6 +816,7 @@ def require_offered(gpu, provider: str | None, spot: bool = False,
 
 __all__ = ["ADVISOR_MONTH_H", "Billing", "GRANULARITY_S", "Instance", "InstanceRow",
            "InterruptionRate", "Machines", "Provider", "Rental", "SPOT_ADVISOR_BUCKETS",
+           "network_of",
            "advisor_bucket_rate", "apply_provider", "billed_seconds", "check_interruption_rate",
            "choose_instances", "get_provider", "instance_hint",
            "place", "plan_machine_gpu", "price_provenance",

@@ -8,8 +8,12 @@ runs every micro-batch through its 1/PP of the layers, so the step takes max(n, 
 times t_model(step / n) / PP = t_model(step / n) (the whole model's time on a micro-batch: a
 full pipeline is as fast per token as one GPU group on 1/PP of the batch; fewer micro-batches
 than stages leave stages idle, the bubble), plus the micro-batch's hidden states handed from
-stage to stage (PP - 1 hops of tokens x hidden x 2 bytes, over NVLink inside a machine, else
-the machines' network). `t_model` is the cost model of one stage's TP group over the whole
+stage to stage (PP - 1 hops of tokens x 2 x hidden x 2 bytes: vLLM's decoder models hand over
+IntermediateTensors of the hidden states AND the residual stream, 16-bit each), over NVLink
+inside a machine, else the machines' network: with --provider, the rented instance's published
+bandwidth where the price table gives one, of which a stage's TP ranks use their GPUs' share
+(vLLM splits the hand-over over them: send_tensor_dict with the TP group as
+all_gather_group); otherwise an assumed 100 Gb/s. `t_model` is the cost model of one stage's TP group over the whole
 model (a stage's layers are the model's, PP of them in turn).
 """
 
@@ -20,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tuner.core.pricing import machines_per_replica
+from tuner.core.pricing import machines_per_replica, network_of
 from tuner.core.provenance import Provenance
 from tuner.core.units import plural
 from tuner.predictors.features import BatchFeatures
@@ -37,9 +41,10 @@ class PipelinedCostModel:
 
     base: object  # the CostModel of the TP group over the whole model
     pp: int
-    hop_bytes_per_token: float  # hidden x 2 bytes (16-bit activations)
+    hop_bytes_per_token: float  # hidden states + residual: 2 x hidden x 2 bytes (16-bit)
     hop_bytes_per_s: float
     across_machines: bool
+    link: str = ""  # what the hand-overs cross, for the provenance ("" : the default wording)
 
     def _micro(self, f: BatchFeatures) -> BatchFeatures:
         """One micro-batch of each step: 1/n of it, n = min(PP, sequences in the step)."""
@@ -76,12 +81,12 @@ class PipelinedCostModel:
     @property
     def provenance(self) -> Provenance:
         p = self.base.provenance
-        link = ("the machines' network, assumed 100 Gb/s (ESTIMATE)" if self.across_machines
-                else "NVLink / PCIe inside the machine")
+        link = self.link or ("the machines' network, assumed 100 Gb/s (ESTIMATE)"
+                             if self.across_machines else "NVLink / PCIe inside the machine")
         return dataclasses.replace(p, detail=(
             f"{p.detail}; pipeline parallel {self.pp} stages: a step is the whole model's time "
             f"on 1/{self.pp} of it (up to {self.pp} micro-batches in flight) plus "
-            f"{plural(self.pp - 1, 'hand-over')} of its hidden states over {link}"))
+            f"{plural(self.pp - 1, 'hand-over')} of its hidden states and residual over {link}"))
 
     def describe(self) -> str:
         return str(self.provenance)
@@ -93,4 +98,17 @@ def pipelined(cost_model, model, gpu, config):
         return cost_model
     across = machines_per_replica(gpu.gpus_per_machine, config.tp, config.pp) > 1
     bw = ASSUMED_NETWORK_BYTES_PER_S if across else gpu.interconnect_bytes_per_s
-    return PipelinedCostModel(cost_model, config.pp, 2.0 * model.hidden_size, bw, across)
+    link = ""
+    # --provider: the network of the instance the plan rents, where the table publishes it
+    inst = network_of(gpu, config.tp, config.dp, config.pp) if across else None
+    if inst is not None:
+        # each of the stage's TP ranks sends 1/TP of the hidden states over its GPU's share
+        bw = config.tp * inst.network_bytes_per_s_per_gpu
+        link = (f"the rented instances' network ({inst.network_label}), the {config.tp} "
+                f"GPUs' share of it: {bw / 1e9:.3g} GB/s")
+    elif across and getattr(gpu, "billing", None) is not None:
+        link = ("the machines' network, assumed 100 Gb/s (ESTIMATE: the rented instance "
+                "publishes no network figure in the price table)")
+    # two tensors per token (hidden states and residual), each hidden x 2 bytes
+    return PipelinedCostModel(cost_model, config.pp, 2.0 * 2.0 * model.hidden_size, bw, across,
+                              link)
