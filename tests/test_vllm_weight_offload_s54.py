@@ -51,24 +51,29 @@ def _price(engine_version, f, scheme=None):
 
 
 def test_uva_and_copy_stalls_by_hand():
-    """Half of llama-3-8b's 16-bit weights: 16 whole layers in host memory, each W / 32 bytes
-    over a 1 GB/s link, the stub's layer 1 ms. UVA: each offloaded layer takes max(its compute,
-    its weights over the link): 16 x (load - 1 ms). Copies: the whole load, nothing hidden.
-    LM-Offload's stream hides every layer's compute: 32 x (load / 2 - 1 ms)."""
+    """Half of llama-3-8b's 16-bit weights (W / 2 bytes) in host memory as whole decoder layers
+    of (W - embedding - LM head) / 32 bytes each (vLLM offloads decoder layers only): m = 18.4
+    layers, each `load` over a 1 GB/s link, the stub's layer 1 ms. UVA: each offloaded layer
+    takes max(its compute, its weights over the link): m x (load - 1 ms). Copies: the whole
+    load, nothing hidden. LM-Offload's stream hides every layer's compute: 32 x (W / 64 / 1e9 -
+    1 ms)."""
     m = get_model("llama-3-8b")
     f = BatchFeatures.single(decodes=8, kv_tokens=8000)
-    load = m.weight_bytes(16) / 32 / 1e9
+    w = m.weight_bytes(16)
+    layer = (w - 2 * (m.embedding_params + m.lm_head_params)) / 32
+    n_off, load = 0.5 * w / layer, layer / 1e9
     uva, ctx = _price(None, f)
     assert ctx.weight_scheme == "vllm-uva"
-    assert ctx.weight_offloaded_layers == pytest.approx(16.0)
-    assert float(uva["weight_stall_s"][0]) == pytest.approx(16 * (load - 1e-3))
-    assert float(uva["weight_transfer_s"][0]) == pytest.approx(16 * load)
-    assert float(uva["dt_s"][0]) == pytest.approx(40e-3 + 16 * (load - 1e-3))
+    assert ctx.weight_offloaded_layers == pytest.approx(n_off)
+    assert 18 < n_off < 19
+    assert float(uva["weight_stall_s"][0]) == pytest.approx(n_off * (load - 1e-3))
+    assert float(uva["weight_transfer_s"][0]) == pytest.approx(0.5 * w / 1e9)
+    assert float(uva["dt_s"][0]) == pytest.approx(40e-3 + n_off * (load - 1e-3))
     copy, ctx = _price("0.6.0", f)
     assert ctx.weight_scheme == "vllm-copy"
-    assert float(copy["weight_stall_s"][0]) == pytest.approx(16 * load)
+    assert float(copy["weight_stall_s"][0]) == pytest.approx(0.5 * w / 1e9)
     stream, _ = _price(None, f, scheme="prefetch")
-    assert float(stream["weight_stall_s"][0]) == pytest.approx(32 * (load / 2 - 1e-3))
+    assert float(stream["weight_stall_s"][0]) == pytest.approx(32 * (w / 64 / 1e9 - 1e-3))
     # what vLLM cannot hide costs more than LM-Offload's prefetch
     assert (float(copy["dt_s"][0]) > float(uva["dt_s"][0]) > float(stream["dt_s"][0]))
 
@@ -102,7 +107,8 @@ def test_memory_holds_what_each_release_holds():
     copy = plan_memory(m, g, cfg, engine_version="0.6.0")
     stream = plan_memory(m, g, dataclasses.replace(cfg, kv_offload_layers=1))
     assert uva.offload_staging_bytes == 0.0 and uva.weight_offload_scheme == "vllm-uva"
-    assert copy.offload_staging_bytes == pytest.approx(m.weight_bytes(16) / 32)
+    decoder_layer = (m.weight_bytes(16) - 2 * (m.embedding_params + m.lm_head_params)) / 32
+    assert copy.offload_staging_bytes == pytest.approx(decoder_layer)
     assert copy.weight_offload_scheme == "vllm-copy"
     assert stream.offload_staging_bytes == pytest.approx(2 * 0.5 * m.weight_bytes(16) / 32)
     assert plan_memory(m, g, ServingConfig(gpu="A10")).weight_offload_scheme == ""
@@ -117,9 +123,9 @@ def test_simulate_says_how_the_weights_are_offloaded(tmp_path, capfd):
                              env={"COLUMNS": "250"})
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
-    assert "offloaded-layer copy (1 layer, each forward) │ 0.5 GiB" in text
+    assert "offloaded-layer copy (1 layer, each forward) │ 0.4 GiB" in text
     assert "vLLM's --cpu-offload-gb before 0.8.4" in text
-    assert "whole layers offloaded (vLLM fills the first layers) │ 16.00" in text
+    assert "whole layers offloaded (vLLM fills the first layers) │ 18.41" in text
     res = CliRunner().invoke(app, args, env={"COLUMNS": "250"})
     text = " ".join(res.output.split())
     assert res.exit_code == 0 and "(UVA, zero copy)" in text

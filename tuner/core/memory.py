@@ -622,6 +622,18 @@ def weight_bytes_per_rank(model: ModelSpec, config: ServingConfig) -> float:
     return per_rank + mla_rank_extra_bytes(model, config)
 
 
+def decoder_layer_bytes_per_rank(model: ModelSpec, config: ServingConfig) -> float:
+    """One decoder layer's weights on one GPU (weight_bytes_per_rank over its pipeline stage's
+    layers, the embedding and LM head it holds left out): what vLLM's --cpu-offload-gb moves
+    per layer, as it offloads decoder layers only (make_layers wraps them; the embedding and
+    the LM head stay on the GPU)."""
+    head = 0 if model.tie_embeddings else model.lm_head_params
+    ends = (model.embedding_params + head if config.pp == 1
+            else max(model.embedding_params, head))
+    layers = math.ceil(model.num_layers / config.pp)
+    return max(weight_bytes_per_rank(model, config) - 2.0 * ends / config.tp, 0.0) / layers
+
+
 def mla_rank_extra_bytes(model: ModelSpec, config: ServingConfig) -> float:
     """Bytes one GPU of an MLA (DeepSeek-style) model holds beyond its 1/tp share of
     ModelSpec.weight_bytes, as vLLM builds the model (deepseek_v2.py and mla_attention.py, read
@@ -735,7 +747,8 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
     scheme = (weight_offload_scheme(config.engine, config.kv_offload_layers,
                                     config.attention_on_cpu, engine_version)
               if offloaded > 0 else "")
-    staging = offload_staging_bytes(model, offloaded, scheme, all_weights)
+    staging = offload_staging_bytes(model, offloaded, scheme,
+                                    decoder_layer_bytes_per_rank(model, config))
     kv = usable - weights - acts - runtime - staging
     # a pipeline stage keeps the KV of its layers (the first, of ceil(layers / pp), the most)
     stage_layers = math.ceil(model.num_kv_layers / config.pp)
@@ -860,15 +873,15 @@ def host_limit_bytes(gpu: GPU) -> float:
 
 
 def offload_staging_bytes(model: ModelSpec, offloaded_bytes: float, scheme: str = "prefetch",
-                          weight_bytes: float = 0.0) -> float:
+                          layer_bytes: float = 0.0) -> float:
     """GPU memory that receives offloaded weights, by tuner.core.engines.weight_offload_scheme:
     "prefetch" (FlexGen / LM-Offload): two layers' worth of the offloaded share (one arriving
-    while the other is used); "vllm-copy": one whole layer (`weight_bytes` / layers, at most
-    the offloaded bytes), the copy a forward makes, inside the profile run's peak; "vllm-uva":
-    none (kernels read host memory)."""
+    while the other is used); "vllm-copy": one whole decoder layer (`layer_bytes`,
+    decoder_layer_bytes_per_rank; at most the offloaded bytes), the copy a forward makes,
+    inside the profile run's peak; "vllm-uva": none (kernels read host memory)."""
     if offloaded_bytes <= 0 or scheme == "vllm-uva":
         return 0.0
     if scheme == "vllm-copy":
-        return min(offloaded_bytes, weight_bytes / model.num_layers)
+        return min(offloaded_bytes, layer_bytes)
     return 2.0 * offloaded_bytes / model.num_layers
 

@@ -687,10 +687,12 @@ def _unlabelled(spec: dict | None) -> dict:
     out = _gpu_fields(spec or {})
     if isinstance(out.get("billing"), dict):
         out["billing"] = {k: v for k, v in out["billing"].items() if k not in ("source", "date")}
-        for key in ("instances", "not_on_demand"):  # and each instance's (its price's row)
+        # and each instance's (its price's row; its network figure's words, not the figure)
+        words = ("source", "date", "network_label", "network_source")
+        for key in ("instances", "not_on_demand"):
             if isinstance(out["billing"].get(key), list | tuple):
                 out["billing"][key] = [
-                    {k: v for k, v in i.items() if k not in ("source", "date")}
+                    {k: v for k, v in i.items() if k not in words}
                     if isinstance(i, dict) else i for i in out["billing"][key]]
     return out
 

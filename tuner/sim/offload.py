@@ -29,7 +29,8 @@ Per iteration i, with L layers, k = kv_offload_layers, wf = weight_offload_fract
 
 That weight stream is LM-Offload's; a plan vLLM runs (weights offloaded, no KV offload, no CPU
 attention) is priced as vLLM's --cpu-offload-gb runs (tuner.core.engines.weight_offload_scheme):
-m = offloaded bytes / one layer's bytes whole first layers in host memory, nothing prefetched:
+m = offloaded bytes / one decoder layer's bytes whole first layers in host memory (the embedding
+and LM head stay on the GPU), nothing prefetched:
       copies (before 0.8.4):  weight stall = m * h2d(layer weights)
       UVA (0.8.4 on):         weight stall = m * max(0, h2d(layer weights) - compute_layer)
 
@@ -49,6 +50,7 @@ see the constants below, each with its source.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -58,6 +60,7 @@ from tuner.core.config import ServingConfig
 from tuner.core.engines import weight_offload_scheme
 from tuner.core.memory import (
     MemoryPlan,
+    decoder_layer_bytes_per_rank,
     kv_bytes_per_token_per_layer_rank,
     weight_bytes_per_rank,
 )
@@ -245,8 +248,9 @@ class OffloadContext:
         cpu = cpu or CPUModel.from_gpu(gpu)
         quant = quant or QuantCostModel.from_specs(gpu, cpu)
         transfer = transfer or SaturatingTransferModel.from_specs(gpu)
-        # KV values one token holds per layer and rank (MLA: its one latent), as the memory plan
-        elems = kv_bytes_per_token_per_layer_rank(model, 16, tp) / 2.0
+        # KV values one token holds per layer and rank (MLA: its one latent; every head's K and
+        # V under vLLM before 0.7.1), as the memory plan
+        elems = kv_bytes_per_token_per_layer_rank(model, 16, tp, engine_version) / 2.0
         wf = config.weight_offload_fraction
         held = weight_bytes_per_rank(model, config)  # MoE with dp > 1: 1/dp of the experts
         offloaded = wf * held
@@ -255,7 +259,11 @@ class OffloadContext:
         scheme = (weight_offload_scheme(config.engine, config.kv_offload_layers,
                                         config.attention_on_cpu, engine_version)
                   if wf > 0 else "prefetch")
-        layer_bytes = held / model.num_layers
+        # a rank holds its pipeline stage's layers (weight_bytes_per_rank): one whole layer is
+        # the stage's weights over the stage's layers, not over the model's
+        # vLLM offloads whole decoder layers, first ones first (embedding and LM head stay)
+        layer_bytes = decoder_layer_bytes_per_rank(model, config)
+        stage_layers = math.ceil(model.num_layers / config.pp)
         init = 0.0
         # vLLM quantizes (or loads quantized) weights on the GPU before offloading them: no
         # CPU quantization pass (Eq. 3 is LM-Offload's)
@@ -266,12 +274,13 @@ class OffloadContext:
                    # the bytes the memory plan holds at kv_bits (a packed layout such as
                    # DeepSeek-V3.2's FP8 MLA cache with its scales is not elems x bits)
                    kv_bytes_per_token_layer=kv_bytes_per_token_per_layer_rank(
-                       model, config.kv_bits, tp, gpu=gpu, engine=config.engine),
+                       model, config.kv_bits, tp, engine_version, gpu, config.engine),
                    kv_elems_per_token_layer=elems, heads_per_rank=model.num_heads / tp,
                    weight_stream_bytes_per_layer=offloaded / model.num_layers,
                    weight_stream_elems_per_layer=lin_elems, weight_init_quantize_s=init,
                    weight_scheme=scheme, weight_layer_bytes=layer_bytes,
-                   weight_offloaded_layers=offloaded / layer_bytes if layer_bytes > 0 else 0.0)
+                   weight_offloaded_layers=(min(offloaded / layer_bytes, stage_layers)
+                                            if layer_bytes > 0 else 0.0))
 
 
 def _per_layer_times(cost_model: CostModel, f: BatchFeatures):
