@@ -17,12 +17,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tuner.core.errors import TunerError
-
-if TYPE_CHECKING:
-    from tuner.core.config import ServingConfig
 
 Version = tuple[int, int, int]
 
@@ -301,8 +298,9 @@ VLLM_LACKS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-def engine_refusal(config: ServingConfig) -> str | None:
-    """Why the plan's engine cannot run `config` as tuner priced it (VLLM_LACKS), or None."""
+def engine_refusal(config: Any) -> str | None:
+    """Why the plan's engine cannot run `config` (a ServingConfig; tuner.core.config imports this
+    module) as tuner priced it (VLLM_LACKS), or None."""
     if config.engine != "vllm":
         return None
     for name, (lacks, why) in VLLM_LACKS.items():
