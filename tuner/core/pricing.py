@@ -219,13 +219,10 @@ def plan_machine_gpu(gpu, tp: int, dp: int = 1, pp: int = 1):
     becomes the rented shape's where the provider table publishes one (Instance.network_gbps:
     the instance's bandwidth shared by its GPUs, per GPU as the catalog's scale_out_gbps is);
     where it does not, the catalog's figure stays and its source says so (:func:`network_of`)."""
-    billing = getattr(gpu, "billing", None)
-    if billing is None:
+    rented = _rented(gpu, tp, dp, pp)
+    if rented is None:
         return gpu
-    try:
-        inst, count = choose_instances(billing, tp, dp, pp)
-    except TunerError:
-        return gpu
+    billing, inst, count = rented
     changes: dict[str, Any] = {}
     if inst.gpus != gpu.gpus_per_machine:
         changes["gpus_per_machine"] = inst.gpus
@@ -256,14 +253,21 @@ def network_of(gpu, tp: int, dp: int = 1, pp: int = 1) -> Instance | None:
     """The instance shape a --provider plan rents when it publishes a network figure (the one
     :func:`plan_machine_gpu` prices the plan's inter-machine traffic with); None without
     --provider, without a figure, or where no shape holds the plan."""
+    rented = _rented(gpu, tp, dp, pp)
+    return rented[1] if rented is not None and rented[1].network_gbps is not None else None
+
+
+def _rented(gpu, tp: int, dp: int, pp: int):
+    """(billing, instance, count) a --provider plan rents, or None without --provider or where
+    no shape holds the plan (choose_instances refuses it)."""
     billing = getattr(gpu, "billing", None)
     if billing is None:
         return None
     try:
-        inst, _ = choose_instances(billing, tp, dp, pp)
+        inst, count = choose_instances(billing, tp, dp, pp)
     except TunerError:
         return None
-    return inst if inst.network_gbps is not None else None
+    return billing, inst, count
 
 
 @dataclass(frozen=True)
