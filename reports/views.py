@@ -202,10 +202,7 @@ def _limit_rows(ctx: ReportContext, trials: dict[int, TrialRecord],
         m = t.metrics or Metrics()
         ms, lb = as_finite(m.makespan_s), as_finite(m.lower_bound_s)
         start = as_finite(m.startup_s) or 0.0  # a study priced before start-up: none
-        sched = as_finite(m.schedule_s)
-        sched = ms - start if sched is None and ms is not None else sched
-        sched_lb = as_finite(m.schedule_lower_bound_s)
-        sched_lb = lb - start if sched_lb is None and lb is not None else sched_lb
+        sched, sched_lb = m.schedule_and_bound()
         frac = m.schedule_limit()
         rows.append(dict(
             number=r[0], tag=trial_tag(t), ref=trial_ref(t), gpu=t.gpu, roles=r[1],

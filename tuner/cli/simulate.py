@@ -302,8 +302,10 @@ def engine_line(defaults, entry_point: str, num_scheduler_steps: int | None,
 
 # ---- simulate ---------------------------------------------------------------------------------
 def _memory_table(plan, gpu_name: str, title: str, reserve_note: str = "",
-                  page_tokens: int | None = None, block_given: int | None = None) -> Table:
-    """The plan per GPU; `reserve_note` (vLLM's: tuner.core.memory.describe_reserve) under it;
+                  page_tokens: int | None = None, block_given: int | None = None,
+                  engine: str = "vllm") -> Table:
+    """The plan per GPU under `engine`; `reserve_note` (vLLM's:
+    tuner.core.memory.describe_reserve) under it;
     `page_tokens`: SGLang's KV page (the plan's kv_page_tokens), named with the capacity (its
     ServingConfig holds block_size 1, which is not the page it runs); `block_given`: the
     config's block_size, which vLLM raises for a hybrid (the plan's block_size_tokens)."""
@@ -315,8 +317,8 @@ def _memory_table(plan, gpu_name: str, title: str, reserve_note: str = "",
     t.add_column("per GPU")
     t.add_column(gpu_name, justify="right")
     t.add_row("usable (memory x utilisation)", fmt_gib(plan.usable_bytes))
-    # the rows the report's memory table shows too (reserve_note: vLLM's; SGLang has none)
-    for key, label, nbytes in gpu_memory_items(plan, "vllm" if reserve_note else "sglang"):
+    # the rows the report's memory table shows too
+    for key, label, nbytes in gpu_memory_items(plan, engine):
         t.add_row(label, fmt_gib(nbytes) + (f" ({plan.state_slots:,} request states + 1 "
                                               "padding)" if key == "state" else ""))
     state = getattr(plan, "state_blocks_per_request", 0) or 0
@@ -613,7 +615,7 @@ def simulate(
                             describe_reserve(spec, res.config, engine_version)
                             if engine == "vllm" else "",
                             page_tokens=res.memory.kv_page_tokens if engine == "sglang"
-                            else None, block_given=config.block_size))
+                            else None, block_given=config.block_size, engine=engine))
     if summary.get("offload"):
         out.print(_offload_table(summary["offload"], g.name))
     out.print(f"cost model: {res.provenance}", style="dim", markup=False)

@@ -748,7 +748,8 @@ def plan_memory(model: ModelSpec, gpu: GPU, config: ServingConfig, *,
                                     config.attention_on_cpu, engine_version)
               if offloaded > 0 else "")
     staging = offload_staging_bytes(model, offloaded, scheme,
-                                    decoder_layer_bytes_per_rank(model, config))
+                                    decoder_layer_bytes_per_rank(model, config)
+                                    if scheme == "vllm-copy" else 0.0)
     kv = usable - weights - acts - runtime - staging
     # a pipeline stage keeps the KV of its layers (the first, of ceil(layers / pp), the most)
     stage_layers = math.ceil(model.num_kv_layers / config.pp)

@@ -197,26 +197,21 @@ class Deployment:
             line += (f"\n# The one engine spans the {m.count} machines: start the same command "
                      f"on each with --nnodes {m.count} --node-rank K (K = 0 .. {m.count - 1}) "
                      "--dist-init-addr HEAD_IP:5000 (machine 0's address).")
-        elif self.one_engine and m.count > 1 and not separate and headless_model:
-            # `vllm run-batch` takes the head's DP options but has no --headless (its parser,
-            # vLLM 0.32): the other machines' ranks are headless `vllm serve` engines
-            local = m.replicas_per_machine
-            line += (f"\n# The one engine spans the {m.count} machines ({local} data-parallel "
-                     f"rank(s) each): on machine 0 add --data-parallel-size-local {local} "
-                     "--data-parallel-address HEAD_IP --data-parallel-rpc-port 13345 to this "
-                     f"command; on machine K (K = 1 .. {m.count - 1}) start its ranks with "
-                     f"vllm serve {headless_model} --headless, this command's engine options "
-                     "(all but -i, -o and --served-model-name) and --data-parallel-size-local "
-                     f"{local} --data-parallel-start-rank {local}*K --data-parallel-address "
-                     "HEAD_IP --data-parallel-rpc-port 13345 (vllm run-batch has no "
-                     "--headless; vLLM's multi-node data parallel).")
         elif self.one_engine and m.count > 1 and not separate:  # vLLM's multi-node DP
             local = m.replicas_per_machine
+            head = "--data-parallel-address HEAD_IP --data-parallel-rpc-port 13345"
+            # `vllm run-batch` takes the head's DP options but has no --headless (its parser,
+            # vLLM 0.32): the other machines' ranks are then headless `vllm serve` engines
+            others = ("the same plus --headless" if not headless_model else
+                      f"start its ranks with vllm serve {headless_model} --headless, this "
+                      "command's engine options (all but -i, -o and --served-model-name), "
+                      f"--data-parallel-size-local {local}, {head} and")
             line += (f"\n# The one engine spans the {m.count} machines ({local} data-parallel "
                      f"rank(s) each): on machine 0 add --data-parallel-size-local {local} "
-                     "--data-parallel-address HEAD_IP --data-parallel-rpc-port 13345; on "
-                     f"machine K (K = 1 .. {m.count - 1}) the same plus --headless "
-                     f"--data-parallel-start-rank {local}*K (vLLM's multi-node data parallel).")
+                     f"{head}{' to this command' if headless_model else ''}; on machine K (K = "
+                     f"1 .. {m.count - 1}) {others} --data-parallel-start-rank {local}*K "
+                     "(vLLM's multi-node data parallel"
+                     + ("; vllm run-batch has no --headless)." if headless_model else ")."))
         elif m.machines_per_replica > 1:  # vLLM runs stages on other machines through Ray
             line += (f"\n# Each engine's {m.pp} pipeline stages span {m.machines_per_replica} "
                      "machines: join them in one Ray cluster (`ray start --head` on one, "

@@ -103,15 +103,22 @@ class Metrics:
         v = as_finite(self.schedule_limit_fraction)
         if v is not None:
             return v
-        ms, lb = as_finite(self.makespan_s), as_finite(self.lower_bound_s)
-        if ms is None or lb is None:
+        sched, sched_lb = self.schedule_and_bound()
+        if sched is None or sched_lb is None:
             return None
+        return sched_lb / sched if sched > 0 else None
+
+    def schedule_and_bound(self) -> tuple[float | None, float | None]:
+        """(the schedule, its physical limit T_o), start-up excluded: the stored figures, or
+        for a study that predates them the makespan and bound less the start-up (none for a
+        study that predates start-up); None where unknown."""
+        ms, lb = as_finite(self.makespan_s), as_finite(self.lower_bound_s)
         start = as_finite(self.startup_s) or 0.0
         sched = as_finite(self.schedule_s)
-        sched = ms - start if sched is None else sched
+        sched = ms - start if sched is None and ms is not None else sched
         sched_lb = as_finite(self.schedule_lower_bound_s)
-        sched_lb = lb - start if sched_lb is None else sched_lb
-        return sched_lb / sched if sched > 0 else None
+        sched_lb = lb - start if sched_lb is None and lb is not None else sched_lb
+        return sched, sched_lb
 
     def cost_per_million_tokens(self) -> float | None:
         """$ per million tokens (input + output): the stored figure, or for a study that

@@ -259,9 +259,8 @@ class OffloadContext:
         scheme = (weight_offload_scheme(config.engine, config.kv_offload_layers,
                                         config.attention_on_cpu, engine_version)
                   if wf > 0 else "prefetch")
-        # a rank holds its pipeline stage's layers (weight_bytes_per_rank): one whole layer is
-        # the stage's weights over the stage's layers, not over the model's
-        # vLLM offloads whole decoder layers, first ones first (embedding and LM head stay)
+        # vLLM offloads whole decoder layers, first ones first (embedding and LM head stay), of
+        # the rank's pipeline stage
         layer_bytes = decoder_layer_bytes_per_rank(model, config)
         stage_layers = math.ceil(model.num_layers / config.pp)
         init = 0.0
